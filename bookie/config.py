@@ -1,0 +1,101 @@
+"""Typed configuration of a bookie (storage + server). Loaded with
+:func:`bookline.config.load_config` from the ``[bookie]`` section of a TOML file,
+``BOOKLINE_BOOKIE_*`` environment variables and command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bookline.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BookieConfig:
+    # --- identity and network -------------------------------------------------------
+    # Bookie id as registered in ZooKeeper; defaults to "host:port".
+    bookie_id: str = ""
+    # Loopback by default: a local cluster never listens beyond this machine.
+    host: str = "127.0.0.1"
+    # TCP port of the wire protocol; 0 picks a free port (tests).
+    port: int = 3181
+    # Prometheus metrics HTTP port; 0 picks a free one, -1 disables it.
+    metrics_port: int = -1
+    # Rack or zone label used by placement to spread replicas ("" = none).
+    rack: str = ""
+
+    # --- metadata -----------------------------------------------------------------
+    zk: str = "127.0.0.1:2181"
+    root: str = "/bookline"
+    session_timeout_ms: int = 10_000
+
+    # --- directories: three I/O paths, three disks in production -------------------
+    journal_dir: str = "data/journal"
+    ledgers_dir: str = "data/ledgers"
+    index_dir: str = "data/index"
+
+    # --- journal ------------------------------------------------------------------
+    # Group commit: flush when this many bytes are queued...
+    journal_group_bytes_max: int = 1 << 20
+    # ...or when the oldest queued record has waited this long.
+    journal_group_wait_ms: float = 1.0
+    # Roll to a new journal file past this size; files are preallocated in chunks.
+    journal_file_bytes_max: int = 256 << 20
+    journal_prealloc_bytes: int = 16 << 20
+    # False only for benchmarks that want to show what fsync costs. Never in production.
+    journal_sync: bool = True
+
+    # --- memtable, entry logs, caches ----------------------------------------------
+    # Checkpoint (flush the memtable to entry logs) past this many bytes.
+    memtable_flush_bytes: int = 64 << 20
+    # Adds get TOO_MANY_REQUESTS past this many unflushed bytes (backpressure).
+    memtable_bytes_max: int = 256 << 20
+    # Checkpoint at least this often even when little was written.
+    checkpoint_interval_ms: int = 10_000
+    # Roll to a new entry log past this size.
+    entry_log_bytes_max: int = 512 << 20
+    # Read cache for sequential catch-up reads (read-ahead lands here).
+    read_cache_bytes_max: int = 64 << 20
+    # Entries read ahead on a sequential scan of the entry logs.
+    read_ahead_entries: int = 64
+
+    # --- garbage collection and compaction -------------------------------------------
+    gc_interval_ms: int = 60_000
+    # Compact an entry log whose live fraction is below this.
+    compaction_threshold: float = 0.5
+
+    # --- disk health ----------------------------------------------------------------
+    # Turn read-only above this used fraction of the ledgers/journal disks...
+    disk_usage_threshold: float = 0.95
+    # ...and writable again below this one.
+    disk_usage_lwm: float = 0.90
+    # How often to check disk usage.
+    disk_check_interval_ms: int = 5_000
+
+    # --- server limits --------------------------------------------------------------
+    # Frames above this are refused before any allocation.
+    frame_bytes_max: int = 8 << 20
+    # Requests in flight on one connection before TOO_MANY_REQUESTS.
+    inflight_requests_per_connection_max: int = 10_000
+    # Longest long poll a client may ask for.
+    long_poll_timeout_ms_max: int = 60_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"bookie.port {self.port} is not a TCP port")
+        if not 0.0 < self.disk_usage_lwm < self.disk_usage_threshold <= 1.0:
+            raise ConfigError(
+                "bookie disk thresholds must satisfy 0 < disk_usage_lwm < "
+                "disk_usage_threshold <= 1"
+            )
+        if self.memtable_flush_bytes > self.memtable_bytes_max:
+            raise ConfigError("bookie.memtable_flush_bytes must not exceed memtable_bytes_max")
+        if self.journal_group_bytes_max <= 0 or self.journal_group_wait_ms < 0:
+            raise ConfigError("bookie journal group limits must be positive")
+        if not 0.0 <= self.compaction_threshold < 1.0:
+            raise ConfigError("bookie.compaction_threshold must be within [0, 1)")
+        if self.frame_bytes_max < 1024:
+            raise ConfigError("bookie.frame_bytes_max must be at least 1024")
+        dirs = (self.journal_dir, self.ledgers_dir, self.index_dir)
+        if len(set(dirs)) != 3:
+            raise ConfigError("bookie journal_dir, ledgers_dir and index_dir must differ")

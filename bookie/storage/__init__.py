@@ -1,0 +1,1 @@
+"""Bookie storage: journal, memtable, entry logs, RocksDB index (see api.py)."""

@@ -1,0 +1,102 @@
+"""The contract between the bookie server and its storage engine.
+
+The server (``bookie/server.py``) only talks to storage through this protocol; the
+engine (``bookie/storage/engine.py``) implements it. All methods run on the event loop
+thread and never block it: fsync happens on the journal thread, RocksDB and entry-log
+I/O on executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+# Entry id meaning "the last entry this bookie holds for the ledger".
+LAST_ENTRY = -1
+# LAC value meaning "nothing confirmed yet".
+NO_ENTRY_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LacResult:
+    """Answer to a (long-poll) LAC read: the LAC and, when this bookie holds it, the
+    entry ``previous_lac + 1`` piggybacked so a tailing reader needs no extra trip."""
+
+    lac: int
+    next_entry_id: int | None
+    next_entry: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUsage:
+    used_fraction: float
+    free_bytes: int
+    total_bytes: int
+    read_only: bool
+
+
+class Storage(Protocol):
+    async def start(self) -> None:
+        """Open directories, check invariants, replay the journal from the mark."""
+
+    async def close(self) -> None:
+        """Checkpoint, stop background threads, close files (clean shutdown)."""
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        """Store one packaged entry; resolve only after it is fsynced in the journal.
+
+        ``lac`` is the writer's LastAddConfirmed piggybacked on this entry; the bookie
+        keeps the max it has seen per ledger (for READ_LAC). The first add to a ledger
+        stores ``master_key``. Raises UnauthorizedError (key differs), FencedError
+        (ledger fenced and not ``recovery``), ReadOnlyError, TooManyRequestsError
+        (memtable full), IOFailureError.
+        """
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        """Fence the ledger (journaled, fsynced) and return the bookie's LAC for it.
+
+        Stores ``master_key`` if the ledger is new here; UnauthorizedError if it differs.
+        """
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The stored payload; ``LAST_ENTRY`` reads the highest entry held.
+
+        NoLedgerError if the ledger is unknown here, NoEntryError if the entry is not.
+        """
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        """Highest LAC seen for the ledger (NoLedgerError if unknown)."""
+
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
+        """Long poll: return as soon as LAC > previous_lac, or at the timeout with the
+        current LAC. Piggyback entry previous_lac+1 when this bookie holds it."""
+
+    def is_fenced(self, ledger_id: int) -> bool: ...
+
+    def ledgers(self) -> list[int]:
+        """Ids of the ledgers this bookie holds (sorted)."""
+
+    async def entries(self, ledger_id: int) -> list[int]:
+        """Entry ids held for a ledger (sorted)."""
+
+    async def delete_ledgers(self, ledger_ids: set[int]) -> None:
+        """Drop ledgers (deleted from metadata) from the index and state; GC reclaims."""
+
+    async def compact(self) -> int:
+        """Compact entry logs under the live-fraction threshold; return bytes reclaimed."""
+
+    async def checkpoint(self) -> None:
+        """Flush the memtable to entry logs + index, persist the journal mark."""
+
+    def disk_usage(self) -> DiskUsage: ...
+
+    def set_read_only(self, read_only: bool) -> None: ...

@@ -1,0 +1,3 @@
+"""Operations: the ``bookline`` command line, the ZooKeeper launcher, child-process
+management, the local cluster, benchmarks and (later) the chaos suite.
+"""

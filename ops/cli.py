@@ -1,0 +1,78 @@
+"""The ``bookline`` command line.
+
+Sub-commands are registered by small modules under :mod:`ops`; this module only builds
+the parser and maps :class:`~bookline.errors.BooklineError` to a clear one-line message
+with its stable code and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from bookline import __version__
+from bookline.errors import BooklineError
+
+log = logging.getLogger("bookline")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ops import local
+
+    return local.run_demo(args)
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from ops import local
+
+    return local.run_local(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bookline",
+        description="Bookline: a replicated log service (bookies, ledgers, streams, proxies).",
+    )
+    parser.add_argument("--version", action="version", version=f"bookline {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_local = sub.add_parser("local", help="run a local cluster in the foreground until Ctrl-C")
+    p_local.add_argument("--dir", required=True, help="state directory (kept across restarts)")
+    p_local.set_defaults(handler=_cmd_local)
+
+    p_demo = sub.add_parser("demo", help="start a local cluster, show what it holds, stop it")
+    p_demo.add_argument("--dir", required=True, help="state directory (kept across restarts)")
+    p_demo.add_argument("--keep-running", action="store_true", help="stay up until Ctrl-C")
+    p_demo.set_defaults(handler=_cmd_demo)
+
+    # Sub-command groups living in their own modules register here, one line each.
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return handler(args)
+    except BooklineError as exc:
+        print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Child processes we start, and the guarantee that we stop them (by pid).
+
+Every long-lived child (ZooKeeper, bookies, proxies) is started through
+:func:`spawn`, which puts it in its own session (so a signal to its process group
+reaches any grandchildren) and records it. :func:`stop` sends SIGTERM, waits, then
+SIGKILLs the group. An ``atexit`` hook stops whatever is still recorded, so a crashing
+test run or CLI does not leave servers behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# How long a child gets to exit after SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
+
+_live: dict[int, subprocess.Popen[bytes]] = {}
+_lock = threading.Lock()
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with stdout+stderr appended to ``log_path``; remember its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    with _lock:
+        _live[proc.pid] = proc
+    log.debug("started pid %d: %s", proc.pid, " ".join(argv))
+    return proc
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int | None:
+    """SIGTERM the child's process group, wait up to ``grace_s``, then SIGKILL it."""
+    try:
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, grace_s)
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=grace_s)
+        # Reap stragglers in its group (a JVM's helper threads are in-process, but be sure).
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.returncode
+    finally:
+        with _lock:
+            _live.pop(proc.pid, None)
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    """Crash the child on purpose (tests): SIGKILL, reap, forget."""
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=STOP_GRACE_S)
+    with _lock:
+        _live.pop(proc.pid, None)
+
+
+def live_pids() -> list[int]:
+    with _lock:
+        return [pid for pid, p in _live.items() if p.poll() is None]
+
+
+def stop_all() -> None:
+    with _lock:
+        procs = list(_live.values())
+    for proc in procs:
+        stop(proc, grace_s=3.0)
+
+
+atexit.register(stop_all)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host`` (loopback only)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: object, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
+    """Poll ``predicate()`` until true; raise TimeoutError naming ``what`` otherwise."""
+    if not callable(predicate):
+        raise TypeError("predicate must be callable")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by ./run.sh and ./test.sh:
+#   1. a JRE and Debian's ZooKeeper (apt-get, only when missing);
+#   2. a venv in .venv with the project (editable) and its dependencies,
+#      reinstalled only when pyproject.toml changed (stamp file).
+# Source it; it leaves VENV_PY pointing at the venv's python.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${BOOKLINE_VENV:-$ROOT/.venv}"
+PYTHON_BIN="${BOOKLINE_PYTHON:-$(command -v python3.11 || command -v python3)}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${need_apt[*]} with apt-get" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+stamp="$VENV/.bookline-stamp"
+want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$("$PYTHON_BIN" -c 'import sys;print(sys.version_info[:2])' | tr -d ' ()')"
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: creating/updating venv at $VENV" >&2
+    [ -x "$VENV/bin/python" ] || "$PYTHON_BIN" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip 2>/dev/null || true
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev,spark]" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    echo "$want" > "$stamp"
+fi
+VENV_PY="$VENV/bin/python"
+export VENV_PY
+export PATH="$VENV/bin:$PATH"

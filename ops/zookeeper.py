@@ -1,0 +1,182 @@
+"""Launch a real standalone ZooKeeper server from Debian's ``zookeeper`` package.
+
+The server runs as a child JVM (``ZooKeeperServerMain``) with its own config, data
+directory and log file under ``data_dir``, listening on a loopback port. ``start()``
+returns once the server answers the ``ruok`` four-letter word with ``imok``; ``stop()``
+terminates it by pid (SIGTERM, then SIGKILL). Nothing here fakes ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from ops import procs
+
+log = logging.getLogger(__name__)
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+# A JVM plus ZooKeeper take 1-5 s to answer on this class of machine; be generous.
+START_TIMEOUT_S = 60.0
+# Small heap: tests and local clusters hold little metadata.
+JVM_HEAP = "-Xmx256m"
+
+
+class ZooKeeperError(RuntimeError):
+    """ZooKeeper could not be started (missing package, died at start, no answer)."""
+
+
+def find_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise ZooKeeperError("no `java` on PATH: install a JRE (apt-get install default-jre-headless)")
+    return java
+
+
+def four_letter_word(host: str, port: int, word: str = "ruok", timeout_s: float = 2.0) -> str:
+    """Send a ZooKeeper four-letter command and return the answer ('' on failure)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(word.encode("ascii"))
+            chunks = []
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode("ascii", "replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper child process. Use as a context manager or start/stop."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        tick_time_ms: int = 500,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        # With tickTime 500 ms, sessions can be 1 s .. 20 s (2x and 40x the tick).
+        self.tick_time_ms = tick_time_ms
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        if self.port is None:
+            raise ZooKeeperError("ZooKeeper has not been started")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "zookeeper.log"
+
+    def _write_config(self) -> Path:
+        assert self.port is not None
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_time_ms}",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",
+                    f"minSessionTimeout={2 * self.tick_time_ms}",
+                    f"maxSessionTimeout={120 * self.tick_time_ms}",
+                    "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+                    "admin.enableServer=false",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    # A local cluster on one disk: don't stall clients on slow fsyncs.
+                    "forceSync=yes",
+                    "",
+                ]
+            )
+        )
+        return cfg
+
+    def start(self) -> ZooKeeperServer:
+        if not ZOOKEEPER_JAR.exists():
+            raise ZooKeeperError(
+                f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package "
+                "(./run.sh and ./test.sh do this)"
+            )
+        java = find_java()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.port is None:
+            self.port = procs.free_port(self.host)
+        cfg = self._write_config()
+        argv = [
+            java,
+            JVM_HEAP,
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.log.dir=" + str(self.data_dir),
+            "-Dzookeeper.admin.enableServer=false",
+            "-cp",
+            f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+            MAIN_CLASS,
+            str(cfg),
+        ]
+        env = dict(os.environ)
+        self.proc = procs.spawn(argv, log_path=self.log_path, env=env)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("ZooKeeper pid %d answering on %s", self.proc.pid, self.connect_string)
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None and self.port is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = ""
+                with contextlib.suppress(OSError):
+                    tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise ZooKeeperError(
+                    f"ZooKeeper exited with code {self.proc.returncode} at start; log tail:\n{tail}"
+                )
+            if four_letter_word(self.host, self.port, "ruok") == "imok":
+                return
+            time.sleep(0.1)
+        raise ZooKeeperError(f"ZooKeeper did not answer ruok on port {self.port} within {START_TIMEOUT_S:.0f}s")
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            procs.stop(self.proc)
+            log.info("ZooKeeper pid %d stopped", self.proc.pid)
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
