@@ -154,7 +154,7 @@ class MetadataConfig:
     def __post_init__(self) -> None:
         if not self.zk:
             raise ConfigError("metadata.zk must name at least one ZooKeeper server")
-        if not self.root.startswith("/") or self.root.endswith("/") and self.root != "/":
+        if not self.root.startswith("/") or (self.root.endswith("/") and self.root != "/"):
             raise ConfigError(f"metadata.root must be an absolute znode path, got {self.root!r}")
         if not 1_000 <= self.session_timeout_ms <= 120_000:
             raise ConfigError("metadata.session_timeout_ms must be within 1000..120000")

@@ -78,7 +78,9 @@ class BooklineError(Exception):
             return  # an intermediate base class, not a wire-visible error
         other = _REGISTRY.get(cls.code)
         if other is not None and other is not cls:
-            raise RuntimeError(f"error code {cls.code} reused by {cls.__name__} and {other.__name__}")
+            raise RuntimeError(
+                f"error code {cls.code} reused by {cls.__name__} and {other.__name__}"
+            )
         _REGISTRY[cls.code] = cls
 
     def to_dict(self) -> dict[str, object]:
@@ -157,7 +159,7 @@ class TooManyRequestsError(BooklineError):
     http_status = 429
 
 
-class TimeoutError_(BooklineError):  # noqa: N801 - trailing underscore: don't shadow the builtin
+class TimeoutError_(BooklineError):
     code = 10
     name = "TIMEOUT"
     retriable = True
@@ -315,7 +317,7 @@ class OwnerMovedError(BooklineError):
         self.owner = owner
 
 
-class InvariantViolation(BooklineError):  # noqa: N818 - named for what it is
+class InvariantViolation(BooklineError):
     """An internal invariant failed: a bug. Fail stop rather than corrupt data."""
 
     code = 33

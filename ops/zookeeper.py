@@ -37,7 +37,9 @@ class ZooKeeperError(RuntimeError):
 def find_java() -> str:
     java = shutil.which("java")
     if java is None:
-        raise ZooKeeperError("no `java` on PATH: install a JRE (apt-get install default-jre-headless)")
+        raise ZooKeeperError(
+            "no `java` on PATH: install a JRE (apt-get install default-jre-headless)"
+        )
     return java
 
 
@@ -160,7 +162,9 @@ class ZooKeeperServer:
             if four_letter_word(self.host, self.port, "ruok") == "imok":
                 return
             time.sleep(0.1)
-        raise ZooKeeperError(f"ZooKeeper did not answer ruok on port {self.port} within {START_TIMEOUT_S:.0f}s")
+        raise ZooKeeperError(
+            f"ZooKeeper did not answer ruok on port {self.port} within {START_TIMEOUT_S:.0f}s"
+        )
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
