@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from bookline import __version__
 from bookline.errors import BooklineError
+from ops import bench
 
 log = logging.getLogger("bookline")
 
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(handler=_cmd_demo)
 
     # Sub-command groups living in their own modules register here, one line each.
+    bench.register(sub)
     return parser
 
 
