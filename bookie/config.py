@@ -39,6 +39,11 @@ class BookieConfig:
     journal_group_bytes_max: int = 1 << 20
     # ...or when the oldest queued record has waited this long.
     journal_group_wait_ms: float = 1.0
+    # Flush a group as soon as the queue is empty instead of waiting out
+    # journal_group_wait_ms: records that arrive during an fsync form the next group
+    # anyway, so waiting only adds latency at low load (BookKeeper's
+    # journalFlushWhenQueueEmpty).
+    journal_flush_when_idle: bool = True
     # Roll to a new journal file past this size; files are preallocated in chunks.
     journal_file_bytes_max: int = 256 << 20
     journal_prealloc_bytes: int = 16 << 20
@@ -92,6 +97,14 @@ class BookieConfig:
             raise ConfigError("bookie.memtable_flush_bytes must not exceed memtable_bytes_max")
         if self.journal_group_bytes_max <= 0 or self.journal_group_wait_ms < 0:
             raise ConfigError("bookie journal group limits must be positive")
+        if self.journal_prealloc_bytes <= 0 or self.journal_file_bytes_max <= 0:
+            raise ConfigError("bookie journal file and preallocation sizes must be positive")
+        if self.entry_log_bytes_max <= 0 or self.read_cache_bytes_max < 0:
+            raise ConfigError("bookie entry log and read cache sizes must be positive")
+        if self.read_ahead_entries < 0:
+            raise ConfigError("bookie.read_ahead_entries must not be negative")
+        if self.checkpoint_interval_ms <= 0 or self.gc_interval_ms <= 0:
+            raise ConfigError("bookie checkpoint and gc intervals must be positive")
         if not 0.0 <= self.compaction_threshold < 1.0:
             raise ConfigError("bookie.compaction_threshold must be within [0, 1)")
         if self.frame_bytes_max < 1024:

@@ -1,0 +1,413 @@
+"""asyncio client of the bookie wire protocol (:mod:`bookie.protocol`).
+
+:class:`BookieConnection` is one pipelined TCP connection to one bookie:
+
+* every request gets a request id; responses are matched by id, in any order;
+* at most ``inflight_max`` requests are outstanding -- further callers wait for room
+  instead of growing a queue;
+* every request has a deadline (:class:`~bookline.errors.TimeoutError_`);
+* frames queued during one loop iteration go out in one ``transport.write``;
+* a broken connection fails everything pending with
+  :class:`~bookline.errors.ConnectionLostError` and the next call reconnects;
+  ``close()`` fails pending calls and all later ones with
+  :class:`~bookline.errors.ClosedError`;
+* a non-OK status raises the matching :mod:`bookline.errors` class (``for_code``).
+
+:class:`BookieClientPool` keeps one connection per bookie address ("host:port", the
+bookie id as registered) for the ledger layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar, cast
+
+from bookie import protocol as p
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    ClosedError,
+    ConnectionLostError,
+    TimeoutError_,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BookieClientPool", "BookieConnection", "ClientOptions", "parse_address"]
+
+# Defaults, each bounded for a reason:
+# Outstanding requests per connection: enough to keep a bookie's journal group full.
+INFLIGHT_MAX_DEFAULT: Final = 1_000
+# Deadline of one request (not counting a long poll's own wait).
+REQUEST_TIMEOUT_S_DEFAULT: Final = 10.0
+# How long to wait for a TCP connect.
+CONNECT_TIMEOUT_S_DEFAULT: Final = 5.0
+
+_R = TypeVar("_R")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` -> ``(host, port)``; IPv6 hosts may be bracketed."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise BadRequestError(f"bookie address must be host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    # Outstanding requests per connection before callers wait for room.
+    inflight_max: int = INFLIGHT_MAX_DEFAULT
+    # Deadline of one request; a READ_LAC long poll adds its own timeout to it.
+    request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT
+    # TCP connect deadline.
+    connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT
+    # Largest response body accepted (an entry plus a little meta).
+    frame_bytes_max: int = p.FRAME_BYTES_MAX_DEFAULT
+
+    def __post_init__(self) -> None:
+        if self.inflight_max <= 0 or self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise ValueError("client limits must be positive")
+
+
+_Pending = tuple["asyncio.Future[p.Response]", asyncio.TimerHandle]
+
+
+class _Wire(asyncio.Protocol):
+    """The transport side of one connection: decode, match ids, batch writes."""
+
+    def __init__(self, owner: BookieConnection) -> None:
+        self._owner = owner
+        self._loop = asyncio.get_running_loop()
+        self._decoder = p.Decoder(responses=True, frame_bytes_max=owner.options.frame_bytes_max)
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, _Pending] = {}
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.lost = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        try:
+            decoder.feed(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except p.FrameBodyError as exc:
+                    self._resolve_error(exc.request_id, exc)
+                    continue
+                if frame is p.NEED_DATA:
+                    return
+                self._resolve(frame)  # type: ignore[arg-type]
+        except BooklineError as exc:
+            # The bookie sent a stream we cannot frame: this connection is done.
+            log.error("bookie %s sent a bad frame: %s; closing", self._owner.address, exc)
+            self.fail_all(ConnectionLostError(f"bad frame from {self._owner.address}: {exc}"))
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._writable.set()  # wake writers so they see the loss
+        reason = f": {exc}" if exc else ""
+        error = ConnectionLostError(f"connection to bookie {self._owner.address} lost{reason}")
+        error.__cause__ = exc
+        self.fail_all(error)
+        self._owner._wire_lost(self)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- requests --------------------------------------------------------------------
+
+    async def wait_writable(self) -> None:
+        if not self._writable.is_set():
+            await self._writable.wait()
+
+    def send(self, request_id: int, frame: bytes, timeout_s: float) -> asyncio.Future[p.Response]:
+        fut: asyncio.Future[p.Response] = self._loop.create_future()
+        timer = self._loop.call_later(timeout_s, self._expire, request_id, timeout_s)
+        self.pending[request_id] = (fut, timer)
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.transport is None or self.lost or not out:
+            return  # connection_lost already failed the pending calls
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _expire(self, request_id: int, timeout_s: float) -> None:
+        entry = self.pending.pop(request_id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(
+                TimeoutError_(
+                    f"bookie {self._owner.address} did not answer request {request_id} "
+                    f"within {timeout_s:.3f}s"
+                )
+            )
+
+    def _resolve(self, resp: p.Response) -> None:
+        entry = self.pending.pop(resp.request_id, None)
+        if entry is None:
+            log.debug("late or unknown response id %d from %s", resp.request_id, self._owner)
+            return
+        fut, timer = entry
+        timer.cancel()
+        if not fut.done():
+            fut.set_result(resp)
+
+    def _resolve_error(self, request_id: int, exc: BooklineError) -> None:
+        entry = self.pending.pop(request_id, None)
+        if entry is None:
+            log.warning("malformed response for unknown id %d: %s", request_id, exc)
+            return
+        fut, timer = entry
+        timer.cancel()
+        if not fut.done():
+            fut.set_exception(exc)
+
+    def fail_all(self, error: BooklineError) -> None:
+        pending, self.pending = self.pending, {}
+        for fut, timer in pending.values():
+            timer.cancel()
+            if not fut.done():
+                fut.set_exception(error)
+
+
+class BookieConnection:
+    """One pipelined connection to one bookie. Connects lazily, reconnects on next use
+    after a loss. Use from one event loop."""
+
+    def __init__(self, address: str, options: ClientOptions | None = None) -> None:
+        self.address = address
+        self.options = options or ClientOptions()
+        self._host, self._port = parse_address(address)
+        self._wire: _Wire | None = None
+        self._connect_lock = asyncio.Lock()
+        self._room = asyncio.Semaphore(self.options.inflight_max)
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"BookieConnection({self.address!r})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def inflight(self) -> int:
+        return len(self._wire.pending) if self._wire is not None else 0
+
+    # -- public API ------------------------------------------------------------------
+
+    async def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        *,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> None:
+        """Store one packaged entry; returns once the bookie has it fsynced.
+
+        Raises UnauthorizedError, FencedError (unless ``recovery``), ReadOnlyError,
+        TooManyRequestsError, IOFailureError, TimeoutError_, ConnectionLostError.
+        """
+        await self._call(
+            lambda rid: p.AddRequest(rid, ledger_id, entry_id, lac, master_key, payload, recovery),
+            p.AddResponse,
+            timeout_s,
+        )
+
+    async def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes = b"",
+        timeout_s: float | None = None,
+    ) -> p.ReadResponse:
+        """Read one entry (``entry_id=-1``: the last one held). With ``fence=True`` the
+        bookie first fences the ledger (``master_key`` must match) and the response's
+        ``lac`` is its LAC after fencing. Raises NoLedgerError, NoEntryError, ..."""
+        return await self._call(
+            lambda rid: p.ReadRequest(rid, ledger_id, entry_id, fence, master_key),
+            p.ReadResponse,
+            timeout_s,
+        )
+
+    async def read_lac(
+        self,
+        ledger_id: int,
+        previous_lac: int,
+        timeout_ms: int = 0,
+        *,
+        timeout_s: float | None = None,
+    ) -> p.ReadLacResponse:
+        """Long poll: answers as soon as the bookie's LAC > ``previous_lac`` or after
+        ``timeout_ms`` (capped by the bookie) with the current LAC. The entry
+        ``previous_lac + 1`` rides along when the bookie holds it."""
+        base = self.options.request_timeout_s if timeout_s is None else timeout_s
+        return await self._call(
+            lambda rid: p.ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms),
+            p.ReadLacResponse,
+            base + timeout_ms / 1000.0,
+        )
+
+    async def info(self, *, timeout_s: float | None = None) -> p.BookieInfo:
+        """State, disk usage and id of the bookie."""
+        resp = await self._call(p.InfoRequest, p.InfoResponse, timeout_s)
+        return resp.info
+
+    async def list_ledgers(self, *, timeout_s: float | None = None) -> tuple[int, ...]:
+        """Ids of the ledgers the bookie holds, sorted."""
+        resp = await self._call(p.ListLedgersRequest, p.ListLedgersResponse, timeout_s)
+        return resp.ledger_ids
+
+    async def list_entries(
+        self, ledger_id: int, *, timeout_s: float | None = None
+    ) -> tuple[int, ...]:
+        """Entry ids the bookie holds for ``ledger_id``, sorted (NoLedgerError if none)."""
+        resp = await self._call(
+            lambda rid: p.ListEntriesRequest(rid, ledger_id), p.ListEntriesResponse, timeout_s
+        )
+        return resp.entry_ids
+
+    async def connect(self) -> None:
+        """Connect now (otherwise the first request does)."""
+        await self._ensure_wire()
+
+    async def close(self) -> None:
+        """Close the connection; pending and later calls fail with ClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.fail_all(ClosedError(f"connection to bookie {self.address} closed"))
+            if wire.transport is not None:
+                wire.transport.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _call(
+        self, make: Callable[[int], p.Request], expected: type[_R], timeout_s: float | None
+    ) -> _R:
+        if self._closed:
+            raise ClosedError(f"connection to bookie {self.address} closed")
+        async with self._room:
+            wire = await self._ensure_wire()
+            await wire.wait_writable()
+            if wire.lost or self.closed:
+                raise self._gone_error()
+            rid = next(self._ids)
+            frame = p.encode_request(make(rid))
+            deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+            resp = await wire.send(rid, frame, deadline_s)
+        if type(resp) is expected:
+            return resp
+        if isinstance(resp, p.ErrorResponse):
+            raise resp.error()
+        raise BadRequestError(
+            f"bookie {self.address} answered {type(resp).__name__} to a request expecting "
+            f"{expected.__name__}"
+        )
+
+    def _gone_error(self) -> BooklineError:
+        if self._closed:
+            return ClosedError(f"connection to bookie {self.address} closed")
+        return ConnectionLostError(f"connection to bookie {self.address} lost")
+
+    async def _ensure_wire(self) -> _Wire:
+        wire = self._wire
+        if wire is not None and not wire.lost:
+            return wire
+        async with self._connect_lock:
+            if self._closed:
+                raise ClosedError(f"connection to bookie {self.address} closed")
+            wire = self._wire
+            if wire is not None and not wire.lost:
+                return wire
+            loop = asyncio.get_running_loop()
+            try:
+                _transport, new_wire = await asyncio.wait_for(
+                    loop.create_connection(lambda: _Wire(self), self._host, self._port),
+                    self.options.connect_timeout_s,
+                )
+            except TimeoutError as exc:
+                raise TimeoutError_(f"connect to bookie {self.address} timed out") from exc
+            except OSError as exc:
+                raise ConnectionLostError(
+                    f"cannot connect to bookie {self.address}: {exc.strerror or exc}"
+                ) from exc
+            if self.closed:  # closed while connecting
+                if new_wire.transport is not None:
+                    new_wire.transport.close()
+                raise ClosedError(f"connection to bookie {self.address} closed")
+            self._wire = new_wire
+            return new_wire
+
+    def _wire_lost(self, wire: _Wire) -> None:
+        if self._wire is wire:
+            self._wire = None
+
+
+class BookieClientPool:
+    """One :class:`BookieConnection` per bookie address, created on first use."""
+
+    def __init__(self, options: ClientOptions | None = None) -> None:
+        self.options = options or ClientOptions()
+        self._conns: dict[str, BookieConnection] = {}
+        self._closed = False
+
+    def get(self, address: str) -> BookieConnection:
+        """The connection to ``address`` ("host:port"); it connects on first request."""
+        if self._closed:
+            raise ClosedError("bookie client pool closed")
+        conn = self._conns.get(address)
+        if conn is None or conn.closed:
+            conn = BookieConnection(address, self.options)
+            self._conns[address] = conn
+        return conn
+
+    async def discard(self, address: str) -> None:
+        """Close and forget the connection to ``address`` (e.g. a bookie left)."""
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            await conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            await conn.close()
+
+    async def __aenter__(self) -> BookieClientPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

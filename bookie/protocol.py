@@ -1,0 +1,632 @@
+"""The bookie wire protocol: a sans-I/O codec (no asyncio, no sockets).
+
+Server, clients, the CLI and the fuzz tests all use this module. A connection is a TCP
+byte stream of *frames*; requests are pipelined and responses may come back in any
+order, matched by request id.
+
+Frame layout (all integers big-endian)::
+
+    offset size  field
+    0      2     magic            b"BL"
+    2      1     version          PROTOCOL_VERSION (1); anything else is refused
+    3      1     op               request op code; a response echoes its request's op
+    4      1     kind             0 = request, 1 = response
+    5      1     flags            requests: bit 0 RECOVERY (ADD), bit 1 FENCE (READ)
+    6      2     status           responses: 0 = OK, else a bookline.errors code
+    8      4     body_len  L      bytes after the header; checked against the maximum
+                                  frame size as soon as the header is in, before any
+                                  of the body is buffered
+    12     4     meta_len  M      msgpack part of the body, M <= L
+    16     8     request id       u64 chosen by the client, echoed by the response
+    24     4     crc              CRC32C over header bytes 0..23, then the L body bytes
+    28     M     meta             msgpack array of the op's fields (below)
+    28+M   L-M   payload          raw entry bytes (ADD request, READ / READ_LAC response)
+
+The payload travels outside msgpack so entries are neither re-packed nor re-parsed.
+The CRC is verified before the meta is decoded. Because the request id sits in the
+fixed header, a frame whose CRC is good but whose meta is malformed is answered with
+BAD_REQUEST for that id and the stream stays in sync; a bad magic, version, length or
+CRC means frame boundaries can no longer be trusted and the connection must be closed.
+
+Meta per op (requests)::
+
+    ADD           [ledger_id, entry_id, lac, master_key]         payload = entry
+    READ          [ledger_id, entry_id, master_key]  entry_id -1 = last; key for FENCE
+    READ_LAC      [ledger_id, previous_lac, timeout_ms]          timeout 0 = no wait
+    INFO          []
+    LIST_LEDGERS  []
+    LIST_ENTRIES  [ledger_id]
+
+Meta per op (responses with status OK; a non-OK response's meta is ``[message]``)::
+
+    ADD           [ledger_id, entry_id]
+    READ          [ledger_id, entry_id, lac]                     payload = entry
+    READ_LAC      [ledger_id, lac, next_entry_id or nil]         payload = next entry
+    INFO          {"bookie_id": str, "state": str, "used_fraction": float,
+                   "free_bytes": int, "total_bytes": int}
+    LIST_LEDGERS  [[ledger_id, ...]]
+    LIST_ENTRIES  [ledger_id, [entry_id, ...]]
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, TypeAlias
+
+import crc32c
+import msgpack
+
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    ProtocolVersionError,
+    TooLargeError,
+    UnknownError,
+    for_code,
+)
+
+__all__ = [
+    "FLAG_FENCE",
+    "FLAG_RECOVERY",
+    "HEADER_BYTES",
+    "MAGIC",
+    "NEED_DATA",
+    "PROTOCOL_VERSION",
+    "AddRequest",
+    "AddResponse",
+    "BookieInfo",
+    "Decoder",
+    "ErrorResponse",
+    "FrameBodyError",
+    "InfoRequest",
+    "InfoResponse",
+    "ListEntriesRequest",
+    "ListEntriesResponse",
+    "ListLedgersRequest",
+    "ListLedgersResponse",
+    "NeedData",
+    "Op",
+    "ReadLacRequest",
+    "ReadLacResponse",
+    "ReadRequest",
+    "ReadResponse",
+    "Request",
+    "Response",
+    "encode_error",
+    "encode_request",
+    "encode_response",
+]
+
+MAGIC: Final = b"BL"
+PROTOCOL_VERSION: Final = 1
+# magic, version, op, kind, flags, status, body_len, meta_len, request_id
+_HEADER = struct.Struct(">2sBBBBHIIQ")
+_CRC = struct.Struct(">I")
+HEADER_BYTES: Final = _HEADER.size + _CRC.size  # 28
+# Default largest frame body; the bookie overrides it with config.frame_bytes_max.
+FRAME_BYTES_MAX_DEFAULT: Final = 8 << 20
+# A master key is a digest of the ledger password; anything longer is a bad request.
+MASTER_KEY_BYTES_MAX: Final = 256
+# Ids are u64 on the wire; entry ids and LACs also use -1 ("none" / "last").
+_U64_MAX: Final = (1 << 64) - 1
+_U32_MAX: Final = (1 << 32) - 1
+
+KIND_REQUEST: Final = 0
+KIND_RESPONSE: Final = 1
+FLAG_RECOVERY: Final = 0x01
+FLAG_FENCE: Final = 0x02
+_FLAGS_KNOWN: Final = FLAG_RECOVERY | FLAG_FENCE
+
+
+class Op(enum.IntEnum):
+    ADD = 1
+    READ = 2
+    READ_LAC = 3
+    INFO = 4
+    LIST_LEDGERS = 5
+    LIST_ENTRIES = 6
+
+
+_OPS: Final = frozenset(int(op) for op in Op)
+# Plain ints for the hot path (IntEnum members are slower to pack and compare).
+_OP_ADD: Final = int(Op.ADD)
+_OP_READ: Final = int(Op.READ)
+_OP_READ_LAC: Final = int(Op.READ_LAC)
+_OP_INFO: Final = int(Op.INFO)
+_OP_LIST_LEDGERS: Final = int(Op.LIST_LEDGERS)
+_OP_LIST_ENTRIES: Final = int(Op.LIST_ENTRIES)
+
+
+class NeedData:
+    """Sentinel type: the decoder needs more bytes before it can return a frame."""
+
+    _instance: NeedData | None = None
+
+    def __new__(cls) -> NeedData:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData()
+
+
+class FrameBodyError(BadRequestError):
+    """A frame arrived whole with a good CRC but its meta is malformed.
+
+    The stream is still in sync: answer BAD_REQUEST for ``request_id`` and go on.
+    (No ``code`` of its own: on the wire it is BAD_REQUEST.)
+    """
+
+    def __init__(self, message: str, *, request_id: int, op: int) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.op = op
+
+
+# --- messages -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    master_key: bytes
+    payload: bytes
+    recovery: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int  # -1 = the last entry held
+    fence: bool = False
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacRequest:
+    request_id: int
+    ledger_id: int
+    previous_lac: int
+    timeout_ms: int  # long poll; 0 = answer at once
+
+
+@dataclass(frozen=True, slots=True)
+class InfoRequest:
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListLedgersRequest:
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntriesRequest:
+    request_id: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddResponse:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    request_id: int
+    ledger_id: int
+    entry_id: int  # the actual id, also when -1 (last) was asked for
+    lac: int  # the bookie's LAC for the ledger (after fencing, for fence reads)
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse:
+    request_id: int
+    ledger_id: int
+    lac: int
+    next_entry_id: int | None  # previous_lac + 1 when piggybacked, else None
+    next_entry: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfo:
+    bookie_id: str
+    state: str  # "writable" | "read_only"
+    used_fraction: float
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class InfoResponse:
+    request_id: int
+    info: BookieInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ListLedgersResponse:
+    request_id: int
+    ledger_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntriesResponse:
+    request_id: int
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """A non-OK answer: ``code`` is a bookline.errors code, never 0."""
+
+    request_id: int
+    op: Op
+    code: int
+    message: str
+
+    def error(self) -> BooklineError:
+        return for_code(self.code, self.message)
+
+
+Request: TypeAlias = (
+    AddRequest
+    | ReadRequest
+    | ReadLacRequest
+    | InfoRequest
+    | ListLedgersRequest
+    | ListEntriesRequest
+)
+Response: TypeAlias = (
+    AddResponse
+    | ReadResponse
+    | ReadLacResponse
+    | InfoResponse
+    | ListLedgersResponse
+    | ListEntriesResponse
+    | ErrorResponse
+)
+
+# --- encoding -----------------------------------------------------------------------
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_EMPTY_META: Final = _packb([])
+
+
+def _frame(  # noqa: PLR0917 - positional on purpose: this is the hot path
+    op: int, kind: int, flags: int, status: int, request_id: int, meta: bytes, payload: bytes
+) -> bytes:
+    body_len = len(meta) + len(payload)
+    header = _HEADER.pack(
+        MAGIC, PROTOCOL_VERSION, op, kind, flags, status, body_len, len(meta), request_id
+    )
+    crc = crc32c.crc32c(header)
+    crc = crc32c.crc32c(meta, crc)
+    if payload:
+        crc = crc32c.crc32c(payload, crc)
+    return b"".join((header, _CRC.pack(crc), meta, payload))
+
+
+def encode_request(req: Request) -> bytes:
+    """One request frame. The payload is copied once, into the frame, and never packed."""
+    rid = req.request_id
+    if type(req) is AddRequest:
+        flags = FLAG_RECOVERY if req.recovery else 0
+        meta = _packb([req.ledger_id, req.entry_id, req.lac, req.master_key])
+        return _frame(_OP_ADD, KIND_REQUEST, flags, 0, rid, meta, req.payload)
+    if type(req) is ReadRequest:
+        flags = FLAG_FENCE if req.fence else 0
+        meta = _packb([req.ledger_id, req.entry_id, req.master_key])
+        return _frame(_OP_READ, KIND_REQUEST, flags, 0, rid, meta, b"")
+    if type(req) is ReadLacRequest:
+        meta = _packb([req.ledger_id, req.previous_lac, req.timeout_ms])
+        return _frame(_OP_READ_LAC, KIND_REQUEST, 0, 0, rid, meta, b"")
+    if type(req) is InfoRequest:
+        return _frame(_OP_INFO, KIND_REQUEST, 0, 0, rid, _EMPTY_META, b"")
+    if type(req) is ListLedgersRequest:
+        return _frame(_OP_LIST_LEDGERS, KIND_REQUEST, 0, 0, rid, _EMPTY_META, b"")
+    if type(req) is ListEntriesRequest:
+        meta = _packb([req.ledger_id])
+        return _frame(_OP_LIST_ENTRIES, KIND_REQUEST, 0, 0, rid, meta, b"")
+    raise TypeError(f"not a request: {req!r}")
+
+
+def encode_response(resp: Response) -> bytes:
+    """One response frame (OK or error)."""
+    rid = resp.request_id
+    if type(resp) is AddResponse:
+        meta = _packb([resp.ledger_id, resp.entry_id])
+        return _frame(_OP_ADD, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is ReadResponse:
+        meta = _packb([resp.ledger_id, resp.entry_id, resp.lac])
+        return _frame(_OP_READ, KIND_RESPONSE, 0, 0, rid, meta, resp.payload)
+    if type(resp) is ReadLacResponse:
+        meta = _packb([resp.ledger_id, resp.lac, resp.next_entry_id])
+        payload = resp.next_entry if resp.next_entry is not None else b""
+        return _frame(_OP_READ_LAC, KIND_RESPONSE, 0, 0, rid, meta, payload)
+    if type(resp) is InfoResponse:
+        i = resp.info
+        meta = _packb(
+            {
+                "bookie_id": i.bookie_id,
+                "state": i.state,
+                "used_fraction": i.used_fraction,
+                "free_bytes": i.free_bytes,
+                "total_bytes": i.total_bytes,
+            }
+        )
+        return _frame(_OP_INFO, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is ListLedgersResponse:
+        meta = _packb([list(resp.ledger_ids)])
+        return _frame(_OP_LIST_LEDGERS, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is ListEntriesResponse:
+        meta = _packb([resp.ledger_id, list(resp.entry_ids)])
+        return _frame(_OP_LIST_ENTRIES, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is ErrorResponse:
+        if not 0 < resp.code <= 0xFFFF:
+            raise ValueError(f"error response needs a non-zero u16 code, got {resp.code}")
+        return _frame(resp.op, KIND_RESPONSE, 0, resp.code, rid, _packb([resp.message]), b"")
+    raise TypeError(f"not a response: {resp!r}")
+
+
+def encode_error(request_id: int, op: int, error: BooklineError) -> bytes:
+    """An error response frame carrying ``error``'s stable code and message."""
+    code = error.original_code if isinstance(error, UnknownError) else error.code
+    op_value = Op(op) if op in _OPS else Op.INFO
+    return encode_response(ErrorResponse(request_id, op_value, code, error.message))
+
+
+# --- decoding -----------------------------------------------------------------------
+
+
+def _is_id(v: object) -> bool:
+    """A non-negative u64 (ledger ids)."""
+    return type(v) is int and 0 <= v <= _U64_MAX
+
+
+def _is_eid(v: object) -> bool:
+    """An entry id or LAC: a u64 or -1 ("none yet" / "last")."""
+    return type(v) is int and -1 <= v <= _U64_MAX
+
+
+def _is_key(v: object) -> bool:
+    return type(v) is bytes and len(v) <= MASTER_KEY_BYTES_MAX
+
+
+def _is_id_list(v: object, *, entry_ids: bool = False) -> bool:
+    check = _is_eid if entry_ids else _is_id
+    return type(v) is list and all(check(x) for x in v)
+
+
+class Decoder:
+    """Incremental frame decoder for one direction of one connection.
+
+    ``feed(data)`` appends received bytes; ``next_frame()`` returns one decoded message,
+    or ``NEED_DATA``. Errors:
+
+    * :class:`FrameBodyError` (a BadRequestError) -- one frame was malformed but
+      consumed whole; answer BAD_REQUEST for its request id and keep decoding.
+    * :class:`BadRequestError` (bad magic, bad CRC, wrong kind, unknown op/flags),
+      :class:`ProtocolVersionError`, :class:`TooLargeError` -- the stream is broken;
+      the decoder stays failed and raises the same error again. Close the connection.
+
+    ``frame_bytes_max`` bounds the body of one frame; a larger length is refused as soon
+    as the header has arrived, so the body is never buffered.
+    """
+
+    __slots__ = ("_buf", "_error", "_expect_kind", "_frame_bytes_max", "_pos")
+
+    def __init__(self, *, responses: bool, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT):
+        if frame_bytes_max <= 0:
+            raise ValueError("frame_bytes_max must be positive")
+        self._expect_kind = KIND_RESPONSE if responses else KIND_REQUEST
+        self._frame_bytes_max = frame_bytes_max
+        self._buf = bytearray()
+        self._pos = 0  # start of the unconsumed bytes in _buf
+        self._error: BooklineError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+
+    def next_frame(self) -> Request | Response | NeedData:
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < HEADER_BYTES:
+            self._compact()
+            return NEED_DATA
+        header = _HEADER.unpack_from(buf, pos)
+        self._check_header(header)
+        _magic, _version, op, kind, flags, status, body_len, meta_len, rid = header
+        end = pos + HEADER_BYTES + body_len
+        if len(buf) < end:
+            self._compact()
+            return NEED_DATA
+        (crc_wire,) = _CRC.unpack_from(buf, pos + _HEADER.size)
+        view = memoryview(buf)
+        try:
+            crc = crc32c.crc32c(view[pos : pos + _HEADER.size])
+            body = view[pos + HEADER_BYTES : end]
+            crc = crc32c.crc32c(body, crc)
+            if crc != crc_wire:
+                self._fail(BadRequestError(f"frame CRC mismatch for request id {rid}"))
+            meta_end = pos + HEADER_BYTES + meta_len
+            meta = bytes(view[pos + HEADER_BYTES : meta_end])
+            payload = bytes(view[meta_end:end])
+        finally:
+            view.release()
+        self._pos = end
+        if kind == KIND_REQUEST:
+            return _decode_request(op, flags, rid, meta, payload)
+        return _decode_response(op, status, rid, meta, payload)
+
+    def _check_header(self, header: tuple[Any, ...]) -> None:
+        magic, version, op, kind, flags, status, body_len, meta_len, _rid = header
+        if magic != MAGIC:
+            self._fail(BadRequestError(f"bad frame magic {magic!r}"))
+        if version != PROTOCOL_VERSION:
+            self._fail(
+                ProtocolVersionError(
+                    f"protocol version {version} not supported (this side speaks "
+                    f"{PROTOCOL_VERSION})"
+                )
+            )
+        if body_len > self._frame_bytes_max:
+            self._fail(TooLargeError(f"frame of {body_len} bytes exceeds {self._frame_bytes_max}"))
+        if meta_len > body_len:
+            self._fail(BadRequestError(f"meta length {meta_len} exceeds body {body_len}"))
+        if kind != self._expect_kind:
+            self._fail(BadRequestError(f"unexpected frame kind {kind}"))
+        if op not in _OPS:
+            self._fail(BadRequestError(f"unknown op {op}"))
+        if flags & ~_FLAGS_KNOWN:
+            self._fail(BadRequestError(f"unknown flags {flags:#x}"))
+        if kind == KIND_REQUEST and status != 0:
+            self._fail(BadRequestError("a request carries no status"))
+
+    def _fail(self, error: BooklineError) -> NoReturn:
+        self._error = error
+        self._buf = bytearray()
+        self._pos = 0
+        raise error
+
+    def _compact(self) -> None:
+        # Drop consumed bytes once they dominate, so the buffer never keeps a history.
+        if self._pos and self._pos * 2 >= len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+
+
+def _unpack_meta(meta: bytes, rid: int, op: int) -> Any:
+    try:
+        return msgpack.unpackb(meta, raw=False, strict_map_key=True)
+    # ValueError covers truncated data, ExtraData, FormatError and StackError.
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise FrameBodyError(f"undecodable meta: {exc}", request_id=rid, op=op) from exc
+
+
+def _bad(rid: int, op: int, what: str) -> FrameBodyError:
+    return FrameBodyError(f"malformed {Op(op).name} request: {what}", request_id=rid, op=op)
+
+
+def _decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) -> Request:
+    m = _unpack_meta(meta, rid, op)
+    if type(m) is not list:
+        raise _bad(rid, op, "meta is not an array")
+    if op != _OP_ADD and payload:
+        raise _bad(rid, op, "unexpected payload")
+    if op == _OP_ADD:
+        if len(m) != 4:
+            raise _bad(rid, op, "expected [ledger_id, entry_id, lac, master_key]")
+        ledger_id, entry_id, lac, key = m
+        if not (_is_id(ledger_id) and _is_id(entry_id) and _is_eid(lac) and _is_key(key)):
+            raise _bad(rid, op, "field types or ranges")
+        if flags & FLAG_FENCE:
+            raise _bad(rid, op, "FENCE flag on ADD")
+        return AddRequest(rid, ledger_id, entry_id, lac, key, payload, bool(flags & FLAG_RECOVERY))
+    if flags & FLAG_RECOVERY:
+        raise _bad(rid, op, "RECOVERY flag is for ADD only")
+    if op == _OP_READ:
+        if len(m) != 3:
+            raise _bad(rid, op, "expected [ledger_id, entry_id, master_key]")
+        ledger_id, entry_id, key = m
+        if not (_is_id(ledger_id) and _is_eid(entry_id) and _is_key(key)):
+            raise _bad(rid, op, "field types or ranges")
+        return ReadRequest(rid, ledger_id, entry_id, bool(flags & FLAG_FENCE), key)
+    if flags:
+        raise _bad(rid, op, "flags are for ADD and READ only")
+    if op == _OP_READ_LAC:
+        if len(m) != 3:
+            raise _bad(rid, op, "expected [ledger_id, previous_lac, timeout_ms]")
+        ledger_id, previous_lac, timeout_ms = m
+        if not (
+            _is_id(ledger_id)
+            and _is_eid(previous_lac)
+            and type(timeout_ms) is int
+            and 0 <= timeout_ms <= _U32_MAX
+        ):
+            raise _bad(rid, op, "field types or ranges")
+        return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms)
+    if op == _OP_INFO:
+        if m:
+            raise _bad(rid, op, "expected []")
+        return InfoRequest(rid)
+    if op == _OP_LIST_LEDGERS:
+        if m:
+            raise _bad(rid, op, "expected []")
+        return ListLedgersRequest(rid)
+    if len(m) != 1 or not _is_id(m[0]):  # LIST_ENTRIES
+        raise _bad(rid, op, "expected [ledger_id]")
+    return ListEntriesRequest(rid, m[0])
+
+
+def _decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes) -> Response:
+    m = _unpack_meta(meta, rid, op)
+    if status != 0:
+        if type(m) is not list or len(m) != 1 or type(m[0]) is not str or payload:
+            raise _bad(rid, op, "error response must be [message]")
+        return ErrorResponse(rid, Op(op), status, m[0])
+    if op == _OP_INFO:
+        if type(m) is not dict:
+            raise _bad(rid, op, "INFO response must be a map")
+        try:
+            info = BookieInfo(
+                bookie_id=str(m["bookie_id"]),
+                state=str(m["state"]),
+                used_fraction=float(m["used_fraction"]),
+                free_bytes=int(m["free_bytes"]),
+                total_bytes=int(m["total_bytes"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _bad(rid, op, f"INFO fields: {exc}") from exc
+        return InfoResponse(rid, info)
+    if type(m) is not list:
+        raise _bad(rid, op, "meta is not an array")
+    if op == _OP_ADD:
+        if len(m) != 2 or not (_is_id(m[0]) and _is_id(m[1])):
+            raise _bad(rid, op, "expected [ledger_id, entry_id]")
+        return AddResponse(rid, m[0], m[1])
+    if op == _OP_READ:
+        if len(m) != 3 or not (_is_id(m[0]) and _is_id(m[1]) and _is_eid(m[2])):
+            raise _bad(rid, op, "expected [ledger_id, entry_id, lac]")
+        return ReadResponse(rid, m[0], m[1], m[2], payload)
+    if op == _OP_READ_LAC:
+        if len(m) != 3 or not (_is_id(m[0]) and _is_eid(m[1])):
+            raise _bad(rid, op, "expected [ledger_id, lac, next_entry_id]")
+        if m[2] is None:
+            if payload:
+                raise _bad(rid, op, "payload without next_entry_id")
+            return ReadLacResponse(rid, m[0], m[1], None, None)
+        if not _is_id(m[2]):
+            raise _bad(rid, op, "next_entry_id")
+        return ReadLacResponse(rid, m[0], m[1], m[2], payload)
+    if op == _OP_LIST_LEDGERS:
+        if len(m) != 1 or not _is_id_list(m[0]):
+            raise _bad(rid, op, "expected [[ledger_id, ...]]")
+        return ListLedgersResponse(rid, tuple(m[0]))
+    if len(m) != 2 or not _is_id(m[0]) or not _is_id_list(m[1]):  # LIST_ENTRIES
+        raise _bad(rid, op, "expected [ledger_id, [entry_id, ...]]")
+    return ListEntriesResponse(rid, m[0], tuple(m[1]))

@@ -1,0 +1,466 @@
+"""The bookie's TCP server: wire protocol in, :class:`~bookie.storage.api.Storage` calls.
+
+One :class:`_Connection` per client: frames are decoded by the sans-I/O
+:class:`bookie.protocol.Decoder`, each request runs as its own task (responses go back
+in completion order, matched by request id), and responses finished in one loop
+iteration leave in one ``transport.write``.
+
+Limits and failure handling:
+
+* at most ``inflight_requests_per_connection_max`` requests run per connection; more
+  are answered TOO_MANY_REQUESTS at once (no queue grows);
+* a malformed frame whose boundaries are intact is answered BAD_REQUEST; a frame that
+  breaks the stream (bad magic / version / CRC / oversize) closes that connection only;
+* a client that does not read its responses stops being read (transport flow control);
+* READ_LAC long polls are capped at ``long_poll_timeout_ms_max``;
+* an :class:`~bookline.errors.IOFailureError` from a write path (ADD, fence) or an
+  :class:`~bookline.errors.InvariantViolation` anywhere is *fatal*: the journal could
+  not be made durable, so the bookie stops acknowledging at once, closes every
+  connection and reports through :attr:`BookieServer.failed` (main exits non-zero);
+* a disk-health loop turns the bookie read-only above ``disk_usage_threshold`` and
+  writable again below ``disk_usage_lwm`` (thresholds changeable at runtime through
+  :meth:`BookieServer.set_disk_thresholds`), telling the registry through a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final, cast
+
+from bookie import protocol as p
+from bookie.config import BookieConfig
+from bookie.metrics import BookieMetrics, MetricsHttpServer
+from bookie.storage.api import DiskUsage, Storage
+from bookline.errors import (
+    BooklineError,
+    ConfigError,
+    InvariantViolation,
+    IOFailureError,
+    NoEntryError,
+    TooManyRequestsError,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BookieServer", "install_uvloop"]
+
+# How long a clean shutdown waits for in-flight requests before closing anyway.
+DRAIN_TIMEOUT_S_DEFAULT: Final = 10.0
+# Metrics refresh cadence, independent of the (possibly slow) disk check interval.
+STATS_INTERVAL_S: Final = 1.0
+
+StateCallback = Callable[[bool], Awaitable[None]]
+
+
+def install_uvloop() -> bool:
+    """Use uvloop's event loop policy when it is installed; say whether it is."""
+    try:
+        import uvloop  # optional dependency
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: BookieServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._decoder = p.Decoder(responses=False, frame_bytes_max=server.config.frame_bytes_max)
+        self._inflight_max = server.config.inflight_requests_per_connection_max
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.tasks: dict[asyncio.Task[bytes], p.Request] = {}
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.closed = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.peer = str(transport.get_extra_info("peername"))
+        self._server._connections.add(self)
+        self._server.metrics.connection_opened()
+        if self._server.draining:
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._server._connections.discard(self)
+        self._server.metrics.connection_closed()
+        for task, req in list(self.tasks.items()):
+            # Nobody will read the answer; long polls would otherwise linger for a minute.
+            if type(req) is p.ReadLacRequest:
+                task.cancel()
+        if exc is not None:
+            log.debug("connection %s lost: %s", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its responses: stop reading its requests.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self._server.draining:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        try:
+            decoder.feed(data)
+            while True:
+                try:
+                    req = decoder.next_frame()
+                except p.FrameBodyError as exc:
+                    self._server.metrics.bad_frame(fatal=False)
+                    log.info("bad request from %s: %s", self.peer, exc.message)
+                    self.write(p.encode_error(exc.request_id, exc.op, exc))
+                    continue
+                if req is p.NEED_DATA:
+                    return
+                self._dispatch(cast(p.Request, req))
+        except BooklineError as exc:
+            # Frame boundaries are lost: this connection is done, the others are not.
+            self._server.metrics.bad_frame(fatal=True)
+            log.warning("closing connection %s: %s", self.peer, exc)
+            self.close()
+
+    # -- requests --------------------------------------------------------------------
+
+    def _dispatch(self, req: p.Request) -> None:
+        if self._server.failed.is_set():
+            return  # fatal storage error: acknowledge nothing more
+        if len(self.tasks) >= self._inflight_max:
+            self._server.metrics.request_rejected()
+            error = TooManyRequestsError(
+                f"more than {self._inflight_max} requests in flight on this connection"
+            )
+            self.write(p.encode_error(req.request_id, _op_of(req), error))
+            return
+        task = self._loop.create_task(self._server._handle(req))
+        self.tasks[task] = req
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[bytes]) -> None:
+        self.tasks.pop(task, None)
+        if task.cancelled():
+            return  # connection gone or shutting down: no one to answer
+        exc = task.exception()
+        if exc is not None:  # _handle answers errors itself; this is a bug in it
+            log.error("request handler failed on %s", self.peer, exc_info=exc)
+            self.close()
+            return
+        self.write(task.result())
+
+    def write(self, frame: bytes) -> None:
+        if self.closed or self._server.failed.is_set():
+            return
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.closed or self.transport is None or not out:
+            return
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def close(self) -> None:
+        """Flush what is queued, then close."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent responses (fatal error)."""
+        self.closed = True
+        self._out.clear()
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _is_fatal(req: p.Request, exc: BooklineError) -> bool:
+    """An I/O failure on a path that ends in a journal fsync (ADD, fencing) means
+    durability is gone; an invariant violation means a bug. Either way: fail stop."""
+    if isinstance(exc, InvariantViolation):
+        return True
+    if not isinstance(exc, IOFailureError):
+        return False
+    return type(req) is p.AddRequest or (type(req) is p.ReadRequest and req.fence)
+
+
+def _op_of(req: p.Request) -> p.Op:
+    return _REQUEST_OPS[type(req)]
+
+
+_REQUEST_OPS: Final[Mapping[type, p.Op]] = {
+    p.AddRequest: p.Op.ADD,
+    p.ReadRequest: p.Op.READ,
+    p.ReadLacRequest: p.Op.READ_LAC,
+    p.InfoRequest: p.Op.INFO,
+    p.ListLedgersRequest: p.Op.LIST_LEDGERS,
+    p.ListEntriesRequest: p.Op.LIST_ENTRIES,
+}
+_OP_NAMES: Final = {t: op.name for t, op in _REQUEST_OPS.items()}
+
+
+class BookieServer:
+    """Serves one :class:`Storage` over TCP. ``start()``, then ``stop()``; watch
+    :attr:`failed` for a fatal storage error."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        storage: Storage,
+        *,
+        bookie_id: str = "",
+        metrics: BookieMetrics | None = None,
+        on_read_only_change: StateCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.bookie_id = bookie_id or config.bookie_id
+        self.metrics = metrics or BookieMetrics()
+        self._on_read_only_change = on_read_only_change
+        self._threshold = config.disk_usage_threshold
+        self._lwm = config.disk_usage_lwm
+        self._server: asyncio.Server | None = None
+        self._metrics_http: MetricsHttpServer | None = None
+        self._connections: set[_Connection] = set()
+        self._health_task: asyncio.Task[None] | None = None
+        # The read-only state the registry was last told (None = not told yet).
+        self._registered_read_only: bool | None = None
+        self.draining = False
+        self.failed = asyncio.Event()
+        self.fatal_error: BaseException | None = None
+        self.port = config.port
+        self._long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return self._metrics_http.address if self._metrics_http is not None else ""
+
+    async def start(self) -> None:
+        """Listen (port 0 picks one: see :attr:`port`), start metrics and health loops."""
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: _Connection(self), self.config.host, self.config.port, reuse_address=True
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"bookie cannot listen on {self.config.host}:{self.config.port}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        if self.config.metrics_port >= 0:
+            try:
+                self._metrics_http = MetricsHttpServer(
+                    self.metrics, self.config.host, self.config.metrics_port
+                )
+            except OSError as exc:
+                self._server.close()
+                raise ConfigError(
+                    f"bookie metrics cannot listen on port {self.config.metrics_port}: "
+                    f"{exc.strerror or exc}"
+                ) from exc
+        await self.check_disk()  # start in the right state before the first add
+        self._health_task = loop.create_task(self._health_loop(), name="bookie-health")
+        log.info("bookie %s serving on %s", self.bookie_id, self.address)
+
+    async def stop(self, drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT) -> None:
+        """Stop accepting, stop reading new requests, let in-flight ones finish (long
+        polls are cut short), then close every connection. Storage is not closed here:
+        its owner checkpoints and closes it after this returns."""
+        self.draining = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            if conn.transport is not None:
+                conn.transport.pause_reading()
+        tasks: list[asyncio.Task[bytes]] = []
+        for conn in list(self._connections):
+            for task, req in list(conn.tasks.items()):
+                if type(req) is p.ReadLacRequest:
+                    task.cancel()
+                tasks.append(task)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
+            if pending:
+                log.warning("shutdown: %d requests still running after drain", len(pending))
+        await asyncio.sleep(0)  # let done-callbacks queue their responses
+        for conn in list(self._connections):
+            conn.close()
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        if self._metrics_http is not None:
+            self._metrics_http.close()
+            self._metrics_http = None
+
+    def _fatal(self, exc: BaseException) -> None:
+        if self.failed.is_set():
+            return
+        self.fatal_error = exc
+        self.failed.set()
+        log.critical("bookie %s: fatal storage error, no longer serving: %s", self.bookie_id, exc)
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.abort()
+
+    # -- disk health -----------------------------------------------------------------
+
+    def set_disk_thresholds(self, threshold: float, lwm: float) -> None:
+        """Change the read-only thresholds at runtime (config reload on SIGHUP, tests)."""
+        if not 0.0 < lwm < threshold <= 1.0:
+            raise ConfigError("disk thresholds must satisfy 0 < lwm < threshold <= 1")
+        self._threshold = threshold
+        self._lwm = lwm
+        log.info("disk thresholds now read-only above %.3f, writable below %.3f", threshold, lwm)
+
+    async def check_disk(self) -> DiskUsage:
+        """One disk-health step: flip read-only as needed and tell the registry."""
+        usage = self.storage.disk_usage()
+        read_only = usage.read_only
+        if not read_only and usage.used_fraction >= self._threshold:
+            log.warning(
+                "disk usage %.3f >= %.3f: turning read-only", usage.used_fraction, self._threshold
+            )
+            self.storage.set_read_only(True)
+            read_only = True
+        elif read_only and usage.used_fraction < self._lwm:
+            log.warning("disk usage %.3f < %.3f: writable again", usage.used_fraction, self._lwm)
+            self.storage.set_read_only(False)
+            read_only = False
+        if read_only != self._registered_read_only and self._on_read_only_change is not None:
+            try:
+                await self._on_read_only_change(read_only)
+            except BooklineError as exc:
+                log.error("could not register read_only=%s (will retry): %s", read_only, exc)
+            else:
+                self._registered_read_only = read_only
+        return usage
+
+    async def _health_loop(self) -> None:
+        interval_s = self.config.disk_check_interval_ms / 1000.0
+        next_disk = time.monotonic() + interval_s
+        while True:
+            await asyncio.sleep(min(interval_s, STATS_INTERVAL_S))
+            if time.monotonic() >= next_disk:
+                next_disk = time.monotonic() + interval_s
+                usage = await self.check_disk()
+            else:
+                usage = self.storage.disk_usage()
+            self.metrics.refresh(usage, self._storage_stats())
+
+    def _storage_stats(self) -> Mapping[str, object]:
+        stats = getattr(self.storage, "stats", None)
+        if not callable(stats):
+            return {}
+        result = stats()
+        return cast(Mapping[str, object], result) if isinstance(result, Mapping) else {}
+
+    # -- request handling ------------------------------------------------------------
+
+    async def _handle(self, req: p.Request) -> bytes:
+        """Run one request; always returns a response frame (OK or error)."""
+        started = time.perf_counter()
+        op = _OP_NAMES[type(req)]
+        status = "OK"
+        try:
+            frame = await self._execute(req)
+        except BooklineError as exc:
+            status = exc.name
+            if _is_fatal(req, exc):
+                self._fatal(exc)
+            frame = p.encode_error(req.request_id, _op_of(req), exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a storage bug: answer IO, keep the traceback
+            log.exception("storage failed on %s", op)
+            status = "IO"
+            frame = p.encode_error(
+                req.request_id, _op_of(req), IOFailureError(f"{type(exc).__name__}: {exc}")
+            )
+        self.metrics.observe_request(op, status, time.perf_counter() - started)
+        return frame
+
+    async def _execute(self, req: p.Request) -> bytes:
+        storage = self.storage
+        if type(req) is p.AddRequest:
+            await storage.add_entry(
+                req.ledger_id,
+                req.entry_id,
+                req.lac,
+                req.master_key,
+                req.payload,
+                recovery=req.recovery,
+            )
+            return p.encode_response(p.AddResponse(req.request_id, req.ledger_id, req.entry_id))
+        if type(req) is p.ReadRequest:
+            if req.fence:
+                lac = await storage.fence(req.ledger_id, req.master_key)
+                payload, entry_id = await self._read(req.ledger_id, req.entry_id)
+            else:
+                payload, entry_id = await self._read(req.ledger_id, req.entry_id)
+                lac = storage.last_add_confirmed(req.ledger_id)
+            return p.encode_response(
+                p.ReadResponse(req.request_id, req.ledger_id, entry_id, lac, payload)
+            )
+        if type(req) is p.ReadLacRequest:
+            timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
+            result = await storage.wait_lac(req.ledger_id, req.previous_lac, timeout_s)
+            return p.encode_response(
+                p.ReadLacResponse(
+                    req.request_id,
+                    req.ledger_id,
+                    result.lac,
+                    result.next_entry_id if result.next_entry is not None else None,
+                    result.next_entry,
+                )
+            )
+        if type(req) is p.InfoRequest:
+            usage = storage.disk_usage()
+            info = p.BookieInfo(
+                bookie_id=self.bookie_id,
+                state="read_only" if usage.read_only else "writable",
+                used_fraction=usage.used_fraction,
+                free_bytes=usage.free_bytes,
+                total_bytes=usage.total_bytes,
+            )
+            return p.encode_response(p.InfoResponse(req.request_id, info))
+        if type(req) is p.ListLedgersRequest:
+            ledgers = tuple(storage.ledgers())
+            return p.encode_response(p.ListLedgersResponse(req.request_id, ledgers))
+        if type(req) is p.ListEntriesRequest:
+            entries = tuple(await storage.entries(req.ledger_id))
+            return p.encode_response(p.ListEntriesResponse(req.request_id, req.ledger_id, entries))
+        raise InvariantViolation(f"no handler for {type(req).__name__}")
+
+    async def _read(self, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
+        """Read an entry; for ``LAST_ENTRY`` also find out which id that was."""
+        if entry_id != -1:
+            return await self.storage.read_entry(ledger_id, entry_id), entry_id
+        entries = await self.storage.entries(ledger_id)
+        if not entries:
+            raise NoEntryError(f"ledger {ledger_id} has no entries on this bookie")
+        last = entries[-1]
+        return await self.storage.read_entry(ledger_id, last), last

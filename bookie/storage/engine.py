@@ -1,0 +1,717 @@
+"""BookieStorage: journal -> memtable -> entry logs + RocksDB index (see api.py).
+
+Write path: ``add_entry`` checks the ledger's key and fence on the loop, queues a journal
+record and awaits its group fsync; the journal thread hands the durable group back to
+the loop, which puts the entries in the memtable, advances LACs and wakes long polls.
+So the memtable only ever holds acknowledged (durable) entries.
+
+Checkpoint: freeze the memtable (adds continue into a fresh one), write it sorted into
+the active entry log, fsync, write locations + ledger states in one synced RocksDB batch,
+then persist the journal mark and delete journals before it. The mark taken at the
+freeze is the end of the last durable group handed to the loop, and every entry before
+it is in the frozen memtable, so replaying from the mark never misses an acknowledged
+entry.
+
+Read path: memtable (active, then frozen) -> read cache -> index + entry log on an
+executor thread, reading ahead the next entries of the same ledger into the cache.
+
+Threads: the journal thread; ``bookie-read`` (index gets, entry log preads);
+``bookie-flush`` (checkpoints, ledger deletes); ``bookie-gc`` (compaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bookie.config import BookieConfig
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    ChecksumError,
+    ClosedError,
+    FencedError,
+    IOFailureError,
+    NoEntryError,
+    NoLedgerError,
+    ReadOnlyError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+from bookline.invariants import invariant
+
+from . import entrylog, journal
+from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
+from .cache import ReadCache
+from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
+from .index import Index, LedgerRecord
+from .journal import ADD, FENCE, MASTER_KEY, Item, Journal, JournalMark, JournalRecord
+from .memtable import ENTRY_OVERHEAD_BYTES, MemTable
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_U64_MAX = (1 << 64) - 1
+# Catch-up reads: index gets and entry-log preads run concurrently on this many threads.
+READ_THREADS = 4
+# A read-ahead never pulls more than this many bytes into the cache at once.
+READ_AHEAD_BYTES_MAX = 4 << 20
+# A read retries its index lookup this often when compaction moved the entry under it.
+READ_ATTEMPTS = 3
+
+Fsync = Callable[[int], None]
+Clock = Callable[[], float]
+FatalHandler = Callable[[BaseException], None]
+
+
+@dataclass(slots=True)
+class _Ledger:
+    master_key: bytes
+    fenced: bool = False
+    lac: int = NO_ENTRY_ID
+    last_entry: int = NO_ENTRY_ID
+    waiters: list[asyncio.Future[None]] | None = None
+
+    def record(self) -> LedgerRecord:
+        return LedgerRecord(self.master_key, self.fenced, self.lac, self.last_entry)
+
+
+@dataclass(slots=True)
+class StorageStats:
+    """Counters for the metrics module (plain ints, loop thread unless noted)."""
+
+    adds: int = 0
+    add_bytes: int = 0
+    adds_rejected_too_many: int = 0
+    adds_rejected_read_only: int = 0
+    reads: int = 0
+    read_bytes: int = 0
+    memtable_hits: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    read_ahead_entries: int = 0
+    checkpoints: int = 0
+    checkpoint_entries: int = 0
+    checkpoint_seconds_total: float = 0.0
+    compacted_logs: int = 0  # written by the gc thread
+    compaction_bytes_reclaimed: int = 0
+    deleted_ledgers: int = 0
+
+
+class BookieStorage:
+    """The storage engine of one bookie; implements :class:`bookie.storage.api.Storage`."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        *,
+        fsync: Fsync = os.fdatasync,
+        clock: Clock = time.monotonic,
+        on_fatal: FatalHandler | None = None,
+    ) -> None:
+        self.config = config
+        self._fsync = fsync
+        self._clock = clock
+        self._on_fatal = on_fatal
+        self._journal_dir = Path(config.journal_dir)
+        self._ledgers_dir = Path(config.ledgers_dir)
+        self._index_dir = Path(config.index_dir)
+        self.stats = StorageStats()
+        self._index = Index(self._index_dir)
+        self._files = EntryLogFiles(self._ledgers_dir)
+        self._log_ids = LogIds(1)
+        self._flush_writer: EntryLogWriter | None = None
+        self._compact_writer: EntryLogWriter | None = None
+        self._journal: Journal | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ledgers: dict[int, _Ledger] = {}
+        self._dirty: set[int] = set()
+        self._active = MemTable()
+        self._frozen: list[MemTable] = []
+        self._frozen_bytes = 0
+        self._reserved_bytes = 0  # adds queued in the journal, not yet in the memtable
+        self._cache = ReadCache(config.read_cache_bytes_max)
+        self._read_only = False
+        self._fatal: BaseException | None = None
+        self._closed = False
+        self._started = False
+        self._durable_mark = JournalMark(0, 0)
+        self._persisted_mark = JournalMark(0, 0)
+        self._checkpoint_lock = asyncio.Lock()
+        self._compact_lock = asyncio.Lock()
+        self._flush_wanted = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._read_pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="bookie-read")
+        self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="bookie-flush")
+        self._gc_pool = ThreadPoolExecutor(1, thread_name_prefix="bookie-gc")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def set_fatal_handler(self, handler: FatalHandler) -> None:
+        """Called once, on the loop, when an fsync/write error makes the bookie unsafe."""
+        self._on_fatal = handler
+
+    async def start(self) -> None:
+        invariant(not self._started, "BookieStorage.start called twice")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        for d in (self._journal_dir, self._ledgers_dir, self._index_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        states = await self._run(self._flush_pool, self._index.open)
+        for ledger_id, rec in states.items():
+            self._ledgers[ledger_id] = _Ledger(rec.master_key, rec.fenced, rec.lac,
+                                               rec.last_entry)
+        await self._run(self._flush_pool, self._open_entry_logs)
+        mark = await self._run(self._flush_pool, journal.read_mark, self._ledgers_dir)
+        mark = mark or JournalMark(0, 0)
+        self._persisted_mark = mark
+        replayed = await self._run(self._flush_pool, self._replay, mark)
+        cfg = self.config
+        self._journal = Journal(
+            self._journal_dir,
+            file_bytes_max=cfg.journal_file_bytes_max,
+            prealloc_bytes=cfg.journal_prealloc_bytes,
+            group_bytes_max=cfg.journal_group_bytes_max,
+            group_wait_ms=cfg.journal_group_wait_ms,
+            flush_when_idle=cfg.journal_flush_when_idle,
+            sync=cfg.journal_sync,
+            fsync=self._fsync,
+            clock=self._clock,
+            on_fatal=self._die,
+        )
+        files = journal.list_files(self._journal_dir)
+        next_file = max([*files, mark.file_id]) + 1
+        self._durable_mark = self._journal.start(self._loop, next_file, self._on_durable)
+        log.info("bookie storage started: %d ledgers, %d journal records replayed from %s",
+                 len(self._ledgers), replayed, mark)
+        if replayed:
+            await self.checkpoint()
+        self._tasks = [
+            asyncio.create_task(self._checkpoint_loop(), name="bookie-checkpoint"),
+            asyncio.create_task(self._gc_loop(), name="bookie-gc"),
+        ]
+
+    def _open_entry_logs(self) -> None:
+        """Blocking: delete logs nothing indexes (crash mid-flush), set up the writers."""
+        logs = entrylog.list_logs(self._ledgers_dir)
+        for log_id in logs:
+            if log_id not in self._index.log_stats:
+                log.warning("deleting entry log %d: nothing in the index refers to it", log_id)
+                self._files.delete(log_id)
+        self._log_ids = LogIds(max([0, *logs, *self._index.log_stats]) + 1)
+        cfg = self.config
+        self._flush_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
+                                            cfg.entry_log_bytes_max, self._fsync)
+        self._compact_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
+                                              cfg.entry_log_bytes_max, self._fsync)
+
+    def _replay(self, mark: JournalMark) -> int:
+        """Blocking, before the journal thread starts: journal records -> memtable."""
+        result = journal.replay(self._journal_dir, mark)
+        if result.last_file_id >= 0:
+            path = self._journal_dir / journal.file_name(result.last_file_id)
+            if not result.tail_clean:
+                log.warning("journal %s has a torn tail at offset %d; cutting it off",
+                            path, result.tail_end)
+            if not result.tail_clean or path.stat().st_size > result.tail_end:
+                journal.truncate_tail(self._journal_dir, result.last_file_id,
+                                      result.tail_end, self._fsync)
+        for rec, _end in result.records:
+            self._apply(rec)
+        return len(result.records)
+
+    def _apply(self, rec: JournalRecord) -> None:
+        st = self._ledgers.get(rec.ledger_id)
+        if rec.type == MASTER_KEY:
+            if st is None:
+                self._ledgers[rec.ledger_id] = _Ledger(rec.data)
+                self._dirty.add(rec.ledger_id)
+            elif st.master_key != rec.data:
+                log.warning("ledger %d: journal holds a second master key; keeping the first",
+                            rec.ledger_id)
+        elif st is None:
+            # Its MASTER_KEY record is before the mark, so its state was checkpointed
+            # and is gone now: the ledger was deleted. Don't resurrect it.
+            log.debug("journal record for deleted ledger %d skipped", rec.ledger_id)
+        elif rec.type == FENCE:
+            st.fenced = True
+            self._dirty.add(rec.ledger_id)
+        else:
+            self._active.put(rec.ledger_id, rec.entry_id, rec.data)
+            st.last_entry = max(st.last_entry, rec.entry_id)
+            st.lac = max(st.lac, rec.lac)
+            self._dirty.add(rec.ledger_id)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        if self._journal is not None:
+            await asyncio.to_thread(self._journal.stop)
+            await asyncio.sleep(0)  # run the last durable-group callbacks
+        try:
+            if self._fatal is None and self._journal is not None:
+                await self._checkpoint()
+        finally:
+            await asyncio.to_thread(self._shutdown_blocking)
+
+    def _shutdown_blocking(self) -> None:
+        for pool in (self._read_pool, self._flush_pool, self._gc_pool):
+            pool.shutdown(wait=True)
+        for writer in (self._flush_writer, self._compact_writer):
+            if writer is not None:
+                writer.close()
+        self._files.close()
+        self._index.close()
+
+    def _die(self, exc: BaseException) -> None:
+        """Fatal I/O error: stop acknowledging, tell the server (once)."""
+        if self._fatal is not None:
+            return
+        self._fatal = exc
+        log.critical("bookie storage failed fatally: %s", exc)
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
+
+    def _check_writable(self) -> None:
+        if self._fatal is not None:
+            raise IOFailureError("bookie storage failed; not accepting writes") from self._fatal
+        if self._closed or self._journal is None:
+            raise ClosedError("bookie storage is closed or not started")
+
+    async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., _T], *args: Any) -> _T:
+        loop = self._loop or asyncio.get_running_loop()
+        return await loop.run_in_executor(pool, fn, *args)
+
+    # ------------------------------------------------------------------ write path
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        self._check_writable()
+        if self._read_only:
+            self.stats.adds_rejected_read_only += 1
+            raise ReadOnlyError("bookie is read-only")
+        if not (0 <= ledger_id <= _U64_MAX and 0 <= entry_id <= _U64_MAX >> 1):
+            raise BadRequestError(f"bad ledger/entry id {ledger_id}/{entry_id}")
+        size = len(payload) + ENTRY_OVERHEAD_BYTES
+        if self._active.bytes + self._frozen_bytes + self._reserved_bytes + size > (
+                self.config.memtable_bytes_max):
+            self.stats.adds_rejected_too_many += 1
+            self._flush_wanted.set()
+            raise TooManyRequestsError("bookie memtable is full; retry later")
+        st = self._ledger_for_write(ledger_id, master_key)
+        if st.fenced and not recovery:
+            raise FencedError(f"ledger {ledger_id} is fenced")
+        fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+        self._journal.submit((ADD, ledger_id, entry_id, lac, payload, fut))  # type: ignore[union-attr]
+        self._reserved_bytes += size
+        await fut
+
+    def _ledger_for_write(self, ledger_id: int, master_key: bytes) -> _Ledger:
+        st = self._ledgers.get(ledger_id)
+        if st is None:
+            st = self._ledgers[ledger_id] = _Ledger(bytes(master_key))
+            self._dirty.add(ledger_id)
+            self._journal.submit((MASTER_KEY, ledger_id, -1, -1, st.master_key, None))  # type: ignore[union-attr]
+        elif st.master_key != master_key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        return st
+
+    def _on_durable(self, group: list[Item], mark: JournalMark) -> None:
+        """On the loop: a group is fsynced. Publish its entries, then acknowledge."""
+        active, ledgers, dirty, stats = self._active, self._ledgers, self._dirty, self.stats
+        for rtype, ledger_id, entry_id, lac, data, fut in group:
+            if rtype == ADD:
+                self._reserved_bytes -= len(data) + ENTRY_OVERHEAD_BYTES
+                st = ledgers.get(ledger_id)
+                if st is not None:  # None: deleted while the add was in flight
+                    active.put(ledger_id, entry_id, data)
+                    if entry_id > st.last_entry:
+                        st.last_entry = entry_id
+                    if lac > st.lac:
+                        st.lac = lac
+                        if st.waiters:
+                            _wake(st)
+                    dirty.add(ledger_id)
+                stats.adds += 1
+                stats.add_bytes += len(data)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        invariant(mark >= self._durable_mark, "journal mark went backwards: %s", mark)
+        self._durable_mark = mark
+        if active.bytes >= self.config.memtable_flush_bytes:
+            self._flush_wanted.set()
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        self._check_writable()
+        st = self._ledger_for_write(ledger_id, master_key)
+        # Fenced at once, before the record is durable: no normal add may be accepted
+        # after a fence was asked for. Fenced never unfences.
+        st.fenced = True
+        self._dirty.add(ledger_id)
+        fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+        self._journal.submit((FENCE, ledger_id, -1, -1, b"", fut))  # type: ignore[union-attr]
+        await fut
+        # Adds queued before the fence are durable now (FIFO), so this LAC covers them.
+        return st.lac
+
+    # ------------------------------------------------------------------ read path
+
+    def _ledger(self, ledger_id: int) -> _Ledger:
+        st = self._ledgers.get(ledger_id)
+        if st is None:
+            raise NoLedgerError(f"ledger {ledger_id} is not on this bookie")
+        return st
+
+    def _memory_get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        payload = self._active.get(ledger_id, entry_id)
+        if payload is None:
+            for table in self._frozen:
+                payload = table.get(ledger_id, entry_id)
+                if payload is not None:
+                    break
+        return payload
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        st = self._ledger(ledger_id)
+        if entry_id == LAST_ENTRY:
+            entry_id = st.last_entry
+        if entry_id < 0:
+            raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
+        stats = self.stats
+        stats.reads += 1
+        payload = self._memory_get(ledger_id, entry_id)
+        if payload is not None:
+            stats.memtable_hits += 1
+        else:
+            payload = self._cache.get(ledger_id, entry_id)
+            if payload is not None:
+                stats.cache_hits += 1
+            else:
+                stats.cache_misses += 1
+                payload, ahead = await self._run(self._read_pool, self._read_disk,
+                                                 ledger_id, entry_id)
+                for ahead_id, ahead_payload in ahead:
+                    self._cache.put(ledger_id, ahead_id, ahead_payload)
+                stats.read_ahead_entries += len(ahead)
+        stats.read_bytes += len(payload)
+        return payload
+
+    def _read_disk(self, ledger_id: int, entry_id: int) -> tuple[bytes, list[tuple[int, bytes]]]:
+        """Read thread: the entry plus read-ahead of the same ledger's next entries."""
+        for attempt in range(READ_ATTEMPTS):
+            loc = self._index.get(ledger_id, entry_id)
+            if loc is None:
+                raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
+            wanted = [(entry_id, loc)]
+            ahead_bytes = 0
+            for ahead_id, ahead_loc in self._index.scan(ledger_id, entry_id + 1,
+                                                         self.config.read_ahead_entries):
+                ahead_bytes += ahead_loc.length
+                if ahead_bytes > READ_AHEAD_BYTES_MAX:
+                    break
+                wanted.append((ahead_id, ahead_loc))
+            found = self._read_runs(ledger_id, entrylog.group_runs(wanted))
+            if found and found[0][0] == entry_id:
+                return found[0][1], found[1:]
+            log.debug("entry %d/%d moved under a read (attempt %d); looking up again",
+                      ledger_id, entry_id, attempt)
+        raise ChecksumError(f"entry {ledger_id}/{entry_id} failed validation on every read")
+
+    def _read_runs(self, ledger_id: int,
+                   runs: list[tuple[Location, list[int]]]) -> list[tuple[int, bytes]]:
+        """Entries of valid runs, stopping at the first stale or bad one."""
+        out: list[tuple[int, bytes]] = []
+        for run, ids in runs:
+            data = self._files.read(run)
+            if data is None or len(data) != run.length:
+                return out
+            try:
+                records = list(entrylog.split_records(data))
+            except ChecksumError:
+                log.warning("bad entry log record in log %d near offset %d", run.log_id,
+                            run.offset, exc_info=True)
+                return out
+            for (rec_ledger, rec_entry, payload), want in zip(records, ids, strict=False):
+                if rec_ledger != ledger_id or rec_entry != want or len(records) != len(ids):
+                    return out
+                out.append((rec_entry, payload))
+        return out
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        return self._ledger(ledger_id).lac
+
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
+        st = self._ledger(ledger_id)
+        if st.lac <= previous_lac and timeout_s > 0:
+            fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+            if st.waiters is None:
+                st.waiters = []
+            st.waiters.append(fut)
+            try:
+                await asyncio.wait_for(fut, timeout_s)
+            except TimeoutError:
+                pass
+            finally:
+                if st.waiters is not None and fut in st.waiters:
+                    st.waiters.remove(fut)
+        lac = st.lac
+        next_id: int | None = None
+        payload: bytes | None = None
+        if lac > previous_lac and ledger_id in self._ledgers:
+            try:
+                payload = await self.read_entry(ledger_id, previous_lac + 1)
+                next_id = previous_lac + 1
+            except NoEntryError:
+                payload = None  # striped ensemble: another bookie holds it
+        return LacResult(lac, next_id, payload)
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        return self._ledger(ledger_id).fenced
+
+    def ledgers(self) -> list[int]:
+        return sorted(self._ledgers)
+
+    async def entries(self, ledger_id: int) -> list[int]:
+        self._ledger(ledger_id)
+        ids = set(self._active.entry_ids(ledger_id))
+        for table in self._frozen:
+            ids.update(table.entry_ids(ledger_id))
+        ids.update(await self._run(self._read_pool, self._index.entry_ids, ledger_id))
+        return sorted(ids)
+
+    # ------------------------------------------------------------------ checkpoint
+
+    async def checkpoint(self) -> None:
+        async with self._checkpoint_lock:
+            await self._checkpoint_locked()
+
+    async def _checkpoint(self) -> None:
+        await self.checkpoint()
+
+    async def _checkpoint_locked(self) -> None:
+        if self._fatal is not None:
+            raise IOFailureError("bookie storage failed; no checkpoint") from self._fatal
+        mark = self._durable_mark
+        if not len(self._active) and not self._dirty and mark == self._persisted_mark:
+            return
+        t0 = time.perf_counter()
+        frozen, self._active = self._active, MemTable()
+        self._frozen.append(frozen)
+        self._frozen_bytes += frozen.bytes
+        states = {lid: self._ledgers[lid].record() for lid in self._dirty if lid in self._ledgers}
+        self._dirty.clear()
+        try:
+            await self._run(self._flush_pool, self._flush, frozen, states, mark)
+        except (OSError, BooklineError) as exc:
+            self._die(exc)
+            raise IOFailureError(f"checkpoint failed: {exc}") from exc
+        self._frozen.remove(frozen)
+        self._frozen_bytes -= frozen.bytes
+        self._persisted_mark = mark
+        if self._journal is not None:
+            await self._run(self._flush_pool, self._journal.delete_before, mark.file_id)
+        self.stats.checkpoints += 1
+        self.stats.checkpoint_entries += len(frozen)
+        self.stats.checkpoint_seconds_total += time.perf_counter() - t0
+
+    def _flush(self, frozen: MemTable, states: dict[int, LedgerRecord],
+               mark: JournalMark) -> None:
+        """Flush thread: entry log append + fsync, index batch, then the journal mark."""
+        writer = self._flush_writer
+        invariant(writer is not None, "checkpoint before start")
+        assert writer is not None  # for mypy; checked above
+        locations = [(lid, eid, writer.append(lid, eid, payload))
+                     for lid, eid, payload in frozen.sorted_items()]
+        written = writer.sync() if locations else {}
+        self._index.write_checkpoint(locations, states, written)
+        journal.write_mark(self._ledgers_dir, mark, self._fsync)
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config.checkpoint_interval_ms / 1000.0
+        while self._fatal is None:
+            try:
+                await asyncio.wait_for(self._flush_wanted.wait(), interval_s)
+            except TimeoutError:
+                pass
+            self._flush_wanted.clear()
+            try:
+                await self.checkpoint()
+            except IOFailureError:
+                log.exception("periodic checkpoint failed; storage is now failed")
+                return
+
+    # ------------------------------------------------------------------ gc
+
+    async def delete_ledgers(self, ledger_ids: set[int]) -> None:
+        async with self._checkpoint_lock:  # no frozen memtable is being flushed now
+            present = {lid for lid in ledger_ids if lid in self._ledgers}
+            for lid in present:
+                st = self._ledgers.pop(lid)
+                if st.waiters:
+                    _wake(st)
+                self._dirty.discard(lid)
+            self._active.drop_ledgers(present)
+            self._cache.drop_ledgers(present)
+            await self._run(self._flush_pool, self._index.delete_ledgers, sorted(ledger_ids))
+            self.stats.deleted_ledgers += len(present)
+        # Move the journal mark past their records so a restart does not replay them.
+        await self.checkpoint()
+
+    async def compact(self) -> int:
+        async with self._compact_lock:
+            reclaimed = 0
+            for log_id in await self._run(self._gc_pool, self._compaction_candidates):
+                try:
+                    reclaimed += await self._run(self._gc_pool, self._compact_log, log_id)
+                except (OSError, BooklineError) as exc:
+                    self._die(exc)
+                    raise IOFailureError(f"compaction of entry log {log_id} failed") from exc
+            return reclaimed
+
+    def _compaction_candidates(self) -> list[int]:
+        busy = set()
+        for writer in (self._flush_writer, self._compact_writer):
+            if writer is not None:
+                busy.add(writer.log_id)
+        threshold = self.config.compaction_threshold
+        out = []
+        for log_id, (total, live) in sorted(self._index.stats_snapshot().items()):
+            if log_id not in busy and total > 0 and live / total < threshold:
+                out.append(log_id)
+        return out
+
+    def _compact_log(self, log_id: int) -> int:
+        """GC thread: copy live records to the compaction log, repoint, delete the old."""
+        writer = self._compact_writer
+        invariant(writer is not None, "compaction before start")
+        assert writer is not None  # for mypy; checked above
+        moves: list[tuple[int, int, Location, Location]] = []
+        copied = 0
+        for ledger_id, entry_id, loc, record in entrylog.scan(self._ledgers_dir, log_id):
+            if self._index.get(ledger_id, entry_id) != loc:
+                continue  # deleted, or a newer copy exists
+            moves.append((ledger_id, entry_id, loc, writer.append_record(record)))
+            copied += len(record)
+        written = writer.sync() if moves else {}
+        self._index.relocate(moves, written, log_id)
+        size = self._files.delete(log_id)
+        self.stats.compacted_logs += 1
+        self.stats.compaction_bytes_reclaimed += max(0, size - copied)
+        log.info("compacted entry log %d: %d entries kept, %d bytes freed", log_id,
+                 len(moves), size - copied)
+        return max(0, size - copied)
+
+    async def _gc_loop(self) -> None:
+        interval_s = self.config.gc_interval_ms / 1000.0
+        while self._fatal is None:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.compact()
+            except IOFailureError:
+                log.exception("compaction failed; storage is now failed")
+                return
+
+    # ------------------------------------------------------------------ disk health
+
+    def disk_usage(self) -> DiskUsage:
+        worst: tuple[float, int, int] = (0.0, 0, 0)
+        for d in (self._journal_dir, self._ledgers_dir, self._index_dir):
+            st = os.statvfs(d)
+            total = st.f_blocks * st.f_frsize
+            free = st.f_bavail * st.f_frsize
+            used = 1.0 - (free / total) if total else 1.0
+            if used >= worst[0]:
+                worst = (used, free, total)
+        return DiskUsage(worst[0], worst[1], worst[2], self._read_only)
+
+    def check_disk_usage(self) -> DiskUsage:
+        """Apply the thresholds: read-only above ``disk_usage_threshold``, writable again
+        below ``disk_usage_lwm``. The server calls this every disk_check_interval_ms and
+        re-registers when ``read_only`` changed."""
+        usage = self.disk_usage()
+        if not self._read_only and usage.used_fraction >= self.config.disk_usage_threshold:
+            log.warning("disk usage %.3f over threshold: turning read-only", usage.used_fraction)
+            self.set_read_only(True)
+        elif self._read_only and usage.used_fraction < self.config.disk_usage_lwm:
+            log.info("disk usage %.3f under low-water mark: writable again", usage.used_fraction)
+            self.set_read_only(False)
+        return DiskUsage(usage.used_fraction, usage.free_bytes, usage.total_bytes,
+                         self._read_only)
+
+    def set_read_only(self, read_only: bool) -> None:
+        self._read_only = read_only
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The fatal error, once storage stopped acknowledging."""
+        return self._fatal
+
+    # ------------------------------------------------------------------ metrics
+
+    @property
+    def memtable_bytes(self) -> int:
+        return self._active.bytes + self._frozen_bytes + self._reserved_bytes
+
+    def stats_snapshot(self) -> dict[str, float]:
+        """Counters and gauges in one flat dict (names are stable: metrics read them)."""
+        out: dict[str, float] = {k: float(v) for k, v in asdict(self.stats).items()}
+        if self._journal is not None:
+            js = self._journal.stats
+            out.update(
+                journal_groups=js.groups,
+                journal_records=js.records,
+                journal_bytes=js.bytes,
+                journal_last_group_records=js.last_group_records,
+                journal_fsyncs=js.fsyncs,
+                journal_fsync_seconds_total=js.fsync_seconds_total,
+                journal_fsync_seconds_max=js.fsync_seconds_max,
+                journal_files_rolled=js.files_rolled,
+            )
+        out.update(
+            memtable_bytes=self.memtable_bytes,
+            memtable_entries=len(self._active) + sum(len(t) for t in self._frozen),
+            read_cache_bytes=self._cache.bytes,
+            read_cache_entries=len(self._cache),
+            ledgers=len(self._ledgers),
+            read_only=float(self._read_only),
+        )
+        return out
+
+    @property
+    def journal_stats(self) -> journal.JournalStats | None:
+        """Live journal counters; set ``.observer`` for an fsync-latency histogram."""
+        return None if self._journal is None else self._journal.stats
+
+
+def _wake(st: _Ledger) -> None:
+    waiters, st.waiters = st.waiters, None
+    for w in waiters or ():
+        if not w.done():
+            w.set_result(None)

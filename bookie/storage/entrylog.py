@@ -1,0 +1,341 @@
+"""Entry logs: interleaved, append-only files that hold checkpointed entries.
+
+On-disk layout (all integers big-endian)::
+
+    entry log file  <log_id:016x>.log
+      header   24 bytes: magic b"BKLE" | version u16 | flags u16 | log_id u64 |
+                         reserved u32 | crc32c u32 (over the 20 bytes before it)
+      records  back to back
+
+    record
+      crc32c    u32  over every byte after this field: length .. end of payload
+      length    u32  bytes after this field (RECORD_HEADER_BYTES - 8 + payload)
+      version   u8   RECORD_VERSION
+      ledger_id u64
+      entry_id  u64
+      payload
+
+The index maps (ledger, entry) to a :class:`Location` = (log id, record offset, record
+length). A read validates length, checksum, version, ledger id and entry id before it
+returns a payload, so a stale location (a compacted, deleted or reused file) can never
+yield the wrong entry. Logs are written by a checkpoint (sorted by ledger, entry) or by
+compaction, fsynced before the index references them, and rolled past a size limit.
+All methods block: call them on executor threads, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import crc32c
+
+from bookline.errors import ChecksumError
+from bookline.invariants import invariant
+
+FILE_MAGIC = b"BKLE"
+FILE_VERSION = 1
+RECORD_VERSION = 1
+FILE_SUFFIX = ".log"
+
+_FILE_HEADER = struct.Struct(">4sHHQI")
+FILE_HEADER_BYTES = _FILE_HEADER.size + 4
+_RECORD_HEADER = struct.Struct(">IIBQQ")
+RECORD_HEADER_BYTES = _RECORD_HEADER.size
+# Flush buffers are written to the file in chunks of about this size.
+_WRITE_CHUNK_BYTES = 4 << 20
+# A length above this can only be garbage (bigger than any frame a bookie accepts).
+RECORD_BYTES_MAX = 64 << 20
+
+Fsync = Callable[[int], None]
+
+
+class Location(NamedTuple):
+    log_id: int
+    offset: int
+    length: int
+
+
+def file_name(log_id: int) -> str:
+    return f"{log_id:016x}{FILE_SUFFIX}"
+
+
+def list_logs(directory: Path) -> list[int]:
+    ids = []
+    for p in directory.iterdir():
+        if p.name.endswith(FILE_SUFFIX):
+            with contextlib.suppress(ValueError):
+                ids.append(int(p.name[: -len(FILE_SUFFIX)], 16))
+    return sorted(ids)
+
+
+def encode_file_header(log_id: int) -> bytes:
+    head = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, log_id, 0)
+    return head + crc32c.crc32c(head).to_bytes(4, "big")
+
+
+def encode_into(out: bytearray, ledger_id: int, entry_id: int, payload: bytes) -> int:
+    """Append one record to ``out``; return its length."""
+    invariant(entry_id >= 0, "entry id %d stored in an entry log", entry_id)
+    length = RECORD_HEADER_BYTES - 8 + len(payload)
+    head = _RECORD_HEADER.pack(0, length, RECORD_VERSION, ledger_id, entry_id)
+    crc = crc32c.crc32c(payload, crc32c.crc32c(memoryview(head)[4:]))
+    start = len(out)
+    out += head
+    out += payload
+    out[start : start + 4] = crc.to_bytes(4, "big")
+    return length + 8
+
+
+def decode_record(data: bytes | memoryview) -> tuple[int, int, bytes]:
+    """(ledger, entry, payload) of one whole record; ChecksumError when it is bad."""
+    if len(data) < RECORD_HEADER_BYTES:
+        raise ChecksumError("entry log record shorter than its header")
+    crc, length, version, ledger_id, entry_id = _RECORD_HEADER.unpack_from(data)
+    if length + 8 != len(data):
+        raise ChecksumError("entry log record length mismatch")
+    if crc32c.crc32c(memoryview(data)[4:]) != crc:
+        raise ChecksumError("entry log record checksum mismatch")
+    if version != RECORD_VERSION:
+        raise ChecksumError(f"entry log record version {version} unknown")
+    return ledger_id, entry_id, bytes(data[RECORD_HEADER_BYTES:])
+
+
+def split_records(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """Decode back-to-back whole records (a read-ahead run)."""
+    pos = 0
+    while pos < len(data):
+        (length,) = struct.unpack_from(">I", data, pos + 4)
+        yield decode_record(memoryview(data)[pos : pos + 8 + length])
+        pos += 8 + length
+
+
+class EntryLogFiles:
+    """Read handles of entry logs, shared by reader threads.
+
+    A handle is reference-counted so compaction can delete a log while a reader is
+    inside ``pread``: the file is unlinked at once, the descriptor closed by the last
+    reader. A reader that comes after the deletion gets None and looks up the index
+    again (compaction moved the entry).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        self._lock = threading.Lock()
+        self._open: dict[int, list[int]] = {}  # log id -> [fd, refs]
+        self._doomed: set[int] = set()
+
+    def read(self, loc: Location, length: int | None = None) -> bytes | None:
+        """``length`` bytes (default: the record) at ``loc``; None if the log is gone."""
+        want = loc.length if length is None else length
+        with self._lock:
+            if loc.log_id in self._doomed:
+                return None
+            slot = self._open.get(loc.log_id)
+            if slot is None:
+                try:
+                    fd = os.open(self._dir / file_name(loc.log_id), os.O_RDONLY)
+                except FileNotFoundError:
+                    return None
+                slot = self._open[loc.log_id] = [fd, 0]
+            slot[1] += 1
+        try:
+            return os.pread(slot[0], want, loc.offset)
+        finally:
+            self._release(loc.log_id, slot)
+
+    def _release(self, log_id: int, slot: list[int]) -> None:
+        with self._lock:
+            slot[1] -= 1
+            if slot[1] == 0 and log_id in self._doomed:
+                os.close(slot[0])
+                del self._open[log_id]
+                self._doomed.discard(log_id)
+
+    def delete(self, log_id: int) -> int:
+        """Unlink a log; return the bytes it held."""
+        path = self._dir / file_name(log_id)
+        size = path.stat().st_size
+        path.unlink()
+        with self._lock:
+            slot = self._open.get(log_id)
+            if slot is not None:
+                if slot[1] == 0:
+                    os.close(slot[0])
+                    del self._open[log_id]
+                else:
+                    self._doomed.add(log_id)
+        return size
+
+    def close(self) -> None:
+        with self._lock:
+            for fd, _refs in self._open.values():
+                os.close(fd)
+            self._open.clear()
+            self._doomed.clear()
+
+
+class LogIds:
+    """Allocates increasing log ids, shared by the checkpoint and compaction writers."""
+
+    def __init__(self, next_id: int) -> None:
+        self._next = next_id
+        self._lock = threading.Lock()
+
+    def allocate(self) -> int:
+        with self._lock:
+            log_id = self._next
+            self._next += 1
+            return log_id
+
+
+class EntryLogWriter:
+    """Appends records to the current log, rolling past ``bytes_max``.
+
+    One writer is used by one thread at a time (the checkpoint or the compactor).
+    ``sync()`` fsyncs every log written since the last sync; only then may the index
+    point at the new locations.
+    """
+
+    def __init__(self, directory: Path, ids: LogIds, bytes_max: int, fsync: Fsync) -> None:
+        self._dir = directory
+        self._ids = ids
+        self._bytes_max = bytes_max
+        self._fsync = fsync
+        self._fd = -1
+        self._log_id = -1
+        self._size = 0
+        self._buf = bytearray()
+        self._buf_start = 0
+        self._unsynced: list[int] = []  # fds of rolled logs awaiting sync (then closed)
+        self.written_bytes: dict[int, int] = {}  # log id -> bytes appended since sync
+
+    @property
+    def log_id(self) -> int:
+        """The log being appended to (-1 before the first append)."""
+        return self._log_id
+
+    def append(self, ledger_id: int, entry_id: int, payload: bytes) -> Location:
+        self._maybe_roll()
+        offset = self._size
+        n = encode_into(self._buf, ledger_id, entry_id, payload)
+        return self._appended(offset, n)
+
+    def append_record(self, record: bytes) -> Location:
+        """Append an already encoded record verbatim (compaction)."""
+        self._maybe_roll()
+        offset = self._size
+        self._buf += record
+        return self._appended(offset, len(record))
+
+    def _appended(self, offset: int, n: int) -> Location:
+        self._size += n
+        self.written_bytes[self._log_id] = self.written_bytes.get(self._log_id, 0) + n
+        if len(self._buf) >= _WRITE_CHUNK_BYTES:
+            self._write_buf()
+        return Location(self._log_id, offset, n)
+
+    def _maybe_roll(self) -> None:
+        if self._fd >= 0 and self._size < self._bytes_max:
+            return
+        if self._fd >= 0:
+            self._write_buf()
+            self._unsynced.append(self._fd)
+        log_id = self._ids.allocate()
+        fd = os.open(self._dir / file_name(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd, self._log_id = fd, log_id
+        header = encode_file_header(log_id)
+        self._buf = bytearray(header)
+        self._buf_start = 0
+        self._size = len(header)
+        self.written_bytes[log_id] = self.written_bytes.get(log_id, 0) + len(header)
+
+    def _write_buf(self) -> None:
+        view = memoryview(self._buf)
+        pos = self._buf_start
+        while view:
+            n = os.pwrite(self._fd, view, pos)
+            view = view[n:]
+            pos += n
+        view.release()
+        self._buf_start = pos
+        self._buf.clear()
+
+    def sync(self) -> dict[int, int]:
+        """Write buffered records, fsync every touched log (and the directory).
+
+        Returns the bytes appended per log since the previous sync.
+        """
+        if self._fd >= 0:
+            self._write_buf()
+            self._fsync(self._fd)
+        for fd in self._unsynced:
+            try:
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+        created = bool(self._unsynced) or bool(self.written_bytes)
+        self._unsynced.clear()
+        if created:
+            dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                self._fsync(dfd)
+            finally:
+                os.close(dfd)
+        written, self.written_bytes = self.written_bytes, {}
+        return written
+
+    def close(self) -> None:
+        for fd in self._unsynced:
+            os.close(fd)
+        self._unsynced.clear()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def scan(directory: Path, log_id: int) -> Iterator[tuple[int, int, Location, bytes]]:
+    """(ledger, entry, location, record bytes) of every valid record, in file order.
+
+    Stops at the first bad record: whatever follows was never indexed (a crash during a
+    flush leaves an unindexed tail).
+    """
+    path = directory / file_name(log_id)
+    with path.open("rb", buffering=1 << 20) as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = FILE_HEADER_BYTES
+        f.seek(pos)
+        while pos + RECORD_HEADER_BYTES <= size:
+            head = f.read(RECORD_HEADER_BYTES)
+            _crc, length, _v, _ledger, _entry = _RECORD_HEADER.unpack(head)
+            if length < RECORD_HEADER_BYTES - 8 or length > RECORD_BYTES_MAX:
+                return
+            record = head + f.read(length + 8 - RECORD_HEADER_BYTES)
+            try:
+                ledger_id, entry_id, _payload = decode_record(record)
+            except ChecksumError:
+                return
+            yield ledger_id, entry_id, Location(log_id, pos, len(record)), record
+            pos += len(record)
+
+
+def group_runs(locs: Iterable[tuple[int, Location]]) -> list[tuple[Location, list[int]]]:
+    """Merge locations that are adjacent in the same log into one read each.
+
+    Input: (entry id, location) in entry order. Output: (run location, entry ids).
+    """
+    runs: list[tuple[Location, list[int]]] = []
+    for entry_id, loc in locs:
+        if runs:
+            run, ids = runs[-1]
+            if run.log_id == loc.log_id and run.offset + run.length == loc.offset:
+                runs[-1] = (Location(run.log_id, run.offset, run.length + loc.length), ids)
+                ids.append(entry_id)
+                continue
+        runs.append((loc, [entry_id]))
+    return runs

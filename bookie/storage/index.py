@@ -1,0 +1,220 @@
+"""The RocksDB index: where each checkpointed entry lives, and per-ledger state.
+
+Keys and values (rocksdict raw mode, all integers big-endian so keys sort by number)::
+
+    b"E" | ledger_id u64 | entry_id u64  ->  log_id u64 | offset u64 | length u32
+    b"S" | ledger_id u64                 ->  version u8 | flags u8 (bit 0: fenced) |
+                                             lac i64 | last_entry i64 | master key
+    b"G" | log_id u64                    ->  version u8 | total_bytes u64 | live_bytes u64
+
+``G`` rows are written in the same batch as the ``E`` rows that point into the log, so a
+log file without a ``G`` row holds nothing indexed (a crash mid-flush) and is deleted at
+start. Live bytes may be overestimated (an entry rewritten by recovery leaves its old
+copy counted), which only makes compaction less eager, never wrong: compaction checks
+every record against the ``E`` row before it copies it.
+
+Every method blocks: the engine calls them on executor threads, never on the loop.
+Mutations take one lock so compaction's compare-and-move cannot race a ledger delete.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from bookline.errors import ChecksumError, IOFailureError
+
+from .entrylog import Location
+
+_E = b"E"
+_S = b"S"
+_G = b"G"
+_KEY_ENTRY = struct.Struct(">cQQ")
+_KEY_ID = struct.Struct(">cQ")
+_LOC = struct.Struct(">QQI")
+_STATE = struct.Struct(">BBqq")
+_STATS = struct.Struct(">BQQ")
+STATE_VERSION = 1
+STATS_VERSION = 1
+_FENCED = 1
+_U64_MAX = (1 << 64) - 1
+
+
+class LedgerRecord(NamedTuple):
+    """Persisted per-ledger state."""
+
+    master_key: bytes
+    fenced: bool
+    lac: int
+    last_entry: int
+
+
+def entry_key(ledger_id: int, entry_id: int) -> bytes:
+    return _KEY_ENTRY.pack(_E, ledger_id, entry_id)
+
+
+def encode_state(rec: LedgerRecord) -> bytes:
+    flags = _FENCED if rec.fenced else 0
+    return _STATE.pack(STATE_VERSION, flags, rec.lac, rec.last_entry) + rec.master_key
+
+
+def decode_state(data: bytes) -> LedgerRecord:
+    if len(data) < _STATE.size or data[0] != STATE_VERSION:
+        raise ChecksumError("index ledger state has an unknown version or is too short")
+    _v, flags, lac, last_entry = _STATE.unpack_from(data)
+    return LedgerRecord(bytes(data[_STATE.size :]), bool(flags & _FENCED), lac, last_entry)
+
+
+class Index:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._db: Rdict | None = None
+        self._lock = threading.Lock()
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        # log id -> [total bytes, live bytes]; mirrors the G rows.
+        self.log_stats: dict[int, list[int]] = {}
+
+    @property
+    def db(self) -> Rdict:
+        if self._db is None:
+            raise IOFailureError("index is not open")
+        return self._db
+
+    def open(self) -> dict[int, LedgerRecord]:
+        """Open the database; return every ledger's state and load the log stats."""
+        try:
+            self._db = Rdict(str(self._path), Options(raw_mode=True))
+        except Exception as exc:  # rocksdict raises bare Exception subclasses
+            raise IOFailureError(f"cannot open index at {self._path}: {exc}") from exc
+        states: dict[int, LedgerRecord] = {}
+        for key, value in self._prefix_items(_S):
+            states[_KEY_ID.unpack(key)[1]] = decode_state(value)
+        for key, value in self._prefix_items(_G):
+            if value[0] != STATS_VERSION:
+                raise ChecksumError("index log stats have an unknown version")
+            _v, total, live = _STATS.unpack(value)
+            self.log_stats[_KEY_ID.unpack(key)[1]] = [total, live]
+        return states
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _prefix_items(self, prefix: bytes, start: bytes | None = None) -> Iterable[
+            tuple[bytes, bytes]]:
+        for key, value in self.db.items(from_key=start or prefix):
+            if not key.startswith(prefix):
+                return
+            yield key, value
+
+    # -- reads --
+
+    def get(self, ledger_id: int, entry_id: int) -> Location | None:
+        value = self.db.get(entry_key(ledger_id, entry_id))
+        return None if value is None else Location(*_LOC.unpack(value))
+
+    def scan(self, ledger_id: int, from_entry: int, limit: int) -> list[tuple[int, Location]]:
+        """Up to ``limit`` (entry id, location) of a ledger from ``from_entry`` on."""
+        out: list[tuple[int, Location]] = []
+        if limit <= 0:
+            return out
+        prefix = _KEY_ID.pack(_E, ledger_id)
+        for key, value in self._prefix_items(prefix, entry_key(ledger_id, from_entry)):
+            out.append((_KEY_ENTRY.unpack(key)[2], Location(*_LOC.unpack(value))))
+            if len(out) >= limit:
+                break
+        return out
+
+    def entry_ids(self, ledger_id: int) -> list[int]:
+        prefix = _KEY_ID.pack(_E, ledger_id)
+        return [_KEY_ENTRY.unpack(k)[2] for k, _ in self._prefix_items(prefix)]
+
+    # -- writes --
+
+    def _add_stats(self, batch: WriteBatch, log_id: int, total: int, live: int) -> None:
+        stats = self.log_stats.setdefault(log_id, [0, 0])
+        stats[0] += total
+        stats[1] += live
+        batch.put(_KEY_ID.pack(_G, log_id), _STATS.pack(STATS_VERSION, stats[0], stats[1]))
+
+    def write_checkpoint(
+        self,
+        locations: list[tuple[int, int, Location]],
+        states: dict[int, LedgerRecord],
+        written: dict[int, int],
+    ) -> None:
+        """One synced batch: new entry locations, ledger states, log stats."""
+        batch = WriteBatch(raw_mode=True)
+        live: dict[int, int] = {}
+        for ledger_id, entry_id, loc in locations:
+            batch.put(entry_key(ledger_id, entry_id), _LOC.pack(*loc))
+            live[loc.log_id] = live.get(loc.log_id, 0) + loc.length
+        for ledger_id, rec in states.items():
+            batch.put(_KEY_ID.pack(_S, ledger_id), encode_state(rec))
+        with self._lock:
+            for log_id, total in written.items():
+                self._add_stats(batch, log_id, total, live.get(log_id, 0))
+            self.db.write(batch, self._sync)
+
+    def relocate(
+        self,
+        moves: list[tuple[int, int, Location, Location]],
+        written: dict[int, int],
+        dead_log: int,
+    ) -> int:
+        """Point entries at their compacted copies when the index still points at the
+        old copy (a delete or a rewrite in between wins); drop the old log's stats.
+        Returns the number of entries moved."""
+        batch = WriteBatch(raw_mode=True)
+        live: dict[int, int] = {}
+        moved = 0
+        with self._lock:
+            for ledger_id, entry_id, old, new in moves:
+                key = entry_key(ledger_id, entry_id)
+                value = self.db.get(key)
+                if value is None or Location(*_LOC.unpack(value)) != old:
+                    continue
+                batch.put(key, _LOC.pack(*new))
+                live[new.log_id] = live.get(new.log_id, 0) + new.length
+                moved += 1
+            for log_id, total in written.items():
+                self._add_stats(batch, log_id, total, live.get(log_id, 0))
+            batch.delete(_KEY_ID.pack(_G, dead_log))
+            self.db.write(batch, self._sync)
+            self.log_stats.pop(dead_log, None)
+        return moved
+
+    def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
+        """Drop the entries and state of ledgers; account the dead bytes per log."""
+        batch = WriteBatch(raw_mode=True)
+        dead: dict[int, int] = {}
+        with self._lock:
+            for ledger_id in ledger_ids:
+                prefix = _KEY_ID.pack(_E, ledger_id)
+                for _key, value in self._prefix_items(prefix):
+                    loc = Location(*_LOC.unpack(value))
+                    dead[loc.log_id] = dead.get(loc.log_id, 0) + loc.length
+                end = _KEY_ID.pack(_E, ledger_id + 1) if ledger_id < _U64_MAX else _S
+                batch.delete_range(entry_key(ledger_id, 0), end)
+                batch.delete(_KEY_ID.pack(_S, ledger_id))
+            for log_id, nbytes in dead.items():
+                if log_id in self.log_stats:
+                    live = self.log_stats[log_id][1]
+                    self._add_stats(batch, log_id, 0, -min(nbytes, live))
+            self.db.write(batch, self._sync)
+
+    def drop_log_stats(self, log_id: int) -> None:
+        with self._lock:
+            self.db.delete(_KEY_ID.pack(_G, log_id), self._sync)
+            self.log_stats.pop(log_id, None)
+
+    def stats_snapshot(self) -> dict[int, tuple[int, int]]:
+        with self._lock:
+            return {k: (v[0], v[1]) for k, v in self.log_stats.items()}

@@ -1,0 +1,562 @@
+"""The bookie journal: append-only, checksummed records, group-committed by one thread.
+
+On-disk layout (all integers big-endian)::
+
+    journal file  <file_id:016x>.journal
+      header   24 bytes: magic b"BKLJ" | version u16 | flags u16 | file_id u64 |
+                         reserved u32 | crc32c u32 (over the 20 bytes before it)
+      records  back to back, then preallocated zeros up to the allocated size
+
+    record
+      crc32c   u32   over every byte after this field: length .. end of body
+      length   u32   bytes after this field (version + type + body); 0 = end of data
+      version  u8    RECORD_VERSION
+      type     u8    ADD | MASTER_KEY | FENCE
+      body
+        ADD         ledger_id u64 | entry_id i64 | lac i64 | payload (rest)
+        MASTER_KEY  ledger_id u64 | master key (rest)
+        FENCE       ledger_id u64
+
+    mark file  journal.mark  (in the ledgers directory: it states what entry logs + index
+               already hold; written to a temp file, fsynced, renamed, dir fsynced)
+      magic b"BKLM" | version u16 | file_id u64 | offset u64 | crc32c u32 (over the rest)
+
+Preallocated space reads as zeros, so a zero ``length`` marks the end of the data. A
+record whose length runs past the file end, exceeds ``RECORD_BYTES_MAX`` or fails its
+checksum is a torn (never acknowledged) tail: replay stops there and the engine cuts it
+off with :func:`truncate_tail` before any new record is appended.
+
+Threading: producers call :meth:`Journal.submit` on the event loop thread; the journal
+thread takes everything queued (bounded by bytes and wait), writes it in one ``pwrite``,
+calls ``fsync`` once, then hands the group back to the loop with
+``call_soon_threadsafe``. A write or fsync error is fatal: every pending and later
+record fails with IOFailureError and the fatal callback runs (the server exits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+import crc32c
+
+from bookline.errors import ChecksumError, ClosedError, IOFailureError
+from bookline.invariants import invariant
+
+log = logging.getLogger(__name__)
+
+FILE_MAGIC = b"BKLJ"
+FILE_VERSION = 1
+RECORD_VERSION = 1
+FILE_SUFFIX = ".journal"
+
+ADD = 1
+MASTER_KEY = 2
+FENCE = 3
+_TYPES = (ADD, MASTER_KEY, FENCE)
+
+_FILE_HEADER = struct.Struct(">4sHHQI")  # + crc u32
+FILE_HEADER_BYTES = _FILE_HEADER.size + 4
+_PREFIX = struct.Struct(">II")  # crc, length
+_ADD_HEAD = struct.Struct(">IIBBQqq")  # crc, length, version, type, ledger, entry, lac
+_KEYED_HEAD = struct.Struct(">IIBBQ")  # crc, length, version, type, ledger
+_BODY_LEDGER = struct.Struct(">Q")
+_BODY_ADD = struct.Struct(">Qqq")
+# Larger than any frame a bookie accepts; a bigger length can only be garbage.
+RECORD_BYTES_MAX = 64 << 20
+# Replay reads files through a buffer of this size.
+_READ_BUFFER_BYTES = 1 << 20
+
+Fsync = Callable[[int], None]
+Clock = Callable[[], float]
+
+
+class JournalMark(NamedTuple):
+    """A position in the journal: everything before it is covered by a checkpoint."""
+
+    file_id: int
+    offset: int
+
+
+class JournalRecord(NamedTuple):
+    type: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    data: bytes  # payload (ADD), master key (MASTER_KEY), b"" (FENCE)
+
+
+# --- codec (pure) ---------------------------------------------------------------------
+
+
+def encode_file_header(file_id: int) -> bytes:
+    head = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, file_id, 0)
+    return head + crc32c.crc32c(head).to_bytes(4, "big")
+
+
+def decode_file_header(data: bytes) -> int | None:
+    """The file id, or None when the header is torn or not a journal header."""
+    if len(data) < FILE_HEADER_BYTES:
+        return None
+    head = data[: _FILE_HEADER.size]
+    if crc32c.crc32c(head) != int.from_bytes(data[_FILE_HEADER.size : FILE_HEADER_BYTES], "big"):
+        return None
+    magic, version, _flags, file_id, _reserved = _FILE_HEADER.unpack(head)
+    if magic != FILE_MAGIC or version != FILE_VERSION:
+        return None
+    return int(file_id)
+
+
+def encode_record(rec: JournalRecord) -> bytes:
+    """One record as bytes (tests and slow paths; the journal thread encodes in place)."""
+    out = bytearray()
+    encode_into(out, rec.type, rec.ledger_id, rec.entry_id, rec.lac, rec.data)
+    return bytes(out)
+
+
+def encode_into(out: bytearray, rtype: int, ledger_id: int, entry_id: int, lac: int,
+                data: bytes) -> None:
+    """Append one encoded record to ``out`` (one header pack, one payload copy)."""
+    if rtype == ADD:
+        length = _ADD_HEAD.size - 8 + len(data)
+        head = _ADD_HEAD.pack(0, length, RECORD_VERSION, ADD, ledger_id, entry_id, lac)
+    else:
+        body = data if rtype == MASTER_KEY else b""
+        length = _KEYED_HEAD.size - 8 + len(body)
+        head = _KEYED_HEAD.pack(0, length, RECORD_VERSION, rtype, ledger_id)
+        data = body
+    crc = crc32c.crc32c(data, crc32c.crc32c(memoryview(head)[4:]))
+    start = len(out)
+    out += head
+    out += data
+    out[start : start + 4] = crc.to_bytes(4, "big")
+
+
+def decode_body(payload: bytes | memoryview) -> JournalRecord:
+    """Decode ``version | type | body`` (already checksummed) into a record."""
+    version, rtype = payload[0], payload[1]
+    if version != RECORD_VERSION:
+        raise ChecksumError(f"journal record version {version} is not {RECORD_VERSION}")
+    body = payload[2:]
+    if rtype == ADD:
+        if len(body) < _BODY_ADD.size:
+            raise ChecksumError("journal ADD record too short")
+        ledger_id, entry_id, lac = _BODY_ADD.unpack_from(body)
+        return JournalRecord(ADD, ledger_id, entry_id, lac, bytes(body[_BODY_ADD.size :]))
+    if rtype in (MASTER_KEY, FENCE):
+        if len(body) < _BODY_LEDGER.size:
+            raise ChecksumError("journal record too short")
+        (ledger_id,) = _BODY_LEDGER.unpack_from(body)
+        data = bytes(body[_BODY_LEDGER.size :]) if rtype == MASTER_KEY else b""
+        return JournalRecord(rtype, ledger_id, -1, -1, data)
+    raise ChecksumError(f"journal record type {rtype} unknown")
+
+
+class _Scan(NamedTuple):
+    end: int  # offset just past the last good record
+    clean: bool  # True when the data ended at zeros/EOF, False on a torn or bad record
+
+
+def iter_records(f: BinaryIO, offset: int, file_size: int,
+                 out: list[tuple[JournalRecord, int]]) -> _Scan:
+    """Read records from ``offset`` into ``out`` as (record, end offset) pairs."""
+    f.seek(offset)
+    pos = offset
+    while True:
+        prefix = f.read(_PREFIX.size)
+        if len(prefix) < _PREFIX.size:
+            return _Scan(pos, not prefix.strip(b"\0"))
+        crc, length = _PREFIX.unpack(prefix)
+        if length == 0:
+            return _Scan(pos, crc == 0)
+        if length < 2 or length > RECORD_BYTES_MAX or pos + _PREFIX.size + length > file_size:
+            return _Scan(pos, False)
+        rest = f.read(length)
+        if len(rest) < length or crc32c.crc32c(rest, crc32c.crc32c(prefix[4:])) != crc:
+            return _Scan(pos, False)
+        try:
+            rec = decode_body(rest)
+        except ChecksumError:
+            return _Scan(pos, False)
+        pos += _PREFIX.size + length
+        out.append((rec, pos))
+
+
+# --- files ----------------------------------------------------------------------------
+
+
+def file_name(file_id: int) -> str:
+    return f"{file_id:016x}{FILE_SUFFIX}"
+
+
+def list_files(directory: Path) -> list[int]:
+    ids = []
+    for p in directory.iterdir():
+        if p.name.endswith(FILE_SUFFIX):
+            with contextlib.suppress(ValueError):
+                ids.append(int(p.name[: -len(FILE_SUFFIX)], 16))
+    return sorted(ids)
+
+
+def fsync_dir(directory: Path, fsync: Fsync) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    records: list[tuple[JournalRecord, int]] = field(default_factory=list)
+    last_file_id: int = -1
+    # Where the last file's good data ends; the engine truncates the tail there.
+    tail_end: int = 0
+    tail_clean: bool = True
+
+
+def replay(directory: Path, mark: JournalMark) -> ReplayResult:
+    """Every record at or after ``mark``, in order (blocking: run before the thread).
+
+    A bad record in the last file is a torn tail (reported, not raised); in an earlier
+    file it is corruption of acknowledged data and raises ChecksumError, since files are
+    only rolled after their last group was fsynced.
+    """
+    result = ReplayResult()
+    ids = [i for i in list_files(directory) if i >= mark.file_id]
+    for n, file_id in enumerate(ids):
+        last = n == len(ids) - 1
+        path = directory / file_name(file_id)
+        with path.open("rb", buffering=_READ_BUFFER_BYTES) as f:
+            size = os.fstat(f.fileno()).st_size
+            head_ok = decode_file_header(f.read(FILE_HEADER_BYTES)) == file_id
+            if not head_ok:
+                if not last:
+                    raise ChecksumError(f"journal {path} has a bad header")
+                result.last_file_id, result.tail_end, result.tail_clean = file_id, 0, False
+                break
+            start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
+            start = max(start, FILE_HEADER_BYTES)
+            scan = iter_records(f, start, size, result.records)
+        if not scan.clean and not last:
+            raise ChecksumError(f"journal {path} is corrupt at offset {scan.end}")
+        result.last_file_id, result.tail_end, result.tail_clean = file_id, scan.end, scan.clean
+    return result
+
+
+def truncate_tail(directory: Path, file_id: int, end: int, fsync: Fsync) -> None:
+    """Cut a journal file at ``end`` (deleting it when even its header is torn)."""
+    path = directory / file_name(file_id)
+    if end < FILE_HEADER_BYTES:
+        path.unlink()
+        fsync_dir(directory, fsync)
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, end)
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_MARK = struct.Struct(">4sHQQ")
+MARK_MAGIC = b"BKLM"
+MARK_VERSION = 1
+MARK_FILE = "journal.mark"
+
+
+def encode_mark(mark: JournalMark) -> bytes:
+    body = _MARK.pack(MARK_MAGIC, MARK_VERSION, mark.file_id, mark.offset)
+    return body + crc32c.crc32c(body).to_bytes(4, "big")
+
+
+def decode_mark(data: bytes) -> JournalMark:
+    body = data[: _MARK.size]
+    if len(data) != _MARK.size + 4 or crc32c.crc32c(body) != int.from_bytes(data[-4:], "big"):
+        raise ChecksumError("journal mark file is torn or corrupt")
+    magic, version, file_id, offset = _MARK.unpack(body)
+    if magic != MARK_MAGIC or version != MARK_VERSION:
+        raise ChecksumError(f"journal mark has magic {magic!r} version {version}")
+    return JournalMark(file_id, offset)
+
+
+def read_mark(directory: Path) -> JournalMark | None:
+    try:
+        data = (directory / MARK_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_mark(data)
+
+
+def write_mark(directory: Path, mark: JournalMark, fsync: Fsync) -> None:
+    """Persist the mark atomically: temp file, fsync, rename, fsync the directory."""
+    tmp = directory / (MARK_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        data = encode_mark(mark)
+        invariant(os.write(fd, data) == len(data), "short write of the journal mark")
+        fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / MARK_FILE)
+    fsync_dir(directory, fsync)
+
+
+# --- the group-commit thread ----------------------------------------------------------
+
+# Queue item: (type, ledger_id, entry_id, lac, data, future or None).
+Item = tuple[int, int, int, int, bytes, "asyncio.Future[None] | None"]
+OnDurable = Callable[[list[Item], JournalMark], None]
+# Rough per-record header bytes for group accounting.
+_RECORD_OVERHEAD_BYTES = _ADD_HEAD.size
+
+
+@dataclass(slots=True)
+class JournalStats:
+    """Counters written by the journal thread, read by the metrics module."""
+
+    groups: int = 0
+    records: int = 0
+    bytes: int = 0
+    last_group_records: int = 0
+    fsyncs: int = 0
+    fsync_seconds_total: float = 0.0
+    fsync_seconds_max: float = 0.0
+    files_rolled: int = 0
+    # Optional hook(fsync seconds, records, bytes) for a latency histogram.
+    observer: Callable[[float, int, int], None] | None = None
+
+
+class Journal:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_bytes_max: int,
+        prealloc_bytes: int,
+        group_bytes_max: int,
+        group_wait_ms: float,
+        flush_when_idle: bool,
+        sync: bool,
+        fsync: Fsync,
+        clock: Clock,
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self._dir = directory
+        self._file_bytes_max = file_bytes_max
+        self._prealloc_bytes = prealloc_bytes
+        self._group_bytes_max = group_bytes_max
+        self._group_wait_s = group_wait_ms / 1000.0
+        self._flush_when_idle = flush_when_idle
+        self._sync = sync
+        self._fsync = fsync
+        self._clock = clock
+        self._on_fatal = on_fatal
+        self.stats = JournalStats()
+        self._queue: collections.deque[Item] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = False
+        self._stopping = False
+        self._failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_durable: OnDurable | None = None
+        self._fd = -1
+        self._file_id = -1
+        self._pos = 0
+        self._alloc_end = 0
+        self._prealloc_ok = True
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    @property
+    def current_file_id(self) -> int:
+        return self._file_id
+
+    def start(self, loop: asyncio.AbstractEventLoop, next_file_id: int,
+              on_durable: OnDurable) -> JournalMark:
+        """Open a fresh file and start the thread; return the mark of its first record."""
+        invariant(self._thread is None, "journal started twice")
+        self._loop = loop
+        self._on_durable = on_durable
+        self._open_file(next_file_id)
+        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread.start()
+        return JournalMark(self._file_id, self._pos)
+
+    def submit(self, item: Item) -> None:
+        """Queue one record (event loop thread). Its future resolves after the fsync."""
+        if self._failed is not None:
+            raise IOFailureError("journal failed earlier; not accepting writes") from self._failed
+        if self._stopping:
+            raise ClosedError("journal is closed")
+        self._queue.append(item)
+        if self._idle:
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Write what is queued, then stop the thread (blocking: call via to_thread)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete_before(self, file_id: int) -> int:
+        """Delete journal files older than ``file_id`` (never the current one)."""
+        removed = 0
+        for fid in list_files(self._dir):
+            if fid < file_id and fid != self._file_id:
+                (self._dir / file_name(fid)).unlink()
+                removed += 1
+        return removed
+
+    # -- journal thread --
+
+    def _open_file(self, file_id: int) -> None:
+        path = self._dir / file_name(file_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            header = encode_file_header(file_id)
+            self._fd, self._file_id, self._pos, self._alloc_end = fd, file_id, 0, 0
+            self._ensure_allocated(len(header))
+            self._write_all(header, 0)
+            self._fsync(fd)
+            fsync_dir(self._dir, self._fsync)
+        except BaseException:
+            os.close(fd)
+            self._fd = -1
+            raise
+        self._pos = len(header)
+
+    def _ensure_allocated(self, nbytes: int) -> None:
+        if not self._prealloc_ok or self._pos + nbytes <= self._alloc_end:
+            return
+        grow = max(self._prealloc_bytes, self._pos + nbytes - self._alloc_end)
+        try:
+            os.posix_fallocate(self._fd, self._alloc_end, grow)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            log.warning("journal preallocation unsupported here (%s); writing without", exc)
+            self._prealloc_ok = False
+            return
+        self._alloc_end += grow
+
+    def _write_all(self, data: bytes | bytearray, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._fd, view, offset)
+            view = view[n:]
+            offset += n
+
+    def _collect(self) -> list[Item] | None:
+        q = self._queue
+        while not q:
+            if self._stopping:
+                return None
+            self._wake.clear()
+            self._idle = True
+            if not q:
+                self._wake.wait()
+            self._idle = False
+        group: list[Item] = []
+        nbytes = 0
+        deadline = self._clock() + self._group_wait_s
+        while True:
+            while q and nbytes < self._group_bytes_max:
+                item = q.popleft()
+                group.append(item)
+                nbytes += len(item[4]) + _RECORD_OVERHEAD_BYTES
+            if nbytes >= self._group_bytes_max or self._flush_when_idle or self._stopping:
+                return group
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return group
+            self._wake.clear()
+            self._idle = True
+            if not q:
+                self._wake.wait(remaining)
+            self._idle = False
+
+    def _run(self) -> None:
+        loop, on_durable = self._loop, self._on_durable
+        invariant(loop is not None and on_durable is not None, "journal thread without loop")
+        assert loop is not None and on_durable is not None  # for mypy; checked above
+        buf = bytearray()
+        group: list[Item] = []
+        try:
+            while True:
+                collected = self._collect()
+                if collected is None:
+                    return
+                group = collected
+                buf.clear()
+                for rtype, ledger_id, entry_id, lac, data, _fut in group:
+                    encode_into(buf, rtype, ledger_id, entry_id, lac, data)
+                self._ensure_allocated(len(buf))
+                self._write_all(buf, self._pos)
+                if self._sync:
+                    t0 = time.perf_counter()
+                    self._fsync(self._fd)
+                    self._note_fsync(time.perf_counter() - t0, len(group), len(buf))
+                self._pos += len(buf)
+                st = self.stats
+                st.groups += 1
+                st.records += len(group)
+                st.bytes += len(buf)
+                st.last_group_records = len(group)
+                loop.call_soon_threadsafe(on_durable, group, JournalMark(self._file_id, self._pos))
+                group = []
+                if self._pos >= self._file_bytes_max:
+                    self._roll()
+        except BaseException as exc:
+            log.critical("journal write/fsync failed; the bookie stops acknowledging",
+                         exc_info=True)
+            self._failed = exc
+            self._stopping = True
+            with contextlib.suppress(RuntimeError):  # loop already closed: nobody waits
+                loop.call_soon_threadsafe(self._fail_pending, group, exc)
+
+    def _note_fsync(self, seconds: float, records: int, nbytes: int) -> None:
+        st = self.stats
+        st.fsyncs += 1
+        st.fsync_seconds_total += seconds
+        st.fsync_seconds_max = max(st.fsync_seconds_max, seconds)
+        if st.observer is not None:
+            st.observer(seconds, records, nbytes)
+
+    def _roll(self) -> None:
+        old = self._fd
+        self._open_file(self._file_id + 1)
+        os.close(old)
+        self.stats.files_rolled += 1
+
+    def _fail_pending(self, group: list[Item], exc: BaseException) -> None:
+        """On the loop: fail the group in flight and everything still queued."""
+        items = list(group)
+        while self._queue:
+            items.append(self._queue.popleft())
+        for item in items:
+            fut = item[5]
+            if fut is not None and not fut.done():
+                err = IOFailureError(f"journal write failed: {exc}")
+                err.__cause__ = exc
+                fut.set_exception(err)
+        self._on_fatal(exc)
+

@@ -1,0 +1,87 @@
+"""Typed configuration of the ledger client. Loaded with
+:func:`bookline.config.load_config` from the ``[ledger]`` section of a TOML file and
+``BOOKLINE_LEDGER_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bookline.errors import ConfigError
+
+__all__ = ["LedgerConfig"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    # --- defaults for new ledgers ---------------------------------------------------
+    # Ensemble size E: bookies a ledger stripes over.
+    ensemble_size: int = 3
+    # Write quorum Qw: replicas of every entry.
+    write_quorum: int = 3
+    # Ack quorum Qa: acks needed before an entry counts as written.
+    ack_quorum: int = 2
+    # "crc32c" (detects corruption) or "hmac_sha256" (also stops forgery without the password).
+    digest_type: str = "crc32c"
+
+    # --- timeouts -------------------------------------------------------------------
+    # One add request to one bookie; past it the bookie is replaced (ensemble change).
+    add_timeout_ms: int = 5_000
+    # One read request to one bookie (speculation covers slow replicas before this).
+    read_timeout_ms: int = 5_000
+    # One fencing read; a bookie that does not answer counts as "unknown".
+    fence_timeout_ms: int = 5_000
+    # Speculative reads: ask the next replica after this long without an answer...
+    speculative_read_first_timeout_ms: int = 50
+    # ...doubling each time, never waiting longer than this between two replicas.
+    speculative_read_max_timeout_ms: int = 2_000
+    # Long-poll READ_LAC: the bookie holds the request at most this long.
+    long_poll_timeout_ms: int = 10_000
+    # ZooKeeper metadata operations (create / read / CAS) as seen by the ledger client.
+    metadata_timeout_ms: int = 15_000
+
+    # --- ensemble changes -----------------------------------------------------------
+    # Ensemble changes one add may trigger before the writer gives up (fail stop).
+    ensemble_change_retries_max: int = 10
+    # A bookie that failed is avoided by placement for this long.
+    placement_avoid_ms: int = 60_000
+    # Retries of a metadata CAS that lost against a concurrent update (re-read, re-apply).
+    metadata_cas_retries_max: int = 20
+
+    # --- limits ---------------------------------------------------------------------
+    # Adds in flight (sent, not yet acknowledged) per ledger handle; add() waits beyond
+    # this (backpressure) rather than queueing without bound.
+    adds_in_flight_max: int = 10_000
+    # Bytes of payload in flight per ledger handle (same backpressure).
+    add_bytes_in_flight_max: int = 64 << 20
+    # Largest payload of one entry (bookies bound frame sizes too).
+    entry_bytes_max: int = 4 << 20
+    # Concurrent entry reads issued by a read of a range (read_entries / recovery).
+    reads_in_flight_max: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ConfigError(
+                "ledger quorums must satisfy ensemble_size >= write_quorum >= ack_quorum >= 1, "
+                f"got E={self.ensemble_size} Qw={self.write_quorum} Qa={self.ack_quorum}"
+            )
+        if self.digest_type.lower() not in ("crc32c", "hmac_sha256"):
+            raise ConfigError(
+                f"ledger.digest_type must be crc32c or hmac_sha256, got {self.digest_type!r}"
+            )
+        positive = (
+            "add_timeout_ms", "read_timeout_ms", "fence_timeout_ms",
+            "speculative_read_first_timeout_ms", "speculative_read_max_timeout_ms",
+            "long_poll_timeout_ms", "metadata_timeout_ms", "adds_in_flight_max",
+            "add_bytes_in_flight_max", "entry_bytes_max", "reads_in_flight_max",
+            "metadata_cas_retries_max",
+        )  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"ledger.{name} must be positive")
+        if self.speculative_read_max_timeout_ms < self.speculative_read_first_timeout_ms:
+            raise ConfigError("ledger.speculative_read_max_timeout_ms must be >= the first timeout")
+        if self.ensemble_change_retries_max < 0 or self.placement_avoid_ms < 0:
+            raise ConfigError(
+                "ledger.ensemble_change_retries_max and placement_avoid_ms must be >= 0"
+            )

@@ -1,0 +1,272 @@
+"""Reading a ledger: verified speculative entry reads, LAC reads, long-poll tailing.
+
+A reader never trusts one bookie: every entry is verified against its digest (and its
+ledger and entry id) and a failed verification counts as that replica failing, so the
+next replica is asked. Reads stop at what is known to be confirmed: the last entry of a
+closed ledger, or the LastAddConfirmed of one still being written (entries past the LAC
+may never be acknowledged and could vanish in recovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from bookline.errors import (
+    BooklineError,
+    ChecksumError,
+    ConnectionLostError,
+    LedgerClosedError,
+    NoEntryError,
+    NoLedgerError,
+    TimeoutError_,
+)
+from bookline.invariants import invariant
+from ledger.config import LedgerConfig
+from ledger.digest import DigestManager, UnpackedEntry
+from ledger.meta import NO_ENTRY, BookieTransport, LacAnswer, LedgerMeta, MetadataStore
+from ledger.placement import BookieHealth, write_set
+from ledger.speculative import speculative
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LedgerReader", "replicas_of"]
+
+# Piggybacked entries kept for the tailing reader (bounded: a tail needs one or two).
+_PIGGYBACK_CACHE_MAX = 64
+
+
+def replicas_of(meta: LedgerMeta, entry_id: int) -> list[str]:
+    """Bookies holding ``entry_id`` per metadata, in write-set order."""
+    ensemble = meta.ensemble_for(entry_id)
+    return [ensemble[p] for p in write_set(entry_id, meta.ensemble_size, meta.write_quorum)]
+
+
+class LedgerReader:
+    """A read handle. Closed ledgers read up to their last entry; open ones up to the
+    LAC learnt from bookies (:meth:`read_lac`, :meth:`wait_lac`, :meth:`tail`)."""
+
+    def __init__(
+        self,
+        meta: LedgerMeta,
+        version: int,
+        *,
+        store: MetadataStore,
+        transport: BookieTransport,
+        config: LedgerConfig,
+        health: BookieHealth,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._meta = meta
+        self._version = version
+        self._store = store
+        self._transport = transport
+        self._config = config
+        self._health = health
+        self._clock = clock
+        self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        self._lac = meta.last_entry_id if meta.is_closed else NO_ENTRY
+        self._piggyback: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+
+    @property
+    def ledger_id(self) -> int:
+        return self._meta.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMeta:
+        return self._meta
+
+    @property
+    def is_closed(self) -> bool:
+        return self._meta.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """Last entry known readable: the last entry if closed, else the LAC seen so far."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._meta.length
+
+    def _advance_lac(self, lac: int) -> None:
+        if self._meta.is_closed:
+            invariant(lac <= self._meta.last_entry_id, "ledger %d: LAC %d past closed end %d",
+                      self.ledger_id, lac, self._meta.last_entry_id)  # fmt: skip
+            return
+        self._lac = max(self._lac, lac)
+
+    # -- entries -------------------------------------------------------------------
+
+    async def read_entry(self, entry_id: int) -> bytes:
+        """The payload of a confirmed entry (NoEntryError past the readable end)."""
+        return (await self.read_unpacked(entry_id)).payload
+
+    async def read_unpacked(self, entry_id: int, *, unconfirmed: bool = False) -> UnpackedEntry:
+        limit = self._meta.last_entry_id if self._meta.is_closed else self._lac
+        if entry_id < 0 or (entry_id > limit and not unconfirmed):
+            raise NoEntryError(
+                f"ledger {self.ledger_id}: entry {entry_id} is beyond the readable end {limit}"
+            )
+        if self._meta.is_closed and entry_id > self._meta.last_entry_id:
+            raise NoEntryError(f"ledger {self.ledger_id} closed at {self._meta.last_entry_id}")
+        cached = self._piggyback.pop(entry_id, None)
+        if cached is not None:
+            try:
+                return self._digest.verify(cached, entry_id)
+            except ChecksumError as exc:
+                log.warning("ledger %d: piggybacked entry %d corrupt: %s; reading it",
+                            self.ledger_id, entry_id, exc)  # fmt: skip
+
+        async def attempt(bookie: str) -> UnpackedEntry:
+            ans = await self._transport.read(
+                bookie, self.ledger_id, entry_id, fence=False, master_key=b"",
+                timeout_s=self._config.read_timeout_ms / 1000.0,
+            )  # fmt: skip
+            entry = self._digest.verify(ans.data, entry_id)
+            self._advance_lac(ans.lac)
+            return entry
+
+        entry = await speculative(
+            replicas_of(self._meta, entry_id), attempt, health=self._health, clock=self._clock,
+            first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
+            max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
+            what=f"read of ledger {self.ledger_id} entry {entry_id}",
+        )  # fmt: skip
+        self._advance_lac(entry.lac)
+        return entry
+
+    async def read(self, first: int, last: int) -> list[bytes]:
+        """Payloads of entries ``first..last`` inclusive, in order (bounded concurrency)."""
+        return [e.payload async for e in self.iter_entries(first, last)]
+
+    async def iter_entries(self, first: int, last: int) -> AsyncIterator[UnpackedEntry]:
+        """Entries ``first..last`` in order, with up to ``reads_in_flight_max`` reads ahead."""
+        if first > last:
+            return
+        window: collections.deque[asyncio.Task[UnpackedEntry]] = collections.deque()
+        nxt = first
+        try:
+            while nxt <= last or window:
+                while nxt <= last and len(window) < self._config.reads_in_flight_max:
+                    window.append(asyncio.ensure_future(self.read_unpacked(nxt)))
+                    nxt += 1
+                yield await window.popleft()
+        finally:
+            for task in window:
+                task.cancel()
+
+    # -- LAC -----------------------------------------------------------------------
+
+    async def read_lac(self) -> int:
+        """Ask the last ensemble (speculatively) for the LAC; return the best known."""
+        if self._meta.is_closed:
+            return self._meta.last_entry_id
+
+        async def attempt(bookie: str) -> LacAnswer:
+            return await self._transport.read_lac(
+                bookie, self.ledger_id, NO_ENTRY, 0,
+                timeout_s=self._config.read_timeout_ms / 1000.0,
+            )  # fmt: skip
+
+        ans = await speculative(
+            list(self._meta.last_segment.bookies), attempt, health=self._health,
+            clock=self._clock,
+            first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
+            max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
+            what=f"LAC read of ledger {self.ledger_id}",
+        )  # fmt: skip
+        self._advance_lac(ans.lac)
+        return self._lac
+
+    async def wait_lac(self, previous_lac: int, timeout_ms: int | None = None) -> int:
+        """Long poll: the LAC once it exceeds ``previous_lac``, or the current one after
+        ``timeout_ms``. Asks the write set of entry ``previous_lac + 1`` in parallel; the
+        next entry rides along and is cached for the following read."""
+        if self._meta.is_closed or self._lac > previous_lac:
+            return self._lac
+        wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
+        nxt = previous_lac + 1
+        bookies = replicas_of(self._meta, nxt)
+        tasks = [
+            asyncio.ensure_future(
+                self._transport.read_lac(
+                    b, self.ledger_id, previous_lac, wait_ms,
+                    timeout_s=self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0,
+                )  # fmt: skip
+            )
+            for b in bookies
+        ]
+        errors: list[BooklineError] = []
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    exc = task.exception()
+                    if isinstance(exc, BooklineError):
+                        errors.append(exc)
+                        continue
+                    if exc is not None:
+                        raise exc
+                    ans = task.result()
+                    self._remember_piggyback(ans)
+                    self._advance_lac(ans.lac)
+                    if self._lac > previous_lac:
+                        return self._lac
+        finally:
+            for task in tasks:
+                task.cancel()
+        if len(errors) == len(tasks):
+            raise errors[0]
+        return self._lac
+
+    def _remember_piggyback(self, ans: LacAnswer) -> None:
+        if ans.next_entry_id is None or ans.next_entry is None:
+            return
+        self._piggyback[ans.next_entry_id] = ans.next_entry
+        while len(self._piggyback) > _PIGGYBACK_CACHE_MAX:
+            self._piggyback.popitem(last=False)
+
+    async def refresh_metadata(self) -> LedgerMeta:
+        """Re-read metadata (a writer may have changed the ensemble or closed it)."""
+        meta, version = await self._store.read(self.ledger_id)
+        self._meta, self._version = meta, version
+        if meta.is_closed:
+            self._lac = meta.last_entry_id
+        return meta
+
+    async def tail(self, start: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """Follow the ledger from ``start``: confirmed entries as they appear, until the
+        ledger is closed and fully read. Long polls between entries."""
+        nxt = start
+        while True:
+            if nxt <= self._lac:
+                async for entry in self.iter_entries(nxt, self._lac):
+                    yield entry.entry_id, entry.payload
+                    nxt = entry.entry_id + 1
+                continue
+            if self._meta.is_closed:
+                return
+            before = self._lac
+            try:
+                lac = await self.wait_lac(nxt - 1)
+            except (NoEntryError, NoLedgerError, TimeoutError_, ConnectionLostError) as exc:
+                # Bookies that have not seen the ledger yet, or are briefly unreachable:
+                # pause one speculative step so the loop cannot spin.
+                log.debug("ledger %d: long poll failed: %s", self.ledger_id, exc)
+                await asyncio.sleep(self._config.speculative_read_max_timeout_ms / 1000.0)
+                lac = before
+            if lac <= before:
+                # No progress within a long poll: maybe the ensemble changed or the
+                # ledger was closed; metadata says which.
+                meta = await self.refresh_metadata()
+                if meta.is_closed and nxt > meta.last_entry_id:
+                    return
+
+    def check_open(self) -> None:
+        if self._meta.is_closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")

@@ -1,0 +1,412 @@
+"""The single writer of a ledger: pipelined quorum adds, in-order acknowledgement,
+ensemble changes, close.
+
+Life of an add (entry ``e``)::
+
+    submit(payload) --(room? backpressure)--> package(e, LAC, length) --> send to the
+    write set (e + k) mod E, k < Qw --> each bookie ack sets a bit --> Qa bits AND every
+    earlier entry completed --> LAC = e, the caller's future resolves.
+
+A bookie that fails or times out is replaced by an *ensemble change*: completions
+pause, a new segment starting at LAC + 1 (every entry before it completed, so it is
+where metadata already says) is compare-and-set into the ledger metadata, and only then
+is every unacknowledged entry re-sent to the new bookie and its old ack bit cleared --
+so the metadata always names the bookies an entry really lives on. A FENCED (or
+UNAUTHORIZED) answer means another client recovered the ledger: the writer fails stop,
+every pending and later add raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from bookline.errors import (
+    BadVersionError,
+    BooklineError,
+    FencedError,
+    LedgerClosedError,
+    MetadataError,
+    NotEnoughBookiesError,
+    SessionSuspendedError,
+    TooLargeError,
+    UnauthorizedError,
+    WriterFailedError,
+)
+from bookline.invariants import invariant
+from ledger.config import LedgerConfig
+from ledger.digest import DigestManager, master_key
+from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, MetadataStore
+from ledger.placement import BookieHealth, choose_replacement, write_set
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LedgerWriter"]
+
+# Pause between ensemble-change attempts that found no replacement (bookies may return).
+_CHANGE_BACKOFF_S = 0.2
+
+
+class _PendingAdd:
+    __slots__ = ("acked", "data", "entry_id", "future", "length", "payload_bytes")
+
+    def __init__(
+        self, entry_id: int, data: bytes, length: int, payload_bytes: int,
+        future: asyncio.Future[int],
+    ) -> None:  # fmt: skip
+        self.entry_id = entry_id
+        self.data = data  # packaged bytes: resent as is after an ensemble change
+        self.length = length
+        self.payload_bytes = payload_bytes
+        self.future = future
+        self.acked: set[int] = set()  # ensemble positions that acknowledged
+
+
+def _copy_error(exc: BooklineError) -> BooklineError:
+    """A fresh instance per waiter, chained to the original (tracebacks stay short)."""
+    err = type(exc).__new__(type(exc))
+    BooklineError.__init__(err, exc.message)
+    for attr in ("owner", "original_code"):
+        if hasattr(exc, attr):
+            setattr(err, attr, getattr(exc, attr))
+    err.__cause__ = exc
+    return err
+
+
+class LedgerWriter:
+    """Handle of a ledger this client created and writes. Use from one event loop."""
+
+    def __init__(
+        self,
+        meta: LedgerMeta,
+        version: int,
+        *,
+        store: MetadataStore,
+        transport: BookieTransport,
+        config: LedgerConfig,
+        health: BookieHealth,
+        rng: random.Random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        invariant(meta.state is LedgerState.OPEN, "writer on a %s ledger", meta.state.value)
+        self._meta = meta
+        self._version = version
+        self._store = store
+        self._transport = transport
+        self._config = config
+        self._health = health
+        self._rng = rng
+        self._clock = clock
+        self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        self._master_key = master_key(meta.password)
+        self._last_pushed = NO_ENTRY
+        self._pushed_length = 0
+        self._lac = NO_ENTRY
+        self._length = 0
+        self._pending: collections.deque[_PendingAdd] = collections.deque()
+        self._pending_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._failed_bookies: set[str] = set()
+        self._changing = False
+        self._change_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._error: BooklineError | None = None
+        self._closed = False
+        self.ensemble_changes = 0
+
+    # -- public --------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        return self._meta.ledger_id
+
+    @property
+    def metadata(self) -> LedgerMeta:
+        return self._meta
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._last_pushed
+
+    @property
+    def length(self) -> int:
+        """Payload bytes of the confirmed entries."""
+        return self._length
+
+    @property
+    def error(self) -> BooklineError | None:
+        return self._error
+
+    async def add_entry(self, payload: bytes) -> int:
+        """Append ``payload``; return its entry id once it is durably replicated."""
+        return await (await self.submit(payload))
+
+    async def submit(self, payload: bytes) -> asyncio.Future[int]:
+        """Send ``payload`` now (waiting only for room) and return a future of its entry id.
+
+        Futures resolve in entry-id order. Awaiting ``submit`` for many entries and then
+        the futures pipelines the adds.
+        """
+        if len(payload) > self._config.entry_bytes_max:
+            raise TooLargeError(
+                f"entry of {len(payload)} bytes exceeds {self._config.entry_bytes_max}"
+            )
+        while True:
+            self._check_writable()
+            if (
+                len(self._pending) < self._config.adds_in_flight_max
+                and self._pending_bytes < self._config.add_bytes_in_flight_max
+            ):
+                break
+            self._room.clear()
+            await self._room.wait()
+        entry_id = self._last_pushed + 1
+        self._last_pushed = entry_id
+        self._pushed_length += len(payload)
+        data = self._digest.package(entry_id, self._lac, self._pushed_length, payload)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        pa = _PendingAdd(entry_id, data, self._pushed_length, len(payload), fut)
+        self._pending.append(pa)
+        self._pending_bytes += len(payload)
+        ensemble = self._meta.last_segment.bookies
+        for pos in write_set(entry_id, self._meta.ensemble_size, self._meta.write_quorum):
+            bookie = ensemble[pos]
+            if bookie not in self._failed_bookies:
+                self._send(pa, pos, bookie)
+            # else: the ensemble change re-sends to the replacement
+        return fut
+
+    async def close(self) -> None:
+        """Wait for pending adds, then record CLOSED with the last entry id and length.
+
+        A writer that was fenced or failed closes locally only (the recoverer owns the
+        ledger's final state)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._room.set()
+        if self._pending:
+            await asyncio.gather(*(pa.future for pa in list(self._pending)), return_exceptions=True)
+        if self._change_task is not None and not self._change_task.done():
+            await asyncio.gather(self._change_task, return_exceptions=True)
+        if self._error is not None:
+            self._cancel_tasks()
+            return
+        await self._write_closed()
+        self._cancel_tasks()
+
+    # -- sending and acks ----------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._error is not None:
+            raise _copy_error(self._error)
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} was closed by this writer")
+
+    def _send(self, pa: _PendingAdd, pos: int, bookie: str, *, recovery: bool = False) -> None:
+        started = self._clock()
+        coro = self._transport.add(
+            bookie, self.ledger_id, pa.entry_id, self._lac, self._master_key, pa.data,
+            recovery=recovery, timeout_s=self._config.add_timeout_ms / 1000.0,
+        )  # fmt: skip
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._on_add_done(t, pa, pos, bookie, started))
+
+    def _on_add_done(
+        self, task: asyncio.Task[None], pa: _PendingAdd, pos: int, bookie: str, started: float
+    ) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            self._health.record_success(bookie, self._clock() - started)
+            self._on_ack(pa, pos, bookie)
+            return
+        if isinstance(exc, FencedError | UnauthorizedError):
+            log.warning("ledger %d: bookie %s answered %s; writer stops", self.ledger_id, bookie,
+                        exc.name)  # fmt: skip
+            self._fail(exc)
+        elif isinstance(exc, BooklineError):
+            if self._error is None and not pa.future.done():
+                log.warning("ledger %d entry %d: bookie %s failed: %s", self.ledger_id,
+                            pa.entry_id, bookie, exc)  # fmt: skip
+            self._health.record_failure(bookie)
+            self._bookie_failed(bookie)
+        else:
+            # Not an operating error: a bug. Fail stop instead of guessing.
+            err = WriterFailedError(f"ledger {self.ledger_id}: add to {bookie} raised {exc!r}")
+            err.__cause__ = exc
+            self._fail(err)
+
+    def _on_ack(self, pa: _PendingAdd, pos: int, bookie: str) -> None:
+        if pa.future.done() or self._error is not None:
+            return
+        # Only an ack from the bookie metadata names for this position counts.
+        if self._meta.last_segment.bookies[pos] != bookie or bookie in self._failed_bookies:
+            return
+        pa.acked.add(pos)
+        if len(pa.acked) >= self._meta.ack_quorum:
+            self._complete_in_order()
+
+    def _complete_in_order(self) -> None:
+        if self._changing or self._error is not None:
+            return  # completions wait while an ensemble change is in flight
+        qa = self._meta.ack_quorum
+        completed = False
+        while self._pending and len(self._pending[0].acked) >= qa:
+            pa = self._pending.popleft()
+            invariant(
+                pa.entry_id == self._lac + 1,
+                "ledger %d: completing entry %d after LAC %d", self.ledger_id, pa.entry_id,
+                self._lac,
+            )  # fmt: skip
+            self._lac = pa.entry_id
+            self._length = pa.length
+            self._pending_bytes -= pa.payload_bytes
+            invariant(self._lac <= self._last_pushed, "LAC %d beyond last pushed %d",
+                      self._lac, self._last_pushed)  # fmt: skip
+            if not pa.future.done():
+                pa.future.set_result(pa.entry_id)
+            completed = True
+        if completed:
+            self._room.set()
+
+    def _fail(self, exc: BooklineError) -> None:
+        if self._error is not None:
+            return
+        self._error = exc
+        pending, self._pending = self._pending, collections.deque()
+        self._pending_bytes = 0
+        for pa in pending:
+            if not pa.future.done():
+                pa.future.set_exception(_copy_error(exc))
+        self._room.set()
+        self._cancel_tasks()
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self._tasks.clear()
+
+    # -- ensemble change -----------------------------------------------------------
+
+    def _bookie_failed(self, bookie: str) -> None:
+        if self._error is not None or bookie not in self._meta.last_segment.bookies:
+            return  # already replaced (a late answer from the old ensemble)
+        self._failed_bookies.add(bookie)
+        if not self._changing:
+            self._changing = True
+            self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
+
+    async def _ensemble_change_loop(self) -> None:
+        attempts = 0
+        try:
+            while self._failed_bookies and self._error is None:
+                failed = set(self._failed_bookies)
+                try:
+                    await self._change_ensemble(failed)
+                except (NotEnoughBookiesError, MetadataError, SessionSuspendedError) as exc:
+                    attempts += 1
+                    if attempts > self._config.ensemble_change_retries_max:
+                        self._fail(exc)
+                        return
+                    log.warning("ledger %d: ensemble change attempt %d failed: %s",
+                                self.ledger_id, attempts, exc)  # fmt: skip
+                    await asyncio.sleep(_CHANGE_BACKOFF_S * attempts)
+                    continue
+                except BooklineError as exc:
+                    self._fail(exc)
+                    return
+                self._failed_bookies -= failed
+                self.ensemble_changes += 1
+        finally:
+            self._changing = False
+        self._complete_in_order()
+
+    async def _change_ensemble(self, failed: set[str]) -> None:
+        meta, version = self._meta, self._version
+        old = meta.last_segment.bookies
+        for _attempt in range(self._config.metadata_cas_retries_max):
+            if meta.state is not LedgerState.OPEN:
+                raise FencedError(f"ledger {self.ledger_id} is {meta.state.value}: recovered by "
+                                  "another client")  # fmt: skip
+            candidates = await self._store.writable_bookies()
+            racks = {c.bookie_id: c.rack for c in candidates}
+            avoid = self._health.avoided() | failed
+            ensemble = list(meta.last_segment.bookies)
+            for pos, bookie in enumerate(ensemble):
+                if bookie in failed:
+                    ensemble[pos] = choose_replacement(
+                        [c for c in candidates if c.bookie_id not in failed], ensemble, pos,
+                        meta.write_quorum, avoid=avoid, racks=racks, rng=self._rng,
+                    )  # fmt: skip
+            start = self._lac + 1
+            new = meta.with_segment(start, ensemble)
+            try:
+                new_version = await self._store.write(new, version)
+            except BadVersionError:
+                meta, version = await self._store.read(self.ledger_id)
+                if meta.state is LedgerState.OPEN and meta.segments != self._meta.segments:
+                    raise WriterFailedError(
+                        f"ledger {self.ledger_id}: ensembles changed under the writer"
+                    ) from None
+                continue
+            self._apply_new_ensemble(new, new_version, old)
+            return
+        raise MetadataError(f"ledger {self.ledger_id}: ensemble change lost the CAS "
+                            f"{self._config.metadata_cas_retries_max} times")  # fmt: skip
+
+    def _apply_new_ensemble(self, new: LedgerMeta, version: int, old: tuple[str, ...]) -> None:
+        invariant(
+            not self._pending or self._pending[0].entry_id >= new.last_segment.first_entry_id,
+            "ledger %d: unacknowledged entry before the new segment", self.ledger_id,
+        )  # fmt: skip
+        self._meta, self._version = new, version
+        now = new.last_segment.bookies
+        log.info("ledger %d: ensemble from entry %d is now %s (was %s)", self.ledger_id,
+                 new.last_segment.first_entry_id, list(now), list(old))  # fmt: skip
+        for pa in self._pending:
+            for pos in write_set(pa.entry_id, new.ensemble_size, new.write_quorum):
+                if now[pos] != old[pos]:
+                    pa.acked.discard(pos)
+                    self._send(pa, pos, now[pos])
+
+    # -- close ---------------------------------------------------------------------
+
+    async def _write_closed(self) -> None:
+        meta, version = self._meta, self._version
+        for _attempt in range(self._config.metadata_cas_retries_max):
+            closed = meta.closed(self._lac, self._length)
+            try:
+                self._version = await self._store.write(closed, version)
+                self._meta = closed
+                return
+            except BadVersionError:
+                meta, version = await self._store.read(self.ledger_id)
+            if meta.state is LedgerState.CLOSED:
+                if meta.last_entry_id == self._lac:
+                    self._meta, self._version = meta, version
+                    return  # a recoverer closed it where we would have
+                raise FencedError(f"ledger {self.ledger_id} was closed by another client at "
+                                  f"entry {meta.last_entry_id}, writer had {self._lac}")  # fmt: skip
+            if meta.state is LedgerState.IN_RECOVERY:
+                raise FencedError(f"ledger {self.ledger_id} is being recovered by another client")
+        raise MetadataError(f"ledger {self.ledger_id}: close lost the CAS repeatedly")
+
+    async def __aenter__(self) -> LedgerWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+

@@ -1,0 +1,124 @@
+"""Write proxies' registrations and stream owner records (both ephemeral).
+
+* ``proxies/<id>``: a live write proxy, its address and load;
+* ``owners/<ns>/<stream>``: the proxy serving a stream, so others can redirect clients.
+  The stream lock (:mod:`metadata.ownership`) decides ownership; this record only
+  advertises it and vanishes with the owner's session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+from bookline.errors import AlreadyExistsError, LockOwnedError, NotFoundError
+from metadata import serde
+from metadata.layout import Layout
+from metadata.zk import ZkClient
+
+PROXY_KIND = "proxy"
+OWNER_KIND = "owner"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyInfo:
+    proxy_id: str
+    address: str  # base URL or host:port clients talk to
+    load: float = 0.0  # owned streams or requests/s: a hint for placement
+
+    def encode(self) -> bytes:
+        return serde.encode(PROXY_KIND, FORMAT_VERSION, dataclasses.asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "") -> ProxyInfo:
+        _v, body = serde.decode(data, PROXY_KIND, FORMAT_VERSION, where)
+        return cls(
+            proxy_id=serde.field(body, "proxy_id", str, where),
+            address=serde.field(body, "address", str, where),
+            load=float(serde.field(body, "load", (int, float), where)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    proxy_id: str
+    address: str
+    session_id: int  # the owner's ZooKeeper session (tells ours from a stale one)
+
+
+class ProxyRegistry:
+    def __init__(self, zk: ZkClient, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    # -- proxies -------------------------------------------------------------------
+
+    async def register(self, info: ProxyInfo) -> None:
+        await self._zk.create(
+            self._layout.proxy(info.proxy_id), info.encode(), ephemeral=True, makepath=True
+        )
+
+    async def update(self, info: ProxyInfo) -> None:
+        await self._zk.set(self._layout.proxy(info.proxy_id), info.encode())
+
+    async def unregister(self, proxy_id: str) -> None:
+        with contextlib.suppress(NotFoundError):  # already gone: goal reached
+            await self._zk.delete(self._layout.proxy(proxy_id))
+
+    async def get(self, proxy_id: str) -> ProxyInfo:
+        path = self._layout.proxy(proxy_id)
+        data, _ = await self._zk.get(path)
+        return ProxyInfo.decode(data, path)
+
+    async def list(self) -> dict[str, ProxyInfo]:
+        out: dict[str, ProxyInfo] = {}
+        try:
+            names = await self._zk.get_children(self._layout.proxies)
+        except NotFoundError:
+            return out  # no proxy ever registered
+        for name in names:
+            with contextlib.suppress(NotFoundError):  # left while we listed
+                out[name] = await self.get(name)
+        return out
+
+    # -- owner records -------------------------------------------------------------
+
+    async def claim_owner(self, ns: str, stream: str, proxy_id: str, address: str) -> None:
+        """Advertise this session's proxy as the stream's owner.
+
+        LockOwnedError(owner=<address>) if another live session holds the record."""
+        path = self._layout.owner(ns, stream)
+        body = {"proxy_id": proxy_id, "address": address}
+        try:
+            await self._zk.create(
+                path, serde.encode(OWNER_KIND, FORMAT_VERSION, body), ephemeral=True, makepath=True
+            )
+        except AlreadyExistsError as exc:
+            current = await self.get_owner(ns, stream)
+            if current is not None and current.session_id == self._zk.session_id:
+                return
+            holder = current.address if current else None
+            raise LockOwnedError(f"{ns}/{stream} is served by {holder}", owner=holder) from exc
+
+    async def get_owner(self, ns: str, stream: str) -> OwnerRecord | None:
+        path = self._layout.owner(ns, stream)
+        try:
+            data, stat = await self._zk.get_with_stat(path)
+        except NotFoundError:
+            return None
+        _v, body = serde.decode(data, OWNER_KIND, FORMAT_VERSION, path)
+        return OwnerRecord(
+            proxy_id=serde.field(body, "proxy_id", str, path),
+            address=serde.field(body, "address", str, path),
+            session_id=stat.ephemeral_owner,
+        )
+
+    async def release_owner(self, ns: str, stream: str) -> None:
+        """Remove the record if this session holds it (someone else's stays)."""
+        path = self._layout.owner(ns, stream)
+        stat = await self._zk.exists(path)
+        if stat is not None and stat.ephemeral_owner == self._zk.session_id:
+            with contextlib.suppress(NotFoundError):  # expired meanwhile: goal reached
+                await self._zk.delete(path, stat.version)

@@ -1,0 +1,180 @@
+"""Namespaces and streams: their records, the max txid, create/list/delete.
+
+A stream is created in one transaction with its children (``maxtxid``, ``segments``,
+``lock``, ``subscribers``), so it is either fully there or absent. The max txid lives
+in its own znode rather than in the stream record: the writer bumps it on every segment
+change, and an admin editing options must not make the writer's compare-and-set fail.
+Segments and their transitions are in :mod:`metadata.segments`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from bookline.errors import BadRequestError, NotFoundError
+from metadata import serde
+from metadata.layout import Layout
+from metadata.zk import ZkClient
+
+log = logging.getLogger(__name__)
+
+NAMESPACE_KIND = "namespace"
+STREAM_KIND = "stream"
+TXID_KIND = "maxtxid"
+FORMAT_VERSION = 1
+NO_TXID = -1  # max txid of a stream that never got a record
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    retention_ms: int | None = None  # drop sealed segments older than this; None: keep
+    retention_bytes: int | None = None  # keep at most this many bytes of sealed segments
+    segment_rollover_bytes: int | None = None  # roll a segment past this size
+    segment_rollover_ms: int | None = None  # roll a segment past this age
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise BadRequestError(f"stream option {f.name} must be a positive int or None")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    namespace: str
+    stream: str
+    options: StreamOptions
+    ctime_ms: int
+    format_version: int = FORMAT_VERSION
+
+    def encode(self) -> bytes:
+        body = {
+            "namespace": self.namespace,
+            "stream": self.stream,
+            "options": dataclasses.asdict(self.options),
+            "ctime_ms": self.ctime_ms,
+        }
+        return serde.encode(STREAM_KIND, FORMAT_VERSION, body)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "") -> StreamRecord:
+        version, body = serde.decode(data, STREAM_KIND, FORMAT_VERSION, where)
+        raw = serde.field(body, "options", dict, where)
+        known = {f.name for f in dataclasses.fields(StreamOptions)}
+        return cls(
+            namespace=serde.field(body, "namespace", str, where),
+            stream=serde.field(body, "stream", str, where),
+            options=StreamOptions(**{k: v for k, v in raw.items() if k in known}),
+            ctime_ms=serde.field(body, "ctime_ms", int, where),
+            format_version=version,
+        )
+
+
+def encode_max_txid(txid: int) -> bytes:
+    return serde.encode(TXID_KIND, FORMAT_VERSION, {"maxtxid": txid})
+
+
+def decode_max_txid(data: bytes, where: str = "") -> int:
+    _v, body = serde.decode(data, TXID_KIND, FORMAT_VERSION, where)
+    value: int = serde.field(body, "maxtxid", int, where)
+    return value
+
+
+class StreamStore:
+    """Namespaces and streams."""
+
+    def __init__(self, zk: ZkClient, layout: Layout) -> None:
+        self._zk = zk
+        self._layout = layout
+
+    # -- namespaces ----------------------------------------------------------------
+
+    async def create_namespace(self, ns: str) -> None:
+        """AlreadyExistsError if it exists."""
+        body = {"namespace": ns}
+        await self._zk.create(
+            self._layout.namespace(ns),
+            serde.encode(NAMESPACE_KIND, FORMAT_VERSION, body),
+            makepath=True,
+        )
+
+    async def namespace_exists(self, ns: str) -> bool:
+        return await self._zk.exists(self._layout.namespace(ns)) is not None
+
+    async def list_namespaces(self) -> list[str]:
+        try:
+            return await self._zk.get_children(self._layout.namespaces)
+        except NotFoundError:
+            return []  # cluster not initialised: no namespaces yet
+
+    async def delete_namespace(self, ns: str) -> None:
+        """Delete an empty namespace; BadRequestError if it still has streams."""
+        path = self._layout.namespace(ns)
+        streams = await self._zk.get_children(path)
+        if streams:
+            raise BadRequestError(f"namespace {ns!r} still has {len(streams)} stream(s)")
+        await self._zk.delete(path)
+
+    # -- streams -------------------------------------------------------------------
+
+    async def create_stream(
+        self, ns: str, stream: str, options: StreamOptions | None = None, ctime_ms: int = 0
+    ) -> StreamRecord:
+        """Create a stream with all its children in one transaction.
+
+        NotFoundError if the namespace does not exist, AlreadyExistsError if the
+        stream does."""
+        record = StreamRecord(ns, stream, options or StreamOptions(), ctime_ms)
+        L = self._layout
+        if not await self.namespace_exists(ns):
+            raise NotFoundError(f"namespace {ns!r} does not exist")
+        tx = self._zk.transaction()
+        tx.create(L.stream(ns, stream), record.encode())
+        tx.create(L.max_txid(ns, stream), encode_max_txid(NO_TXID))
+        tx.create(L.segments(ns, stream))
+        tx.create(L.lock(ns, stream))
+        tx.create(L.subscribers(ns, stream))
+        await tx.commit()
+        log.info("created stream %s/%s", ns, stream)
+        return record
+
+    async def stream_exists(self, ns: str, stream: str) -> bool:
+        return await self._zk.exists(self._layout.stream(ns, stream)) is not None
+
+    async def list_streams(self, ns: str) -> list[str]:
+        try:
+            return await self._zk.get_children(self._layout.namespace(ns))
+        except NotFoundError as exc:
+            raise NotFoundError(f"namespace {ns!r} does not exist") from exc
+
+    async def get_stream(self, ns: str, stream: str) -> tuple[StreamRecord, int]:
+        path = self._layout.stream(ns, stream)
+        try:
+            data, version = await self._zk.get(path)
+        except NotFoundError as exc:
+            raise NotFoundError(f"stream {ns}/{stream} does not exist") from exc
+        return StreamRecord.decode(data, path), version
+
+    async def update_options(
+        self, ns: str, stream: str, options: StreamOptions, expected_version: int
+    ) -> int:
+        """CAS the stream's options; returns the new version."""
+        record, _ = await self.get_stream(ns, stream)
+        new = dataclasses.replace(record, options=options)
+        return await self._zk.set(self._layout.stream(ns, stream), new.encode(), expected_version)
+
+    async def get_max_txid(self, ns: str, stream: str) -> tuple[int, int]:
+        """``(max txid, version)``; the version is what segment transitions check."""
+        path = self._layout.max_txid(ns, stream)
+        data, version = await self._zk.get(path)
+        return decode_max_txid(data, path), version
+
+    async def delete_stream(self, ns: str, stream: str) -> None:
+        """Delete the stream and everything under it (segments' ledgers are the caller's)."""
+        path = self._layout.stream(ns, stream)
+        if await self._zk.exists(path) is None:
+            raise NotFoundError(f"stream {ns}/{stream} does not exist")
+        await self._zk.delete_recursive(path)
+        log.info("deleted stream %s/%s", ns, stream)

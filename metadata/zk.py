@@ -1,0 +1,533 @@
+"""The asyncio face of ZooKeeper: a kazoo client on its own threads, bridged into the loop.
+
+kazoo has no asyncio handler. :class:`ZkClient` runs kazoo's threading handler and turns
+every ``*_async`` result into an asyncio future completed with
+``loop.call_soon_threadsafe``, so no coroutine ever blocks the event loop on ZooKeeper.
+Blocking kazoo calls that have no async form (start, stop, close) run in the default
+executor.
+
+This module owns the translation of kazoo's exceptions into Bookline's error hierarchy
+(``__cause__`` keeps the kazoo original) and the session state seen by the rest of the
+code: CONNECTED, SUSPENDED ("stop acting as owner until reconnected") and LOST
+("the session and its ephemeral nodes are gone"). Watches are one-shot in ZooKeeper;
+:class:`Watch` re-arms them and delivers the latest snapshot into the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kazoo import exceptions as kex
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+from bookline.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    BadVersionError,
+    BooklineError,
+    ClosedError,
+    MetadataError,
+    NotFoundError,
+    SessionSuspendedError,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Each listener sees every state change; a slow listener must not hold up the others.
+LISTENERS_MAX = 10_000
+
+
+class SessionState(enum.Enum):
+    """What the ZooKeeper session means to whoever acts on it."""
+
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"  # connection lost, session may survive: stop acting as owner
+    LOST = "LOST"  # session expired or closed: its ephemeral nodes are gone
+
+
+_FROM_KAZOO = {
+    KazooState.CONNECTED: SessionState.CONNECTED,
+    KazooState.SUSPENDED: SessionState.SUSPENDED,
+    KazooState.LOST: SessionState.LOST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """The parts of a znode's stat Bookline uses."""
+
+    version: int  # data version, the compare-and-set token
+    cversion: int  # children version
+    ephemeral_owner: int  # session id owning an ephemeral node, 0 for persistent ones
+    num_children: int
+    ctime_ms: int
+    mtime_ms: int
+
+    @classmethod
+    def from_kazoo(cls, stat: ZnodeStat) -> Stat:
+        return cls(
+            version=stat.version,
+            cversion=stat.cversion,
+            ephemeral_owner=stat.ephemeralOwner,
+            num_children=stat.numChildren,
+            ctime_ms=stat.ctime,
+            mtime_ms=stat.mtime,
+        )
+
+
+def translate(exc: BaseException, path: str = "") -> BooklineError:
+    """Map a kazoo exception to the Bookline error that says who failed."""
+    where = f" at {path}" if path else ""
+    if isinstance(exc, BooklineError):
+        return exc
+    if isinstance(exc, kex.NoNodeError):
+        err: BooklineError = NotFoundError(f"znode{where} does not exist")
+    elif isinstance(exc, kex.NodeExistsError):
+        err = AlreadyExistsError(f"znode{where} already exists")
+    elif isinstance(exc, kex.BadVersionError):
+        err = BadVersionError(f"znode{where} changed since it was read (stale version)")
+    elif isinstance(exc, kex.NotEmptyError):
+        err = BadRequestError(f"znode{where} still has children")
+    elif isinstance(exc, kex.ConnectionClosedError | kex.ZookeeperStoppedError):
+        err = ClosedError(f"the ZooKeeper client was closed{where}")
+    elif isinstance(exc, kex.SessionExpiredError):
+        err = MetadataError(f"ZooKeeper session expired{where}")
+    elif isinstance(exc, kex.ConnectionLoss | kex.OperationTimeoutError | KazooTimeoutError):
+        err = SessionSuspendedError(f"connection to ZooKeeper lost{where}; outcome unknown")
+    else:
+        err = MetadataError(f"ZooKeeper failed{where}: {type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+@contextlib.contextmanager
+def translating(path: str = "") -> Iterator[None]:
+    """Translate kazoo exceptions raised inside the block (for synchronous kazoo calls)."""
+    try:
+        yield
+    except (kex.KazooException, KazooTimeoutError) as exc:
+        raise translate(exc, path) from exc
+
+
+class ZkClient:
+    """One ZooKeeper session, used from one asyncio event loop."""
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        session_timeout_ms: int = 10_000,
+        connect_timeout_ms: int = 15_000,
+    ) -> None:
+        self._hosts = hosts
+        self._connect_timeout_ms = connect_timeout_ms
+        # Reconnect forever with capped backoff: only session expiry ends a session.
+        conn_retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0)
+        self._kazoo: Any = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_ms / 1000.0,
+            connection_retry=conn_retry,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._state = SessionState.LOST
+        self._listeners: list[Callable[[SessionState], None]] = []
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the session; raise MetadataError if ZooKeeper does not answer in time."""
+        self._loop = asyncio.get_running_loop()
+        self._kazoo.add_listener(self._on_kazoo_state)
+        timeout_s = self._connect_timeout_ms / 1000.0
+        try:
+            await self._loop.run_in_executor(None, self._kazoo.start, timeout_s)
+        except (kex.KazooException, KazooTimeoutError) as exc:
+            raise MetadataError(
+                f"could not connect to ZooKeeper at {self._hosts} within {timeout_s:.1f} s"
+            ) from exc
+        self._state = SessionState.CONNECTED
+        log.info("ZooKeeper session 0x%x open on %s", self.session_id, self._hosts)
+
+    async def close(self) -> None:
+        """End the session (its ephemeral nodes go at once) and stop kazoo's threads."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._kazoo.stop)
+        await loop.run_in_executor(None, self._kazoo.close)
+        self._state = SessionState.LOST
+
+    async def __aenter__(self) -> ZkClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def session_id(self) -> int:
+        """Current session id (0 when not connected)."""
+        client_id = self._kazoo.client_id
+        return int(client_id[0]) if client_id else 0
+
+    @property
+    def session_password(self) -> bytes:
+        """Current session password; with :attr:`session_id` it lets tests expire us."""
+        client_id = self._kazoo.client_id
+        return bytes(client_id[1]) if client_id else b""
+
+    # -- session state -------------------------------------------------------------
+
+    def add_state_listener(self, listener: Callable[[SessionState], None]) -> None:
+        """Call ``listener(state)`` in the loop on every session state change."""
+        if len(self._listeners) >= LISTENERS_MAX:
+            raise MetadataError(f"more than {LISTENERS_MAX} session listeners")
+        self._listeners.append(listener)
+
+    def remove_state_listener(self, listener: Callable[[SessionState], None]) -> None:
+        with contextlib.suppress(ValueError):  # already removed: the goal holds
+            self._listeners.remove(listener)
+
+    def _on_kazoo_state(self, kstate: Any) -> None:
+        # Called on kazoo's connection thread: hand over to the loop, never block here.
+        self.call_in_loop(self._dispatch_state, _FROM_KAZOO[kstate])
+
+    def _dispatch_state(self, state: SessionState) -> None:
+        if state is self._state:
+            return
+        log.info("ZooKeeper session state %s -> %s", self._state.value, state.value)
+        self._state = state
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                # One faulty listener must not starve the others of the news.
+                log.exception("session state listener %r failed", listener)
+
+    def call_in_loop(self, fn: Callable[..., object], *args: object) -> None:
+        """Schedule ``fn(*args)`` in the loop from any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            log.debug("event loop gone; dropping callback %r", fn)
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            # The loop closed between the check and the call: nobody is left to tell.
+            log.debug("event loop closed; dropping callback %r", fn)
+
+    # -- bridging ------------------------------------------------------------------
+
+    async def _await(self, async_result: Any, path: str) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(res: Any) -> None:
+            if fut.done():
+                return  # the awaiting coroutine was cancelled
+            try:
+                fut.set_result(res.get_nowait())
+            except Exception as exc:
+                fut.set_exception(exc)
+
+        def on_done(res: Any) -> None:
+            # kazoo's callback thread.
+            self.call_in_loop(settle, res)
+
+        async_result.rawlink(on_done)
+        try:
+            return await fut
+        except (kex.KazooException, KazooTimeoutError) as exc:
+            raise translate(exc, path) from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the ZooKeeper client was closed")
+
+    # -- operations ----------------------------------------------------------------
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create a znode; return its actual path (with the sequence suffix)."""
+        self._check_open()
+        res = self._kazoo.create_async(
+            path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+        )
+        return str(await self._await(res, path))
+
+    async def get(self, path: str, watch: Callable[[Any], None] | None = None) -> tuple[bytes, int]:
+        """Return ``(data, version)``."""
+        data, stat = await self.get_with_stat(path, watch)
+        return data, stat.version
+
+    async def get_with_stat(
+        self, path: str, watch: Callable[[Any], None] | None = None
+    ) -> tuple[bytes, Stat]:
+        self._check_open()
+        data, stat = await self._await(self._kazoo.get_async(path, watch=watch), path)
+        return bytes(data or b""), Stat.from_kazoo(stat)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> int:
+        """Set data if the znode is at ``version`` (-1: any); return the new version."""
+        self._check_open()
+        stat = await self._await(self._kazoo.set_async(path, data, version), path)
+        return int(stat.version)
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        self._check_open()
+        await self._await(self._kazoo.delete_async(path, version), path)
+
+    async def delete_recursive(self, path: str) -> None:
+        """Delete ``path`` and everything under it (not atomic; missing nodes are fine)."""
+        try:
+            children = await self.get_children(path)
+        except NotFoundError:
+            return
+        for child in children:
+            await self.delete_recursive(f"{path}/{child}")
+        with contextlib.suppress(NotFoundError):  # someone else deleted it: goal reached
+            await self.delete(path)
+
+    async def exists(self, path: str, watch: Callable[[Any], None] | None = None) -> Stat | None:
+        self._check_open()
+        stat = await self._await(self._kazoo.exists_async(path, watch=watch), path)
+        return None if stat is None else Stat.from_kazoo(stat)
+
+    async def get_children(
+        self, path: str, watch: Callable[[Any], None] | None = None
+    ) -> list[str]:
+        self._check_open()
+        children = await self._await(self._kazoo.get_children_async(path, watch=watch), path)
+        return sorted(str(c) for c in children)
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents if missing (idempotent, race-safe)."""
+        self._check_open()
+        await self._await(self._kazoo.ensure_path_async(path), path)
+
+    def transaction(self) -> Transaction:
+        self._check_open()
+        return Transaction(self)
+
+    # -- watches -------------------------------------------------------------------
+
+    async def watch_data(
+        self, path: str, callback: Callable[[tuple[bytes, int] | None], None] | None = None
+    ) -> Watch[tuple[bytes, int] | None]:
+        """Watch a znode's data; snapshots are ``(data, version)`` or None when absent.
+
+        The returned watch is armed and has delivered its first snapshot."""
+
+        async def read(watcher: Callable[[Any], None]) -> tuple[bytes, int] | None:
+            while True:
+                if await self.exists(path, watch=watcher) is None:
+                    return None
+                try:
+                    return await self.get(path, watch=watcher)
+                except NotFoundError:
+                    continue  # deleted between exists and get: look again
+
+        watch: Watch[tuple[bytes, int] | None] = Watch(self, read, callback)
+        await watch.start()
+        return watch
+
+    async def watch_children(
+        self, path: str, callback: Callable[[list[str] | None], None] | None = None
+    ) -> Watch[list[str] | None]:
+        """Watch a znode's children; snapshots are sorted names or None when absent.
+
+        The returned watch is armed and has delivered its first snapshot."""
+
+        async def read(watcher: Callable[[Any], None]) -> list[str] | None:
+            while True:
+                try:
+                    return await self.get_children(path, watch=watcher)
+                except NotFoundError:
+                    if await self.exists(path, watch=watcher) is None:
+                        return None
+
+        watch: Watch[list[str] | None] = Watch(self, read, callback)
+        await watch.start()
+        return watch
+
+
+class Transaction:
+    """A ZooKeeper multi-op: all operations apply, or none does."""
+
+    def __init__(self, client: ZkClient) -> None:
+        self._client = client
+        self._tx: Any = client._kazoo.transaction()
+        self._paths: list[str] = []
+
+    def create(
+        self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False
+    ) -> Transaction:
+        self._tx.create(path, data, ephemeral=ephemeral, sequence=sequence)
+        self._paths.append(path)
+        return self
+
+    def set(self, path: str, data: bytes, version: int = -1) -> Transaction:
+        self._tx.set_data(path, data, version)
+        self._paths.append(path)
+        return self
+
+    def delete(self, path: str, version: int = -1) -> Transaction:
+        self._tx.delete(path, version)
+        self._paths.append(path)
+        return self
+
+    def check(self, path: str, version: int) -> Transaction:
+        self._tx.check(path, version)
+        self._paths.append(path)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    async def commit(self) -> list[object]:
+        """Apply atomically. Results per op: created path (str), new version (int) for
+        set, True for delete and check. On failure raise the first failing op's error
+        (its path in the message); nothing was applied."""
+        self._client._check_open()
+        results: Sequence[Any] = await self._client._await(self._tx.commit_async(), "")
+        out: list[object] = []
+        for path, res in zip(self._paths, results, strict=True):
+            if isinstance(res, kex.RolledBackError):
+                continue
+            if isinstance(res, BaseException):
+                raise translate(res, f"{path} (transaction rolled back)") from res
+            out.append(res.version if isinstance(res, ZnodeStat) else res)
+        return out
+
+
+class Watch(Generic[T]):
+    """A re-arming ZooKeeper watch delivering the latest snapshot into the loop.
+
+    Deliver to ``callback`` (called in the loop), or iterate ``async for snap in watch``:
+    iteration yields the newest snapshot since the last one taken (intermediate ones are
+    coalesced, which bounds memory). Re-reads after reconnecting from a lost session,
+    whose watches ZooKeeper forgets.
+    """
+
+    def __init__(
+        self,
+        client: ZkClient,
+        read: Callable[[Callable[[Any], None]], Any],
+        callback: Callable[[T], None] | None,
+    ) -> None:
+        self._client = client
+        self._read = read
+        self._callback = callback
+        self._cancelled = False
+        self._rearm_pending = False
+        self._latest: T | None = None
+        self._has_new = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._lost_before = False
+
+    async def start(self) -> T:
+        """Arm the watch; return (and deliver) the first snapshot."""
+        self._client.add_state_listener(self._on_state)
+        snapshot: T = await self._read(self._on_zk_event)
+        self._deliver(snapshot)
+        return snapshot
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._client.remove_state_listener(self._on_state)
+        if self._task is not None:
+            self._task.cancel()
+        self._has_new.set()  # wake iterators so they can stop
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def _on_zk_event(self, _event: Any) -> None:
+        # kazoo's callback thread.
+        self._client.call_in_loop(self._schedule_rearm)
+
+    def _on_state(self, state: SessionState) -> None:
+        if state is SessionState.LOST:
+            self._lost_before = True
+        elif state is SessionState.CONNECTED and self._lost_before:
+            self._lost_before = False
+            self._schedule_rearm()
+
+    def _schedule_rearm(self) -> None:
+        if self._cancelled or self._rearm_pending:
+            return
+        self._rearm_pending = True
+        self._task = asyncio.get_running_loop().create_task(self._rearm())
+
+    async def _rearm(self) -> None:
+        self._rearm_pending = False
+        try:
+            snapshot: T = await self._read(self._on_zk_event)
+        except (SessionSuspendedError, MetadataError) as exc:
+            # Disconnected: ZooKeeper re-sends pending watches on reconnect and
+            # _on_state re-reads after a new session, so the watch is not lost.
+            log.warning("watch re-read failed, will retry on reconnect: %s", exc)
+            return
+        except ClosedError:
+            self.cancel()
+            return
+        except BooklineError as exc:
+            self._error = exc
+            self._has_new.set()
+            log.error("watch stopped: %s", exc)
+            return
+        self._deliver(snapshot)
+
+    def _deliver(self, snapshot: T) -> None:
+        if self._cancelled:
+            return
+        self._latest = snapshot
+        self._has_new.set()
+        if self._callback is not None:
+            try:
+                self._callback(snapshot)
+            except Exception:
+                log.exception("watch callback %r failed", self._callback)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[T]:
+        while True:
+            await self._has_new.wait()
+            self._has_new.clear()
+            if self._error is not None:
+                raise self._error
+            if self._cancelled:
+                return
+            yield self._latest  # type: ignore[misc]  # set before _has_new

@@ -1,0 +1,424 @@
+"""The bookie server and client in one process, over real TCP on a free port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from bookie import protocol as p
+from bookie.client import BookieConnection, ClientOptions
+from bookie.config import BookieConfig
+from bookie.server import BookieServer
+from bookie.storage.api import DiskUsage, LacResult, Storage
+from bookline.errors import (
+    BadRequestError,
+    ClosedError,
+    ConnectionLostError,
+    FencedError,
+    NoEntryError,
+    NoLedgerError,
+    ReadOnlyError,
+    TimeoutError_,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+
+KEY = b"master-key"
+
+
+class InMemoryStorage:
+    """A protocol-level stand-in for the engine (no durability) -- TEMPORARY until
+    bookie/storage/engine.py works; the tests then run against the real engine."""
+
+    def __init__(self) -> None:
+        self.entries_: dict[int, dict[int, bytes]] = {}
+        self.keys: dict[int, bytes] = {}
+        self.lacs: dict[int, int] = {}
+        self.fenced: set[int] = set()
+        self.read_only = False
+        self.changed = asyncio.Condition()
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def _key(self, ledger_id: int, master_key: bytes) -> None:
+        known = self.keys.setdefault(ledger_id, master_key)
+        if known != master_key:
+            raise UnauthorizedError(f"wrong key for ledger {ledger_id}")
+
+    async def add_entry(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        *,
+        recovery: bool = False,
+    ) -> None:
+        if self.read_only and not recovery:
+            raise ReadOnlyError("read-only")
+        self._key(ledger_id, master_key)
+        if ledger_id in self.fenced and not recovery:
+            raise FencedError(f"ledger {ledger_id} fenced")
+        self.entries_.setdefault(ledger_id, {})[entry_id] = payload
+        async with self.changed:
+            self.lacs[ledger_id] = max(self.lacs.get(ledger_id, -1), lac)
+            self.changed.notify_all()
+
+    async def fence(self, ledger_id: int, master_key: bytes) -> int:
+        self._key(ledger_id, master_key)
+        self.fenced.add(ledger_id)
+        self.entries_.setdefault(ledger_id, {})
+        return self.lacs.get(ledger_id, -1)
+
+    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        if ledger_id not in self.entries_:
+            raise NoLedgerError(str(ledger_id))
+        held = self.entries_[ledger_id]
+        if entry_id == -1 and held:
+            entry_id = max(held)
+        if entry_id not in held:
+            raise NoEntryError(f"{ledger_id}/{entry_id}")
+        return held[entry_id]
+
+    def last_add_confirmed(self, ledger_id: int) -> int:
+        if ledger_id not in self.entries_:
+            raise NoLedgerError(str(ledger_id))
+        return self.lacs.get(ledger_id, -1)
+
+    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
+        async with self.changed:
+            with contextlib.suppress(TimeoutError):  # a timeout answers the current LAC
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: self.lacs.get(ledger_id, -1) > previous_lac),
+                    timeout_s,
+                )
+        lac = self.lacs.get(ledger_id, -1)
+        nxt = self.entries_.get(ledger_id, {}).get(previous_lac + 1)
+        return LacResult(lac, previous_lac + 1 if nxt is not None else None, nxt)
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        return ledger_id in self.fenced
+
+    def ledgers(self) -> list[int]:
+        return sorted(self.entries_)
+
+    async def entries(self, ledger_id: int) -> list[int]:
+        if ledger_id not in self.entries_:
+            raise NoLedgerError(str(ledger_id))
+        return sorted(self.entries_[ledger_id])
+
+    async def delete_ledgers(self, ledger_ids: set[int]) -> None:
+        for ledger_id in ledger_ids:
+            self.entries_.pop(ledger_id, None)
+
+    async def compact(self) -> int:
+        return 0
+
+    async def checkpoint(self) -> None:
+        return None
+
+    def disk_usage(self) -> DiskUsage:
+        return DiskUsage(0.5, 1 << 30, 2 << 30, self.read_only)
+
+    def set_read_only(self, read_only: bool) -> None:
+        self.read_only = read_only
+
+
+def make_storage(config: BookieConfig) -> Storage:
+    return InMemoryStorage()
+
+
+def bookie_config(tmp_path: Path, **overrides: object) -> BookieConfig:
+    base = BookieConfig(
+        port=0,
+        journal_dir=str(tmp_path / "journal"),
+        ledgers_dir=str(tmp_path / "ledgers"),
+        index_dir=str(tmp_path / "index"),
+        disk_check_interval_ms=50,
+    )
+    return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
+
+
+class Bookie:
+    def __init__(self, server: BookieServer, storage: Storage) -> None:
+        self.server = server
+        self.storage = storage
+        self.address = server.address
+
+
+async def start_bookie(config: BookieConfig) -> Bookie:
+    storage = make_storage(config)
+    await storage.start()
+    server = BookieServer(config, storage, bookie_id="test-bookie")
+    try:
+        await server.start()
+    except BaseException:
+        await storage.close()
+        raise
+    return Bookie(server, storage)
+
+
+async def stop_bookie(bookie: Bookie) -> None:
+    try:
+        await bookie.server.stop(drain_timeout_s=5.0)
+    finally:
+        await bookie.storage.close()
+
+
+@pytest.fixture
+async def bookie(tmp_path: Path) -> AsyncIterator[Bookie]:
+    b = await start_bookie(bookie_config(tmp_path))
+    try:
+        yield b
+    finally:
+        await stop_bookie(b)
+
+
+@pytest.fixture
+async def conn(bookie: Bookie) -> AsyncIterator[BookieConnection]:
+    c = BookieConnection(bookie.address)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def payload(ledger_id: int, entry_id: int) -> bytes:
+    return f"ledger {ledger_id} entry {entry_id} ".encode() * 3
+
+
+async def test_pipelined_adds_then_reads(conn: BookieConnection) -> None:
+    n = 2_000
+    await asyncio.gather(
+        *(conn.add(1, e, e - 1, KEY, payload(1, e)) for e in range(n)),
+        *(conn.add(2, e, e - 1, KEY, payload(2, e)) for e in range(10)),
+    )
+    reads = await asyncio.gather(*(conn.read(1, e) for e in range(n)))
+    assert [r.payload for r in reads] == [payload(1, e) for e in range(n)]
+    assert all(r.entry_id == e for e, r in enumerate(reads))
+    last = await conn.read(1, -1)
+    assert last.entry_id == n - 1 and last.payload == payload(1, n - 1)
+    assert await conn.list_ledgers() == (1, 2)
+    assert await conn.list_entries(2) == tuple(range(10))
+    info = await conn.info()
+    assert info.bookie_id == "test-bookie" and info.state == "writable"
+
+
+async def test_errors_carry_their_codes(conn: BookieConnection) -> None:
+    with pytest.raises(NoLedgerError):
+        await conn.read(77, 0)
+    await conn.add(3, 0, -1, KEY, b"a")
+    with pytest.raises(NoEntryError):
+        await conn.read(3, 5)
+    with pytest.raises(UnauthorizedError):
+        await conn.add(3, 1, 0, b"wrong key", b"b")
+
+
+async def test_fencing_read(conn: BookieConnection) -> None:
+    await conn.add(4, 0, -1, KEY, b"e0")
+    await conn.add(4, 1, 0, KEY, b"e1")
+    with pytest.raises(UnauthorizedError):
+        await conn.read(4, -1, fence=True, master_key=b"other")
+    resp = await conn.read(4, -1, fence=True, master_key=KEY)
+    assert resp.entry_id == 1 and resp.payload == b"e1" and resp.lac == 0
+    with pytest.raises(FencedError):
+        await conn.add(4, 2, 1, KEY, b"e2")
+    await conn.add(4, 2, 1, KEY, b"e2", recovery=True)
+    assert (await conn.read(4, 2)).payload == b"e2"
+
+
+async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None:
+    await conn.add(5, 0, -1, KEY, b"e0")
+    await conn.add(5, 1, 0, KEY, b"e1")  # LAC is now 0
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    poll = asyncio.ensure_future(conn.read_lac(5, 0, timeout_ms=20_000))
+    await asyncio.sleep(0.2)
+    assert not poll.done()
+    await conn.add(5, 2, 1, KEY, b"e2")  # LAC 1 rides on entry 2
+    resp = await asyncio.wait_for(poll, 5.0)
+    assert resp.lac == 1
+    assert resp.next_entry_id == 1 and resp.next_entry == b"e1"
+    assert loop.time() - started < 5.0
+
+
+async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) -> None:
+    await conn.add(6, 0, -1, KEY, b"e0")
+    await conn.add(6, 1, 0, KEY, b"e1")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    resp = await conn.read_lac(6, 0, timeout_ms=300)
+    assert resp.lac == 0
+    assert loop.time() - started >= 0.25
+    # previous_lac below the LAC answers at once
+    resp = await conn.read_lac(6, -1, timeout_ms=10_000)
+    assert resp.lac == 0 and resp.next_entry == b"e0"
+
+
+async def test_long_poll_capped_by_the_server(tmp_path: Path) -> None:
+    b = await start_bookie(bookie_config(tmp_path, long_poll_timeout_ms_max=200))
+    c = BookieConnection(b.address, ClientOptions(request_timeout_s=5.0))
+    try:
+        await c.add(1, 0, -1, KEY, b"x")
+        resp = await asyncio.wait_for(c.read_lac(1, 5, timeout_ms=60_000), 3.0)
+        assert resp.lac == -1
+    finally:
+        await c.close()
+        await stop_bookie(b)
+
+
+async def test_too_many_requests_beyond_the_inflight_bound(tmp_path: Path) -> None:
+    b = await start_bookie(bookie_config(tmp_path, inflight_requests_per_connection_max=4))
+    c = BookieConnection(b.address)
+    try:
+        await c.add(1, 0, -1, KEY, b"x")
+        polls = [c.read_lac(1, 10, timeout_ms=1_000) for _ in range(10)]
+        results = await asyncio.gather(*polls, return_exceptions=True)
+        rejected = [r for r in results if isinstance(r, TooManyRequestsError)]
+        answered = [r for r in results if isinstance(r, p.ReadLacResponse)]
+        assert len(rejected) == 6 and len(answered) == 4, results
+        await c.add(1, 1, 0, KEY, b"y")  # the connection is still fine
+    finally:
+        await c.close()
+        await stop_bookie(b)
+
+
+async def test_client_bounds_its_own_inflight(bookie: Bookie) -> None:
+    c = BookieConnection(bookie.address, ClientOptions(inflight_max=3))
+    try:
+        await c.add(1, 0, -1, KEY, b"x")
+        polls = [asyncio.ensure_future(c.read_lac(1, 10, timeout_ms=500)) for _ in range(6)]
+        await asyncio.sleep(0.1)
+        assert c.inflight == 3
+        assert all(isinstance(r, p.ReadLacResponse) for r in await asyncio.gather(*polls))
+    finally:
+        await c.close()
+
+
+def raw_frame(op: int, rid: int, meta: bytes, *, version: int = p.PROTOCOL_VERSION) -> bytes:
+    import crc32c
+
+    header = struct.pack(">2sBBBBHIIQ", p.MAGIC, version, op, 0, 0, 0, len(meta), len(meta), rid)
+    return header + struct.pack(">I", crc32c.crc32c(meta, crc32c.crc32c(header))) + meta
+
+
+async def read_response(reader: asyncio.StreamReader) -> p.Response:
+    d = p.Decoder(responses=True)
+    while True:
+        frame = d.next_frame()
+        if not isinstance(frame, p.NeedData):
+            return frame  # type: ignore[return-value]
+        data = await asyncio.wait_for(reader.read(65536), 5.0)
+        assert data, "connection closed"
+        d.feed(data)
+
+
+async def test_malformed_frames_leave_other_connections_healthy(
+    bookie: Bookie, conn: BookieConnection
+) -> None:
+    await conn.add(1, 0, -1, KEY, b"x")
+    host, port = bookie.address.split(":")
+    # 1. A frame with a good CRC but a bad body: BAD_REQUEST for its id, stream goes on.
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(raw_frame(p.Op.ADD, 99, msgpack.packb(["x"])))
+        writer.write(p.encode_request(p.InfoRequest(100)))
+        resp = await read_response(reader)
+        assert isinstance(resp, p.ErrorResponse) and resp.request_id == 99
+        assert isinstance(resp.error(), BadRequestError)
+        info = await read_response(reader)
+        assert isinstance(info, p.InfoResponse) and info.request_id == 100
+    finally:
+        writer.close()
+    # 2. Garbage, a wrong version, an oversized frame: that connection is closed.
+    garbage = [
+        b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 32,
+        raw_frame(p.Op.INFO, 1, b"\x90", version=9),
+        struct.pack(">2sBBBBHIIQI", p.MAGIC, 1, 1, 0, 0, 0, 1 << 30, 0, 1, 0),
+    ]
+    for bad in garbage:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(bad)
+            assert await asyncio.wait_for(reader.read(), 5.0) == b""
+        finally:
+            writer.close()
+    # 3. The well-behaved connection never noticed.
+    await conn.add(1, 1, 0, KEY, b"y")
+    assert (await conn.read(1, 1)).payload == b"y"
+
+
+async def test_read_only_transition_both_ways(bookie: Bookie, conn: BookieConnection) -> None:
+    states: list[bool] = []
+
+    async def on_change(read_only: bool) -> None:
+        states.append(read_only)
+
+    bookie.server._on_read_only_change = on_change
+    await conn.add(1, 0, -1, KEY, b"x")
+    bookie.server.set_disk_thresholds(1e-9, 1e-10)  # any usage is "too full"
+    for _ in range(100):
+        if (await conn.info()).state == "read_only":
+            break
+        await asyncio.sleep(0.05)
+    with pytest.raises(ReadOnlyError):
+        await conn.add(1, 1, 0, KEY, b"y")
+    assert (await conn.read(1, 0)).payload == b"x"  # reads still served
+    bookie.server.set_disk_thresholds(0.9999, 0.9998)
+    for _ in range(100):
+        if (await conn.info()).state == "writable":
+            break
+        await asyncio.sleep(0.05)
+    await conn.add(1, 1, 0, KEY, b"y")
+    assert states[-2:] == [True, False]
+
+
+async def test_connection_loss_and_close(tmp_path: Path) -> None:
+    b = await start_bookie(bookie_config(tmp_path))
+    c = BookieConnection(b.address, ClientOptions(request_timeout_s=2.0))
+    try:
+        await c.add(1, 0, -1, KEY, b"x")
+        poll = asyncio.ensure_future(c.read_lac(1, 0, timeout_ms=10_000))
+        await asyncio.sleep(0.1)
+        await b.server.stop(drain_timeout_s=1.0)  # long polls are cut at shutdown
+        with pytest.raises(ConnectionLostError):
+            await poll
+        with pytest.raises((ConnectionLostError, TimeoutError_)):
+            await c.info()  # nobody listens any more
+    finally:
+        await b.storage.close()
+        await c.close()
+    with pytest.raises(ClosedError):
+        await c.info()
+
+
+async def test_request_timeout() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # read everything, answer nothing
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    c = BookieConnection(f"127.0.0.1:{port}", ClientOptions(request_timeout_s=0.2))
+    try:
+        with pytest.raises(TimeoutError_):
+            await c.add(1, 0, -1, KEY, b"x")
+        with pytest.raises(TimeoutError_):
+            await c.info(timeout_s=0.05)
+        assert c.inflight == 0
+    finally:
+        await c.close()
+        server.close()
+        await server.wait_closed()

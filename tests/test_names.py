@@ -1,0 +1,93 @@
+"""A corpus of names that must be rejected or accepted by bookline.names."""
+
+from __future__ import annotations
+
+import pytest
+
+from bookline.errors import InvalidNameError
+from bookline.names import NAME_CHARS_MAX, is_valid_name, validate_name
+
+BAD_NAMES = [
+    "",
+    ".",
+    "..",
+    "../etc",
+    "a/../b",
+    "a/b",
+    "/abs",
+    "a\\b",
+    "..\\x",
+    "a\x00b",
+    "\x00",
+    "tab\there",
+    "new\nline",
+    "cr\rhere",
+    "esc\x1b[0m",
+    "del\x7f",
+    "c1\x85ctrl",
+    "zero\u200bwidth",  # format character
+    "rtl\u202eoverride",
+    "space here",
+    "nbsp\u00a0x",
+    ".hidden",
+    ".snapshot",
+    "<reserved",
+    "<",
+    "zookeeper",
+    "ZooKeeper",
+    "a" * 1000,
+    "a" * (NAME_CHARS_MAX + 1),
+    "quote'",
+    'dq"',
+    "star*",
+    "q?",
+    "semi;colon",
+    "pipe|x",
+    "dollar$x",
+]
+
+GOOD_NAMES = [
+    "a",
+    "stream-1",
+    "my_stream.v2",
+    "bookie-127.0.0.1:3181",
+    "user@host",
+    "k=v+w",
+    "a..b",  # dots inside a name are not traversal
+    "x.",
+    "Ünïcödé",
+    "流",
+    "a" * NAME_CHARS_MAX,
+    "0",
+]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
+def test_bad_names_rejected(name: str) -> None:
+    with pytest.raises(InvalidNameError) as err:
+        validate_name(name, "stream")
+    assert "stream" in err.value.message
+    assert not is_valid_name(name)
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES, ids=repr)
+def test_good_names_accepted(name: str) -> None:
+    assert validate_name(name) == name
+    assert is_valid_name(name)
+
+
+@pytest.mark.parametrize("value", [None, 5, b"bytes", ["a"]])
+def test_non_strings_rejected(value: object) -> None:
+    with pytest.raises(InvalidNameError, match="must be a string"):
+        validate_name(value)
+
+
+def test_error_messages_say_why() -> None:
+    with pytest.raises(InvalidNameError, match="reserved prefix"):
+        validate_name(".x")
+    with pytest.raises(InvalidNameError, match="at most"):
+        validate_name("a" * 1000)
+    with pytest.raises(InvalidNameError, match="NUL"):
+        validate_name("a\x00")
+    with pytest.raises(InvalidNameError, match="separator"):
+        validate_name("a/b")
