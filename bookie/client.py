@@ -20,6 +20,8 @@ bookie id as registered) for the ledger layer.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -134,9 +136,12 @@ class _Wire(asyncio.Protocol):
 
     # -- requests --------------------------------------------------------------------
 
+    @property
+    def writable(self) -> bool:
+        return self._writable.is_set()
+
     async def wait_writable(self) -> None:
-        if not self._writable.is_set():
-            await self._writable.wait()
+        await self._writable.wait()
 
     def send(self, request_id: int, frame: bytes, timeout_s: float) -> asyncio.Future[p.Response]:
         fut: asyncio.Future[p.Response] = self._loop.create_future()
@@ -203,7 +208,10 @@ class BookieConnection:
         self._host, self._port = parse_address(address)
         self._wire: _Wire | None = None
         self._connect_lock = asyncio.Lock()
-        self._room = asyncio.Semaphore(self.options.inflight_max)
+        # In-flight bound: a counter plus FIFO waiters (asyncio.Semaphore costs more per
+        # call, and this is the hot path).
+        self._inflight = 0
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -216,7 +224,8 @@ class BookieConnection:
 
     @property
     def inflight(self) -> int:
-        return len(self._wire.pending) if self._wire is not None else 0
+        """Requests sent and not yet answered (or waiting for a connection)."""
+        return self._inflight
 
     # -- public API ------------------------------------------------------------------
 
@@ -306,6 +315,10 @@ class BookieConnection:
         if self._closed:
             return
         self._closed = True
+        waiters, self._room_waiters = self._room_waiters, collections.deque()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(ClosedError(f"connection to bookie {self.address} closed"))
         wire, self._wire = self._wire, None
         if wire is not None:
             wire.fail_all(ClosedError(f"connection to bookie {self.address} closed"))
@@ -319,15 +332,21 @@ class BookieConnection:
     ) -> _R:
         if self._closed:
             raise ClosedError(f"connection to bookie {self.address} closed")
-        async with self._room:
-            wire = await self._ensure_wire()
-            await wire.wait_writable()
+        await self._acquire_room()
+        try:
+            wire = self._wire
+            if wire is None or wire.lost:
+                wire = await self._ensure_wire()
+            if not wire.writable:
+                await wire.wait_writable()
             if wire.lost or self.closed:
                 raise self._gone_error()
             rid = next(self._ids)
             frame = p.encode_request(make(rid))
             deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
             resp = await wire.send(rid, frame, deadline_s)
+        finally:
+            self._release_room()
         if type(resp) is expected:
             return resp
         if isinstance(resp, p.ErrorResponse):
@@ -336,6 +355,32 @@ class BookieConnection:
             f"bookie {self.address} answered {type(resp).__name__} to a request expecting "
             f"{expected.__name__}"
         )
+
+    async def _acquire_room(self) -> None:
+        """Take one in-flight slot, waiting FIFO when all are taken."""
+        if self._inflight < self.options.inflight_max and not self._room_waiters:
+            self._inflight += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(fut)
+        try:
+            await fut  # _release_room took the slot for us before waking us
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release_room()  # handed a slot while being cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):  # close() already cleared it
+                    self._room_waiters.remove(fut)
+            raise
+
+    def _release_room(self) -> None:
+        self._inflight -= 1
+        while self._room_waiters:
+            fut = self._room_waiters.popleft()
+            if not fut.done():
+                self._inflight += 1
+                fut.set_result(None)
+                return
 
     def _gone_error(self) -> BooklineError:
         if self._closed:

@@ -5,14 +5,16 @@ The server calls :meth:`BookieMetrics.observe_request` per request and
 storage is never touched from the HTTP thread). Each bookie owns its registry, so
 several bookies can live in one test process.
 
-Storage figures come from the engine's optional ``stats()`` method, a mapping of
-name -> number read at refresh time. Every numeric entry is exported as
-``bookline_bookie_storage{stat="<name>"}``; these names get dedicated series:
+Storage figures come from the engine's optional ``stats_snapshot()`` (a flat mapping
+name -> number, read at refresh time): every entry is exported as
+``bookline_bookie_storage{stat="<name>"}``, and these get dedicated series:
 
-* ``journal_fsync_seconds``  (latest fsync latency) -> ``..._journal_fsync_seconds``
-* ``journal_group_entries``  (entries in the latest group commit)
-* ``memtable_bytes``
-* ``read_cache_hits`` / ``read_cache_misses`` -> ``..._read_cache_hit_ratio``
+* ``memtable_bytes`` -> ``bookline_bookie_memtable_bytes``
+* ``memtable_hits`` + ``cache_hits`` vs ``cache_misses`` -> ``..._read_cache_hit_ratio``
+  (reads answered from memory / reads)
+
+Journal fsync latency and group size are histograms fed by the journal thread through
+:meth:`BookieMetrics.observe_journal_group` (prometheus_client metrics are thread-safe).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import Final
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 from bookie.storage.api import DiskUsage
@@ -122,12 +124,16 @@ class BookieMetrics:
         self._disk_free = Gauge(
             "bookline_bookie_disk_free_bytes", "Free bytes on the fullest disk", registry=r
         )
-        self._fsync = Gauge(
-            "bookline_bookie_journal_fsync_seconds", "Latest journal fsync latency", registry=r
+        self._fsync = Histogram(
+            "bookline_bookie_journal_fsync_seconds",
+            "Journal group commit: write + fdatasync latency",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=r,
         )
-        self._group = Gauge(
-            "bookline_bookie_journal_group_entries",
-            "Entries in the latest group commit",
+        self._group = Histogram(
+            "bookline_bookie_journal_group_records",
+            "Records per journal group commit",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
             registry=r,
         )
         self._memtable = Gauge(
@@ -156,6 +162,11 @@ class BookieMetrics:
     def connection_closed(self) -> None:
         self._connections.dec()
 
+    def observe_journal_group(self, seconds: float, records: int, _bytes: int) -> None:
+        """One group commit (called on the journal thread)."""
+        self._fsync.observe(seconds)
+        self._group.observe(records)
+
     def refresh(self, usage: DiskUsage, stats: Mapping[str, object]) -> None:
         """Copy the storage's current figures into the gauges (event loop thread)."""
         self._read_only.set(1 if usage.read_only else 0)
@@ -164,14 +175,10 @@ class BookieMetrics:
         numbers = {k: float(v) for k, v in stats.items() if isinstance(v, int | float)}
         for name, value in numbers.items():
             self._storage.labels(name).set(value)
-        if "journal_fsync_seconds" in numbers:
-            self._fsync.set(numbers["journal_fsync_seconds"])
-        if "journal_group_entries" in numbers:
-            self._group.set(numbers["journal_group_entries"])
         if "memtable_bytes" in numbers:
             self._memtable.set(numbers["memtable_bytes"])
-        hits = numbers.get("read_cache_hits", 0.0)
-        lookups = hits + numbers.get("read_cache_misses", 0.0)
+        hits = numbers.get("memtable_hits", 0.0) + numbers.get("cache_hits", 0.0)
+        lookups = hits + numbers.get("cache_misses", 0.0)
         if lookups > 0:
             self._hit_ratio.set(hits / lookups)
 

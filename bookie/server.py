@@ -279,6 +279,7 @@ class BookieServer:
                     f"bookie metrics cannot listen on port {self.config.metrics_port}: "
                     f"{exc.strerror or exc}"
                 ) from exc
+        self._hook_storage()
         await self.check_disk()  # start in the right state before the first add
         self._health_task = loop.create_task(self._health_loop(), name="bookie-health")
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
@@ -315,7 +316,9 @@ class BookieServer:
             self._metrics_http.close()
             self._metrics_http = None
 
-    def _fatal(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """Fatal storage error: stop acknowledging and serving now; :attr:`failed` is set
+        so the process can exit non-zero. Called by the engine's fatal handler too."""
         if self.failed.is_set():
             return
         self.fatal_error = exc
@@ -327,6 +330,12 @@ class BookieServer:
             conn.abort()
 
     # -- disk health -----------------------------------------------------------------
+
+    def watch_read_only(self, callback: StateCallback, *, registered: bool) -> None:
+        """From now on tell ``callback`` when the read-only state changes; the registry
+        currently shows ``registered``."""
+        self._on_read_only_change = callback
+        self._registered_read_only = registered
 
     def set_disk_thresholds(self, threshold: float, lwm: float) -> None:
         """Change the read-only thresholds at runtime (config reload on SIGHUP, tests)."""
@@ -372,11 +381,21 @@ class BookieServer:
             self.metrics.refresh(usage, self._storage_stats())
 
     def _storage_stats(self) -> Mapping[str, object]:
-        stats = getattr(self.storage, "stats", None)
-        if not callable(stats):
+        # Optional engine feature (BookieStorage has it; a Storage need not).
+        snapshot = getattr(self.storage, "stats_snapshot", None)
+        if not callable(snapshot):
             return {}
-        result = stats()
+        result = snapshot()
         return cast(Mapping[str, object], result) if isinstance(result, Mapping) else {}
+
+    def _hook_storage(self) -> None:
+        """Wire optional engine features: fatal-error callback, journal observer."""
+        set_fatal = getattr(self.storage, "set_fatal_handler", None)
+        if callable(set_fatal):
+            set_fatal(self.fail)
+        journal_stats = getattr(self.storage, "journal_stats", None)
+        if journal_stats is not None and hasattr(journal_stats, "observer"):
+            journal_stats.observer = self.metrics.observe_journal_group
 
     # -- request handling ------------------------------------------------------------
 
@@ -390,7 +409,7 @@ class BookieServer:
         except BooklineError as exc:
             status = exc.name
             if _is_fatal(req, exc):
-                self._fatal(exc)
+                self.fail(exc)
             frame = p.encode_error(req.request_id, _op_of(req), exc)
         except asyncio.CancelledError:
             raise

@@ -50,8 +50,9 @@ class LedgerConfig:
 
     # --- limits ---------------------------------------------------------------------
     # Adds in flight (sent, not yet acknowledged) per ledger handle; add() waits beyond
-    # this (backpressure) rather than queueing without bound.
-    adds_in_flight_max: int = 10_000
+    # this (backpressure) rather than queueing without bound. 1,000 matches one bookie
+    # connection's pipeline; far more only queues inside the client and trips timeouts.
+    adds_in_flight_max: int = 1_000
     # Bytes of payload in flight per ledger handle (same backpressure).
     add_bytes_in_flight_max: int = 64 << 20
     # Largest payload of one entry (bookies bound frame sizes too).
@@ -70,12 +71,19 @@ class LedgerConfig:
                 f"ledger.digest_type must be crc32c or hmac_sha256, got {self.digest_type!r}"
             )
         positive = (
-            "add_timeout_ms", "read_timeout_ms", "fence_timeout_ms",
-            "speculative_read_first_timeout_ms", "speculative_read_max_timeout_ms",
-            "long_poll_timeout_ms", "metadata_timeout_ms", "adds_in_flight_max",
-            "add_bytes_in_flight_max", "entry_bytes_max", "reads_in_flight_max",
+            "add_timeout_ms",
+            "read_timeout_ms",
+            "fence_timeout_ms",
+            "speculative_read_first_timeout_ms",
+            "speculative_read_max_timeout_ms",
+            "long_poll_timeout_ms",
+            "metadata_timeout_ms",
+            "adds_in_flight_max",
+            "add_bytes_in_flight_max",
+            "entry_bytes_max",
+            "reads_in_flight_max",
             "metadata_cas_retries_max",
-        )  # fmt: skip
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"ledger.{name} must be positive")

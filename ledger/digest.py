@@ -152,7 +152,9 @@ class DigestManager:
                 f"{int(self.digest_type)}"
             )
         if len(view) < body_start:
-            raise ChecksumError(f"ledger {self.ledger_id}: entry of {len(view)} bytes lacks a digest")
+            raise ChecksumError(
+                f"ledger {self.ledger_id}: entry of {len(view)} bytes lacks a digest"
+            )
         payload = view[body_start:]
         expected = self._digest(header, payload)
         if not hmac.compare_digest(expected, view[HEADER_BYTES:body_start]):

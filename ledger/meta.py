@@ -89,14 +89,19 @@ class LedgerMeta:
             invariant(
                 seg.first_entry_id > prev.first_entry_id,
                 "ledger %d: segment starts must increase (%d then %d)",
-                self.ledger_id, prev.first_entry_id, seg.first_entry_id,
-            )  # fmt: skip
+                self.ledger_id,
+                prev.first_entry_id,
+                seg.first_entry_id,
+            )
         for seg in self.segments:
             invariant(
-                len(seg.bookies) == self.ensemble_size and len(set(seg.bookies)) == len(seg.bookies),
+                len(seg.bookies) == self.ensemble_size == len(set(seg.bookies)),
                 "ledger %d: segment at %d has ensemble %r, want %d distinct bookies",
-                self.ledger_id, seg.first_entry_id, seg.bookies, self.ensemble_size,
-            )  # fmt: skip
+                self.ledger_id,
+                seg.first_entry_id,
+                seg.bookies,
+                self.ensemble_size,
+            )
 
     @property
     def is_closed(self) -> bool:
@@ -125,8 +130,10 @@ class LedgerMeta:
         invariant(
             first_entry_id >= last.first_entry_id,
             "ledger %d: new segment at %d before last segment at %d",
-            self.ledger_id, first_entry_id, last.first_entry_id,
-        )  # fmt: skip
+            self.ledger_id,
+            first_entry_id,
+            last.first_entry_id,
+        )
         seg = Segment(first_entry_id, tuple(bookies))
         if first_entry_id == last.first_entry_id:
             segments = (*self.segments[:-1], seg)
@@ -184,7 +191,7 @@ class BookieTransport(Protocol):
     """Requests to one bookie, named by bookie id. Non-OK answers raise
     :mod:`bookline.errors` classes; every call honours ``timeout_s``."""
 
-    async def add(
+    async def add(  # noqa: PLR0917 - mirrors the wire request
         self,
         bookie: str,
         ledger_id: int,

@@ -94,8 +94,13 @@ class LedgerReader:
 
     def _advance_lac(self, lac: int) -> None:
         if self._meta.is_closed:
-            invariant(lac <= self._meta.last_entry_id, "ledger %d: LAC %d past closed end %d",
-                      self.ledger_id, lac, self._meta.last_entry_id)  # fmt: skip
+            invariant(
+                lac <= self._meta.last_entry_id,
+                "ledger %d: LAC %d past closed end %d",
+                self.ledger_id,
+                lac,
+                self._meta.last_entry_id,
+            )
             return
         self._lac = max(self._lac, lac)
 
@@ -118,24 +123,35 @@ class LedgerReader:
             try:
                 return self._digest.verify(cached, entry_id)
             except ChecksumError as exc:
-                log.warning("ledger %d: piggybacked entry %d corrupt: %s; reading it",
-                            self.ledger_id, entry_id, exc)  # fmt: skip
+                log.warning(
+                    "ledger %d: piggybacked entry %d corrupt: %s; reading it",
+                    self.ledger_id,
+                    entry_id,
+                    exc,
+                )
 
         async def attempt(bookie: str) -> UnpackedEntry:
             ans = await self._transport.read(
-                bookie, self.ledger_id, entry_id, fence=False, master_key=b"",
+                bookie,
+                self.ledger_id,
+                entry_id,
+                fence=False,
+                master_key=b"",
                 timeout_s=self._config.read_timeout_ms / 1000.0,
-            )  # fmt: skip
+            )
             entry = self._digest.verify(ans.data, entry_id)
             self._advance_lac(ans.lac)
             return entry
 
         entry = await speculative(
-            replicas_of(self._meta, entry_id), attempt, health=self._health, clock=self._clock,
+            replicas_of(self._meta, entry_id),
+            attempt,
+            health=self._health,
+            clock=self._clock,
             first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
             max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
             what=f"read of ledger {self.ledger_id} entry {entry_id}",
-        )  # fmt: skip
+        )
         self._advance_lac(entry.lac)
         return entry
 
@@ -168,17 +184,22 @@ class LedgerReader:
 
         async def attempt(bookie: str) -> LacAnswer:
             return await self._transport.read_lac(
-                bookie, self.ledger_id, NO_ENTRY, 0,
+                bookie,
+                self.ledger_id,
+                NO_ENTRY,
+                0,
                 timeout_s=self._config.read_timeout_ms / 1000.0,
-            )  # fmt: skip
+            )
 
         ans = await speculative(
-            list(self._meta.last_segment.bookies), attempt, health=self._health,
+            list(self._meta.last_segment.bookies),
+            attempt,
+            health=self._health,
             clock=self._clock,
             first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
             max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
             what=f"LAC read of ledger {self.ledger_id}",
-        )  # fmt: skip
+        )
         self._advance_lac(ans.lac)
         return self._lac
 
@@ -194,9 +215,12 @@ class LedgerReader:
         tasks = [
             asyncio.ensure_future(
                 self._transport.read_lac(
-                    b, self.ledger_id, previous_lac, wait_ms,
+                    b,
+                    self.ledger_id,
+                    previous_lac,
+                    wait_ms,
                     timeout_s=self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0,
-                )  # fmt: skip
+                )
             )
             for b in bookies
         ]

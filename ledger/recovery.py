@@ -109,11 +109,17 @@ class LedgerRecovery:
                 version = await self._store.write(closed, version)
             except BadVersionError:
                 continue  # another recovery closed it (or re-marked): re-read and adopt
-            log.info("ledger %d recovered: last entry %d, %d bytes", self._ledger_id,
-                     last_entry_id, length)  # fmt: skip
+            log.info(
+                "ledger %d recovered: last entry %d, %d bytes",
+                self._ledger_id,
+                last_entry_id,
+                length,
+            )
             return RecoveryResult(closed, version, recovered_by_us=True)
-        raise MetadataError(f"ledger {self._ledger_id}: recovery lost the metadata CAS "
-                            f"{self._config.metadata_cas_retries_max} times")  # fmt: skip
+        raise MetadataError(
+            f"ledger {self._ledger_id}: recovery lost the metadata CAS "
+            f"{self._config.metadata_cas_retries_max} times"
+        )
 
     # -- steps ---------------------------------------------------------------------
 
@@ -134,8 +140,9 @@ class LedgerRecovery:
         timeout_s = self._config.fence_timeout_ms / 1000.0
         tasks = {
             asyncio.ensure_future(
-                self._transport.read(b, meta.ledger_id, NO_ENTRY, fence=True, master_key=key,
-                                     timeout_s=timeout_s)  # fmt: skip
+                self._transport.read(
+                    b, meta.ledger_id, NO_ENTRY, fence=True, master_key=key, timeout_s=timeout_s
+                )
             ): pos
             for pos, b in enumerate(bookies)
         }
@@ -160,8 +167,9 @@ class LedgerRecovery:
                     elif isinstance(exc, UnauthorizedError):
                         raise exc
                     elif isinstance(exc, BooklineError):
-                        log.warning("ledger %d: fencing %s failed: %s", meta.ledger_id,
-                                    bookies[pos], exc)  # fmt: skip
+                        log.warning(
+                            "ledger %d: fencing %s failed: %s", meta.ledger_id, bookies[pos], exc
+                        )
                         self._health.record_failure(bookies[pos])
                     else:
                         raise exc
@@ -173,8 +181,9 @@ class LedgerRecovery:
                 f"ledger {meta.ledger_id}: fenced only {sorted(bookies[p] for p in fenced)} of "
                 f"{list(bookies)}; a write set still has Qa={qa} unfenced bookies"
             )
-        log.info("ledger %d: fenced %d/%d bookies, max LAC %d", meta.ledger_id, len(fenced),
-                 e, max_lac)  # fmt: skip
+        log.info(
+            "ledger %d: fenced %d/%d bookies, max LAC %d", meta.ledger_id, len(fenced), e, max_lac
+        )
         return max_lac
 
     async def _read_committed(
@@ -182,18 +191,25 @@ class LedgerRecovery:
     ) -> UnpackedEntry:
         async def attempt(bookie: str) -> UnpackedEntry:
             ans = await self._transport.read(
-                bookie, meta.ledger_id, entry_id, fence=False, master_key=b"",
+                bookie,
+                meta.ledger_id,
+                entry_id,
+                fence=False,
+                master_key=b"",
                 timeout_s=self._config.read_timeout_ms / 1000.0,
-            )  # fmt: skip
+            )
             return digest.verify(ans.data, entry_id)
 
         try:
             return await speculative(
-                replicas_of(meta, entry_id), attempt, health=self._health, clock=self._clock,
+                replicas_of(meta, entry_id),
+                attempt,
+                health=self._health,
+                clock=self._clock,
                 first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
                 max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
                 what=f"recovery read of committed entry {entry_id} of ledger {meta.ledger_id}",
-            )  # fmt: skip
+            )
         except NoEntryError as exc:
             # A committed entry no replica holds: data loss, never paper over it.
             raise NoEntryError(
@@ -218,10 +234,18 @@ class LedgerRecovery:
                 if found is None:
                     break
                 entry, data = found
-                invariant(entry.entry_id == last + 1, "recovery out of order: %d after %d",
-                          entry.entry_id, last)  # fmt: skip
-                invariant(entry.length >= length, "ledger %d: length shrinks at entry %d",
-                          meta.ledger_id, entry.entry_id)  # fmt: skip
+                invariant(
+                    entry.entry_id == last + 1,
+                    "recovery out of order: %d after %d",
+                    entry.entry_id,
+                    last,
+                )
+                invariant(
+                    entry.length >= length,
+                    "ledger %d: length shrinks at entry %d",
+                    meta.ledger_id,
+                    entry.entry_id,
+                )
                 last, length = entry.entry_id, entry.length
                 rewrites.append(asyncio.ensure_future(self._rewrite(meta, key, entry, data)))
                 while len(rewrites) > window_max:
@@ -242,8 +266,9 @@ class LedgerRecovery:
         timeout_s = self._config.read_timeout_ms / 1000.0
         tasks = [
             asyncio.ensure_future(
-                self._transport.read(b, meta.ledger_id, entry_id, fence=True, master_key=key,
-                                     timeout_s=timeout_s)  # fmt: skip
+                self._transport.read(
+                    b, meta.ledger_id, entry_id, fence=True, master_key=key, timeout_s=timeout_s
+                )
             )
             for b in bookies
         ]
@@ -277,7 +302,8 @@ class LedgerRecovery:
         raise TimeoutError_(
             f"ledger {meta.ledger_id}: recovery cannot tell whether entry {entry_id} exists "
             f"({absent} NO_ENTRY of {absent_needed} needed; errors: "
-            + "; ".join(str(e) for e in errors) + ")"
+            + "; ".join(str(e) for e in errors)
+            + ")"
         )
 
     async def _rewrite(
@@ -289,8 +315,16 @@ class LedgerRecovery:
         timeout_s = self._config.add_timeout_ms / 1000.0
         tasks = {
             asyncio.ensure_future(
-                self._transport.add(b, meta.ledger_id, entry.entry_id, entry.lac, key, data,
-                                    recovery=True, timeout_s=timeout_s)  # fmt: skip
+                self._transport.add(
+                    b,
+                    meta.ledger_id,
+                    entry.entry_id,
+                    entry.lac,
+                    key,
+                    data,
+                    recovery=True,
+                    timeout_s=timeout_s,
+                )
             ): b
             for b in bookies
         }

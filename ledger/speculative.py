@@ -88,10 +88,14 @@ async def speculative(
         bookie, first = others[0]
         err = type(first).__new__(type(first))
         BooklineError.__init__(
-            err, f"{what}: all replicas failed; {bookie}: {first.message}"
-            + "".join(f"; {b}: {e.name}" for b, e in errors if e is not first)
-        )  # fmt: skip
+            err,
+            f"{what}: all replicas failed; {bookie}: {first.message}"
+            + "".join(f"; {b}: {e.name}" for b, e in errors if e is not first),
+        )
         raise err from first
     finally:
-        for fut in running:
+        now = clock()
+        for fut, (bookie, started) in running.items():
             fut.cancel()
+            # Lost the race: it took at least this long, which demotes it next time.
+            health.record_success(bookie, now - started)

@@ -55,9 +55,13 @@ class _PendingAdd:
     __slots__ = ("acked", "data", "entry_id", "future", "length", "payload_bytes")
 
     def __init__(
-        self, entry_id: int, data: bytes, length: int, payload_bytes: int,
+        self,
+        entry_id: int,
+        data: bytes,
+        length: int,
+        payload_bytes: int,
         future: asyncio.Future[int],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.entry_id = entry_id
         self.data = data  # packaged bytes: resent as is after an ensemble change
         self.length = length
@@ -215,9 +219,15 @@ class LedgerWriter:
     def _send(self, pa: _PendingAdd, pos: int, bookie: str, *, recovery: bool = False) -> None:
         started = self._clock()
         coro = self._transport.add(
-            bookie, self.ledger_id, pa.entry_id, self._lac, self._master_key, pa.data,
-            recovery=recovery, timeout_s=self._config.add_timeout_ms / 1000.0,
-        )  # fmt: skip
+            bookie,
+            self.ledger_id,
+            pa.entry_id,
+            self._lac,
+            self._master_key,
+            pa.data,
+            recovery=recovery,
+            timeout_s=self._config.add_timeout_ms / 1000.0,
+        )
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._on_add_done(t, pa, pos, bookie, started))
@@ -234,13 +244,19 @@ class LedgerWriter:
             self._on_ack(pa, pos, bookie)
             return
         if isinstance(exc, FencedError | UnauthorizedError):
-            log.warning("ledger %d: bookie %s answered %s; writer stops", self.ledger_id, bookie,
-                        exc.name)  # fmt: skip
+            log.warning(
+                "ledger %d: bookie %s answered %s; writer stops", self.ledger_id, bookie, exc.name
+            )
             self._fail(exc)
         elif isinstance(exc, BooklineError):
-            if self._error is None and not pa.future.done():
-                log.warning("ledger %d entry %d: bookie %s failed: %s", self.ledger_id,
-                            pa.entry_id, bookie, exc)  # fmt: skip
+            if self._error is None and bookie not in self._failed_bookies:
+                log.warning(
+                    "ledger %d entry %d: bookie %s failed: %s",
+                    self.ledger_id,
+                    pa.entry_id,
+                    bookie,
+                    exc,
+                )
             self._health.record_failure(bookie)
             self._bookie_failed(bookie)
         else:
@@ -268,14 +284,20 @@ class LedgerWriter:
             pa = self._pending.popleft()
             invariant(
                 pa.entry_id == self._lac + 1,
-                "ledger %d: completing entry %d after LAC %d", self.ledger_id, pa.entry_id,
+                "ledger %d: completing entry %d after LAC %d",
+                self.ledger_id,
+                pa.entry_id,
                 self._lac,
-            )  # fmt: skip
+            )
             self._lac = pa.entry_id
             self._length = pa.length
             self._pending_bytes -= pa.payload_bytes
-            invariant(self._lac <= self._last_pushed, "LAC %d beyond last pushed %d",
-                      self._lac, self._last_pushed)  # fmt: skip
+            invariant(
+                self._lac <= self._last_pushed,
+                "LAC %d beyond last pushed %d",
+                self._lac,
+                self._last_pushed,
+            )
             if not pa.future.done():
                 pa.future.set_result(pa.entry_id)
             completed = True
@@ -321,8 +343,12 @@ class LedgerWriter:
                     if attempts > self._config.ensemble_change_retries_max:
                         self._fail(exc)
                         return
-                    log.warning("ledger %d: ensemble change attempt %d failed: %s",
-                                self.ledger_id, attempts, exc)  # fmt: skip
+                    log.warning(
+                        "ledger %d: ensemble change attempt %d failed: %s",
+                        self.ledger_id,
+                        attempts,
+                        exc,
+                    )
                     await asyncio.sleep(_CHANGE_BACKOFF_S * attempts)
                     continue
                 except BooklineError as exc:
@@ -339,8 +365,9 @@ class LedgerWriter:
         old = meta.last_segment.bookies
         for _attempt in range(self._config.metadata_cas_retries_max):
             if meta.state is not LedgerState.OPEN:
-                raise FencedError(f"ledger {self.ledger_id} is {meta.state.value}: recovered by "
-                                  "another client")  # fmt: skip
+                raise FencedError(
+                    f"ledger {self.ledger_id} is {meta.state.value}: recovered by another client"
+                )
             candidates = await self._store.writable_bookies()
             racks = {c.bookie_id: c.rack for c in candidates}
             avoid = self._health.avoided() | failed
@@ -348,9 +375,14 @@ class LedgerWriter:
             for pos, bookie in enumerate(ensemble):
                 if bookie in failed:
                     ensemble[pos] = choose_replacement(
-                        [c for c in candidates if c.bookie_id not in failed], ensemble, pos,
-                        meta.write_quorum, avoid=avoid, racks=racks, rng=self._rng,
-                    )  # fmt: skip
+                        [c for c in candidates if c.bookie_id not in failed],
+                        ensemble,
+                        pos,
+                        meta.write_quorum,
+                        avoid=avoid,
+                        racks=racks,
+                        rng=self._rng,
+                    )
             start = self._lac + 1
             new = meta.with_segment(start, ensemble)
             try:
@@ -364,18 +396,26 @@ class LedgerWriter:
                 continue
             self._apply_new_ensemble(new, new_version, old)
             return
-        raise MetadataError(f"ledger {self.ledger_id}: ensemble change lost the CAS "
-                            f"{self._config.metadata_cas_retries_max} times")  # fmt: skip
+        raise MetadataError(
+            f"ledger {self.ledger_id}: ensemble change lost the CAS "
+            f"{self._config.metadata_cas_retries_max} times"
+        )
 
     def _apply_new_ensemble(self, new: LedgerMeta, version: int, old: tuple[str, ...]) -> None:
         invariant(
             not self._pending or self._pending[0].entry_id >= new.last_segment.first_entry_id,
-            "ledger %d: unacknowledged entry before the new segment", self.ledger_id,
-        )  # fmt: skip
+            "ledger %d: unacknowledged entry before the new segment",
+            self.ledger_id,
+        )
         self._meta, self._version = new, version
         now = new.last_segment.bookies
-        log.info("ledger %d: ensemble from entry %d is now %s (was %s)", self.ledger_id,
-                 new.last_segment.first_entry_id, list(now), list(old))  # fmt: skip
+        log.info(
+            "ledger %d: ensemble from entry %d is now %s (was %s)",
+            self.ledger_id,
+            new.last_segment.first_entry_id,
+            list(now),
+            list(old),
+        )
         for pa in self._pending:
             for pos in write_set(pa.entry_id, new.ensemble_size, new.write_quorum):
                 if now[pos] != old[pos]:
@@ -398,8 +438,10 @@ class LedgerWriter:
                 if meta.last_entry_id == self._lac:
                     self._meta, self._version = meta, version
                     return  # a recoverer closed it where we would have
-                raise FencedError(f"ledger {self.ledger_id} was closed by another client at "
-                                  f"entry {meta.last_entry_id}, writer had {self._lac}")  # fmt: skip
+                raise FencedError(
+                    f"ledger {self.ledger_id} was closed by another client at "
+                    f"entry {meta.last_entry_id}, writer had {self._lac}"
+                )
             if meta.state is LedgerState.IN_RECOVERY:
                 raise FencedError(f"ledger {self.ledger_id} is being recovered by another client")
         raise MetadataError(f"ledger {self.ledger_id}: close lost the CAS repeatedly")
@@ -409,4 +451,3 @@ class LedgerWriter:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-

@@ -453,6 +453,7 @@ class Watch(Generic[T]):
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._lost_before = False
+        self._unarmed = False  # a re-read failed while disconnected
 
     async def start(self) -> T:
         """Arm the watch; return (and deliver) the first snapshot."""
@@ -479,8 +480,8 @@ class Watch(Generic[T]):
     def _on_state(self, state: SessionState) -> None:
         if state is SessionState.LOST:
             self._lost_before = True
-        elif state is SessionState.CONNECTED and self._lost_before:
-            self._lost_before = False
+        elif state is SessionState.CONNECTED and (self._lost_before or self._unarmed):
+            self._lost_before = self._unarmed = False
             self._schedule_rearm()
 
     def _schedule_rearm(self) -> None:
@@ -494,8 +495,8 @@ class Watch(Generic[T]):
         try:
             snapshot: T = await self._read(self._on_zk_event)
         except (SessionSuspendedError, MetadataError) as exc:
-            # Disconnected: ZooKeeper re-sends pending watches on reconnect and
-            # _on_state re-reads after a new session, so the watch is not lost.
+            # The read failed, so no watch is registered: re-read on the next CONNECTED.
+            self._unarmed = True
             log.warning("watch re-read failed, will retry on reconnect: %s", exc)
             return
         except ClosedError:

@@ -56,12 +56,6 @@ def _run_bookie(args: argparse.Namespace) -> dict[str, Any]:
     return bench_bookie.run(args)
 
 
-def _run_ledger(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_ledger
-
-    return bench_ledger.run(args)
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (last stdout line: one JSON object)")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
@@ -77,7 +71,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     for name, runner, what in (
         ("bookie", _run_bookie, "adds to one bookie from one pipelined client"),
-        ("ledger", _run_ledger, "adds to one ledger on 3 bookies (E=Qw=3, Qa=2)"),
     ):
         p = add(name, runner, what)
         p.add_argument("--cluster", default=None,

@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from bookie import main as bookie_main
 from bookline import __version__
 from bookline.errors import BooklineError
 from ops import bench
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(handler=_cmd_demo)
 
     # Sub-command groups living in their own modules register here, one line each.
+    bookie_main.add_parser(sub)
     bench.register(sub)
     return parser
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
+import errno
+import os
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgpack
@@ -16,12 +17,14 @@ from bookie import protocol as p
 from bookie.client import BookieConnection, ClientOptions
 from bookie.config import BookieConfig
 from bookie.server import BookieServer
-from bookie.storage.api import DiskUsage, LacResult, Storage
+from bookie.storage.api import Storage
+from bookie.storage.engine import BookieStorage
 from bookline.errors import (
     BadRequestError,
     ClosedError,
     ConnectionLostError,
     FencedError,
+    IOFailureError,
     NoEntryError,
     NoLedgerError,
     ReadOnlyError,
@@ -33,111 +36,8 @@ from bookline.errors import (
 KEY = b"master-key"
 
 
-class InMemoryStorage:
-    """A protocol-level stand-in for the engine (no durability) -- TEMPORARY until
-    bookie/storage/engine.py works; the tests then run against the real engine."""
-
-    def __init__(self) -> None:
-        self.entries_: dict[int, dict[int, bytes]] = {}
-        self.keys: dict[int, bytes] = {}
-        self.lacs: dict[int, int] = {}
-        self.fenced: set[int] = set()
-        self.read_only = False
-        self.changed = asyncio.Condition()
-
-    async def start(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-    def _key(self, ledger_id: int, master_key: bytes) -> None:
-        known = self.keys.setdefault(ledger_id, master_key)
-        if known != master_key:
-            raise UnauthorizedError(f"wrong key for ledger {ledger_id}")
-
-    async def add_entry(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        *,
-        recovery: bool = False,
-    ) -> None:
-        if self.read_only and not recovery:
-            raise ReadOnlyError("read-only")
-        self._key(ledger_id, master_key)
-        if ledger_id in self.fenced and not recovery:
-            raise FencedError(f"ledger {ledger_id} fenced")
-        self.entries_.setdefault(ledger_id, {})[entry_id] = payload
-        async with self.changed:
-            self.lacs[ledger_id] = max(self.lacs.get(ledger_id, -1), lac)
-            self.changed.notify_all()
-
-    async def fence(self, ledger_id: int, master_key: bytes) -> int:
-        self._key(ledger_id, master_key)
-        self.fenced.add(ledger_id)
-        self.entries_.setdefault(ledger_id, {})
-        return self.lacs.get(ledger_id, -1)
-
-    async def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        if ledger_id not in self.entries_:
-            raise NoLedgerError(str(ledger_id))
-        held = self.entries_[ledger_id]
-        if entry_id == -1 and held:
-            entry_id = max(held)
-        if entry_id not in held:
-            raise NoEntryError(f"{ledger_id}/{entry_id}")
-        return held[entry_id]
-
-    def last_add_confirmed(self, ledger_id: int) -> int:
-        if ledger_id not in self.entries_:
-            raise NoLedgerError(str(ledger_id))
-        return self.lacs.get(ledger_id, -1)
-
-    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
-        async with self.changed:
-            with contextlib.suppress(TimeoutError):  # a timeout answers the current LAC
-                await asyncio.wait_for(
-                    self.changed.wait_for(lambda: self.lacs.get(ledger_id, -1) > previous_lac),
-                    timeout_s,
-                )
-        lac = self.lacs.get(ledger_id, -1)
-        nxt = self.entries_.get(ledger_id, {}).get(previous_lac + 1)
-        return LacResult(lac, previous_lac + 1 if nxt is not None else None, nxt)
-
-    def is_fenced(self, ledger_id: int) -> bool:
-        return ledger_id in self.fenced
-
-    def ledgers(self) -> list[int]:
-        return sorted(self.entries_)
-
-    async def entries(self, ledger_id: int) -> list[int]:
-        if ledger_id not in self.entries_:
-            raise NoLedgerError(str(ledger_id))
-        return sorted(self.entries_[ledger_id])
-
-    async def delete_ledgers(self, ledger_ids: set[int]) -> None:
-        for ledger_id in ledger_ids:
-            self.entries_.pop(ledger_id, None)
-
-    async def compact(self) -> int:
-        return 0
-
-    async def checkpoint(self) -> None:
-        return None
-
-    def disk_usage(self) -> DiskUsage:
-        return DiskUsage(0.5, 1 << 30, 2 << 30, self.read_only)
-
-    def set_read_only(self, read_only: bool) -> None:
-        self.read_only = read_only
-
-
-def make_storage(config: BookieConfig) -> Storage:
-    return InMemoryStorage()
+def make_storage(config: BookieConfig, fsync: Callable[[int], None] = os.fdatasync) -> Storage:
+    return BookieStorage(config, fsync=fsync)
 
 
 def bookie_config(tmp_path: Path, **overrides: object) -> BookieConfig:
@@ -158,8 +58,8 @@ class Bookie:
         self.address = server.address
 
 
-async def start_bookie(config: BookieConfig) -> Bookie:
-    storage = make_storage(config)
+async def start_bookie(config: BookieConfig, fsync: Callable[[int], None] = os.fdatasync) -> Bookie:
+    storage = make_storage(config, fsync)
     await storage.start()
     server = BookieServer(config, storage, bookie_id="test-bookie")
     try:
@@ -422,3 +322,28 @@ async def test_request_timeout() -> None:
         await c.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_fsync_failure_is_fatal(tmp_path: Path) -> None:
+    failing = False
+
+    def fsync(fd: int) -> None:
+        if failing:
+            raise OSError(errno.EIO, "injected fsync failure")
+        os.fdatasync(fd)
+
+    b = await start_bookie(bookie_config(tmp_path), fsync)
+    c = BookieConnection(b.address, ClientOptions(request_timeout_s=5.0))
+    try:
+        await c.add(1, 0, -1, KEY, b"durable")
+        failing = True
+        with pytest.raises((IOFailureError, ConnectionLostError)):
+            await c.add(1, 1, 0, KEY, b"never acknowledged")
+        await asyncio.wait_for(b.server.failed.wait(), 5.0)
+        assert b.server.fatal_error is not None
+        with pytest.raises((ConnectionLostError, IOFailureError, TimeoutError_)):
+            await c.add(1, 2, 0, KEY, b"after the failure")
+    finally:
+        await c.close()
+        await b.server.stop(drain_timeout_s=1.0)
+        await b.storage.close()

@@ -22,6 +22,7 @@ Threads: the journal thread; ``bookie-read`` (index gets, entry log preads);
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -59,6 +60,11 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 _U64_MAX = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
+# Entries above this can't be a journal/entry-log record (both cap records at 64 MiB).
+PAYLOAD_BYTES_MAX = journal.RECORD_BYTES_MAX - 1024
+# Master keys are digests of the ledger password; anything longer is a bad request.
+MASTER_KEY_BYTES_MAX = 1024
 # Catch-up reads: index gets and entry-log preads run concurrently on this many threads.
 READ_THREADS = 4
 # A read-ahead never pulls more than this many bytes into the cache at once.
@@ -94,8 +100,8 @@ class StorageStats:
     reads: int = 0
     read_bytes: int = 0
     memtable_hits: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
+    read_cache_hits: int = 0
+    read_cache_misses: int = 0
     read_ahead_entries: int = 0
     checkpoints: int = 0
     checkpoint_entries: int = 0
@@ -123,7 +129,7 @@ class BookieStorage:
         self._journal_dir = Path(config.journal_dir)
         self._ledgers_dir = Path(config.ledgers_dir)
         self._index_dir = Path(config.index_dir)
-        self.stats = StorageStats()
+        self.counters = StorageStats()
         self._index = Index(self._index_dir)
         self._files = EntryLogFiles(self._ledgers_dir)
         self._log_ids = LogIds(1)
@@ -188,7 +194,10 @@ class BookieStorage:
         )
         files = journal.list_files(self._journal_dir)
         next_file = max([*files, mark.file_id]) + 1
-        self._durable_mark = self._journal.start(self._loop, next_file, self._on_durable)
+        try:
+            self._durable_mark = self._journal.start(self._loop, next_file, self._on_durable)
+        except OSError as exc:
+            raise IOFailureError(f"cannot open journal file {next_file}: {exc}") from exc
         log.info("bookie storage started: %d ledgers, %d journal records replayed from %s",
                  len(self._ledgers), replayed, mark)
         if replayed:
@@ -253,21 +262,40 @@ class BookieStorage:
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await self._stop_tasks()
         if self._journal is not None:
             await asyncio.to_thread(self._journal.stop)
             await asyncio.sleep(0)  # run the last durable-group callbacks
         try:
             if self._fatal is None and self._journal is not None:
-                await self._checkpoint()
+                await self.checkpoint()
         finally:
             await asyncio.to_thread(self._shutdown_blocking)
+
+    async def abort(self) -> None:
+        """Stop at once, without a checkpoint or writing queued records: what kill -9
+        leaves on disk. Tests use it to simulate a crash; the server may use it after a
+        fatal error instead of :meth:`close`."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_tasks()
+        if self._journal is not None:
+            await asyncio.to_thread(self._journal.stop, drain=False)
+            self._journal.fail_queued(ClosedError("bookie storage aborted"))
+        await asyncio.to_thread(self._shutdown_blocking)
+
+    async def _stop_tasks(self) -> None:
+        """Stop the background loops. The checkpoint loop is woken, not cancelled: a
+        cancelled checkpoint would leave its flush running without the lock."""
+        self._flush_wanted.set()
+        for task in self._tasks:
+            if task.get_name() != "bookie-checkpoint":
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
 
     def _shutdown_blocking(self) -> None:
         for pool in (self._read_pool, self._flush_pool, self._gc_pool):
@@ -287,15 +315,20 @@ class BookieStorage:
         if self._on_fatal is not None:
             self._on_fatal(exc)
 
-    def _check_writable(self) -> None:
+    def _check_writable(self) -> Journal:
         if self._fatal is not None:
             raise IOFailureError("bookie storage failed; not accepting writes") from self._fatal
         if self._closed or self._journal is None:
             raise ClosedError("bookie storage is closed or not started")
+        return self._journal
 
     async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., _T], *args: Any) -> _T:
+        """Blocking storage work on an executor; OSError becomes IOFailureError here."""
         loop = self._loop or asyncio.get_running_loop()
-        return await loop.run_in_executor(pool, fn, *args)
+        try:
+            return await loop.run_in_executor(pool, fn, *args)
+        except OSError as exc:
+            raise IOFailureError(f"{getattr(fn, '__name__', fn)}: {exc}") from exc
 
     # ------------------------------------------------------------------ write path
 
@@ -309,47 +342,51 @@ class BookieStorage:
         *,
         recovery: bool = False,
     ) -> None:
-        self._check_writable()
+        jnl = self._check_writable()
         if self._read_only:
-            self.stats.adds_rejected_read_only += 1
+            self.counters.adds_rejected_read_only += 1
             raise ReadOnlyError("bookie is read-only")
-        if not (0 <= ledger_id <= _U64_MAX and 0 <= entry_id <= _U64_MAX >> 1):
-            raise BadRequestError(f"bad ledger/entry id {ledger_id}/{entry_id}")
+        # Validated here, on the loop: a value the journal thread cannot encode would
+        # otherwise fail the journal, which is fatal for the whole bookie.
+        if not (0 <= ledger_id <= _U64_MAX and 0 <= entry_id <= _I64_MAX
+                and NO_ENTRY_ID <= lac <= _I64_MAX):
+            raise BadRequestError(f"bad ledger/entry/lac {ledger_id}/{entry_id}/{lac}")
+        if len(payload) > PAYLOAD_BYTES_MAX or len(master_key) > MASTER_KEY_BYTES_MAX:
+            raise BadRequestError(f"payload ({len(payload)} B) or master key too large")
         size = len(payload) + ENTRY_OVERHEAD_BYTES
         if self._active.bytes + self._frozen_bytes + self._reserved_bytes + size > (
                 self.config.memtable_bytes_max):
-            self.stats.adds_rejected_too_many += 1
+            self.counters.adds_rejected_too_many += 1
             self._flush_wanted.set()
             raise TooManyRequestsError("bookie memtable is full; retry later")
-        st = self._ledger_for_write(ledger_id, master_key)
+        st = self._ledger_for_write(jnl, ledger_id, master_key)
         if st.fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced")
-        fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
-        self._journal.submit((ADD, ledger_id, entry_id, lac, payload, fut))  # type: ignore[union-attr]
+        fut = jnl.create_future()
+        jnl.submit((ADD, ledger_id, entry_id, lac, payload, fut))
         self._reserved_bytes += size
         await fut
 
-    def _ledger_for_write(self, ledger_id: int, master_key: bytes) -> _Ledger:
+    def _ledger_for_write(self, jnl: Journal, ledger_id: int, master_key: bytes) -> _Ledger:
         st = self._ledgers.get(ledger_id)
         if st is None:
             st = self._ledgers[ledger_id] = _Ledger(bytes(master_key))
             self._dirty.add(ledger_id)
-            self._journal.submit((MASTER_KEY, ledger_id, -1, -1, st.master_key, None))  # type: ignore[union-attr]
+            jnl.submit((MASTER_KEY, ledger_id, -1, -1, st.master_key, None))
         elif st.master_key != master_key:
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         return st
 
     def _on_durable(self, group: list[Item], mark: JournalMark) -> None:
         """On the loop: a group is fsynced. Publish its entries, then acknowledge."""
-        active, ledgers, dirty, stats = self._active, self._ledgers, self._dirty, self.stats
+        active, ledgers, dirty, stats = self._active, self._ledgers, self._dirty, self.counters
         for rtype, ledger_id, entry_id, lac, data, fut in group:
             if rtype == ADD:
                 self._reserved_bytes -= len(data) + ENTRY_OVERHEAD_BYTES
                 st = ledgers.get(ledger_id)
                 if st is not None:  # None: deleted while the add was in flight
                     active.put(ledger_id, entry_id, data)
-                    if entry_id > st.last_entry:
-                        st.last_entry = entry_id
+                    st.last_entry = max(st.last_entry, entry_id)
                     if lac > st.lac:
                         st.lac = lac
                         if st.waiters:
@@ -365,14 +402,16 @@ class BookieStorage:
             self._flush_wanted.set()
 
     async def fence(self, ledger_id: int, master_key: bytes) -> int:
-        self._check_writable()
-        st = self._ledger_for_write(ledger_id, master_key)
+        jnl = self._check_writable()
+        if not 0 <= ledger_id <= _U64_MAX or len(master_key) > MASTER_KEY_BYTES_MAX:
+            raise BadRequestError(f"bad ledger id {ledger_id} or master key")
+        st = self._ledger_for_write(jnl, ledger_id, master_key)
         # Fenced at once, before the record is durable: no normal add may be accepted
         # after a fence was asked for. Fenced never unfences.
         st.fenced = True
         self._dirty.add(ledger_id)
-        fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
-        self._journal.submit((FENCE, ledger_id, -1, -1, b"", fut))  # type: ignore[union-attr]
+        fut = jnl.create_future()
+        jnl.submit((FENCE, ledger_id, -1, -1, b"", fut))
         await fut
         # Adds queued before the fence are durable now (FIFO), so this LAC covers them.
         return st.lac
@@ -400,24 +439,25 @@ class BookieStorage:
             entry_id = st.last_entry
         if entry_id < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
-        stats = self.stats
+        stats = self.counters
         stats.reads += 1
         payload = self._memory_get(ledger_id, entry_id)
         if payload is not None:
             stats.memtable_hits += 1
-        else:
-            payload = self._cache.get(ledger_id, entry_id)
-            if payload is not None:
-                stats.cache_hits += 1
-            else:
-                stats.cache_misses += 1
-                payload, ahead = await self._run(self._read_pool, self._read_disk,
-                                                 ledger_id, entry_id)
-                for ahead_id, ahead_payload in ahead:
-                    self._cache.put(ledger_id, ahead_id, ahead_payload)
-                stats.read_ahead_entries += len(ahead)
-        stats.read_bytes += len(payload)
-        return payload
+            stats.read_bytes += len(payload)
+            return payload
+        payload = self._cache.get(ledger_id, entry_id)
+        if payload is not None:
+            stats.read_cache_hits += 1
+            stats.read_bytes += len(payload)
+            return payload
+        stats.read_cache_misses += 1
+        found, ahead = await self._run(self._read_pool, self._read_disk, ledger_id, entry_id)
+        for ahead_id, ahead_payload in ahead:
+            self._cache.put(ledger_id, ahead_id, ahead_payload)
+        stats.read_ahead_entries += len(ahead)
+        stats.read_bytes += len(found)
+        return found
 
     def _read_disk(self, ledger_id: int, entry_id: int) -> tuple[bytes, list[tuple[int, bytes]]]:
         """Read thread: the entry plus read-ahead of the same ledger's next entries."""
@@ -454,8 +494,10 @@ class BookieStorage:
                 log.warning("bad entry log record in log %d near offset %d", run.log_id,
                             run.offset, exc_info=True)
                 return out
-            for (rec_ledger, rec_entry, payload), want in zip(records, ids, strict=False):
-                if rec_ledger != ledger_id or rec_entry != want or len(records) != len(ids):
+            if len(records) != len(ids):
+                return out
+            for (rec_ledger, rec_entry, payload), want in zip(records, ids, strict=True):
+                if rec_ledger != ledger_id or rec_entry != want:
                     return out
                 out.append((rec_entry, payload))
         return out
@@ -466,7 +508,7 @@ class BookieStorage:
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
         st = self._ledger(ledger_id)
         if st.lac <= previous_lac and timeout_s > 0:
-            fut: asyncio.Future[None] = self._loop.create_future()  # type: ignore[union-attr]
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             if st.waiters is None:
                 st.waiters = []
             st.waiters.append(fut)
@@ -508,9 +550,6 @@ class BookieStorage:
         async with self._checkpoint_lock:
             await self._checkpoint_locked()
 
-    async def _checkpoint(self) -> None:
-        await self.checkpoint()
-
     async def _checkpoint_locked(self) -> None:
         if self._fatal is not None:
             raise IOFailureError("bookie storage failed; no checkpoint") from self._fatal
@@ -533,9 +572,9 @@ class BookieStorage:
         self._persisted_mark = mark
         if self._journal is not None:
             await self._run(self._flush_pool, self._journal.delete_before, mark.file_id)
-        self.stats.checkpoints += 1
-        self.stats.checkpoint_entries += len(frozen)
-        self.stats.checkpoint_seconds_total += time.perf_counter() - t0
+        self.counters.checkpoints += 1
+        self.counters.checkpoint_entries += len(frozen)
+        self.counters.checkpoint_seconds_total += time.perf_counter() - t0
 
     def _flush(self, frozen: MemTable, states: dict[int, LedgerRecord],
                mark: JournalMark) -> None:
@@ -552,11 +591,11 @@ class BookieStorage:
     async def _checkpoint_loop(self) -> None:
         interval_s = self.config.checkpoint_interval_ms / 1000.0
         while self._fatal is None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._flush_wanted.wait(), interval_s)
-            except TimeoutError:
-                pass
             self._flush_wanted.clear()
+            if self._closed:
+                return
             try:
                 await self.checkpoint()
             except IOFailureError:
@@ -576,7 +615,7 @@ class BookieStorage:
             self._active.drop_ledgers(present)
             self._cache.drop_ledgers(present)
             await self._run(self._flush_pool, self._index.delete_ledgers, sorted(ledger_ids))
-            self.stats.deleted_ledgers += len(present)
+            self.counters.deleted_ledgers += len(present)
         # Move the journal mark past their records so a restart does not replay them.
         await self.checkpoint()
 
@@ -618,8 +657,8 @@ class BookieStorage:
         written = writer.sync() if moves else {}
         self._index.relocate(moves, written, log_id)
         size = self._files.delete(log_id)
-        self.stats.compacted_logs += 1
-        self.stats.compaction_bytes_reclaimed += max(0, size - copied)
+        self.counters.compacted_logs += 1
+        self.counters.compaction_bytes_reclaimed += max(0, size - copied)
         log.info("compacted entry log %d: %d entries kept, %d bytes freed", log_id,
                  len(moves), size - copied)
         return max(0, size - copied)
@@ -679,16 +718,19 @@ class BookieStorage:
     def memtable_bytes(self) -> int:
         return self._active.bytes + self._frozen_bytes + self._reserved_bytes
 
-    def stats_snapshot(self) -> dict[str, float]:
-        """Counters and gauges in one flat dict (names are stable: metrics read them)."""
-        out: dict[str, float] = {k: float(v) for k, v in asdict(self.stats).items()}
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges in one flat dict; names are stable (bookie/metrics.py
+        reads them: journal_fsync_seconds, journal_group_entries, memtable_bytes,
+        read_cache_hits, read_cache_misses get dedicated series)."""
+        out: dict[str, float] = {k: float(v) for k, v in asdict(self.counters).items()}
         if self._journal is not None:
             js = self._journal.stats
             out.update(
                 journal_groups=js.groups,
                 journal_records=js.records,
                 journal_bytes=js.bytes,
-                journal_last_group_records=js.last_group_records,
+                journal_group_entries=js.last_group_records,
+                journal_fsync_seconds=js.last_fsync_seconds,
                 journal_fsyncs=js.fsyncs,
                 journal_fsync_seconds_total=js.fsync_seconds_total,
                 journal_fsync_seconds_max=js.fsync_seconds_max,

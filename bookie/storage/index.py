@@ -110,7 +110,7 @@ class Index:
     def _prefix_items(self, prefix: bytes, start: bytes | None = None) -> Iterable[
             tuple[bytes, bytes]]:
         for key, value in self.db.items(from_key=start or prefix):
-            if not key.startswith(prefix):
+            if not isinstance(key, bytes) or not key.startswith(prefix):
                 return
             yield key, value
 

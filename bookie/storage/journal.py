@@ -44,7 +44,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -125,8 +125,9 @@ def encode_record(rec: JournalRecord) -> bytes:
     return bytes(out)
 
 
-def encode_into(out: bytearray, rtype: int, ledger_id: int, entry_id: int, lac: int,
-                data: bytes) -> None:
+def encode_into(  # noqa: PLR0917 - per-record hot path: positional, no kwargs cost
+    out: bytearray, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes
+) -> None:
     """Append one encoded record to ``out`` (one header pack, one payload copy)."""
     if rtype == ADD:
         length = _ADD_HEAD.size - 8 + len(data)
@@ -333,6 +334,7 @@ class JournalStats:
     fsyncs: int = 0
     fsync_seconds_total: float = 0.0
     fsync_seconds_max: float = 0.0
+    last_fsync_seconds: float = 0.0
     files_rolled: int = 0
     # Optional hook(fsync seconds, records, bytes) for a latency histogram.
     observer: Callable[[float, int, int], None] | None = None
@@ -368,6 +370,7 @@ class Journal:
         self._wake = threading.Event()
         self._idle = False
         self._stopping = False
+        self._discard = False
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -397,6 +400,13 @@ class Journal:
         self._thread.start()
         return JournalMark(self._file_id, self._pos)
 
+    def create_future(self) -> asyncio.Future[None]:
+        """A future on the journal's loop, for an item passed to :meth:`submit`."""
+        loop = self._loop
+        if loop is None:
+            raise ClosedError("journal not started")
+        return loop.create_future()
+
     def submit(self, item: Item) -> None:
         """Queue one record (event loop thread). Its future resolves after the fsync."""
         if self._failed is not None:
@@ -407,8 +417,10 @@ class Journal:
         if self._idle:
             self._wake.set()
 
-    def stop(self) -> None:
-        """Write what is queued, then stop the thread (blocking: call via to_thread)."""
+    def stop(self, *, drain: bool = True) -> None:
+        """Stop the thread (blocking: call via to_thread). With ``drain`` it first writes
+        what is queued; without, queued records stay for :meth:`fail_queued`."""
+        self._discard = not drain
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
@@ -467,6 +479,8 @@ class Journal:
 
     def _collect(self) -> list[Item] | None:
         q = self._queue
+        if self._discard:
+            return None
         while not q:
             if self._stopping:
                 return None
@@ -538,6 +552,7 @@ class Journal:
         st.fsyncs += 1
         st.fsync_seconds_total += seconds
         st.fsync_seconds_max = max(st.fsync_seconds_max, seconds)
+        st.last_fsync_seconds = seconds
         if st.observer is not None:
             st.observer(seconds, records, nbytes)
 
@@ -546,6 +561,13 @@ class Journal:
         self._open_file(self._file_id + 1)
         os.close(old)
         self.stats.files_rolled += 1
+
+    def fail_queued(self, error: BaseException) -> None:
+        """On the loop, after ``stop(drain=False)``: fail what was never written."""
+        while self._queue:
+            fut = self._queue.popleft()[5]
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
 
     def _fail_pending(self, group: list[Item], exc: BaseException) -> None:
         """On the loop: fail the group in flight and everything still queued."""

@@ -1,0 +1,324 @@
+"""``bookline bookie``: run one bookie process until SIGTERM.
+
+Start-up, in order:
+
+1. load :class:`BookieConfig` from ``--config`` ([bookie] section), ``BOOKLINE_BOOKIE_*``
+   and flags;
+2. connect to ZooKeeper and read (or create) the cluster identity;
+3. check the **cookie** (cluster instance id + the three directories): a ``COOKIE`` file
+   in each directory and ``bookies/cookies/<id>`` in ZooKeeper must agree; a first start
+   (no cookie anywhere) writes them. Any mismatch -- other cluster, moved or wiped
+   directory, only some directories carrying a cookie -- refuses to start
+   (CookieMismatchError, exit 1) before storage touches the disks;
+4. start storage (journal replay), then the TCP server and metrics endpoint;
+5. register ephemeral in ZooKeeper (waiting out a previous session of ours after a
+   crash), print ``bookie ready id=... address=... metrics=...`` on stdout.
+
+Signals: SIGTERM/SIGINT -> clean shutdown (deregister first so no new ledger picks
+this bookie, stop accepting, drain, checkpoint and close storage, close the session);
+SIGHUP -> re-read ``disk_usage_threshold`` / ``disk_usage_lwm`` from the config file
+(how operators -- and the integration tests -- move the read-only thresholds at
+runtime). A fatal storage error exits with status 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from bookie.config import BookieConfig
+from bookie.server import BookieServer, install_uvloop
+from bookie.storage.engine import BookieStorage
+from bookline.config import MetadataConfig, load_config
+from bookline.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    CookieMismatchError,
+    NotFoundError,
+)
+from metadata.bookies import READONLY, WRITABLE, BookieInfo, Cookie
+from metadata.client import MetadataClient
+
+log = logging.getLogger(__name__)
+
+__all__ = ["add_parser", "check_local_cookies", "run"]
+
+COOKIE_FILE: Final = "COOKIE"
+ENV_PREFIX: Final = "BOOKLINE_BOOKIE_"
+EXIT_FATAL: Final = 3
+# After a crash our previous ZK session keeps the registration until it expires; wait
+# this much longer than the session timeout before giving up.
+REGISTER_GRACE_S: Final = 5.0
+REGISTER_RETRY_S: Final = 0.5
+
+# flag -> config field; every flag is optional and overrides file and environment.
+_FLAGS: Final[Mapping[str, tuple[str, type]]] = {
+    "--bookie-id": ("bookie_id", str),
+    "--host": ("host", str),
+    "--port": ("port", int),
+    "--metrics-port": ("metrics_port", int),
+    "--zk": ("zk", str),
+    "--root": ("root", str),
+    "--journal-dir": ("journal_dir", str),
+    "--ledgers-dir": ("ledgers_dir", str),
+    "--index-dir": ("index_dir", str),
+    "--disk-usage-threshold": ("disk_usage_threshold", float),
+    "--disk-usage-lwm": ("disk_usage_lwm", float),
+    "--disk-check-interval-ms": ("disk_check_interval_ms", int),
+    "--session-timeout-ms": ("session_timeout_ms", int),
+}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``bookline bookie`` on the CLI's sub-command parser."""
+    p = sub.add_parser("bookie", help="run a bookie (storage node) until SIGTERM")
+    p.add_argument("--config", help="TOML file; settings come from its [bookie] section")
+    for flag, (field, typ) in _FLAGS.items():
+        p.add_argument(flag, dest=field, type=typ, default=None, help=f"bookie.{field}")
+    p.add_argument(
+        "--no-journal-sync",
+        dest="journal_sync",
+        action="store_const",
+        const=False,
+        default=None,
+        help="skip fsync (benchmarks only; loses acknowledged writes on a crash)",
+    )
+    p.set_defaults(handler=run)
+
+
+def _load(args: argparse.Namespace) -> BookieConfig:
+    overrides = {field: getattr(args, field, None) for field, _t in _FLAGS.values()}
+    overrides["journal_sync"] = getattr(args, "journal_sync", None)
+    return load_config(
+        BookieConfig,
+        path=args.config,
+        section="bookie",
+        env_prefix=ENV_PREFIX,
+        overrides=overrides,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    install_uvloop()
+    return asyncio.run(_serve(config, args))
+
+
+# -- cookies -----------------------------------------------------------------------------
+
+
+def _dirs(config: BookieConfig) -> tuple[Path, Path, Path]:
+    return (
+        Path(config.journal_dir).resolve(),
+        Path(config.ledgers_dir).resolve(),
+        Path(config.index_dir).resolve(),
+    )
+
+
+def _cookie_for(config: BookieConfig, instance_id: str) -> Cookie:
+    journal, ledgers, index = _dirs(config)
+    return Cookie(instance_id, str(journal), str(ledgers), str(index))
+
+
+def check_local_cookies(config: BookieConfig, expected: Cookie) -> bool:
+    """Compare the ``COOKIE`` file of each directory with ``expected``.
+
+    Returns False when no directory has one (a first start), True when all match;
+    raises CookieMismatchError when any differs or only some directories have one.
+    """
+    found: dict[Path, Cookie] = {}
+    for d in _dirs(config):
+        path = d / COOKIE_FILE
+        try:
+            found[d] = Cookie.decode(path.read_bytes(), str(path))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot read cookie {path}: {exc.strerror}") from exc
+    if not found:
+        return False
+    missing = [str(d) for d in _dirs(config) if d not in found]
+    if missing:
+        raise CookieMismatchError(
+            f"directories {missing} have no cookie while {sorted(map(str, found))} do: "
+            "a disk was wiped or replaced"
+        )
+    for d, cookie in found.items():
+        diffs = cookie.differences(expected)
+        if diffs:
+            raise CookieMismatchError(f"cookie in {d} does not match: " + "; ".join(diffs))
+    return True
+
+
+def write_local_cookies(config: BookieConfig, cookie: Cookie) -> None:
+    """Write the cookie into each directory (atomically: temp file, fsync, rename)."""
+    data = cookie.encode()
+    for d in _dirs(config):
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / (COOKIE_FILE + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, d / COOKIE_FILE)
+        dir_fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+async def _check_cookies(md: MetadataClient, config: BookieConfig, bookie_id: str) -> None:
+    cluster = await md.cluster.init()
+    cookie = _cookie_for(config, cluster.instance_id)
+    if check_local_cookies(config, cookie):
+        await md.bookies.ensure_cookie(bookie_id, cookie)
+        return
+    # No local cookie: a new bookie -- unless ZooKeeper remembers disks for this id.
+    try:
+        await md.bookies.read_cookie(bookie_id)
+    except NotFoundError:
+        await md.bookies.write_cookie(bookie_id, cookie)
+        write_local_cookies(config, cookie)
+        log.info("bookie %s: first start, cookie written", bookie_id)
+        return
+    raise CookieMismatchError(
+        f"bookie {bookie_id} has a cookie in ZooKeeper but its directories have none: "
+        "they were wiped or are the wrong ones (to reuse the id on new disks, delete "
+        "the cookie in ZooKeeper first)"
+    )
+
+
+# -- registration ------------------------------------------------------------------------
+
+
+async def _register(md: MetadataClient, info: BookieInfo, config: BookieConfig) -> None:
+    deadline = time.monotonic() + config.session_timeout_ms / 1000.0 + REGISTER_GRACE_S
+    while True:
+        try:
+            await md.bookies.register(info)
+            return
+        except AlreadyExistsError:
+            if time.monotonic() > deadline:
+                raise
+            log.info("bookie %s: waiting for a previous session to expire", info.bookie_id)
+            await asyncio.sleep(REGISTER_RETRY_S)
+
+
+def _info(server: BookieServer, config: BookieConfig, bookie_id: str) -> BookieInfo:
+    usage = server.storage.disk_usage()
+    return BookieInfo(
+        bookie_id=bookie_id,
+        address=server.address,
+        state=READONLY if usage.read_only else WRITABLE,
+        rack=config.rack or "/default-rack",
+        disk_usage=min(max(usage.used_fraction, 0.0), 1.0),
+        free_bytes=usage.free_bytes,
+        total_bytes=usage.total_bytes,
+        http_address=server.metrics_address,
+    )
+
+
+# -- the process ---------------------------------------------------------------------
+
+
+def _bookie_id(config: BookieConfig) -> str:
+    if config.bookie_id:
+        return config.bookie_id
+    if config.port == 0:
+        raise ConfigError("bookie.port 0 needs an explicit bookie_id (the id must be stable)")
+    return f"{config.host}:{config.port}"
+
+
+async def _serve(config: BookieConfig, args: argparse.Namespace) -> int:
+    bookie_id = _bookie_id(config)
+    md = MetadataClient(
+        MetadataConfig(zk=config.zk, root=config.root, session_timeout_ms=config.session_timeout_ms)
+    )
+    await md.connect()
+    try:
+        await _check_cookies(md, config, bookie_id)
+        storage = BookieStorage(config)
+        await storage.start()
+        try:
+            return await _run_server(md, config, storage, bookie_id, args)
+        finally:
+            if storage.failed is None:
+                await storage.close()  # checkpoint: the next start replays little
+            else:
+                await storage.abort()
+    finally:
+        await md.close()
+
+
+async def _run_server(
+    md: MetadataClient,
+    config: BookieConfig,
+    storage: BookieStorage,
+    bookie_id: str,
+    args: argparse.Namespace,
+) -> int:
+    server = BookieServer(config, storage, bookie_id=bookie_id)
+    await server.start()
+    try:
+        info = _info(server, config, bookie_id)
+        await _register(md, info, config)
+
+        async def on_read_only_change(read_only: bool) -> None:
+            await md.bookies.set_readonly(bookie_id, read_only)
+
+        server.watch_read_only(on_read_only_change, registered=info.state == READONLY)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, _reload_thresholds, server, args)
+        print(
+            f"bookie ready id={bookie_id} address={server.address} "
+            f"metrics={server.metrics_address or '-'}",
+            flush=True,
+        )
+        stopped = asyncio.ensure_future(stop.wait())
+        failed = asyncio.ensure_future(server.failed.wait())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
+        if server.failed.is_set():
+            log.critical("bookie %s stopping after fatal error: %s", bookie_id, server.fatal_error)
+            return EXIT_FATAL
+        log.info("bookie %s: shutting down", bookie_id)
+        with contextlib.suppress(NotFoundError):  # already gone with a lost session
+            await md.bookies.unregister(bookie_id)
+        return 0
+    finally:
+        await server.stop()
+
+
+def _reload_thresholds(server: BookieServer, args: argparse.Namespace) -> None:
+    try:
+        fresh = _load(args)
+        server.set_disk_thresholds(fresh.disk_usage_threshold, fresh.disk_usage_lwm)
+    except ConfigError as exc:
+        log.error("SIGHUP: config not reloaded: %s", exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m bookie.main`` (same as ``bookline bookie``)."""
+    from ops.cli import main as cli_main  # late: the CLI imports this module
+
+    return cli_main(["bookie", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Adapters from the ledger client's interfaces (:mod:`ledger.meta`) to the real
+metadata layer (:mod:`metadata`, ZooKeeper) and bookie client (:mod:`bookie.client`).
+
+* :class:`ZkLedgerStore` converts :class:`metadata.ledgers.LedgerMetadata` to and from
+  :class:`ledger.meta.LedgerMeta` and maps "znode absent" to NO_LEDGER.
+* :class:`PoolTransport` resolves bookie ids to addresses through the bookie registry
+  (cached: a bookie that just died keeps its last known address, so requests to it fail
+  as connection errors, not as "unknown bookie") and bounds every request, including the
+  wait for room on a saturated connection, by its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from bookie.client import BookieClientPool, ClientOptions
+from bookline.config import MetadataConfig
+from bookline.errors import ConnectionLostError, NoLedgerError, NotFoundError, TimeoutError_
+from ledger.digest import DigestType
+from ledger.meta import LacAnswer, LedgerMeta, LedgerState, ReadAnswer, Segment
+from ledger.placement import BookieCandidate
+from metadata.bookies import BookieRegistry
+from metadata.client import MetadataClient
+from metadata.ledger_ids import LedgerIdAllocator
+from metadata.ledgers import LedgerMetadata, LedgerStore
+from metadata.ledgers import LedgerState as MdState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PoolTransport", "ZkLedgerStore", "connect_cluster", "from_metadata", "to_metadata"]
+
+_DIGEST_TO_MD = {DigestType.CRC32C: "crc32c", DigestType.HMAC_SHA256: "hmac"}
+_DIGEST_FROM_MD = {v: k for k, v in _DIGEST_TO_MD.items()}
+# Slack on top of a request's own deadline for the pool's connect and queueing.
+_REQUEST_SLACK_S = 1.0
+
+
+def to_metadata(meta: LedgerMeta) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=meta.ledger_id,
+        ensemble_size=meta.ensemble_size,
+        write_quorum=meta.write_quorum,
+        ack_quorum=meta.ack_quorum,
+        ensembles=tuple((s.first_entry_id, s.bookies) for s in meta.segments),
+        password=meta.password,
+        digest_type=_DIGEST_TO_MD[meta.digest_type],
+        state=MdState(meta.state.value),
+        last_entry_id=meta.last_entry_id,
+        length=meta.length,
+        custom_metadata=dict(meta.custom),
+        ctime_ms=meta.ctime_ms,
+    )
+
+
+def from_metadata(md: LedgerMetadata) -> LedgerMeta:
+    return LedgerMeta(
+        ledger_id=md.ledger_id,
+        ensemble_size=md.ensemble_size,
+        write_quorum=md.write_quorum,
+        ack_quorum=md.ack_quorum,
+        digest_type=_DIGEST_FROM_MD[md.digest_type],
+        segments=tuple(Segment(first, tuple(b)) for first, b in md.ensembles),
+        state=LedgerState(md.state.value),
+        last_entry_id=md.last_entry_id,
+        length=md.length,
+        custom=dict(md.custom_metadata),
+        password=md.password,
+        ctime_ms=md.ctime_ms,
+    )
+
+
+class ZkLedgerStore:
+    """:class:`ledger.meta.MetadataStore` on ZooKeeper."""
+
+    def __init__(
+        self, ledgers: LedgerStore, registry: BookieRegistry, ids: LedgerIdAllocator
+    ) -> None:
+        self._ledgers = ledgers
+        self._registry = registry
+        self._ids = ids
+        self.addresses: dict[str, str] = {}
+
+    async def next_ledger_id(self) -> int:
+        return await self._ids.next_id()
+
+    async def create(self, meta: LedgerMeta) -> int:
+        return await self._ledgers.create(to_metadata(meta))
+
+    async def read(self, ledger_id: int) -> tuple[LedgerMeta, int]:
+        try:
+            md, version = await self._ledgers.read(ledger_id)
+        except NotFoundError as exc:
+            raise NoLedgerError(f"ledger {ledger_id} does not exist") from exc
+        return from_metadata(md), version
+
+    async def write(self, meta: LedgerMeta, version: int) -> int:
+        try:
+            return await self._ledgers.update(to_metadata(meta), version)
+        except NotFoundError as exc:
+            raise NoLedgerError(f"ledger {meta.ledger_id} was deleted") from exc
+
+    async def delete(self, ledger_id: int) -> None:
+        try:
+            await self._ledgers.delete(ledger_id)
+        except NotFoundError as exc:
+            raise NoLedgerError(f"ledger {ledger_id} does not exist") from exc
+
+    async def writable_bookies(self) -> list[BookieCandidate]:
+        out: list[BookieCandidate] = []
+        for bookie_id in await self._registry.list_writable():
+            try:
+                info = await self._registry.get(bookie_id)
+            except NotFoundError:
+                continue  # left while we listed
+            if info.state != "writable":
+                continue
+            self.addresses[bookie_id] = info.address
+            out.append(BookieCandidate(bookie_id, info.rack))
+        return out
+
+    async def address_of(self, bookie_id: str) -> str:
+        address = self.addresses.get(bookie_id)
+        if address is not None:
+            return address
+        try:
+            info = await self._registry.get(bookie_id)
+        except NotFoundError as exc:
+            raise ConnectionLostError(f"bookie {bookie_id} is not registered") from exc
+        self.addresses[bookie_id] = info.address
+        return info.address
+
+
+class PoolTransport:
+    """:class:`ledger.meta.BookieTransport` over a :class:`BookieClientPool`."""
+
+    def __init__(self, pool: BookieClientPool, resolve: Callable[[str], Awaitable[str]]) -> None:
+        self._pool = pool
+        self._resolve = resolve
+
+    async def _bounded(self, bookie: str, timeout_s: float, coro: Awaitable[None]) -> None:
+        try:
+            await asyncio.wait_for(coro, timeout_s + _REQUEST_SLACK_S)
+        except TimeoutError as exc:
+            raise TimeoutError_(f"bookie {bookie}: no answer within {timeout_s:.3f}s") from exc
+
+    async def add(  # noqa: PLR0917 - mirrors the wire request
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        data: bytes,
+        *,
+        recovery: bool,
+        timeout_s: float,
+    ) -> None:
+        conn = self._pool.get(await self._resolve(bookie))
+        await self._bounded(
+            bookie,
+            timeout_s,
+            conn.add(
+                ledger_id,
+                entry_id,
+                lac,
+                master_key,
+                data,
+                recovery=recovery,
+                timeout_s=timeout_s,
+            ),
+        )
+
+    async def read(
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool,
+        master_key: bytes,
+        timeout_s: float,
+    ) -> ReadAnswer:
+        conn = self._pool.get(await self._resolve(bookie))
+        try:
+            resp = await asyncio.wait_for(
+                conn.read(
+                    ledger_id, entry_id, fence=fence, master_key=master_key, timeout_s=timeout_s
+                ),
+                timeout_s + _REQUEST_SLACK_S,
+            )
+        except TimeoutError as exc:
+            raise TimeoutError_(f"bookie {bookie}: no answer within {timeout_s:.3f}s") from exc
+        return ReadAnswer(resp.entry_id, resp.lac, resp.payload)
+
+    async def read_lac(
+        self,
+        bookie: str,
+        ledger_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        *,
+        timeout_s: float,
+    ) -> LacAnswer:
+        conn = self._pool.get(await self._resolve(bookie))
+        try:
+            resp = await asyncio.wait_for(
+                conn.read_lac(
+                    ledger_id,
+                    previous_lac,
+                    timeout_ms,
+                    timeout_s=max(timeout_s - timeout_ms / 1000.0, 0.001),
+                ),
+                timeout_s + _REQUEST_SLACK_S,
+            )
+        except TimeoutError as exc:
+            raise TimeoutError_(f"bookie {bookie}: no LAC answer within {timeout_s:.3f}s") from exc
+        return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry)
+
+
+async def connect_cluster(
+    zk: str, root: str, *, client_options: ClientOptions | None = None
+) -> tuple[ZkLedgerStore, PoolTransport, Callable[[], Awaitable[None]]]:
+    """Metadata store + bookie transport on a running cluster, and their closer."""
+    md = MetadataClient(MetadataConfig(zk=zk, root=root))
+    await md.connect()
+    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
+    pool = BookieClientPool(client_options)
+    transport = PoolTransport(pool, store.address_of)
+
+    async def close() -> None:
+        await pool.close()
+        await md.close()
+
+    return store, transport, close

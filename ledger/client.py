@@ -1,0 +1,167 @@
+"""The ledger client facade: create, open (with or without recovery) and delete ledgers.
+
+::
+
+    client = await LedgerClient.connect("127.0.0.1:2181", "/bookline")
+    writer = await client.create_ledger(password=b"pw")      # E/Qw/Qa from LedgerConfig
+    entry_id = await writer.add_entry(b"hello")
+    await writer.close()
+    reader = await client.open_ledger(writer.ledger_id, b"pw")  # recovers if still open
+    data = await reader.read(0, reader.last_add_confirmed)
+    await client.close()
+
+Built from a :class:`~ledger.meta.MetadataStore` and a
+:class:`~ledger.meta.BookieTransport`; :meth:`LedgerClient.connect` wires the real
+ZooKeeper store and bookie connection pool (``ledger.adapters``), tests may pass the
+in-memory ones (``ledger.memory``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from bookline.errors import NoEntryError, UnauthorizedError
+from ledger.config import LedgerConfig
+from ledger.digest import DigestType
+from ledger.meta import (
+    BookieTransport,
+    LedgerMeta,
+    MetadataStore,
+    Segment,
+    validate_quorums,
+)
+from ledger.placement import BookieHealth, choose_ensemble
+from ledger.reader import LedgerReader
+from ledger.recovery import LedgerRecovery
+from ledger.writer import LedgerWriter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LedgerClient"]
+
+
+class LedgerClient:
+    def __init__(
+        self,
+        store: MetadataStore,
+        transport: BookieTransport,
+        config: LedgerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config or LedgerConfig()
+        self.store = store
+        self.transport = transport
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.health = BookieHealth(self.config.placement_avoid_ms, clock)
+        self._on_close = on_close
+
+    @classmethod
+    async def connect(
+        cls, zk: str, root: str, config: LedgerConfig | None = None, **kwargs: object
+    ) -> LedgerClient:
+        """A client on a real cluster: ZooKeeper at ``zk`` under ``root``."""
+        from ledger.adapters import connect_cluster
+
+        store, transport, closer = await connect_cluster(zk, root)
+        return cls(store, transport, config, on_close=closer, **kwargs)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        if self._on_close is not None:
+            closer, self._on_close = self._on_close, None
+            await closer()
+
+    async def __aenter__(self) -> LedgerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def create_ledger(
+        self,
+        *,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+        password: bytes = b"",
+        digest_type: DigestType | str | None = None,
+        custom: Mapping[str, bytes] | None = None,
+    ) -> LedgerWriter:
+        cfg = self.config
+        e = cfg.ensemble_size if ensemble_size is None else ensemble_size
+        qw = cfg.write_quorum if write_quorum is None else write_quorum
+        qa = cfg.ack_quorum if ack_quorum is None else ack_quorum
+        validate_quorums(e, qw, qa)
+        dtype = DigestType.parse(cfg.digest_type if digest_type is None else digest_type)
+        candidates = await self.store.writable_bookies()
+        ensemble = choose_ensemble(candidates, e, avoid=self.health.avoided(), rng=self._rng)
+        ledger_id = await self.store.next_ledger_id()
+        meta = LedgerMeta(
+            ledger_id=ledger_id,
+            ensemble_size=e,
+            write_quorum=qw,
+            ack_quorum=qa,
+            digest_type=dtype,
+            segments=(Segment(0, tuple(ensemble)),),
+            custom=dict(custom or {}),
+            password=password,
+            ctime_ms=int(time.time() * 1000),
+        )
+        version = await self.store.create(meta)
+        log.info("created ledger %d on %s (E=%d Qw=%d Qa=%d)", ledger_id, ensemble, e, qw, qa)
+        return LedgerWriter(
+            meta,
+            version,
+            store=self.store,
+            transport=self.transport,
+            config=cfg,
+            health=self.health,
+            rng=self._rng,
+            clock=self._clock,
+        )
+
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", *, recover: bool = True
+    ) -> LedgerReader:
+        """Open for reading. ``recover=True`` fences any writer and closes the ledger at
+        its true end first; ``recover=False`` reads what is confirmed and can tail."""
+        if recover:
+            result = await LedgerRecovery(
+                ledger_id,
+                store=self.store,
+                transport=self.transport,
+                config=self.config,
+                health=self.health,
+                clock=self._clock,
+            ).run(password)
+            meta, version = result.meta, result.version
+        else:
+            meta, version = await self.store.read(ledger_id)
+            if meta.password != password:
+                raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        reader = LedgerReader(
+            meta,
+            version,
+            store=self.store,
+            transport=self.transport,
+            config=self.config,
+            health=self.health,
+            clock=self._clock,
+        )
+        if not meta.is_closed:
+            try:
+                await reader.read_lac()
+            except NoEntryError:
+                log.debug("ledger %d: no bookie holds an entry yet; LAC -1", ledger_id)
+        return reader
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata; bookies garbage-collect its entries."""
+        await self.store.delete(ledger_id)
+        log.info("deleted ledger %d", ledger_id)

@@ -1,0 +1,219 @@
+"""In-memory metadata store and bookies with fault injection, for protocol tests.
+
+They implement :class:`ledger.meta.MetadataStore` and :class:`ledger.meta.BookieTransport`
+with the bookie semantics the ledger client relies on: master key stored on first
+contact (UNAUTHORIZED on mismatch), fencing before reading, FENCED for normal adds to a
+fenced ledger, recovery adds pass, LAC = max piggybacked LAC, long-poll READ_LAC.
+
+Faults, per bookie id: ``down`` (connection refused), ``hung`` (no answer until the
+request's timeout), ``lose_fences`` (the next N fencing requests are lost: they time
+out without fencing), ``read_delay_s`` (slow reads), plus a ``before_add`` hook to
+interleave adds with recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bookline.errors import (
+    AlreadyExistsError,
+    BadVersionError,
+    ConnectionLostError,
+    FencedError,
+    NoEntryError,
+    NoLedgerError,
+    TimeoutError_,
+    UnauthorizedError,
+)
+from ledger.meta import NO_ENTRY, LacAnswer, LedgerMeta, ReadAnswer
+from ledger.placement import BookieCandidate
+
+__all__ = ["MemoryBookie", "MemoryBookies", "MemoryMetadataStore", "candidates"]
+
+
+class MemoryMetadataStore:
+    def __init__(self, bookies: list[BookieCandidate]) -> None:
+        self.bookies = list(bookies)
+        self._ids = itertools.count(1)
+        self._ledgers: dict[int, tuple[LedgerMeta, int]] = {}
+        self.writes = 0
+
+    async def next_ledger_id(self) -> int:
+        return next(self._ids)
+
+    async def create(self, meta: LedgerMeta) -> int:
+        await asyncio.sleep(0)
+        if meta.ledger_id in self._ledgers:
+            raise AlreadyExistsError(f"ledger {meta.ledger_id} exists")
+        self._ledgers[meta.ledger_id] = (meta, 0)
+        return 0
+
+    async def read(self, ledger_id: int) -> tuple[LedgerMeta, int]:
+        await asyncio.sleep(0)
+        try:
+            return self._ledgers[ledger_id]
+        except KeyError:
+            raise NoLedgerError(f"ledger {ledger_id} does not exist") from None
+
+    async def write(self, meta: LedgerMeta, version: int) -> int:
+        await asyncio.sleep(0)
+        current = self._ledgers.get(meta.ledger_id)
+        if current is None:
+            raise NoLedgerError(f"ledger {meta.ledger_id} does not exist")
+        if current[1] != version:
+            raise BadVersionError(f"ledger {meta.ledger_id} at {current[1]}, not {version}")
+        self._ledgers[meta.ledger_id] = (meta, version + 1)
+        self.writes += 1
+        return version + 1
+
+    async def delete(self, ledger_id: int) -> None:
+        await asyncio.sleep(0)
+        if self._ledgers.pop(ledger_id, None) is None:
+            raise NoLedgerError(f"ledger {ledger_id} does not exist")
+
+    async def writable_bookies(self) -> list[BookieCandidate]:
+        await asyncio.sleep(0)
+        return list(self.bookies)
+
+
+@dataclass
+class _LedgerState:
+    key: bytes
+    fenced: bool = False
+    lac: int = NO_ENTRY
+    entries: dict[int, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class MemoryBookie:
+    bookie_id: str
+    ledgers: dict[int, _LedgerState] = field(default_factory=dict)
+    down: bool = False
+    hung: bool = False
+    # Fence requests still to lose on the way (each times out without fencing).
+    lose_fences: int = 0
+    # Extra delay before answering reads (a slow replica).
+    read_delay_s: float = 0.0
+    lac_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def state(self, ledger_id: int, key: bytes) -> _LedgerState:
+        st = self.ledgers.get(ledger_id)
+        if st is None:
+            st = self.ledgers[ledger_id] = _LedgerState(key)
+        elif st.key != key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        return st
+
+
+class MemoryBookies:
+    """A set of in-memory bookies addressed by id (a BookieTransport)."""
+
+    def __init__(self, bookie_ids: list[str]) -> None:
+        self.bookies = {b: MemoryBookie(b) for b in bookie_ids}
+        # Called (awaited) before an add is applied: lets tests interleave.
+        self.before_add: Callable[[str, int, int, bool], object] | None = None
+        self.requests = 0
+
+    def __getitem__(self, bookie_id: str) -> MemoryBookie:
+        return self.bookies[bookie_id]
+
+    async def _enter(self, bookie_id: str, timeout_s: float) -> MemoryBookie:
+        self.requests += 1
+        await asyncio.sleep(0)
+        bk = self.bookies.get(bookie_id)
+        if bk is None or bk.down:
+            raise ConnectionLostError(f"cannot connect to bookie {bookie_id}")
+        if bk.hung:
+            await asyncio.sleep(timeout_s)
+            raise TimeoutError_(f"bookie {bookie_id} did not answer within {timeout_s}s")
+        return bk
+
+    async def add(  # noqa: PLR0917 - mirrors the wire request
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        data: bytes,
+        *,
+        recovery: bool,
+        timeout_s: float,
+    ) -> None:
+        bk = await self._enter(bookie, timeout_s)
+        if self.before_add is not None:
+            res = self.before_add(bookie, ledger_id, entry_id, recovery)
+            if asyncio.iscoroutine(res):
+                await res
+        if bk.down:
+            raise ConnectionLostError(f"bookie {bookie} went down")
+        st = bk.state(ledger_id, master_key)
+        if st.fenced and not recovery:
+            raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
+        st.entries[entry_id] = data
+        if lac > st.lac:
+            st.lac = lac
+            bk.lac_changed.set()
+
+    async def read(
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool,
+        master_key: bytes,
+        timeout_s: float,
+    ) -> ReadAnswer:
+        bk = await self._enter(bookie, timeout_s)
+        if fence and bk.lose_fences > 0:
+            bk.lose_fences -= 1
+            await asyncio.sleep(timeout_s)
+            raise TimeoutError_(f"fence request to {bookie} lost")
+        if fence:
+            bk.state(ledger_id, master_key).fenced = True
+        if bk.read_delay_s:
+            await asyncio.sleep(bk.read_delay_s)
+        st = bk.ledgers.get(ledger_id)
+        if st is None:
+            raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
+        if entry_id == NO_ENTRY:
+            if not st.entries:
+                raise NoEntryError(f"ledger {ledger_id} has no entries on {bookie}")
+            entry_id = max(st.entries)
+        data = st.entries.get(entry_id)
+        if data is None:
+            raise NoEntryError(f"entry {ledger_id}/{entry_id} not on {bookie}")
+        return ReadAnswer(entry_id, st.lac, data)
+
+    async def read_lac(
+        self,
+        bookie: str,
+        ledger_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        *,
+        timeout_s: float,
+    ) -> LacAnswer:
+        bk = await self._enter(bookie, timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        while True:
+            st = bk.ledgers.get(ledger_id)
+            if st is None:
+                raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
+            if st.lac > previous_lac or loop.time() >= deadline:
+                nxt = st.entries.get(previous_lac + 1)
+                return LacAnswer(st.lac, previous_lac + 1 if nxt else None, nxt)
+            bk.lac_changed.clear()
+            try:
+                await asyncio.wait_for(bk.lac_changed.wait(), deadline - loop.time())
+            except TimeoutError:
+                continue
+
+
+def candidates(n: int, racks: int = 0) -> list[BookieCandidate]:
+    return [BookieCandidate(f"bookie-{i}", f"rack-{i % racks}" if racks else "") for i in range(n)]

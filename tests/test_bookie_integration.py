@@ -1,0 +1,203 @@
+"""Real bookie processes (``bookline bookie``) with the session's real ZooKeeper.
+
+Every process is started through :mod:`ops.procs` and stopped by pid in a ``finally``.
+Read-only thresholds are moved at runtime by rewriting the config file and sending
+SIGHUP (the bookie re-reads ``disk_usage_threshold`` / ``disk_usage_lwm``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bookie.client import BookieConnection, ClientOptions
+from bookline.config import MetadataConfig
+from bookline.errors import ReadOnlyError
+from metadata.client import MetadataClient
+from ops import procs
+
+pytestmark = pytest.mark.integration
+
+KEY = b"integration-key"
+READY_TIMEOUT_S = 60.0
+
+
+class BookieProcess:
+    def __init__(self, workdir: Path, zk: str, root: str, *, name: str = "b1") -> None:
+        self.workdir = workdir
+        self.port = procs.free_port()
+        self.config_path = workdir / f"{name}.toml"
+        self.log_path = workdir / f"{name}.log"
+        self.zk = zk
+        self.root = root
+        self.dirs = {d: workdir / name / d for d in ("journal", "ledgers", "index")}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.write_config()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def write_config(self, threshold: float = 0.999, lwm: float = 0.998) -> None:
+        self.config_path.write_text(
+            "[bookie]\n"
+            f"port = {self.port}\n"
+            f'zk = "{self.zk}"\n'
+            f'root = "{self.root}"\n'
+            "session_timeout_ms = 2000\n"
+            "metrics_port = 0\n"
+            "disk_check_interval_ms = 100\n"
+            f"disk_usage_threshold = {threshold}\n"
+            f"disk_usage_lwm = {lwm}\n"
+            f'journal_dir = "{self.dirs["journal"]}"\n'
+            f'ledgers_dir = "{self.dirs["ledgers"]}"\n'
+            f'index_dir = "{self.dirs["index"]}"\n'
+        )
+
+    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "ops.cli", "bookie", "--config", str(self.config_path)]
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.proc = procs.spawn([*argv, *extra], log_path=self.log_path, cwd=self.workdir)
+        return self._wait_ready(offset)
+
+    def _wait_ready(self, offset: int) -> subprocess.Popen[bytes]:
+        assert self.proc is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = self.log_path.read_bytes()[offset:].decode(errors="replace")
+            if "bookie ready id=" in text:
+                return self.proc
+            if self.proc.poll() is not None:
+                raise AssertionError(f"bookie exited {self.proc.returncode}:\n{text}")
+            time.sleep(0.05)
+        raise AssertionError(f"bookie not ready after {READY_TIMEOUT_S}s")
+
+    def metrics_url(self) -> str:
+        ready = [ln for ln in self.log_path.read_text().splitlines() if "bookie ready" in ln]
+        return ready[-1].rsplit("metrics=", 1)[1].strip()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        return procs.stop(proc)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        procs.kill9(self.proc)
+        self.proc = None
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return bytes(resp.read()).decode()
+
+
+def entry(i: int) -> bytes:
+    return (f"entry-{i:06d}-".encode() * 8)[:100]
+
+
+async def test_acknowledged_adds_survive_kill9(
+    workdir: Path, zk_connect: str, cluster_root: str
+) -> None:
+    bookie = BookieProcess(workdir, zk_connect, cluster_root)
+    n = 10_000
+    try:
+        bookie.start()
+        conn = BookieConnection(bookie.address, ClientOptions(inflight_max=2_000))
+        try:
+            await asyncio.gather(*(conn.add(9, i, i - 1, KEY, entry(i)) for i in range(n)))
+        finally:
+            await conn.close()
+        bookie.kill9()  # some of these are only in the journal now
+        bookie.start()  # same dirs; waits out the old ZK session
+        conn = BookieConnection(bookie.address)
+        try:
+            got = await asyncio.gather(*(conn.read(9, i) for i in range(n)))
+            assert [r.payload for r in got] == [entry(i) for i in range(n)]
+            assert await conn.list_entries(9) == tuple(range(n))
+        finally:
+            await conn.close()
+        assert bookie.stop() == 0
+    finally:
+        bookie.stop()
+
+
+async def test_cookie_mismatch_refuses_to_start(
+    workdir: Path, zk_connect: str, cluster_root: str
+) -> None:
+    bookie = BookieProcess(workdir, zk_connect, cluster_root)
+    try:
+        bookie.start()
+        assert bookie.stop() == 0
+        argv = [sys.executable, "-m", "ops.cli", "bookie", "--config", str(bookie.config_path)]
+        # Same disks, another cluster (a fresh root gets a new instance id): refused.
+        out = subprocess.run(
+            [*argv, "--root", cluster_root + "-other"],
+            capture_output=True,
+            timeout=60,
+            cwd=workdir,
+            check=False,
+        )
+        assert out.returncode == 1, out.stderr
+        assert b"COOKIE_MISMATCH" in out.stderr and b"instance_id" in out.stderr, out.stderr
+        # One disk wiped (its cookie gone, the others still carry theirs): refused.
+        (bookie.dirs["index"] / "COOKIE").unlink()
+        out = subprocess.run(argv, capture_output=True, timeout=60, cwd=workdir, check=False)
+        assert out.returncode == 1, out.stderr
+        assert b"COOKIE_MISMATCH" in out.stderr and b"wiped" in out.stderr, out.stderr
+    finally:
+        bookie.stop()
+
+
+async def _registered_state(md: MetadataClient, bookie_id: str) -> str:
+    return (await md.bookies.get(bookie_id)).state
+
+
+async def _wait_state(md: MetadataClient, bookie_id: str, state: str) -> None:
+    deadline = time.monotonic() + 20.0
+    while (current := await _registered_state(md, bookie_id)) != state:
+        assert time.monotonic() < deadline, f"bookie stayed {current}, wanted {state}"
+        await asyncio.sleep(0.1)
+
+
+async def test_read_only_transition_both_ways(
+    workdir: Path, zk_connect: str, cluster_root: str
+) -> None:
+    bookie = BookieProcess(workdir, zk_connect, cluster_root)
+    md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    conn = BookieConnection(bookie.address)
+    try:
+        proc = bookie.start()
+        await md.connect()
+        assert await _registered_state(md, bookie.address) == "writable"
+        await conn.add(1, 0, -1, KEY, b"before")
+        # Any disk is fuller than 0.01 %: read-only.
+        bookie.write_config(threshold=0.0001, lwm=0.00005)
+        os.kill(proc.pid, signal.SIGHUP)
+        await _wait_state(md, bookie.address, "readonly")
+        assert (await conn.info()).state == "read_only"
+        with pytest.raises(ReadOnlyError):
+            await conn.add(1, 1, 0, KEY, b"refused")
+        assert (await conn.read(1, 0)).payload == b"before"  # reads still served
+        # Thresholds back up: writable again.
+        bookie.write_config(threshold=0.9999, lwm=0.9998)
+        os.kill(proc.pid, signal.SIGHUP)
+        await _wait_state(md, bookie.address, "writable")
+        await conn.add(1, 1, 0, KEY, b"after")
+        metrics = await asyncio.to_thread(_scrape, bookie.metrics_url())
+        assert 'bookline_bookie_requests_total{op="ADD",status="READ_ONLY"} 1.0' in metrics
+        assert "bookline_bookie_journal_fsync_seconds_count" in metrics
+        assert bookie.stop() == 0
+    finally:
+        await conn.close()
+        await md.close()
+        bookie.stop()
