@@ -42,8 +42,13 @@ def cluster_root() -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # Whatever a failing test left behind is stopped by pid here, never leaked.
+    # Whatever a test left behind is stopped by pid here, never leaked; and a leak
+    # fails the run, because the test that leaked would leak in production code too.
+    leaked = procs.live_pids()
     procs.stop_all()
+    if leaked and session.exitstatus == 0:
+        print(f"\nERROR: processes still running after the test session: {leaked}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture
