@@ -10,7 +10,11 @@ from bookline import __version__
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "ops.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
