@@ -2,7 +2,8 @@
 
 The server runs as a child JVM (``ZooKeeperServerMain``) with its own config, data
 directory and log file under ``data_dir``, listening on a loopback port. ``start()``
-returns once the server answers the ``ruok`` four-letter word with ``imok``; ``stop()``
+returns once the server answers ``ruok`` with ``imok`` and ``srvr`` with its mode
+(serving requests, not just listening); ``stop()``
 terminates it by pid (SIGTERM, then SIGKILL). Nothing here fakes ZooKeeper.
 """
 
@@ -159,7 +160,11 @@ class ZooKeeperServer:
                 raise ZooKeeperError(
                     f"ZooKeeper exited with code {self.proc.returncode} at start; log tail:\n{tail}"
                 )
-            if four_letter_word(self.host, self.port, "ruok") == "imok":
+            # `ruok` says imok as soon as the port is open, even while the data tree is
+            # still loading; `srvr` reports a Mode only once requests are served.
+            if four_letter_word(self.host, self.port, "ruok") == "imok" and "Mode:" in (
+                four_letter_word(self.host, self.port, "srvr")
+            ):
                 return
             time.sleep(0.1)
         raise ZooKeeperError(
