@@ -5,7 +5,10 @@
 * every request gets a request id; responses are matched by id, in any order;
 * at most ``inflight_max`` requests are outstanding -- further callers wait for room
   instead of growing a queue;
-* every request has a deadline (:class:`~bookline.errors.TimeoutError_`);
+* every request has a deadline (:class:`~bookline.errors.TimeoutError_`), checked by one
+  sweep per connection every ``TIMEOUT_SWEEP_S`` rather than a timer per request;
+* ``add_future`` is the add path without a coroutine (what the benchmark and a ledger
+  writer with many adds in flight want); ``add`` awaits it;
 * frames queued during one loop iteration go out in one ``transport.write``;
 * a broken connection fails everything pending with
   :class:`~bookline.errors.ConnectionLostError` and the next call reconnects;
@@ -22,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from bookie import protocol as p
 from bookline.errors import (
@@ -76,7 +80,16 @@ class ClientOptions:
             raise ValueError("client limits must be positive")
 
 
-_Pending = tuple["asyncio.Future[p.Response]", asyncio.TimerHandle]
+# A pending request: (future, deadline on the loop clock, expected response type).
+# The future's result is the response -- or None for ADD, whose answer carries nothing.
+_Pending = tuple["asyncio.Future[Any]", float, type]
+# Deadlines are checked by one periodic sweep per connection rather than a timer per
+# request (a TimerHandle per add costs more than the rest of the add path). So a
+# request times out up to this much after its deadline.
+TIMEOUT_SWEEP_S: Final = 0.01
+# The deadline heap keeps answered requests until they pop; rebuild it from the pending
+# map when it holds this many more entries than are pending.
+_HEAP_SLACK: Final = 1024
 
 
 class _Wire(asyncio.Protocol):
@@ -88,6 +101,8 @@ class _Wire(asyncio.Protocol):
         self._decoder = p.Decoder(responses=True, frame_bytes_max=owner.options.frame_bytes_max)
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, _Pending] = {}
+        self._deadlines: list[tuple[float, int]] = []  # heap of (deadline, request id)
+        self._sweep_handle: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self._writable = asyncio.Event()
@@ -143,14 +158,23 @@ class _Wire(asyncio.Protocol):
     async def wait_writable(self) -> None:
         await self._writable.wait()
 
-    def send(self, request_id: int, frame: bytes, timeout_s: float) -> asyncio.Future[p.Response]:
-        fut: asyncio.Future[p.Response] = self._loop.create_future()
-        timer = self._loop.call_later(timeout_s, self._expire, request_id, timeout_s)
-        self.pending[request_id] = (fut, timer)
+    def send(
+        self, request_id: int, frame: bytes, timeout_s: float, expected: type
+    ) -> asyncio.Future[Any]:
+        """Queue ``frame``; the future resolves with the response (None for ADD) or the
+        error. The caller holds one in-flight slot, released when the request leaves
+        :attr:`pending` (answer, timeout or connection loss)."""
+        loop = self._loop
+        fut: asyncio.Future[Any] = loop.create_future()
+        deadline = loop.time() + timeout_s
+        self.pending[request_id] = (fut, deadline, expected)
+        heapq.heappush(self._deadlines, (deadline, request_id))
+        if self._sweep_handle is None:
+            self._sweep_handle = loop.call_later(TIMEOUT_SWEEP_S, self._sweep)
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            loop.call_soon(self._flush)
         return fut
 
     def _flush(self) -> None:
@@ -158,42 +182,79 @@ class _Wire(asyncio.Protocol):
         out, self._out = self._out, []
         if self.transport is None or self.lost or not out:
             return  # connection_lost already failed the pending calls
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self.transport.writelines(out)
 
-    def _expire(self, request_id: int, timeout_s: float) -> None:
-        entry = self.pending.pop(request_id, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(
+    def _sweep(self) -> None:
+        """Expire requests past their deadline; runs while any request is pending."""
+        self._sweep_handle = None
+        now = self._loop.time()
+        heap, pending = self._deadlines, self.pending
+        while heap and heap[0][0] <= now:
+            _deadline, request_id = heapq.heappop(heap)
+            entry = pending.get(request_id)
+            if entry is not None:
+                self._expire(request_id, entry)
+        if len(heap) > len(pending) + _HEAP_SLACK:
+            self._deadlines = heap = [(d, rid) for rid, (_f, d, _e) in pending.items()]
+            heapq.heapify(heap)
+        if pending:
+            self._sweep_handle = self._loop.call_later(TIMEOUT_SWEEP_S, self._sweep)
+        else:
+            heap.clear()
+
+    def _expire(self, request_id: int, entry: _Pending) -> None:
+        self._take(request_id)
+        fut = entry[0]
+        if not fut.done():
+            fut.set_exception(
                 TimeoutError_(
                     f"bookie {self._owner.address} did not answer request {request_id} "
-                    f"within {timeout_s:.3f}s"
+                    "in time"
                 )
             )
 
+    def _take(self, request_id: int) -> _Pending | None:
+        entry = self.pending.pop(request_id, None)
+        if entry is not None:
+            self._owner._release_room()
+        return entry
+
     def _resolve(self, resp: p.Response) -> None:
-        entry = self.pending.pop(resp.request_id, None)
+        entry = self._take(resp.request_id)
         if entry is None:
             log.debug("late or unknown response id %d from %s", resp.request_id, self._owner)
             return
-        fut, timer = entry
-        timer.cancel()
-        if not fut.done():
-            fut.set_result(resp)
+        fut, _deadline, expected = entry
+        if fut.done():
+            return
+        if type(resp) is expected:
+            fut.set_result(None if expected is p.AddResponse else resp)
+        elif type(resp) is p.ErrorResponse:
+            fut.set_exception(resp.error())
+        else:
+            fut.set_exception(
+                BadRequestError(
+                    f"bookie {self._owner.address} answered {type(resp).__name__} to a "
+                    f"request expecting {expected.__name__}"
+                )
+            )
 
     def _resolve_error(self, request_id: int, exc: BooklineError) -> None:
-        entry = self.pending.pop(request_id, None)
+        entry = self._take(request_id)
         if entry is None:
             log.warning("malformed response for unknown id %d: %s", request_id, exc)
             return
-        fut, timer = entry
-        timer.cancel()
-        if not fut.done():
-            fut.set_exception(exc)
+        if not entry[0].done():
+            entry[0].set_exception(exc)
 
     def fail_all(self, error: BooklineError) -> None:
         pending, self.pending = self.pending, {}
-        for fut, timer in pending.values():
-            timer.cancel()
+        self._deadlines = []
+        if self._sweep_handle is not None:
+            self._sweep_handle.cancel()
+            self._sweep_handle = None
+        for fut, _deadline, _expected in pending.values():
+            self._owner._release_room()
             if not fut.done():
                 fut.set_exception(error)
 
@@ -212,6 +273,9 @@ class BookieConnection:
         # call, and this is the hot path).
         self._inflight = 0
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # add_future calls that took the slow path and have not been sent yet: while
+        # any exist, later ones queue behind them so adds leave in call order.
+        self._queued_adds = 0
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -245,12 +309,71 @@ class BookieConnection:
         Raises UnauthorizedError, FencedError (unless ``recovery``), ReadOnlyError,
         TooManyRequestsError, IOFailureError, TimeoutError_, ConnectionLostError.
         """
-        await self._call(
-            lambda rid: p.AddRequest(rid, ledger_id, entry_id, lac, master_key, payload, recovery),
-            p.AddResponse,
-            timeout_s,
+        await self.add_future(
+            ledger_id, entry_id, lac, master_key, payload, recovery=recovery, timeout_s=timeout_s
         )
 
+    def add_future(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        *,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> asyncio.Future[None]:
+        """:meth:`add` without a coroutine: returns a future that resolves (None) once
+        the bookie has the entry fsynced, or fails with the errors :meth:`add` raises.
+
+        Adds from successive calls are sent in call order. When the connection is up,
+        writable and below ``inflight_max`` the frame is queued at once (no task); else
+        a task waits for room or the connection, as :meth:`add` would.
+        """
+        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+        wire = self._wire
+        if (
+            wire is not None
+            and not wire.lost
+            and wire.writable
+            and self._inflight < self.options.inflight_max
+            and not self._room_waiters
+            and not self._queued_adds
+            and not self._closed
+        ):
+            self._inflight += 1
+            rid = next(self._ids)
+            frame = p.encode_add_request(
+                rid, ledger_id, entry_id, lac, master_key, payload, recovery
+            )
+            return wire.send(rid, frame, deadline_s, p.AddResponse)
+        self._queued_adds += 1
+        return asyncio.ensure_future(
+            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
+        )
+
+    async def _queued_add(  # noqa: PLR0917 - internal, mirrors add_future
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        recovery: bool,
+        timeout_s: float,
+    ) -> None:
+        try:
+            fut = await self._start(
+                lambda rid: p.encode_add_request(
+                    rid, ledger_id, entry_id, lac, master_key, payload, recovery
+                ),
+                p.AddResponse,
+                timeout_s,
+            )
+        finally:
+            self._queued_adds -= 1
+        await fut
     async def read(
         self,
         ledger_id: int,
@@ -330,6 +453,15 @@ class BookieConnection:
     async def _call(
         self, make: Callable[[int], p.Request], expected: type[_R], timeout_s: float | None
     ) -> _R:
+        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+        fut = await self._start(lambda rid: p.encode_request(make(rid)), expected, deadline_s)
+        return cast(_R, await fut)
+
+    async def _start(
+        self, encode: Callable[[int], bytes], expected: type, timeout_s: float
+    ) -> asyncio.Future[Any]:
+        """Take an in-flight slot (FIFO), make sure of the connection, send. The slot
+        goes back when the request leaves the wire's pending map."""
         if self._closed:
             raise ClosedError(f"connection to bookie {self.address} closed")
         await self._acquire_room()
@@ -342,19 +474,11 @@ class BookieConnection:
             if wire.lost or self.closed:
                 raise self._gone_error()
             rid = next(self._ids)
-            frame = p.encode_request(make(rid))
-            deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
-            resp = await wire.send(rid, frame, deadline_s)
-        finally:
+            frame = encode(rid)
+        except BaseException:
             self._release_room()
-        if type(resp) is expected:
-            return resp
-        if isinstance(resp, p.ErrorResponse):
-            raise resp.error()
-        raise BadRequestError(
-            f"bookie {self.address} answered {type(resp).__name__} to a request expecting "
-            f"{expected.__name__}"
-        )
+            raise
+        return wire.send(rid, frame, timeout_s, expected)
 
     async def _acquire_room(self) -> None:
         """Take one in-flight slot, waiting FIFO when all are taken."""

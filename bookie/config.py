@@ -84,6 +84,10 @@ class BookieConfig:
     inflight_requests_per_connection_max: int = 10_000
     # Longest long poll a client may ask for.
     long_poll_timeout_ms_max: int = 60_000
+    # Python's GIL switch interval for the bookie process. The journal thread needs the
+    # GIL back after every write and fdatasync; with Python's default (5 ms) a busy event
+    # loop keeps it waiting up to that long each time, which dominates add latency.
+    gil_switch_interval_ms: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -107,6 +111,8 @@ class BookieConfig:
             raise ConfigError("bookie checkpoint and gc intervals must be positive")
         if not 0.0 <= self.compaction_threshold < 1.0:
             raise ConfigError("bookie.compaction_threshold must be within [0, 1)")
+        if not 0.01 <= self.gil_switch_interval_ms <= 100.0:
+            raise ConfigError("bookie.gil_switch_interval_ms must be within [0.01, 100]")
         if self.frame_bytes_max < 1024:
             raise ConfigError("bookie.frame_bytes_max must be at least 1024")
         dirs = (self.journal_dir, self.ledgers_dir, self.index_dir)

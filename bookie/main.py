@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Final
 
 from bookie.config import BookieConfig
+from bookie.gc import LedgerGc
+from bookie.registration import Registration
 from bookie.server import BookieServer, install_uvloop
 from bookie.storage.engine import BookieStorage
 from bookline.config import MetadataConfig, load_config
@@ -75,6 +77,7 @@ _FLAGS: Final[Mapping[str, tuple[str, type]]] = {
     "--disk-usage-lwm": ("disk_usage_lwm", float),
     "--disk-check-interval-ms": ("disk_check_interval_ms", int),
     "--session-timeout-ms": ("session_timeout_ms", int),
+    "--gil-switch-interval-ms": ("gil_switch_interval_ms", float),
 }
 
 
@@ -110,6 +113,7 @@ def _load(args: argparse.Namespace) -> BookieConfig:
 def run(args: argparse.Namespace) -> int:
     config = _load(args)
     install_uvloop()
+    sys.setswitchinterval(config.gil_switch_interval_ms / 1000.0)  # see BookieConfig
     return asyncio.run(_serve(config, args))
 
 
@@ -271,6 +275,7 @@ async def _run_server(
 ) -> int:
     server = BookieServer(config, storage, bookie_id=bookie_id)
     await server.start()
+    stack = contextlib.AsyncExitStack()
     try:
         info = _info(server, config, bookie_id)
         await _register(md, info, config)
@@ -279,6 +284,14 @@ async def _run_server(
             await md.bookies.set_readonly(bookie_id, read_only)
 
         server.watch_read_only(on_read_only_change, registered=info.state == READONLY)
+        registration = Registration(
+            md, lambda: _info(server, config, bookie_id), server.note_registered
+        )
+        registration.start()
+        stack.push_async_callback(registration.stop)
+        gc = LedgerGc(storage, md.ledgers.list_ledger_ids, config.gc_interval_ms / 1000.0)
+        gc_task = asyncio.create_task(gc.run(), name="bookie-ledger-gc")
+        stack.push_async_callback(_cancel, gc_task)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -298,11 +311,21 @@ async def _run_server(
             log.critical("bookie %s stopping after fatal error: %s", bookie_id, server.fatal_error)
             return EXIT_FATAL
         log.info("bookie %s: shutting down", bookie_id)
+        await stack.aclose()  # no re-registration or gc from here on
         with contextlib.suppress(NotFoundError):  # already gone with a lost session
             await md.bookies.unregister(bookie_id)
         return 0
     finally:
-        await server.stop()
+        try:
+            await stack.aclose()
+        finally:
+            await server.stop()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _reload_thresholds(server: BookieServer, args: argparse.Namespace) -> None:

@@ -5,12 +5,13 @@ The server calls :meth:`BookieMetrics.observe_request` per request and
 storage is never touched from the HTTP thread). Each bookie owns its registry, so
 several bookies can live in one test process.
 
-Storage figures come from the engine's optional ``stats_snapshot()`` (a flat mapping
+Storage figures come from the engine's optional ``stats()`` (a flat mapping
 name -> number, read at refresh time): every entry is exported as
 ``bookline_bookie_storage{stat="<name>"}``, and these get dedicated series:
 
 * ``memtable_bytes`` -> ``bookline_bookie_memtable_bytes``
-* ``memtable_hits`` + ``cache_hits`` vs ``cache_misses`` -> ``..._read_cache_hit_ratio``
+* ``memtable_hits`` + ``read_cache_hits`` vs ``read_cache_misses`` ->
+  ``..._read_cache_hit_ratio``
   (reads answered from memory / reads)
 
 Journal fsync latency and group size are histograms fed by the journal thread through
@@ -177,8 +178,8 @@ class BookieMetrics:
             self._storage.labels(name).set(value)
         if "memtable_bytes" in numbers:
             self._memtable.set(numbers["memtable_bytes"])
-        hits = numbers.get("memtable_hits", 0.0) + numbers.get("cache_hits", 0.0)
-        lookups = hits + numbers.get("cache_misses", 0.0)
+        hits = numbers.get("memtable_hits", 0.0) + numbers.get("read_cache_hits", 0.0)
+        lookups = hits + numbers.get("read_cache_misses", 0.0)
         if lookups > 0:
             self._hit_ratio.set(hits / lookups)
 

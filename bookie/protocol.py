@@ -94,6 +94,8 @@ __all__ = [
     "ReadResponse",
     "Request",
     "Response",
+    "encode_add_request",
+    "encode_add_response",
     "encode_error",
     "encode_request",
     "encode_response",
@@ -320,13 +322,40 @@ def _frame(  # noqa: PLR0917 - positional on purpose: this is the hot path
     return b"".join((header, _CRC.pack(crc), meta, payload))
 
 
+def encode_add_request(  # noqa: PLR0917 - positional on purpose: this is the hot path
+    request_id: int,
+    ledger_id: int,
+    entry_id: int,
+    lac: int,
+    master_key: bytes,
+    payload: bytes,
+    recovery: bool,
+) -> bytes:
+    """An ADD request frame without building an :class:`AddRequest` first (the client's
+    per-entry path); same bytes as ``encode_request(AddRequest(...))``."""
+    meta = _packb([ledger_id, entry_id, lac, master_key])
+    flags = FLAG_RECOVERY if recovery else 0
+    return _frame(_OP_ADD, KIND_REQUEST, flags, 0, request_id, meta, payload)
+
+
+def encode_add_response(request_id: int, ledger_id: int, entry_id: int) -> bytes:
+    """An OK ADD response frame without building an :class:`AddResponse` (the bookie's
+    per-entry path); same bytes as ``encode_response(AddResponse(...))``."""
+    meta = _packb([ledger_id, entry_id])
+    header = _HEADER.pack(
+        MAGIC, PROTOCOL_VERSION, _OP_ADD, KIND_RESPONSE, 0, 0, len(meta), len(meta), request_id
+    )
+    crc = crc32c.crc32c(meta, crc32c.crc32c(header))
+    return b"".join((header, _CRC.pack(crc), meta))
+
+
 def encode_request(req: Request) -> bytes:
     """One request frame. The payload is copied once, into the frame, and never packed."""
     rid = req.request_id
     if type(req) is AddRequest:
-        flags = FLAG_RECOVERY if req.recovery else 0
-        meta = _packb([req.ledger_id, req.entry_id, req.lac, req.master_key])
-        return _frame(_OP_ADD, KIND_REQUEST, flags, 0, rid, meta, req.payload)
+        return encode_add_request(
+            rid, req.ledger_id, req.entry_id, req.lac, req.master_key, req.payload, req.recovery
+        )
     if type(req) is ReadRequest:
         flags = FLAG_FENCE if req.fence else 0
         meta = _packb([req.ledger_id, req.entry_id, req.master_key])
@@ -348,8 +377,7 @@ def encode_response(resp: Response) -> bytes:
     """One response frame (OK or error)."""
     rid = resp.request_id
     if type(resp) is AddResponse:
-        meta = _packb([resp.ledger_id, resp.entry_id])
-        return _frame(_OP_ADD, KIND_RESPONSE, 0, 0, rid, meta, b"")
+        return encode_add_response(rid, resp.ledger_id, resp.entry_id)
     if type(resp) is ReadResponse:
         meta = _packb([resp.ledger_id, resp.entry_id, resp.lac])
         return _frame(_OP_READ, KIND_RESPONSE, 0, 0, rid, meta, resp.payload)

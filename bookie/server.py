@@ -1,13 +1,16 @@
 """The bookie's TCP server: wire protocol in, :class:`~bookie.storage.api.Storage` calls.
 
 One :class:`_Connection` per client: frames are decoded by the sans-I/O
-:class:`bookie.protocol.Decoder`, each request runs as its own task (responses go back
-in completion order, matched by request id), and responses finished in one loop
-iteration leave in one ``transport.write``.
+:class:`bookie.protocol.Decoder`; responses go back in completion order, matched by
+request id, and those finished in one loop iteration leave in one ``writelines``.
+ADD, the hot path, runs without a task: storage queues the journal record and an
+:class:`_AddReply` encodes the response when the group's fsync is done. Every other
+request runs as its own task.
 
 Limits and failure handling:
 
-* at most ``inflight_requests_per_connection_max`` requests run per connection; more
+* at most ``inflight_requests_per_connection_max`` requests (ADDs included) run per
+  connection; more
   are answered TOO_MANY_REQUESTS at once (no queue grows);
 * a malformed frame whose boundaries are intact is answered BAD_REQUEST; a frame that
   breaks the stream (bad magic / version / CRC / oversize) closes that connection only;
@@ -42,6 +45,7 @@ from bookline.errors import (
     NoEntryError,
     TooManyRequestsError,
 )
+from bookline.invariants import invariant
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ __all__ = ["BookieServer", "install_uvloop"]
 
 # How long a clean shutdown waits for in-flight requests before closing anyway.
 DRAIN_TIMEOUT_S_DEFAULT: Final = 10.0
+# How often a draining shutdown looks at fast-path ADDs still waiting for the journal.
+DRAIN_POLL_S: Final = 0.005
 # Metrics refresh cadence, independent of the (possibly slow) disk check interval.
 STATS_INTERVAL_S: Final = 1.0
 
@@ -74,6 +80,9 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.tasks: dict[asyncio.Task[bytes], p.Request] = {}
+        # ADDs on the fast path (no task): handed to storage, not yet answered.
+        self.adds_inflight = 0
+        self._add_nowait = server.storage.add_entry_nowait
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
@@ -134,16 +143,35 @@ class _Connection(asyncio.Protocol):
     def _dispatch(self, req: p.Request) -> None:
         if self._server.failed.is_set():
             return  # fatal storage error: acknowledge nothing more
-        if len(self.tasks) >= self._inflight_max:
+        if len(self.tasks) + self.adds_inflight >= self._inflight_max:
             self._server.metrics.request_rejected()
             error = TooManyRequestsError(
                 f"more than {self._inflight_max} requests in flight on this connection"
             )
             self.write(p.encode_error(req.request_id, _op_of(req), error))
             return
+        if type(req) is p.AddRequest:
+            self._add_fast(req)
+            return
         task = self._loop.create_task(self._server._handle(req))
         self.tasks[task] = req
         task.add_done_callback(self._task_done)
+
+    def _add_fast(self, req: p.AddRequest) -> None:
+        """ADD without a task: storage queues the journal record and tells the reply
+        object once the group is fsynced; it encodes the response into the write buffer."""
+        reply = _AddReply(self, req)
+        self.adds_inflight += 1
+        try:
+            self._add_nowait(
+                req.ledger_id, req.entry_id, req.lac, req.master_key, req.payload, req.recovery,
+                reply,
+            )
+        except BooklineError as exc:  # refused before reaching the journal
+            reply.set_exception(exc)
+        except Exception as exc:  # a storage bug: answer IO, keep the traceback
+            log.exception("storage failed on ADD")
+            reply.set_exception(IOFailureError(f"{type(exc).__name__}: {exc}"))
 
     def _task_done(self, task: asyncio.Task[bytes]) -> None:
         self.tasks.pop(task, None)
@@ -169,7 +197,8 @@ class _Connection(asyncio.Protocol):
         out, self._out = self._out, []
         if self.closed or self.transport is None or not out:
             return
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        # One writev for every response finished in this loop iteration.
+        self.transport.writelines(out)
 
     def close(self) -> None:
         """Flush what is queued, then close."""
@@ -186,6 +215,48 @@ class _Connection(asyncio.Protocol):
         self._out.clear()
         if self.transport is not None:
             self.transport.abort()
+
+
+class _AddReply:
+    """Completion of one fast-path ADD (see :class:`bookie.storage.journal.Completion`):
+    answers on the connection and records the request metric, on the loop thread."""
+
+    __slots__ = ("_conn", "_done", "_req", "_started")
+
+    def __init__(self, conn: _Connection, req: p.AddRequest) -> None:
+        self._conn = conn
+        self._req = req
+        self._started = time.perf_counter()
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _result: None, /) -> None:
+        self._finish()
+        req = self._req
+        conn = self._conn
+        conn._server.metrics.observe_request("ADD", "OK", time.perf_counter() - self._started)
+        conn.write(p.encode_add_response(req.request_id, req.ledger_id, req.entry_id))
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._finish()
+        req = self._req
+        server = self._conn._server
+        if isinstance(exception, BooklineError):
+            error = exception
+        else:  # the journal only sets BooklineErrors; anything else is a bug, answer IO
+            log.error("ADD failed with a non-Bookline error", exc_info=exception)
+            error = IOFailureError(f"{type(exception).__name__}: {exception}")
+        server.metrics.observe_request("ADD", error.name, time.perf_counter() - self._started)
+        if _is_fatal(req, error):
+            server.fail(error)
+        self._conn.write(p.encode_error(req.request_id, p.Op.ADD, error))
+
+    def _finish(self) -> None:
+        invariant(not self._done, "ADD %d answered twice", self._req.request_id)
+        self._done = True
+        self._conn.adds_inflight -= 1
 
 
 def _is_fatal(req: p.Request, exc: BooklineError) -> bool:
@@ -300,10 +371,17 @@ class BookieServer:
                 if type(req) is p.ReadLacRequest:
                     task.cancel()
                 tasks.append(task)
+        deadline = time.monotonic() + drain_timeout_s
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
             if pending:
                 log.warning("shutdown: %d requests still running after drain", len(pending))
+        # Fast-path ADDs have no task: wait for their journal group (bounded).
+        while any(c.adds_inflight for c in self._connections) and not self.failed.is_set():
+            if time.monotonic() >= deadline:
+                log.warning("shutdown: ADDs still waiting for the journal after drain")
+                break
+            await asyncio.sleep(DRAIN_POLL_S)
         await asyncio.sleep(0)  # let done-callbacks queue their responses
         for conn in list(self._connections):
             conn.close()
@@ -336,6 +414,10 @@ class BookieServer:
         currently shows ``registered``."""
         self._on_read_only_change = callback
         self._registered_read_only = registered
+
+    def note_registered(self, read_only: bool) -> None:
+        """The registry now shows ``read_only`` (after a re-registration)."""
+        self._registered_read_only = read_only
 
     def set_disk_thresholds(self, threshold: float, lwm: float) -> None:
         """Change the read-only thresholds at runtime (config reload on SIGHUP, tests)."""
@@ -382,7 +464,7 @@ class BookieServer:
 
     def _storage_stats(self) -> Mapping[str, object]:
         # Optional engine feature (BookieStorage has it; a Storage need not).
-        snapshot = getattr(self.storage, "stats_snapshot", None)
+        snapshot = getattr(self.storage, "stats", None)
         if not callable(snapshot):
             return {}
         result = snapshot()
@@ -478,8 +560,7 @@ class BookieServer:
         """Read an entry; for ``LAST_ENTRY`` also find out which id that was."""
         if entry_id != -1:
             return await self.storage.read_entry(ledger_id, entry_id), entry_id
-        entries = await self.storage.entries(ledger_id)
-        if not entries:
+        last = await self.storage.last_entry_id(ledger_id)
+        if last < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entries on this bookie")
-        last = entries[-1]
         return await self.storage.read_entry(ledger_id, last), last

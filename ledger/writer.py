@@ -7,6 +7,16 @@ Life of an add (entry ``e``)::
     write set (e + k) mod E, k < Qw --> each bookie ack sets a bit --> Qa bits AND every
     earlier entry completed --> LAC = e, the caller's future resolves.
 
+Backpressure counts *sends*, not just unconfirmed entries: an entry confirmed by Qa
+bookies still holds its room until its last Qw - Qa replicas answered (or their bookie
+was replaced). Without that, a bookie a little slower than the other two -- typically a
+replacement catching up after an ensemble change -- collects an unbounded queue in the
+client, every add to it waits there longer than the add timeout, and the writer replaces
+a healthy bookie. TOO_MANY_REQUESTS from a bookie is retried (within the add timeout)
+rather than treated as a failure, and so is a timeout on a bookie that acknowledged
+adds sent after the one that timed out (it is alive; that one request or answer was
+lost) -- a bookie silent since the send is replaced.
+
 A bookie that fails or times out is replaced by an *ensemble change*: completions
 pause, a new segment starting at LAC + 1 (every entry before it completed, so it is
 where metadata already says) is compare-and-set into the ledger metadata, and only then
@@ -33,7 +43,9 @@ from bookline.errors import (
     MetadataError,
     NotEnoughBookiesError,
     SessionSuspendedError,
+    TimeoutError_,
     TooLargeError,
+    TooManyRequestsError,
     UnauthorizedError,
     WriterFailedError,
 )
@@ -49,10 +61,18 @@ __all__ = ["LedgerWriter"]
 
 # Pause between ensemble-change attempts that found no replacement (bookies may return).
 _CHANGE_BACKOFF_S = 0.2
+# First pause before re-sending an add a bookie refused with TOO_MANY_REQUESTS (grows
+# with the time spent refused, capped below); the add timeout bounds the retries.
+_BUSY_BACKOFF_FIRST_S = 0.005
+_BUSY_BACKOFF_MAX_S = 0.2
+# An add that timed out on a bookie which acknowledged other adds sent after it is
+# re-sent rather than replacing a live bookie -- for at most this many add timeouts in
+# total; a bookie silent since the send is replaced at once.
+_TIMEOUT_RETRY_BUDGET = 3
 
 
 class _PendingAdd:
-    __slots__ = ("acked", "data", "entry_id", "future", "length", "payload_bytes")
+    __slots__ = ("acked", "data", "entry_id", "future", "length", "payload_bytes", "waiting")
 
     def __init__(
         self,
@@ -68,6 +88,7 @@ class _PendingAdd:
         self.payload_bytes = payload_bytes
         self.future = future
         self.acked: set[int] = set()  # ensemble positions that acknowledged
+        self.waiting: set[str] = set()  # bookies with a send of this entry unanswered
 
 
 def _copy_error(exc: BooklineError) -> BooklineError:
@@ -113,9 +134,17 @@ class LedgerWriter:
         self._length = 0
         self._pending: collections.deque[_PendingAdd] = collections.deque()
         self._pending_bytes = 0
+        # Confirmed entries with sends still unanswered: they keep their room (see top).
+        self._lagging: dict[int, _PendingAdd] = {}
+        self._lagging_bytes = 0
         self._room = asyncio.Event()
         self._room.set()
         self._failed_bookies: set[str] = set()
+        # Clock time each bookie last acknowledged an add of this writer, and when that
+        # add was sent: tells a stalled bookie from one that lost a single request.
+        self._last_ack_sent: dict[str, float] = {}
+        self._retry_warned: set[str] = set()
+        self.timeout_retries = 0
         self._changing = False
         self._change_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -167,8 +196,8 @@ class LedgerWriter:
         while True:
             self._check_writable()
             if (
-                len(self._pending) < self._config.adds_in_flight_max
-                and self._pending_bytes < self._config.add_bytes_in_flight_max
+                len(self._pending) + len(self._lagging) < self._config.adds_in_flight_max
+                and self._pending_bytes + self._lagging_bytes < self._config.add_bytes_in_flight_max
             ):
                 break
             self._room.clear()
@@ -216,8 +245,13 @@ class LedgerWriter:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.ledger_id} was closed by this writer")
 
-    def _send(self, pa: _PendingAdd, pos: int, bookie: str, *, recovery: bool = False) -> None:
+    def _send(
+        self, pa: _PendingAdd, pos: int, bookie: str, first_sent: float | None = None
+    ) -> None:
         started = self._clock()
+        if first_sent is None:
+            first_sent = started
+        pa.waiting.add(bookie)
         coro = self._transport.add(
             bookie,
             self.ledger_id,
@@ -225,15 +259,21 @@ class LedgerWriter:
             self._lac,
             self._master_key,
             pa.data,
-            recovery=recovery,
+            recovery=False,
             timeout_s=self._config.add_timeout_ms / 1000.0,
         )
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(lambda t: self._on_add_done(t, pa, pos, bookie, started))
+        task.add_done_callback(lambda t: self._on_add_done(t, pa, pos, bookie, started, first_sent))
 
-    def _on_add_done(
-        self, task: asyncio.Task[None], pa: _PendingAdd, pos: int, bookie: str, started: float
+    def _on_add_done(  # noqa: PLR0917 - one send's whole context
+        self,
+        task: asyncio.Task[None],
+        pa: _PendingAdd,
+        pos: int,
+        bookie: str,
+        started: float,
+        first_sent: float,
     ) -> None:
         self._tasks.discard(task)
         if task.cancelled():
@@ -241,17 +281,36 @@ class LedgerWriter:
         exc = task.exception()
         if exc is None:
             self._health.record_success(bookie, self._clock() - started)
+            if started > self._last_ack_sent.get(bookie, -1.0):
+                self._last_ack_sent[bookie] = started
+            self._send_done(pa, bookie)
             self._on_ack(pa, pos, bookie)
             return
+        if isinstance(exc, TooManyRequestsError) and self._retry_busy(pa, pos, bookie, first_sent):
+            return
+        if isinstance(exc, TimeoutError_) and self._retry_lost(
+            pa, pos, bookie, started, first_sent
+        ):
+            return
+        self._send_done(pa, bookie)
         if isinstance(exc, FencedError | UnauthorizedError):
             log.warning(
                 "ledger %d: bookie %s answered %s; writer stops", self.ledger_id, bookie, exc.name
             )
             self._fail(exc)
         elif isinstance(exc, BooklineError):
-            if self._error is None and bookie not in self._failed_bookies:
+            if self._is_current(bookie) and bookie not in self._failed_bookies:
+                # Once per failure: later answers find it failed or already replaced.
                 log.warning(
                     "ledger %d entry %d: bookie %s failed: %s",
+                    self.ledger_id,
+                    pa.entry_id,
+                    bookie,
+                    exc,
+                )
+            else:
+                log.debug(
+                    "ledger %d entry %d: late failure of replaced bookie %s: %s",
                     self.ledger_id,
                     pa.entry_id,
                     bookie,
@@ -264,6 +323,68 @@ class LedgerWriter:
             err = WriterFailedError(f"ledger {self.ledger_id}: add to {bookie} raised {exc!r}")
             err.__cause__ = exc
             self._fail(err)
+
+    def _is_current(self, bookie: str) -> bool:
+        return self._error is None and bookie in self._meta.last_segment.bookies
+
+    def _retry_busy(self, pa: _PendingAdd, pos: int, bookie: str, first_sent: float) -> bool:
+        """Re-send an add the bookie refused as busy, after a backoff; False once the add
+        timeout since the first send is spent (then it counts as a failure)."""
+        elapsed_s = self._clock() - first_sent
+        if elapsed_s >= self._config.add_timeout_ms / 1000.0:
+            return False
+        if not self._is_current(bookie):
+            self._send_done(pa, bookie)
+            return True  # replaced meanwhile, or the writer failed: nothing to retry
+        # Grows with the time already spent refused, so a busy bookie is polled gently.
+        delay_s = min(_BUSY_BACKOFF_FIRST_S + elapsed_s / 4, _BUSY_BACKOFF_MAX_S)
+        log.debug(
+            "ledger %d entry %d: %s busy, retry in %.3fs", self.ledger_id, pa.entry_id, bookie,
+            delay_s,
+        )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay_s, self._resend_busy, pa, pos, bookie, first_sent)
+        return True
+
+    def _retry_lost(
+        self, pa: _PendingAdd, pos: int, bookie: str, started: float, first_sent: float
+    ) -> bool:
+        """Re-send an add that timed out on a bookie that since acknowledged a later add;
+        False when the bookie was silent since or the retry budget is spent."""
+        if not self._is_current(bookie) or bookie in self._failed_bookies:
+            return False
+        if self._last_ack_sent.get(bookie, -1.0) <= started:
+            return False  # nothing sent after this one was answered: stalled
+        budget_s = _TIMEOUT_RETRY_BUDGET * self._config.add_timeout_ms / 1000.0
+        if self._clock() - first_sent >= budget_s:
+            return False
+        self.timeout_retries += 1
+        level = logging.DEBUG if bookie in self._retry_warned else logging.WARNING
+        self._retry_warned.add(bookie)
+        log.log(
+            level,
+            "ledger %d entry %d: bookie %s did not answer in time but acknowledged later "
+            "adds; re-sending instead of replacing it (logged once per bookie)",
+            self.ledger_id,
+            pa.entry_id,
+            bookie,
+        )
+        self._send(pa, pos, bookie, first_sent)
+        return True
+
+    def _resend_busy(self, pa: _PendingAdd, pos: int, bookie: str, first_sent: float) -> None:
+        if self._is_current(bookie) and self._meta.last_segment.bookies[pos] == bookie:
+            self._send(pa, pos, bookie, first_sent)
+        else:
+            self._send_done(pa, bookie)
+
+    def _send_done(self, pa: _PendingAdd, bookie: str) -> None:
+        """One send of ``pa`` answered (or no longer awaited): release its room when it
+        was the last one of a confirmed entry."""
+        pa.waiting.discard(bookie)
+        if not pa.waiting and self._lagging.pop(pa.entry_id, None) is not None:
+            self._lagging_bytes -= pa.payload_bytes
+            self._room.set()
 
     def _on_ack(self, pa: _PendingAdd, pos: int, bookie: str) -> None:
         if pa.future.done() or self._error is not None:
@@ -292,6 +413,9 @@ class LedgerWriter:
             self._lac = pa.entry_id
             self._length = pa.length
             self._pending_bytes -= pa.payload_bytes
+            if pa.waiting:
+                self._lagging[pa.entry_id] = pa
+                self._lagging_bytes += pa.payload_bytes
             invariant(
                 self._lac <= self._last_pushed,
                 "LAC %d beyond last pushed %d",
@@ -310,6 +434,8 @@ class LedgerWriter:
         self._error = exc
         pending, self._pending = self._pending, collections.deque()
         self._pending_bytes = 0
+        self._lagging.clear()
+        self._lagging_bytes = 0
         for pa in pending:
             if not pa.future.done():
                 pa.future.set_exception(_copy_error(exc))
@@ -416,7 +542,12 @@ class LedgerWriter:
             list(now),
             list(old),
         )
+        replaced = {old[pos] for pos in range(len(old)) if now[pos] != old[pos]}
+        for lagging in list(self._lagging.values()):
+            for bookie in replaced & lagging.waiting:
+                self._send_done(lagging, bookie)  # its answer no longer matters
         for pa in self._pending:
+            pa.waiting -= replaced
             for pos in write_set(pa.entry_id, new.ensemble_size, new.write_quorum):
                 if now[pos] != old[pos]:
                     pa.acked.discard(pos)

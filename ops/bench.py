@@ -56,6 +56,30 @@ def _run_bookie(args: argparse.Namespace) -> dict[str, Any]:
     return bench_bookie.run(args)
 
 
+def _run_ledger(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_ledger
+
+    return bench_ledger.run(args)
+
+
+def _run_spark(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_spark
+
+    return bench_spark.run(args)
+
+
+def _run_proxy(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_proxy
+
+    return bench_proxy.run(args)
+
+
+def _run_core(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_core
+
+    return bench_core.run(args)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (last stdout line: one JSON object)")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
@@ -69,18 +93,44 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_disk = add("disk", _run_disk, "raw disk limits: fsync'd sequential write, fsync latency")
     p_disk.add_argument("--dir", default=None, help="directory on the disk to measure")
 
+    p_spark = add(
+        "spark", _run_spark, "batch read through Spark local[N] vs the core library single-threaded"
+    )
+    from ops.bench_spark import add_arguments as spark_arguments
+
+    spark_arguments(p_spark)
+
+    from ops.bench_proxy import add_arguments as proxy_arguments
+
+    proxy_arguments(add("proxy", _run_proxy, "thin client through one write proxy + read proxy"))
+
     for name, runner, what in (
         ("bookie", _run_bookie, "adds to one bookie from one pipelined client"),
+        ("ledger", _run_ledger, "adds through the ledger client, E=Qw=3 Qa=2"),
     ):
         p = add(name, runner, what)
-        p.add_argument("--cluster", default=None,
-                       help="cluster.json of a running cluster (default: start our own)")
+        p.add_argument(
+            "--cluster",
+            default=None,
+            help="cluster.json of a running cluster (default: start our own)",
+        )
         p.add_argument("--entries", type=int, default=100_000, help="entries to add")
         p.add_argument("--entry-size", type=int, default=100, help="bytes per entry")
         p.add_argument("--inflight", type=int, default=1000, help="adds in flight")
-        p.add_argument("--rate", type=float, default=0.0,
-                       help="open-loop adds/s (0 = as fast as possible)")
+        p.add_argument(
+            "--rate", type=float, default=0.0, help="open-loop adds/s (0 = as fast as possible)"
+        )
         p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")
+
+    # The core library (log streams): write, e2e, read.
+    from ops.bench_core import add_arguments as add_core_arguments
+
+    for name, what in (
+        ("write", "stream writes: write_many batches (or --per-record)"),
+        ("e2e", "write -> tailing reader latency at a fixed rate"),
+        ("read", "catch-up read of a stream from the bookies"),
+    ):
+        add_core_arguments(add(name, _run_core, what), name)
 
 
 def _main(runner: Runner, args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import tempfile
@@ -50,46 +51,80 @@ def bookie_addresses(args: argparse.Namespace, bookies: int) -> Iterator[list[st
 async def _closed_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, inflight: int
 ) -> list[float]:
+    """Keep ``inflight`` adds outstanding: each answer starts the next add (no task or
+    coroutine per add, as the ledger layer's write path does with ``add_future``)."""
     latencies: list[float] = []
     key = b"bench-master-key"
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
     next_id = 0
+    answered = 0
+    perf = time.perf_counter
 
-    async def worker() -> None:
+    def start_one() -> None:
         nonlocal next_id
-        while next_id < count:
-            entry_id = next_id
-            next_id += 1
-            t0 = time.perf_counter()
-            await conn.add(ledger_id, entry_id, entry_id - 1, key, payload)
-            latencies.append(time.perf_counter() - t0)
+        entry_id = next_id
+        next_id += 1
+        t0 = perf()
+        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, key, payload)
+        fut.add_done_callback(functools.partial(on_done, t0=t0))
 
-    await asyncio.gather(*(worker() for _ in range(min(inflight, count))))
+    def on_done(fut: asyncio.Future[None], t0: float) -> None:
+        nonlocal answered
+        if finished.done():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            finished.set_exception(exc)
+            return
+        latencies.append(perf() - t0)
+        answered += 1
+        if next_id < count:
+            start_one()
+        elif answered == count:
+            finished.set_result(None)
+
+    for _ in range(min(inflight, count)):
+        start_one()
+    await finished
     return latencies
 
 
 async def _open_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, rate: float
 ) -> list[float]:
+    """Start adds on a fixed schedule; latency counts from the scheduled start."""
     latencies: list[float] = []
     key = b"bench-master-key"
     interval = 1.0 / rate
-    start = time.perf_counter()
-    tasks: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
+    answered = 0
+    perf = time.perf_counter
 
-    async def one(entry_id: int, scheduled: float) -> None:
-        await conn.add(ledger_id, entry_id, entry_id - 1, key, payload)
-        latencies.append(time.perf_counter() - scheduled)
+    def on_done(fut: asyncio.Future[None], scheduled: float) -> None:
+        nonlocal answered
+        if finished.done():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            finished.set_exception(exc)
+            return
+        latencies.append(perf() - scheduled)
+        answered += 1
+        if answered == count:
+            finished.set_result(None)
 
+    start = perf()
     for entry_id in range(count):
         scheduled = start + entry_id * interval
-        delay = scheduled - time.perf_counter()
+        delay = scheduled - perf()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.create_task(one(entry_id, scheduled))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
+        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, key, payload)
+        fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
+    if count:
+        await finished
     return latencies
 
 

@@ -15,7 +15,10 @@ from collections.abc import Callable, Sequence
 from bookie import main as bookie_main
 from bookline import __version__
 from bookline.errors import BooklineError
-from ops import bench
+from ops import bench, cli_pipeline, cli_stream
+from ops.local import add_cluster_flags as local_flags
+from readproxy import main as readproxy_main
+from writeproxy import main as writeproxy_main
 
 log = logging.getLogger("bookline")
 
@@ -45,16 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_local = sub.add_parser("local", help="run a local cluster in the foreground until Ctrl-C")
     p_local.add_argument("--dir", required=True, help="state directory (kept across restarts)")
+    local_flags(p_local)
     p_local.set_defaults(handler=_cmd_local)
 
     p_demo = sub.add_parser("demo", help="start a local cluster, show what it holds, stop it")
     p_demo.add_argument("--dir", required=True, help="state directory (kept across restarts)")
     p_demo.add_argument("--keep-running", action="store_true", help="stay up until Ctrl-C")
+    local_flags(p_demo)
     p_demo.set_defaults(handler=_cmd_demo)
 
     # Sub-command groups living in their own modules register here, one line each.
     bookie_main.add_parser(sub)
     bench.register(sub)
+    writeproxy_main.add_parser(sub)
+    readproxy_main.add_parser(sub)
+    cli_stream.register(sub)
+    cli_pipeline.register(sub)
     return parser
 
 

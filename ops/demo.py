@@ -4,6 +4,7 @@ read through the layers that exist."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -38,3 +39,36 @@ def show(layout: dict[str, Any]) -> None:
     finally:
         client.stop()
         client.close()
+
+
+def write_and_read(cluster_file: Path) -> None:
+    """Write a few records through the write proxy, read them back through the read
+    proxy, and tail one more over WebSocket: what the thin client does."""
+    import asyncio
+
+    from bookline.client import ProxyClient
+
+    async def run() -> None:
+        async with ProxyClient.from_cluster_file(cluster_file) as client:
+            stream = "demo"
+            before = (await client.describe(stream))["next_sequence_id"] if stream in (
+                await client.list_streams()) else 0
+            lines = [f"hello from run.sh #{before + i}" for i in range(3)]
+            print(f"== write {len(lines)} records to stream {stream!r} via {client.route(stream)}")
+            dlsns = await client.write_many(stream, lines)
+            for line, dlsn in zip(lines, dlsns, strict=True):
+                print(f"  {dlsn}  {line}")
+            page = await client.read(stream, f"seq:{before}", limit=10)
+            print(f"== read them back via the read proxy (from seq:{before})")
+            for rec in page.records:
+                print(f"  {rec.dlsn}  seq={rec.sequence_id}  {rec.payload.decode()}")
+            tail = client.tail(stream, "latest")
+            first = asyncio.ensure_future(tail.__anext__())
+            await asyncio.sleep(0.5)
+            dlsn = await client.write(stream, "tailed over WebSocket")
+            rec = await asyncio.wait_for(first, 10)
+            await tail.aclose()
+            print(f"== tail (WebSocket) saw {rec.payload.decode()!r} at {rec.dlsn} "
+                  f"(written at {dlsn})")
+
+    asyncio.run(run())

@@ -1,9 +1,11 @@
-"""A local Bookline cluster: ZooKeeper and N bookies, each its own OS process.
+"""A local Bookline cluster: ZooKeeper, N bookies, write and read proxies, each its own
+OS process.
 
-``bookline local --dir DIR`` runs it in the foreground until Ctrl-C; once ready it
-writes ``DIR/cluster.json`` (zk connect string with chroot, root, and the pid and
-address of every process). Ports and bookie ids are chosen once and kept in
-``DIR/ports.json`` so a restart on the same DIR finds its data and cookies again.
+``bookline local --dir DIR [--bookies 3] [--write-proxies 1] [--read-proxies 1]`` runs
+it in the foreground until Ctrl-C; once ready it writes ``DIR/cluster.json`` (zk
+connect string with chroot, root, and the pid and address/URL of every process). Ports
+and bookie ids are chosen once and kept in ``DIR/ports.json`` so a restart on the same
+DIR finds its data and cookies again.
 ``bookline demo`` starts the same cluster, shows what it holds, writes and reads a
 little through the layers that exist, and stops it again.
 """
@@ -34,6 +36,10 @@ LOCAL_CHROOT = "/local"
 CLUSTER_ROOT = "/bookline"
 # A bookie process (Python start + journal replay) is ready within seconds.
 BOOKIE_START_TIMEOUT_S = 60.0
+# A proxy connects to ZooKeeper and listens: quick, but give a loaded machine room.
+PROXY_START_TIMEOUT_S = 60.0
+# Proxies' ZooKeeper session: how long a crashed write proxy keeps its streams.
+PROXY_SESSION_TIMEOUT_MS = 4_000
 
 
 @dataclass
@@ -48,13 +54,26 @@ class ProcessInfo:
 
 
 class LocalCluster:
-    """Start/stop ZooKeeper + bookies under one directory."""
+    """Start/stop ZooKeeper + bookies (+ proxies) under one directory."""
 
-    def __init__(self, directory: Path, bookies: int = 3) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        bookies: int = 3,
+        write_proxies: int = 0,
+        read_proxies: int = 0,
+        proxy_args: dict[str, list[str]] | None = None,
+    ) -> None:
         self.dir = directory.resolve()
         self.bookie_count = bookies
+        self.write_proxy_count = write_proxies
+        self.read_proxy_count = read_proxies
+        # Extra flags per proxy kind ("writeproxy"/"readproxy"), e.g. fault hooks in tests.
+        self.proxy_args = proxy_args or {}
         self.zk: ZooKeeperServer | None = None
         self.bookies: list[ProcessInfo] = []
+        self.write_proxies: list[ProcessInfo] = []
+        self.read_proxies: list[ProcessInfo] = []
 
     # -- ports kept across restarts ------------------------------------------------
     def _ports(self) -> dict[str, int]:
@@ -64,6 +83,8 @@ class LocalCluster:
             ports = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         for key in ["zookeeper"] + [f"bookie-{i}" for i in range(1, self.bookie_count + 1)] + [
             f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)
+        ] + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)] + [
+            f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)
         ]:
             if key not in ports:
                 ports[key] = procs.free_port()
@@ -87,6 +108,12 @@ class LocalCluster:
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
                 self._wait_bookie_ready(info)
+            for i in range(1, self.write_proxy_count + 1):
+                self.write_proxies.append(self._start_proxy("writeproxy", i, ports))
+            for i in range(1, self.read_proxy_count + 1):
+                self.read_proxies.append(self._start_proxy("readproxy", i, ports))
+            for info in self.write_proxies + self.read_proxies:
+                self._wait_ready(info, b"ready id=", PROXY_START_TIMEOUT_S)
             self.write_cluster_json()
         except BaseException:
             self.stop()
@@ -131,10 +158,48 @@ class LocalCluster:
              "_log_offset": offset},
         )
 
+    def _start_proxy(self, kind: str, index: int, ports: dict[str, int]) -> ProcessInfo:
+        """Start write/read proxy ``index`` (``kind`` is the CLI command)."""
+        name = f"{kind}-{index}"
+        short = "wp" if kind == "writeproxy" else "rp"
+        port = ports[name]
+        argv = [
+            sys.executable, "-m", "ops.cli", kind,
+            "--proxy-id", f"{short}-{index}",
+            "--port", str(port),
+            "--zk", self.zk_connect,
+            "--root", CLUSTER_ROOT,
+            "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
+            *self.proxy_args.get(kind, []),
+        ]
+        log_path = self.dir / name / f"{kind}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
+        url = f"http://127.0.0.1:{port}"
+        return ProcessInfo(
+            name, proc, f"127.0.0.1:{port}",
+            {"url": url, "metrics": f"{url}/metrics", "log": str(log_path),
+             "_log_offset": offset},
+        )
+
+    def restart_proxy(self, info: ProcessInfo) -> ProcessInfo:
+        """Start a stopped/killed proxy again on its port (tests)."""
+        kind, index = info.name.rsplit("-", 1)
+        fresh = self._start_proxy(kind, int(index), self._ports())
+        self._wait_ready(fresh, b"ready id=", PROXY_START_TIMEOUT_S)
+        group = self.write_proxies if kind == "writeproxy" else self.read_proxies
+        group[group.index(info)] = fresh
+        self.write_cluster_json()
+        return fresh
+
     def _wait_bookie_ready(self, info: ProcessInfo) -> None:
+        self._wait_ready(info, b"bookie ready", BOOKIE_START_TIMEOUT_S)
+
+    def _wait_ready(self, info: ProcessInfo, marker: bytes, timeout_s: float) -> None:
         log_path = Path(info.extra["log"])
         offset = int(info.extra.pop("_log_offset"))
-        deadline = time.monotonic() + BOOKIE_START_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if info.proc.poll() is not None:
                 tail = log_path.read_text(errors="replace")[offset:][-3000:]
@@ -143,12 +208,10 @@ class LocalCluster:
                 )
             with contextlib.suppress(OSError), open(log_path, "rb") as fh:
                 fh.seek(offset)
-                if b"bookie ready" in fh.read():
+                if marker in fh.read():
                     return
             time.sleep(0.1)
-        raise RuntimeError(
-            f"{info.name} not ready within {BOOKIE_START_TIMEOUT_S:.0f}s; see {log_path}"
-        )
+        raise RuntimeError(f"{info.name} not ready within {timeout_s:.0f}s; see {log_path}")
 
     def describe(self) -> dict[str, Any]:
         assert self.zk is not None and self.zk.pid is not None
@@ -157,8 +220,8 @@ class LocalCluster:
             "root": CLUSTER_ROOT,
             "zookeeper": {"pid": self.zk.pid, "address": self.zk.connect_string},
             "bookies": [b.to_json() for b in self.bookies],
-            "write_proxies": [],
-            "read_proxies": [],
+            "write_proxies": [p.to_json() for p in self.write_proxies],
+            "read_proxies": [p.to_json() for p in self.read_proxies],
             "dir": str(self.dir),
         }
 
@@ -170,6 +233,10 @@ class LocalCluster:
         return path
 
     def stop(self) -> None:
+        for info in reversed(self.read_proxies + self.write_proxies):
+            procs.stop(info.proc)
+        self.read_proxies.clear()
+        self.write_proxies.clear()
         for info in reversed(self.bookies):
             procs.stop(info.proc)
         self.bookies.clear()
@@ -192,8 +259,23 @@ def _wait_for_interrupt() -> None:
         pass
 
 
+def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
+    return LocalCluster(
+        Path(args.dir),
+        bookies=int(getattr(args, "bookies", 3)),
+        write_proxies=int(getattr(args, "write_proxies", 1)),
+        read_proxies=int(getattr(args, "read_proxies", 1)),
+    )
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bookies", type=int, default=3, help="bookie processes (default 3)")
+    parser.add_argument("--write-proxies", type=int, default=1, help="write proxies (default 1)")
+    parser.add_argument("--read-proxies", type=int, default=1, help="read proxies (default 1)")
+
+
 def run_local(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(Path(args.dir), bookies=int(getattr(args, "bookies", 3)))
+    cluster = _cluster_from_args(args)
     cluster.start()
     try:
         print(json.dumps(cluster.describe(), indent=2), flush=True)
@@ -208,10 +290,11 @@ def run_local(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from ops import demo
 
-    cluster = LocalCluster(Path(args.dir), bookies=int(getattr(args, "bookies", 3)))
+    cluster = _cluster_from_args(args)
     cluster.start()
     try:
         demo.show(cluster.describe())
+        demo.write_and_read(cluster.dir / "cluster.json")
         if getattr(args, "keep_running", False):
             print("cluster stays up; Ctrl-C stops it", flush=True)
             _wait_for_interrupt()

@@ -1,4 +1,8 @@
-"""Read proxy (to come): a stateless aiohttp service serving reads by position, long-poll
-and WebSocket tailing, with a shared bounded cache of recent entries over the core
-library's speculative reads.
+"""Read proxy: a stateless aiohttp service serving reads by position (DLSN, sequence id,
+txid, time), long-poll and WebSocket tails, with shared per-stream feeds (one core
+reader per hot stream, a bounded cache of recent records) so many tailers of one
+stream cost one bookie read per entry.
+
+Modules: ``config``, ``metrics``, ``feeds`` (feeds + private reader pool), ``app``
+(HTTP routes), ``main`` (CLI).
 """

@@ -7,8 +7,13 @@ at the end of the session, also when tests fail (the fixture's finalizer and
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,3 +59,138 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# -- ZooKeeper + 3 real bookies, shared by the core-library tests ------------------------
+
+BOOKIE_READY_TIMEOUT_S = 60.0
+# Bookie GC of deleted ledgers runs this often in test bookies (retention tests wait on it).
+TEST_BOOKIE_GC_INTERVAL_MS = 500
+
+
+@dataclasses.dataclass
+class BookieCluster:
+    """ZooKeeper (the session one) + N bookie processes under one cluster root."""
+
+    zk: str
+    root: str
+    workdir: Path
+    bookies: list[tuple[subprocess.Popen[bytes], int, Path]] = dataclasses.field(
+        default_factory=list
+    )
+
+    def start_bookie(self) -> None:
+        port = procs.free_port()
+        d = self.workdir / f"bookie-{port}"
+        log = d / "bookie.log"
+        argv = [
+            str(Path(sys.executable).with_name("bookline")), "bookie",
+            "--zk", self.zk, "--root", self.root, "--port", str(port),
+            "--journal-dir", str(d / "journal"), "--ledgers-dir", str(d / "ledgers"),
+            "--index-dir", str(d / "index"), "--session-timeout-ms", "4000",
+        ]  # fmt: skip
+        # Frequent GC, small entry logs and frequent checkpoints: deleted ledgers' space
+        # becomes reclaimable (rolled logs only) within a test's patience.
+        env = dict(
+            os.environ,
+            BOOKLINE_BOOKIE_GC_INTERVAL_MS=str(TEST_BOOKIE_GC_INTERVAL_MS),
+            BOOKLINE_BOOKIE_ENTRY_LOG_BYTES_MAX=str(1 << 20),
+            BOOKLINE_BOOKIE_CHECKPOINT_INTERVAL_MS="1000",
+        )
+        proc = procs.spawn(argv, log_path=log, env=env)
+        self.bookies.append((proc, port, d))
+        deadline = time.monotonic() + BOOKIE_READY_TIMEOUT_S
+        while b"bookie ready" not in (log.read_bytes() if log.exists() else b""):
+            if proc.poll() is not None:
+                raise RuntimeError(f"bookie exited {proc.returncode}: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bookie on {port} not ready: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def cluster_file(self) -> Path:
+        """A cluster.json other processes (subprocess writers, Spark) can open."""
+        path = self.workdir / "cluster.json"
+        path.write_text(json.dumps({"zk": self.zk, "root": self.root, "bookies": [
+            {"address": f"127.0.0.1:{port}", "pid": proc.pid} for proc, port, _d in self.bookies
+        ]}))  # fmt: skip
+        return path
+
+    def stop(self) -> None:
+        for proc, _port, _d in self.bookies:
+            procs.stop(proc, grace_s=5.0)
+        self.bookies.clear()
+
+
+@pytest.fixture(scope="session")
+def bookie_cluster(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BookieCluster]:
+    """ZooKeeper + 3 bookies for the whole session (bookies stopped by pid at the end).
+    Tests share it: give each its own namespace or stream names."""
+    cluster = BookieCluster(
+        zk_server.connect_string,
+        f"/bookline-core-{os.getpid()}",
+        tmp_path_factory.mktemp("bookies"),
+    )
+    try:
+        for _ in range(3):
+            cluster.start_bookie()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+# -- Spark: one local[2] session for every pipeline test -----------------------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A local[2] SparkSession with ``bookline`` registered; its JVM stops at session end.
+    Executors run this interpreter (PYSPARK_PYTHON), so they import the installed
+    ``pipeline``/``bookline`` whatever the working directory."""
+    pytest.importorskip("pyspark")
+    from pipeline.session import local_session, stop_session
+
+    session = local_session("bookline-tests", cores=2, shuffle_partitions=2)
+    try:
+        yield session
+    finally:
+        stop_session(session)
+
+
+# -- proxies (issue 6): one cluster with two write proxies and a read proxy -------------
+
+
+@pytest.fixture(scope="session")
+def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """ZooKeeper + 3 bookies + 2 write proxies + 1 read proxy, each its own process,
+    shared by the proxy tests (each test uses its own stream names). Write proxies run
+    with small limits (so overload is cheap to provoke) and the test-only fault hook
+    that stalls the answer of durable writes to streams named ``fault-*``."""
+    from ops.local import LocalCluster
+
+    cluster = LocalCluster(
+        tmp_path_factory.mktemp("proxy-cluster"),
+        bookies=3,
+        write_proxies=2,
+        read_proxies=1,
+        proxy_args={
+            "writeproxy": [
+                "--request-bytes-max",
+                str(2 << 20),
+                "--stream-inflight-bytes-max",
+                str(4 << 20),
+                "--proxy-inflight-bytes-max",
+                str(8 << 20),
+                "--fault-stall-writes",
+                "1000",
+                "--fault-stall-ms",
+                "1500",
+            ]
+        },
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -14,14 +14,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from bookie.client import BookieConnection, ClientOptions
 from bookline.config import MetadataConfig
-from bookline.errors import ReadOnlyError
+from bookline.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
+from metadata.ledgers import LedgerMetadata
 from ops import procs
 
 pytestmark = pytest.mark.integration
@@ -31,8 +33,11 @@ READY_TIMEOUT_S = 60.0
 
 
 class BookieProcess:
-    def __init__(self, workdir: Path, zk: str, root: str, *, name: str = "b1") -> None:
+    def __init__(
+        self, workdir: Path, zk: str, root: str, *, name: str = "b1", extra_config: str = ""
+    ) -> None:
         self.workdir = workdir
+        self.extra_config = extra_config
         self.port = procs.free_port()
         self.config_path = workdir / f"{name}.toml"
         self.log_path = workdir / f"{name}.log"
@@ -59,7 +64,7 @@ class BookieProcess:
             f"disk_usage_lwm = {lwm}\n"
             f'journal_dir = "{self.dirs["journal"]}"\n'
             f'ledgers_dir = "{self.dirs["ledgers"]}"\n'
-            f'index_dir = "{self.dirs["index"]}"\n'
+            f'index_dir = "{self.dirs["index"]}"\n' + self.extra_config
         )
 
     def start(self, *extra: str) -> subprocess.Popen[bytes]:
@@ -201,3 +206,136 @@ async def test_read_only_transition_both_ways(
         await conn.close()
         await md.close()
         bookie.stop()
+
+
+def _entry_log_bytes(bookie: BookieProcess) -> int:
+    return sum(p.stat().st_size for p in bookie.dirs["ledgers"].glob("*.log"))
+
+
+def _metadata(ledger_id: int, bookie_id: str) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        ensemble_size=1,
+        write_quorum=1,
+        ack_quorum=1,
+        ensembles=((0, (bookie_id,)),),
+        password=KEY,
+    )
+
+
+async def test_gc_drops_ledgers_deleted_from_metadata(
+    workdir: Path, zk_connect: str, cluster_root: str
+) -> None:
+    # Small entry logs so the data spans several (compaction never touches the active one),
+    # frequent checkpoints and GC rounds.
+    bookie = BookieProcess(
+        workdir,
+        zk_connect,
+        cluster_root,
+        extra_config=(
+            "entry_log_bytes_max = 262144\n"
+            "checkpoint_interval_ms = 100\n"
+            "gc_interval_ms = 300\n"
+            "compaction_threshold = 0.5\n"
+        ),
+    )
+    md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    conn = BookieConnection(bookie.address)
+    ledgers = range(1, 11)
+    survivors = {3, 8}
+    body = 2000
+
+    def data(ledger_id: int, entry_id: int) -> bytes:
+        return (f"{ledger_id}/{entry_id}/".encode() * body)[:body]
+
+    try:
+        await md.connect()
+        await md.init_cluster()
+        for ledger_id in ledgers:
+            await md.ledgers.create(_metadata(ledger_id, bookie.address))
+        bookie.start()
+        # Interleaved, as real traffic is: every entry log holds every ledger.
+        for e in range(100):
+            await asyncio.gather(
+                *(conn.add(lid, e, e - 1, KEY, data(lid, e)) for lid in ledgers)
+            )
+        await _wait_until(lambda: _entry_log_bytes(bookie) > 1_500_000, "entries checkpointed")
+        before = _entry_log_bytes(bookie)
+        assert await conn.list_ledgers() == tuple(ledgers)
+        for ledger_id in set(ledgers) - survivors:
+            await md.ledgers.delete(ledger_id)
+        deadline = time.monotonic() + 30.0
+        while await conn.list_ledgers() != tuple(sorted(survivors)):
+            assert time.monotonic() < deadline, await conn.list_ledgers()
+            # Survivors read correctly all along, also while logs are being compacted.
+            for lid in survivors:
+                e = int(time.monotonic() * 1000) % 100
+                assert (await conn.read(lid, e)).payload == data(lid, e)
+            await asyncio.sleep(0.05)
+        await _wait_until(lambda: _entry_log_bytes(bookie) < before * 0.5, "space reclaimed")
+        for lid in survivors:
+            for e in range(100):
+                assert (await conn.read(lid, e)).payload == data(lid, e)
+        assert bookie.stop() == 0
+    finally:
+        await conn.close()
+        await md.close()
+        bookie.stop()
+
+
+async def _wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_reregisters_after_session_expiry(
+    workdir: Path, zk_connect: str, cluster_root: str
+) -> None:
+    """SIGSTOP the bookie past its session timeout (a long GC pause or a partition): ZooKeeper
+    expires the session and drops the registration; once resumed the bookie gets a new
+    session and registers again, in the state it is in (read-only here)."""
+    bookie = BookieProcess(workdir, zk_connect, cluster_root)
+    md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    conn = BookieConnection(bookie.address)
+    try:
+        proc = bookie.start()
+        await md.connect()
+        await conn.add(1, 0, -1, KEY, b"before")
+        bookie.write_config(threshold=0.0001, lwm=0.00005)
+        os.kill(proc.pid, signal.SIGHUP)
+        await _wait_state(md, bookie.address, "readonly")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            # session_timeout_ms is 2000: the registration goes with the session.
+            deadline = time.monotonic() + 20.0
+            while bookie.address in (await md.bookies.list_all()).all:
+                assert time.monotonic() < deadline, "session never expired"
+                await asyncio.sleep(0.1)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        await _wait_state_after_loss(md, bookie.address, "readonly")
+        assert (await conn.read(1, 0)).payload == b"before"
+        # And the state keeps following the disk after the new registration.
+        bookie.write_config(threshold=0.9999, lwm=0.9998)
+        os.kill(proc.pid, signal.SIGHUP)
+        await _wait_state(md, bookie.address, "writable")
+        assert bookie.stop() == 0
+    finally:
+        await conn.close()
+        await md.close()
+        bookie.stop()
+
+
+async def _wait_state_after_loss(md: MetadataClient, bookie_id: str, state: str) -> None:
+    deadline = time.monotonic() + 20.0
+    while True:
+        try:
+            current = await _registered_state(md, bookie_id)
+        except NotFoundError:
+            current = "unregistered"
+        if current == state:
+            return
+        assert time.monotonic() < deadline, f"bookie is {current}, wanted {state}"
+        await asyncio.sleep(0.1)

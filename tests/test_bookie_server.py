@@ -347,3 +347,98 @@ async def test_fsync_failure_is_fatal(tmp_path: Path) -> None:
         await c.close()
         await b.server.stop(drain_timeout_s=1.0)
         await b.storage.close()
+
+
+# --- fast paths, last entry, recovery on read-only, metrics ---------------------------------
+
+
+async def test_add_future_keeps_call_order_and_reports_errors(bookie: Bookie) -> None:
+    # inflight_max 8: most calls find no room and take the queued path behind the others.
+    c = BookieConnection(bookie.address, ClientOptions(inflight_max=8))
+    try:
+        await c.connect()
+        futs = [c.add_future(5, e, e - 1, KEY, payload(5, e)) for e in range(200)]
+        assert c.inflight <= 8
+        await asyncio.gather(*futs)
+        assert await c.list_entries(5) == tuple(range(200))
+        bad = c.add_future(5, 200, 199, b"wrong key", b"x")
+        with pytest.raises(UnauthorizedError):
+            await bad
+        assert c.inflight == 0
+        await c.close()
+        with pytest.raises(ClosedError):
+            await c.add_future(5, 201, 200, KEY, b"x")
+    finally:
+        await c.close()
+
+
+async def test_read_last_entry_does_not_list_entries(
+    bookie: Bookie, conn: BookieConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def no_listing(_ledger_id: int) -> list[int]:
+        raise AssertionError("READ of entry -1 must not list the ledger's entries")
+
+    monkeypatch.setattr(bookie.storage, "entries", no_listing)
+    await asyncio.gather(*(conn.add(9, e, e - 1, KEY, payload(9, e)) for e in range(30)))
+    await bookie.storage.checkpoint()
+    await conn.add(9, 30, 29, KEY, payload(9, 30))
+    last = await conn.read(9, -1)
+    assert (last.entry_id, last.payload) == (30, payload(9, 30))
+    await conn.add(10, 0, -1, KEY, b"only")
+    assert (await conn.read(10, -1)).entry_id == 0
+
+
+async def test_recovery_adds_go_through_on_a_read_only_bookie(
+    bookie: Bookie, conn: BookieConnection
+) -> None:
+    await conn.add(4, 0, -1, KEY, b"a")
+    bookie.storage.set_read_only(True)
+    with pytest.raises(ReadOnlyError):
+        await conn.add(4, 1, 0, KEY, b"b")
+    await conn.add(4, 1, 0, KEY, b"b", recovery=True)
+    assert (await conn.read(4, 1)).payload == b"b"
+
+
+async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> None:
+    b = await start_bookie(bookie_config(tmp_path, metrics_port=0))
+    c = BookieConnection(b.address)
+    try:
+        await asyncio.gather(*(c.add(1, e, e - 1, KEY, payload(1, e)) for e in range(100)))
+        for e in range(10):
+            await c.read(1, e)
+        await b.storage.checkpoint()
+        await c.read(1, 50)  # from the entry log: a cache miss, read-ahead fills the cache
+        await c.read(1, 51)  # a read-cache hit
+        url = b.server.metrics_address
+        wanted = (
+            'bookline_bookie_requests_total{op="ADD",status="OK"} 100.0',
+            'bookline_bookie_requests_total{op="READ",status="OK"} 12.0',
+            'bookline_bookie_request_seconds_count{op="ADD"} 100.0',
+            'bookline_bookie_request_seconds_bucket{le="0.005",op="READ"}',
+            "bookline_bookie_journal_fsync_seconds_count",
+            "bookline_bookie_journal_group_records_bucket",
+            "bookline_bookie_memtable_bytes ",
+            "bookline_bookie_read_cache_hit_ratio ",
+            "bookline_bookie_disk_used_fraction ",
+            'bookline_bookie_storage{stat="read_cache_hits"} 1.0',
+            'bookline_bookie_storage{stat="adds"} 100.0',
+        )
+        text = ""
+        async with asyncio.timeout(10.0):  # the health loop refreshes gauges every second
+            while True:
+                text = await asyncio.to_thread(_scrape, url)
+                if all(w in text for w in wanted):
+                    break
+                await asyncio.sleep(0.2)
+        ratio = [ln for ln in text.splitlines() if ln.startswith("bookline_bookie_read_cache_hit")]
+        assert 0.0 < float(ratio[0].split()[-1]) < 1.0, ratio
+    finally:
+        await c.close()
+        await stop_bookie(b)
+
+
+def _scrape(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return bytes(resp.read()).decode()

@@ -549,3 +549,43 @@ async def test_many_ledgers_sorted(tmp_path: Path) -> None:
             assert await s.read_entry(lid, 0) == payload(lid, 0)
     finally:
         await s.close()
+
+
+# --- last entry, recovery on read-only ------------------------------------------------------
+
+
+async def test_last_entry_id_from_memtable_and_index_without_listing(
+    storage: BookieStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_listing(*_args: object) -> list[int]:
+        raise AssertionError("last_entry_id must not list a ledger's entries")
+
+    monkeypatch.setattr(storage._index, "entry_ids", no_listing)
+    monkeypatch.setattr(storage, "entries", no_listing)
+    await add_all(storage, 1, range(0, 50))
+    await add_all(storage, 2, range(0, 3))
+    assert await storage.last_entry_id(1) == 49  # memtable only
+    await storage.checkpoint()
+    assert await storage.last_entry_id(1) == 49  # index only
+    assert await storage.last_entry_id(2) == 2  # the next ledger's keys do not leak in
+    await add_all(storage, 1, range(50, 60))
+    assert await storage.last_entry_id(1) == 59  # memtable above the index
+    # A late lower entry (striped ensemble, recovery) does not move the last one down.
+    await storage.add_entry(1, 55, 54, KEY, payload(1, 55), recovery=True)
+    assert await storage.last_entry_id(1) == 59
+    storage._ledgers[3] = type(storage._ledgers[1])(KEY)  # known ledger, no entries
+    assert await storage.last_entry_id(3) == -1
+    with pytest.raises(NoLedgerError):
+        await storage.last_entry_id(4)
+
+
+async def test_recovery_adds_are_accepted_while_read_only(storage: BookieStorage) -> None:
+    await storage.add_entry(1, 0, -1, KEY, b"a")
+    storage.set_read_only(True)
+    with pytest.raises(ReadOnlyError):
+        await storage.add_entry(1, 1, 0, KEY, b"b")
+    # Ledger recovery must be able to complete on a read-only bookie.
+    await storage.add_entry(1, 1, 0, KEY, b"b", recovery=True)
+    assert await storage.read_entry(1, 1) == b"b"
+    with pytest.raises(UnauthorizedError):  # still checked
+        await storage.add_entry(1, 2, 1, b"other", b"c", recovery=True)

@@ -27,8 +27,8 @@ from bookline.errors import FencedError
 from ledger.adapters import ZkLedgerStore
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
-from ledger.digest import master_key
-from ledger.reader import replicas_of
+from ledger.digest import DigestManager, master_key
+from ledger.reader import LedgerReader, replicas_of
 from ops import procs
 
 pytestmark = pytest.mark.integration
@@ -51,6 +51,7 @@ class Bookie:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    argv: list[str] = field(default_factory=list)
 
     @property
     def bookie_id(self) -> str:
@@ -75,16 +76,29 @@ class Cluster:
             "--index-dir", str(d / "index"), "--session-timeout-ms", "4000",
         ]  # fmt: skip
         proc = procs.spawn(argv, log_path=log)
-        b = Bookie(proc, port, log)
+        b = Bookie(proc, port, log, argv)
         self.bookies.append(b)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while b"bookie ready" not in (log.read_bytes() if log.exists() else b""):
-            if proc.poll() is not None:
-                raise RuntimeError(f"bookie exited {proc.returncode}: {log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bookie on {port} not ready: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
+        self._wait_ready(b, 1)
         return b
+
+    def restart_bookie(self, b: Bookie) -> None:
+        """SIGTERM it (by pid), start it again on the same port and directories."""
+        procs.stop(b.proc, grace_s=10.0)
+        starts = b.log.read_bytes().count(b"bookie ready")
+        b.proc = procs.spawn(b.argv, log_path=b.log)
+        self._wait_ready(b, starts + 1)
+
+    @staticmethod
+    def _wait_ready(b: Bookie, starts: int) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while (b.log.read_bytes() if b.log.exists() else b"").count(b"bookie ready") < starts:
+            if b.proc.poll() is not None:
+                raise RuntimeError(
+                    f"bookie exited {b.proc.returncode}: {b.log.read_text()[-2000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bookie on {b.port} not ready: {b.log.read_text()[-2000:]}")
+            time.sleep(0.05)
 
     def by_id(self, bookie_id: str) -> Bookie:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
@@ -195,32 +209,79 @@ async def test_fencing_with_a_stopped_bookie(cluster: Cluster) -> None:
             assert await r.read(0, 19) == [b"%d" % i for i in range(20)]
 
 
+async def test_fencing_survives_rolling_restart(cluster: Cluster) -> None:
+    """After recovery fenced the ledger, restart every bookie in turn: each still refuses
+    the old writer's adds (the fence is durable), and a second recovery finds the same end."""
+    await start(cluster, 3)
+    async with ledger_client(cluster) as a, ledger_client(cluster) as b:
+        await wait_writable(a, 3)
+        w = await a.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"rr")
+        for i in range(30):
+            await w.add_entry(b"r%d" % i)
+        r = await b.open_ledger(w.ledger_id, b"rr")
+        end, length = r.last_add_confirmed, r.metadata.length
+        assert end >= 29
+        digest = DigestManager(w.ledger_id, w.metadata.digest_type, b"rr")
+        entry = end + 1
+        for bk in list(cluster.bookies):
+            await asyncio.to_thread(cluster.restart_bookie, bk)
+            # The old writer's add, straight to the restarted bookie: still fenced.
+            conn = BookieConnection(bk.bookie_id)
+            try:
+                with pytest.raises(FencedError):
+                    await conn.add(w.ledger_id, entry, end, master_key(b"rr"),
+                                   digest.package(entry, end, length + 1, b"x"))  # fmt: skip
+            finally:
+                await conn.close()
+        with pytest.raises(FencedError):
+            await w.add_entry(b"after")
+    async with ledger_client(cluster) as c:
+        await wait_writable(c, 3)
+        again = await c.open_ledger(w.ledger_id, b"rr")
+        assert (again.last_add_confirmed, again.metadata.length) == (end, length)
+        assert await again.read(0, end) == [b"r%d" % i for i in range(end + 1)]
+
+
+def _p99(latencies: list[float]) -> float:
+    ordered = sorted(latencies)
+    return ordered[int(0.99 * len(ordered))]
+
+
+async def _timed_reads(r: LedgerReader, n: int) -> list[float]:
+    latencies: list[float] = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        assert await r.read_entry(i) == b"v%d" % i
+        latencies.append(time.perf_counter() - t0)
+    return latencies
+
+
 async def test_speculative_reads_with_a_stopped_replica(cluster: Cluster) -> None:
+    """10,000 reads with one replica SIGSTOPped: p99 stays below the healthy p99 (measured
+    first, same test) plus the speculative timeout; without speculation the reads that
+    pick the stopped replica would wait the whole read timeout."""
     await start(cluster, 3)
     async with ledger_client(cluster) as a:
         await wait_writable(a, 3)
         w = await a.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
-        n = 1_000
+        n = 10_000
         await asyncio.gather(*[await w.submit(b"v%d" % i) for i in range(n)])
         await w.close()
         async with ledger_client(cluster) as rc:
             r = await rc.open_ledger(w.ledger_id)
+            healthy_p99 = _p99(await _timed_reads(r, n))
             # Make the stopped bookie the first choice: it looks fastest.
             victim = cluster.by_id(w.metadata.last_segment.bookies[0])
             rc.health.record_success(victim.bookie_id, 0.0)
             with cluster.stopped_bookie(victim):
-                latencies: list[float] = []
-                for i in range(n):
-                    t0 = time.perf_counter()
-                    assert await r.read_entry(i) == b"v%d" % i
-                    latencies.append(time.perf_counter() - t0)
-            latencies.sort()
-            p99 = latencies[int(0.99 * n)]
-            print(f"speculative reads with a stopped replica: p50={latencies[n // 2] * 1e3:.2f}ms "
-                  f"p99={p99 * 1e3:.2f}ms")  # fmt: skip
-            # Without speculation the first read alone would wait the 2 s read timeout.
-            assert p99 < CONFIG.speculative_read_max_timeout_ms / 1000.0 + 0.2
-            assert sum(latencies) < CONFIG.read_timeout_ms / 1000.0 * 3
+                stalled = await _timed_reads(r, n)
+        stalled_p99 = _p99(stalled)
+        spec_s = CONFIG.speculative_read_first_timeout_ms / 1000.0
+        print(f"reads: healthy p99={healthy_p99 * 1e3:.2f}ms, one replica stopped "
+              f"p99={stalled_p99 * 1e3:.2f}ms max={max(stalled) * 1e3:.2f}ms")  # fmt: skip
+        assert stalled_p99 < healthy_p99 + spec_s
+        # No read waited for the stopped replica's read timeout.
+        assert max(stalled) < CONFIG.read_timeout_ms / 1000.0
 
 
 async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
@@ -268,12 +329,9 @@ async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
                     assert len(live) >= meta.ack_quorum, (e, live)
 
 
-async def test_kill9_one_bookie_while_streaming(cluster: Cluster) -> None:
-    await _kill_one_while_streaming(cluster, 5_000)
-
-
-@pytest.mark.slow
 async def test_kill9_one_bookie_while_streaming_50k(cluster: Cluster) -> None:
+    # ~40 s on the shared 2-core machine: in the default suite (the 5,000-add variant it
+    # replaced is a subset of it).
     await _kill_one_while_streaming(cluster, 50_000)
 
 

@@ -1,5 +1,8 @@
-"""Write proxy (to come): a stateless aiohttp service that owns streams (ZooKeeper owner
-record + the stream's writer lock), batches concurrent client writes into record sets,
-de-duplicates retried writes by producer id and sequence number, and answers 429 when
-its per-stream or per-proxy limits are reached.
+"""Write proxy: an aiohttp service that owns streams (ZooKeeper owner record + the
+stream's writer lock), batches concurrent client writes into record sets through the
+core writer, de-duplicates retried writes by producer id and sequence number (also
+across failover), and answers 429 when its per-stream or per-proxy limits are reached.
+
+Modules: ``config`` (settings), ``limits`` (admission), ``dedup`` (producer table,
+pure), ``streams`` (ownership + write path), ``app`` (HTTP routes), ``main`` (CLI).
 """

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from .journal import Completion
+
 # Entry id meaning "the last entry this bookie holds for the ledger".
 LAST_ENTRY = -1
 # LAC value meaning "nothing confirmed yet".
@@ -41,6 +43,19 @@ class Storage(Protocol):
 
     async def close(self) -> None:
         """Checkpoint, stop background threads, close files (clean shutdown)."""
+
+    def add_entry_nowait(  # noqa: PLR0917 - per-add hot path
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        recovery: bool,
+        done: Completion,
+    ) -> None:
+        """:meth:`add_entry` without a coroutine: refusals are raised at once, the
+        outcome after the journal fsync goes to ``done`` (on the loop thread)."""
 
     async def add_entry(
         self,
@@ -84,6 +99,10 @@ class Storage(Protocol):
 
     def ledgers(self) -> list[int]:
         """Ids of the ledgers this bookie holds (sorted)."""
+
+    async def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id held for a ledger, -1 if none (NoLedgerError if unknown).
+        Cheap: no listing of the ledger's entries."""
 
     async def entries(self, ledger_id: int) -> list[int]:
         """Entry ids held for a ledger (sorted)."""

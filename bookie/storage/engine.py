@@ -53,7 +53,16 @@ from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
 from .cache import ReadCache
 from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
 from .index import Index, LedgerRecord
-from .journal import ADD, FENCE, MASTER_KEY, Item, Journal, JournalMark, JournalRecord
+from .journal import (
+    ADD,
+    FENCE,
+    MASTER_KEY,
+    Completion,
+    Item,
+    Journal,
+    JournalMark,
+    JournalRecord,
+)
 from .memtable import ENTRY_OVERHEAD_BYTES, MemTable
 
 log = logging.getLogger(__name__)
@@ -343,7 +352,27 @@ class BookieStorage:
         recovery: bool = False,
     ) -> None:
         jnl = self._check_writable()
-        if self._read_only:
+        fut = jnl.create_future()
+        self.add_entry_nowait(ledger_id, entry_id, lac, master_key, payload, recovery, fut)
+        await fut
+
+    def add_entry_nowait(  # noqa: PLR0917 - per-add hot path: positional, no kwargs cost
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        recovery: bool,
+        done: Completion,
+    ) -> None:
+        """:meth:`add_entry` without a coroutine: errors found now are raised now;
+        ``done`` is told the outcome once the journal group is fsynced (server fast
+        path: no task, no future per add)."""
+        jnl = self._check_writable()
+        # Recovery adds go through on a read-only bookie: a ledger being recovered must
+        # be able to finish, or its readers stay blocked (as in BookKeeper).
+        if self._read_only and not recovery:
             self.counters.adds_rejected_read_only += 1
             raise ReadOnlyError("bookie is read-only")
         # Validated here, on the loop: a value the journal thread cannot encode would
@@ -362,10 +391,8 @@ class BookieStorage:
         st = self._ledger_for_write(jnl, ledger_id, master_key)
         if st.fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced")
-        fut = jnl.create_future()
-        jnl.submit((ADD, ledger_id, entry_id, lac, payload, fut))
+        jnl.submit((ADD, ledger_id, entry_id, lac, payload, done))
         self._reserved_bytes += size
-        await fut
 
     def _ledger_for_write(self, jnl: Journal, ledger_id: int, master_key: bytes) -> _Ledger:
         st = self._ledgers.get(ledger_id)
@@ -535,6 +562,16 @@ class BookieStorage:
 
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
+
+    async def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id held for a ledger (-1 if none): the memtables, then one
+        backwards seek in the index -- never a listing of the ledger's entries."""
+        self._ledger(ledger_id)
+        last = self._active.last_entry_id(ledger_id)
+        for table in self._frozen:
+            last = max(last, table.last_entry_id(ledger_id))
+        indexed = await self._run(self._read_pool, self._index.last_entry_id, ledger_id)
+        return max(last, indexed)
 
     async def entries(self, ledger_id: int) -> list[int]:
         self._ledger(ledger_id)

@@ -132,6 +132,20 @@ class Index:
                 break
         return out
 
+    def last_entry_id(self, ledger_id: int) -> int:
+        """The highest indexed entry id of a ledger (-1 if none): one backwards seek."""
+        it = self.db.iter()
+        try:
+            it.seek_for_prev(entry_key(ledger_id, _U64_MAX))
+            if not it.valid():
+                return -1
+            key = it.key()
+            if not isinstance(key, bytes) or not key.startswith(_KEY_ID.pack(_E, ledger_id)):
+                return -1
+            return int(_KEY_ENTRY.unpack(key)[2])
+        finally:
+            del it  # release the RocksDB iterator (and its snapshot) now
+
     def entry_ids(self, ledger_id: int) -> list[int]:
         prefix = _KEY_ID.pack(_E, ledger_id)
         return [_KEY_ENTRY.unpack(k)[2] for k, _ in self._prefix_items(prefix)]

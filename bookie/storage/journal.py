@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple, Protocol
 
 import crc32c
 
@@ -316,8 +316,20 @@ def write_mark(directory: Path, mark: JournalMark, fsync: Fsync) -> None:
 
 # --- the group-commit thread ----------------------------------------------------------
 
-# Queue item: (type, ledger_id, entry_id, lac, data, future or None).
-Item = tuple[int, int, int, int, bytes, "asyncio.Future[None] | None"]
+class Completion(Protocol):
+    """Told the outcome of one queued record, on the loop thread. An
+    ``asyncio.Future[None]`` is one; the server passes a cheaper object that encodes its
+    response directly (no future, no done-callback scheduling per add)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+# Queue item: (type, ledger_id, entry_id, lac, data, completion or None).
+Item = tuple[int, int, int, int, bytes, "Completion | None"]
 OnDurable = Callable[[list[Item], JournalMark], None]
 # Rough per-record header bytes for group accounting.
 _RECORD_OVERHEAD_BYTES = _ADD_HEAD.size

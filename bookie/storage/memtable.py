@@ -19,10 +19,12 @@ ENTRY_OVERHEAD_BYTES = 64
 
 
 class MemTable:
-    __slots__ = ("_ledgers", "bytes", "entries")
+    __slots__ = ("_last", "_ledgers", "bytes", "entries")
 
     def __init__(self) -> None:
         self._ledgers: dict[int, dict[int, bytes]] = {}
+        # Highest entry id per ledger, so "read the last entry" needs no scan.
+        self._last: dict[int, int] = {}
         self.bytes = 0
         self.entries = 0
 
@@ -30,6 +32,9 @@ class MemTable:
         entries = self._ledgers.get(ledger_id)
         if entries is None:
             entries = self._ledgers[ledger_id] = {}
+            self._last[ledger_id] = entry_id
+        elif entry_id > self._last[ledger_id]:
+            self._last[ledger_id] = entry_id
         old = entries.get(entry_id)
         if old is not None:  # a recovery add rewrote the entry
             self.bytes -= len(old) + ENTRY_OVERHEAD_BYTES
@@ -42,6 +47,10 @@ class MemTable:
         entries = self._ledgers.get(ledger_id)
         return None if entries is None else entries.get(entry_id)
 
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id held for the ledger, -1 if none."""
+        return self._last.get(ledger_id, -1)
+
     def entry_ids(self, ledger_id: int) -> list[int]:
         entries = self._ledgers.get(ledger_id)
         return [] if entries is None else list(entries)
@@ -52,6 +61,7 @@ class MemTable:
     def drop_ledgers(self, ledger_ids: set[int]) -> None:
         for ledger_id in ledger_ids:
             entries = self._ledgers.pop(ledger_id, None)
+            self._last.pop(ledger_id, None)
             if entries is not None:
                 self.bytes -= sum(len(p) + ENTRY_OVERHEAD_BYTES for p in entries.values())
                 self.entries -= len(entries)

@@ -1,0 +1,107 @@
+"""Typed configuration of the core library (:class:`NamespaceConfig`).
+
+Loaded like every other config with :func:`bookline.config.load_config` (section
+``[core]``, environment prefix ``BOOKLINE_CORE_``); the nested ledger settings keep
+their own section (``[ledger]``) and are passed in as a :class:`LedgerConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bookline.errors import ConfigError
+from ledger.config import LedgerConfig
+
+__all__ = ["NamespaceConfig"]
+
+_DIGESTS = {"crc32c": "crc32c", "hmac": "hmac_sha256", "hmac_sha256": "hmac_sha256"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NamespaceConfig:
+    # --- new segments' ledgers ------------------------------------------------------
+    # Ensemble size E, write quorum Qw, ack quorum Qa of each segment's ledger.
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    # Entry digest: "crc32c" (corruption) or "hmac" (also forgery, keyed by the password).
+    digest: str = "crc32c"
+    # Ledger password: fences writers that do not know it; readers need it too.
+    password: str = "bookline"
+    # Record-set compression: "none", "lz4" or "zstd".
+    compression: str = "none"
+
+    # --- writer batching -------------------------------------------------------------
+    # Transmit the buffer as one entry once it holds this many bytes (records + framing).
+    buffer_bytes_max: int = 512 << 10
+    # ...or this long after the first buffered record (0: at the next loop iteration).
+    flush_interval_ms: int = 1
+    # Idle this long after an acknowledged entry, write a control record so readers
+    # learn the new LAC (the LAC rides on the next entry; without one it would stall).
+    control_interval_ms: int = 2
+    # Bytes accepted but not yet acknowledged; write()/write_many() wait beyond this,
+    # write_nowait() raises TooManyRequestsError (backpressure, not memory growth).
+    pending_bytes_max: int = 64 << 20
+
+    # --- segments --------------------------------------------------------------------
+    # Roll to a new segment past this many payload bytes (a stream option overrides).
+    segment_rollover_bytes: int = 256 << 20
+    # ...or past this age (a stream option overrides).
+    segment_rollover_ms: int = 3_600_000
+    # How often the writer applies the stream's retention policy.
+    retention_check_interval_ms: int = 60_000
+
+    # --- readers ---------------------------------------------------------------------
+    # Decoded entries a reader keeps ahead of the application (bounded read-ahead cache).
+    read_ahead_entries: int = 64
+    # Byte bound of that cache (whichever bound is hit first stops the read-ahead).
+    read_cache_bytes_max: int = 64 << 20
+    # A tailing reader's long poll; shorter only costs a few more requests when idle.
+    long_poll_timeout_ms: int = 2_000
+    # Ledger readers of sealed segments kept open by a namespace (direct entry reads).
+    open_ledgers_max: int = 64
+
+    # --- metadata --------------------------------------------------------------------
+    # ZooKeeper session timeout: how long a crashed writer keeps the stream's lock.
+    session_timeout_ms: int = 10_000
+
+    # --- ledger client ---------------------------------------------------------------
+    ledger: LedgerConfig = dataclasses.field(default_factory=LedgerConfig)
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ConfigError(
+                "core quorums must satisfy ensemble_size >= write_quorum >= ack_quorum >= 1"
+            )
+        if self.digest.lower() not in _DIGESTS:
+            raise ConfigError(f"core.digest must be crc32c or hmac, got {self.digest!r}")
+        if self.compression.lower() not in ("none", "lz4", "zstd"):
+            raise ConfigError(f"core.compression must be none, lz4 or zstd: {self.compression!r}")
+        if self.buffer_bytes_max > self.ledger.entry_bytes_max // 2:
+            raise ConfigError("core.buffer_bytes_max must be at most half the ledger entry limit")
+        for name in (
+            "buffer_bytes_max",
+            "control_interval_ms",
+            "pending_bytes_max",
+            "segment_rollover_bytes",
+            "segment_rollover_ms",
+            "retention_check_interval_ms",
+            "read_ahead_entries",
+            "read_cache_bytes_max",
+            "long_poll_timeout_ms",
+            "open_ledgers_max",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"core.{name} must be positive")
+        if self.flush_interval_ms < 0:
+            raise ConfigError("core.flush_interval_ms must not be negative")
+        if self.pending_bytes_max < self.buffer_bytes_max:
+            raise ConfigError("core.pending_bytes_max must be >= buffer_bytes_max")
+
+    @property
+    def ledger_digest(self) -> str:
+        return _DIGESTS[self.digest.lower()]
+
+    @property
+    def password_bytes(self) -> bytes:
+        return self.password.encode()

@@ -1,0 +1,122 @@
+"""aiohttp plumbing shared by the write and read proxies.
+
+* :func:`error_middleware` turns every failure into the one error body
+  ``{code, name, message}`` (plus ``owner`` for OWNER_MOVED, which also gets a
+  ``Location`` header) with the class's ``http_status``; unexpected exceptions are
+  logged with their stack and answered 500, never swallowed;
+* :func:`respond` encodes an answer in the media type the client accepts;
+* :func:`read_body` decodes a request body (msgpack or JSON);
+* ``/openapi.json`` and ``/metrics`` handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from bookline import http_api
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    NotFoundError,
+    OwnerMovedError,
+    TooLargeError,
+    UnknownError,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "error_middleware",
+    "metrics_handler",
+    "openapi_handler",
+    "read_body",
+    "respond",
+]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Answers bigger than this are a bug in a handler (reads are bounded by their limit).
+_ANSWER_BYTES_SOFT_MAX: Final = 64 * 1024 * 1024
+
+
+def respond(request: web.Request, obj: dict[str, Any], status: int = 200) -> web.Response:
+    media = http_api.negotiate(request.headers.get("Accept"))
+    body = http_api.encode_body(obj, media)
+    if len(body) > _ANSWER_BYTES_SOFT_MAX:
+        log.warning("answer of %d bytes to %s", len(body), request.path)
+    return web.Response(body=body, status=status, content_type=media)
+
+
+def error_response(request: web.Request, exc: BooklineError) -> web.Response:
+    media = http_api.negotiate(request.headers.get("Accept"))
+    resp = web.Response(
+        body=http_api.encode_error(exc, media), status=exc.http_status, content_type=media
+    )
+    if isinstance(exc, OwnerMovedError) and exc.owner:
+        resp.headers["Location"] = exc.owner.rstrip("/") + request.path_qs
+    if exc.http_status == 429:
+        resp.headers["Retry-After"] = "1"
+    return resp
+
+
+async def read_body(request: web.Request) -> dict[str, Any]:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise TooLargeError(
+            f"request body over the limit of {request.app._client_max_size} bytes"
+        ) from exc
+    return http_api.decode_body(raw, request.headers.get("Content-Type"))
+
+
+def _from_http_exception(exc: web.HTTPException) -> BooklineError:
+    if exc.status == 404:
+        return NotFoundError(f"no such endpoint: {exc.reason}")
+    if exc.status == 413:
+        return TooLargeError("request body too large")
+    if 400 <= exc.status < 500:
+        return BadRequestError(f"HTTP {exc.status}: {exc.reason}")
+    return UnknownError(f"HTTP {exc.status}: {exc.reason}")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BooklineError as exc:
+        if exc.http_status >= 500:
+            log.warning("%s %s -> %s", request.method, request.path, exc)
+        return error_response(request, exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # a real redirect or success raised by aiohttp itself
+        return error_response(request, _from_http_exception(exc))
+    except Exception as exc:
+        log.exception("%s %s failed unexpectedly", request.method, request.path)
+        return error_response(request, UnknownError(f"internal error: {type(exc).__name__}"))
+
+
+def metrics_handler(registry: CollectorRegistry) -> Handler:
+    async def handler(request: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    return handler
+
+
+def openapi_handler() -> Handler:
+    from bookline.openapi import build_document
+
+    body = json.dumps(build_document(), indent=2).encode()
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    return handler

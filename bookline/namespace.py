@@ -1,0 +1,346 @@
+"""``Namespace``: the entry point of the core library (asyncio).
+
+One namespace object holds one ZooKeeper session (shared by its writers' locks, its
+readers' watches and the ledger metadata) and one pool of bookie connections. It
+creates and lists streams, opens writers (:mod:`bookline.writer`) and readers
+(:mod:`bookline.reader`), reads entries directly for Spark, and keeps subscriptions.
+See ``docs/core-api.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from bookie.client import BookieClientPool
+from bookline.config import MetadataConfig
+from bookline.context import CoreContext
+from bookline.core_config import NamespaceConfig
+from bookline.dlsn import DLSN, StartPosition
+from bookline.errors import AlreadyExistsError, BooklineError, NoLedgerError, NotFoundError
+from bookline.names import validate_name
+from bookline.reader import LogReader
+from bookline.records import ReadRecord, decode_header, decode_read_records
+from bookline.retention import apply_retention
+from bookline.seek import first_readable, resolve_start
+from bookline.writer import LogWriter
+from ledger.adapters import PoolTransport, ZkLedgerStore
+from ledger.client import LedgerClient
+from ledger.reader import LedgerReader
+from metadata.client import MetadataClient
+from metadata.segments import SegmentMetadata, TruncationState
+from metadata.streams import StreamOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Namespace", "SegmentInfo", "StreamInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    seqno: int
+    ledger_id: int
+    state: str  # "in_progress" | "sealed"
+    first_txid: int
+    last_txid: int
+    last_entry_id: int  # in progress: the LAC (what readers may read now)
+    record_count: int
+    start_sequence_id: int
+    size_bytes: int
+    ctime_ms: int
+    truncated: bool  # wholly truncated (its records are gone)
+    min_active_dlsn: DLSN | None = None  # partially truncated: first record kept
+    last_slot_id: int = -1  # slot of the last record of the last entry
+
+    @classmethod
+    def from_metadata(cls, seg: SegmentMetadata) -> SegmentInfo:
+        return cls(
+            seqno=seg.seqno,
+            ledger_id=seg.ledger_id,
+            state="sealed" if seg.is_sealed else "in_progress",
+            first_txid=seg.first_txid,
+            last_txid=seg.last_txid,
+            last_entry_id=seg.last_entry_id,
+            record_count=seg.record_count,
+            start_sequence_id=seg.start_sequence_id,
+            size_bytes=seg.size_bytes,
+            ctime_ms=seg.ctime_ms,
+            truncated=seg.truncation is TruncationState.TRUNCATED,
+            min_active_dlsn=DLSN(*seg.min_active_dlsn)
+            if seg.truncation is TruncationState.PARTIALLY_TRUNCATED
+            else None,
+            last_slot_id=seg.last_slot_id,
+        )
+
+    @property
+    def last_dlsn(self) -> DLSN | None:
+        """DLSN of the last slot (control records included) or None when empty."""
+        if self.last_entry_id < 0:
+            return None
+        return DLSN(self.seqno, self.last_entry_id, max(self.last_slot_id, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    name: str
+    segments: list[SegmentInfo]
+    record_count: int  # readable records (after truncation)
+    size_bytes: int
+    first_dlsn: DLSN | None
+    last_dlsn: DLSN | None
+    first_txid: int | None
+    last_txid: int | None
+    first_sequence_id: int  # of the oldest readable record
+    next_sequence_id: int  # the sequence id the next record will get
+
+
+class Namespace:
+    """``ns = await Namespace.open(zk=..., root=..., namespace=...)``; close when done."""
+
+    def __init__(self, ctx: CoreContext, pool: BookieClientPool) -> None:
+        self._ctx = ctx
+        self._pool = pool
+        self.name = ctx.namespace
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        zk: str,
+        root: str = "/bookline",
+        namespace: str = "default",
+        config: NamespaceConfig | None = None,
+    ) -> Namespace:
+        cfg = config or NamespaceConfig()
+        validate_name(namespace, "namespace")
+        md = MetadataClient(MetadataConfig(zk=zk, root=root,
+                                           session_timeout_ms=cfg.session_timeout_ms))  # fmt: skip
+        await md.connect()
+        pool = BookieClientPool()
+        try:
+            if not await md.streams.namespace_exists(namespace):
+                try:
+                    await md.streams.create_namespace(namespace)
+                except AlreadyExistsError:
+                    log.debug("namespace %s created concurrently", namespace)
+            store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
+            ledgers = LedgerClient(store, PoolTransport(pool, store.address_of), cfg.ledger)
+        except BaseException:
+            await pool.close()
+            await md.close()
+            raise
+        return cls(CoreContext(md, ledgers, namespace, cfg), pool)
+
+    @classmethod
+    async def from_cluster_file(
+        cls, path: str | Path, namespace: str = "default", config: NamespaceConfig | None = None
+    ) -> Namespace:
+        """Open on a cluster described by a ``cluster.json`` (``bookline local``)."""
+        layout = json.loads(Path(path).read_text())
+        return await cls.open(layout["zk"], layout["root"], namespace, config)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._pool.close()
+        await self._ctx.md.close()
+
+    async def __aenter__(self) -> Namespace:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def config(self) -> NamespaceConfig:
+        return self._ctx.config
+
+    @property
+    def context(self) -> CoreContext:
+        """For the proxies and tools that need the raw layers underneath."""
+        return self._ctx
+
+    # -- streams -----------------------------------------------------------------------
+
+    async def create_stream(self, name: str, options: StreamOptions | None = None) -> None:
+        validate_name(name, "stream")
+        await self._ctx.md.streams.create_stream(
+            self.name, name, options, ctime_ms=self._ctx.clock_ms()
+        )
+
+    async def list_streams(self) -> list[str]:
+        return sorted(await self._ctx.md.streams.list_streams(self.name))
+
+    async def exists(self, name: str) -> bool:
+        return await self._ctx.md.streams.stream_exists(self.name, name)
+
+    async def stream_options(self, name: str) -> StreamOptions:
+        record, _v = await self._ctx.md.streams.get_stream(self.name, name)
+        return record.options
+
+    async def delete_stream(self, name: str) -> None:
+        """Delete the stream and its segments' ledgers (a writer still open fails)."""
+        for seg, _v in await self._ctx.segments(name):
+            self._ctx.forget_ledger(seg.ledger_id)
+            try:
+                await self._ctx.ledgers.delete_ledger(seg.ledger_id)
+            except NoLedgerError:
+                log.debug("ledger %d already gone", seg.ledger_id)
+        await self._ctx.md.streams.delete_stream(self.name, name)
+
+    async def segments(self, name: str) -> list[SegmentInfo]:
+        """Segments oldest first; the in-progress one with its confirmed counters."""
+        out: list[SegmentInfo] = []
+        for raw, _v in await self._ctx.segments(name):
+            seg = raw
+            if not raw.is_sealed and raw.truncation is not TruncationState.TRUNCATED:
+                seg = await self._confirmed(name, raw)
+            out.append(SegmentInfo.from_metadata(seg))
+        return out
+
+    async def _confirmed(self, name: str, seg: SegmentMetadata) -> SegmentMetadata:
+        """An in-progress segment with counters as of its LAC (read from the bookies)."""
+        try:
+            reader = await self._ctx.open_segment_reader(seg)
+            lac = await reader.read_lac()
+            if lac < 0:
+                return seg
+            data = await reader.read_entry(lac)
+        except BooklineError as exc:
+            log.debug("%s: cannot read the LAC of segment %d: %s", name, seg.seqno, exc)
+            return seg
+        header, records, _eos = decode_read_records(data, name, seg.seqno, lac, 0)
+        first_txid = seg.first_txid
+        if first_txid < 0 and header.first_index + header.user_count > 0:
+            first_txid = await self._first_txid(reader, lac)
+        return SegmentMetadata(
+            seqno=seg.seqno,
+            ledger_id=seg.ledger_id,
+            state=seg.state,
+            first_txid=first_txid,
+            last_txid=header.last_txid,
+            last_entry_id=lac,
+            last_slot_id=header.count - 1,
+            record_count=header.first_index + header.user_count,
+            start_sequence_id=seg.start_sequence_id,
+            size_bytes=header.bytes_before + sum(len(r.payload) for r in records),
+            ctime_ms=seg.ctime_ms,
+            truncation=seg.truncation,
+            min_active_dlsn=seg.min_active_dlsn,
+        )
+
+    async def _first_txid(self, reader: LedgerReader, last: int) -> int:
+        for entry_id in range(last + 1):
+            header = decode_header(await reader.read_entry(entry_id))
+            if header.first_txid >= 0:
+                return header.first_txid
+        return -1
+
+    async def stream_info(self, name: str) -> StreamInfo:
+        raw = [s for s, _v in await self._ctx.segments(name)]
+        segments = await self.segments(name)
+        live = [s for s in segments if not s.truncated and s.record_count > 0]
+        floor = first_readable(raw)
+        first_seq = await self._sequence_of(name, raw, floor)
+        next_seq = (segments[-1].start_sequence_id + segments[-1].record_count) if segments else 0
+        first_dlsn = None
+        if live:
+            first_dlsn = max(floor, DLSN(live[0].seqno, 0, 0))
+        return StreamInfo(
+            name=name,
+            segments=segments,
+            record_count=next_seq - first_seq,
+            size_bytes=sum(s.size_bytes for s in segments if not s.truncated),
+            first_dlsn=first_dlsn,
+            last_dlsn=live[-1].last_dlsn if live else None,
+            first_txid=live[0].first_txid if live else None,
+            last_txid=live[-1].last_txid if live else None,
+            first_sequence_id=first_seq,
+            next_sequence_id=next_seq,
+        )
+
+    async def _sequence_of(self, name: str, raw: list[SegmentMetadata], floor: DLSN) -> int:
+        """Sequence id of the record at ``floor`` (the first readable position)."""
+        for seg in raw:
+            if seg.seqno < floor.segment_seqno:
+                continue
+            if seg.seqno > floor.segment_seqno or (floor.entry_id == 0 and floor.slot_id == 0):
+                return seg.start_sequence_id
+            reader = await self._ctx.open_segment_reader(seg)
+            header = decode_header(await reader.read_entry(floor.entry_id))
+            return seg.start_sequence_id + header.first_index + floor.slot_id
+        return raw[-1].start_sequence_id + raw[-1].record_count if raw else 0
+
+    # -- writers and readers -----------------------------------------------------------
+
+    async def open_writer(
+        self, name: str, identity: str | None = None, *, lock_timeout_s: float | None = None
+    ) -> LogWriter:
+        """The stream's single writer. Without ``lock_timeout_s`` fails at once with
+        ``LockOwnedError(owner=...)`` if another writer holds the stream; with it, waits
+        that long (e.g. for a crashed writer's ZooKeeper session to expire)."""
+        return await LogWriter.open(self._ctx, name, identity, lock_timeout_s=lock_timeout_s)
+
+    async def open_reader(
+        self,
+        name: str,
+        start: StartPosition | DLSN | str | None = None,
+        *,
+        skip_truncated: bool = False,
+    ) -> LogReader:
+        if not await self.exists(name):
+            raise NotFoundError(f"stream {self.name}/{name} does not exist")
+        position = await resolve_start(
+            self._ctx, name, StartPosition.coerce(start), skip_truncated=skip_truncated
+        )
+        return LogReader(self._ctx, name, position, skip_truncated=skip_truncated)
+
+    async def resolve(
+        self, name: str, start: StartPosition | DLSN | str, *, skip_truncated: bool = False
+    ) -> DLSN:
+        """The DLSN a reader opened at ``start`` would begin at."""
+        return await resolve_start(
+            self._ctx, name, StartPosition.coerce(start), skip_truncated=skip_truncated
+        )
+
+    async def read_entries(
+        self, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
+    ) -> list[ReadRecord]:
+        """Every record of entries ``first..last`` of one segment, in order (no lock,
+        no reader state; reads only up to the segment's LAC)."""
+        seg, _v = await self._ctx.md.segments.get_segment(self.name, name, segment_seqno)
+        reader = await self._ctx.open_segment_reader(seg)
+        if not seg.is_sealed and last_entry_id > reader.last_add_confirmed:
+            await reader.read_lac()
+        out: list[ReadRecord] = []
+        async for e in reader.iter_entries(first_entry_id, last_entry_id):
+            _h, records, _eos = decode_read_records(
+                e.payload, name, seg.seqno, e.entry_id, seg.start_sequence_id
+            )
+            out.extend(records)
+        return out
+
+    # -- retention and subscriptions -------------------------------------------------
+
+    async def apply_retention(self, name: str) -> bool:
+        """Apply the stream's retention policy now (normally its writer does this)."""
+        return await apply_retention(self._ctx, name, await self.stream_options(name))
+
+    async def commit(self, name: str, subscriber: str, dlsn: DLSN) -> bool:
+        """Advance ``subscriber``'s durable position; False if ``dlsn`` is not past it."""
+        validate_name(subscriber, "subscriber")
+        result = await self._ctx.md.subscriptions.advance(self.name, name, subscriber, tuple(dlsn))  # type: ignore[arg-type]
+        return result.advanced
+
+    async def committed(self, name: str, subscriber: str) -> DLSN | None:
+        position = await self._ctx.md.subscriptions.read(self.name, name, subscriber)
+        return None if position is None else DLSN(*position)
+
+    async def list_subscribers(self, name: str) -> list[str]:
+        return sorted(await self._ctx.md.subscriptions.list(self.name, name))
+
+    async def delete_subscriber(self, name: str, subscriber: str) -> None:
+        await self._ctx.md.subscriptions.delete(self.name, name, subscriber)

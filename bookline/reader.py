@@ -1,0 +1,352 @@
+"""A log stream reader: catch-up from the bookies, then tailing with long polls.
+
+One fetch task walks the stream segment by segment and puts decoded entries into a
+bounded read-ahead queue (``read_ahead_entries`` entries and ``read_cache_bytes_max``
+bytes, whichever comes first); the application takes records from it.
+
+* A sealed segment is read from its first wanted entry to its recorded last entry,
+  with ``reads_in_flight_max`` pipelined (speculative) entry reads.
+* The in-progress segment is read up to the LAC learnt from the bookies, never beyond:
+  entries past it may still vanish in recovery. When caught up, the task long-polls
+  the bookies for a LAC past the last entry read and, at the same time, watches the
+  segment's znode: sealing it (a roll, a new writer's recovery, a close) ends the long
+  poll at once and gives the segment's true last entry.
+* The next segment is found through a ZooKeeper watch on its znode.
+
+Control records and the end-of-stream marker are dropped by the decoder; the marker
+ends the stream (``EndOfStreamError`` after the last record). Positions the stream
+no longer holds raise ``TruncatedError`` unless the reader was opened with
+``skip_truncated``, in which case it moves on to the first readable record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from bookline.context import CoreContext
+from bookline.dlsn import DLSN
+from bookline.errors import (
+    BooklineError,
+    ClosedError,
+    ConnectionLostError,
+    EndOfStreamError,
+    NoEntryError,
+    NoLedgerError,
+    TimeoutError_,
+    TruncatedError,
+)
+from bookline.records import ReadRecord, decode_read_records
+from bookline.seek import first_readable
+from ledger.reader import LedgerReader
+from metadata.segments import SegmentMetadata, TruncationState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LogReader"]
+
+# Pause after a failed long poll (a bookie restarting, a ledger not seen yet) so the
+# loop cannot spin.
+_RETRY_PAUSE_S = 0.05
+
+
+class _End:
+    """Queue item: the end-of-stream marker was read."""
+
+
+_END = _End()
+_Item = list[ReadRecord] | _End | BaseException
+
+
+class LogReader:
+    """Use from one event loop. Open with :meth:`Namespace.open_reader`."""
+
+    def __init__(self, ctx: CoreContext, stream: str, start: DLSN, *, skip_truncated: bool) -> None:
+        self._ctx = ctx
+        self.stream = stream
+        self._skip_truncated = skip_truncated
+        cfg = ctx.config
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue(cfg.read_ahead_entries)
+        self._queued_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._current: list[ReadRecord] = []
+        self._index = 0
+        self._position = start
+        self._ended = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._task = asyncio.get_running_loop().create_task(self._fetch(start))
+
+    # -- the application's side ---------------------------------------------------
+
+    @property
+    def position(self) -> DLSN:
+        """DLSN of the next record to read (or where it will be)."""
+        if self._index < len(self._current):
+            return self._current[self._index].dlsn
+        return self._position
+
+    async def read_next(self, timeout_s: float | None = None) -> ReadRecord | None:
+        """The next record; None if none arrived within ``timeout_s``."""
+        if self._index >= len(self._current) and not await self._refill(timeout_s):
+            return None
+        rec = self._current[self._index]
+        self._index += 1
+        self._position = rec.dlsn.next_slot()
+        return rec
+
+    async def read_many(self, max_records: int, timeout_s: float | None = None) -> list[ReadRecord]:
+        """Up to ``max_records`` records: waits up to ``timeout_s`` for the first, then
+        takes only what is already read ahead (an empty list on timeout)."""
+        out: list[ReadRecord] = []
+        while len(out) < max_records:
+            if self._index >= len(self._current):
+                ready = await (self._refill(0.0, raise_now=False) if out
+                               else self._refill(timeout_s))  # fmt: skip
+                if not ready:
+                    break
+            take = self._current[self._index : self._index + max_records - len(out)]
+            self._index += len(take)
+            out.extend(take)
+        if out:
+            self._position = out[-1].dlsn.next_slot()
+        return out
+
+    def __aiter__(self) -> AsyncIterator[ReadRecord]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ReadRecord]:
+        while True:
+            rec = await self.read_next()
+            if rec is not None:
+                yield rec
+
+    async def _refill(self, timeout_s: float | None, *, raise_now: bool = True) -> bool:
+        """Take the next read-ahead entry. False on timeout; at the end of the stream or
+        after a failure raise (or, with ``raise_now=False``, return False and raise on
+        the next call, so records already taken are not lost)."""
+        if self._closed:
+            raise ClosedError(f"reader of {self.stream} was closed")
+        if self._error is None and not self._ended:
+            try:
+                if timeout_s is None:
+                    item = await self._queue.get()
+                elif timeout_s <= 0:
+                    item = self._queue.get_nowait()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), timeout_s)
+            except (TimeoutError, asyncio.QueueEmpty):
+                return False
+            if isinstance(item, list):
+                self._queued_bytes -= _size(item)
+                self._room.set()
+                self._current, self._index = item, 0
+                return True
+            if isinstance(item, _End):
+                self._ended = True
+            else:
+                self._error = item
+        if not raise_now:
+            return False
+        if self._error is not None:
+            raise _again(self._error)
+        raise EndOfStreamError(f"stream {self.stream} ended")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def __aenter__(self) -> LogReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the fetch task ------------------------------------------------------------
+
+    async def _put(self, item: _Item) -> None:
+        if isinstance(item, list):
+            size = _size(item)
+            while (
+                self._queued_bytes
+                and self._queued_bytes + size > self._ctx.config.read_cache_bytes_max
+            ):
+                self._room.clear()
+                await self._room.wait()
+            self._queued_bytes += size
+        await self._queue.put(item)
+
+    async def _fetch(self, start: DLSN) -> None:
+        seqno, entry, slot = start
+        try:
+            while True:
+                seg = await self._await_segment(seqno)
+                if seg is None:  # truncated away and skipping: jump ahead
+                    floor = await self._floor()
+                    seqno, entry, slot = floor
+                    continue
+                if seg.truncation is TruncationState.PARTIALLY_TRUNCATED:
+                    floor_here = DLSN(*seg.min_active_dlsn)
+                    if DLSN(seqno, entry, slot) < floor_here:
+                        self._truncated(DLSN(seqno, entry, slot), floor_here)
+                        seqno, entry, slot = floor_here
+                ended = await self._read_segment(seg, entry, slot)
+                if ended:
+                    await self._put(_END)
+                    return
+                seqno, entry, slot = seqno + 1, 0, 0
+        except asyncio.CancelledError:
+            raise
+        except BooklineError as exc:
+            await self._put(exc)
+        except Exception as exc:
+            log.exception("reader of %s crashed", self.stream)
+            await self._put(exc)
+
+    async def _floor(self) -> DLSN:
+        return first_readable([s for s, _v in await self._ctx.segments(self.stream)])
+
+    def _truncated(self, position: DLSN, floor: DLSN) -> None:
+        if not self._skip_truncated:
+            raise TruncatedError(
+                f"{self.stream}: position {position} was truncated (first readable {floor})"
+            )
+        log.info("reader of %s skips truncated %s..%s", self.stream, position, floor)
+
+    async def _await_segment(self, seqno: int) -> SegmentMetadata | None:
+        """Segment ``seqno`` once it exists; None if it was truncated (and skipping)."""
+        ctx = self._ctx
+        path = ctx.md.layout.segment(ctx.namespace, self.stream, seqno)
+        changed = asyncio.Event()
+        latest: list[tuple[bytes, int] | None] = [None]
+
+        def on_change(snapshot: tuple[bytes, int] | None) -> None:
+            latest[0] = snapshot
+            changed.set()
+
+        watch = await ctx.md.zk.watch_data(path, on_change)
+        try:
+            while True:
+                changed.clear()
+                snapshot = latest[0]
+                if snapshot is not None:
+                    seg = SegmentMetadata.decode(snapshot[0], path)
+                    if seg.truncation is TruncationState.TRUNCATED:
+                        self._truncated(DLSN(seqno, 0, 0), await self._floor())
+                        return None
+                    return seg
+                segments = await ctx.segments(self.stream)
+                if any(s.seqno > seqno for s, _v in segments):
+                    self._truncated(DLSN(seqno, 0, 0), first_readable([s for s, _ in segments]))
+                    return None
+                if latest[0] is None:
+                    await changed.wait()
+        finally:
+            watch.cancel()
+
+    async def _read_segment(self, seg: SegmentMetadata, entry: int, slot: int) -> bool:
+        """Read ``seg`` from ``entry``/``slot`` to its end; True if the stream ended."""
+        ctx = self._ctx
+        try:
+            reader = await ctx.open_segment_reader(seg)
+        except TruncatedError:
+            self._truncated(DLSN(seg.seqno, entry, slot), await self._floor())
+            return False
+        if seg.is_sealed:
+            return await self._read_range(reader, seg, entry, seg.last_entry_id, slot)
+        return await self._tail(reader, seg, entry, slot)
+
+    async def _read_range(
+        self, reader: LedgerReader, seg: SegmentMetadata, first: int, last: int, slot: int
+    ) -> bool:
+        stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
+        try:
+            async for e in reader.iter_entries(first, last):
+                _h, records, eos = decode_read_records(
+                    e.payload, stream, seqno, e.entry_id, base, slot if e.entry_id == first else 0
+                )
+                if records:
+                    await self._put(records)
+                if eos:
+                    return True
+        except NoLedgerError as exc:
+            raise TruncatedError(f"{stream}: segment {seqno} was deleted while reading") from exc
+        return False
+
+    async def _tail(
+        self, reader: LedgerReader, seg: SegmentMetadata, entry: int, slot: int
+    ) -> bool:
+        ctx = self._ctx
+        path = ctx.md.layout.segment(ctx.namespace, self.stream, seg.seqno)
+        sealed: list[SegmentMetadata] = []
+        changed = asyncio.Event()
+
+        def on_change(snapshot: tuple[bytes, int] | None) -> None:
+            if snapshot is not None:
+                meta = SegmentMetadata.decode(snapshot[0], path)
+                if meta.is_sealed and not sealed:
+                    sealed.append(meta)
+            changed.set()
+
+        watch = await ctx.md.zk.watch_data(path, on_change)
+        nxt = entry
+        try:
+            while True:
+                lac = reader.last_add_confirmed
+                if nxt <= lac:
+                    if await self._read_range(reader, seg, nxt, lac, slot):
+                        return True
+                    nxt, slot = lac + 1, 0
+                    continue
+                if sealed:
+                    await reader.refresh_metadata()
+                    return await self._read_range(
+                        reader, sealed[0], nxt, sealed[0].last_entry_id, slot
+                    )
+                await self._wait_lac_or_seal(reader, nxt - 1, changed)
+        finally:
+            watch.cancel()
+
+    async def _wait_lac_or_seal(
+        self, reader: LedgerReader, previous: int, changed: asyncio.Event
+    ) -> None:
+        changed.clear()
+        poll = asyncio.ensure_future(
+            reader.wait_lac(previous, self._ctx.config.long_poll_timeout_ms)
+        )
+        seal = asyncio.ensure_future(changed.wait())
+        try:
+            await asyncio.wait({poll, seal}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (poll, seal):
+                task.cancel()
+            await asyncio.gather(poll, seal, return_exceptions=True)
+        if poll.done() and not poll.cancelled():
+            exc = poll.exception()
+            if isinstance(exc, NoEntryError | NoLedgerError | TimeoutError_ | ConnectionLostError):
+                log.debug("%s: long poll failed: %s", self.stream, exc)
+                await asyncio.sleep(_RETRY_PAUSE_S)
+            elif exc is not None:
+                raise exc
+
+
+def _size(records: list[ReadRecord]) -> int:
+    return sum(len(r.payload) for r in records) + 64 * len(records)
+
+
+def _again(exc: BaseException) -> BaseException:
+    """A fresh exception per raise (the stored one keeps the original traceback)."""
+    if isinstance(exc, BooklineError):
+        err: Any = type(exc).__new__(type(exc))
+        BooklineError.__init__(err, exc.message)
+        err.__cause__ = exc
+        return err  # type: ignore[no-any-return]
+    return exc

@@ -1,0 +1,84 @@
+"""Running a proxy as a process: flags from its config dataclass, uvloop, signals.
+
+Each config field ``foo_bar`` gets an optional flag ``--foo-bar``; a flag given on the
+command line overrides the TOML file's section and the environment
+(:func:`bookline.config.load_config` converts the text by the field's type).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from bookline.config import load_config
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Service(Protocol):
+    url: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type[Any], section: str) -> None:
+    parser.add_argument("--config", help=f"TOML file; settings from its [{section}] section")
+    for f in dataclasses.fields(cls):
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f"cfg_{f.name}", default=None,
+            metavar=f.name.upper(), help=f"{section}.{f.name}",
+        )
+
+
+def load_from_args(args: argparse.Namespace, cls: type[T], section: str) -> T:
+    overrides = {
+        f.name: getattr(args, f"cfg_{f.name}", None)
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+    }
+    return load_config(
+        cls, path=args.config, section=section,
+        env_prefix=f"BOOKLINE_{section.upper()}_", overrides=overrides,
+    )
+
+
+def run_service(make: Callable[[], Service], kind: str, ident: str) -> int:
+    """Start the service, print ``<kind> ready ...``, serve until SIGTERM/SIGINT."""
+    try:
+        import uvloop
+    except ImportError:
+        pass
+    else:
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return asyncio.run(_serve(make, kind, ident))
+
+
+async def _serve(make: Callable[[], Service], kind: str, ident: str) -> int:
+    service = make()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        print(f"{kind} ready id={ident} url={service.url}", flush=True)
+        await stop.wait()
+        log.info("%s %s stopping", kind, ident)
+    finally:
+        await _bounded(service.stop(), 20.0, f"{kind} stop")
+    return 0
+
+
+async def _bounded(aw: Awaitable[None], timeout_s: float, what: str) -> None:
+    try:
+        await asyncio.wait_for(aw, timeout_s)
+    except TimeoutError:
+        log.error("%s took longer than %.0f s; exiting anyway", what, timeout_s)

@@ -1,0 +1,147 @@
+"""``bookline bench spark``: batch read through Spark vs the core library.
+
+Writes ``--records`` records of ``--record-size`` bytes into one stream (segments
+rolled every ``--segment-records`` records so the read has several segments), then
+reads all of it:
+
+* ``core_read_entries``: the core library, one thread, ``read_entries`` over every
+  segment (what a Spark task does, minus Spark);
+* ``core_reader``: the core library, one thread, a ``LogReader`` from the earliest
+  record (``read_many``);
+* ``spark_arrow`` / ``spark_tuples``: ``spark.read.format("bookline")`` on
+  ``local[--cores]``, tasks yielding Arrow record batches or Python tuples, forcing
+  every value to be read (``sum(length(value))``).
+
+Starts its own ZooKeeper + 3 bookies in a temporary directory unless ``--cluster``
+names a running cluster's ``cluster.json``. Spark's JVM and the cluster are stopped at
+the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Records per write_many call while loading the data.
+LOAD_BATCH_RECORDS = 5_000
+
+
+def _load(ns: Any, stream: str, records: int, size: int, segment_records: int) -> float:
+    from bookline.records import LogRecord
+
+    payload = b"x" * size
+    t0 = time.perf_counter()
+    written = 0
+    while written < records:
+        writer = ns.open_writer(stream, identity="bench-spark-loader")
+        try:
+            goal = min(records, written + segment_records)
+            while written < goal:
+                n = min(LOAD_BATCH_RECORDS, goal - written)
+                writer.write_many([LogRecord(payload) for _ in range(n)])
+                written += n
+        finally:
+            writer.close()  # closing seals the segment: the next writer rolls a new one
+    return time.perf_counter() - t0
+
+
+def _core_read_entries(ns: Any, stream: str) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    count = 0
+    for seg in ns.segments(stream):
+        for lo in range(0, seg.last_entry_id + 1, 512):
+            hi = min(seg.last_entry_id, lo + 511)
+            count += len(ns.read_entries(stream, seg.seqno, lo, hi))
+    return count, time.perf_counter() - t0
+
+
+def _core_reader(ns: Any, stream: str, total: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    reader = ns.open_reader(stream, "earliest")
+    count = 0
+    try:
+        while count < total:
+            batch = reader.read_many(10_000, timeout_s=30.0)
+            if not batch:
+                raise RuntimeError(f"reader stalled at {count} of {total} records")
+            count += len(batch)
+    finally:
+        reader.close()
+    return count, time.perf_counter() - t0
+
+
+def _spark_read(spark: Any, cluster: str, stream: str, arrow: bool) -> tuple[int, float, int]:
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.read.format("bookline").option("cluster", cluster).option("stream", stream)
+        .option("arrow", str(arrow).lower()).load()
+    )
+    t0 = time.perf_counter()
+    row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("b")).first()
+    elapsed = time.perf_counter() - t0
+    return int(row["n"]), elapsed, df.rdd.getNumPartitions()
+
+
+def _rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from bookline.sync import SyncNamespace
+    from ops.local import LocalCluster
+    from pipeline.session import local_session, stop_session
+
+    stream = f"bench-spark-{int(time.time())}"
+    with contextlib.ExitStack() as stack:
+        cluster_file = args.cluster
+        if cluster_file is None:
+            base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
+            cluster = LocalCluster(Path(base), bookies=3)
+            cluster.start()
+            stack.callback(cluster.stop)
+            cluster_file = str(cluster.dir / "cluster.json")
+        ns = SyncNamespace.from_cluster_file(cluster_file)
+        stack.callback(ns.close)
+        ns.create_stream(stream)
+        load_s = _load(ns, stream, args.records, args.record_size, args.segment_records)
+        n_entries, t_entries = _core_read_entries(ns, stream)
+        n_reader, t_reader = _core_reader(ns, stream, args.records)
+        spark = local_session("bookline-bench", cores=args.cores)
+        stack.callback(stop_session, spark)
+        _spark_read(spark, cluster_file, stream, True)  # warm up: JVM, Python workers
+        n_arrow, t_arrow, parts = _spark_read(spark, cluster_file, stream, True)
+        n_tuples, t_tuples, _parts = _spark_read(spark, cluster_file, stream, False)
+    for name, n in (("core_read_entries", n_entries), ("core_reader", n_reader),
+                    ("spark_arrow", n_arrow), ("spark_tuples", n_tuples)):
+        if n != args.records:
+            raise RuntimeError(f"{name} read {n} records, expected {args.records}")
+    return {
+        "bench": "spark",
+        "records": args.records,
+        "record_bytes": args.record_size,
+        "segments": -(-args.records // args.segment_records),
+        "spark_cores": args.cores,
+        "spark_partitions": parts,
+        "load_records_per_s": _rate(args.records, load_s),
+        "core_read_entries_records_per_s": _rate(n_entries, t_entries),
+        "core_reader_records_per_s": _rate(n_reader, t_reader),
+        "spark_arrow_records_per_s": _rate(n_arrow, t_arrow),
+        "spark_tuples_records_per_s": _rate(n_tuples, t_tuples),
+        "spark_arrow_vs_core_read_entries": round(t_entries / t_arrow, 2) if t_arrow else 0.0,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", default=None,
+                   help="cluster.json of a running cluster (default: start our own)")
+    p.add_argument("--records", type=int, default=1_000_000, help="records to write and read")
+    p.add_argument("--record-size", type=int, default=100, help="bytes per record")
+    p.add_argument("--segment-records", type=int, default=250_000,
+                   help="records per segment (a writer per segment)")
+    p.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")

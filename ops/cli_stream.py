@@ -1,0 +1,146 @@
+"""``bookline stream ...``: stream commands through the proxies (the thin client).
+
+``--cluster DIR/cluster.json`` (or ``BOOKLINE_CLUSTER``) says where the proxies are.
+
+* ``create|list|describe|delete NAME`` -- via a write proxy;
+* ``write NAME`` -- one record per stdin line, through the write proxy; prints the last
+  DLSN; exits 1 if any write failed;
+* ``read NAME [--from earliest|latest|DLSN|seq:N|txid:N|time:MS] [--limit N]
+  [--follow] [--json]`` -- one record per line, through the read proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from bookline.client import ProxyClient
+from bookline.dlsn import DLSN
+from bookline.errors import BooklineError, ConfigError
+from bookline.names import validate_name
+
+ENV_CLUSTER = "BOOKLINE_CLUSTER"
+# Lines being written at once; more wait (the client batches them into requests).
+WRITES_OUTSTANDING_MAX = 10_000
+# Records asked per read page.
+READ_PAGE_RECORDS = 1_000
+# Long poll of `read --follow`.
+FOLLOW_WAIT_MS = 10_000
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("stream", help="create, list, describe, delete, write and read streams")
+    ops = p.add_subparsers(dest="stream_op", metavar="OP", required=True)
+
+    def add(name: str, help_text: str, with_name: bool = True) -> argparse.ArgumentParser:
+        q = ops.add_parser(name, help=help_text)
+        q.add_argument("--cluster", default=os.environ.get(ENV_CLUSTER),
+                       help=f"cluster.json of a running cluster (default ${ENV_CLUSTER})")
+        if with_name:
+            q.add_argument("name", help="stream name")
+        q.set_defaults(handler=_run)
+        return q
+
+    add("create", "create a stream")
+    add("list", "list streams", with_name=False)
+    add("describe", "segments, counts, positions and owner of a stream")
+    add("delete", "delete a stream and its data")
+    add("write", "write stdin lines as records; prints the last DLSN")
+    r = add("read", "print records, one per line")
+    r.add_argument("--from", dest="start", default="earliest",
+                   help="earliest, latest, seg:entry:slot, seq:N, txid:N or time:MS")
+    r.add_argument("--limit", type=int, default=None, help="stop after N records")
+    r.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    r.add_argument("--json", action="store_true", help="one JSON object per record")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.cluster:
+        raise ConfigError(f"say where the cluster is: --cluster DIR/cluster.json or ${ENV_CLUSTER}")
+    if getattr(args, "name", None) is not None:
+        validate_name(args.name, "stream name")
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _main(args: argparse.Namespace) -> int:
+    async with ProxyClient.from_cluster_file(args.cluster) as client:
+        op = args.stream_op
+        if op == "create":
+            await client.create_stream(args.name)
+            print(f"created {args.name}")
+        elif op == "list":
+            for name in await client.list_streams():
+                print(name)
+        elif op == "describe":
+            print(json.dumps(await client.describe(args.name), indent=2, default=str))
+        elif op == "delete":
+            await client.delete_stream(args.name)
+            print(f"deleted {args.name}")
+        elif op == "write":
+            return await _write(client, args.name)
+        else:
+            return await _read(client, args)
+    return 0
+
+
+async def _write(client: ProxyClient, name: str) -> int:
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(WRITES_OUTSTANDING_MAX)
+    tasks: list[asyncio.Task[DLSN]] = []
+
+    async def one(line: bytes) -> DLSN:
+        try:
+            return await client.write(name, line)
+        finally:
+            slots.release()
+
+    while True:
+        raw = await loop.run_in_executor(None, sys.stdin.buffer.readline)
+        if not raw:
+            break
+        await slots.acquire()
+        tasks.append(loop.create_task(one(raw.rstrip(b"\r\n"))))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    written = [r for r in results if isinstance(r, DLSN)]
+    for exc in failed[:5]:
+        detail = f"{exc.name} ({exc.code}): {exc.message}" if isinstance(exc, BooklineError) \
+            else repr(exc)
+        print(f"bookline: write failed: {detail}", file=sys.stderr)
+    if written:
+        print(str(written[-1]))
+    print(f"{len(written)} records written, {len(failed)} failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _line(rec: Any, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"dlsn": str(rec.dlsn), "seq": rec.sequence_id, "txid": rec.txid,
+                           "ts": rec.timestamp_ms,
+                           "payload": rec.payload.decode("utf-8", "replace")})
+    return str(rec.payload.decode("utf-8", "replace"))
+
+
+async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
+    position = args.start
+    remaining = args.limit
+    while remaining is None or remaining > 0:
+        want = READ_PAGE_RECORDS if remaining is None else min(remaining, READ_PAGE_RECORDS)
+        page = await client.read(args.name, position, want,
+                                 wait_ms=FOLLOW_WAIT_MS if args.follow else 0)
+        for rec in page.records:
+            sys.stdout.write(_line(rec, args.json) + "\n")
+        sys.stdout.flush()
+        if remaining is not None:
+            remaining -= len(page.records)
+        position = page.next
+        if not page.records and not args.follow:
+            break
+    return 0

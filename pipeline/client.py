@@ -1,0 +1,247 @@
+"""The data source's I/O: namespaces per process, stream snapshots, slice reads.
+
+Everything here runs on the core's sync facade (:class:`bookline.sync.SyncNamespace`),
+in Spark's Python planner/stream-runner processes on the driver and in Python workers
+on the executors. A process keeps one namespace per cluster (:func:`namespace_for`):
+Spark reuses Python workers across tasks, so a task does not pay for a ZooKeeper
+session and bookie connections; the namespaces are closed at process exit.
+
+:func:`read_slice` reads one planned :class:`~pipeline.planning.Slice` straight from
+the bookies with ``read_entries``: it finds the entry holding the slice's first record
+(starting at the planner's hint and backing off exponentially when the hint is past
+it), then reads entry ranges forward until the slice's last record, checking that
+sequence ids are consecutive: a hole is data loss, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    NoEntryError,
+    NoLedgerError,
+    NotFoundError,
+    TruncatedError,
+)
+from bookline.invariants import invariant
+from bookline.records import ReadRecord
+from pipeline.options import ConnectionOptions, SourceOptions
+from pipeline.planning import SegmentView, Slice, StreamView
+
+if TYPE_CHECKING:
+    from bookline.sync import SyncNamespace
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "close_all",
+    "namespace_for",
+    "read_slice",
+    "select_streams",
+    "sequence_at_timestamp",
+    "snapshot",
+]
+
+# One read_entries call asks for about this many records: large enough to amortise the
+# round trip to the bookies, small enough to bound a task's memory (~records x size).
+READ_CHUNK_RECORDS = 8_192
+# ...and never for more entries than this (records per entry may be 1).
+READ_CHUNK_ENTRIES_MAX = 2_048
+# How long a timestamp lookup waits for a record at/after the timestamp to show up.
+TIMESTAMP_LOOKUP_TIMEOUT_S = 2.0
+
+_lock = threading.Lock()
+_namespaces: dict[ConnectionOptions, SyncNamespace] = {}
+
+
+def _open(conn: ConnectionOptions) -> SyncNamespace:
+    from bookline.sync import SyncNamespace
+
+    if conn.cluster is not None:
+        path = Path(conn.cluster)
+        if not path.is_file():
+            raise NotFoundError(f"cluster file {path} does not exist (option 'cluster')")
+        return SyncNamespace.from_cluster_file(str(path), namespace=conn.namespace)
+    assert conn.zk is not None  # ConnectionOptions checks exactly one is given
+    return SyncNamespace.open(zk=conn.zk, root=conn.root, namespace=conn.namespace)
+
+
+def namespace_for(conn: ConnectionOptions) -> SyncNamespace:
+    """This process's namespace for ``conn``, opened on first use."""
+    with _lock:
+        ns = _namespaces.get(conn)
+        if ns is None:
+            ns = _open(conn)
+            _namespaces[conn] = ns
+        return ns
+
+
+def close_all() -> None:
+    """Close every namespace of this process (at exit, and when a stream query stops)."""
+    with _lock:
+        namespaces = list(_namespaces.values())
+        _namespaces.clear()
+    for ns in namespaces:
+        try:
+            ns.close()
+        except BooklineError as exc:  # closing must not hide what the process was doing
+            log.warning("closing a namespace failed: %s", exc)
+
+
+# Close before interpreter shutdown stops the default executor the core's ZooKeeper
+# client needs: threading's exit hooks run before atexit's (private API, so fall back).
+_register_exit = getattr(threading, "_register_atexit", atexit.register)
+_register_exit(close_all)
+
+
+def cluster_zk(cluster_file: str) -> tuple[str, str]:
+    """(zk, root) of a cluster.json, for messages and for tools that need them."""
+    layout = json.loads(Path(cluster_file).read_text())
+    return str(layout["zk"]), str(layout.get("root", "/bookline"))
+
+
+def select_streams(ns: SyncNamespace, opts: SourceOptions) -> list[str]:
+    """The streams a read selects: the named ones (must exist) or the pattern's matches."""
+    if opts.pattern is not None:
+        return sorted(s for s in ns.list_streams() if opts.matches(s))
+    existing = set(ns.list_streams())
+    missing = [s for s in opts.streams if s not in existing]
+    if missing:
+        raise NotFoundError(f"stream(s) {', '.join(missing)} do not exist")
+    return list(opts.streams)
+
+
+def snapshot(ns: SyncNamespace, stream: str) -> StreamView:
+    """A planning snapshot of ``stream`` (segments read after the info: never fewer)."""
+    info = ns.stream_info(stream)
+    segments = ns.segments(stream)
+    views = tuple(
+        SegmentView(
+            seqno=s.seqno,
+            start_sequence_id=s.start_sequence_id,
+            record_count=s.record_count,
+            # In progress: the LAC (what may be read now); sealed: the last entry.
+            last_entry_id=s.last_entry_id,
+            truncated=bool(s.truncated),
+        )
+        for s in segments
+    )
+    return StreamView(
+        name=stream,
+        first_sequence_id=info.first_sequence_id,
+        next_sequence_id=info.next_sequence_id,
+        segments=views,
+    )
+
+
+def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int:
+    """Sequence id of the first record written at or after ``ts_ms`` (else the end)."""
+    from bookline.dlsn import StartPosition
+
+    end = ns.stream_info(stream).next_sequence_id
+    reader = ns.open_reader(stream, StartPosition.timestamp(ts_ms), skip_truncated=True)
+    try:
+        rec = reader.read_next(timeout_s=TIMESTAMP_LOOKUP_TIMEOUT_S)
+    finally:
+        reader.close()
+    if rec is None or rec.sequence_id >= end:
+        return end
+    return rec.sequence_id
+
+
+def _chunk_entries(sl: Slice, records_per_entry: float) -> int:
+    wanted = max(1, int(READ_CHUNK_RECORDS / max(records_per_entry, 1.0)))
+    return min(READ_CHUNK_ENTRIES_MAX, wanted)
+
+
+def _read(ns: SyncNamespace, sl: Slice, first: int, last: int) -> list[ReadRecord]:
+    return ns.read_entries(sl.stream, sl.seqno, first, last)
+
+
+def _locate(ns: SyncNamespace, sl: Slice) -> int:
+    """An entry at or before the one holding ``sl.seq_lo`` (usually exactly it)."""
+    probe, step = max(0, sl.entry_hint), 1
+    while probe > 0:
+        recs = _read(ns, sl, probe, probe)
+        if recs and recs[0].sequence_id <= sl.seq_lo:
+            return probe
+        probe, step = max(0, probe - step), step * 2
+    return 0
+
+
+def _read_slice(ns: SyncNamespace, sl: Slice, batch_rows: int) -> Iterator[list[ReadRecord]]:
+    entry = _locate(ns, sl)
+    expected = sl.seq_lo
+    chunk = _chunk_entries(sl, 1.0)
+    out: list[ReadRecord] = []
+    while expected < sl.seq_hi:
+        last = entry + chunk - 1
+        if sl.last_entry_id >= 0:
+            if entry > sl.last_entry_id:
+                raise TruncatedError(
+                    f"stream {sl.stream!r} segment {sl.seqno}: records {expected}.."
+                    f"{sl.seq_hi - 1} are missing after its last entry {sl.last_entry_id}"
+                )
+            last = min(last, sl.last_entry_id)
+        recs = _read(ns, sl, entry, last)
+        for rec in recs:
+            if rec.sequence_id < expected:
+                continue  # before the slice (the located entry starts earlier)
+            if rec.sequence_id >= sl.seq_hi:
+                break
+            invariant(
+                rec.sequence_id == expected,
+                "stream %r segment %d: read sequence id %d, expected %d (a hole)",
+                sl.stream, sl.seqno, rec.sequence_id, expected,
+            )
+            out.append(rec)
+            expected += 1
+            if len(out) >= batch_rows:
+                yield out
+                out = []
+        if recs:
+            # Adapt the chunk to what an entry really holds (writers batch records).
+            chunk = _chunk_entries(sl, len(recs) / max(1, last - entry + 1))
+        entry = last + 1
+    if out:
+        yield out
+
+
+def read_slice(
+    ns: SyncNamespace, sl: Slice, batch_rows: int = READ_CHUNK_RECORDS
+) -> Iterator[list[ReadRecord]]:
+    """The records [sl.seq_lo, sl.seq_hi) of one segment, in lists of <= batch_rows.
+
+    A slice that was truncated or deleted after planning raises TruncatedError when the
+    slice says fail_on_data_loss, and yields what could be read otherwise.
+    """
+    try:
+        yield from _read_slice(ns, sl, batch_rows)
+    except (TruncatedError, NoLedgerError, NoEntryError, NotFoundError) as exc:
+        if sl.fail_on_data_loss:
+            raise TruncatedError(
+                f"stream {sl.stream!r}: records {sl.seq_lo}..{sl.seq_hi - 1} of segment "
+                f"{sl.seqno} can no longer be read (truncated or deleted by retention?): "
+                f"{exc}; set failOnDataLoss=false to skip them"
+            ) from exc
+        log.warning(
+            "skipping stream %r records %d..%d of segment %d (failOnDataLoss=false): %s",
+            sl.stream, sl.seq_lo, sl.seq_hi - 1, sl.seqno, exc,
+        )
+
+
+def check_stream_name(name: object) -> str:
+    """A stream name from a DataFrame column, validated by the core's rules."""
+    from bookline.names import validate_name
+
+    if not isinstance(name, str):
+        raise BadRequestError(f"stream name must be a string, got {name!r}")
+    return validate_name(name, "stream")

@@ -1,0 +1,377 @@
+"""Shared tail feeds: one core reader per hot stream, fanned out to every tailer.
+
+A :class:`Feed` reads a stream forward from some sequence id with one core
+:class:`~bookline.reader.LogReader` and keeps the most recent records in a bounded
+ring (by records and bytes), each with its msgpack encoding made once. Every tailing
+client of that stream -- long polls and WebSockets alike -- is served from the ring, so
+N tailers cost one bookie read per entry instead of N. A client behind the ring's start
+catches up with a private reader (:class:`ReaderPool`) and joins the feed once it
+reaches the ring.
+
+Positions inside the read proxy are sequence ids (contiguous per stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgpack
+
+from bookline.api_views import record_view
+from bookline.dlsn import DLSN, StartPosition
+from bookline.errors import BooklineError, ClosedError, TooManyRequestsError
+from bookline.records import ReadRecord
+from readproxy.config import ReadProxyConfig
+from readproxy.metrics import ReadProxyMetrics
+
+if TYPE_CHECKING:
+    from bookline.namespace import Namespace
+    from bookline.reader import LogReader
+
+log = logging.getLogger(__name__)
+
+# Records one pump read takes from the core reader at once.
+PUMP_BATCH_RECORDS = 1_000
+# The pump's long poll; only bounds how fast an idle feed notices it should close.
+PUMP_WAIT_S = 1.0
+# After a core reader error the feed retries this often (bookies/ZK come back).
+PUMP_RETRY_S = 0.5
+
+
+@dataclass(slots=True)
+class CachedRecord:
+    record: ReadRecord
+    packed: bytes  # msgpack of the record's view, made once for every subscriber
+
+    @property
+    def size(self) -> int:
+        return len(self.packed)
+
+
+def pack_record(rec: ReadRecord) -> CachedRecord:
+    return CachedRecord(rec, msgpack.packb(record_view(rec), use_bin_type=True))
+
+
+class Feed:
+    def __init__(
+        self, ns: Namespace, name: str, start_seq: int, *, config: ReadProxyConfig,
+        metrics: ReadProxyMetrics, on_bytes: Callable[[int], None],
+    ) -> None:
+        self.ns = ns
+        self.name = name
+        self._cfg = config
+        self._metrics = metrics
+        self._on_bytes = on_bytes
+        self.ring: collections.deque[CachedRecord] = collections.deque()
+        self.first_seq = start_seq
+        self.next_seq = start_seq
+        self.bytes = 0
+        self.subscribers = 0
+        self.last_used = time.monotonic()
+        self.error: BooklineError | None = None
+        self._new = asyncio.Event()
+        self._last_entry: tuple[int, int] | None = None
+        self._task = asyncio.get_running_loop().create_task(self._pump(start_seq))
+
+    # -- reading the ring ----------------------------------------------------------
+
+    def covers(self, seq: int) -> bool:
+        return self.first_seq <= seq <= self.next_seq
+
+    def seq_of(self, dlsn: DLSN) -> int | None:
+        """Sequence id of the first cached record at or after ``dlsn`` (None: not
+        within the ring)."""
+        if not self.ring or dlsn < self.ring[0].record.dlsn:
+            return None
+        if dlsn > self.ring[-1].record.dlsn:
+            return self.next_seq if dlsn == self.ring[-1].record.dlsn.next_slot() else None
+        lo, hi = 0, len(self.ring) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.ring[mid].record.dlsn < dlsn:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.first_seq + lo
+
+    def slice(self, seq: int, records_max: int, bytes_max: int) -> list[CachedRecord]:
+        """Cached records from ``seq`` on (empty when ``seq`` is the head)."""
+        self.last_used = time.monotonic()
+        start = seq - self.first_seq
+        if start < 0:
+            raise IndexError("behind the feed")
+        out: list[CachedRecord] = []
+        size = 0
+        for i in range(start, min(len(self.ring), start + records_max)):
+            item = self.ring[i]
+            if out and size + item.size > bytes_max:
+                break
+            out.append(item)
+            size += item.size
+        return out
+
+    async def wait_beyond(self, seq: int, timeout_s: float) -> bool:
+        """Wait until a record with sequence ``seq`` is cached; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.next_seq <= seq:
+            if self.error is not None and self._task.done():
+                raise self.error
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            event = self._new
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        return True
+
+    # -- the pump ------------------------------------------------------------------
+
+    async def _pump(self, start_seq: int) -> None:
+        reader: LogReader | None = None
+        try:
+            while True:
+                try:
+                    if reader is None:
+                        reader = await self.ns.open_reader(
+                            self.name, StartPosition.sequence(self.next_seq), skip_truncated=True
+                        )
+                    recs = await reader.read_many(PUMP_BATCH_RECORDS, timeout_s=PUMP_WAIT_S)
+                except (ClosedError, asyncio.CancelledError):
+                    raise
+                except BooklineError as exc:
+                    log.warning("feed %s: reader failed (%s); reopening", self.name, exc)
+                    self.error = exc
+                    if reader is not None:
+                        await _close_quietly(reader)
+                        reader = None
+                    await asyncio.sleep(PUMP_RETRY_S)
+                    continue
+                self.error = None
+                if recs:
+                    self._append(recs)
+        finally:
+            if reader is not None:
+                await _close_quietly(reader)
+
+    def _append(self, recs: list[ReadRecord]) -> None:
+        entries = 0
+        added = 0
+        for rec in recs:
+            if rec.sequence_id != self.next_seq:
+                # Truncation skipped ahead (or a first record after a gap): restart the ring.
+                log.info("feed %s: jump from seq %d to %d", self.name, self.next_seq,
+                         rec.sequence_id)
+                self._on_bytes(-self.bytes)
+                self.ring.clear()
+                self.bytes = 0
+                self.first_seq = rec.sequence_id
+            item = pack_record(rec)
+            self.ring.append(item)
+            self.bytes += item.size
+            added += item.size
+            self.next_seq = rec.sequence_id + 1
+            entry = (rec.dlsn.segment_seqno, rec.dlsn.entry_id)
+            if entry != self._last_entry:
+                entries += 1
+                self._last_entry = entry
+        self._metrics.core_records.labels("feed").inc(len(recs))
+        self._metrics.core_entries.labels("feed").inc(entries)
+        self._on_bytes(added)
+        self._evict()
+        old, self._new = self._new, asyncio.Event()
+        old.set()
+
+    def _evict(self) -> None:
+        cfg = self._cfg
+        removed = 0
+        while len(self.ring) > 1 and (
+            len(self.ring) > cfg.feed_records_max or self.bytes > cfg.feed_bytes_max
+        ):
+            item = self.ring.popleft()
+            self.bytes -= item.size
+            removed += item.size
+            self.first_seq += 1
+        if removed:
+            self._on_bytes(-removed)
+
+    def shrink(self, keep_fraction: float) -> None:
+        """Give memory back under global cache pressure (oldest first)."""
+        target = int(len(self.ring) * keep_fraction)
+        removed = 0
+        while len(self.ring) > max(1, target):
+            item = self.ring.popleft()
+            self.bytes -= item.size
+            removed += item.size
+            self.first_seq += 1
+        if removed:
+            self._on_bytes(-removed)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if not self._task.cancelled() and self._task.exception() is not None:
+            log.warning("feed %s ended with %s", self.name, self._task.exception())
+        self._on_bytes(-self.bytes)
+        self.ring.clear()
+        self.bytes = 0
+
+
+async def _close_quietly(reader: LogReader) -> None:
+    try:
+        await reader.close()
+    except BooklineError as exc:
+        log.warning("closing a reader of %s: %s", reader.stream, exc)
+
+
+class FeedRegistry:
+    """The feeds of one read proxy, bounded in count and in total cached bytes."""
+
+    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
+        self.ns = ns
+        self.cfg = config
+        self.metrics = metrics
+        self.feeds: dict[str, Feed] = {}
+        self.cache_bytes = 0
+        self._reaper: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._reaper = asyncio.get_running_loop().create_task(self._reap())
+
+    def get(self, name: str) -> Feed | None:
+        return self.feeds.get(name)
+
+    def _account(self, delta: int) -> None:
+        self.cache_bytes += delta
+        self.metrics.cache_bytes.set(self.cache_bytes)
+        if self.cache_bytes > self.cfg.cache_bytes_max:
+            for feed in sorted(self.feeds.values(), key=lambda f: f.last_used):
+                feed.shrink(0.5)
+                if self.cache_bytes <= self.cfg.cache_bytes_max * 0.8:
+                    break
+
+    async def open(self, name: str, start_seq: int) -> Feed:
+        feed = self.feeds.get(name)
+        if feed is not None:
+            return feed
+        if len(self.feeds) >= self.cfg.feeds_max:
+            idle = [f for f in self.feeds.values() if f.subscribers == 0]
+            if not idle:
+                raise TooManyRequestsError(f"{len(self.feeds)} streams tailed; the limit")
+            victim = min(idle, key=lambda f: f.last_used)
+            await self.close_feed(victim.name)
+            feed = self.feeds.get(name)
+            if feed is not None:
+                return feed
+        feed = Feed(self.ns, name, start_seq, config=self.cfg, metrics=self.metrics,
+                    on_bytes=self._account)
+        self.feeds[name] = feed
+        self.metrics.feeds.set(len(self.feeds))
+        return feed
+
+    async def close_feed(self, name: str) -> None:
+        feed = self.feeds.pop(name, None)
+        if feed is not None:
+            await feed.close()
+            self.metrics.feeds.set(len(self.feeds))
+
+    async def _reap(self) -> None:
+        idle_s = self.cfg.feed_idle_ms / 1000
+        while True:
+            await asyncio.sleep(min(idle_s, 5.0))
+            now = time.monotonic()
+            for feed in list(self.feeds.values()):
+                if feed.subscribers == 0 and now - feed.last_used > idle_s:
+                    log.info("closing idle feed %s", feed.name)
+                    await self.close_feed(feed.name)
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for name in list(self.feeds):
+            await self.close_feed(name)
+
+
+class ReaderPool:
+    """Private readers for range reads and catch-up, kept between pages: the reader a
+    page ended with is found again by ``(stream, next sequence id)``."""
+
+    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
+        self.ns = ns
+        self.cfg = config
+        self.metrics = metrics
+        self._idle: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
+            collections.OrderedDict()
+        )
+        self.busy = 0
+
+    async def read(
+        self, name: str, start: StartPosition, records_max: int, timeout_s: float
+    ) -> list[ReadRecord]:
+        key = (name, start.value) if start.kind.value == "sequence" else None
+        entry = self._idle.pop(key, None) if key is not None else None
+        if entry is None and self.busy + len(self._idle) >= self.cfg.private_readers_max:
+            await self._close_oldest()
+            if self.busy >= self.cfg.private_readers_max:
+                raise TooManyRequestsError("every private reader of this proxy is busy")
+        self.busy += 1
+        try:
+            reader = entry[0] if entry is not None else await self.ns.open_reader(
+                name, start, skip_truncated=start.kind.value == "earliest"
+            )
+            try:
+                recs = await reader.read_many(records_max, timeout_s=timeout_s)
+            except BaseException:
+                await _close_quietly(reader)
+                raise
+        finally:
+            self.busy -= 1
+        self._count(recs)
+        if recs:
+            self._park((name, recs[-1].sequence_id + 1), reader)
+        elif key is not None:
+            self._park(key, reader)
+        else:
+            await _close_quietly(reader)
+        return recs
+
+    def _count(self, recs: list[ReadRecord]) -> None:
+        if not recs:
+            return
+        entries = len({(r.dlsn.segment_seqno, r.dlsn.entry_id) for r in recs})
+        self.metrics.core_records.labels("private").inc(len(recs))
+        self.metrics.core_entries.labels("private").inc(entries)
+
+    def _park(self, key: tuple[str, int], reader: LogReader) -> None:
+        old = self._idle.pop(key, None)
+        self._idle[key] = (reader, time.monotonic())
+        if old is not None:
+            asyncio.get_running_loop().create_task(_close_quietly(old[0]))
+        self.metrics.private_readers.set(len(self._idle))
+
+    async def _close_oldest(self) -> None:
+        if self._idle:
+            _key, (reader, _t) = self._idle.popitem(last=False)
+            await _close_quietly(reader)
+            self.metrics.private_readers.set(len(self._idle))
+
+    async def reap(self) -> None:
+        cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
+        for key, (reader, t) in list(self._idle.items()):
+            if t < cutoff:
+                del self._idle[key]
+                await _close_quietly(reader)
+        self.metrics.private_readers.set(len(self._idle))
+
+    async def close(self) -> None:
+        while self._idle:
+            await self._close_oldest()

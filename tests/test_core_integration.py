@@ -1,0 +1,352 @@
+"""The core library against real ZooKeeper and three real bookie processes.
+
+Each test gets its own namespace on the session's shared cluster (``bookie_cluster``
+in conftest). Randomized tests print their seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bookline import (
+    DLSN,
+    LogRecord,
+    Namespace,
+    NamespaceConfig,
+    StartPosition,
+    StreamOptions,
+)
+from bookline.errors import (
+    EndOfStreamError,
+    LockOwnedError,
+    NoLedgerError,
+    TruncatedError,
+    WriterFailedError,
+)
+from tests.conftest import BookieCluster
+
+pytestmark = pytest.mark.integration
+
+_names = itertools.count()
+CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
+
+
+@pytest.fixture
+async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
+    n = await Namespace.open(
+        bookie_cluster.zk, bookie_cluster.root, f"t{os.getpid()}-{next(_names)}", CONFIG
+    )
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+def payload(i: int, size: int = 100) -> bytes:
+    head = i.to_bytes(8, "big")
+    return head + bytes((i + k) & 0xFF for k in range(size - 8))
+
+
+async def read_n(ns: Namespace, name: str, n: int, start: object = "earliest") -> list[bytes]:
+    reader = await ns.open_reader(name, start)  # type: ignore[arg-type]
+    out: list[bytes] = []
+    try:
+        while len(out) < n:
+            batch = await reader.read_many(10_000, timeout_s=20)
+            assert batch, f"no record within 20 s after {len(out)} of {n}"
+            out.extend(r.payload for r in batch)
+    finally:
+        await reader.close()
+    return out
+
+
+async def test_write_read_info_and_reopen(ns: Namespace) -> None:
+    await ns.create_stream("s")
+    assert await ns.exists("s") and await ns.list_streams() == ["s"]
+    w = await ns.open_writer("s", "writer-a")
+    first = await w.write(LogRecord(b"one", key=b"k", headers={"h": b"v"}))
+    dlsns = await w.write_many([LogRecord(b"two"), LogRecord(b"three")])
+    assert first < dlsns[0] < dlsns[1]
+    info = await ns.stream_info("s")
+    assert info.record_count == 3 and info.first_dlsn == first and info.next_sequence_id == 3
+    await w.close()
+    info = await ns.stream_info("s")
+    assert info.segments[0].state == "sealed" and info.segments[0].record_count == 3
+    w2 = await ns.open_writer("s", "writer-b")
+    assert w2.segment_seqno == 2  # a new owner starts a new segment
+    d4 = await w2.write(LogRecord(b"four"))
+    assert d4.segment_seqno == 2
+    await w2.close()
+    r = await ns.open_reader("s")
+    recs = [await r.read_next(5) for _ in range(4)]
+    await r.close()
+    assert [x.payload for x in recs if x] == [b"one", b"two", b"three", b"four"]
+    assert [x.sequence_id for x in recs if x] == [0, 1, 2, 3]
+    assert recs[0] is not None and recs[0].key == b"k" and recs[0].headers == {"h": b"v"}
+    records = await ns.read_entries("s", 1, 0, info.segments[0].last_entry_id)
+    assert [x.payload for x in records] == [b"one", b"two", b"three"]
+    await ns.delete_stream("s")
+    assert not await ns.exists("s")
+
+
+async def test_racing_writers_one_wins_other_names_owner(
+    ns: Namespace, bookie_cluster: BookieCluster
+) -> None:
+    await ns.create_stream("race")
+    other = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, ns.name, CONFIG)
+    try:
+        results = await asyncio.gather(
+            ns.open_writer("race", "alpha"), other.open_writer("race", "beta"),
+            return_exceptions=True,
+        )  # fmt: skip
+        winners = [r for r in results if not isinstance(r, BaseException)]
+        losers = [r for r in results if isinstance(r, BaseException)]
+        assert len(winners) == 1 and len(losers) == 1, results
+        err = losers[0]
+        assert isinstance(err, LockOwnedError)
+        winner = winners[0]
+        assert err.owner == winner.identity and winner.identity in str(err)
+        await winner.write(LogRecord(b"only the winner writes"))
+        await winner.close()
+    finally:
+        await other.close()
+
+
+async def test_fenced_writer_fails_fast(ns: Namespace) -> None:
+    await ns.create_stream("fence")
+    w = await ns.open_writer("fence")
+    await w.write(LogRecord(b"before"))
+    seg = (await ns.segments("fence"))[-1]
+    # Another client recovers the ledger: the bookies fence the writer out.
+    await ns.context.ledgers.open_ledger(seg.ledger_id, CONFIG.password_bytes, recover=True)
+    with pytest.raises(WriterFailedError):
+        await w.write(LogRecord(b"after"))
+    with pytest.raises(WriterFailedError) as info:
+        w.write_nowait(LogRecord(b"later"))
+    assert info.value.__cause__ is not None
+    await w.close()
+
+
+async def test_positioning_by_dlsn_txid_sequence_timestamp(ns: Namespace) -> None:
+    await ns.create_stream("pos", StreamOptions(segment_rollover_bytes=6_000))
+    clock = [1_000_000]
+    ns.context.clock_ms = lambda: clock[0]
+    w = await ns.open_writer("pos")
+    dlsns: list[DLSN] = []
+    for batch in range(40):  # 40 batches x 25 records, txid 10*i, ts 1_000_000 + 7*batch
+        clock[0] = 1_000_000 + 7 * batch
+        recs = [LogRecord(payload(i), txid=10 * i) for i in range(batch * 25, batch * 25 + 25)]
+        dlsns += await w.write_many(recs)
+    assert len({d.segment_seqno for d in dlsns}) >= 3
+    seed = random.randrange(2**32)
+    print(f"positioning seed={seed}")
+    rng = random.Random(seed)
+
+    async def first_at(start: StartPosition) -> int:
+        r = await ns.open_reader("pos", start)
+        try:
+            rec = await r.read_next(10)
+            assert rec is not None
+            return int.from_bytes(rec.payload[:8], "big")
+        finally:
+            await r.close()
+
+    for i in rng.sample(range(1000), 8):
+        assert await first_at(StartPosition.dlsn(dlsns[i])) == i
+        assert await first_at(StartPosition.sequence(i)) == i
+        assert await first_at(StartPosition.txid(10 * i)) == i
+        assert await first_at(StartPosition.txid(10 * i - 5)) == i  # between txids
+        batch = i // 25
+        assert await first_at(StartPosition.timestamp(1_000_000 + 7 * batch)) == batch * 25
+        assert await first_at(StartPosition.timestamp(1_000_000 + 7 * batch - 3)) == batch * 25
+    assert await first_at(StartPosition.earliest()) == 0
+    r = await ns.open_reader("pos", "latest")
+    tail = await w.write(LogRecord(b"new", txid=10**6))
+    rec = await r.read_next(10)
+    assert rec is not None and rec.dlsn == tail and rec.payload == b"new"
+    await r.close()
+    await w.close()
+
+
+async def test_tailing_reader_across_segment_rolls(ns: Namespace) -> None:
+    await ns.create_stream("tail", StreamOptions(segment_rollover_bytes=20_000))
+    w = await ns.open_writer("tail")
+    await w.write(LogRecord(b"old"))
+    reader = await ns.open_reader("tail", "latest")
+    n = 3000
+    got: list[bytes] = []
+    segments: set[int] = set()
+
+    async def consume() -> None:
+        while len(got) < n:
+            rec = await reader.read_next(20)
+            assert rec is not None, f"tail stalled after {len(got)}"
+            got.append(rec.payload)
+            segments.add(rec.dlsn.segment_seqno)
+
+    task = asyncio.create_task(consume())
+    for start in range(0, n, 100):
+        if start % 500 == 0:
+            await asyncio.sleep(0.05)  # let the reader catch up and tail for real
+        await w.write_many([LogRecord(payload(i)) for i in range(start, start + 100)])
+    await asyncio.wait_for(task, 60)
+    await reader.close()
+    await w.close()
+    assert got == [payload(i) for i in range(n)]
+    assert len(segments) >= 4, segments  # >= 3 rolls seen while tailing
+
+
+async def _bulk(ns: Namespace, n: int) -> None:
+    await ns.create_stream("bulk")
+    w = await ns.open_writer("bulk")
+    batch = 10_000
+    last = None
+    for start in range(0, n, batch):
+        dlsns = await w.write_many([LogRecord(payload(i)) for i in range(start, start + batch)])
+        assert last is None or dlsns[0] > last
+        last = dlsns[-1]
+    await w.close()
+    got = await read_n(ns, "bulk", n)
+    assert len(got) == n
+    for i in range(0, n, 1):
+        if got[i] != payload(i):
+            raise AssertionError(f"record {i} differs or is out of order")
+    info = await ns.stream_info("bulk")
+    assert info.record_count == n and info.size_bytes == 100 * n
+
+
+async def test_bulk_100k_write_many_read_back(ns: Namespace) -> None:
+    await _bulk(ns, 100_000)
+
+
+@pytest.mark.slow
+async def test_bulk_1m_write_many_read_back(ns: Namespace) -> None:
+    await _bulk(ns, 1_000_000)
+
+
+def _ledger_bytes(cluster: BookieCluster) -> int:
+    total = 0
+    for _proc, _port, d in cluster.bookies:
+        for root, _dirs, files in os.walk(d / "ledgers"):
+            total += sum(os.path.getsize(Path(root) / f) for f in files)
+    return total
+
+
+async def _fill(ns: Namespace, name: str, n: int, opts: StreamOptions) -> tuple[object, list[DLSN]]:
+    await ns.create_stream(name, opts)
+    w = await ns.open_writer(name)
+    dlsns: list[DLSN] = []
+    for start in range(0, n, 5_000):
+        dlsns += await w.write_many([LogRecord(payload(i)) for i in range(start, start + 5_000)])
+    return w, dlsns
+
+
+async def test_truncation_and_retention_delete_ledgers(ns: Namespace) -> None:
+    opts = StreamOptions(segment_rollover_bytes=400_000, retention_bytes=450_000)
+    w, dlsns = await _fill(ns, "ret", 40_000, opts)
+    segs = await ns.segments("ret")
+    assert len(segs) >= 6
+    # explicit truncation: everything before record 10,000
+    assert await w.truncate(dlsns[10_000])  # type: ignore[attr-defined]
+    with pytest.raises(TruncatedError):
+        await ns.open_reader("ret", StartPosition.sequence(0))
+    r = await ns.open_reader("ret", StartPosition.sequence(0), skip_truncated=True)
+    rec = await r.read_next(10)
+    await r.close()
+    assert rec is not None and rec.sequence_id == 10_000 and rec.payload == payload(10_000)
+    # retention by size: keeps about one sealed segment
+    assert await ns.apply_retention("ret")
+    left = await ns.segments("ret")
+    gone = [s for s in segs if s.seqno not in {x.seqno for x in left if not x.truncated}]
+    assert len(gone) >= 4
+    for seg in gone:
+        with pytest.raises(NoLedgerError):
+            await ns.context.ledgers.store.read(seg.ledger_id)
+    info = await ns.stream_info("ret")
+    assert info.first_sequence_id > 10_000 and info.next_sequence_id == 40_000
+    got = await read_n(ns, "ret", info.record_count)
+    assert got[-1] == payload(39_999) and len(got) == 40_000 - info.first_sequence_id
+    await w.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.xfail(
+    reason="needs the bookie's GC of deleted ledgers (bookie/server.py, in progress)",
+    strict=False,
+)
+async def test_bookie_disk_usage_drops_after_retention(
+    ns: Namespace, bookie_cluster: BookieCluster
+) -> None:
+    opts = StreamOptions(segment_rollover_bytes=1_000_000, retention_bytes=1_000_000)
+    w, _dlsns = await _fill(ns, "gc", 80_000, opts)
+    await asyncio.sleep(2.5)  # checkpoints move the entries into (rolled) entry logs
+    before = _ledger_bytes(bookie_cluster)
+    segs = await ns.segments("gc")
+    assert await ns.apply_retention("gc")
+    left = {s.seqno for s in await ns.segments("gc") if not s.truncated}
+    deleted = sum(s.size_bytes for s in segs if s.seqno not in left) * 3  # 3 replicas
+    deadline = time.monotonic() + 30
+    after = _ledger_bytes(bookie_cluster)
+    while before - after < deleted // 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        after = _ledger_bytes(bookie_cluster)
+    print(f"bookie ledger bytes: before {before}, after GC {after}, deleted {deleted}")
+    await w.close()  # type: ignore[attr-defined]
+    assert before - after >= deleted // 2, f"GC reclaimed {before - after} of {deleted} bytes"
+
+
+async def test_subscriptions_are_monotonic(ns: Namespace) -> None:
+    await ns.create_stream("sub")
+    assert await ns.committed("sub", "g1") is None
+    assert await ns.commit("sub", "g1", DLSN(1, 5, 0))
+    assert not await ns.commit("sub", "g1", DLSN(1, 4, 9))
+    assert await ns.commit("sub", "g1", DLSN(2, 0, 0))
+    assert await ns.committed("sub", "g1") == DLSN(2, 0, 0)
+    assert await ns.list_subscribers("sub") == ["g1"]
+
+
+async def test_end_of_stream(ns: Namespace) -> None:
+    await ns.create_stream("eos")
+    w = await ns.open_writer("eos")
+    await w.write_many([LogRecord(b"a"), LogRecord(b"b")])
+    await w.mark_end_of_stream()
+    with pytest.raises(EndOfStreamError):
+        await w.write(LogRecord(b"c"))
+    await w.close()
+    r = await ns.open_reader("eos")
+    assert [(await r.read_next(5)).payload for _ in range(2)] == [b"a", b"b"]  # type: ignore[union-attr]
+    with pytest.raises(EndOfStreamError):
+        await r.read_next(5)
+    await r.close()
+    with pytest.raises(EndOfStreamError):
+        await ns.open_writer("eos")
+
+
+def test_sync_facade_from_threads(bookie_cluster: BookieCluster) -> None:
+    import concurrent.futures
+
+    from bookline.sync import SyncNamespace
+
+    with SyncNamespace.open(bookie_cluster.zk, bookie_cluster.root, "sync", CONFIG) as sns:
+        sns.create_stream("s")
+        with sns.open_writer("s") as w:
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                futs = [pool.submit(w.write, LogRecord(b"t%d" % i)) for i in range(40)]
+                dlsns = [f.result(30) for f in futs]
+            assert len(set(dlsns)) == 40
+            last = w.write_nowait(LogRecord(b"last")).result(30)
+            assert last > max(dlsns)
+        with sns.open_reader("s") as r:
+            got = r.read_many(100, timeout_s=10)
+            while len(got) < 41:
+                got += r.read_many(100, timeout_s=10)
+        assert sorted(x.payload for x in got[:40]) == sorted(b"t%d" % i for i in range(40))
+        assert got[-1].payload == b"last"
+        assert sns.stream_info("s").record_count == 41

@@ -1,0 +1,93 @@
+"""`bookline stream ...` end to end against the shared proxy cluster, and
+`bookline local` with proxies: cluster.json, one process each, stop by Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ops import procs
+from ops.local import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+
+def _cli(cluster: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster)}
+    return subprocess.run([sys.executable, "-m", "ops.cli", "stream", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120, env=env,
+                          check=False)
+
+
+def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
+    cluster = proxy_cluster.dir / "cluster.json"
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    assert _cli(cluster, "create", name).returncode == 0
+    assert name in _cli(cluster, "list").stdout.split()
+    out = _cli(cluster, "write", name, stdin="".join(f"line {i}\n" for i in range(500)))
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip()
+    assert last.count(":") == 2
+    read = _cli(cluster, "read", name)
+    assert read.stdout.splitlines() == [f"line {i}" for i in range(500)]
+    assert _cli(cluster, "read", name, "--from", "seq:498").stdout.splitlines() == [
+        "line 498", "line 499"]
+    assert _cli(cluster, "read", name, "--from", last, "--limit", "5").stdout.splitlines() == [
+        "line 499"]
+    desc = json.loads(_cli(cluster, "describe", name).stdout)
+    assert desc["record_count"] == 500 and desc["owner"]
+    follow = _cli(cluster, "read", name, "--from", "seq:499", "--follow", "--limit", "1")
+    assert follow.stdout.splitlines() == ["line 499"]
+    bad = _cli(cluster, "write", "bad/name", stdin="x\n")
+    assert bad.returncode == 1 and "INVALID_NAME (13)" in bad.stderr
+    assert _cli(cluster, "delete", name).returncode == 0
+    assert name not in _cli(cluster, "list").stdout.split()
+
+
+def test_stream_write_fails_nonzero_when_writes_fail(proxy_cluster: LocalCluster) -> None:
+    cluster = proxy_cluster.dir / "cluster.json"
+    out = _cli(cluster, "write", f"big-{uuid.uuid4().hex[:6]}",
+               stdin="ok\n" + "z" * (2 << 20) + "\n")
+    assert out.returncode == 1 and "TOO_LARGE" in out.stderr
+
+
+def _start_local(tmp_path: Path) -> subprocess.Popen[bytes]:
+    return procs.spawn([sys.executable, "-m", "ops.cli", "local", "--dir", str(tmp_path / "c"),
+                        "--bookies", "3", "--write-proxies", "1", "--read-proxies", "1"],
+                       log_path=tmp_path / "local.log")
+
+
+def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    proc = _start_local(tmp_path)
+    try:
+        cluster = tmp_path / "c" / "cluster.json"
+        procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
+        layout = json.loads(cluster.read_text())
+        assert "/" in layout["zk"] and layout["zookeeper"]["pid"] > 0
+        pids = [layout["zookeeper"]["pid"]] + [p["pid"] for k in (
+            "bookies", "write_proxies", "read_proxies") for p in layout[k]]
+        assert len(set(pids)) == 6 and proc.pid not in pids
+        assert layout["write_proxies"][0]["url"].startswith("http://")
+        assert layout["read_proxies"][0]["url"].startswith("http://")
+        out = _cli(cluster, "write", "kept", stdin="survives a restart\n")
+        assert out.returncode == 0, out.stderr
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+        for pid in pids:
+            procs.wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists()
+                           or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], 30,
+                           f"pid {pid} to exit")
+        # Restart on the same directory: the data is still there.
+        proc = _start_local(tmp_path)
+        procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
+        read = _cli(cluster, "read", "kept")
+        assert read.stdout.splitlines() == ["survives a restart"], read.stderr
+    finally:
+        procs.stop(proc)

@@ -1,0 +1,192 @@
+"""Pure parts of the proxies: the HTTP body codec, positions, DLSN runs, error bodies,
+the de-duplication table (and its rebuild from the log), admission limits, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookline import http_api
+from bookline.api_views import record_from_view, record_view
+from bookline.dlsn import DLSN
+from bookline.errors import (
+    BadRequestError,
+    OwnerMovedError,
+    TooManyRequestsError,
+    UnknownError,
+)
+from bookline.openapi import build_document
+from bookline.records import ReadRecord
+from writeproxy import dedup
+from writeproxy.limits import InflightLimiter
+
+
+def test_negotiate_prefers_msgpack_only_when_asked() -> None:
+    assert http_api.negotiate(None) == http_api.JSON
+    assert http_api.negotiate("*/*") == http_api.JSON
+    assert http_api.negotiate("application/msgpack") == http_api.MSGPACK
+    assert http_api.negotiate("application/json;q=0.5, application/x-msgpack") == http_api.MSGPACK
+    assert http_api.negotiate("application/msgpack;q=0.1, application/json") == http_api.JSON
+
+
+def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
+    recs = [http_api.WireRecord(b"a"), http_api.WireRecord(b"\xff\x00", key=b"k",
+                                                         headers={"h": b"v"}, txid=7)]
+    body = http_api.write_body(recs, "p1", 10)
+    for media in (http_api.JSON, http_api.MSGPACK):
+        raw = http_api.encode_body(body, media)
+        req = http_api.parse_write(http_api.decode_body(raw, media), records_max=10)
+        assert req.producer == "p1" and req.seq == 10
+        assert req.records == recs
+
+
+def test_crc_mismatch_is_a_bad_request() -> None:
+    body = http_api.write_body([http_api.WireRecord(b"abc")], None, None)
+    body["crc"] ^= 1
+    with pytest.raises(BadRequestError, match="checksum"):
+        http_api.parse_write(body, records_max=10)
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"payloads": "x"}, {"payloads": [1]}, {"payloads": []}, {"records": [{"key": "k"}]},
+    {"payload": "x", "producer": "p"}, {"payload": "x", "producer": "", "seq": 1},
+    {"payload": "x", "seq": -1}, {"payload_b64": "!!"}, {"records": [{"payload": "x",
+                                                                       "headers": {"bl.x": "y"}}]},
+])
+def test_malformed_writes_are_bad_requests(body: dict[str, Any]) -> None:
+    with pytest.raises(BadRequestError):
+        http_api.parse_write(body, records_max=10)
+
+
+def test_too_many_records_in_one_request() -> None:
+    with pytest.raises(BadRequestError, match="at most 2"):
+        http_api.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
+
+
+@pytest.mark.parametrize("raw,media", [(b"{", None), (b"[1]", None), (b"\xc1", http_api.MSGPACK),
+                                       (b"\x92\x01", http_api.MSGPACK)])
+def test_decode_body_rejects_garbage(raw: bytes, media: str | None) -> None:
+    with pytest.raises(BadRequestError):
+        http_api.decode_body(raw, media)
+
+
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 5)),
+                max_size=50))
+def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
+    assert http_api.decode_runs(http_api.encode_runs(dlsns)) == dlsns
+
+
+def test_contiguous_batch_is_few_runs() -> None:
+    dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
+    assert http_api.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("earliest", "earliest"), ("latest", "latest"), ("1:2:3", "dlsn:1:2:3"),
+    ("dlsn:1:2:3", "dlsn:1:2:3"), ("seq:5", "seq:5"), ("txid:9", "txid:9"),
+    ("time:100", "time:100"),
+])
+def test_positions(text: str, expected: str) -> None:
+    assert str(http_api.parse_position(text)) == expected
+
+
+@pytest.mark.parametrize("text", ["seq:x", "1:2", "foo", "seq:-1", "1:-2:3"])
+def test_bad_positions(text: str) -> None:
+    with pytest.raises(BadRequestError):
+        http_api.parse_position(text)
+
+
+def test_error_bodies_round_trip_with_owner() -> None:
+    exc = OwnerMovedError("moved", owner="http://h:1")
+    body = http_api.error_body(exc)
+    assert body == {"code": 32, "name": "OWNER_MOVED", "message": "moved", "owner": "http://h:1"}
+    back = http_api.decode_error(body, 307)
+    assert isinstance(back, OwnerMovedError) and back.owner == "http://h:1"
+    assert isinstance(http_api.decode_error({"code": 999, "message": "?"}, 500), UnknownError)
+    assert isinstance(http_api.decode_error({"oops": 1}, 502), UnknownError)
+
+
+def test_json_view_of_binary_uses_b64() -> None:
+    rec = ReadRecord("s", DLSN(1, 2, 3), 4, 5, 6, b"\xff", None, {"bl.producer": b"p",
+                                                                   "h": b"v"})
+    view = record_view(rec)
+    assert "headers" in view and "bl.producer" not in view["headers"]
+    as_json = json.loads(http_api.encode_body(view, http_api.JSON))
+    assert as_json["payload_b64"] == "/w=="
+    back = record_from_view("s", as_json)
+    assert back.payload == b"\xff" and back.dlsn == DLSN(1, 2, 3)
+    packed = msgpack.unpackb(http_api.encode_body(view, http_api.MSGPACK))
+    assert record_from_view("s", packed).payload == b"\xff"
+
+
+# -- de-duplication ---------------------------------------------------------------------
+
+
+def test_dedup_answers_retries_with_original_dlsns() -> None:
+    table = dedup.DedupTable(batches_per_producer=4, producers_max=10)
+    plan = table.plan("p", 0, 3)
+    assert plan == dedup.Plan([], 0, 0)
+    table.record("p", 0, [(1, 0, 0), (1, 0, 1), (1, 0, 2)])
+    assert table.plan("p", 0, 3) == dedup.Plan([(1, 0, 0), (1, 0, 1), (1, 0, 2)], 3, 3)
+    # A retry that overlaps: the first two are old, the rest new.
+    assert table.plan("p", 1, 4) == dedup.Plan([(1, 0, 1), (1, 0, 2)], 2, 3)
+    assert table.plan("q", 0, 1) == dedup.Plan([], 0, 0)
+
+
+def test_dedup_forgets_old_batches_and_says_so() -> None:
+    table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
+    for b in range(5):
+        table.record("p", b, [(1, b, 0)])
+    with pytest.raises(BadRequestError, match="no longer"):
+        table.plan("p", 0, 1)
+    assert table.plan("p", 4, 1).duplicates == [(1, 4, 0)]
+
+
+class _Rec:
+    def __init__(self, dlsn: tuple[int, int, int], headers: dict[str, bytes] | None) -> None:
+        self.dlsn = dlsn
+        self.headers = headers
+
+
+def test_rebuild_from_log_markers_including_partial_batches() -> None:
+    log = [
+        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 2)), _Rec((1, 0, 1), None),
+        _Rec((1, 1, 0), None),  # written without a producer
+        _Rec((1, 1, 1), dedup.marker_headers("q", 10, 3)), _Rec((1, 1, 2), None),
+        # q's third record never made it (the writer failed): a partial batch
+        _Rec((2, 0, 0), dedup.marker_headers("p", 2, 1)),
+    ]
+    table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
+    assert dedup.rebuild(table, log) == 3
+    assert table.plan("p", 0, 3).duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
+    plan = table.plan("q", 10, 3)
+    assert plan.duplicates == [(1, 1, 1), (1, 1, 2)] and plan.first_new_seq == 12
+
+
+def test_limiter_refuses_over_limits_and_releases() -> None:
+    lim = InflightLimiter(stream_bytes_max=100, stream_requests_max=2, proxy_bytes_max=150,
+                          proxy_requests_max=3)
+    lim.admit("a", 60)
+    with pytest.raises(TooManyRequestsError):
+        lim.admit("a", 60)
+    lim.admit("b", 60)
+    with pytest.raises(TooManyRequestsError):
+        lim.admit("c", 60)
+    lim.release("a", 60)
+    lim.admit("a", 80)
+    lim.release("a", 80)
+    lim.release("b", 60)
+    assert lim.total_bytes == 0 and lim.total_requests == 0 and lim.rejected == 2
+
+
+def test_openapi_document_is_current() -> None:
+    doc = build_document()
+    assert doc["openapi"].startswith("3.")
+    kept = json.loads((Path(__file__).parent.parent / "docs" / "openapi.json").read_text())
+    assert kept == doc, "regenerate: python -m bookline.openapi > docs/openapi.json"

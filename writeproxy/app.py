@@ -1,0 +1,313 @@
+"""The write proxy's HTTP service (see ``docs/openapi.json`` and ``docs/proxies.md``).
+
+Routes (all bodies msgpack or JSON, errors ``{code, name, message}``):
+
+* ``POST   /v1/streams/{name}/records``    write one record or a batch (idempotent with
+  producer + seq); 307 OWNER_MOVED when another proxy owns the stream
+* ``POST   /v1/streams/{name}/heartbeat``  own the stream (acquire if free), flush
+* ``POST   /v1/streams/{name}/truncate``   ``{"dlsn": "s:e:s"}``
+* ``POST   /v1/streams/{name}/release``    hand the stream back
+* ``GET    /v1/streams/{name}/owner``      who owns it
+* ``GET|DELETE /v1/streams/{name}``        describe / delete
+* ``GET|POST /v1/streams``                 list / create ``{"name": ...}``
+* ``GET /health``, ``GET /metrics``, ``GET /openapi.json``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bookline import http_api
+from bookline.api_views import info_view
+from bookline.dlsn import DLSN
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    NotFoundError,
+    OwnerMovedError,
+    TooLargeError,
+)
+from bookline.http_server import (
+    error_middleware,
+    metrics_handler,
+    openapi_handler,
+    read_body,
+    respond,
+)
+from bookline.names import validate_name
+from bookline.records import RECORD_OVERHEAD_BYTES
+from metadata.proxies import ProxyInfo
+from metadata.zk import SessionState
+from writeproxy.config import WriteProxyConfig
+from writeproxy.limits import InflightLimiter
+from writeproxy.metrics import WriteProxyMetrics
+from writeproxy.streams import Ownership
+
+if TYPE_CHECKING:
+    from bookline.namespace import Namespace
+    from metadata.client import MetadataClient
+
+log = logging.getLogger(__name__)
+
+
+class WriteProxy:
+    """One write proxy: ZooKeeper registration, owned streams, HTTP routes."""
+
+    def __init__(self, config: WriteProxyConfig) -> None:
+        self.config = config
+        self.metrics = WriteProxyMetrics()
+        self.limiter = InflightLimiter(
+            stream_bytes_max=config.stream_inflight_bytes_max,
+            stream_requests_max=config.stream_inflight_requests_max,
+            proxy_bytes_max=config.proxy_inflight_bytes_max,
+            proxy_requests_max=config.proxy_inflight_requests_max,
+        )
+        self.url = config.url
+        self._ns: Namespace | None = None
+        self._md: MetadataClient | None = None
+        self._ownership: Ownership | None = None
+        self._runner: web.AppRunner | None = None
+        self._load_task: asyncio.Task[None] | None = None
+        self._stalls_left = config.fault_stall_writes
+        self.metrics.bind_gauges(
+            lambda: float(len(self._ownership.owned) if self._ownership else 0),
+            lambda: float(self.limiter.total_bytes),
+            lambda: float(self.limiter.total_requests),
+        )
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        from bookline.core_config import NamespaceConfig
+        from bookline.namespace import Namespace
+
+        cfg = self.config
+        app = self.build_app()
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
+        await site.start()
+        if cfg.port == 0 and not cfg.advertise_url:
+            port = int(self._runner.addresses[0][1])
+            self.url = f"http://{cfg.host}:{port}"
+        core_overrides: dict[str, Any] = {
+            "session_timeout_ms": cfg.session_timeout_ms,
+            # Admission keeps a stream's pending bytes under half of this, so the core
+            # writer never makes a batch wait for room (see streams.OwnedStream).
+            "pending_bytes_max": 2 * cfg.stream_inflight_bytes_max,
+        }
+        if cfg.writer_flush_interval_ms:
+            core_overrides["flush_interval_ms"] = cfg.writer_flush_interval_ms
+        self._ns = await Namespace.open(
+            zk=cfg.zk, root=cfg.root, namespace=cfg.namespace,
+            config=NamespaceConfig(**core_overrides),
+        )
+        # One ZooKeeper session per proxy: the core's. The owner records then live and
+        # die with the same session as the writer locks.
+        self._md = self._ns.context.md
+        self._ownership = Ownership(cfg, self._ns, self._md, self.url)
+        self._md.zk.add_state_listener(self._on_session)
+        await self._md.proxies.register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
+        self._load_task = asyncio.get_running_loop().create_task(self._report_load())
+
+    def _on_session(self, state: SessionState) -> None:
+        if state is SessionState.LOST and self._ownership is not None:
+            log.warning("ZooKeeper session lost: dropping every owned stream")
+            self._ownership.drop_all_soon()
+
+    async def _report_load(self) -> None:
+        assert self._md is not None
+        while True:
+            await asyncio.sleep(self.config.load_report_interval_ms / 1000)
+            owned = len(self._ownership.owned) if self._ownership else 0
+            try:
+                await self._md.proxies.update(ProxyInfo(self.config.proxy_id, self.url, owned))
+            except NotFoundError:
+                # Our registration expired with an old session: register again.
+                await self._md.proxies.register(ProxyInfo(self.config.proxy_id, self.url, owned))
+            except BooklineError as exc:
+                log.warning("could not report load: %s", exc)
+
+    async def stop(self) -> None:
+        if self._load_task is not None:
+            self._load_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._load_task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._ownership is not None:
+            await self._ownership.close()
+        if self._md is not None:
+            with contextlib.suppress(BooklineError):  # the session may already be gone
+                await self._md.proxies.unregister(self.config.proxy_id)
+        if self._ns is not None:
+            await self._ns.close()
+
+    @property
+    def ownership(self) -> Ownership:
+        if self._ownership is None:
+            raise BooklineError("write proxy not started")
+        return self._ownership
+
+    @property
+    def ns(self) -> Namespace:
+        if self._ns is None:
+            raise BooklineError("write proxy not started")
+        return self._ns
+
+    # -- routes --------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._count_middleware, error_middleware],
+            client_max_size=self.config.request_bytes_max,
+        )
+        p = http_api.API_PREFIX
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", metrics_handler(self.metrics.registry))
+        app.router.add_get("/openapi.json", openapi_handler())
+        app.router.add_get(f"{p}/streams", self.list_streams)
+        app.router.add_post(f"{p}/streams", self.create_stream)
+        app.router.add_get(f"{p}/streams/{{name}}", self.describe)
+        app.router.add_delete(f"{p}/streams/{{name}}", self.delete_stream)
+        app.router.add_post(f"{p}/streams/{{name}}/records", self.write)
+        app.router.add_post(f"{p}/streams/{{name}}/heartbeat", self.heartbeat)
+        app.router.add_post(f"{p}/streams/{{name}}/truncate", self.truncate)
+        app.router.add_post(f"{p}/streams/{{name}}/release", self.release)
+        app.router.add_get(f"{p}/streams/{{name}}/owner", self.owner)
+        return app
+
+    @web.middleware
+    async def _count_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        resp: web.StreamResponse = await handler(request)
+        route = request.match_info.route.resource
+        endpoint = route.canonical if route is not None else "unmatched"
+        self.metrics.requests.labels(endpoint, str(resp.status)).inc()
+        if resp.status == 429:
+            self.metrics.rejected.inc()
+        elif resp.status == 307:
+            self.metrics.redirects.inc()
+        return resp
+
+    async def health(self, request: web.Request) -> web.Response:
+        md_ok = self._md is not None and self._md.zk.session_id is not None
+        return respond(request, {
+            "status": "ok" if md_ok else "degraded",
+            "proxy_id": self.config.proxy_id,
+            "url": self.url,
+            "owned_streams": len(self.ownership.owned),
+            "inflight_bytes": self.limiter.total_bytes,
+            "inflight_requests": self.limiter.total_requests,
+        })
+
+    async def list_streams(self, request: web.Request) -> web.Response:
+        return respond(request, {"streams": sorted(await self.ns.list_streams())})
+
+    async def create_stream(self, request: web.Request) -> web.Response:
+        body = await read_body(request)
+        name = validate_name(body.get("name"), "stream name")
+        await self.ns.create_stream(name)
+        return respond(request, {"name": name}, status=201)
+
+    async def describe(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        info = info_view(await self.ns.stream_info(name))
+        info["owner"] = await self.ownership.owner_of(name)
+        return respond(request, info)
+
+    async def delete_stream(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        await self._redirect_unless_mine_or_free(name)
+        await self.ownership.drop(name)
+        await self.ns.delete_stream(name)
+        return respond(request, {"deleted": name})
+
+    async def _redirect_unless_mine_or_free(self, name: str) -> None:
+        owner = await self.ownership.owner_of(name)
+        if owner is not None and owner != self.url:
+            raise OwnerMovedError(f"{name} is owned by {owner}", owner=owner)
+
+    async def write(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        cfg = self.config
+        size = request.content_length or 0
+        if size > cfg.request_bytes_max:
+            raise TooLargeError(f"request of {size} bytes; at most {cfg.request_bytes_max}")
+        # Admit on the declared size before reading the body: memory stays bounded.
+        self.limiter.admit(name, size)
+        admitted = size
+        try:
+            body = await read_body(request)
+            req = http_api.parse_write(body, records_max=cfg.request_records_max)
+            cost = 0
+            for r in req.records:
+                if r.size_bytes > cfg.record_bytes_max:
+                    raise TooLargeError(
+                        f"record of {r.size_bytes} bytes; at most {cfg.record_bytes_max}"
+                    )
+                cost += r.size_bytes + RECORD_OVERHEAD_BYTES
+            if cost > admitted:
+                self.limiter.grow(name, cost - admitted)
+                admitted = cost
+            stream = await self.ownership.get(name)
+            dlsns, dups = await stream.write(req)
+        finally:
+            self.limiter.release(name, admitted)
+        written = len(dlsns) - dups
+        self.metrics.records_written.inc(written)
+        self.metrics.duplicates.inc(dups)
+        if self._stalls_left > 0 and written and name.startswith(cfg.fault_stall_stream_prefix):
+            self._stalls_left -= 1
+            log.warning("fault hook: stalling a durable write's answer %d ms", cfg.fault_stall_ms)
+            await asyncio.sleep(cfg.fault_stall_ms / 1000)
+        media = http_api.negotiate(request.headers.get("Accept"))
+        answer = http_api.write_answer(dlsns, media)
+        if dups:
+            answer["duplicates"] = dups
+        if len(dlsns) == 1 and media == http_api.JSON:
+            answer["dlsn"] = str(dlsns[0])
+        return web.Response(body=http_api.encode_body(answer, media), content_type=media)
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        stream = await self.ownership.get(name)
+        await stream.writer.flush()
+        last = stream.writer.last_dlsn
+        return respond(request, {
+            "owner": self.url, "last_dlsn": None if last is None else str(last),
+            "time_ms": int(time.time() * 1000),
+        })
+
+    async def truncate(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        body = await read_body(request)
+        text = body.get("dlsn")
+        if not isinstance(text, str):
+            raise BadRequestError("truncate needs {'dlsn': 'seg:entry:slot'}")
+        dlsn = DLSN(*http_api.parse_dlsn(text))
+        stream = await self.ownership.get(name)
+        await stream.writer.truncate(dlsn)
+        return respond(request, {"truncated_before": str(dlsn)})
+
+    async def release(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        await self._redirect_unless_mine_or_free(name)
+        await self.ownership.drop(name)
+        return respond(request, {"released": name})
+
+    async def owner(self, request: web.Request) -> web.Response:
+        name = _stream(request)
+        return respond(request, {"owner": await self.ownership.owner_of(name)})
+
+
+def _stream(request: web.Request) -> str:
+    return validate_name(request.match_info["name"], "stream name")
+
+
+__all__ = ["WriteProxy"]

@@ -1,0 +1,96 @@
+"""The write proxy's settings: ``[writeproxy]`` of a TOML file, ``BOOKLINE_WRITEPROXY_*``
+environment variables, then flags (see :func:`bookline.config.load_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bookline.config import MetadataConfig
+from bookline.errors import ConfigError
+from bookline.names import validate_name
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WriteProxyConfig:
+    # Unique id of this proxy; its ZooKeeper registration is proxies/<id>.
+    proxy_id: str = "wp-1"
+    # Interface and port to listen on (port 0 picks a free one).
+    host: str = "127.0.0.1"
+    port: int = 8480
+    # Base URL clients are redirected to; empty means http://host:port.
+    advertise_url: str = ""
+    # ZooKeeper connect string (chroot allowed) and cluster root.
+    zk: str = "127.0.0.1:2181"
+    root: str = "/bookline"
+    # Namespace whose streams this proxy serves.
+    namespace: str = "default"
+    # ZooKeeper session timeout: how long a crashed proxy keeps its streams.
+    session_timeout_ms: int = 6_000
+    # One record's payload+key+headers; bigger ones get 413.
+    record_bytes_max: int = 1 * MiB
+    # One request body; aiohttp refuses bigger bodies before reading them all.
+    request_bytes_max: int = 16 * MiB
+    # Records in one request (bounds per-request work and the answer size).
+    request_records_max: int = 20_000
+    # In-flight limits (bodies being written): per stream and for the whole proxy -> 429.
+    stream_inflight_bytes_max: int = 64 * MiB
+    stream_inflight_requests_max: int = 1_000
+    proxy_inflight_bytes_max: int = 256 * MiB
+    proxy_inflight_requests_max: int = 10_000
+    # Streams one proxy owns at most (each holds a writer and a ZK lock).
+    streams_owned_max: int = 10_000
+    # Create a stream on its first write instead of answering 404.
+    auto_create_streams: bool = True
+    # De-duplication: retries within this window of the original write are recognised,
+    # also after failover (the new owner scans this much of the log's tail).
+    dedup_window_ms: int = 300_000
+    # ... but never scans more records than this when taking a stream over.
+    dedup_scan_records_max: int = 200_000
+    # Remembered batches per producer (a client has one batch in flight per stream).
+    dedup_batches_per_producer: int = 16
+    # Producers remembered per stream (least recently used forgotten first).
+    dedup_producers_max: int = 10_000
+    # How long a request waits for ZooKeeper + recovery when acquiring a stream.
+    acquire_timeout_ms: int = 30_000
+    # Core writer batching: flush a record set after this long (0 = core default).
+    writer_flush_interval_ms: int = 0
+    # How often the registration's load figure is refreshed.
+    load_report_interval_ms: int = 5_000
+    # TEST ONLY: stall the answer of the first N writes (that wrote new records) to
+    # streams whose name starts with the prefix by this long after they are durable, so
+    # a client times out and retries a write that already happened.
+    fault_stall_writes: int = 0
+    fault_stall_ms: int = 0
+    fault_stall_stream_prefix: str = "fault-"
+
+    def __post_init__(self) -> None:
+        validate_name(self.proxy_id, "proxy id")
+        validate_name(self.namespace, "namespace")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"writeproxy.port {self.port} is not a TCP port")
+        MetadataConfig(zk=self.zk, root=self.root, session_timeout_ms=self.session_timeout_ms)
+        if self.record_bytes_max <= 0 or self.request_bytes_max < self.record_bytes_max:
+            raise ConfigError("writeproxy: need 0 < record_bytes_max <= request_bytes_max")
+        if self.stream_inflight_bytes_max < self.request_bytes_max:
+            raise ConfigError("writeproxy: stream_inflight_bytes_max < request_bytes_max")
+        if self.proxy_inflight_bytes_max < self.stream_inflight_bytes_max:
+            raise ConfigError("writeproxy: proxy_inflight_bytes_max < stream_inflight_bytes_max")
+        if self.proxy_inflight_requests_max < self.stream_inflight_requests_max:
+            raise ConfigError("writeproxy: proxy_inflight_requests_max < stream_inflight_...")
+        for name in ("request_records_max", "stream_inflight_requests_max", "streams_owned_max",
+                     "dedup_batches_per_producer", "dedup_producers_max", "acquire_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"writeproxy.{name} must be positive")
+        if self.fault_stall_writes < 0 or self.fault_stall_ms < 0:
+            raise ConfigError("writeproxy fault settings must be >= 0")
+
+    @property
+    def url(self) -> str:
+        return self.advertise_url or f"http://{self.host}:{self.port}"
+
+    def metadata(self) -> MetadataConfig:
+        return MetadataConfig(
+            zk=self.zk, root=self.root, session_timeout_ms=self.session_timeout_ms
+        )

@@ -1,0 +1,316 @@
+"""Stream ownership and the write path of one write proxy.
+
+Owning a stream takes two things, in this order:
+
+1. the **owner record** ``owners/<ns>/<stream>`` (ephemeral, this proxy's session):
+   what other proxies read to redirect clients here;
+2. the stream's **writer lock**, by opening the core library's writer, which also
+   recovers and seals the previous owner's last segment (fencing it) and starts a new
+   segment.
+
+Then the de-duplication table is rebuilt from the stream's tail (:mod:`writeproxy.dedup`).
+A stream whose writer fails (lost lock, bookies gone) is dropped: the writer is
+closed, the record released, and the next request acquires it again from scratch, so
+the table is always rebuilt from what the log really holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bookline.dlsn import DLSN
+from bookline.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    BooklineError,
+    ClosedError,
+    LockOwnedError,
+    NotFoundError,
+    OwnerMovedError,
+    OwnershipLostError,
+    TooLargeError,
+    TooManyRequestsError,
+)
+from bookline.http_api import WireRecord, WriteRequest
+from bookline.records import LogRecord
+from writeproxy import dedup
+from writeproxy.config import WriteProxyConfig
+
+if TYPE_CHECKING:
+    from bookline.namespace import Namespace
+    from bookline.writer import LogWriter
+    from metadata.client import MetadataClient
+
+log = logging.getLogger(__name__)
+
+# Entries read per request while scanning a stream's tail on takeover.
+SCAN_ENTRIES_PER_READ = 64
+# Streams being acquired at once (each costs ZooKeeper round trips and a recovery).
+ACQUIRES_CONCURRENT_MAX = 32
+
+
+@dataclass
+class _Pending:
+    first_seq: int
+    end_seq: int  # exclusive
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class OwnedStream:
+    """A stream this proxy owns: its writer and its producers' table."""
+
+    def __init__(self, name: str, writer: LogWriter, table: dedup.DedupTable) -> None:
+        self.name = name
+        self.writer = writer
+        self.table = table
+        self.failed: BaseException | None = None
+        self._pending: dict[str, list[_Pending]] = {}
+        self.acquired_at = time.monotonic()
+
+    async def write(self, req: WriteRequest) -> tuple[list[DLSN], int]:
+        """Write ``req``'s new records; answer every record's DLSN and the count of
+        records that were retries (not written again)."""
+        if req.producer is None or req.seq is None:
+            return await self._append(req.records, None, 0), 0
+        producer, seq, count = req.producer, req.seq, len(req.records)
+        await self._wait_overlapping(producer, seq, seq + count)
+        plan = self.table.plan(producer, seq, count)
+        new = req.records[plan.write_from:]
+        if not new:
+            return [DLSN(*d) for d in plan.duplicates], len(plan.duplicates)
+        pending = _Pending(plan.first_new_seq, seq + count)
+        self._pending.setdefault(producer, []).append(pending)
+        try:
+            dlsns = await self._append(new, producer, plan.first_new_seq)
+            self.table.record(producer, plan.first_new_seq, dlsns)
+        finally:
+            pending.done.set()
+            waiting = self._pending[producer]
+            waiting.remove(pending)
+            if not waiting:
+                del self._pending[producer]
+        return [DLSN(*d) for d in plan.duplicates] + dlsns, len(plan.duplicates)
+
+    async def _wait_overlapping(self, producer: str, first: int, end: int) -> None:
+        """A retry racing its original: wait until the original is answered."""
+        while True:
+            busy = [p for p in self._pending.get(producer, ()) if p.first_seq < end
+                    and first < p.end_seq]
+            if not busy:
+                return
+            await busy[0].done.wait()
+
+    async def _append(
+        self, records: list[WireRecord], producer: str | None, first_seq: int
+    ) -> list[DLSN]:
+        if self.failed is not None:
+            raise OwnershipLostError(f"writer of {self.name} failed; retry") from self.failed
+        batch = [LogRecord(r.payload, r.txid, r.key, r.headers) for r in records]
+        if producer is not None:
+            marker = dedup.marker_headers(producer, first_seq, len(batch))
+            first = batch[0]
+            first.headers = {**first.headers, **marker} if first.headers else marker
+        # The admission limits keep this stream's pending bytes under the writer's
+        # bound, so write_many appends the whole batch before its first suspension:
+        # the batch is contiguous in the stream, which the dedup markers rely on.
+        try:
+            return await self.writer.write_many(batch)
+        except (BadRequestError, TooLargeError):
+            raise  # the request's fault; the writer is fine
+        except BooklineError as exc:
+            self._fail(exc)
+            raise OwnershipLostError(f"writer of {self.name} failed; retry") from exc
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failed is None:
+            log.warning("stream %s: writer failed (%s); dropping ownership", self.name, exc)
+            self.failed = exc
+
+
+class Ownership:
+    """The streams this proxy owns, acquiring and dropping them."""
+
+    def __init__(
+        self,
+        config: WriteProxyConfig,
+        ns: Namespace,
+        md: MetadataClient,
+        address: str,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.ns = ns
+        self.md = md
+        self.address = address
+        self.owned: dict[str, OwnedStream] = {}
+        self._acquiring: dict[str, asyncio.Future[OwnedStream]] = {}
+        self._acquire_slots = asyncio.Semaphore(ACQUIRES_CONCURRENT_MAX)
+        self._on_change = on_change or (lambda: None)
+        self._closing = False
+        self._drops: set[asyncio.Task[None]] = set()
+        self.acquisitions = 0
+        self.takeover_scan_records = 0
+
+    @property
+    def identity(self) -> str:
+        return f"{self.config.proxy_id}@{self.address}"
+
+    async def get(self, name: str) -> OwnedStream:
+        """The owned stream, acquiring it when nobody owns it; OwnerMovedError if
+        another proxy does."""
+        stream = self.owned.get(name)
+        if stream is not None and stream.failed is None:
+            return stream
+        if stream is not None:
+            await self.drop(name)
+        pending = self._acquiring.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self._closing:
+            raise ClosedError("write proxy is shutting down")
+        if len(self.owned) >= self.config.streams_owned_max:
+            raise TooManyRequestsError(
+                f"this proxy owns {len(self.owned)} streams, its limit; try another proxy"
+            )
+        fut: asyncio.Future[OwnedStream] = asyncio.get_running_loop().create_future()
+        self._acquiring[name] = fut
+        try:
+            async with self._acquire_slots:
+                owned = await asyncio.wait_for(
+                    self._acquire(name), self.config.acquire_timeout_ms / 1000
+                )
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: concurrent waiters re-raise it themselves
+            raise
+        else:
+            fut.set_result(owned)
+            return owned
+        finally:
+            del self._acquiring[name]
+
+    async def owner_of(self, name: str) -> str | None:
+        """Address of the proxy owning ``name`` (ours included), or None."""
+        if name in self.owned:
+            return self.address
+        record = await self.md.proxies.get_owner(self.config.namespace, name)
+        return None if record is None else record.address
+
+    async def _acquire(self, name: str) -> OwnedStream:
+        ns_name = self.config.namespace
+        record = await self.md.proxies.get_owner(ns_name, name)
+        if record is not None and record.session_id != self.md.zk.session_id:
+            raise OwnerMovedError(f"{name} is owned by {record.address}", owner=record.address)
+        if not await self.ns.exists(name):
+            if not self.config.auto_create_streams:
+                raise NotFoundError(f"stream {name} does not exist")
+            with contextlib.suppress(AlreadyExistsError):  # created concurrently: fine
+                await self.ns.create_stream(name)
+        try:
+            await self.md.proxies.claim_owner(ns_name, name, self.config.proxy_id, self.address)
+        except LockOwnedError as exc:
+            raise OwnerMovedError(f"{name} is owned by {exc.owner}", owner=exc.owner) from exc
+        try:
+            writer = await self.ns.open_writer(name, identity=self.identity)
+        except LockOwnedError as exc:
+            await self._release_record(name)
+            # Someone holds the lock without an owner record: a crashed proxy whose
+            # session has not expired yet, or a direct core writer. Retriable.
+            raise OwnershipLostError(
+                f"{name}: writer lock held by {exc.owner}; retry shortly"
+            ) from exc
+        except BaseException:
+            await self._release_record(name)
+            raise
+        try:
+            table = await self._rebuild_table(name)
+        except BaseException:
+            await _close_writer(writer, name)
+            await self._release_record(name)
+            raise
+        owned = OwnedStream(name, writer, table)
+        self.owned[name] = owned
+        self.acquisitions += 1
+        self._on_change()
+        log.info("acquired stream %s (%d producers remembered)", name, len(table))
+        return owned
+
+    async def _rebuild_table(self, name: str) -> dedup.DedupTable:
+        cfg = self.config
+        table = dedup.DedupTable(cfg.dedup_batches_per_producer, cfg.dedup_producers_max)
+        records = await self._scan_tail(name)
+        self.takeover_scan_records += len(records)
+        dedup.rebuild(table, records)
+        return table
+
+    async def _scan_tail(self, name: str) -> list[Any]:
+        """The stream's most recent records (oldest first) within the dedup window."""
+        cfg = self.config
+        horizon_ms = int(time.time() * 1000) - cfg.dedup_window_ms
+        chunks: list[list[Any]] = []
+        total = 0
+        for seg in reversed(await self.ns.segments(name)):
+            if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
+                continue
+            last = seg.last_entry_id
+            while last >= 0:
+                first = max(0, last - SCAN_ENTRIES_PER_READ + 1)
+                recs = await self.ns.read_entries(name, seg.seqno, first, last)
+                chunks.append(list(recs))
+                total += len(recs)
+                if total >= cfg.dedup_scan_records_max or (
+                    recs and recs[0].timestamp_ms < horizon_ms
+                ):
+                    return [r for chunk in reversed(chunks) for r in chunk]
+                last = first - 1
+        return [r for chunk in reversed(chunks) for r in chunk]
+
+    async def _release_record(self, name: str) -> None:
+        try:
+            await self.md.proxies.release_owner(self.config.namespace, name)
+        except BooklineError as exc:  # the session may be gone; then so is the record
+            log.warning("stream %s: could not release owner record: %s", name, exc)
+
+    async def drop(self, name: str) -> None:
+        """Stop owning ``name``: close its writer, release the record."""
+        owned = self.owned.pop(name, None)
+        if owned is None:
+            return
+        await _close_writer(owned.writer, name)
+        await self._release_record(name)
+        self._on_change()
+        log.info("released stream %s", name)
+
+    def drop_soon(self, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.drop(name))
+        self._drops.add(task)
+        task.add_done_callback(self._drops.discard)
+
+    def drop_all_soon(self) -> None:
+        """The session that held our records is gone: so is every stream."""
+        for name in list(self.owned):
+            self.owned[name].failed = self.owned[name].failed or OwnershipLostError("session lost")
+            self.drop_soon(name)
+
+    async def close(self) -> None:
+        self._closing = True
+        for name in list(self.owned):
+            await self.drop(name)
+        if self._drops:
+            await asyncio.gather(*self._drops, return_exceptions=True)
+
+
+async def _close_writer(writer: LogWriter, name: str) -> None:
+    try:
+        await writer.close()
+    except BooklineError as exc:  # a failed writer may fail to close; the lock still goes
+        log.warning("stream %s: closing its writer: %s", name, exc)
+
+
