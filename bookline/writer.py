@@ -121,6 +121,7 @@ class _SegmentState:
     last_txid: int = -1
     last_slot: int = -1
     opened_ms: int = 0
+    sealing: bool = False  # its ledger is being closed: nothing more may be submitted
 
 
 class LogWriter:
@@ -544,6 +545,11 @@ class LogWriter:
                 invariant(seg is not None, "sender without a segment")
                 assert seg is not None
                 out = self._outbox[0]
+                if out.control == "control" and seg.sealing:
+                    self._outbox.popleft()  # the seal tells readers the end anyway
+                    if not out.done.done():
+                        out.done.set_result(None)
+                    continue
                 if out.control == "" and self._roll_due(seg):
                     await self._roll()
                     continue
@@ -638,7 +644,7 @@ class LogWriter:
     def _maybe_control(self) -> None:
         self._control_timer = None
         seg = self._seg
-        if self._error is not None or self._closed or seg is None:
+        if self._error is not None or self._closed or self._ended or seg is None or seg.sealing:
             return
         if self._outbox or self._b_payloads or self._inflight:
             return  # a coming entry carries the LAC anyway
@@ -659,6 +665,10 @@ class LogWriter:
         seg = self._seg
         assert seg is not None
         ctx, ns = self._ctx, self._ctx.namespace
+        seg.sealing = True
+        if self._control_timer is not None:
+            self._control_timer.cancel()
+            self._control_timer = None
         await seg.ledger.close()
         if self._error is not None:
             raise _chained(self._error)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from bookie import main as bookie_main
 from bookline import __version__
 from bookline.errors import BooklineError
-from ops import bench, cli_pipeline, cli_stream
+from ops import bench, cli_autorecovery, cli_pipeline, cli_stream
 from ops.local import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Sub-command groups living in their own modules register here, one line each.
     bookie_main.add_parser(sub)
+    cli_autorecovery.register(sub)  # after `bookie`: adds `bookie decommission`
     bench.register(sub)
     writeproxy_main.add_parser(sub)
     readproxy_main.add_parser(sub)

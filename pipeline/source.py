@@ -3,8 +3,8 @@
 Batch read (``spark.read.format("bookline")``): the planner snapshots each selected
 stream, resolves startingOffsets/startingTimestamp/endingOffsets into sequence-id
 ranges and returns one InputPartition per segment slice; each task reads its slice from
-the bookies (:func:`pipeline.client.read_slice`) and yields Arrow record batches (or
-tuples with ``arrow=false``).
+the bookies (:func:`pipeline.client.read_slice`) and yields Python tuples (or Arrow
+record batches with ``arrow=true``).
 
 Streaming read (``spark.readStream.format("bookline")``): an offset is the JSON object
 ``{"stream": next sequence id to read, ...}``; a micro-batch reads [start, end) of each

@@ -75,7 +75,14 @@ async def test_write_read_info_and_reopen(ns: Namespace) -> None:
     first = await w.write(LogRecord(b"one", key=b"k", headers={"h": b"v"}))
     dlsns = await w.write_many([LogRecord(b"two"), LogRecord(b"three")])
     assert first < dlsns[0] < dlsns[1]
+    # The in-progress segment's counters are as of the LAC the bookies know, which the
+    # next entry (here: the idle control record, ~2 ms later) brings along.
     info = await ns.stream_info("s")
+    for _ in range(100):
+        if info.record_count == 3:
+            break
+        await asyncio.sleep(0.01)
+        info = await ns.stream_info("s")
     assert info.record_count == 3 and info.first_dlsn == first and info.next_sequence_id == 3
     await w.close()
     info = await ns.stream_info("s")
@@ -189,6 +196,11 @@ async def test_tailing_reader_across_segment_rolls(ns: Namespace) -> None:
         while len(got) < n:
             rec = await reader.read_next(20)
             assert rec is not None, f"tail stalled after {len(got)}"
+            if rec.payload == b"old":
+                # acknowledged but not yet past the bookies' LAC when "latest" was
+                # resolved: latest means "after what readers can see"
+                assert not got
+                continue
             got.append(rec.payload)
             segments.add(rec.dlsn.segment_seqno)
 
@@ -223,12 +235,8 @@ async def _bulk(ns: Namespace, n: int) -> None:
     assert info.record_count == n and info.size_bytes == 100 * n
 
 
-async def test_bulk_100k_write_many_read_back(ns: Namespace) -> None:
-    await _bulk(ns, 100_000)
-
-
-@pytest.mark.slow
 async def test_bulk_1m_write_many_read_back(ns: Namespace) -> None:
+    """1,000,000 records of 100 B (about 20 s on the 2-core dev machine)."""
     await _bulk(ns, 1_000_000)
 
 
@@ -277,10 +285,6 @@ async def test_truncation_and_retention_delete_ledgers(ns: Namespace) -> None:
     await w.close()  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    reason="needs the bookie's GC of deleted ledgers (bookie/server.py, in progress)",
-    strict=False,
-)
 async def test_bookie_disk_usage_drops_after_retention(
     ns: Namespace, bookie_cluster: BookieCluster
 ) -> None:

@@ -1,0 +1,278 @@
+"""Autorecovery: the auditor and replication workers as one embeddable service, and
+bookie decommission.
+
+::
+
+    ar = await Autorecovery.connect("127.0.0.1:2181", "/bookline", AutorecoveryConfig())
+    await ar.start()          # stands for auditor election, runs a replication worker
+    ...
+    await ar.stop()
+
+:class:`Autorecovery` runs inside ``bookline autorecovery`` and can be embedded in any
+process that has an event loop (a bookie, later). The pieces live in
+:mod:`ledger.auditor` (election + scans) and :mod:`ledger.replication` (workers).
+
+:func:`decommission` drains a live bookie: it marks every ledger referencing the bookie
+under-replicated and runs a worker until no ledger metadata names it any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+from bookie.client import BookieClientPool
+from bookline.config import MetadataConfig
+from bookline.errors import ConfigError, NotFoundError, TimeoutError_
+from ledger.adapters import PoolTransport, ZkLedgerStore
+from ledger.auditor import Auditor
+from ledger.client import LedgerClient
+from ledger.config import LedgerConfig
+from ledger.replication import Outcome, ReplicationWorker
+from metadata.client import MetadataClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ENV_PREFIX",
+    "Autorecovery",
+    "AutorecoveryConfig",
+    "DecommissionSummary",
+    "decommission",
+    "ledgers_on",
+]
+
+ENV_PREFIX = "BOOKLINE_AUTORECOVERY_"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AutorecoveryConfig:
+    # --- auditor --------------------------------------------------------------------
+    # A bookie absent from the registry (neither writable nor read-only) this long has
+    # its ledgers marked under-replicated. Long enough to ride out a restart.
+    grace_ms: int = 30_000
+    # The elected auditor re-checks every ledger against the registry this often, so a
+    # failure nobody noticed (auditor failover, a lost watch) is still found.
+    full_check_interval_ms: int = 300_000
+    # How often the auditor looks whether some absent bookie's grace period ran out.
+    audit_poll_ms: int = 500
+    # Ledger metadata reads in flight during an audit scan.
+    audit_reads_in_flight_max: int = 32
+    # A candidate auditor re-checks the election node this often even without a watch
+    # event (a watch can be lost with a session).
+    election_poll_ms: int = 5_000
+    # Stand for auditor election (False: this process only runs a worker).
+    auditor_enabled: bool = True
+
+    # --- replication workers --------------------------------------------------------
+    # An OPEN ledger may have a live writer, and changing its ensembles fails that
+    # writer; it is recovered (fenced and closed) only once its work item is this old.
+    open_ledger_grace_ms: int = 300_000
+    # Under-replicated ledgers one worker repairs at once.
+    ledgers_in_flight_max: int = 4
+    # Entries of one fragment being copied at once (read + recovery add each).
+    entries_in_flight_max: int = 64
+    # Deadline of repairing one ledger; past it the claim is released, retried later.
+    ledger_timeout_ms: int = 600_000
+    # Workers re-list the work items this often even without a watch event (deferred
+    # OPEN ledgers and failed ones come back this way).
+    worker_poll_ms: int = 5_000
+    # A ledger whose repair failed is not retried by the same worker before this.
+    retry_backoff_ms: int = 10_000
+    # Run a replication worker (False: this process only stands for auditor).
+    worker_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("grace_ms", "open_ledger_grace_ms", "retry_backoff_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"autorecovery.{name} must be >= 0")
+        positive = (
+            "full_check_interval_ms",
+            "audit_poll_ms",
+            "audit_reads_in_flight_max",
+            "election_poll_ms",
+            "ledgers_in_flight_max",
+            "entries_in_flight_max",
+            "ledger_timeout_ms",
+            "worker_poll_ms",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"autorecovery.{name} must be positive")
+        if not (self.auditor_enabled or self.worker_enabled):
+            raise ConfigError("autorecovery needs the auditor or the worker enabled")
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def connect_parts(
+    metadata: MetadataConfig, ledger_config: LedgerConfig | None = None
+) -> tuple[MetadataClient, LedgerClient]:
+    """One ZooKeeper session shared by the metadata stores and a ledger client (whose
+    ``close`` also closes the bookie pool and the session)."""
+    md = MetadataClient(metadata)
+    await md.connect()
+    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
+    pool = BookieClientPool()
+    transport = PoolTransport(pool, store.address_of)
+
+    async def close() -> None:
+        try:
+            await pool.close()
+        finally:
+            await md.close()
+
+    return md, LedgerClient(store, transport, ledger_config, on_close=close)
+
+
+class Autorecovery:
+    """Auditor candidate + replication worker on one metadata session."""
+
+    def __init__(
+        self,
+        md: MetadataClient,
+        client: LedgerClient,
+        config: AutorecoveryConfig | None = None,
+        *,
+        instance_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config or AutorecoveryConfig()
+        self.instance_id = instance_id or default_instance_id()
+        self.md = md
+        self.client = client
+        self.auditor = Auditor(md, self.config, self.instance_id, clock=clock)
+        self.worker = ReplicationWorker(md, client, self.config, self.instance_id, clock=clock)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._on_stop = on_stop
+
+    @classmethod
+    async def connect(
+        cls,
+        metadata: MetadataConfig,
+        config: AutorecoveryConfig | None = None,
+        ledger_config: LedgerConfig | None = None,
+        **kwargs: object,
+    ) -> Autorecovery:
+        """An instance with its own ZooKeeper session and bookie connections."""
+        md, client = await connect_parts(metadata, ledger_config)
+        return cls(md, client, config, on_stop=client.close, **kwargs)  # type: ignore[arg-type]
+
+    async def start(self) -> None:
+        if self._tasks:
+            return
+        if self.config.auditor_enabled:
+            self._tasks.append(asyncio.create_task(self.auditor.run(), name="auditor"))
+        if self.config.worker_enabled:
+            self._tasks.append(asyncio.create_task(self.worker.run(), name="replication"))
+        log.info("autorecovery %s started", self.instance_id)
+
+    async def wait(self) -> None:
+        """Return when a part stopped on its own (raising its error); they run forever."""
+        done, _pending = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+
+    async def stop(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        errors: list[BaseException] = []
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass  # what we asked for
+            except Exception as exc:
+                errors.append(exc)
+        if self._on_stop is not None:
+            closer, self._on_stop = self._on_stop, None
+            await closer()
+        log.info("autorecovery %s stopped", self.instance_id)
+        if errors:
+            raise errors[0]
+
+    async def __aenter__(self) -> Autorecovery:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+async def ledgers_on(md: MetadataClient, bookie_id: str) -> list[int]:
+    """Ids of the ledgers whose metadata names ``bookie_id`` in some ensemble."""
+    out: list[int] = []
+    async for ledger_id in md.ledgers.iter_ledger_ids():
+        with contextlib.suppress(NotFoundError):  # deleted while we scanned: not on it
+            meta, _version = await md.ledgers.read(ledger_id)
+            if any(bookie_id in ens for _first, ens in meta.ensembles):
+                out.append(ledger_id)
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecommissionSummary:
+    bookie_id: str
+    ledgers_found: int  # ledgers naming the bookie when decommission started
+    ledgers_replicated: int  # repaired by this process (others may have helped)
+    rounds: int
+    elapsed_ms: int
+
+
+async def decommission(
+    md: MetadataClient,
+    client: LedgerClient,
+    bookie_id: str,
+    config: AutorecoveryConfig,
+    *,
+    timeout_ms: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> DecommissionSummary:
+    """Move every replica ``bookie_id`` holds to other bookies; return when no ledger
+    names it. TimeoutError_ after ``timeout_ms`` (re-run to continue: it is idempotent).
+
+    The bookie should stay up meanwhile (it is a source too) and should be read-only
+    or otherwise kept out of new ensembles, else new ledgers keep landing on it."""
+    start = clock()
+    worker = ReplicationWorker(md, client, config, f"decommission-{default_instance_id()}")
+    found: int | None = None
+    rounds = 0
+    while True:
+        ids = await ledgers_on(md, bookie_id)
+        if found is None:
+            found = len(ids)
+        if not ids:
+            break
+        if clock() - start > timeout_ms / 1000.0:
+            raise TimeoutError_(
+                f"decommission of {bookie_id}: {len(ids)} ledgers still reference it "
+                f"after {timeout_ms} ms"
+            )
+        rounds += 1
+        for ledger_id in ids:
+            await md.underreplicated.mark(ledger_id, {bookie_id})
+        outcomes = await worker.run_once(only=ids)
+        progress = sum(1 for o in outcomes.values() if o is Outcome.REPLICATED)
+        log.info(
+            "decommission %s round %d: %d of %d repaired", bookie_id, rounds, progress, len(ids)
+        )
+        if progress < len(ids):
+            # Others hold claims, OPEN ledgers wait for their writers, or errors back off.
+            await asyncio.sleep(min(config.worker_poll_ms, config.retry_backoff_ms or 1) / 1000.0)
+    return DecommissionSummary(
+        bookie_id=bookie_id,
+        ledgers_found=found,
+        ledgers_replicated=worker.replicated,
+        rounds=rounds,
+        elapsed_ms=int((clock() - start) * 1000),
+    )

@@ -1,0 +1,426 @@
+"""Replication workers: copy the fragments a lost bookie held to new bookies.
+
+A work item (``ledgers/underreplicated/<id>``, written by the auditor or by
+decommission) names a ledger and the bookies it lost. A worker:
+
+1. takes the item's ephemeral claim (another worker's claim -> skip; a crashed
+   worker's claim vanishes with its session);
+2. reads the ledger. Deleted -> drop the item. OPEN / IN_RECOVERY -> wait until the
+   item is ``open_ledger_grace_ms`` old (its writer may be alive: changing the
+   ensembles under a live writer fails it), then run ledger recovery, which fences any
+   writer and closes the ledger at its true end;
+3. for every *fragment* -- one lost bookie's position in one ensemble segment -- picks
+   a replacement (writable, not in that ensemble, rack-aware, :func:`choose_replacement`),
+   copies every entry of the segment whose write set includes that position from a
+   surviving replica (digest verified, sent as the same packaged bytes with recovery
+   adds under the ledger's master key), and only then compare-and-sets the metadata so
+   the replacement takes the lost bookie's place in that segment. Metadata therefore
+   never names a bookie that lacks the entries;
+4. clears the item (and its claim, in one transaction).
+
+Idempotent when interrupted: a copy without the CAS leaves unreferenced extra replicas
+(harmless); after the CAS the lost bookie is no longer in the metadata, so a re-run
+finds nothing left to do and clears the item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from bookline.errors import (
+    BadVersionError,
+    BooklineError,
+    InvariantViolation,
+    LockOwnedError,
+    MetadataError,
+    NoLedgerError,
+    NotFoundError,
+    SessionSuspendedError,
+    TimeoutError_,
+)
+from bookline.invariants import invariant
+from ledger.digest import DigestManager, UnpackedEntry, master_key
+from ledger.meta import LedgerMeta, Segment
+from ledger.placement import choose_replacement
+from ledger.reader import replicas_of
+from ledger.speculative import speculative
+
+if TYPE_CHECKING:
+    from ledger.autorecovery import AutorecoveryConfig
+    from ledger.client import LedgerClient
+    from metadata.client import MetadataClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Fragment",
+    "Outcome",
+    "ReplicationWorker",
+    "fragment_entries",
+    "fragments_to_replace",
+]
+
+# Ledgers remembered as "failed recently / deferred" per worker (bounded memory).
+_BACKOFF_ENTRIES_MAX = 100_000
+# Passes over a ledger when the auditor adds lost bookies while we repair it.
+_PASSES_MAX = 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fragment:
+    """The entries one bookie holds in one ensemble segment."""
+
+    segment_index: int
+    first_entry_id: int  # the segment's first entry
+    last_entry_id: int  # the segment's last entry, inclusive (< first: segment is empty)
+    position: int  # the bookie's index in the segment's ensemble
+    bookie: str
+
+
+class Outcome(enum.Enum):
+    REPLICATED = "replicated"  # repaired and the item cleared
+    GONE = "gone"  # the item or the ledger disappeared; nothing to do
+    DEFERRED = "deferred"  # OPEN ledger within its grace period
+    CLAIMED = "claimed"  # another worker holds the claim
+    FAILED = "failed"  # an error; retried after the backoff
+
+
+def _segment_last(meta: LedgerMeta, index: int) -> int:
+    if index + 1 < len(meta.segments):
+        return meta.segments[index + 1].first_entry_id - 1
+    return meta.last_entry_id
+
+
+def fragments_to_replace(meta: LedgerMeta, lost: Iterable[str]) -> list[Fragment]:
+    """Every (segment, position) of a CLOSED ledger held by a bookie in ``lost``."""
+    invariant(meta.is_closed, "ledger %d: fragments of a ledger not closed", meta.ledger_id)
+    gone = set(lost)
+    out: list[Fragment] = []
+    for index, seg in enumerate(meta.segments):
+        for position, bookie in enumerate(seg.bookies):
+            if bookie in gone:
+                out.append(
+                    Fragment(
+                        index, seg.first_entry_id, _segment_last(meta, index), position, bookie
+                    )
+                )
+    return out
+
+
+def fragment_entries(fragment: Fragment, ensemble_size: int, write_quorum: int) -> Iterator[int]:
+    """Entry ids of the fragment's segment whose write set includes its position:
+    entry ``i`` is on positions ``(i + k) mod E`` for ``k < Qw``."""
+    for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1):
+        if (fragment.position - entry_id) % ensemble_size < write_quorum:
+            yield entry_id
+
+
+def with_replacement(meta: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
+    """``meta`` with ``replacement`` in the fragment's position of its segment."""
+    seg = meta.segments[fragment.segment_index]
+    bookies = list(seg.bookies)
+    bookies[fragment.position] = replacement
+    segments = list(meta.segments)
+    segments[fragment.segment_index] = Segment(seg.first_entry_id, tuple(bookies))
+    return dataclasses.replace(meta, segments=tuple(segments))
+
+
+async def _bounded(items: Iterable[int], fn: Callable[[int], Awaitable[None]], limit: int) -> None:
+    """``fn(item)`` for every item, at most ``limit`` at once; the first error cancels
+    the rest and is raised."""
+    running: set[asyncio.Task[None]] = set()
+    try:
+        for item in items:
+            if len(running) >= limit:
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+            running.add(asyncio.ensure_future(fn(item)))
+        while running:
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+    finally:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
+
+
+class ReplicationWorker:
+    """Claims and repairs under-replicated ledgers. :meth:`run` loops until cancelled;
+    :meth:`run_once` makes one pass over the work items (decommission and tests)."""
+
+    def __init__(
+        self,
+        md: MetadataClient,
+        client: LedgerClient,
+        config: AutorecoveryConfig,
+        worker_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        rng: random.Random | None = None,
+    ) -> None:
+        self._md = md
+        self._client = client
+        self._config = config
+        self.worker_id = worker_id
+        self._clock = clock
+        self._wall_ms = wall_ms
+        self._rng = rng or random.Random()
+        self._not_before: dict[int, float] = {}  # ledger id -> clock time of next try
+        self.replicated = 0  # ledgers repaired by this worker (for summaries)
+
+    # -- loop ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        woken = asyncio.Event()
+        watch = await self._md.zk.watch_children(
+            self._md.layout.underreplicated_root, lambda _children: woken.set()
+        )
+        try:
+            while True:
+                woken.clear()
+                try:
+                    await self.run_once()
+                except (MetadataError, SessionSuspendedError, NotFoundError) as exc:
+                    # ZooKeeper unreachable or the root went away: try again later.
+                    log.warning("replication worker %s: listing failed: %s", self.worker_id, exc)
+                try:
+                    async with asyncio.timeout(self._config.worker_poll_ms / 1000.0):
+                        await woken.wait()
+                except TimeoutError:
+                    pass  # the periodic pass: deferred and failed ledgers come back
+        finally:
+            watch.cancel()
+
+    async def run_once(self, only: Iterable[int] | None = None) -> dict[int, Outcome]:
+        """Try every claimable item (or those in ``only``); ``ledgers_in_flight_max`` at once."""
+        ids = await self._md.underreplicated.list()
+        if only is not None:
+            wanted = set(only)
+            ids = [i for i in ids if i in wanted]
+        now = self._clock()
+        ids = [i for i in ids if self._not_before.get(i, 0.0) <= now]
+        self._rng.shuffle(ids)  # workers started together should not all race for one item
+        outcomes: dict[int, Outcome] = {}
+
+        async def one(ledger_id: int) -> None:
+            outcomes[ledger_id] = await self.process(ledger_id)
+
+        await _bounded(ids, one, self._config.ledgers_in_flight_max)
+        return outcomes
+
+    def _back_off(self, ledger_id: int, delay_ms: int) -> None:
+        self._not_before[ledger_id] = self._clock() + delay_ms / 1000.0
+        while len(self._not_before) > _BACKOFF_ENTRIES_MAX:
+            del self._not_before[next(iter(self._not_before))]
+
+    # -- one ledger ----------------------------------------------------------------
+
+    async def process(self, ledger_id: int) -> Outcome:
+        """Claim ``ledger_id``'s item, repair it, release the claim."""
+        ur = self._md.underreplicated
+        try:
+            await ur.claim(ledger_id, self.worker_id)
+        except LockOwnedError:
+            return Outcome.CLAIMED
+        try:
+            try:
+                async with asyncio.timeout(self._config.ledger_timeout_ms / 1000.0):
+                    outcome = await self._repair(ledger_id)
+            except TimeoutError as exc:
+                raise TimeoutError_(
+                    f"ledger {ledger_id}: repair took over {self._config.ledger_timeout_ms} ms"
+                ) from exc
+        except InvariantViolation:
+            raise  # a bug, not an operating error: stop loudly
+        except BooklineError as exc:
+            log.warning(
+                "worker %s: ledger %d not repaired, retry in %d ms: %s",
+                self.worker_id,
+                ledger_id,
+                self._config.retry_backoff_ms,
+                exc,
+            )
+            self._back_off(ledger_id, self._config.retry_backoff_ms)
+            outcome = Outcome.FAILED
+        finally:
+            await ur.release(ledger_id)  # a no-op after clear() took it with the item
+        if outcome is Outcome.DEFERRED:
+            self._back_off(ledger_id, self._config.worker_poll_ms)
+        elif outcome is not Outcome.FAILED:
+            self._not_before.pop(ledger_id, None)
+        return outcome
+
+    async def _repair(self, ledger_id: int) -> Outcome:
+        ur = self._md.underreplicated
+        store = self._client.store
+        try:
+            item = await ur.get(ledger_id)
+        except NotFoundError:
+            return Outcome.GONE  # repaired and cleared by someone else meanwhile
+        try:
+            meta, _version = await store.read(ledger_id)
+        except NoLedgerError:
+            log.info("ledger %d was deleted; dropping its under-replication item", ledger_id)
+            await ur.clear(ledger_id)
+            return Outcome.GONE
+        if not meta.is_closed:
+            age_ms = self._wall_ms() - item.ctime_ms
+            if age_ms < self._config.open_ledger_grace_ms:
+                log.info(
+                    "ledger %d is %s; waiting for its writer (%d of %d ms)",
+                    ledger_id,
+                    meta.state.value,
+                    age_ms,
+                    self._config.open_ledger_grace_ms,
+                )
+                return Outcome.DEFERRED
+            log.info("ledger %d is %s past its grace: recovering it", ledger_id, meta.state.value)
+            await self._client.open_ledger(ledger_id, meta.password, recover=True)
+        lost = set(item.missing_bookies)
+        for _ in range(_PASSES_MAX):
+            await self._replace_all(ledger_id, lost)
+            try:
+                latest = await ur.get(ledger_id)
+            except NotFoundError:
+                return Outcome.GONE
+            if latest.missing_bookies <= lost:
+                await ur.clear(ledger_id)
+                self.replicated += 1
+                log.info("ledger %d re-replicated (lost %s)", ledger_id, sorted(lost))
+                return Outcome.REPLICATED
+            lost |= latest.missing_bookies  # the auditor found more while we worked
+        raise BadVersionError(f"ledger {ledger_id}: lost bookies kept changing during repair")
+
+    async def _replace_all(self, ledger_id: int, lost: set[str]) -> None:
+        meta, _version = await self._client.store.read(ledger_id)
+        invariant(meta.is_closed, "ledger %d: repairing a ledger that is not closed", ledger_id)
+        for fragment in fragments_to_replace(meta, lost):
+            meta = await self._replace(meta, fragment, lost)
+        remaining = meta.all_bookies() & lost
+        invariant(not remaining, "ledger %d still on lost bookies %r", ledger_id, remaining)
+
+    async def _replace(self, meta: LedgerMeta, fragment: Fragment, lost: set[str]) -> LedgerMeta:
+        store = self._client.store
+        candidates = [c for c in await store.writable_bookies() if c.bookie_id not in lost]
+        ensemble = meta.segments[fragment.segment_index].bookies
+        replacement = choose_replacement(
+            candidates,
+            ensemble,
+            fragment.position,
+            meta.write_quorum,
+            avoid=self._client.health.avoided() | lost,
+            racks={c.bookie_id: c.rack for c in candidates},
+            rng=self._rng,
+        )
+        registered = (await self._md.bookies.list_all()).all
+        # A lost bookie that is still up (decommission) is a fine source; dead ones are not.
+        unusable = (lost - registered) | {replacement}
+        entries = list(fragment_entries(fragment, meta.ensemble_size, meta.write_quorum))
+        log.info(
+            "ledger %d: copying %d entries of segment %d from %s to %s",
+            meta.ledger_id,
+            len(entries),
+            fragment.first_entry_id,
+            fragment.bookie,
+            replacement,
+        )
+        await self._copy(meta, entries, replacement, unusable)
+        return await self._swap(meta, fragment, replacement)
+
+    async def _copy(
+        self, meta: LedgerMeta, entries: list[int], replacement: str, unusable: set[str]
+    ) -> None:
+        cfg = self._client.config
+        digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        key = master_key(meta.password)
+        read_timeout_s = cfg.read_timeout_ms / 1000.0
+
+        async def copy_one(entry_id: int) -> None:
+            async def attempt(bookie: str) -> tuple[UnpackedEntry, bytes]:
+                ans = await self._client.transport.read(
+                    bookie,
+                    meta.ledger_id,
+                    entry_id,
+                    fence=False,
+                    master_key=b"",
+                    timeout_s=read_timeout_s,
+                )
+                return digest.verify(ans.data, entry_id), ans.data
+
+            sources = [b for b in replicas_of(meta, entry_id) if b not in unusable]
+            entry, data = await speculative(
+                sources,
+                attempt,
+                health=self._client.health,
+                clock=self._clock,
+                first_timeout_s=cfg.speculative_read_first_timeout_ms / 1000.0,
+                max_timeout_s=cfg.speculative_read_max_timeout_ms / 1000.0,
+                what=f"re-replication read of ledger {meta.ledger_id} entry {entry_id}",
+            )
+            await self._client.transport.add(
+                replacement,
+                meta.ledger_id,
+                entry_id,
+                entry.lac,
+                key,
+                data,
+                recovery=True,
+                timeout_s=cfg.add_timeout_ms / 1000.0,
+            )
+
+        await _bounded(entries, copy_one, self._config.entries_in_flight_max)
+
+    async def _swap(self, copied: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
+        """CAS ``replacement`` into the fragment's place; re-read and re-apply on a lost race."""
+        store = self._client.store
+        for _ in range(self._client.config.metadata_cas_retries_max):
+            meta, version = await store.read(copied.ledger_id)
+            invariant(
+                meta.is_closed and meta.last_entry_id == copied.last_entry_id,
+                "ledger %d: closed end moved during re-replication (%d -> %d)",
+                meta.ledger_id,
+                copied.last_entry_id,
+                meta.last_entry_id,
+            )
+            seg = meta.segments[fragment.segment_index]
+            if seg.first_entry_id != fragment.first_entry_id:
+                raise BadVersionError(f"ledger {meta.ledger_id}: segments changed under repair")
+            if seg.bookies[fragment.position] != fragment.bookie:
+                raise BadVersionError(
+                    f"ledger {meta.ledger_id}: position {fragment.position} of segment "
+                    f"{fragment.first_entry_id} is now {seg.bookies[fragment.position]}"
+                )
+            if replacement in seg.bookies:
+                raise BadVersionError(
+                    f"ledger {meta.ledger_id}: {replacement} joined segment "
+                    f"{fragment.first_entry_id} meanwhile"
+                )
+            new = with_replacement(meta, fragment, replacement)
+            try:
+                await store.write(new, version)
+            except BadVersionError:
+                continue
+            log.info(
+                "ledger %d: segment %d position %d is now %s (was %s)",
+                meta.ledger_id,
+                fragment.first_entry_id,
+                fragment.position,
+                replacement,
+                fragment.bookie,
+            )
+            return new
+        raise MetadataError(
+            f"ledger {copied.ledger_id}: re-replication lost the metadata CAS "
+            f"{self._client.config.metadata_cas_retries_max} times"
+        )

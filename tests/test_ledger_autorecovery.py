@@ -1,0 +1,265 @@
+"""Autorecovery: auditor election and scans, replication workers, decommission.
+
+Pure tests of the fragment arithmetic first; then, against a real ZooKeeper and real
+bookie processes (stopped by pid in the fixture's ``finally``): a ``kill -9``-ed
+bookie's closed ledgers are re-replicated and the under-replicated count returns to 0;
+``bookline bookie decommission`` drains a live bookie; a second auditor takes over when
+the leader's session expires and still finds a bookie that vanished before it led.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bookie.client import BookieClientPool
+from bookline.config import MetadataConfig
+from ledger.auditor import Auditor, current_leader
+from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts, ledgers_on
+from ledger.client import LedgerClient
+from ledger.digest import DigestType
+from ledger.meta import LedgerMeta, LedgerState, Segment
+from ledger.reader import replicas_of
+from ledger.replication import Fragment, fragment_entries, fragments_to_replace, with_replacement
+from metadata.client import MetadataClient
+from metadata.ledgers import LedgerMetadata
+from metadata.ledgers import LedgerState as MdState
+from ops import procs
+from tests.metadata_support import expire_session
+from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
+
+FAST = AutorecoveryConfig(
+    grace_ms=2_000,
+    full_check_interval_ms=60_000,
+    audit_poll_ms=100,
+    election_poll_ms=500,
+    open_ledger_grace_ms=0,
+    worker_poll_ms=300,
+    retry_backoff_ms=500,
+    ledger_timeout_ms=30_000,
+)
+LEDGERS = 6
+ENTRIES = 150
+WAIT_S = 45.0
+
+
+# -- pure -------------------------------------------------------------------------------
+
+
+def _meta(segments: tuple[Segment, ...], last: int, e: int = 3, qw: int = 2) -> LedgerMeta:
+    return LedgerMeta(
+        ledger_id=7,
+        ensemble_size=e,
+        write_quorum=qw,
+        ack_quorum=qw,
+        digest_type=DigestType.CRC32C,
+        segments=segments,
+        state=LedgerState.CLOSED,
+        last_entry_id=last,
+    )
+
+
+def test_fragment_entries_follow_the_write_sets() -> None:
+    # E=3, Qw=2: entry i on positions i%3 and (i+1)%3.
+    frag = Fragment(0, 0, 8, position=1, bookie="b")
+    assert list(fragment_entries(frag, 3, 2)) == [0, 1, 3, 4, 6, 7]
+    assert list(fragment_entries(Fragment(0, 5, 4, 0, "b"), 3, 2)) == []  # empty segment
+    assert list(fragment_entries(Fragment(0, 0, 3, 2, "b"), 3, 3)) == [0, 1, 2, 3]
+
+
+def test_fragments_cover_every_segment_with_a_lost_bookie() -> None:
+    meta = _meta((Segment(0, ("a", "b", "c")), Segment(10, ("a", "d", "c"))), last=20)
+    frags = fragments_to_replace(meta, {"c", "z"})
+    assert frags == [Fragment(0, 0, 9, 2, "c"), Fragment(1, 10, 20, 2, "c")]
+    swapped = with_replacement(meta, frags[1], "e")
+    assert swapped.segments[1].bookies == ("a", "d", "e")
+    assert swapped.segments[0] == meta.segments[0]
+
+
+# -- integration helpers --------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(zk_connect: str, cluster_root: str, tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(zk_connect, cluster_root, tmp_path)
+    try:
+        yield c
+    finally:
+        for b in c.bookies:
+            procs.stop(b.proc, grace_s=5.0)
+
+
+@contextlib.asynccontextmanager
+async def parts(c: Cluster) -> AsyncIterator[tuple[MetadataClient, LedgerClient]]:
+    md, client = await connect_parts(MetadataConfig(zk=c.zk, root=c.root), CONFIG)
+    try:
+        yield md, client
+    finally:
+        await client.close()
+
+
+def payload(ledger: int, entry: int) -> bytes:
+    return b"ledger-%d-entry-%d-" % (ledger, entry) + bytes(entry % 97)
+
+
+async def write_ledgers(client: LedgerClient) -> list[int]:
+    """Closed ledgers, E=Qw=3 Qa=2, on 3 of the 4 bookies each; one HMAC, one empty."""
+    ids: list[int] = []
+    for n in range(LEDGERS):
+        w = await client.create_ledger(
+            ensemble_size=3,
+            write_quorum=3,
+            ack_quorum=2,
+            password=b"pw",
+            digest_type="hmac_sha256" if n == 0 else "crc32c",
+        )
+        count = 0 if n == 1 else ENTRIES
+        await asyncio.gather(*[await w.submit(payload(n, i)) for i in range(count)])
+        await w.close()
+        ids.append(w.ledger_id)
+    return ids
+
+
+async def wait_until_clean(md: MetadataClient, bookie: str) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while await ledgers_on(md, bookie) or await md.underreplicated.list():
+            await asyncio.sleep(0.2)
+
+
+async def check_fully_replicated(client: LedgerClient, ids: list[int], gone: str) -> None:
+    """Metadata never names ``gone``; each entry is on every bookie of its write set;
+    every entry reads back byte-identical."""
+    pool = BookieClientPool()
+    try:
+        for n, ledger_id in enumerate(ids):
+            meta, _v = await client.store.read(ledger_id)
+            assert meta.is_closed
+            assert gone not in meta.all_bookies(), (ledger_id, meta.segments)
+            held = {}
+            if meta.last_entry_id >= 0:  # bookies know no ledger they hold no entry of
+                for b in meta.all_bookies():
+                    held[b] = set(await pool.get(b).list_entries(ledger_id))
+            for entry_id in range(meta.last_entry_id + 1):
+                for b in replicas_of(meta, entry_id):
+                    assert entry_id in held[b], (ledger_id, entry_id, b)
+            reader = await client.open_ledger(ledger_id, b"pw", recover=False)
+            got = await reader.read(0, meta.last_entry_id)
+            count = 0 if n == 1 else ENTRIES
+            assert got == [payload(n, i) for i in range(count)]
+    finally:
+        await pool.close()
+
+
+def most_used(metas: list[LedgerMeta]) -> str:
+    counts: dict[str, int] = {}
+    for m in metas:
+        for b in m.all_bookies():
+            counts[b] = counts.get(b, 0) + 1
+    return max(sorted(counts), key=lambda b: counts[b])
+
+
+# -- integration ----------------------------------------------------------------------
+
+
+@pytest.mark.integration
+async def test_killed_bookie_is_rereplicated(cluster: Cluster) -> None:
+    await start(cluster, 4)
+    async with parts(cluster) as (md, client):
+        await wait_writable(client, 4)
+        ids = await write_ledgers(client)
+        victim = most_used([(await client.store.read(i))[0] for i in ids])
+        os.kill(cluster.by_id(victim).proc.pid, signal.SIGKILL)
+        ar = Autorecovery(md, client, FAST, instance_id="ar-1")
+        await ar.start()
+        try:
+            async with asyncio.timeout(WAIT_S):  # the auditor notices and marks
+                while ar.auditor.marked == 0:
+                    await asyncio.sleep(0.1)
+            await wait_until_clean(md, victim)
+        finally:
+            await ar.stop()
+        assert ar.worker.replicated >= 1
+        await check_fully_replicated(client, ids, victim)
+
+
+@pytest.mark.integration
+async def test_decommission_drains_a_live_bookie(cluster: Cluster) -> None:
+    await start(cluster, 4)
+    async with parts(cluster) as (md, client):
+        await wait_writable(client, 4)
+        ids = await write_ledgers(client)
+        target = most_used([(await client.store.read(i))[0] for i in ids])
+        found = len(await ledgers_on(md, target))
+        argv = [BOOKLINE, "bookie", "decommission", target, "--zk", cluster.zk,
+                "--root", cluster.root, "--json", "--timeout-ms", "40000"]  # fmt: skip
+        done = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, timeout=WAIT_S, check=False
+        )
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        summary = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        assert summary["ledgers_found"] == found > 0
+        assert await ledgers_on(md, target) == []
+        assert await md.underreplicated.list() == []
+        procs.stop(cluster.by_id(target).proc, grace_s=5.0)  # now safe to stop
+        await check_fully_replicated(client, ids, target)
+
+
+@pytest.mark.integration
+async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
+    config = MetadataConfig(zk=zk_connect, root=cluster_root, session_timeout_ms=4_000)
+    mds = [MetadataClient(config), MetadataClient(config)]
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for md in mds:
+            await md.connect()
+        await mds[0].init_cluster()
+        # A closed ledger on a bookie that never registers: lost before anyone audits.
+        await mds[0].ledgers.create(
+            LedgerMetadata(
+                ledger_id=42,
+                ensemble_size=2,
+                write_quorum=2,
+                ack_quorum=1,
+                ensembles=((0, ("ghost:1", "ghost:2")),),
+                state=MdState.CLOSED,
+                last_entry_id=9,
+            )
+        )
+        slow = dataclasses.replace(FAST, grace_ms=60_000)
+        auditors = [Auditor(mds[0], slow, "a-0"), Auditor(mds[1], FAST, "a-1")]
+        tasks = [asyncio.create_task(auditors[0].run())]
+        async with asyncio.timeout(WAIT_S):
+            while not auditors[0].is_leader:
+                await asyncio.sleep(0.05)
+        tasks.append(asyncio.create_task(auditors[1].run()))
+        await asyncio.sleep(0.5)
+        assert not auditors[1].is_leader
+        assert await current_leader(mds[1]) == "a-0"
+        assert await mds[1].underreplicated.list() == []  # a-0's grace is a minute
+        tasks[0].cancel()  # the leader's process "dies": its session ends with it
+        await expire_session(zk_connect, mds[0].zk)
+        async with asyncio.timeout(WAIT_S):
+            while await current_leader(mds[1]) != "a-1":
+                await asyncio.sleep(0.05)
+            while await mds[1].underreplicated.list() != [42]:
+                await asyncio.sleep(0.1)
+        item = await mds[1].underreplicated.get(42)
+        assert item.missing_bookies == {"ghost:1", "ghost:2"}
+        assert auditors[1].is_leader
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):  # cancelled just above
+                await task
+        for md in mds:
+            await md.close()
