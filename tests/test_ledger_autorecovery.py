@@ -112,7 +112,8 @@ def payload(ledger: int, entry: int) -> bytes:
 
 
 async def write_ledgers(client: LedgerClient) -> list[int]:
-    """Closed ledgers, E=Qw=3 Qa=2, on 3 of the 4 bookies each; one HMAC, one empty."""
+    """Ledgers with E=Qw=3 Qa=2, on 3 of the 4 bookies each: one HMAC, one empty, one
+    left OPEN, the others closed."""
     ids: list[int] = []
     for n in range(LEDGERS):
         w = await client.create_ledger(
@@ -124,7 +125,8 @@ async def write_ledgers(client: LedgerClient) -> list[int]:
         )
         count = 0 if n == 1 else ENTRIES
         await asyncio.gather(*[await w.submit(payload(n, i)) for i in range(count)])
-        await w.close()
+        if n != 2:  # ledger 2 stays OPEN: its writer "died"; workers recover it first
+            await w.close()
         ids.append(w.ledger_id)
     return ids
 
@@ -200,7 +202,8 @@ async def test_decommission_drains_a_live_bookie(cluster: Cluster) -> None:
         target = most_used([(await client.store.read(i))[0] for i in ids])
         found = len(await ledgers_on(md, target))
         argv = [BOOKLINE, "bookie", "decommission", target, "--zk", cluster.zk,
-                "--root", cluster.root, "--json", "--timeout-ms", "40000"]  # fmt: skip
+                "--root", cluster.root, "--json", "--timeout-ms", "40000",
+                "--open-ledger-grace-ms", "0"]  # fmt: skip
         done = await asyncio.to_thread(
             subprocess.run, argv, capture_output=True, timeout=WAIT_S, check=False
         )
