@@ -25,8 +25,12 @@ want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)-$("$PYTHON_BIN" -c 
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: creating/updating venv at $VENV" >&2
     [ -x "$VENV/bin/python" ] || "$PYTHON_BIN" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip 2>/dev/null || true
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev,spark]" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+    # pip's own output goes to a log, shown only when the install fails.
+    if ! "$VENV/bin/python" -m pip install -e "$ROOT[dev,spark]" > "$VENV/pip.log" 2>&1; then
+        cat "$VENV/pip.log" >&2
+        echo "setup: pip install failed (log above, also in $VENV/pip.log)" >&2
+        exit 1
+    fi
     echo "$want" > "$stamp"
 fi
 VENV_PY="$VENV/bin/python"
