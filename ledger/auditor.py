@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from bookline.errors import (
     AlreadyExistsError,
     BadVersionError,
+    ClosedError,
     MetadataError,
     NotFoundError,
     SessionSuspendedError,
@@ -86,20 +87,43 @@ class Auditor:
 
     async def run(self) -> None:
         """Until cancelled: win the election, audit until the session is lost, repeat."""
-        while True:
-            try:
-                await self._elect()
-                await self._lead()
-            except _TRANSIENT as exc:
-                log.warning("auditor %s: %s; standing again shortly", self.auditor_id, exc)
-                await asyncio.sleep(self._config.election_poll_ms / 1000.0)
+        try:
+            while True:
+                try:
+                    await self._elect()
+                    await self._lead()
+                except _TRANSIENT as exc:
+                    log.warning("auditor %s: %s; standing again shortly", self.auditor_id, exc)
+                    await asyncio.sleep(self._config.election_poll_ms / 1000.0)
+        finally:
+            await self._resign()
+
+    async def _resign(self) -> None:
+        """Give up the election node now (when stopped while the session lives on, as
+        in an embedding process), so the next candidate need not wait for expiry."""
+        zk = self._md.zk
+        if zk.closed:
+            return  # the session ended: ZooKeeper removed the node already
+        try:
+            stat = await zk.exists(self._path)
+            if stat is not None and stat.ephemeral_owner == zk.session_id:
+                await zk.delete(self._path, stat.version)
+                log.info("auditor %s resigned", self.auditor_id)
+        except (NotFoundError, BadVersionError):
+            pass  # no longer ours: nothing to give up
+        except (MetadataError, SessionSuspendedError, ClosedError) as exc:
+            log.warning(
+                "auditor %s: could not resign (%s); the node goes with the session",
+                self.auditor_id,
+                exc,
+            )
 
     async def _elect(self) -> None:
         zk = self._md.zk
         body = serde.encode(AUDITOR_KIND, AUDITOR_FORMAT_VERSION, {"id": self.auditor_id})
         while True:
             try:
-                await zk.create(self._path, body, ephemeral=True)
+                await zk.create(self._path, body, ephemeral=True, makepath=True)
                 log.info("auditor %s elected", self.auditor_id)
                 return
             except AlreadyExistsError:

@@ -25,16 +25,16 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from bookie.client import BookieClientPool
 from bookline.config import MetadataConfig
-from bookline.errors import ConfigError, NotFoundError, TimeoutError_
+from bookline.errors import ConfigError, NoLedgerError, NotFoundError, TimeoutError_
 from ledger.adapters import PoolTransport, ZkLedgerStore
 from ledger.auditor import Auditor
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
-from ledger.replication import Outcome, ReplicationWorker
+from ledger.replication import ListEntries, Outcome, ReplicationWorker
 from metadata.client import MetadataClient
 
 log = logging.getLogger(__name__)
@@ -115,14 +115,29 @@ def default_instance_id() -> str:
 
 async def connect_parts(
     metadata: MetadataConfig, ledger_config: LedgerConfig | None = None
-) -> tuple[MetadataClient, LedgerClient]:
+) -> tuple[MetadataClient, LedgerClient, ListEntries]:
     """One ZooKeeper session shared by the metadata stores and a ledger client (whose
-    ``close`` also closes the bookie pool and the session)."""
+    ``close`` also closes the bookie pool and the session), and an entry lister on that
+    pool. NotFoundError when no cluster was initialised at the root."""
     md = MetadataClient(metadata)
     await md.connect()
+    try:
+        # Never create a cluster here: a mistyped root must fail, not start an empty one.
+        await md.cluster.read()
+    except BaseException:
+        await md.close()
+        raise
     store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
     pool = BookieClientPool()
     transport = PoolTransport(pool, store.address_of)
+    list_timeout_s = (ledger_config or LedgerConfig()).read_timeout_ms / 1000.0
+
+    async def list_entries(bookie: str, ledger_id: int) -> Sequence[int]:
+        conn = pool.get(await store.address_of(bookie))
+        try:
+            return await conn.list_entries(ledger_id, timeout_s=list_timeout_s)
+        except NoLedgerError:
+            return ()  # holds no entry of it
 
     async def close() -> None:
         try:
@@ -130,7 +145,7 @@ async def connect_parts(
         finally:
             await md.close()
 
-    return md, LedgerClient(store, transport, ledger_config, on_close=close)
+    return md, LedgerClient(store, transport, ledger_config, on_close=close), list_entries
 
 
 class Autorecovery:
@@ -145,13 +160,16 @@ class Autorecovery:
         instance_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_stop: Callable[[], Awaitable[None]] | None = None,
+        list_entries: ListEntries | None = None,
     ) -> None:
         self.config = config or AutorecoveryConfig()
         self.instance_id = instance_id or default_instance_id()
         self.md = md
         self.client = client
         self.auditor = Auditor(md, self.config, self.instance_id, clock=clock)
-        self.worker = ReplicationWorker(md, client, self.config, self.instance_id, clock=clock)
+        self.worker = ReplicationWorker(
+            md, client, self.config, self.instance_id, clock=clock, list_entries=list_entries
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self._on_stop = on_stop
 
@@ -161,11 +179,19 @@ class Autorecovery:
         metadata: MetadataConfig,
         config: AutorecoveryConfig | None = None,
         ledger_config: LedgerConfig | None = None,
-        **kwargs: object,
+        *,
+        instance_id: str | None = None,
     ) -> Autorecovery:
         """An instance with its own ZooKeeper session and bookie connections."""
-        md, client = await connect_parts(metadata, ledger_config)
-        return cls(md, client, config, on_stop=client.close, **kwargs)  # type: ignore[arg-type]
+        md, client, lister = await connect_parts(metadata, ledger_config)
+        return cls(
+            md,
+            client,
+            config,
+            instance_id=instance_id,
+            on_stop=client.close,
+            list_entries=lister,
+        )
 
     async def start(self) -> None:
         if self._tasks:
@@ -237,6 +263,7 @@ async def decommission(
     *,
     timeout_ms: int,
     clock: Callable[[], float] = time.monotonic,
+    list_entries: ListEntries | None = None,
 ) -> DecommissionSummary:
     """Move every replica ``bookie_id`` holds to other bookies; return when no ledger
     names it. TimeoutError_ after ``timeout_ms`` (re-run to continue: it is idempotent).
@@ -244,7 +271,9 @@ async def decommission(
     The bookie should stay up meanwhile (it is a source too) and should be read-only
     or otherwise kept out of new ensembles, else new ledgers keep landing on it."""
     start = clock()
-    worker = ReplicationWorker(md, client, config, f"decommission-{default_instance_id()}")
+    worker = ReplicationWorker(
+        md, client, config, f"decommission-{default_instance_id()}", list_entries=list_entries
+    )
     found: int | None = None
     rounds = 0
     while True:

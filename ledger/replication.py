@@ -15,7 +15,9 @@ decommission) names a ledger and the bookies it lost. A worker:
    surviving replica (digest verified, sent as the same packaged bytes with recovery
    adds under the ledger's master key), and only then compare-and-sets the metadata so
    the replacement takes the lost bookie's place in that segment. Metadata therefore
-   never names a bookie that lacks the entries;
+   never names a bookie that lacks the entries. Entries that surviving members of the
+   segment lack (a writer closes once Qa replicas acknowledged) are filled in on the
+   way, so a repaired segment is complete on every bookie it names;
 4. clears the item (and its claim, in one transaction).
 
 Idempotent when interrupted: a copy without the CAS leaves unreferenced extra replicas
@@ -31,7 +33,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from bookline.errors import (
@@ -61,12 +63,16 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "Fragment",
+    "ListEntries",
     "Outcome",
     "ReplicationWorker",
     "fragment_entries",
     "fragments_to_replace",
 ]
 
+# Entry ids a bookie holds for a ledger (empty when it holds none); None: no listing,
+# so holes on surviving replicas are not looked for.
+ListEntries = Callable[[str, int], Awaitable[Sequence[int]]]
 # Ledgers remembered as "failed recently / deferred" per worker (bounded memory).
 _BACKOFF_ENTRIES_MAX = 100_000
 # Passes over a ledger when the auditor adds lost bookies while we repair it.
@@ -168,8 +174,10 @@ class ReplicationWorker:
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         rng: random.Random | None = None,
+        list_entries: ListEntries | None = None,
     ) -> None:
         self._md = md
+        self._list_entries = list_entries
         self._client = client
         self._config = config
         self.worker_id = worker_id
@@ -326,21 +334,44 @@ class ReplicationWorker:
         registered = (await self._md.bookies.list_all()).all
         # A lost bookie that is still up (decommission) is a fine source; dead ones are not.
         unusable = (lost - registered) | {replacement}
-        entries = list(fragment_entries(fragment, meta.ensemble_size, meta.write_quorum))
+        plan: dict[int, list[str]] = {
+            e: [replacement]
+            for e in fragment_entries(fragment, meta.ensemble_size, meta.write_quorum)
+        }
+        survivors = [b for b in ensemble if b in registered and b not in lost]
+        await self._plan_holes(meta, fragment, survivors, plan)
         log.info(
-            "ledger %d: copying %d entries of segment %d from %s to %s",
+            "ledger %d: copying %d entries of segment %d from %s to %s (%d holes on others)",
             meta.ledger_id,
-            len(entries),
+            len(plan),
             fragment.first_entry_id,
             fragment.bookie,
             replacement,
+            sum(len(targets) - 1 for targets in plan.values()),
         )
-        await self._copy(meta, entries, replacement, unusable)
+        await self._copy(meta, plan, unusable)
         return await self._swap(meta, fragment, replacement)
 
-    async def _copy(
-        self, meta: LedgerMeta, entries: list[int], replacement: str, unusable: set[str]
+    async def _plan_holes(
+        self, meta: LedgerMeta, fragment: Fragment, survivors: list[str], plan: dict[int, list[str]]
     ) -> None:
+        """Add to ``plan`` the entries of the segment that surviving members of their
+        write sets lack (a writer closes once Qa replicas acknowledged; the others may
+        never have been sent), so the repaired segment is complete on every bookie."""
+        if self._list_entries is None:
+            return
+        ensemble = meta.segments[fragment.segment_index].bookies
+        for bookie in survivors:
+            held = set(await self._list_entries(bookie, meta.ledger_id))
+            position = ensemble.index(bookie)
+            part = dataclasses.replace(fragment, position=position, bookie=bookie)
+            for entry_id in fragment_entries(part, meta.ensemble_size, meta.write_quorum):
+                if entry_id not in held:
+                    plan.setdefault(entry_id, []).append(bookie)
+
+    async def _copy(self, meta: LedgerMeta, plan: dict[int, list[str]], unusable: set[str]) -> None:
+        """For each entry, read it from a replica that holds it and recovery-add it to
+        each target bookie."""
         cfg = self._client.config
         digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         key = master_key(meta.password)
@@ -358,7 +389,10 @@ class ReplicationWorker:
                 )
                 return digest.verify(ans.data, entry_id), ans.data
 
-            sources = [b for b in replicas_of(meta, entry_id) if b not in unusable]
+            targets = plan[entry_id]
+            sources = [
+                b for b in replicas_of(meta, entry_id) if b not in unusable and b not in targets
+            ]
             entry, data = await speculative(
                 sources,
                 attempt,
@@ -368,18 +402,27 @@ class ReplicationWorker:
                 max_timeout_s=cfg.speculative_read_max_timeout_ms / 1000.0,
                 what=f"re-replication read of ledger {meta.ledger_id} entry {entry_id}",
             )
-            await self._client.transport.add(
-                replacement,
-                meta.ledger_id,
-                entry_id,
-                entry.lac,
-                key,
-                data,
-                recovery=True,
-                timeout_s=cfg.add_timeout_ms / 1000.0,
+            results = await asyncio.gather(
+                *(
+                    self._client.transport.add(
+                        target,
+                        meta.ledger_id,
+                        entry_id,
+                        entry.lac,
+                        key,
+                        data,
+                        recovery=True,
+                        timeout_s=cfg.add_timeout_ms / 1000.0,
+                    )
+                    for target in targets
+                ),
+                return_exceptions=True,  # every add settles before we report the first error
             )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
 
-        await _bounded(entries, copy_one, self._config.entries_in_flight_max)
+        await _bounded(sorted(plan), copy_one, self._config.entries_in_flight_max)
 
     async def _swap(self, copied: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
         """CAS ``replacement`` into the fragment's place; re-read and re-apply on a lost race."""

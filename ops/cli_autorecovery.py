@@ -109,13 +109,12 @@ async def _serve(metadata: MetadataConfig, config: AutorecoveryConfig) -> int:
         print(f"autorecovery ready id={ar.instance_id}", flush=True)
         stopped = asyncio.ensure_future(stop.wait())
         failed = asyncio.ensure_future(ar.wait())
-        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
-        for fut in (stopped, failed):
-            if not fut.done():
-                fut.cancel()
-                with contextlib.suppress(asyncio.CancelledError):  # cancelled just above
-                    await fut
-        if failed.done():
+        done, pending = await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        for fut in pending:
+            fut.cancel()
+            with contextlib.suppress(asyncio.CancelledError):  # cancelled just above
+                await fut
+        if failed in done:
             failed.result()  # a part died on its own: report its error
     finally:
         await ar.stop()
@@ -127,9 +126,11 @@ def _run_decommission(args: argparse.Namespace) -> int:
 
 
 async def _decommission(args: argparse.Namespace, config: AutorecoveryConfig) -> int:
-    md, client = await connect_parts(_metadata(args))
+    md, client, lister = await connect_parts(_metadata(args))
     try:
-        summary = await decommission(md, client, args.bookie_id, config, timeout_ms=args.timeout_ms)
+        summary = await decommission(
+            md, client, args.bookie_id, config, timeout_ms=args.timeout_ms, list_entries=lister
+        )
     finally:
         await client.close()
     if args.json:
