@@ -278,6 +278,8 @@ class BookieConnection:
         self._queued_adds = 0
         self._ids = itertools.count(1)
         self._closed = False
+        # Optional ops of the bookie (INFO "features"), asked once per connection.
+        self._features: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return f"BookieConnection({self.address!r})"
@@ -409,6 +411,26 @@ class BookieConnection:
             p.ReadLacResponse,
             base + timeout_ms / 1000.0,
         )
+
+    async def write_lac(
+        self, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float | None = None
+    ) -> int:
+        """Explicit LAC: tell the bookie ``lac`` is confirmed; returns its LAC after.
+        Send only to bookies whose :meth:`features` include ``p.FEATURE_WRITE_LAC``."""
+        resp = await self._call(
+            lambda rid: p.WriteLacRequest(rid, ledger_id, lac, master_key),
+            p.WriteLacResponse,
+            timeout_s,
+        )
+        return resp.lac
+
+    async def features(self, *, timeout_s: float | None = None) -> frozenset[str]:
+        """Optional ops the bookie serves (from INFO; cached until the connection is
+        lost, since the process behind the address may change)."""
+        if self._features is None:
+            info = await self.info(timeout_s=timeout_s)
+            self._features = frozenset(info.features)
+        return self._features
 
     async def info(self, *, timeout_s: float | None = None) -> p.BookieInfo:
         """State, disk usage and id of the bookie."""
@@ -543,6 +565,7 @@ class BookieConnection:
     def _wire_lost(self, wire: _Wire) -> None:
         if self._wire is wire:
             self._wire = None
+            self._features = None
 
 
 class BookieClientPool:

@@ -36,6 +36,7 @@ Meta per op (requests)::
     INFO          []
     LIST_LEDGERS  []
     LIST_ENTRIES  [ledger_id]
+    WRITE_LAC     [ledger_id, lac, master_key]                   explicit LAC (below)
 
 Meta per op (responses with status OK; a non-OK response's meta is ``[message]``)::
 
@@ -46,6 +47,15 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
                    "free_bytes": int, "total_bytes": int}
     LIST_LEDGERS  [[ledger_id, ...]]
     LIST_ENTRIES  [ledger_id, [entry_id, ...]]
+    WRITE_LAC     [ledger_id, lac]                               the bookie's LAC after it
+
+WRITE_LAC (op 7, added after version 1 shipped, same PROTOCOL_VERSION) is the explicit
+LAC: the writer tells the bookies a new LastAddConfirmed without waiting for a later
+entry to carry it, so tailing readers' long polls return one add round trip after the
+entry was acknowledged. It is not journaled (a LAC is a hint readers may see late, never
+early). A bookie that knows the op lists ``"write_lac"`` in INFO's optional
+``features`` array; a bookie older than the op would treat it as an unknown op and close
+the connection, so clients send it only to bookies that advertise it.
 """
 
 from __future__ import annotations
@@ -68,6 +78,7 @@ from bookline.errors import (
 )
 
 __all__ = [
+    "FEATURE_WRITE_LAC",
     "FLAG_FENCE",
     "FLAG_RECOVERY",
     "HEADER_BYTES",
@@ -94,6 +105,8 @@ __all__ = [
     "ReadResponse",
     "Request",
     "Response",
+    "WriteLacRequest",
+    "WriteLacResponse",
     "encode_add_request",
     "encode_add_response",
     "encode_error",
@@ -129,6 +142,7 @@ class Op(enum.IntEnum):
     INFO = 4
     LIST_LEDGERS = 5
     LIST_ENTRIES = 6
+    WRITE_LAC = 7
 
 
 _OPS: Final = frozenset(int(op) for op in Op)
@@ -139,6 +153,9 @@ _OP_READ_LAC: Final = int(Op.READ_LAC)
 _OP_INFO: Final = int(Op.INFO)
 _OP_LIST_LEDGERS: Final = int(Op.LIST_LEDGERS)
 _OP_LIST_ENTRIES: Final = int(Op.LIST_ENTRIES)
+_OP_WRITE_LAC: Final = int(Op.WRITE_LAC)
+# INFO ``features`` entry of a bookie that serves WRITE_LAC.
+FEATURE_WRITE_LAC: Final = "write_lac"
 
 
 class NeedData:
@@ -219,6 +236,14 @@ class ListEntriesRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacRequest:
+    request_id: int
+    ledger_id: int
+    lac: int
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class AddResponse:
     request_id: int
     ledger_id: int
@@ -244,12 +269,21 @@ class ReadLacResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteLacResponse:
+    request_id: int
+    ledger_id: int
+    lac: int  # the bookie's LAC for the ledger after the request
+
+
+@dataclass(frozen=True, slots=True)
 class BookieInfo:
     bookie_id: str
     state: str  # "writable" | "read_only"
     used_fraction: float
     free_bytes: int
     total_bytes: int
+    # Optional ops this bookie serves (e.g. FEATURE_WRITE_LAC); absent from old bookies.
+    features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +325,7 @@ Request: TypeAlias = (
     | InfoRequest
     | ListLedgersRequest
     | ListEntriesRequest
+    | WriteLacRequest
 )
 Response: TypeAlias = (
     AddResponse
@@ -299,6 +334,7 @@ Response: TypeAlias = (
     | InfoResponse
     | ListLedgersResponse
     | ListEntriesResponse
+    | WriteLacResponse
     | ErrorResponse
 )
 
@@ -370,6 +406,9 @@ def encode_request(req: Request) -> bytes:
     if type(req) is ListEntriesRequest:
         meta = _packb([req.ledger_id])
         return _frame(_OP_LIST_ENTRIES, KIND_REQUEST, 0, 0, rid, meta, b"")
+    if type(req) is WriteLacRequest:
+        meta = _packb([req.ledger_id, req.lac, req.master_key])
+        return _frame(_OP_WRITE_LAC, KIND_REQUEST, 0, 0, rid, meta, b"")
     raise TypeError(f"not a request: {req!r}")
 
 
@@ -387,15 +426,16 @@ def encode_response(resp: Response) -> bytes:
         return _frame(_OP_READ_LAC, KIND_RESPONSE, 0, 0, rid, meta, payload)
     if type(resp) is InfoResponse:
         i = resp.info
-        meta = _packb(
-            {
-                "bookie_id": i.bookie_id,
-                "state": i.state,
-                "used_fraction": i.used_fraction,
-                "free_bytes": i.free_bytes,
-                "total_bytes": i.total_bytes,
-            }
-        )
+        fields: dict[str, Any] = {
+            "bookie_id": i.bookie_id,
+            "state": i.state,
+            "used_fraction": i.used_fraction,
+            "free_bytes": i.free_bytes,
+            "total_bytes": i.total_bytes,
+        }
+        if i.features:
+            fields["features"] = list(i.features)
+        meta = _packb(fields)
         return _frame(_OP_INFO, KIND_RESPONSE, 0, 0, rid, meta, b"")
     if type(resp) is ListLedgersResponse:
         meta = _packb([list(resp.ledger_ids)])
@@ -403,6 +443,9 @@ def encode_response(resp: Response) -> bytes:
     if type(resp) is ListEntriesResponse:
         meta = _packb([resp.ledger_id, list(resp.entry_ids)])
         return _frame(_OP_LIST_ENTRIES, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is WriteLacResponse:
+        meta = _packb([resp.ledger_id, resp.lac])
+        return _frame(_OP_WRITE_LAC, KIND_RESPONSE, 0, 0, rid, meta, b"")
     if type(resp) is ErrorResponse:
         if not 0 < resp.code <= 0xFFFF:
             raise ValueError(f"error response needs a non-zero u16 code, got {resp.code}")
@@ -606,6 +649,13 @@ def _decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) 
         if m:
             raise _bad(rid, op, "expected []")
         return ListLedgersRequest(rid)
+    if op == _OP_WRITE_LAC:
+        if len(m) != 3:
+            raise _bad(rid, op, "expected [ledger_id, lac, master_key]")
+        ledger_id, lac, key = m
+        if not (_is_id(ledger_id) and _is_eid(lac) and _is_key(key)):
+            raise _bad(rid, op, "field types or ranges")
+        return WriteLacRequest(rid, ledger_id, lac, key)
     if len(m) != 1 or not _is_id(m[0]):  # LIST_ENTRIES
         raise _bad(rid, op, "expected [ledger_id]")
     return ListEntriesRequest(rid, m[0])
@@ -627,6 +677,7 @@ def _decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes
                 used_fraction=float(m["used_fraction"]),
                 free_bytes=int(m["free_bytes"]),
                 total_bytes=int(m["total_bytes"]),
+                features=tuple(str(f) for f in m.get("features", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise _bad(rid, op, f"INFO fields: {exc}") from exc
@@ -651,6 +702,10 @@ def _decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes
         if not _is_id(m[2]):
             raise _bad(rid, op, "next_entry_id")
         return ReadLacResponse(rid, m[0], m[1], m[2], payload)
+    if op == _OP_WRITE_LAC:
+        if len(m) != 2 or not (_is_id(m[0]) and _is_eid(m[1])):
+            raise _bad(rid, op, "expected [ledger_id, lac]")
+        return WriteLacResponse(rid, m[0], m[1])
     if op == _OP_LIST_LEDGERS:
         if len(m) != 1 or not _is_id_list(m[0]):
             raise _bad(rid, op, "expected [[ledger_id, ...]]")

@@ -280,6 +280,7 @@ _REQUEST_OPS: Final[Mapping[type, p.Op]] = {
     p.InfoRequest: p.Op.INFO,
     p.ListLedgersRequest: p.Op.LIST_LEDGERS,
     p.ListEntriesRequest: p.Op.LIST_ENTRIES,
+    p.WriteLacRequest: p.Op.WRITE_LAC,
 }
 _OP_NAMES: Final = {t: op.name for t, op in _REQUEST_OPS.items()}
 
@@ -538,6 +539,9 @@ class BookieServer:
                     result.next_entry,
                 )
             )
+        if type(req) is p.WriteLacRequest:
+            lac = storage.write_lac(req.ledger_id, req.lac, req.master_key)
+            return p.encode_response(p.WriteLacResponse(req.request_id, req.ledger_id, lac))
         if type(req) is p.InfoRequest:
             usage = storage.disk_usage()
             info = p.BookieInfo(
@@ -546,6 +550,7 @@ class BookieServer:
                 used_fraction=usage.used_fraction,
                 free_bytes=usage.free_bytes,
                 total_bytes=usage.total_bytes,
+                features=(p.FEATURE_WRITE_LAC,),
             )
             return p.encode_response(p.InfoResponse(req.request_id, info))
         if type(req) is p.ListLedgersRequest:

@@ -51,6 +51,8 @@ __all__ = ["LogReader"]
 # Pause after a failed long poll (a bookie restarting, a ledger not seen yet) so the
 # loop cannot spin.
 _RETRY_PAUSE_S = 0.05
+# Memory of one decoded record beyond its payload bytes, for the read-ahead budget.
+_RECORD_BYTES = 64
 
 
 class _End:
@@ -58,7 +60,7 @@ class _End:
 
 
 _END = _End()
-_Item = list[ReadRecord] | _End | BaseException
+_Item = tuple[list[ReadRecord], int] | _End | BaseException  # records and their bytes
 
 
 class LogReader:
@@ -141,10 +143,11 @@ class LogReader:
                     item = await asyncio.wait_for(self._queue.get(), timeout_s)
             except (TimeoutError, asyncio.QueueEmpty):
                 return False
-            if isinstance(item, list):
-                self._queued_bytes -= _size(item)
+            if isinstance(item, tuple):
+                self._current, size = item
+                self._index = 0
+                self._queued_bytes -= size
                 self._room.set()
-                self._current, self._index = item, 0
                 return True
             if isinstance(item, _End):
                 self._ended = True
@@ -173,8 +176,8 @@ class LogReader:
     # -- the fetch task ------------------------------------------------------------
 
     async def _put(self, item: _Item) -> None:
-        if isinstance(item, list):
-            size = _size(item)
+        if isinstance(item, tuple):
+            size = item[1]
             while (
                 self._queued_bytes
                 and self._queued_bytes + size > self._ctx.config.read_cache_bytes_max
@@ -270,11 +273,12 @@ class LogReader:
         stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
         try:
             async for e in reader.iter_entries(first, last):
-                _h, records, eos = decode_read_records(
+                header, records, eos = decode_read_records(
                     e.payload, stream, seqno, e.entry_id, base, slot if e.entry_id == first else 0
                 )
                 if records:
-                    await self._put(records)
+                    # The cache budget counts the whole set (cheap: no pass over records).
+                    await self._put((records, header.raw_bytes + _RECORD_BYTES * len(records)))
                 if eos:
                     return True
         except NoLedgerError as exc:
@@ -336,10 +340,6 @@ class LogReader:
                 await asyncio.sleep(_RETRY_PAUSE_S)
             elif exc is not None:
                 raise exc
-
-
-def _size(records: list[ReadRecord]) -> int:
-    return sum(len(r.payload) for r in records) + 64 * len(records)
 
 
 def _again(exc: BaseException) -> BaseException:

@@ -45,6 +45,7 @@ import enum
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import crc32c
 import lz4.block
@@ -83,6 +84,8 @@ RECORD_SET_BYTES_MAX = 16 << 20
 HEADERS_PER_RECORD_MAX = 64
 HEADER_NAME_BYTES_MAX = 256
 TS_DELTA_MAX = 0xFFFFFFFF
+# Builds tuples (and tuple subclasses: DLSN, ReadRecord) without a Python-level call.
+_new = tuple.__new__
 
 F_CONTROL = 0x01
 F_END_OF_STREAM = 0x02
@@ -118,23 +121,36 @@ class LogRecord:
     headers: dict[str, bytes] | None = None
 
 
-class ReadRecord:
-    """What a reader returns (a plain slotted class: built once per record on the hot
-    path, so no dataclass machinery)."""
+class _RecordRow(NamedTuple):
+    """ReadRecord's storage: the DLSN kept as its three parts (built on access)."""
 
-    __slots__ = (
-        "dlsn",
-        "headers",
-        "key",
-        "payload",
-        "sequence_id",
-        "stream",
-        "timestamp_ms",
-        "txid",
-    )
+    stream: str
+    segment_seqno: int
+    entry_id: int
+    slot_id: int
+    sequence_id: int
+    txid: int
+    timestamp_ms: int
+    payload: bytes
+    key: bytes | None
+    headers: dict[str, bytes] | None
 
-    def __init__(  # noqa: PLR0917 - the contract's field order
-        self,
+
+class ReadRecord(_RecordRow):
+    """What a reader returns: ``ReadRecord(stream, dlsn, sequence_id, txid,
+    timestamp_ms, payload, key=None, headers=None)``.
+
+    A tuple underneath so the decoder builds records with C-level calls
+    (``tuple.__new__`` through ``map``, no Python ``__init__`` per record), with the
+    DLSN stored as its parts and made on access: the catch-up read path builds
+    millions of records per second and most consumers never look at every DLSN. It
+    compares equal only to another ``ReadRecord`` and is not hashable (headers may be
+    a dict)."""
+
+    __slots__ = ()
+
+    def __new__(  # noqa: PLR0917 - the contract's field order
+        cls,
         stream: str,
         dlsn: DLSN,
         sequence_id: int,
@@ -143,34 +159,29 @@ class ReadRecord:
         payload: bytes,
         key: bytes | None = None,
         headers: dict[str, bytes] | None = None,
-    ) -> None:
-        self.stream = stream
-        self.dlsn = dlsn
-        self.sequence_id = sequence_id
-        self.txid = txid
-        self.timestamp_ms = timestamp_ms
-        self.payload = payload
-        self.key = key
-        self.headers = headers
+    ) -> ReadRecord:
+        seg, entry, slot = dlsn
+        row = (stream, seg, entry, slot, sequence_id, txid, timestamp_ms, payload, key, headers)
+        return tuple.__new__(cls, row)
 
-    def _key(self) -> tuple[object, ...]:
-        return (
-            self.stream,
-            self.dlsn,
-            self.sequence_id,
-            self.txid,
-            self.timestamp_ms,
-            self.payload,
-            self.key,
-            self.headers,
-        )
+    @property
+    def dlsn(self) -> DLSN:
+        return _new(DLSN, (self[1], self[2], self[3]))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # pickle by the public fields
+        return (self[0], self.dlsn, *self[4:])
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReadRecord):
             return NotImplemented
-        return self._key() == other._key()
+        return tuple.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]  # mutable-looking value object
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, ReadRecord):
+            return NotImplemented
+        return tuple.__ne__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # headers may be a dict
 
     def __repr__(self) -> str:
         return (
@@ -421,45 +432,50 @@ def decode_read_records(  # noqa: PLR0917 - the hot path is called positionally
     """Decode one entry into the records a reader sees (user records at or after
     ``from_slot``), and whether the set carries the end-of-stream marker."""
     header, body = _verified(data)
+    seq = start_sequence_id + header.first_index
+    out, eos = _decode_each(body, header, stream, segment_seqno, entry_id, seq, from_slot)
+    return header, out, eos
+
+
+
+def _decode_each(  # noqa: PLR0917 - private hot path
+    body: bytes,
+    header: RecordSetHeader,
+    stream: str,
+    segment_seqno: int,
+    entry_id: int,
+    seq: int,
+    from_slot: int,
+) -> tuple[list[ReadRecord], bool]:
+    """One record at a time. Lengths are checked once, not per record: a length that
+    runs past the body makes the next header unpack fail or leaves the end misaligned,
+    and either raises before any record is returned."""
     out: list[ReadRecord] = []
     append = out.append
     unpack = _REC.unpack_from
-    new_dlsn = tuple.__new__
     base_ts = header.base_ts_ms
-    seq = start_sequence_id + header.first_index
-    end = len(body)
     pos = 0
     eos = False
-    for slot in range(header.count):
-        if pos + 17 > end:
-            raise BadRequestError("record set body is truncated")
-        flags, txid, dts, plen = unpack(body, pos)
-        pos += 17
-        if flags & _F_SKIP:
-            eos = eos or bool(flags & F_END_OF_STREAM)
-            pos += plen
-            continue
-        key = hdrs = None
-        if flags:
-            key, hdrs, pos = _extras(body, pos, flags)
-        stop = pos + plen
-        if stop > end:
-            raise BadRequestError("record set body is truncated")
-        if slot >= from_slot:
-            append(
-                ReadRecord(
-                    stream,
-                    new_dlsn(DLSN, (segment_seqno, entry_id, slot)),
-                    seq,
-                    txid,
-                    base_ts + dts,
-                    body[pos:stop],
-                    key,
-                    hdrs,
-                )
-            )
-        seq += 1
-        pos = stop
-    if pos != end:
-        raise BadRequestError("record set body has trailing bytes")
-    return header, out, eos
+    try:
+        for slot in range(header.count):
+            flags, txid, dts, plen = unpack(body, pos)
+            pos += 17
+            if flags:
+                if flags & _F_SKIP:
+                    eos = eos or bool(flags & F_END_OF_STREAM)
+                    pos += plen
+                    continue
+                key, hdrs, pos = _extras(body, pos, flags)
+            else:
+                key = hdrs = None
+            stop = pos + plen
+            if slot >= from_slot:
+                append(_new(ReadRecord, (stream, segment_seqno, entry_id, slot, seq, txid,
+                                         base_ts + dts, body[pos:stop], key, hdrs)))  # fmt: skip
+            seq += 1
+            pos = stop
+    except struct.error as exc:
+        raise BadRequestError("record set body is truncated") from exc
+    if pos != len(body):
+        raise BadRequestError("record set body is truncated or has trailing bytes")
+    return out, eos

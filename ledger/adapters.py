@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from bookie.client import BookieClientPool, ClientOptions
+from bookie.client import BookieClientPool, BookieConnection, ClientOptions
 from bookline.config import MetadataConfig
 from bookline.errors import ConnectionLostError, NoLedgerError, NotFoundError, TimeoutError_
 from ledger.digest import DigestType
@@ -138,6 +138,13 @@ class PoolTransport:
     def __init__(self, pool: BookieClientPool, resolve: Callable[[str], Awaitable[str]]) -> None:
         self._pool = pool
         self._resolve = resolve
+        # Bookie id -> its connection, once resolved: lets add_future stay synchronous.
+        self._conns: dict[str, BookieConnection] = {}
+
+    async def _conn(self, bookie: str) -> BookieConnection:
+        conn = self._pool.get(await self._resolve(bookie))
+        self._conns[bookie] = conn
+        return conn
 
     async def _bounded(self, bookie: str, timeout_s: float, coro: Awaitable[None]) -> None:
         try:
@@ -157,7 +164,7 @@ class PoolTransport:
         recovery: bool,
         timeout_s: float,
     ) -> None:
-        conn = self._pool.get(await self._resolve(bookie))
+        conn = await self._conn(bookie)
         await self._bounded(
             bookie,
             timeout_s,
@@ -172,6 +179,34 @@ class PoolTransport:
             ),
         )
 
+    def add_future(  # noqa: PLR0917 - mirrors the wire request
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        data: bytes,
+        *,
+        recovery: bool,
+        timeout_s: float,
+    ) -> asyncio.Future[None]:
+        """The writer's hot path: no coroutine or task once the bookie's connection is
+        known (the connection's deadline sweep bounds the request, and its slow path --
+        waiting for room or a reconnect -- is bounded by the other requests' deadlines
+        and the connect timeout)."""
+        conn = self._conns.get(bookie)
+        if conn is not None and not conn.closed:
+            return conn.add_future(
+                ledger_id, entry_id, lac, master_key, data, recovery=recovery, timeout_s=timeout_s
+            )
+        return asyncio.ensure_future(
+            self.add(
+                bookie, ledger_id, entry_id, lac, master_key, data,
+                recovery=recovery, timeout_s=timeout_s,
+            )  # fmt: skip
+        )
+
     async def read(
         self,
         bookie: str,
@@ -182,7 +217,7 @@ class PoolTransport:
         master_key: bytes,
         timeout_s: float,
     ) -> ReadAnswer:
-        conn = self._pool.get(await self._resolve(bookie))
+        conn = await self._conn(bookie)
         try:
             resp = await asyncio.wait_for(
                 conn.read(
@@ -203,7 +238,7 @@ class PoolTransport:
         *,
         timeout_s: float,
     ) -> LacAnswer:
-        conn = self._pool.get(await self._resolve(bookie))
+        conn = await self._conn(bookie)
         try:
             resp = await asyncio.wait_for(
                 conn.read_lac(

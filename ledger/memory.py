@@ -158,6 +158,25 @@ class MemoryBookies:
             st.lac = lac
             bk.lac_changed.set()
 
+    def add_future(  # noqa: PLR0917 - mirrors the wire request
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        data: bytes,
+        *,
+        recovery: bool,
+        timeout_s: float,
+    ) -> asyncio.Future[None]:
+        return asyncio.ensure_future(
+            self.add(
+                bookie, ledger_id, entry_id, lac, master_key, data,
+                recovery=recovery, timeout_s=timeout_s,
+            )  # fmt: skip
+        )
+
     async def read(
         self,
         bookie: str,

@@ -16,6 +16,7 @@ Keeping these narrow lets the protocol logic run against in-memory fakes
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import dataclasses
 import enum
@@ -203,6 +204,21 @@ class BookieTransport(Protocol):
         recovery: bool,
         timeout_s: float,
     ) -> None: ...
+
+    def add_future(  # noqa: PLR0917 - mirrors the wire request
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        data: bytes,
+        *,
+        recovery: bool,
+        timeout_s: float,
+    ) -> asyncio.Future[None]:
+        """:meth:`add` without a coroutine (the writer's hot path): a future resolving
+        like ``add``. Adds to one bookie leave in call order."""
 
     async def read(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import random
 import time
@@ -128,6 +129,7 @@ class LedgerWriter:
         self._clock = clock
         self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         self._master_key = master_key(meta.password)
+        self._add_timeout_s = config.add_timeout_ms / 1000.0
         self._last_pushed = NO_ENTRY
         self._pushed_length = 0
         self._lac = NO_ENTRY
@@ -147,7 +149,7 @@ class LedgerWriter:
         self.timeout_retries = 0
         self._changing = False
         self._change_task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
         self._error: BooklineError | None = None
         self._closed = False
         self.ensemble_changes = 0
@@ -210,11 +212,14 @@ class LedgerWriter:
         pa = _PendingAdd(entry_id, data, self._pushed_length, len(payload), fut)
         self._pending.append(pa)
         self._pending_bytes += len(payload)
-        ensemble = self._meta.last_segment.bookies
-        for pos in write_set(entry_id, self._meta.ensemble_size, self._meta.write_quorum):
+        meta = self._meta
+        ensemble = meta.last_segment.bookies
+        started = self._clock()
+        failed = self._failed_bookies
+        for pos in write_set(entry_id, meta.ensemble_size, meta.write_quorum):
             bookie = ensemble[pos]
-            if bookie not in self._failed_bookies:
-                self._send(pa, pos, bookie)
+            if not failed or bookie not in failed:
+                self._send(pa, pos, bookie, started, started)
             # else: the ensemble change re-sends to the replacement
         return fut
 
@@ -246,13 +251,21 @@ class LedgerWriter:
             raise LedgerClosedError(f"ledger {self.ledger_id} was closed by this writer")
 
     def _send(
-        self, pa: _PendingAdd, pos: int, bookie: str, first_sent: float | None = None
+        self,
+        pa: _PendingAdd,
+        pos: int,
+        bookie: str,
+        started: float | None = None,
+        first_sent: float | None = None,
     ) -> None:
-        started = self._clock()
+        """One add of ``pa`` to ``bookie``: a future with a callback, no task or timer
+        of its own (the connection sweeps deadlines)."""
+        if started is None:
+            started = self._clock()
         if first_sent is None:
             first_sent = started
         pa.waiting.add(bookie)
-        coro = self._transport.add(
+        fut = self._transport.add_future(
             bookie,
             self.ledger_id,
             pa.entry_id,
@@ -260,25 +273,28 @@ class LedgerWriter:
             self._master_key,
             pa.data,
             recovery=False,
-            timeout_s=self._config.add_timeout_ms / 1000.0,
+            timeout_s=self._add_timeout_s,
         )
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(lambda t: self._on_add_done(t, pa, pos, bookie, started, first_sent))
+        if isinstance(fut, asyncio.Task):
+            self._tasks.add(fut)  # the slow path (connecting, no room): cancel on fail
+        fut.add_done_callback(
+            functools.partial(self._on_add_done, pa, pos, bookie, started, first_sent)
+        )
 
     def _on_add_done(  # noqa: PLR0917 - one send's whole context
         self,
-        task: asyncio.Task[None],
         pa: _PendingAdd,
         pos: int,
         bookie: str,
         started: float,
         first_sent: float,
+        fut: asyncio.Future[None],
     ) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
+        if self._tasks:
+            self._tasks.discard(fut)
+        if fut.cancelled():
             return
-        exc = task.exception()
+        exc = fut.exception()
         if exc is None:
             self._health.record_success(bookie, self._clock() - started)
             if started > self._last_ack_sent.get(bookie, -1.0):
@@ -369,12 +385,12 @@ class LedgerWriter:
             pa.entry_id,
             bookie,
         )
-        self._send(pa, pos, bookie, first_sent)
+        self._send(pa, pos, bookie, None, first_sent)
         return True
 
     def _resend_busy(self, pa: _PendingAdd, pos: int, bookie: str, first_sent: float) -> None:
         if self._is_current(bookie) and self._meta.last_segment.bookies[pos] == bookie:
-            self._send(pa, pos, bookie, first_sent)
+            self._send(pa, pos, bookie, None, first_sent)
         else:
             self._send_done(pa, bookie)
 

@@ -91,6 +91,13 @@ class Storage(Protocol):
     def last_add_confirmed(self, ledger_id: int) -> int:
         """Highest LAC seen for the ledger (NoLedgerError if unknown)."""
 
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> int:
+        """Explicit LAC from the writer: raise the ledger's LAC to ``lac`` -- but never
+        past the highest entry durable here, so a woken long poll finds its entry (the
+        rest is applied as later entries become durable). Not journaled: a LAC is a
+        hint. Returns the LAC now. NoLedgerError (nothing added here yet),
+        UnauthorizedError, FencedError."""
+
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
         """Long poll: return as soon as LAC > previous_lac, or at the timeout with the
         current LAC. Piggyback entry previous_lac+1 when this bookie holds it."""

@@ -93,6 +93,9 @@ class _Ledger:
     lac: int = NO_ENTRY_ID
     last_entry: int = NO_ENTRY_ID
     waiters: list[asyncio.Future[None]] | None = None
+    # Highest explicit LAC (WRITE_LAC) received; applied to ``lac`` only up to
+    # ``last_entry``. In memory only: what was applied is persisted as ``lac``.
+    explicit_lac: int = NO_ENTRY_ID
 
     def record(self) -> LedgerRecord:
         return LedgerRecord(self.master_key, self.fenced, self.lac, self.last_entry)
@@ -414,6 +417,8 @@ class BookieStorage:
                 if st is not None:  # None: deleted while the add was in flight
                     active.put(ledger_id, entry_id, data)
                     st.last_entry = max(st.last_entry, entry_id)
+                    if st.explicit_lac > lac:
+                        lac = min(st.explicit_lac, st.last_entry)
                     if lac > st.lac:
                         st.lac = lac
                         if st.waiters:
@@ -531,6 +536,25 @@ class BookieStorage:
 
     def last_add_confirmed(self, ledger_id: int) -> int:
         return self._ledger(ledger_id).lac
+
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> int:
+        if not 0 <= ledger_id <= _U64_MAX or not NO_ENTRY_ID <= lac <= _I64_MAX:
+            raise BadRequestError(f"bad ledger/lac {ledger_id}/{lac}")
+        st = self._ledger(ledger_id)
+        if st.master_key != master_key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        if st.fenced:
+            raise FencedError(f"ledger {ledger_id} is fenced")
+        if lac > st.explicit_lac:
+            st.explicit_lac = lac
+        # Never past what is durable here: a woken long poll must find its entry.
+        applied = min(st.explicit_lac, st.last_entry)
+        if applied > st.lac:
+            st.lac = applied
+            self._dirty.add(ledger_id)
+            if st.waiters:
+                _wake(st)
+        return st.lac
 
     async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
         st = self._ledger(ledger_id)
