@@ -303,7 +303,10 @@ class ReplicationWorker:
             except NotFoundError:
                 return Outcome.GONE
             if latest.missing_bookies <= lost:
-                await ur.clear(ledger_id)
+                try:
+                    await ur.clear(ledger_id, latest.version)
+                except BadVersionError:
+                    continue  # marked again since we read it: look at what was added
                 self.replicated += 1
                 log.info("ledger %d re-replicated (lost %s)", ledger_id, sorted(lost))
                 return Outcome.REPLICATED

@@ -26,6 +26,8 @@ class UnderreplicatedLedger:
     ledger_id: int
     missing_bookies: frozenset[str]
     ctime_ms: int
+    # znode version: clear() with it fails if the auditor merged more bookies meanwhile.
+    version: int = -1
 
 
 class UnderreplicationStore:
@@ -65,6 +67,7 @@ class UnderreplicationStore:
             ledger_id,
             frozenset(serde.field(body, "missing_bookies", list, path)),
             stat.ctime_ms,
+            stat.version,
         )
 
     async def list(self) -> list[int]:
@@ -93,10 +96,14 @@ class UnderreplicationStore:
         with contextlib.suppress(NotFoundError):  # already released: goal reached
             await self._zk.delete(self._layout.underreplicated_lock(ledger_id))
 
-    async def clear(self, ledger_id: int) -> None:
-        """The ledger is fully replicated again: drop the item and our claim together."""
+    async def clear(self, ledger_id: int, version: int = -1) -> None:
+        """The ledger is fully replicated again: drop the item and our claim together.
+
+        With ``version`` (from :meth:`get`), BadVersionError says the item changed since
+        it was read (the auditor found more lost bookies) and nothing is deleted.
+        """
         tx = self._zk.transaction()
-        tx.delete(self._layout.underreplicated(ledger_id))
+        tx.delete(self._layout.underreplicated(ledger_id), version)
         stat = await self._zk.exists(self._layout.underreplicated_lock(ledger_id))
         if stat is not None and stat.ephemeral_owner == self._zk.session_id:
             tx.delete(self._layout.underreplicated_lock(ledger_id), stat.version)

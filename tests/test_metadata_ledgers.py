@@ -131,7 +131,13 @@ async def test_underreplicated_mark_claim_clear(clients: Clients) -> None:
     with pytest.raises(LockOwnedError) as err:
         await b.underreplicated.claim(7, "worker-b")
     assert err.value.owner == "worker-a"
-    await a.underreplicated.clear(7)
+    # A mark merged after the worker read the item must not be cleared with it.
+    await b.underreplicated.mark(7, {"b3"})
+    with pytest.raises(BadVersionError):
+        await a.underreplicated.clear(7, item.version)
+    latest = await a.underreplicated.get(7)
+    assert latest.missing_bookies == {"b1", "b2", "b3"}
+    await a.underreplicated.clear(7, latest.version)
     assert await b.underreplicated.list() == []
     await b.underreplicated.claim(7, "worker-b")  # a's claim went with the item
     await b.underreplicated.release(7)
