@@ -54,9 +54,8 @@ _ABSENT_TRACKED_MAX = 10_000
 
 
 def auditor_path(md: MetadataClient) -> str:
-    """The election node: next to the under-replication items, under ``ledgers/``."""
-    parent = md.layout.underreplicated_root.rsplit("/", 1)[0]
-    return f"{parent}/auditor"
+    """The election node (``ledgers/auditor``)."""
+    return md.layout.auditor
 
 
 class Auditor:

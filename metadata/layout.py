@@ -11,6 +11,7 @@
                                               split in four so no znode has > 65536 children
     <root>/ledgers/underreplicated/<id16>     autorecovery work items
     <root>/ledgers/urlocks/<id16>             ephemeral claims on those items
+    <root>/ledgers/auditor                    ephemeral: the elected autorecovery auditor
     <root>/streams/<ns>                       namespace record
     <root>/streams/<ns>/<stream>              stream record (options)
         maxtxid  segments/<seqno19>  lock/<member-seq>  subscribers/<name>
@@ -130,6 +131,11 @@ class Layout:
     @property
     def underreplicated_locks(self) -> str:
         return self._p("ledgers", "urlocks")
+
+    @property
+    def auditor(self) -> str:
+        """Ephemeral election node of the autorecovery auditor (data: the leader's id)."""
+        return self._p("ledgers", "auditor")
 
     def underreplicated_lock(self, ledger_id: int) -> str:
         return f"{self.underreplicated_locks}/{ledger_id_hex(ledger_id)}"
