@@ -82,7 +82,7 @@ class ClientOptions:
 
 # A pending request: (future, deadline on the loop clock, expected response type).
 # The future's result is the response -- or None for ADD, whose answer carries nothing.
-_Pending = tuple["asyncio.Future[Any]", float, type]
+_Pending = tuple["asyncio.Future[Any] | _CallbackWaiter", float, type]
 # Deadlines are checked by one periodic sweep per connection rather than a timer per
 # request (a TimerHandle per add costs more than the rest of the add path). So a
 # request times out up to this much after its deadline.
@@ -90,6 +90,37 @@ TIMEOUT_SWEEP_S: Final = 0.01
 # The deadline heap keeps answered requests until they pop; rebuild it from the pending
 # map when it holds this many more entries than are pending.
 _HEAP_SLACK: Final = 1024
+
+
+AddCallback = Callable[[BaseException | None], None]
+
+
+class _CallbackWaiter:
+    """Stands in for a future in the pending map (``done`` / ``set_result`` /
+    ``set_exception``) and calls ``callback`` at once: no future, no loop round trip,
+    no context copy per add. The callback must not raise (it is logged if it does)."""
+
+    __slots__ = ("_callback", "_done")
+
+    def __init__(self, callback: AddCallback) -> None:
+        self._callback = callback
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _result: object) -> None:
+        self._fire(None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._fire(exc)
+
+    def _fire(self, exc: BaseException | None) -> None:
+        self._done = True
+        try:
+            self._callback(exc)
+        except Exception:
+            log.exception("add callback raised")
 
 
 class _Wire(asyncio.Protocol):
@@ -164,8 +195,20 @@ class _Wire(asyncio.Protocol):
         """Queue ``frame``; the future resolves with the response (None for ADD) or the
         error. The caller holds one in-flight slot, released when the request leaves
         :attr:`pending` (answer, timeout or connection loss)."""
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self.send_to(request_id, frame, timeout_s, expected, fut)
+        return fut
+
+    def send_to(
+        self,
+        request_id: int,
+        frame: bytes,
+        timeout_s: float,
+        expected: type,
+        fut: asyncio.Future[Any] | _CallbackWaiter,
+    ) -> None:
+        """:meth:`send` resolving ``fut`` (a future or a callback waiter)."""
         loop = self._loop
-        fut: asyncio.Future[Any] = loop.create_future()
         deadline = loop.time() + timeout_s
         self.pending[request_id] = (fut, deadline, expected)
         heapq.heappush(self._deadlines, (deadline, request_id))
@@ -175,7 +218,6 @@ class _Wire(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        return fut
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -354,6 +396,53 @@ class BookieConnection:
         return asyncio.ensure_future(
             self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
         )
+
+    def add_callback(  # noqa: PLR0917 - mirrors add_future
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        callback: AddCallback,
+        *,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> asyncio.Task[None] | None:
+        """:meth:`add_future` calling ``callback(None)`` on success or
+        ``callback(error)`` instead of resolving a future: called directly from the
+        connection's read or timeout path (no future, no loop round trip). Returns the
+        task of the slow path (waiting for room or a connection) so the caller can
+        cancel it -- a cancelled add never calls back -- else None."""
+        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+        wire = self._wire
+        if (
+            wire is not None
+            and not wire.lost
+            and wire.writable
+            and self._inflight < self.options.inflight_max
+            and not self._room_waiters
+            and not self._queued_adds
+            and not self._closed
+        ):
+            self._inflight += 1
+            rid = next(self._ids)
+            frame = p.encode_add_request(
+                rid, ledger_id, entry_id, lac, master_key, payload, recovery
+            )
+            wire.send_to(rid, frame, deadline_s, p.AddResponse, _CallbackWaiter(callback))
+            return None
+        self._queued_adds += 1
+        task = asyncio.ensure_future(
+            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
+        )
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
 
     async def _queued_add(  # noqa: PLR0917 - internal, mirrors add_future
         self,

@@ -53,7 +53,7 @@ _LATENCY_BUCKETS_S: Final = (
     1.0,
     5.0,
 )
-_OPS: Final = ("ADD", "READ", "READ_LAC", "INFO", "LIST_LEDGERS", "LIST_ENTRIES")
+_OPS: Final = ("ADD", "READ", "READ_LAC", "INFO", "LIST_LEDGERS", "LIST_ENTRIES", "WRITE_LAC")
 
 
 class _RequestStats:

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import AsyncGenerator, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 
@@ -122,9 +122,21 @@ def _as_record(value: RecordLike) -> http_api.WireRecord:
     raise TypeError(f"a record is bytes, str or WireRecord, not {type(value).__name__}")
 
 
+def _as_records(values: Sequence[RecordLike]) -> list[bytes] | list[http_api.WireRecord]:
+    """Plain bytes stay a list of payloads (the common case, no object per record)."""
+    if all(type(v) is bytes for v in values):
+        return cast("list[bytes]", list(values))
+    return [_as_record(v) for v in values]
+
+
+def _size_of(record: bytes | http_api.WireRecord) -> int:
+    return len(record) if type(record) is bytes else record.size_bytes  # type: ignore[union-attr]
+
+
 @dataclass(slots=True)
 class _Chunk:
-    records: list[http_api.WireRecord]
+    # Plain payloads (the fast path: no WireRecord per record) or full records.
+    records: list[bytes] | list[http_api.WireRecord]
     seq: int
     size: int
     fut: asyncio.Future[Any]
@@ -369,17 +381,19 @@ class ProxyClient:
 
     # -- writes ---------------------------------------------------------------------
 
-    def _enqueue(self, stream: str, records: list[http_api.WireRecord], single: bool) -> _Chunk:
+    def _enqueue(
+        self, stream: str, records: list[bytes] | list[http_api.WireRecord], single: bool
+    ) -> _Chunk:
         if self._closed:
             raise ClosedError("ProxyClient was closed")
         if not records:
             raise BadRequestError("nothing to write")
-        size = 0
-        for r in records:
-            rs = r.size_bytes
-            if rs > self.config.record_bytes_max:
-                raise TooLargeError(f"record of {rs} bytes; at most {self.config.record_bytes_max}")
-            size += rs
+        sizes = list(map(_size_of, records))
+        if max(sizes) > self.config.record_bytes_max:
+            raise TooLargeError(
+                f"record of {max(sizes)} bytes; at most {self.config.record_bytes_max}"
+            )
+        size = sum(sizes)
         sender = self._senders.get(stream)
         if sender is None:
             sender = self._senders[stream] = _Sender(stream)
@@ -402,31 +416,31 @@ class ProxyClient:
 
     def write_nowait(self, stream: str, record: RecordLike) -> asyncio.Future[DLSN]:
         """Queue one record; the future resolves to its DLSN once durable."""
-        rec = _as_record(record)
-        if not self._has_room(rec.size_bytes):
+        rec = _as_records([record])
+        if not self._has_room(_size_of(rec[0])):
             raise TooManyRequestsError("client buffer full; await write() instead")
-        fut: asyncio.Future[DLSN] = self._enqueue(stream, [rec], True).fut
+        fut: asyncio.Future[DLSN] = self._enqueue(stream, rec, True).fut
         return fut
 
     async def write(self, stream: str, record: RecordLike) -> DLSN:
-        rec = _as_record(record)
-        await self._wait_room(rec.size_bytes)
-        result: DLSN = await self._enqueue(stream, [rec], True).fut
+        rec = _as_records([record])
+        await self._wait_room(_size_of(rec[0]))
+        result: DLSN = await self._enqueue(stream, rec, True).fut
         return result
 
     def write_many_nowait(
         self, stream: str, records: Sequence[RecordLike]
     ) -> asyncio.Future[list[DLSN]]:
-        recs = [_as_record(r) for r in records]
-        if not self._has_room(sum(r.size_bytes for r in recs)):
+        recs = _as_records(records)
+        if not self._has_room(sum(map(_size_of, recs))):
             raise TooManyRequestsError("client buffer full; await write_many() instead")
         fut: asyncio.Future[list[DLSN]] = self._enqueue(stream, recs, False).fut
         return fut
 
     async def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
         """Write records in order; their DLSNs once all are durable."""
-        recs = [_as_record(r) for r in records]
-        await self._wait_room(sum(r.size_bytes for r in recs))
+        recs = _as_records(records)
+        await self._wait_room(sum(map(_size_of, recs)))
         result: list[DLSN] = await self._enqueue(stream, recs, False).fut
         return result
 
@@ -465,10 +479,16 @@ class ProxyClient:
                 sender.queue.clear()
 
     async def _send_batch(self, stream: str, batch: list[_Chunk]) -> None:
-        records = [r for c in batch for r in c.records]
-        body = http_api.encode_body(
-            http_api.write_body(records, self.producer_id, batch[0].seq), http_api.MSGPACK
-        )
+        items = [r for c in batch for r in c.records]
+        if all(type(r) is bytes for r in items):
+            payloads: list[Any] = items
+            obj = {"producer": self.producer_id, "seq": batch[0].seq, "payloads": payloads,
+                   "crc": http_api.payloads_crc(payloads)}  # fmt: skip
+        else:
+            obj = http_api.write_body(list(map(_as_record, items)), self.producer_id,
+                                      batch[0].seq)  # fmt: skip
+        records = items
+        body = http_api.encode_body(obj, http_api.MSGPACK)
         path = f"{http_api.API_PREFIX}/streams/{stream}/records"
         try:
             answer = await self._call("POST", path, body, stream=stream)

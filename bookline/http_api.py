@@ -276,22 +276,55 @@ def _record(obj: Any) -> WireRecord:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class WriteRequest:
-    producer: str | None
-    seq: int | None
-    records: list[WireRecord]
+    """A validated write. A plain ``payloads`` body keeps its list of payloads
+    (``payloads``) and makes :class:`WireRecord` objects only if asked (``records``):
+    the write proxy's fast path hands the payloads to the writer directly."""
+
+    __slots__ = ("_records", "payloads", "producer", "seq")
+
+    def __init__(
+        self,
+        producer: str | None,
+        seq: int | None,
+        records: list[WireRecord] | None = None,
+        payloads: list[bytes] | None = None,
+    ) -> None:
+        if (records is None) == (payloads is None):
+            raise BadRequestError("a write request has records or payloads, not both")
+        self.producer = producer
+        self.seq = seq
+        self._records = records
+        self.payloads = payloads
+
+    @property
+    def records(self) -> list[WireRecord]:
+        if self._records is None:
+            assert self.payloads is not None  # one of the two, checked above
+            self._records = [WireRecord(p) for p in self.payloads]
+        return self._records
+
+    @property
+    def count(self) -> int:
+        return len(self.payloads) if self.payloads is not None else len(self.records)
 
     @property
     def size_bytes(self) -> int:
+        if self.payloads is not None:
+            return sum(map(len, self.payloads))
         return sum(r.size_bytes for r in self.records)
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest record's size."""
+        if self.payloads is not None:
+            return max(map(len, self.payloads), default=0)
+        return max((r.size_bytes for r in self.records), default=0)
 
 
 def payloads_crc(payloads: Iterable[bytes]) -> int:
-    crc = 0
-    for p in payloads:
-        crc = crc32c.crc32c(p, crc)
-    return int(crc)
+    """CRC32C of the payloads concatenated (one C call over the joined bytes)."""
+    return int(crc32c.crc32c(b"".join(payloads)))
 
 
 def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
@@ -308,14 +341,10 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         raw = obj["payloads"]
         if not isinstance(raw, list):
             raise BadRequestError("payloads must be a list")
-        records = []
-        for p in raw:
-            if isinstance(p, bytes):
-                records.append(WireRecord(p))
-            elif isinstance(p, str):
-                records.append(WireRecord(p.encode("utf-8")))
-            else:
-                raise BadRequestError("each payload must be bytes or text")
+        payloads: list[bytes] = raw
+        if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
+            payloads = [_payload(p) for p in raw]
+        return _checked(WriteRequest(producer, seq, payloads=payloads), obj, records_max)
     elif "records" in obj:
         raw = obj["records"]
         if not isinstance(raw, list):
@@ -325,16 +354,31 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         records = [_record(obj)]
     else:
         raise BadRequestError("a write needs 'payload', 'payloads' or 'records'")
-    if not records:
+    return _checked(WriteRequest(producer, seq, records=records), obj, records_max)
+
+
+def _payload(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise BadRequestError("each payload must be bytes or text")
+
+
+def _checked(req: WriteRequest, obj: Mapping[str, Any], records_max: int) -> WriteRequest:
+    count, seq = req.count, req.seq
+    if not count:
         raise BadRequestError("a write needs at least one record")
-    if len(records) > records_max:
-        raise BadRequestError(f"{len(records)} records in one request; at most {records_max}")
-    if seq is not None and seq + len(records) - 1 > SEQ_MAX:
+    if count > records_max:
+        raise BadRequestError(f"{count} records in one request; at most {records_max}")
+    if seq is not None and seq + count - 1 > SEQ_MAX:
         raise BadRequestError("sequence numbers overflow")
     crc = _get_int(obj, "crc", 0, 0xFFFFFFFF)
-    if crc is not None and crc != payloads_crc(r.payload for r in records):
-        raise BadRequestError("payload checksum mismatch (crc)")
-    return WriteRequest(producer, seq, records)
+    if crc is not None:
+        payloads = req.payloads if req.payloads is not None else [r.payload for r in req.records]
+        if crc != payloads_crc(payloads):
+            raise BadRequestError("payload checksum mismatch (crc)")
+    return req
 
 
 def write_body(

@@ -65,8 +65,10 @@ __all__ = [
     "RecordSetHeader",
     "decode_header",
     "decode_read_records",
+    "decode_verified",
     "encode_control",
     "encode_record_set",
+    "verify_record_set",
 ]
 
 RECORD_SET_VERSION = 1
@@ -344,6 +346,13 @@ def decode_header(data: bytes) -> RecordSetHeader:
     return header
 
 
+def verify_record_set(data: bytes) -> tuple[RecordSetHeader, bytes]:
+    """Verify the checksum; the header and the raw (decompressed) body, not parsed yet.
+    With :func:`decode_verified` this splits :func:`decode_read_records` in two, so a
+    reader can check a set when it arrives and build its records when they are read."""
+    return _verified(data)
+
+
 def _verified(data: bytes) -> tuple[RecordSetHeader, bytes]:
     if len(data) < HEADER_BYTES:
         raise ChecksumError(f"record set of {len(data)} bytes is shorter than its header")
@@ -432,10 +441,24 @@ def decode_read_records(  # noqa: PLR0917 - the hot path is called positionally
     """Decode one entry into the records a reader sees (user records at or after
     ``from_slot``), and whether the set carries the end-of-stream marker."""
     header, body = _verified(data)
-    seq = start_sequence_id + header.first_index
-    out, eos = _decode_each(body, header, stream, segment_seqno, entry_id, seq, from_slot)
+    out, eos = decode_verified(header, body, stream, segment_seqno, entry_id,
+                               start_sequence_id, from_slot)  # fmt: skip
     return header, out, eos
 
+
+def decode_verified(  # noqa: PLR0917 - the hot path is called positionally
+    header: RecordSetHeader,
+    body: bytes,
+    stream: str,
+    segment_seqno: int,
+    entry_id: int,
+    start_sequence_id: int,
+    from_slot: int = 0,
+) -> tuple[list[ReadRecord], bool]:
+    """The records (at or after ``from_slot``) and end-of-stream flag of a set that
+    :func:`verify_record_set` returned."""
+    seq = start_sequence_id + header.first_index
+    return _decode_each(body, header, stream, segment_seqno, entry_id, seq, from_slot)
 
 
 def _decode_each(  # noqa: PLR0917 - private hot path
@@ -454,6 +477,7 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     append = out.append
     unpack = _REC.unpack_from
     base_ts = header.base_ts_ms
+    seq0 = seq
     pos = 0
     eos = False
     try:
@@ -478,4 +502,7 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         raise BadRequestError("record set body is truncated") from exc
     if pos != len(body):
         raise BadRequestError("record set body is truncated or has trailing bytes")
+    if seq - seq0 != header.user_count:
+        # Readers rely on the count to tell user sets from control ones.
+        raise BadRequestError("record set user count does not match its records")
     return out, eos

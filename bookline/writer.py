@@ -12,8 +12,10 @@ Opening (:meth:`LogWriter.open`):
    segment: the segment is the writer's epoch.
 
 Writing: records go into a buffer that becomes one ledger entry (a record set, see
-:mod:`bookline.records`) when it reaches ``buffer_bytes_max``, on :meth:`flush`, or
-``flush_interval_ms`` after its first record. One sender task encodes and submits
+:mod:`bookline.records`) when it reaches ``buffer_bytes_max``, on :meth:`flush`, or --
+adaptively -- at the next loop iteration while fewer than ``_IDLE_PIPE_ENTRIES`` entries
+are in flight, else ``flush_interval_ms`` after its first record or as soon as the pipe
+drains (so an idle writer sends at once and a busy one batches). One sender task encodes and submits
 entries in order; futures resolve to DLSNs once the entry is acknowledged by the ack
 quorum. The first failed entry fails the writer: every pending and later call raises
 ``WriterFailedError`` (cause chained) -- nothing is retried behind the caller's back,
@@ -24,8 +26,12 @@ is confirmed again.
 Segments roll when they pass the size or age limit: the sender waits for the old
 ledger's adds, closes it, and seals + opens the next segment in one transaction on a
 ledger that was created in advance, so a roll costs one ZooKeeper round trip.
-When idle after an acknowledged entry, a control record is written so the LAC (which
-rides on the next entry) reaches the bookies and tailing readers see the last entry.
+After every acknowledged entry the ledger's *explicit LAC* (``LedgerWriter.push_lac``,
+the bookies' WRITE_LAC op) tells the bookies the new LAC at once, so tailing readers
+see an entry about one add round trip after it was acknowledged instead of waiting for
+a later entry to carry the LAC. For bookies without that op, a control record is still
+written when idle ``control_interval_ms`` after an acknowledged entry that no entry or
+explicit LAC has told them about.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -74,6 +81,9 @@ log = logging.getLogger(__name__)
 __all__ = ["LogWriter"]
 
 _NEW_DLSN = tuple.__new__
+# Entries in flight (or queued for the sender) below which the pipe counts as idle:
+# a write is transmitted at the next loop iteration instead of after the flush timer.
+_IDLE_PIPE_ENTRIES = 2
 
 
 def default_identity() -> str:
@@ -154,7 +164,7 @@ class LogWriter:
         self._b_headers: list[dict[str, bytes] | None] | None = None
         self._b_waiters: list[tuple[_Target, int, int]] = []
         self._b_bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         # sending -------------------------------------------------------------------
         self._outbox: collections.deque[_Outgoing] = collections.deque()
         self._inflight: collections.deque[_Outgoing] = collections.deque()
@@ -502,9 +512,16 @@ class LogWriter:
         self._check()
 
     def _arm_timer(self) -> None:
+        """Adaptive flush: while the pipe is nearly idle, transmit at the next loop
+        iteration (records written in this one still join the entry); while entries
+        are in flight, let the buffer grow for up to ``flush_interval_ms`` -- or until
+        the pipe drains (:meth:`_on_entry_done` cuts then)."""
         if self._timer is None and self._b_payloads:
-            delay = self._cfg.flush_interval_ms / 1000.0
-            self._timer = self._loop.call_later(delay, self._on_timer)
+            if len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES:
+                self._timer = self._loop.call_soon(self._on_timer)
+            else:
+                delay = self._cfg.flush_interval_ms / 1000.0
+                self._timer = self._loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -594,10 +611,11 @@ class LogWriter:
                 seg.first_txid = first_txid
         seg.last_slot = count - 1
         self._inflight.append(out)
-        seqno = seg.meta.seqno
-        fut.add_done_callback(lambda f: self._on_entry_done(f, out, seqno))
+        fut.add_done_callback(functools.partial(self._on_entry_done, out, seg.meta.seqno, ledger))
 
-    def _on_entry_done(self, fut: asyncio.Future[int], out: _Outgoing, seqno: int) -> None:
+    def _on_entry_done(
+        self, out: _Outgoing, seqno: int, ledger: LedgerWriter, fut: asyncio.Future[int]
+    ) -> None:
         head = self._inflight.popleft() if self._inflight else None
         invariant(head is out, "entries of %s completed out of order", self.stream)
         self._pending_bytes -= out.nbytes
@@ -632,14 +650,23 @@ class LogWriter:
         if not out.done.done():
             out.done.set_result(None)
         if not out.control:
+            ledger.push_lac()  # tailing readers see this entry without waiting for the next
             self._schedule_control()
+        if (
+            self._b_payloads
+            and len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES
+            and self._error is None
+        ):
+            self._cut()  # the pipe drained: send what waited for it now
 
     def _schedule_control(self) -> None:
-        if self._control_timer is not None:
-            self._control_timer.cancel()
-        self._control_timer = self._loop.call_later(
-            self._cfg.control_interval_ms / 1000.0, self._maybe_control
-        )
+        """Fallback for bookies without explicit LAC: a control record once idle.
+        One timer at a time; it re-checks when it fires, and any later completion arms
+        it again, so the last completion is always followed by a check."""
+        if self._control_timer is None:
+            self._control_timer = self._loop.call_later(
+                self._cfg.control_interval_ms / 1000.0, self._maybe_control
+            )
 
     def _maybe_control(self) -> None:
         self._control_timer = None
@@ -648,8 +675,9 @@ class LogWriter:
             return
         if self._outbox or self._b_payloads or self._inflight:
             return  # a coming entry carries the LAC anyway
-        if self._carried_lac >= seg.ledger.last_add_confirmed:
-            return  # the newest entry already told the bookies
+        ledger = seg.ledger
+        if max(self._carried_lac, ledger.lac_told) >= ledger.last_add_confirmed:
+            return  # the newest entry or an explicit LAC already told the bookies
         out = _Outgoing([], [], [], None, None, [], 0, self._loop.create_future(), "control")
         out.done.add_done_callback(_consume)
         self._enqueue(out)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions
+from bookie.protocol import FEATURE_WRITE_LAC
 from bookline.config import MetadataConfig
 from bookline.errors import ConnectionLostError, NoLedgerError, NotFoundError, TimeoutError_
 from ledger.digest import DigestType
@@ -179,7 +180,7 @@ class PoolTransport:
             ),
         )
 
-    def add_future(  # noqa: PLR0917 - mirrors the wire request
+    def add_callback(  # noqa: PLR0917 - mirrors the wire request
         self,
         bookie: str,
         ledger_id: int,
@@ -187,25 +188,46 @@ class PoolTransport:
         lac: int,
         master_key: bytes,
         data: bytes,
+        callback: Callable[[BaseException | None], None],
         *,
         recovery: bool,
         timeout_s: float,
-    ) -> asyncio.Future[None]:
+    ) -> asyncio.Future[None] | None:
         """The writer's hot path: no coroutine or task once the bookie's connection is
         known (the connection's deadline sweep bounds the request, and its slow path --
         waiting for room or a reconnect -- is bounded by the other requests' deadlines
         and the connect timeout)."""
         conn = self._conns.get(bookie)
         if conn is not None and not conn.closed:
-            return conn.add_future(
-                ledger_id, entry_id, lac, master_key, data, recovery=recovery, timeout_s=timeout_s
+            return conn.add_callback(
+                ledger_id,
+                entry_id,
+                lac,
+                master_key,
+                data,
+                callback,
+                recovery=recovery,
+                timeout_s=timeout_s,
             )
-        return asyncio.ensure_future(
+        task = asyncio.ensure_future(
             self.add(
-                bookie, ledger_id, entry_id, lac, master_key, data,
-                recovery=recovery, timeout_s=timeout_s,
-            )  # fmt: skip
+                bookie,
+                ledger_id,
+                entry_id,
+                lac,
+                master_key,
+                data,
+                recovery=recovery,
+                timeout_s=timeout_s,
+            )
         )
+
+        def done(t: asyncio.Future[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
 
     async def read(
         self,
@@ -252,6 +274,21 @@ class PoolTransport:
         except TimeoutError as exc:
             raise TimeoutError_(f"bookie {bookie}: no LAC answer within {timeout_s:.3f}s") from exc
         return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry)
+
+    async def write_lac(
+        self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float
+    ) -> bool:
+        conn = await self._conn(bookie)
+        try:
+            async with asyncio.timeout(timeout_s + _REQUEST_SLACK_S):
+                if FEATURE_WRITE_LAC not in await conn.features(timeout_s=timeout_s):
+                    return False  # an older bookie would drop the connection on the op
+                await conn.write_lac(ledger_id, lac, master_key, timeout_s=timeout_s)
+        except TimeoutError as exc:
+            raise TimeoutError_(
+                f"bookie {bookie}: no WRITE_LAC answer within {timeout_s:.3f}s"
+            ) from exc
+        return True
 
 
 async def connect_cluster(

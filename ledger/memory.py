@@ -97,6 +97,8 @@ class MemoryBookie:
     lose_fences: int = 0
     # Extra delay before answering reads (a slow replica).
     read_delay_s: float = 0.0
+    # An old bookie without the explicit-LAC op.
+    no_write_lac: bool = False
     lac_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def state(self, ledger_id: int, key: bytes) -> _LedgerState:
@@ -158,7 +160,7 @@ class MemoryBookies:
             st.lac = lac
             bk.lac_changed.set()
 
-    def add_future(  # noqa: PLR0917 - mirrors the wire request
+    def add_callback(  # noqa: PLR0917 - mirrors the wire request
         self,
         bookie: str,
         ledger_id: int,
@@ -166,16 +168,23 @@ class MemoryBookies:
         lac: int,
         master_key: bytes,
         data: bytes,
+        callback: Callable[[BaseException | None], None],
         *,
         recovery: bool,
         timeout_s: float,
-    ) -> asyncio.Future[None]:
-        return asyncio.ensure_future(
+    ) -> asyncio.Future[None] | None:
+        return _call_back(asyncio.ensure_future(
             self.add(
-                bookie, ledger_id, entry_id, lac, master_key, data,
-                recovery=recovery, timeout_s=timeout_s,
-            )  # fmt: skip
-        )
+                bookie,
+                ledger_id,
+                entry_id,
+                lac,
+                master_key,
+                data,
+                recovery=recovery,
+                timeout_s=timeout_s,
+            )
+        ), callback)
 
     async def read(
         self,
@@ -208,6 +217,25 @@ class MemoryBookies:
             raise NoEntryError(f"entry {ledger_id}/{entry_id} not on {bookie}")
         return ReadAnswer(entry_id, st.lac, data)
 
+    async def write_lac(
+        self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float
+    ) -> bool:
+        bk = await self._enter(bookie, timeout_s)
+        if bk.no_write_lac:
+            return False
+        st = bk.ledgers.get(ledger_id)
+        if st is None:
+            raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
+        if st.key != master_key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+        if st.fenced:
+            raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
+        lac = min(lac, max(st.entries, default=NO_ENTRY))  # never past what it holds
+        if lac > st.lac:
+            st.lac = lac
+            bk.lac_changed.set()
+        return True
+
     async def read_lac(
         self,
         bookie: str,
@@ -232,6 +260,17 @@ class MemoryBookies:
                 await asyncio.wait_for(bk.lac_changed.wait(), deadline - loop.time())
             except TimeoutError:
                 continue
+
+
+def _call_back(
+    task: asyncio.Future[None], callback: Callable[[BaseException | None], None]
+) -> asyncio.Future[None]:
+    def done(t: asyncio.Future[None]) -> None:
+        if not t.cancelled():
+            callback(t.exception())
+
+    task.add_done_callback(done)
+    return task
 
 
 def candidates(n: int, racks: int = 0) -> list[BookieCandidate]:

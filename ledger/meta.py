@@ -20,7 +20,7 @@ import asyncio
 import bisect
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -205,7 +205,7 @@ class BookieTransport(Protocol):
         timeout_s: float,
     ) -> None: ...
 
-    def add_future(  # noqa: PLR0917 - mirrors the wire request
+    def add_callback(  # noqa: PLR0917 - mirrors the wire request
         self,
         bookie: str,
         ledger_id: int,
@@ -213,12 +213,15 @@ class BookieTransport(Protocol):
         lac: int,
         master_key: bytes,
         data: bytes,
+        callback: Callable[[BaseException | None], None],
         *,
         recovery: bool,
         timeout_s: float,
-    ) -> asyncio.Future[None]:
-        """:meth:`add` without a coroutine (the writer's hot path): a future resolving
-        like ``add``. Adds to one bookie leave in call order."""
+    ) -> asyncio.Future[None] | None:
+        """:meth:`add` without a coroutine (the writer's hot path): ``callback`` gets
+        None or the error :meth:`add` would raise. Adds to one bookie leave in call
+        order. Returns a future to cancel (then no callback) when the add had to wait
+        in a task, else None."""
 
     async def read(
         self,
@@ -234,3 +237,8 @@ class BookieTransport(Protocol):
     async def read_lac(
         self, bookie: str, ledger_id: int, previous_lac: int, timeout_ms: int, *, timeout_s: float
     ) -> LacAnswer: ...
+
+    async def write_lac(
+        self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float
+    ) -> bool:
+        """Explicit LAC; False (nothing sent) when the bookie does not serve it."""

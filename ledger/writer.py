@@ -24,6 +24,10 @@ is every unacknowledged entry re-sent to the new bookie and its old ack bit clea
 so the metadata always names the bookies an entry really lives on. A FENCED (or
 UNAUTHORIZED) answer means another client recovered the ledger: the writer fails stop,
 every pending and later add raises.
+
+Cost per entry (the hot path): one digest, one future for the caller, and per replica
+one frame queued on the bookie connection with a callback (``add_callback``: no task,
+coroutine, timer or future per replica add; the connection sweeps deadlines).
 """
 
 from __future__ import annotations
@@ -130,6 +134,10 @@ class LedgerWriter:
         self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         self._master_key = master_key(meta.password)
         self._add_timeout_s = config.add_timeout_ms / 1000.0
+        # Write set of entry e is _write_sets[e % E] (quorums never change).
+        self._write_sets = [
+            write_set(i, meta.ensemble_size, meta.write_quorum) for i in range(meta.ensemble_size)
+        ]
         self._last_pushed = NO_ENTRY
         self._pushed_length = 0
         self._lac = NO_ENTRY
@@ -153,6 +161,11 @@ class LedgerWriter:
         self._error: BooklineError | None = None
         self._closed = False
         self.ensemble_changes = 0
+        # Explicit LAC (push_lac): per bookie, the LAC it acknowledged, whether a push
+        # is in flight, and bookies too old to serve the op.
+        self._lac_told: dict[str, int] = {}
+        self._lac_pushing: set[str] = set()
+        self._no_explicit_lac: set[str] = set()
 
     # -- public --------------------------------------------------------------------
 
@@ -180,6 +193,57 @@ class LedgerWriter:
     @property
     def error(self) -> BooklineError | None:
         return self._error
+
+    @property
+    def lac_told(self) -> int:
+        """The LAC every bookie of the current ensemble acknowledged by explicit LAC
+        (NO_ENTRY when one of them has not, or cannot)."""
+        told = self._lac_told
+        return min(told.get(b, NO_ENTRY) for b in self._meta.last_segment.bookies)
+
+    def push_lac(self) -> None:
+        """Explicit LAC: send the current LAC to every bookie of the current ensemble
+        now, instead of waiting for a later entry to carry it, so tailing readers see
+        an entry about one add round trip after it was confirmed. At most one push per
+        bookie is in flight; a push that returns to a LAC that moved on sends again, so
+        under load the pushes coalesce. Bookies without the op are skipped (their LAC
+        still rides on entries). Failures are only logged: a LAC is a hint, and the
+        adds report fencing and dead bookies."""
+        if self._error is not None or self._lac == NO_ENTRY:
+            return
+        lac = self._lac
+        for bookie in self._meta.last_segment.bookies:
+            if (
+                bookie in self._lac_pushing
+                or bookie in self._no_explicit_lac
+                or bookie in self._failed_bookies
+                or self._lac_told.get(bookie, NO_ENTRY) >= lac
+            ):
+                continue
+            self._lac_pushing.add(bookie)
+            task = asyncio.ensure_future(self._push_lac_to(bookie, lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _push_lac_to(self, bookie: str, lac: int) -> None:
+        try:
+            served = await self._transport.write_lac(
+                bookie, self.ledger_id, lac, self._master_key, timeout_s=self._add_timeout_s
+            )
+        except BooklineError as exc:
+            log.debug(
+                "ledger %d: explicit LAC %d to %s failed: %s", self.ledger_id, lac, bookie, exc
+            )
+            return
+        finally:
+            self._lac_pushing.discard(bookie)
+        if not served:
+            self._no_explicit_lac.add(bookie)
+            return
+        if lac > self._lac_told.get(bookie, NO_ENTRY):
+            self._lac_told[bookie] = lac
+        if self._lac > lac:
+            self.push_lac()
 
     async def add_entry(self, payload: bytes) -> int:
         """Append ``payload``; return its entry id once it is durably replicated."""
@@ -216,7 +280,7 @@ class LedgerWriter:
         ensemble = meta.last_segment.bookies
         started = self._clock()
         failed = self._failed_bookies
-        for pos in write_set(entry_id, meta.ensemble_size, meta.write_quorum):
+        for pos in self._write_sets[entry_id % meta.ensemble_size]:
             bookie = ensemble[pos]
             if not failed or bookie not in failed:
                 self._send(pa, pos, bookie, started, started)
@@ -265,21 +329,20 @@ class LedgerWriter:
         if first_sent is None:
             first_sent = started
         pa.waiting.add(bookie)
-        fut = self._transport.add_future(
+        task = self._transport.add_callback(
             bookie,
             self.ledger_id,
             pa.entry_id,
             self._lac,
             self._master_key,
             pa.data,
+            functools.partial(self._on_add_done, pa, pos, bookie, started, first_sent),
             recovery=False,
             timeout_s=self._add_timeout_s,
         )
-        if isinstance(fut, asyncio.Task):
-            self._tasks.add(fut)  # the slow path (connecting, no room): cancel on fail
-        fut.add_done_callback(
-            functools.partial(self._on_add_done, pa, pos, bookie, started, first_sent)
-        )
+        if task is not None:  # the slow path (connecting, no room): cancel on fail
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _on_add_done(  # noqa: PLR0917 - one send's whole context
         self,
@@ -288,13 +351,8 @@ class LedgerWriter:
         bookie: str,
         started: float,
         first_sent: float,
-        fut: asyncio.Future[None],
+        exc: BaseException | None,
     ) -> None:
-        if self._tasks:
-            self._tasks.discard(fut)
-        if fut.cancelled():
-            return
-        exc = fut.exception()
         if exc is None:
             self._health.record_success(bookie, self._clock() - started)
             if started > self._last_ack_sent.get(bookie, -1.0):

@@ -27,6 +27,7 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
 from ops.bench import latency_summary
+from ops.bench_bookie import asyncio_run
 from ops.local import CLUSTER_ROOT, LocalCluster
 
 # Entries added (closed loop) before measuring: connections, caches, the JIT-less warm-up
@@ -127,4 +128,4 @@ async def _bench(zk: str, root: str, args: argparse.Namespace) -> dict[str, Any]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with cluster_endpoints(args) as (zk, root):
-        return asyncio.run(_bench(zk, root, args))
+        return asyncio_run(_bench(zk, root, args))  # uvloop when installed, as services run

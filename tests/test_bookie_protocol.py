@@ -35,6 +35,7 @@ requests = st.one_of(
     st.builds(p.InfoRequest, u64),
     st.builds(p.ListLedgersRequest, u64),
     st.builds(p.ListEntriesRequest, u64, u64),
+    st.builds(p.WriteLacRequest, u64, u64, eid, key),
 )
 responses = st.one_of(
     st.builds(p.AddResponse, u64, u64, u64),
@@ -51,8 +52,10 @@ responses = st.one_of(
             st.floats(0.0, 1.0),
             st.integers(0, 1 << 50),
             st.integers(0, 1 << 50),
+            st.lists(st.text(max_size=12), max_size=3).map(tuple),
         ),
     ),
+    st.builds(p.WriteLacResponse, u64, u64, eid),
     st.builds(p.ListLedgersResponse, u64, st.lists(u64, max_size=50).map(tuple)),
     st.builds(p.ListEntriesResponse, u64, u64, st.lists(u64, max_size=50).map(tuple)),
     st.builds(p.ErrorResponse, u64, st.sampled_from(list(p.Op)), st.integers(1, 0xFFFF), st.text()),
@@ -262,3 +265,13 @@ def test_truncated_frames_wait_for_more_data() -> None:
         assert d.next_frame() is p.NEED_DATA
     d.feed(frame[-1:])
     assert isinstance(d.next_frame(), p.AddRequest)
+
+
+def test_info_without_features_decodes_as_an_old_bookie() -> None:
+    """Old bookies send INFO without "features": clients read that as no optional ops
+    (and so never send them WRITE_LAC, which they would answer by closing)."""
+    fields = {"bookie_id": "b", "state": "writable", "used_fraction": 0.5,
+              "free_bytes": 1, "total_bytes": 2}  # fmt: skip
+    frame = p._frame(int(p.Op.INFO), p.KIND_RESPONSE, 0, 0, 9, msgpack.packb(fields), b"")
+    (resp,) = decode_all(p.Decoder(responses=True), frame)
+    assert isinstance(resp, p.InfoResponse) and resp.info.features == ()

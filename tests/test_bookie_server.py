@@ -154,6 +154,23 @@ async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None
     assert loop.time() - started < 5.0
 
 
+async def test_write_lac_wakes_a_long_poll_without_a_later_entry(conn: BookieConnection) -> None:
+    """Explicit LAC over the wire: advertised in INFO, wakes the long poll with the
+    entry piggybacked, and leaves the connection healthy for later requests."""
+    assert p.FEATURE_WRITE_LAC in await conn.features()
+    await conn.add(6, 0, -1, KEY, b"e0")
+    await conn.add(6, 1, 0, KEY, b"e1")
+    poll = asyncio.ensure_future(conn.read_lac(6, 0, timeout_ms=20_000))
+    await asyncio.sleep(0.05)
+    assert not poll.done()
+    assert await conn.write_lac(6, 1, KEY) == 1
+    resp = await asyncio.wait_for(poll, 5.0)
+    assert (resp.lac, resp.next_entry_id, resp.next_entry) == (1, 1, b"e1")
+    assert await conn.write_lac(6, 9, KEY) == 1  # never past the entries held
+    await conn.add(6, 2, 0, KEY, b"e2")
+    assert (await conn.read_lac(6, 1)).lac == 2
+
+
 async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) -> None:
     await conn.add(6, 0, -1, KEY, b"e0")
     await conn.add(6, 1, 0, KEY, b"e1")

@@ -589,3 +589,29 @@ async def test_recovery_adds_are_accepted_while_read_only(storage: BookieStorage
     assert await storage.read_entry(1, 1) == b"b"
     with pytest.raises(UnauthorizedError):  # still checked
         await storage.add_entry(1, 2, 1, b"other", b"c", recovery=True)
+
+
+async def test_explicit_lac_waits_for_durable_entries(storage: BookieStorage) -> None:
+    """WRITE_LAC raises the LAC at once, but never past the entries durable here (a
+    woken long poll must find its entry); the rest applies as entries arrive."""
+    await add_all(storage, 1, range(3))  # piggybacked LAC 1
+    poll = asyncio.create_task(storage.wait_lac(1, 1, 30.0))
+    await asyncio.sleep(0.01)
+    assert storage.write_lac(1, 2, KEY) == 2
+    result = await asyncio.wait_for(poll, 5.0)
+    assert (result.lac, result.next_entry_id, result.next_entry) == (2, 2, payload(1, 2))
+    assert storage.write_lac(1, 5, KEY) == 2  # entries 3..5 are not here yet
+    await storage.add_entry(1, 3, 1, KEY, payload(1, 3))
+    assert storage.last_add_confirmed(1) == 3
+    await storage.add_entry(1, 4, 1, KEY, payload(1, 4))
+    assert storage.last_add_confirmed(1) == 4  # the explicit 5 applies as far as held
+    await storage.add_entry(1, 6, 1, KEY, payload(1, 6))
+    assert storage.last_add_confirmed(1) == 5
+    assert storage.write_lac(1, 4, KEY) == 5  # never backwards
+    with pytest.raises(UnauthorizedError):
+        storage.write_lac(1, 6, b"other key")
+    with pytest.raises(NoLedgerError):
+        storage.write_lac(2, 0, KEY)
+    await storage.fence(1, KEY)
+    with pytest.raises(FencedError):
+        storage.write_lac(1, 6, KEY)

@@ -390,3 +390,39 @@ def test_segments_meta() -> None:
     closed = m.closed(9, 5)
     assert closed.state is LedgerState.CLOSED and len(closed.segments) == 1
     _ = LedgerRecovery  # imported for API completeness
+
+
+async def test_explicit_lac_makes_the_last_entry_visible() -> None:
+    """push_lac tells the bookies the LAC without a later entry; a bookie without the
+    op is skipped, so lac_told stays at NO_ENTRY and the caller keeps its fallback."""
+    client, _store, bookies = make()
+    w = await client.create_ledger()
+    for i in range(5):
+        await w.add_entry(b"%d" % i)
+    ids = w.metadata.last_segment.bookies
+    assert all(bookies[b].ledgers[w.ledger_id].lac == 3 for b in ids)  # rides on entries
+    w.push_lac()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert all(bookies[b].ledgers[w.ledger_id].lac == 4 for b in ids)
+    assert w.lac_told == 4
+    r = await client.open_ledger(w.ledger_id, recover=False)
+    assert await r.wait_lac(3, 0) == 4
+
+    bookies[ids[0]].no_write_lac = True
+    await w.add_entry(b"5")
+    w.push_lac()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert bookies[ids[0]].ledgers[w.ledger_id].lac == 4  # old bookie: entries only
+    assert bookies[ids[1]].ledgers[w.ledger_id].lac == 5
+    assert w.lac_told == 4  # not every bookie knows 5: a fallback is still needed
+    await w.close()
+
+
+async def test_explicit_lac_never_passes_what_a_bookie_holds() -> None:
+    _client, _store, bookies = make()
+    bk = bookies["bookie-0"]
+    await bookies.add("bookie-0", 1, 0, -1, b"k", b"e0", recovery=False, timeout_s=1)
+    assert await bookies.write_lac("bookie-0", 1, 7, b"k", timeout_s=1)
+    assert bk.ledgers[1].lac == 0

@@ -245,13 +245,10 @@ class WriteProxy:
         try:
             body = await read_body(request)
             req = http_api.parse_write(body, records_max=cfg.request_records_max)
-            cost = 0
-            for r in req.records:
-                if r.size_bytes > cfg.record_bytes_max:
-                    raise TooLargeError(
-                        f"record of {r.size_bytes} bytes; at most {cfg.record_bytes_max}"
-                    )
-                cost += r.size_bytes + RECORD_OVERHEAD_BYTES
+            largest = req.record_bytes_max
+            if largest > cfg.record_bytes_max:
+                raise TooLargeError(f"record of {largest} bytes; at most {cfg.record_bytes_max}")
+            cost = req.size_bytes + RECORD_OVERHEAD_BYTES * req.count
             if cost > admitted:
                 self.limiter.grow(name, cost - admitted)
                 admitted = cost

@@ -37,7 +37,7 @@ from bookline.errors import (
     TooLargeError,
     TooManyRequestsError,
 )
-from bookline.http_api import WireRecord, WriteRequest
+from bookline.http_api import WriteRequest
 from bookline.records import LogRecord
 from writeproxy import dedup
 from writeproxy.config import WriteProxyConfig
@@ -77,11 +77,11 @@ class OwnedStream:
         """Write ``req``'s new records; answer every record's DLSN and the count of
         records that were retries (not written again)."""
         if req.producer is None or req.seq is None:
-            return await self._append(req.records, None, 0), 0
-        producer, seq, count = req.producer, req.seq, len(req.records)
+            return await self._append(_log_records(req, 0), None, 0), 0
+        producer, seq, count = req.producer, req.seq, req.count
         await self._wait_overlapping(producer, seq, seq + count)
         plan = self.table.plan(producer, seq, count)
-        new = req.records[plan.write_from:]
+        new = _log_records(req, plan.write_from)
         if not new:
             return [DLSN(*d) for d in plan.duplicates], len(plan.duplicates)
         pending = _Pending(plan.first_new_seq, seq + count)
@@ -107,11 +107,10 @@ class OwnedStream:
             await busy[0].done.wait()
 
     async def _append(
-        self, records: list[WireRecord], producer: str | None, first_seq: int
+        self, batch: list[LogRecord], producer: str | None, first_seq: int
     ) -> list[DLSN]:
         if self.failed is not None:
             raise OwnershipLostError(f"writer of {self.name} failed; retry") from self.failed
-        batch = [LogRecord(r.payload, r.txid, r.key, r.headers) for r in records]
         if producer is not None:
             marker = dedup.marker_headers(producer, first_seq, len(batch))
             first = batch[0]
@@ -131,6 +130,14 @@ class OwnedStream:
         if self.failed is None:
             log.warning("stream %s: writer failed (%s); dropping ownership", self.name, exc)
             self.failed = exc
+
+
+def _log_records(req: WriteRequest, start: int) -> list[LogRecord]:
+    """The request's records from ``start`` on, as the writer takes them (straight from
+    the payload list for a plain ``payloads`` body)."""
+    if req.payloads is not None:
+        return list(map(LogRecord, req.payloads[start:]))
+    return [LogRecord(r.payload, r.txid, r.key, r.headers) for r in req.records[start:]]
 
 
 class Ownership:

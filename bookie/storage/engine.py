@@ -417,10 +417,10 @@ class BookieStorage:
                 if st is not None:  # None: deleted while the add was in flight
                     active.put(ledger_id, entry_id, data)
                     st.last_entry = max(st.last_entry, entry_id)
-                    if st.explicit_lac > lac:
-                        lac = min(st.explicit_lac, st.last_entry)
-                    if lac > st.lac:
-                        st.lac = lac
+                    # An explicit LAC waits for its entries to be durable here.
+                    new_lac = min(st.explicit_lac, st.last_entry) if st.explicit_lac > lac else lac
+                    if new_lac > st.lac:
+                        st.lac = new_lac
                         if st.waiters:
                             _wake(st)
                     dirty.add(ledger_id)
@@ -545,8 +545,7 @@ class BookieStorage:
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced:
             raise FencedError(f"ledger {ledger_id} is fenced")
-        if lac > st.explicit_lac:
-            st.explicit_lac = lac
+        st.explicit_lac = max(st.explicit_lac, lac)
         # Never past what is durable here: a woken long poll must find its entry.
         applied = min(st.explicit_lac, st.last_entry)
         if applied > st.lac:
