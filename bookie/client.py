@@ -376,26 +376,11 @@ class BookieConnection:
         a task waits for room or the connection, as :meth:`add` would.
         """
         deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
-        wire = self._wire
-        if (
-            wire is not None
-            and not wire.lost
-            and wire.writable
-            and self._inflight < self.options.inflight_max
-            and not self._room_waiters
-            and not self._queued_adds
-            and not self._closed
-        ):
-            self._inflight += 1
-            rid = next(self._ids)
-            frame = p.encode_add_request(
-                rid, ledger_id, entry_id, lac, master_key, payload, recovery
-            )
+        wire = self._fast_wire()
+        if wire is not None:
+            rid, frame = self._add_frame(ledger_id, entry_id, lac, master_key, payload, recovery)
             return wire.send(rid, frame, deadline_s, p.AddResponse)
-        self._queued_adds += 1
-        return asyncio.ensure_future(
-            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
-        )
+        return self._queue_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
 
     def add_callback(  # noqa: PLR0917 - mirrors add_future
         self,
@@ -415,6 +400,23 @@ class BookieConnection:
         task of the slow path (waiting for room or a connection) so the caller can
         cancel it -- a cancelled add never calls back -- else None."""
         deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+        wire = self._fast_wire()
+        if wire is not None:
+            rid, frame = self._add_frame(ledger_id, entry_id, lac, master_key, payload, recovery)
+            wire.send_to(rid, frame, deadline_s, p.AddResponse, _CallbackWaiter(callback))
+            return None
+        task = self._queue_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    def _fast_wire(self) -> _Wire | None:
+        """The wire when an add can go out at once: connected, writable, a free in-flight
+        slot, and no earlier add still waiting (adds leave in call order); else None."""
         wire = self._wire
         if (
             wire is not None
@@ -425,24 +427,40 @@ class BookieConnection:
             and not self._queued_adds
             and not self._closed
         ):
-            self._inflight += 1
-            rid = next(self._ids)
-            frame = p.encode_add_request(
-                rid, ledger_id, entry_id, lac, master_key, payload, recovery
-            )
-            wire.send_to(rid, frame, deadline_s, p.AddResponse, _CallbackWaiter(callback))
-            return None
-        self._queued_adds += 1
-        task = asyncio.ensure_future(
-            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
+            return wire
+        return None
+
+    def _add_frame(  # noqa: PLR0917 - internal, mirrors add_future
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        recovery: bool,
+    ) -> tuple[int, bytes]:
+        """Fast path: take an in-flight slot and a request id, encode the add frame."""
+        self._inflight += 1
+        rid = next(self._ids)
+        return rid, p.encode_add_request(
+            rid, ledger_id, entry_id, lac, master_key, payload, recovery
         )
 
-        def done(t: asyncio.Task[None]) -> None:
-            if not t.cancelled():
-                callback(t.exception())
-
-        task.add_done_callback(done)
-        return task
+    def _queue_add(  # noqa: PLR0917 - internal, mirrors add_future
+        self,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        master_key: bytes,
+        payload: bytes,
+        recovery: bool,
+        timeout_s: float,
+    ) -> asyncio.Task[None]:
+        """Slow path: a task that waits for room or the connection, behind earlier adds."""
+        self._queued_adds += 1
+        return asyncio.ensure_future(
+            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, timeout_s)
+        )
 
     async def _queued_add(  # noqa: PLR0917 - internal, mirrors add_future
         self,
@@ -552,10 +570,10 @@ class BookieConnection:
         waiters, self._room_waiters = self._room_waiters, collections.deque()
         for fut in waiters:
             if not fut.done():
-                fut.set_exception(ClosedError(f"connection to bookie {self.address} closed"))
+                fut.set_exception(self._closed_error())
         wire, self._wire = self._wire, None
         if wire is not None:
-            wire.fail_all(ClosedError(f"connection to bookie {self.address} closed"))
+            wire.fail_all(self._closed_error())
             if wire.transport is not None:
                 wire.transport.close()
 
@@ -574,7 +592,7 @@ class BookieConnection:
         """Take an in-flight slot (FIFO), make sure of the connection, send. The slot
         goes back when the request leaves the wire's pending map."""
         if self._closed:
-            raise ClosedError(f"connection to bookie {self.address} closed")
+            raise self._closed_error()
         await self._acquire_room()
         try:
             wire = self._wire
@@ -617,9 +635,12 @@ class BookieConnection:
                 fut.set_result(None)
                 return
 
+    def _closed_error(self) -> ClosedError:
+        return ClosedError(f"connection to bookie {self.address} closed")
+
     def _gone_error(self) -> BooklineError:
         if self._closed:
-            return ClosedError(f"connection to bookie {self.address} closed")
+            return self._closed_error()
         return ConnectionLostError(f"connection to bookie {self.address} lost")
 
     async def _ensure_wire(self) -> _Wire:
@@ -628,7 +649,7 @@ class BookieConnection:
             return wire
         async with self._connect_lock:
             if self._closed:
-                raise ClosedError(f"connection to bookie {self.address} closed")
+                raise self._closed_error()
             wire = self._wire
             if wire is not None and not wire.lost:
                 return wire
@@ -647,7 +668,7 @@ class BookieConnection:
             if self.closed:  # closed while connecting
                 if new_wire.transport is not None:
                     new_wire.transport.close()
-                raise ClosedError(f"connection to bookie {self.address} closed")
+                raise self._closed_error()
             self._wire = new_wire
             return new_wire
 

@@ -6,18 +6,23 @@
   logged with their stack and answered 500, never swallowed;
 * :func:`respond` encodes an answer in the media type the client accepts;
 * :func:`read_body` decodes a request body (msgpack or JSON);
-* ``/openapi.json`` and ``/metrics`` handlers.
+* ``/openapi.json`` and ``/metrics`` handlers;
+* :func:`proxy_app` (the middlewares and routes every proxy has), :func:`start_site`
+  (listen, learn the URL) and :func:`cancel_task` (stop a background loop).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from aiohttp.typedefs import Middleware
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from bookline import http_api
 from bookline.errors import (
@@ -29,18 +34,27 @@ from bookline.errors import (
     UnknownError,
 )
 
+if TYPE_CHECKING:
+    from bookline.proxy_config import ProxyConfig
+
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "cancel_task",
+    "count_middleware",
     "error_middleware",
     "metrics_handler",
     "openapi_handler",
+    "proxy_app",
     "read_body",
     "respond",
+    "start_site",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# aiohttp's own default bound on a request body.
+_CLIENT_BODY_BYTES_MAX_DEFAULT: Final = 1024 * 1024
 # Answers bigger than this are a bug in a handler (reads are bounded by their limit).
 _ANSWER_BYTES_SOFT_MAX: Final = 64 * 1024 * 1024
 
@@ -120,3 +134,68 @@ def openapi_handler() -> Handler:
         return web.Response(body=body, content_type="application/json")
 
     return handler
+
+
+def count_middleware(
+    requests: Counter, on_status: Callable[[int], None] | None = None
+) -> Middleware:
+    """Counts every answer in ``requests`` by route and status (outside the error
+    middleware, so errors count with their status); ``on_status`` sees each status."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resp = await handler(request)
+        route = request.match_info.route.resource
+        endpoint = route.canonical if route is not None else "unmatched"
+        requests.labels(endpoint, str(resp.status)).inc()
+        if on_status is not None:
+            on_status(resp.status)
+        return resp
+
+    return middleware
+
+
+def proxy_app(
+    *,
+    health: Handler,
+    registry: CollectorRegistry,
+    requests: Counter,
+    on_status: Callable[[int], None] | None = None,
+    client_max_size: int = _CLIENT_BODY_BYTES_MAX_DEFAULT,
+) -> web.Application:
+    """An application with what every proxy serves: request counting, the one error
+    body, ``/health``, ``/metrics`` and ``/openapi.json``. The caller adds its API."""
+    app = web.Application(
+        middlewares=[count_middleware(requests, on_status), error_middleware],
+        client_max_size=client_max_size,
+    )
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics_handler(registry))
+    app.router.add_get("/openapi.json", openapi_handler())
+    return app
+
+
+async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on the configured host and port; returns the runner (clean it up to
+    stop) and the URL clients use (with the port picked when ``port`` is 0)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    if config.port == 0 and not config.advertise_url:
+        port = int(runner.addresses[0][1])
+        return runner, f"http://{config.host}:{port}"
+    return runner, config.url
+
+
+async def cancel_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background loop and wait until it has ended."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -13,13 +13,17 @@ import dataclasses
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bookline.config import load_config
+
+if TYPE_CHECKING:
+    from bookline.proxy_config import ProxyConfig
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+C = TypeVar("C", bound="ProxyConfig")
 
 
 class Service(Protocol):
@@ -48,6 +52,25 @@ def load_from_args(args: argparse.Namespace, cls: type[T], section: str) -> T:
         cls, path=args.config, section=section,
         env_prefix=f"BOOKLINE_{section.upper()}_", overrides=overrides,
     )
+
+
+def add_proxy_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    cls: type[C],
+    help_text: str,
+    make: Callable[[C], Service],
+) -> None:
+    """``bookline <cls.SECTION> [--config FILE] [--<field> ...]``: load the settings,
+    run the proxy ``make`` builds until SIGTERM, printing ``<section> ready ...``."""
+    section = cls.SECTION
+    parser = sub.add_parser(section, help=help_text)
+    add_config_flags(parser, cls, section)
+
+    def run(args: argparse.Namespace) -> int:
+        config = load_from_args(args, cls, section)
+        return run_service(lambda: make(config), section, config.proxy_id)
+
+    parser.set_defaults(handler=run)
 
 
 def run_service(make: Callable[[], Service], kind: str, ident: str) -> int:

@@ -15,37 +15,53 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import os
-import tempfile
 import time
 from collections.abc import Coroutine, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 from bookie.client import BookieConnection
 from ops.bench import latency_summary
-from ops.local import LocalCluster
+from ops.local import bench_cluster
 
 T = TypeVar("T")
 
 # A bench ledger id far from anything a real cluster allocates.
 BENCH_LEDGER_BASE = 1 << 60
+_MASTER_KEY = b"bench-master-key"
 
 
 @contextlib.contextmanager
 def bookie_addresses(args: argparse.Namespace, bookies: int) -> Iterator[list[str]]:
     """Addresses of the bookies to use: from --cluster, or a cluster we start and stop."""
-    if args.cluster:
-        layout = json.loads(Path(args.cluster).read_text())
+    with bench_cluster(args, bookies=bookies) as layout:
         yield [b["address"] for b in layout["bookies"]][:bookies]
-        return
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
-        cluster = LocalCluster(Path(base), bookies=bookies)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield [b.address for b in cluster.bookies]
+
+
+class _Answers:
+    """Latencies of ``count`` adds; ``finished`` resolves once all are answered, or with
+    the first error (later answers are then ignored)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.answered = 0
+        self.latencies: list[float] = []
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def record(self, fut: asyncio.Future[None], started: float) -> bool:
+        """Count one answer (an add's done-callback); True while more are awaited."""
+        if self.finished.done():
+            return False
+        exc = fut.exception()
+        if exc is not None:
+            self.finished.set_exception(exc)
+            return False
+        self.latencies.append(time.perf_counter() - started)
+        self.answered += 1
+        if self.answered == self.count:
+            self.finished.set_result(None)
+            return False
+        return True
 
 
 async def _closed_loop(
@@ -53,12 +69,8 @@ async def _closed_loop(
 ) -> list[float]:
     """Keep ``inflight`` adds outstanding: each answer starts the next add (no task or
     coroutine per add, as the ledger layer's write path does with ``add_future``)."""
-    latencies: list[float] = []
-    key = b"bench-master-key"
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[None] = loop.create_future()
+    answers = _Answers(count)
     next_id = 0
-    answered = 0
     perf = time.perf_counter
 
     def start_one() -> None:
@@ -66,66 +78,37 @@ async def _closed_loop(
         entry_id = next_id
         next_id += 1
         t0 = perf()
-        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, key, payload)
+        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, _MASTER_KEY, payload)
         fut.add_done_callback(functools.partial(on_done, t0=t0))
 
     def on_done(fut: asyncio.Future[None], t0: float) -> None:
-        nonlocal answered
-        if finished.done():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            finished.set_exception(exc)
-            return
-        latencies.append(perf() - t0)
-        answered += 1
-        if next_id < count:
+        if answers.record(fut, t0) and next_id < count:
             start_one()
-        elif answered == count:
-            finished.set_result(None)
 
     for _ in range(min(inflight, count)):
         start_one()
-    await finished
-    return latencies
+    await answers.finished
+    return answers.latencies
 
 
 async def _open_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, rate: float
 ) -> list[float]:
     """Start adds on a fixed schedule; latency counts from the scheduled start."""
-    latencies: list[float] = []
-    key = b"bench-master-key"
+    answers = _Answers(count)
     interval = 1.0 / rate
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[None] = loop.create_future()
-    answered = 0
     perf = time.perf_counter
-
-    def on_done(fut: asyncio.Future[None], scheduled: float) -> None:
-        nonlocal answered
-        if finished.done():
-            return
-        exc = fut.exception()
-        if exc is not None:
-            finished.set_exception(exc)
-            return
-        latencies.append(perf() - scheduled)
-        answered += 1
-        if answered == count:
-            finished.set_result(None)
-
     start = perf()
     for entry_id in range(count):
         scheduled = start + entry_id * interval
         delay = scheduled - perf()
         if delay > 0:
             await asyncio.sleep(delay)
-        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, key, payload)
-        fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
+        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, _MASTER_KEY, payload)
+        fut.add_done_callback(functools.partial(answers.record, started=scheduled))
     if count:
-        await finished
-    return latencies
+        await answers.finished
+    return answers.latencies
 
 
 async def _bench(address: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -21,13 +21,10 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import os
 import struct
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ops.bench import latency_summary
@@ -44,17 +41,10 @@ _STAMP = struct.Struct(">d")
 @contextlib.contextmanager
 def cluster_layout(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """``{"zk", "root"}`` of the cluster to use: --cluster, or 3 bookies we start."""
-    if args.cluster:
-        yield json.loads(Path(args.cluster).read_text())
-        return
-    from ops.local import LocalCluster
+    from ops.local import bench_cluster
 
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-core-"))
-        cluster = LocalCluster(Path(base), bookies=3)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield cluster.describe()
+    with bench_cluster(args, bookies=3, prefix="bl-core-") as layout:
+        yield layout
 
 
 def _timer(latencies: list[float], started: float) -> Callable[[object], None]:

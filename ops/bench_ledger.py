@@ -15,20 +15,18 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+from bookline.errors import TooManyRequestsError
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
 from ops.bench import latency_summary
 from ops.bench_bookie import asyncio_run
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.local import CLUSTER_ROOT, bench_cluster
 
 # Entries added (closed loop) before measuring: connections, caches, the JIT-less warm-up
 # of the bookies' code paths.
@@ -37,19 +35,9 @@ _WARMUP_ENTRIES_MAX = 2_000
 
 @contextlib.contextmanager
 def cluster_endpoints(args: argparse.Namespace, bookies: int = 3) -> Iterator[tuple[str, str]]:
-    """(zk connect string, cluster root): from --cluster, or a cluster we start and stop.
-    (The ledger client needs ZooKeeper, so ``bench_bookie.bookie_addresses`` -- which
-    yields bookie addresses only -- is mirrored here rather than reused.)"""
-    if args.cluster:
-        layout = json.loads(Path(args.cluster).read_text())
+    """(zk connect string, cluster root): from --cluster, or a cluster we start and stop."""
+    with bench_cluster(args, bookies=bookies) as layout:
         yield layout["zk"], layout.get("root", CLUSTER_ROOT)
-        return
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
-        cluster = LocalCluster(Path(base), bookies=bookies)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield cluster.zk_connect, CLUSTER_ROOT
 
 
 async def _closed_loop(w: LedgerWriter, count: int, payload: bytes) -> list[float]:
@@ -63,7 +51,10 @@ async def _closed_loop(w: LedgerWriter, count: int, payload: bytes) -> list[floa
     futs = []
     for _ in range(count):
         t0 = perf()
-        fut = await w.submit(payload)  # waits for room: the writer's in-flight bound
+        try:
+            fut = w.submit_nowait(payload)  # the hot path: no coroutine per entry
+        except TooManyRequestsError:
+            fut = await w.submit(payload)  # waits for room: the writer's in-flight bound
         fut.add_done_callback(functools.partial(on_done, t0=t0))
         futs.append(fut)
     await asyncio.gather(*futs)
@@ -86,7 +77,10 @@ async def _open_loop(w: LedgerWriter, count: int, payload: bytes, rate: float) -
         delay = scheduled - perf()
         if delay > 0:
             await asyncio.sleep(delay)
-        fut = await w.submit(payload)
+        try:
+            fut = w.submit_nowait(payload)
+        except TooManyRequestsError:
+            fut = await w.submit(payload)
         fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
         futs.append(fut)
     await asyncio.gather(*futs)

@@ -20,8 +20,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +247,24 @@ class LocalCluster:
             self.zk = None
         with contextlib.suppress(FileNotFoundError):
             (self.dir / "cluster.json").unlink()
+
+
+@contextlib.contextmanager
+def bench_cluster(
+    args: argparse.Namespace, bookies: int = 3, prefix: str = "bl-bench-"
+) -> Iterator[dict[str, Any]]:
+    """The layout (as in ``cluster.json``) of the cluster a benchmark uses: the running
+    one ``args.cluster`` names, or ZooKeeper + ``bookies`` started in ``args.dir``
+    (default a temporary directory named ``prefix...``) and stopped afterwards."""
+    if args.cluster:
+        yield json.loads(Path(args.cluster).read_text())
+        return
+    with contextlib.ExitStack() as stack:
+        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+        cluster = LocalCluster(Path(base), bookies=bookies)
+        cluster.start()
+        stack.callback(cluster.stop)
+        yield cluster.describe()
 
 
 def _wait_for_interrupt() -> None:

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 from aiohttp import WSMsgType, web
@@ -33,7 +33,7 @@ from bookline.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
-from bookline.http_server import error_middleware, metrics_handler, openapi_handler, respond
+from bookline.http_server import cancel_task, proxy_app, respond, start_site
 from bookline.names import validate_name
 from bookline.records import ReadRecord
 from metadata.proxies import ProxyInfo
@@ -108,13 +108,7 @@ class ReadProxy:
         self._feeds = FeedRegistry(self._ns, cfg, self.metrics)
         self._feeds.start()
         self._pool = ReaderPool(self._ns, cfg, self.metrics)
-        self._runner = web.AppRunner(self.build_app(), access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
-        await site.start()
-        if cfg.port == 0 and not cfg.advertise_url:
-            port = int(self._runner.addresses[0][1])
-            self.url = f"http://{cfg.host}:{port}"
+        self._runner, self.url = await start_site(self.build_app(), cfg)
         # One ZooKeeper session per proxy: the core's. The owner records then live and
         # die with the same session as the writer locks.
         self._md = self._ns.context.md
@@ -129,10 +123,7 @@ class ReadProxy:
             await self.pool.reap()
 
     async def stop(self) -> None:
-        if self._reap_task is not None:
-            self._reap_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reap_task
+        await cancel_task(self._reap_task)
         for ws in list(self._websockets):
             await ws.close(code=1001, message=b"read proxy stopping")
         if self._runner is not None:
@@ -166,24 +157,15 @@ class ReadProxy:
         return self._pool
 
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._count_middleware, error_middleware])
+        app = proxy_app(
+            health=self.health, registry=self.metrics.registry, requests=self.metrics.requests
+        )
         p = http_api.API_PREFIX
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", metrics_handler(self.metrics.registry))
-        app.router.add_get("/openapi.json", openapi_handler())
         app.router.add_get(f"{p}/streams", self.list_streams)
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
         app.router.add_get(f"{p}/streams/{{name}}/records", self.read)
         app.router.add_get(f"{p}/streams/{{name}}/tail", self.tail)
         return app
-
-    @web.middleware
-    async def _count_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        resp: web.StreamResponse = await handler(request)
-        route = request.match_info.route.resource
-        endpoint = route.canonical if route is not None else "unmatched"
-        self.metrics.requests.labels(endpoint, str(resp.status)).inc()
-        return resp
 
     # -- plain routes ----------------------------------------------------------------
 

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import argparse
 
-from bookline.service import add_config_flags, load_from_args, run_service
+from bookline.service import Service, add_proxy_command
 from readproxy.config import ReadProxyConfig
-
-SECTION = "readproxy"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(SECTION, help="run a read proxy (range reads, long-poll/WebSocket tails)")
-    add_config_flags(p, ReadProxyConfig, SECTION)
-    p.set_defaults(handler=run)
+    add_proxy_command(
+        sub, ReadProxyConfig, "run a read proxy (range reads, long-poll/WebSocket tails)",
+        _read_proxy,
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    from readproxy.app import ReadProxy
+def _read_proxy(config: ReadProxyConfig) -> Service:
+    from readproxy.app import ReadProxy  # loaded only when the command runs
 
-    config = load_from_args(args, ReadProxyConfig, SECTION)
-    return run_service(lambda: ReadProxy(config), SECTION, config.proxy_id)
+    return ReadProxy(config)

@@ -33,13 +33,7 @@ from bookline.errors import (
     OwnerMovedError,
     TooLargeError,
 )
-from bookline.http_server import (
-    error_middleware,
-    metrics_handler,
-    openapi_handler,
-    read_body,
-    respond,
-)
+from bookline.http_server import cancel_task, proxy_app, read_body, respond, start_site
 from bookline.names import validate_name
 from bookline.records import RECORD_OVERHEAD_BYTES
 from metadata.proxies import ProxyInfo
@@ -88,14 +82,7 @@ class WriteProxy:
         from bookline.namespace import Namespace
 
         cfg = self.config
-        app = self.build_app()
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
-        await site.start()
-        if cfg.port == 0 and not cfg.advertise_url:
-            port = int(self._runner.addresses[0][1])
-            self.url = f"http://{cfg.host}:{port}"
+        self._runner, self.url = await start_site(self.build_app(), cfg)
         core_overrides: dict[str, Any] = {
             "session_timeout_ms": cfg.session_timeout_ms,
             # Admission keeps a stream's pending bytes under half of this, so the core
@@ -135,10 +122,7 @@ class WriteProxy:
                 log.warning("could not report load: %s", exc)
 
     async def stop(self) -> None:
-        if self._load_task is not None:
-            self._load_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._load_task
+        await cancel_task(self._load_task)
         if self._runner is not None:
             await self._runner.cleanup()
         if self._ownership is not None:
@@ -164,14 +148,11 @@ class WriteProxy:
     # -- routes --------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
-        app = web.Application(
-            middlewares=[self._count_middleware, error_middleware],
-            client_max_size=self.config.request_bytes_max,
+        app = proxy_app(
+            health=self.health, registry=self.metrics.registry, requests=self.metrics.requests,
+            on_status=self._count_status, client_max_size=self.config.request_bytes_max,
         )
         p = http_api.API_PREFIX
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", metrics_handler(self.metrics.registry))
-        app.router.add_get("/openapi.json", openapi_handler())
         app.router.add_get(f"{p}/streams", self.list_streams)
         app.router.add_post(f"{p}/streams", self.create_stream)
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
@@ -183,17 +164,11 @@ class WriteProxy:
         app.router.add_get(f"{p}/streams/{{name}}/owner", self.owner)
         return app
 
-    @web.middleware
-    async def _count_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        resp: web.StreamResponse = await handler(request)
-        route = request.match_info.route.resource
-        endpoint = route.canonical if route is not None else "unmatched"
-        self.metrics.requests.labels(endpoint, str(resp.status)).inc()
-        if resp.status == 429:
+    def _count_status(self, status: int) -> None:
+        if status == 429:
             self.metrics.rejected.inc()
-        elif resp.status == 307:
+        elif status == 307:
             self.metrics.redirects.inc()
-        return resp
 
     async def health(self, request: web.Request) -> web.Response:
         md_ok = self._md is not None and self._md.zk.session_id is not None

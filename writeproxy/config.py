@@ -4,28 +4,19 @@ environment variables, then flags (see :func:`bookline.config.load_config`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from bookline.config import MetadataConfig
 from bookline.errors import ConfigError
-from bookline.names import validate_name
-
-MiB = 1024 * 1024
+from bookline.proxy_config import MiB, ProxyConfig
 
 
 @dataclass(frozen=True, slots=True)
-class WriteProxyConfig:
+class WriteProxyConfig(ProxyConfig):
+    SECTION: ClassVar[str] = "writeproxy"
+
     # Unique id of this proxy; its ZooKeeper registration is proxies/<id>.
     proxy_id: str = "wp-1"
-    # Interface and port to listen on (port 0 picks a free one).
-    host: str = "127.0.0.1"
     port: int = 8480
-    # Base URL clients are redirected to; empty means http://host:port.
-    advertise_url: str = ""
-    # ZooKeeper connect string (chroot allowed) and cluster root.
-    zk: str = "127.0.0.1:2181"
-    root: str = "/bookline"
-    # Namespace whose streams this proxy serves.
-    namespace: str = "default"
     # ZooKeeper session timeout: how long a crashed proxy keeps its streams.
     session_timeout_ms: int = 6_000
     # One record's payload+key+headers; bigger ones get 413.
@@ -66,11 +57,7 @@ class WriteProxyConfig:
     fault_stall_stream_prefix: str = "fault-"
 
     def __post_init__(self) -> None:
-        validate_name(self.proxy_id, "proxy id")
-        validate_name(self.namespace, "namespace")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"writeproxy.port {self.port} is not a TCP port")
-        MetadataConfig(zk=self.zk, root=self.root, session_timeout_ms=self.session_timeout_ms)
+        self.check_common()
         if self.record_bytes_max <= 0 or self.request_bytes_max < self.record_bytes_max:
             raise ConfigError("writeproxy: need 0 < record_bytes_max <= request_bytes_max")
         if self.stream_inflight_bytes_max < self.request_bytes_max:
@@ -79,18 +66,9 @@ class WriteProxyConfig:
             raise ConfigError("writeproxy: proxy_inflight_bytes_max < stream_inflight_bytes_max")
         if self.proxy_inflight_requests_max < self.stream_inflight_requests_max:
             raise ConfigError("writeproxy: proxy_inflight_requests_max < stream_inflight_...")
-        for name in ("request_records_max", "stream_inflight_requests_max", "streams_owned_max",
-                     "dedup_batches_per_producer", "dedup_producers_max", "acquire_timeout_ms"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"writeproxy.{name} must be positive")
+        self.require_positive(
+            "request_records_max", "stream_inflight_requests_max", "streams_owned_max",
+            "dedup_batches_per_producer", "dedup_producers_max", "acquire_timeout_ms",
+        )
         if self.fault_stall_writes < 0 or self.fault_stall_ms < 0:
             raise ConfigError("writeproxy fault settings must be >= 0")
-
-    @property
-    def url(self) -> str:
-        return self.advertise_url or f"http://{self.host}:{self.port}"
-
-    def metadata(self) -> MetadataConfig:
-        return MetadataConfig(
-            zk=self.zk, root=self.root, session_timeout_ms=self.session_timeout_ms
-        )

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import argparse
 
-from bookline.service import add_config_flags, load_from_args, run_service
+from bookline.service import Service, add_proxy_command
 from writeproxy.config import WriteProxyConfig
-
-SECTION = "writeproxy"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(SECTION, help="run a write proxy (owns streams, batches writes)")
-    add_config_flags(p, WriteProxyConfig, SECTION)
-    p.set_defaults(handler=run)
+    add_proxy_command(
+        sub, WriteProxyConfig, "run a write proxy (owns streams, batches writes)", _write_proxy
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    from writeproxy.app import WriteProxy
+def _write_proxy(config: WriteProxyConfig) -> Service:
+    from writeproxy.app import WriteProxy  # loaded only when the command runs
 
-    config = load_from_args(args, WriteProxyConfig, SECTION)
-    return run_service(lambda: WriteProxy(config), SECTION, config.proxy_id)
+    return WriteProxy(config)

@@ -1,0 +1,64 @@
+"""Settings both proxies share: identity, listening address, ZooKeeper and namespace.
+
+:class:`ProxyConfig` is the base of ``ReadProxyConfig`` and ``WriteProxyConfig``; each
+names its TOML section in ``SECTION`` (also the prefix of its error messages) and adds
+its own checks in ``__post_init__`` after :meth:`ProxyConfig.check_common`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from bookline.config import MetadataConfig
+from bookline.errors import ConfigError
+from bookline.names import validate_name
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    # The TOML section (and error message prefix) of the concrete proxy's settings.
+    SECTION: ClassVar[str] = "proxy"
+
+    # Unique id of this proxy, part of its ZooKeeper registration.
+    proxy_id: str = "proxy-1"
+    # Interface and port to listen on (port 0 picks a free one).
+    host: str = "127.0.0.1"
+    port: int = 8480
+    # Base URL clients use (and are redirected to); empty means http://host:port.
+    advertise_url: str = ""
+    # ZooKeeper connect string (chroot allowed) and cluster root.
+    zk: str = "127.0.0.1:2181"
+    root: str = "/bookline"
+    # Namespace whose streams this proxy serves.
+    namespace: str = "default"
+    # ZooKeeper session timeout: how long a crashed proxy keeps its registration.
+    session_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        self.check_common()
+
+    def check_common(self) -> None:
+        """The checks every proxy's settings pass (a subclass's ``__post_init__`` calls
+        this first: zero-argument ``super()`` does not work in slotted dataclasses)."""
+        validate_name(self.proxy_id, "proxy id")
+        validate_name(self.namespace, "namespace")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"{self.SECTION}.port {self.port} is not a TCP port")
+        self.metadata()  # validates zk, root and session_timeout_ms
+
+    def require_positive(self, *names: str) -> None:
+        for name in names:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{self.SECTION}.{name} must be positive")
+
+    @property
+    def url(self) -> str:
+        return self.advertise_url or f"http://{self.host}:{self.port}"
+
+    def metadata(self) -> MetadataConfig:
+        return MetadataConfig(
+            zk=self.zk, root=self.root, session_timeout_ms=self.session_timeout_ms
+        )
