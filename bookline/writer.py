@@ -602,7 +602,9 @@ class LogWriter:
             first_txid = out.txids[0]
         ledger = seg.ledger
         self._carried_lac = ledger.last_add_confirmed
-        fut = await ledger.submit(payload)
+        fut = ledger.submit_nowait(payload)  # the common case: no coroutine
+        if fut is None:
+            fut = await ledger.submit(payload)  # at the ledger's in-flight bound: wait
         if not out.control:
             seg.records += count
             seg.bytes += nbytes

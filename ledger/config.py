@@ -37,6 +37,11 @@ class LedgerConfig:
     speculative_read_max_timeout_ms: int = 2_000
     # Long-poll READ_LAC: the bookie holds the request at most this long.
     long_poll_timeout_ms: int = 10_000
+    # close(): wait this long for the replicas of confirmed entries that have not
+    # answered yet (Qw - Qa of them per entry), so a closed ledger is fully replicated
+    # when bookies are healthy; past it they are logged and left to autorecovery
+    # (the entries are durable on Qa bookies). 0 = close at Qa, as BookKeeper does.
+    close_replication_timeout_ms: int = 3_000
     # ZooKeeper metadata operations (create / read / CAS) as seen by the ledger client.
     metadata_timeout_ms: int = 15_000
 
@@ -89,6 +94,8 @@ class LedgerConfig:
                 raise ConfigError(f"ledger.{name} must be positive")
         if self.speculative_read_max_timeout_ms < self.speculative_read_first_timeout_ms:
             raise ConfigError("ledger.speculative_read_max_timeout_ms must be >= the first timeout")
+        if self.close_replication_timeout_ms < 0:
+            raise ConfigError("ledger.close_replication_timeout_ms must be >= 0")
         if self.ensemble_change_retries_max < 0 or self.placement_avoid_ms < 0:
             raise ConfigError(
                 "ledger.ensemble_change_retries_max and placement_avoid_ms must be >= 0"

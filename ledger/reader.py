@@ -30,6 +30,7 @@ from ledger.digest import DigestManager, UnpackedEntry
 from ledger.meta import NO_ENTRY, BookieTransport, LacAnswer, LedgerMeta, MetadataStore
 from ledger.placement import BookieHealth, write_set
 from ledger.speculative import speculative
+from ledger.tasks import abandon
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,7 @@ class LedgerReader:
                     nxt += 1
                 yield await window.popleft()
         finally:
-            for task in window:
-                task.cancel()
+            abandon(window)  # reads ahead of a failure or an early stop
 
     # -- LAC -----------------------------------------------------------------------
 
@@ -242,8 +242,7 @@ class LedgerReader:
                     if self._lac > previous_lac:
                         return self._lac
         finally:
-            for task in tasks:
-                task.cancel()
+            abandon(tasks)  # the first answer wins; retrieve the others' outcomes
         if len(errors) == len(tasks):
             raise errors[0]
         return self._lac

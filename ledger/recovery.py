@@ -54,6 +54,7 @@ from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, Meta
 from ledger.placement import BookieHealth, write_set
 from ledger.reader import replicas_of
 from ledger.speculative import speculative
+from ledger.tasks import abandon, consume
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +175,7 @@ class LedgerRecovery:
                     else:
                         raise exc
         finally:
-            for task in pending:
-                task.cancel()
+            abandon(tasks)  # answers not needed any more; retrieve every outcome
         if not enough():
             raise NotEnoughBookiesError(
                 f"ledger {meta.ledger_id}: fenced only {sorted(bookies[p] for p in fenced)} of "
@@ -253,8 +253,7 @@ class LedgerRecovery:
             while rewrites:
                 await rewrites.popleft()
         finally:
-            for task in (*reads, *rewrites):
-                task.cancel()
+            abandon((*reads, *rewrites))  # read-ahead past the end may have failed
         return last, length
 
     async def _recovery_read(
@@ -297,8 +296,9 @@ class LedgerRecovery:
                         except ChecksumError as bad:
                             errors.append(bad)
         finally:
-            for task in pending:
-                task.cancel()
+            # An early answer leaves other replicas' reads running or finished (a dead
+            # bookie's error among them): cancel them and retrieve every outcome.
+            abandon(tasks)
         raise TimeoutError_(
             f"ledger {meta.ledger_id}: recovery cannot tell whether entry {entry_id} exists "
             f"({absent} NO_ENTRY of {absent_needed} needed; errors: "
@@ -331,18 +331,25 @@ class LedgerRecovery:
         acks = 0
         errors: list[str] = []
         pending = set(tasks)
-        while pending and acks < meta.ack_quorum:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                exc = task.exception()
-                if exc is None:
-                    acks += 1
-                elif isinstance(exc, BooklineError):
-                    errors.append(f"{tasks[task]}: {exc}")
+        try:
+            while pending and acks < meta.ack_quorum:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    exc = task.exception()
+                    if exc is None:
+                        acks += 1
+                    elif isinstance(exc, BooklineError):
+                        errors.append(f"{tasks[task]}: {exc}")
+                    else:
+                        raise exc
+        finally:
+            # Slower replicas' adds finish on their own (also when this is cancelled);
+            # every outcome is retrieved.
+            for task in tasks:
+                if task.done():
+                    consume(task)
                 else:
-                    raise exc
-        for task in pending:
-            task.add_done_callback(self._log_late_rewrite)
+                    task.add_done_callback(self._log_late_rewrite)
         if acks < meta.ack_quorum:
             raise NotEnoughBookiesError(
                 f"ledger {meta.ledger_id}: recovery add of entry {entry.entry_id} reached "

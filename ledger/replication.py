@@ -53,6 +53,7 @@ from ledger.meta import LedgerMeta, Segment
 from ledger.placement import choose_replacement
 from ledger.reader import replicas_of
 from ledger.speculative import speculative
+from ledger.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from ledger.autorecovery import AutorecoveryConfig
@@ -142,22 +143,23 @@ async def _bounded(items: Iterable[int], fn: Callable[[int], Awaitable[None]], l
     """``fn(item)`` for every item, at most ``limit`` at once; the first error cancels
     the rest and is raised."""
     running: set[asyncio.Task[None]] = set()
+
+    async def settle_one() -> None:
+        nonlocal running
+        done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        errors = [exc for task in done if (exc := task.exception()) is not None]
+        if errors:
+            raise errors[0]
+
     try:
         for item in items:
             if len(running) >= limit:
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()
+                await settle_one()
             running.add(asyncio.ensure_future(fn(item)))
         while running:
-            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
+            await settle_one()
     finally:
-        for task in running:
-            task.cancel()
-        if running:
-            await asyncio.wait(running)
+        await cancel_and_wait(running)  # also the outcomes of siblings of a failure
 
 
 class ReplicationWorker:

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from bookline.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.placement import BookieHealth
+from ledger.tasks import abandon
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ async def speculative(
         raise err from first
     finally:
         now = clock()
-        for fut, (bookie, started) in running.items():
-            fut.cancel()
+        abandon(running)  # retrieve the outcome of every loser, finished or not
+        for bookie, started in running.values():
             # Lost the race: it took at least this long, which demotes it next time.
             health.record_success(bookie, now - started)

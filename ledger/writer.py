@@ -25,9 +25,16 @@ so the metadata always names the bookies an entry really lives on. A FENCED (or
 UNAUTHORIZED) answer means another client recovered the ledger: the writer fails stop,
 every pending and later add raises.
 
-Cost per entry (the hot path): one digest, one future for the caller, and per replica
-one frame queued on the bookie connection with a callback (``add_callback``: no task,
-coroutine, timer or future per replica add; the connection sweeps deadlines).
+Close waits for the pending adds, then -- bounded by ``close_replication_timeout_ms`` --
+for the replicas of confirmed entries that have not answered yet, so a ledger closed on
+healthy bookies has every entry on all Qw bookies of its write set (BookKeeper only
+promises Qa). A replica that fails or is still silent at the deadline is logged once
+and left to autorecovery; acknowledgements never wait for this.
+
+Cost per entry (the hot path): one digest, one future for the caller (with
+``submit_nowait`` no coroutine either), and per replica one frame queued on the bookie
+connection with a callback (``add_callback``: no task, coroutine, timer or future per
+replica add; the connection sweeps deadlines).
 """
 
 from __future__ import annotations
@@ -160,6 +167,8 @@ class LedgerWriter:
         self._tasks: set[asyncio.Future[None]] = set()
         self._error: BooklineError | None = None
         self._closed = False
+        # close() stopped waiting for replicas: later failures are only debug-logged.
+        self._drain_over = False
         self.ensemble_changes = 0
         # Explicit LAC (push_lac): per bookie, the LAC it acknowledged, whether a push
         # is in flight, and bookies too old to serve the op.
@@ -223,7 +232,13 @@ class LedgerWriter:
             self._lac_pushing.add(bookie)
             task = asyncio.ensure_future(self._push_lac_to(bookie, lac))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._lac_push_done)
+
+    def _lac_push_done(self, task: asyncio.Future[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # _push_lac_to handles operating errors: this is a bug, but a LAC is a hint.
+            log.error("ledger %d: explicit LAC push raised %r", self.ledger_id, exc)
 
     async def _push_lac_to(self, bookie: str, lac: int) -> None:
         try:
@@ -255,19 +270,50 @@ class LedgerWriter:
         Futures resolve in entry-id order. Awaiting ``submit`` for many entries and then
         the futures pipelines the adds.
         """
+        self._check_size(payload)
+        while True:
+            self._check_writable()
+            if self._has_room():
+                return self._push(payload)
+            self._room.clear()
+            await self._room.wait()
+
+    def submit_nowait(self, payload: bytes) -> asyncio.Future[int] | None:
+        """:meth:`submit` without the coroutine, for hot loops: send ``payload`` now and
+        return a future of its entry id, or None -- nothing sent -- when the in-flight
+        limits are reached (then await :meth:`wait_for_room` or :meth:`submit`). None
+        rather than an exception: in a saturated pipeline that is the common answer.
+        Raises like :meth:`submit` when the writer failed or was closed."""
+        self._check_size(payload)
+        self._check_writable()
+        if not self._has_room():
+            return None
+        return self._push(payload)
+
+    async def wait_for_room(self) -> None:
+        """Return once :meth:`submit_nowait` would accept an entry (or raise when the
+        writer failed or was closed)."""
+        while True:
+            self._check_writable()
+            if self._has_room():
+                return
+            self._room.clear()
+            await self._room.wait()
+
+    def _check_size(self, payload: bytes) -> None:
         if len(payload) > self._config.entry_bytes_max:
             raise TooLargeError(
                 f"entry of {len(payload)} bytes exceeds {self._config.entry_bytes_max}"
             )
-        while True:
-            self._check_writable()
-            if (
-                len(self._pending) + len(self._lagging) < self._config.adds_in_flight_max
-                and self._pending_bytes + self._lagging_bytes < self._config.add_bytes_in_flight_max
-            ):
-                break
-            self._room.clear()
-            await self._room.wait()
+
+    def _has_room(self) -> bool:
+        return (
+            len(self._pending) + len(self._lagging) < self._config.adds_in_flight_max
+            and self._pending_bytes + self._lagging_bytes < self._config.add_bytes_in_flight_max
+        )
+
+    def _push(self, payload: bytes) -> asyncio.Future[int]:
+        """Package and send one entry (room was checked)."""
         entry_id = self._last_pushed + 1
         self._last_pushed = entry_id
         self._pushed_length += len(payload)
@@ -288,7 +334,8 @@ class LedgerWriter:
         return fut
 
     async def close(self) -> None:
-        """Wait for pending adds, then record CLOSED with the last entry id and length.
+        """Wait for pending adds and (bounded by ``close_replication_timeout_ms``) for
+        their remaining replicas, then record CLOSED with the last entry id and length.
 
         A writer that was fenced or failed closes locally only (the recoverer owns the
         ledger's final state)."""
@@ -300,11 +347,45 @@ class LedgerWriter:
             await asyncio.gather(*(pa.future for pa in list(self._pending)), return_exceptions=True)
         if self._change_task is not None and not self._change_task.done():
             await asyncio.gather(self._change_task, return_exceptions=True)
+        if self._error is None:
+            await self._drain_replicas()
         if self._error is not None:
             self._cancel_tasks()
             return
         await self._write_closed()
         self._cancel_tasks()
+
+    async def _drain_replicas(self) -> None:
+        """Wait until every confirmed entry was answered by all Qw bookies of its write
+        set, at most ``close_replication_timeout_ms``: a closed ledger is then fully
+        replicated when the bookies are healthy, without autorecovery. Past the deadline
+        the stragglers are logged once and abandoned -- the entries are durable on Qa
+        bookies (BookKeeper's guarantee) and the auditor finds the gaps."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.close_replication_timeout_ms / 1000.0
+        while self._lagging and self._error is None:
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                break
+            self._room.clear()  # _send_done sets it when a lagging entry completes
+            try:
+                async with asyncio.timeout(remaining_s):
+                    await self._room.wait()
+            except TimeoutError:
+                break
+        self._drain_over = True
+        if self._lagging and self._error is None:
+            bookies = sorted({b for pa in self._lagging.values() for b in pa.waiting})
+            log.warning(
+                "ledger %d: closing with %d entries (first %d) not yet answered by %s after "
+                "%d ms; they are on at least Qa=%d bookies, autorecovery re-replicates them",
+                self.ledger_id,
+                len(self._lagging),
+                min(self._lagging),
+                bookies,
+                self._config.close_replication_timeout_ms,
+                self._meta.ack_quorum,
+            )
 
     # -- sending and acks ----------------------------------------------------------
 
@@ -373,7 +454,11 @@ class LedgerWriter:
             )
             self._fail(exc)
         elif isinstance(exc, BooklineError):
-            if self._is_current(bookie) and bookie not in self._failed_bookies:
+            if (
+                self._is_current(bookie)
+                and bookie not in self._failed_bookies
+                and not self._drain_over
+            ):
                 # Once per failure: later answers find it failed or already replaced.
                 log.warning(
                     "ledger %d entry %d: bookie %s failed: %s",
@@ -527,9 +612,25 @@ class LedgerWriter:
         if self._error is not None or bookie not in self._meta.last_segment.bookies:
             return  # already replaced (a late answer from the old ensemble)
         self._failed_bookies.add(bookie)
+        if self._closed and not self._pending:
+            # Only the close drain waits on this bookie: every entry is confirmed, so
+            # there is nothing to re-send and the segment needs no change.
+            return
         if not self._changing:
             self._changing = True
             self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
+            self._change_task.add_done_callback(self._on_change_done)
+
+    def _on_change_done(self, task: asyncio.Future[None]) -> None:
+        """Operating errors end the loop through _fail; anything else is a bug: fail
+        stop with it (which also retrieves it)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            err = WriterFailedError(f"ledger {self.ledger_id}: ensemble change raised {exc!r}")
+            err.__cause__ = exc
+            self._fail(err)
 
     async def _ensemble_change_loop(self) -> None:
         attempts = 0

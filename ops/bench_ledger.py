@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bookline.errors import TooManyRequestsError
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
@@ -51,10 +50,10 @@ async def _closed_loop(w: LedgerWriter, count: int, payload: bytes) -> list[floa
     futs = []
     for _ in range(count):
         t0 = perf()
-        try:
-            fut = w.submit_nowait(payload)  # the hot path: no coroutine per entry
-        except TooManyRequestsError:
-            fut = await w.submit(payload)  # waits for room: the writer's in-flight bound
+        fut = w.submit_nowait(payload)  # the hot path: no coroutine per entry
+        while fut is None:
+            await w.wait_for_room()  # the writer's in-flight bound
+            fut = w.submit_nowait(payload)
         fut.add_done_callback(functools.partial(on_done, t0=t0))
         futs.append(fut)
     await asyncio.gather(*futs)
@@ -77,9 +76,8 @@ async def _open_loop(w: LedgerWriter, count: int, payload: bytes, rate: float) -
         delay = scheduled - perf()
         if delay > 0:
             await asyncio.sleep(delay)
-        try:
-            fut = w.submit_nowait(payload)
-        except TooManyRequestsError:
+        fut = w.submit_nowait(payload)
+        if fut is None:
             fut = await w.submit(payload)
         fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
         futs.append(fut)

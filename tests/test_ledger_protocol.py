@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
+import logging
 import os
 import random
 from collections.abc import Callable
@@ -426,3 +428,91 @@ async def test_explicit_lac_never_passes_what_a_bookie_holds() -> None:
     await bookies.add("bookie-0", 1, 0, -1, b"k", b"e0", recovery=False, timeout_s=1)
     assert await bookies.write_lac("bookie-0", 1, 7, b"k", timeout_s=1)
     assert bk.ledgers[1].lac == 0
+
+
+# -- close waits for full replication (bounded) ----------------------------------------
+
+
+async def test_close_waits_for_every_replica_of_the_last_entries() -> None:
+    client, _store, bookies = make()
+    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+
+    async def slow(bookie: str, _lid: int, _entry_id: int, _rec: bool) -> None:
+        if bookie == "bookie-2":
+            await asyncio.sleep(0.02)  # healthy, just the slowest of three
+
+    bookies.before_add = slow
+    ids = await asyncio.gather(*[await w.submit(b"%d" % i) for i in range(50)])
+    assert ids == list(range(50))
+    await w.close()
+    assert w.metadata.is_closed
+    for e in range(50):
+        for b in replicas_of(w.metadata, e):
+            assert e in bookies[b].ledgers[w.ledger_id].entries, (e, b)
+
+
+async def test_close_does_not_wait_past_its_deadline_for_a_hung_replica(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The add timeout is far away: only the close deadline can end the wait.
+    config = dataclasses.replace(FAST, add_timeout_ms=30_000, close_replication_timeout_ms=200)
+    client, _store, bookies = make(config=config)
+    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    hung = w.metadata.last_segment.bookies[2]
+    bookies[hung].hung = True
+    ids = await asyncio.gather(*[await w.submit(b"%d" % i) for i in range(20)])
+    assert ids == list(range(20))  # acks never wait for the hung replica
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with caplog.at_level(logging.WARNING, logger="ledger.writer"):
+        await w.close()
+    assert 0.15 <= loop.time() - started < 2.0
+    assert w.metadata.is_closed and w.metadata.last_entry_id == 19
+    assert w.ensemble_changes == 0
+    assert sum("not yet answered" in r.getMessage() for r in caplog.records) == 1
+    r = await client.open_ledger(w.ledger_id)
+    assert await r.read(0, 19) == [b"%d" % i for i in range(20)]  # from the Qa replicas
+
+
+async def test_submit_nowait_refuses_beyond_the_in_flight_bound() -> None:
+    config = dataclasses.replace(FAST, adds_in_flight_max=4)
+    client, _store, bookies = make(config=config)
+    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    gate = asyncio.Event()
+
+    async def hold(_bookie: str, _lid: int, _entry_id: int, _rec: bool) -> None:
+        await gate.wait()
+
+    bookies.before_add = hold
+    futs = [w.submit_nowait(b"%d" % i) for i in range(4)]
+    assert w.submit_nowait(b"full") is None  # nothing sent
+    assert w.last_add_pushed == 3
+    gate.set()
+    await w.wait_for_room()
+    futs.append(w.submit_nowait(b"4"))
+    assert await asyncio.gather(*[f for f in futs if f is not None]) == list(range(5))
+    assert None not in futs
+    await w.close()
+    with pytest.raises(LedgerClosedError):
+        w.submit_nowait(b"late")
+
+
+# -- no task is left with an unretrieved exception -------------------------------------
+
+
+async def test_recovery_with_a_dead_bookie_retrieves_every_task(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, _store, bookies = make()
+    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    await asyncio.gather(*[await w.submit(b"%d" % i) for i in range(100)])
+    bookies[w.metadata.last_segment.bookies[0]].down = True
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        r = await client.open_ledger(w.ledger_id, recover=True)
+        assert r.is_closed and r.last_add_confirmed == 99
+        assert await r.read(0, 99) == [b"%d" % i for i in range(100)]
+        await asyncio.sleep(0.05)
+        gc.collect()  # asyncio reports unretrieved task exceptions when tasks are freed
+        await asyncio.sleep(0)
+    never = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert not never, never[:3]
