@@ -73,7 +73,7 @@ from bookline.retention import apply_retention, truncate_before
 from ledger.reader import LedgerReader
 from ledger.writer import LedgerWriter
 from metadata.ownership import LockState, StreamLock
-from metadata.segments import SegmentMetadata
+from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
 
 log = logging.getLogger(__name__)
@@ -314,12 +314,12 @@ class LogWriter:
     async def _ended_in(self, segment: SegmentMetadata) -> bool:
         if segment.last_entry_id < 0:
             return False
-        try:
-            reader = await self._ctx.open_segment_reader(segment)
-            data = await reader.read_entry(segment.last_entry_id)
-        except BooklineError as exc:
-            log.debug("cannot check end of stream in segment %d: %s", segment.seqno, exc)
-            return False
+        if segment.truncation is TruncationState.TRUNCATED:
+            return False  # its ledger is gone; an end-of-stream marker is never truncated
+        # Any failure to read the last entry propagates: guessing "not ended" here would
+        # let a writer append after an end-of-stream marker (e.g. on a read timeout).
+        reader = await self._ctx.open_segment_reader(segment)
+        data = await reader.read_entry(segment.last_entry_id)
         return decode_read_records(data, self.stream, segment.seqno, segment.last_entry_id,
                                    segment.start_sequence_id)[2]  # fmt: skip
 
