@@ -80,9 +80,6 @@ class ClientOptions:
             raise ValueError("client limits must be positive")
 
 
-# A pending request: (future, deadline on the loop clock, expected response type).
-# The future's result is the response -- or None for ADD, whose answer carries nothing.
-_Pending = tuple["asyncio.Future[Any] | _CallbackWaiter", float, type]
 # Deadlines are checked by one periodic sweep per connection rather than a timer per
 # request (a TimerHandle per add costs more than the rest of the add path). So a
 # request times out up to this much after its deadline.
@@ -95,16 +92,39 @@ _HEAP_SLACK: Final = 1024
 AddCallback = Callable[[BaseException | None], None]
 
 
-class _CallbackWaiter:
-    """Stands in for a future in the pending map (``done`` / ``set_result`` /
-    ``set_exception``) and calls ``callback`` at once: no future, no loop round trip,
-    no context copy per add. The callback must not raise (it is logged if it does)."""
+class _FutureWaiter:
+    """A pending request answered through a future: its result is the response -- or
+    None for ADD, whose answer carries nothing. ``deadline`` is on the loop clock."""
 
-    __slots__ = ("_callback", "_done")
+    __slots__ = ("deadline", "expected", "future")
+
+    def __init__(self, future: asyncio.Future[Any], expected: type) -> None:
+        self.future = future
+        self.expected = expected
+        self.deadline = 0.0  # set by _Wire.send_to
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, result: object) -> None:
+        self.future.set_result(result)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.future.set_exception(exc)
+
+
+class _CallbackWaiter:
+    """A pending ADD answered by calling ``callback`` at once: no future, no loop round
+    trip, no context copy, and one object per add (this one, which is also the pending
+    map's entry). The callback must not raise (it is logged if it does)."""
+
+    __slots__ = ("_callback", "_done", "deadline")
+    expected: Final = p.AddResponse
 
     def __init__(self, callback: AddCallback) -> None:
         self._callback = callback
         self._done = False
+        self.deadline = 0.0  # set by _Wire.send_to
 
     def done(self) -> bool:
         return self._done
@@ -121,6 +141,10 @@ class _CallbackWaiter:
             self._callback(exc)
         except Exception:
             log.exception("add callback raised")
+
+
+# A pending request, keyed by request id in _Wire.pending.
+_Pending = _FutureWaiter | _CallbackWaiter
 
 
 class _Wire(asyncio.Protocol):
@@ -151,13 +175,16 @@ class _Wire(asyncio.Protocol):
             decoder.feed(data)
             while True:
                 try:
-                    frame = decoder.next_frame()
+                    frame = decoder.next_frame_or_add_ack()
                 except p.FrameBodyError as exc:
                     self._resolve_error(exc.request_id, exc)
                     continue
-                if frame is p.NEED_DATA:
+                if type(frame) is int:
+                    self._resolve_add_ack(frame)
+                elif frame is p.NEED_DATA:
                     return
-                self._resolve(frame)  # type: ignore[arg-type]
+                else:
+                    self._resolve(frame)  # type: ignore[arg-type]
         except BooklineError as exc:
             # The bookie sent a stream we cannot frame: this connection is done.
             log.error("bookie %s sent a bad frame: %s; closing", self._owner.address, exc)
@@ -196,7 +223,7 @@ class _Wire(asyncio.Protocol):
         error. The caller holds one in-flight slot, released when the request leaves
         :attr:`pending` (answer, timeout or connection loss)."""
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self.send_to(request_id, frame, timeout_s, expected, fut)
+        self.send_to(request_id, frame, timeout_s, _FutureWaiter(fut, expected))
         return fut
 
     def send_to(
@@ -204,13 +231,12 @@ class _Wire(asyncio.Protocol):
         request_id: int,
         frame: bytes,
         timeout_s: float,
-        expected: type,
-        fut: asyncio.Future[Any] | _CallbackWaiter,
+        waiter: _Pending,
     ) -> None:
-        """:meth:`send` resolving ``fut`` (a future or a callback waiter)."""
+        """:meth:`send` answering ``waiter`` (a future's or a callback's)."""
         loop = self._loop
-        deadline = loop.time() + timeout_s
-        self.pending[request_id] = (fut, deadline, expected)
+        waiter.deadline = deadline = loop.time() + timeout_s
+        self.pending[request_id] = waiter
         heapq.heappush(self._deadlines, (deadline, request_id))
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(TIMEOUT_SWEEP_S, self._sweep)
@@ -237,7 +263,7 @@ class _Wire(asyncio.Protocol):
             if entry is not None:
                 self._expire(request_id, entry)
         if len(heap) > len(pending) + _HEAP_SLACK:
-            self._deadlines = heap = [(d, rid) for rid, (_f, d, _e) in pending.items()]
+            self._deadlines = heap = [(w.deadline, rid) for rid, w in pending.items()]
             heapq.heapify(heap)
         if pending:
             self._sweep_handle = self._loop.call_later(TIMEOUT_SWEEP_S, self._sweep)
@@ -246,9 +272,8 @@ class _Wire(asyncio.Protocol):
 
     def _expire(self, request_id: int, entry: _Pending) -> None:
         self._take(request_id)
-        fut = entry[0]
-        if not fut.done():
-            fut.set_exception(
+        if not entry.done():
+            entry.set_exception(
                 TimeoutError_(
                     f"bookie {self._owner.address} did not answer request {request_id} "
                     "in time"
@@ -266,18 +291,38 @@ class _Wire(asyncio.Protocol):
         if entry is None:
             log.debug("late or unknown response id %d from %s", resp.request_id, self._owner)
             return
-        fut, _deadline, expected = entry
-        if fut.done():
+        if entry.done():
             return
+        expected = entry.expected
         if type(resp) is expected:
-            fut.set_result(None if expected is p.AddResponse else resp)
+            entry.set_result(None if expected is p.AddResponse else resp)
         elif type(resp) is p.ErrorResponse:
-            fut.set_exception(resp.error())
+            entry.set_exception(resp.error())
         else:
-            fut.set_exception(
+            entry.set_exception(
                 BadRequestError(
                     f"bookie {self._owner.address} answered {type(resp).__name__} to a "
                     f"request expecting {expected.__name__}"
+                )
+            )
+
+    def _resolve_add_ack(self, request_id: int) -> None:
+        """An OK ADD answer (the hot path of :meth:`_resolve`)."""
+        entry = self.pending.pop(request_id, None)
+        if entry is None:
+            log.debug("late or unknown response id %d from %s", request_id, self._owner)
+            return
+        self._owner._release_room()
+        if entry.done():
+            return
+        expected = entry.expected
+        if expected is p.AddResponse:
+            entry.set_result(None)
+        else:
+            entry.set_exception(
+                BadRequestError(
+                    f"bookie {self._owner.address} answered AddResponse to a request "
+                    f"expecting {expected.__name__}"
                 )
             )
 
@@ -286,8 +331,8 @@ class _Wire(asyncio.Protocol):
         if entry is None:
             log.warning("malformed response for unknown id %d: %s", request_id, exc)
             return
-        if not entry[0].done():
-            entry[0].set_exception(exc)
+        if not entry.done():
+            entry.set_exception(exc)
 
     def fail_all(self, error: BooklineError) -> None:
         pending, self.pending = self.pending, {}
@@ -295,10 +340,10 @@ class _Wire(asyncio.Protocol):
         if self._sweep_handle is not None:
             self._sweep_handle.cancel()
             self._sweep_handle = None
-        for fut, _deadline, _expected in pending.values():
+        for waiter in pending.values():
             self._owner._release_room()
-            if not fut.done():
-                fut.set_exception(error)
+            if not waiter.done():
+                waiter.set_exception(error)
 
 
 class BookieConnection:
@@ -403,7 +448,7 @@ class BookieConnection:
         wire = self._fast_wire()
         if wire is not None:
             rid, frame = self._add_frame(ledger_id, entry_id, lac, master_key, payload, recovery)
-            wire.send_to(rid, frame, deadline_s, p.AddResponse, _CallbackWaiter(callback))
+            wire.send_to(rid, frame, deadline_s, _CallbackWaiter(callback))
             return None
         task = self._queue_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
 

@@ -154,6 +154,13 @@ _OP_INFO: Final = int(Op.INFO)
 _OP_LIST_LEDGERS: Final = int(Op.LIST_LEDGERS)
 _OP_LIST_ENTRIES: Final = int(Op.LIST_ENTRIES)
 _OP_WRITE_LAC: Final = int(Op.WRITE_LAC)
+# Header bytes 0..7 of an OK ADD response (magic, version, op, kind, flags, status) and
+# the rest of its fixed header (body_len, meta_len, request id, crc): the client's
+# per-add answer is matched on these without decoding its meta.
+_ADD_OK_PREFIX: Final = struct.pack(
+    ">2sBBBBH", MAGIC, PROTOCOL_VERSION, _OP_ADD, KIND_RESPONSE, 0, 0
+)
+_ADD_OK_TAIL = struct.Struct(">IIQI")
 # INFO ``features`` entry of a bookie that serves WRITE_LAC.
 FEATURE_WRITE_LAC: Final = "write_lac"
 
@@ -553,6 +560,30 @@ class Decoder:
         if kind == KIND_REQUEST:
             return _decode_request(op, flags, rid, meta, payload)
         return _decode_response(op, status, rid, meta, payload)
+
+    def next_frame_or_add_ack(self) -> int | Request | Response | NeedData:
+        """:meth:`next_frame` for a client's add path: an OK ADD response comes back as
+        its bare request id (an ``int``) once its header and CRC are checked, without
+        decoding its meta (``[ledger_id, entry_id]`` echo the request; the client keeps
+        nothing to compare them with). Every other frame, and any error, is exactly
+        :meth:`next_frame`'s."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        pos = self._pos
+        start = pos + HEADER_BYTES
+        if len(buf) < start or not buf.startswith(_ADD_OK_PREFIX, pos):
+            return self.next_frame()
+        body_len, meta_len, rid, crc_wire = _ADD_OK_TAIL.unpack_from(buf, pos + 8)
+        end = start + body_len
+        if body_len > self._frame_bytes_max or meta_len > body_len or len(buf) < end:
+            return self.next_frame()  # refuses the frame or waits for the rest of it
+        crc = crc32c.crc32c(buf[start:end], crc32c.crc32c(buf[pos : pos + _HEADER.size]))
+        if crc != crc_wire:
+            return self.next_frame()  # fails the stream with the CRC error
+        self._pos = end
+        request_id: int = rid
+        return request_id
 
     def _check_header(self, header: tuple[Any, ...]) -> None:
         magic, version, op, kind, flags, status, body_len, meta_len, _rid = header

@@ -275,3 +275,33 @@ def test_info_without_features_decodes_as_an_old_bookie() -> None:
     frame = p._frame(int(p.Op.INFO), p.KIND_RESPONSE, 0, 0, 9, msgpack.packb(fields), b"")
     (resp,) = decode_all(p.Decoder(responses=True), frame)
     assert isinstance(resp, p.InfoResponse) and resp.info.features == ()
+
+
+@given(st.lists(responses, max_size=20), st.integers(1, 64))
+def test_add_ack_fast_path_matches_next_frame(resps: list[p.Response], chunk: int) -> None:
+    data = b"".join(p.encode_response(r) for r in resps)
+    d = p.Decoder(responses=True)
+    got: list[object] = []
+    for i in range(0, len(data), chunk):
+        d.feed(data[i : i + chunk])
+        while (frame := d.next_frame_or_add_ack()) is not p.NEED_DATA:
+            got.append(frame)
+    want = [r.request_id if type(r) is p.AddResponse else r for r in resps]
+    assert got == want
+
+
+def test_add_ack_fast_path_still_checks_crc_and_size() -> None:
+    ack = bytearray(p.encode_add_response(7, 1, 2))
+    ack[-1] ^= 0xFF
+    d = p.Decoder(responses=True)
+    d.feed(bytes(ack))
+    with pytest.raises(BadRequestError) as info:
+        d.next_frame_or_add_ack()
+    assert not isinstance(info.value, p.FrameBodyError)
+    with pytest.raises(BadRequestError):  # the stream stays failed
+        d.next_frame_or_add_ack()
+    big = _frame(op=p.Op.ADD, kind=1, body_len=FRAME_MAX + 1)[: p.HEADER_BYTES]
+    d = p.Decoder(responses=True, frame_bytes_max=FRAME_MAX)
+    d.feed(big)
+    with pytest.raises(TooLargeError):
+        d.next_frame_or_add_ack()
