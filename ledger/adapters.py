@@ -12,8 +12,9 @@ metadata layer (:mod:`metadata`, ZooKeeper) and bookie client (:mod:`bookie.clie
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions
 from bookie.protocol import FEATURE_WRITE_LAC
@@ -148,10 +149,8 @@ class PoolTransport:
         return conn
 
     async def _bounded(self, bookie: str, timeout_s: float, coro: Awaitable[None]) -> None:
-        try:
-            await asyncio.wait_for(coro, timeout_s + _REQUEST_SLACK_S)
-        except TimeoutError as exc:
-            raise TimeoutError_(f"bookie {bookie}: no answer within {timeout_s:.3f}s") from exc
+        async with _answer_within(bookie, "answer", timeout_s):
+            await coro
 
     async def add(  # noqa: PLR0917 - mirrors the wire request
         self,
@@ -240,15 +239,10 @@ class PoolTransport:
         timeout_s: float,
     ) -> ReadAnswer:
         conn = await self._conn(bookie)
-        try:
-            resp = await asyncio.wait_for(
-                conn.read(
-                    ledger_id, entry_id, fence=fence, master_key=master_key, timeout_s=timeout_s
-                ),
-                timeout_s + _REQUEST_SLACK_S,
+        async with _answer_within(bookie, "answer", timeout_s):
+            resp = await conn.read(
+                ledger_id, entry_id, fence=fence, master_key=master_key, timeout_s=timeout_s
             )
-        except TimeoutError as exc:
-            raise TimeoutError_(f"bookie {bookie}: no answer within {timeout_s:.3f}s") from exc
         return ReadAnswer(resp.entry_id, resp.lac, resp.payload)
 
     async def read_lac(
@@ -261,34 +255,35 @@ class PoolTransport:
         timeout_s: float,
     ) -> LacAnswer:
         conn = await self._conn(bookie)
-        try:
-            resp = await asyncio.wait_for(
-                conn.read_lac(
-                    ledger_id,
-                    previous_lac,
-                    timeout_ms,
-                    timeout_s=max(timeout_s - timeout_ms / 1000.0, 0.001),
-                ),
-                timeout_s + _REQUEST_SLACK_S,
+        async with _answer_within(bookie, "LAC answer", timeout_s):
+            resp = await conn.read_lac(
+                ledger_id,
+                previous_lac,
+                timeout_ms,
+                timeout_s=max(timeout_s - timeout_ms / 1000.0, 0.001),
             )
-        except TimeoutError as exc:
-            raise TimeoutError_(f"bookie {bookie}: no LAC answer within {timeout_s:.3f}s") from exc
         return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry)
 
     async def write_lac(
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float
     ) -> bool:
         conn = await self._conn(bookie)
-        try:
-            async with asyncio.timeout(timeout_s + _REQUEST_SLACK_S):
-                if FEATURE_WRITE_LAC not in await conn.features(timeout_s=timeout_s):
-                    return False  # an older bookie would drop the connection on the op
-                await conn.write_lac(ledger_id, lac, master_key, timeout_s=timeout_s)
-        except TimeoutError as exc:
-            raise TimeoutError_(
-                f"bookie {bookie}: no WRITE_LAC answer within {timeout_s:.3f}s"
-            ) from exc
+        async with _answer_within(bookie, "WRITE_LAC answer", timeout_s):
+            if FEATURE_WRITE_LAC not in await conn.features(timeout_s=timeout_s):
+                return False  # an older bookie would drop the connection on the op
+            await conn.write_lac(ledger_id, lac, master_key, timeout_s=timeout_s)
         return True
+
+
+@contextlib.asynccontextmanager
+async def _answer_within(bookie: str, what: str, timeout_s: float) -> AsyncIterator[None]:
+    """Bound a bookie call by its own timeout plus slack (a backstop: the connection
+    normally times the request out first) and say which bookie did not answer."""
+    try:
+        async with asyncio.timeout(timeout_s + _REQUEST_SLACK_S):
+            yield
+    except TimeoutError as exc:
+        raise TimeoutError_(f"bookie {bookie}: no {what} within {timeout_s:.3f}s") from exc
 
 
 async def connect_cluster(

@@ -189,23 +189,17 @@ class Feed:
         old.set()
 
     def _evict(self) -> None:
-        cfg = self._cfg
-        removed = 0
-        while len(self.ring) > 1 and (
-            len(self.ring) > cfg.feed_records_max or self.bytes > cfg.feed_bytes_max
-        ):
-            item = self.ring.popleft()
-            self.bytes -= item.size
-            removed += item.size
-            self.first_seq += 1
-        if removed:
-            self._on_bytes(-removed)
+        self._drop_oldest(self._cfg.feed_records_max, self._cfg.feed_bytes_max)
 
     def shrink(self, keep_fraction: float) -> None:
         """Give memory back under global cache pressure (oldest first)."""
-        target = int(len(self.ring) * keep_fraction)
+        self._drop_oldest(int(len(self.ring) * keep_fraction), self.bytes)
+
+    def _drop_oldest(self, records_max: int, bytes_max: int) -> None:
+        """Drop the oldest records until at most ``records_max`` and ``bytes_max`` remain,
+        always keeping the newest one."""
         removed = 0
-        while len(self.ring) > max(1, target):
+        while len(self.ring) > 1 and (len(self.ring) > records_max or self.bytes > bytes_max):
             item = self.ring.popleft()
             self.bytes -= item.size
             removed += item.size

@@ -25,7 +25,6 @@ All methods block: call them on executor threads, never on the event loop.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 import threading
@@ -35,6 +34,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from bookie.storage.files import list_numbered, numbered_name
 from bookline.errors import ChecksumError
 from bookline.invariants import invariant
 
@@ -62,16 +62,11 @@ class Location(NamedTuple):
 
 
 def file_name(log_id: int) -> str:
-    return f"{log_id:016x}{FILE_SUFFIX}"
+    return numbered_name(log_id, FILE_SUFFIX)
 
 
 def list_logs(directory: Path) -> list[int]:
-    ids = []
-    for p in directory.iterdir():
-        if p.name.endswith(FILE_SUFFIX):
-            with contextlib.suppress(ValueError):
-                ids.append(int(p.name[: -len(FILE_SUFFIX)], 16))
-    return sorted(ids)
+    return list_numbered(directory, FILE_SUFFIX)
 
 
 def encode_file_header(log_id: int) -> bytes:

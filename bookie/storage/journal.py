@@ -51,6 +51,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 import crc32c
 
+from bookie.storage.files import list_numbered, numbered_name
 from bookline.errors import ChecksumError, ClosedError, IOFailureError
 from bookline.invariants import invariant
 
@@ -198,16 +199,11 @@ def iter_records(f: BinaryIO, offset: int, file_size: int,
 
 
 def file_name(file_id: int) -> str:
-    return f"{file_id:016x}{FILE_SUFFIX}"
+    return numbered_name(file_id, FILE_SUFFIX)
 
 
 def list_files(directory: Path) -> list[int]:
-    ids = []
-    for p in directory.iterdir():
-        if p.name.endswith(FILE_SUFFIX):
-            with contextlib.suppress(ValueError):
-                ids.append(int(p.name[: -len(FILE_SUFFIX)], 16))
-    return sorted(ids)
+    return list_numbered(directory, FILE_SUFFIX)
 
 
 def fsync_dir(directory: Path, fsync: Fsync) -> None:
