@@ -180,6 +180,7 @@ class LogWriter:
         # state ---------------------------------------------------------------------
         self._error: BooklineError | None = None
         self._ended = False
+        self._ending = False  # the end-of-stream marker is queued: nothing may follow it
         self._closed = False
         self._last_txid = -1
         self._last_ts = 0
@@ -227,8 +228,18 @@ class LogWriter:
         last = segments[-1] if segments else None
         sealed: tuple[SegmentMetadata, int] | None = None
         if last is not None and not last[0].is_sealed:
-            sealed = (await self._recover(last[0]), last[1])
-            prev: SegmentMetadata | None = sealed[0]
+            recovered, ended = await self._recover(last[0])
+            sealed = (recovered, last[1])
+            prev: SegmentMetadata | None = recovered
+            if ended:
+                # The previous writer queued its end-of-stream marker but did not seal
+                # (it crashed or lost the lock): seal for it, and refuse to go on.
+                max_txid, max_version = await ctx.md.streams.get_max_txid(ns, self.stream)
+                await ctx.md.segments.seal_and_open(
+                    ns, self.stream, recovered, last[1], None,
+                    max_txid=max(max_txid, recovered.last_txid), max_txid_version=max_version,
+                )  # fmt: skip
+                raise EndOfStreamError(f"stream {ns}/{self.stream} was marked ended")
         else:
             prev = last[0] if last is not None else None
             if prev is not None and await self._ended_in(prev):
@@ -269,9 +280,10 @@ class LogWriter:
             self._lock.identity, ns, self.stream, meta.seqno, ledger.ledger_id, max_txid,
         )  # fmt: skip
 
-    async def _recover(self, segment: SegmentMetadata) -> SegmentMetadata:
+    async def _recover(self, segment: SegmentMetadata) -> tuple[SegmentMetadata, bool]:
         """Fence and close the previous writer's ledger; return the segment sealed at the
-        recovered end, with counters read back from its last entry."""
+        recovered end, with counters read back from its last entry, and whether that
+        entry is an end-of-stream marker."""
         ctx = self._ctx
         reader = await ctx.ledgers.open_ledger(
             segment.ledger_id, self._cfg.password_bytes, recover=True
@@ -279,9 +291,10 @@ class LogWriter:
         last_entry = reader.last_add_confirmed
         counters = dict(record_count=0, size_bytes=0, last_txid=-1, last_slot_id=-1)
         first_txid = -1
+        ended = False
         if last_entry >= 0:
             data = await reader.read_entry(last_entry)
-            header, records, _eos = decode_read_records(
+            header, records, ended = decode_read_records(
                 data, self.stream, segment.seqno, last_entry, segment.start_sequence_id
             )
             counters = dict(
@@ -298,10 +311,11 @@ class LogWriter:
             "recovered segment %d of %s (ledger %d): last entry %d, %d records",
             segment.seqno, self.stream, segment.ledger_id, last_entry, counters["record_count"],
         )  # fmt: skip
-        return dataclasses.replace(
+        sealed = dataclasses.replace(
             segment.sealed(last_entry_id=last_entry, sealed_ms=ctx.clock_ms(), **counters),
             first_txid=first_txid,
         )
+        return sealed, ended
 
     async def _first_txid(self, reader: LedgerReader, last_entry: int) -> int:
         """First user txid of a recovered segment whose first entry is a control set."""
@@ -367,7 +381,7 @@ class LogWriter:
             raise _chained(self._error)
         if self._closed:
             raise ClosedError(f"writer of {self.stream} was closed")
-        if self._ended:
+        if self._ended or self._ending:
             raise EndOfStreamError(f"stream {self.stream} was marked ended")
 
     def _txid_for(self, txid: int | None, now_ms: int) -> int:
@@ -673,7 +687,7 @@ class LogWriter:
     def _maybe_control(self) -> None:
         self._control_timer = None
         seg = self._seg
-        if self._error is not None or self._closed or self._ended or seg is None or seg.sealing:
+        if self._error or self._closed or self._ending or seg is None or seg.sealing:
             return
         if self._outbox or self._b_payloads or self._inflight:
             return  # a coming entry carries the LAC anyway
@@ -803,6 +817,10 @@ class LogWriter:
         """Write the end-of-stream marker and seal the segment; later writes raise
         EndOfStreamError and readers end with it."""
         await self.flush()
+        self._check()
+        # From here no write and no control record may be queued behind the marker:
+        # readers and the next writer look for it in the segment's last entry.
+        self._ending = True
         out = _Outgoing([], [], [], None, None, [], 0, self._loop.create_future(), "eos")
         self._enqueue(out)
         await asyncio.shield(out.done)
@@ -815,7 +833,7 @@ class LogWriter:
         if self._closed:
             return
         try:
-            if self._error is None and not self._ended:
+            if self._error is None and not (self._ended or self._ending):
                 try:
                     await self.flush()
                     self._closed = True

@@ -25,6 +25,7 @@ from bookline import (
     StreamOptions,
 )
 from bookline.errors import (
+    ConnectionLostError,
     EndOfStreamError,
     LockOwnedError,
     NoLedgerError,
@@ -331,6 +332,36 @@ async def test_end_of_stream(ns: Namespace) -> None:
     await r.close()
     with pytest.raises(EndOfStreamError):
         await ns.open_writer("eos")
+
+
+async def test_end_of_stream_survives_a_writer_that_did_not_seal(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker reached the bookies but the writer died before sealing the segment:
+    the next writer recovers the segment, finds the marker, seals and refuses."""
+    await ns.create_stream("eos2")
+    w = await ns.open_writer("eos2")
+    await w.write(LogRecord(b"a"))
+
+    async def crash(_next: object) -> None:
+        raise ConnectionLostError("writer died before sealing")
+
+    monkeypatch.setattr(w, "_seal_current", crash)
+    with pytest.raises(ConnectionLostError):
+        await w.mark_end_of_stream()
+    with pytest.raises(EndOfStreamError):
+        await w.write(LogRecord(b"b"))
+    await w.close()  # releases the lock only: the marker's segment stays unsealed
+    assert (await ns.segments("eos2"))[-1].state == "in_progress"
+    with pytest.raises(EndOfStreamError):
+        await ns.open_writer("eos2")
+    segments = await ns.segments("eos2")
+    assert [(s.state, s.record_count) for s in segments] == [("sealed", 1)]
+    r = await ns.open_reader("eos2")
+    assert (await r.read_next(5)).payload == b"a"  # type: ignore[union-attr]
+    with pytest.raises(EndOfStreamError):
+        await r.read_next(5)
+    await r.close()
 
 
 def test_sync_facade_from_threads(bookie_cluster: BookieCluster) -> None:
