@@ -47,6 +47,7 @@ from bookline.errors import (
     CookieMismatchError,
     NotFoundError,
 )
+from bookline.gctune import settle_heap
 from metadata.bookies import READONLY, WRITABLE, BookieInfo, Cookie
 from metadata.client import MetadataClient
 
@@ -289,6 +290,7 @@ async def _run_server(
         )
         registration.start()
         stack.push_async_callback(registration.stop)
+        settle_heap()  # serving from here: keep full collections off the start-up heap
         gc = LedgerGc(storage, md.ledgers.list_ledger_ids, config.gc_interval_ms / 1000.0)
         gc_task = asyncio.create_task(gc.run(), name="bookie-ledger-gc")
         stack.push_async_callback(_cancel, gc_task)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from bookie.client import BookieConnection
 from ops.bench import latency_summary
 from ops.local import bench_cluster
+from ops.pacing import open_loop
 
 T = TypeVar("T")
 
@@ -96,16 +97,14 @@ async def _open_loop(
 ) -> list[float]:
     """Start adds on a fixed schedule; latency counts from the scheduled start."""
     answers = _Answers(count)
-    interval = 1.0 / rate
-    perf = time.perf_counter
-    start = perf()
-    for entry_id in range(count):
-        scheduled = start + entry_id * interval
-        delay = scheduled - perf()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    entry_ids = iter(range(count))
+
+    def send(scheduled: float) -> None:
+        entry_id = next(entry_ids)
         fut = conn.add_future(ledger_id, entry_id, entry_id - 1, _MASTER_KEY, payload)
         fut.add_done_callback(functools.partial(answers.record, started=scheduled))
+
+    await open_loop(rate, count, send)
     if count:
         await answers.finished
     return answers.latencies

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ops.bench import latency_summary
+from ops.pacing import open_loop
 
 if TYPE_CHECKING:
     from bookline.core_config import NamespaceConfig
@@ -150,17 +151,12 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str
     await w.write(LogRecord(b"warm-up"))
     await reader.read_next(10)
     consumer = asyncio.create_task(consume())
+
+    def send(scheduled: float) -> None:
+        futures.append(w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler)))
+
     try:
-        start = time.perf_counter()
-        interval = 1.0 / args.rate
-        sent = 0
-        while sent < total:
-            due = min(total, int((time.perf_counter() - start) / interval) + 1)
-            while sent < due:
-                scheduled = start + sent * interval
-                futures.append(w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler)))
-                sent += 1
-            await asyncio.sleep(0.0005)
+        start = await open_loop(args.rate, total, send)
         await asyncio.gather(*futures)
         await asyncio.wait_for(consumer, 60)
         elapsed = time.perf_counter() - start

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -26,6 +27,7 @@ from ledger.writer import LedgerWriter
 from ops.bench import latency_summary
 from ops.bench_bookie import asyncio_run
 from ops.local import CLUSTER_ROOT, bench_cluster
+from ops.pacing import open_loop
 
 # Entries added (closed loop) before measuring: connections, caches, the JIT-less warm-up
 # of the bookies' code paths.
@@ -63,24 +65,34 @@ async def _closed_loop(w: LedgerWriter, count: int, payload: bytes) -> list[floa
 async def _open_loop(w: LedgerWriter, count: int, payload: bytes, rate: float) -> list[float]:
     latencies: list[float] = []
     perf = time.perf_counter
-    interval = 1.0 / rate
 
     def on_done(fut: asyncio.Future[int], scheduled: float) -> None:
         if not fut.cancelled() and fut.exception() is None:
             latencies.append(perf() - scheduled)
 
-    futs = []
-    start = perf()
-    for i in range(count):
-        scheduled = start + i * interval
-        delay = scheduled - perf()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        fut = w.submit_nowait(payload)
-        if fut is None:
-            fut = await w.submit(payload)
+    futs: list[asyncio.Future[int]] = []
+    backlog: collections.deque[float] = collections.deque()  # waiting at the in-flight bound
+    drainers: list[asyncio.Task[None]] = []
+
+    def track(fut: asyncio.Future[int], scheduled: float) -> None:
         fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
         futs.append(fut)
+
+    async def drain() -> None:  # submits the backlog in the schedule's order
+        while backlog:
+            track(await w.submit(payload), backlog.popleft())
+
+    def send(scheduled: float) -> None:
+        fut = None if backlog else w.submit_nowait(payload)
+        if fut is not None:
+            track(fut, scheduled)
+            return
+        backlog.append(scheduled)
+        if len(backlog) == 1:
+            drainers.append(asyncio.ensure_future(drain()))
+
+    await open_loop(rate, count, send)
+    await asyncio.gather(*drainers)
     await asyncio.gather(*futs)
     return latencies
 

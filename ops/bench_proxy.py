@@ -31,6 +31,7 @@ from typing import Any
 from bookline.client import ClientConfig, ProxyClient
 from ops.bench import latency_summary
 from ops.local import LocalCluster
+from ops.pacing import open_loop
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,8 +89,12 @@ async def _many(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     elapsed = time.perf_counter() - start
-    return {"records": calls * args.batch, "seconds": round(elapsed, 3),
-            "records_per_s": round(calls * args.batch / elapsed), **latency_summary(latencies)}
+    return {
+        "records": calls * args.batch,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(calls * args.batch / elapsed),
+        **latency_summary(latencies),
+    }
 
 
 async def _single(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
@@ -116,8 +121,12 @@ async def _single(client: ProxyClient, args: argparse.Namespace) -> dict[str, An
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
     n = args.single_records
-    return {"records": n, "seconds": round(elapsed, 3), "records_per_s": round(n / elapsed),
-            **latency_summary(latencies)}
+    return {
+        "records": n,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(n / elapsed),
+        **latency_summary(latencies),
+    }
 
 
 async def _rate(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
@@ -126,24 +135,24 @@ async def _rate(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]
     await client.write(stream, payload)
     latencies: list[float] = []
     count = int(args.rate * args.seconds)
-    interval = 1.0 / args.rate
     tasks: list[asyncio.Task[None]] = []
 
     async def one(scheduled: float) -> None:
         await client.write(stream, payload)
         latencies.append(time.perf_counter() - scheduled)
 
-    start = time.perf_counter()
-    for i in range(count):
-        scheduled = start + i * interval
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
+    def send(scheduled: float) -> None:
         tasks.append(asyncio.ensure_future(one(scheduled)))
+
+    start = await open_loop(args.rate, count, send)
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - start
-    return {"records": count, "rate": args.rate, "records_per_s": round(count / elapsed),
-            **latency_summary(latencies)}
+    return {
+        "records": count,
+        "rate": args.rate,
+        "records_per_s": round(count / elapsed),
+        **latency_summary(latencies),
+    }
 
 
 async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
@@ -187,8 +196,7 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     await asyncio.wait_for(asyncio.gather(reader(), writer()), timeout=300)
     elapsed = time.perf_counter() - start
-    return {"records": total, "records_per_s": round(total / elapsed),
-            **latency_summary(latencies)}
+    return {"records": total, "records_per_s": round(total / elapsed), **latency_summary(latencies)}
 
 
 async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -198,8 +206,12 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
         runners = {"many": _many, "single": _single, "rate": _rate, "e2e": _e2e}
         results = {m: await runners[m](client, args) for m in modes}
     head = results[modes[0]]
-    out: dict[str, Any] = {"bench": "proxy", "mode": args.mode, "record_size": args.record_size,
-                           **head}
+    out: dict[str, Any] = {
+        "bench": "proxy",
+        "mode": args.mode,
+        "record_size": args.record_size,
+        **head,
+    }
     if len(modes) > 1:
         out["modes"] = results
     return out
