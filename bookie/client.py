@@ -553,13 +553,18 @@ class BookieConnection:
         timeout_ms: int = 0,
         *,
         timeout_s: float | None = None,
+        piggyback_bytes_max: int = 0,
     ) -> p.ReadLacResponse:
         """Long poll: answers as soon as the bookie's LAC > ``previous_lac`` or after
         ``timeout_ms`` (capped by the bookie) with the current LAC. The entry
-        ``previous_lac + 1`` rides along when the bookie holds it."""
+        ``previous_lac + 1`` rides along when the bookie holds it; with
+        ``piggyback_bytes_max`` (only for bookies whose :meth:`features` include
+        ``p.FEATURE_LAC_ENTRIES``) a run of entries after it does too."""
         base = self.options.request_timeout_s if timeout_s is None else timeout_s
         return await self._call(
-            lambda rid: p.ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms),
+            lambda rid: p.ReadLacRequest(
+                rid, ledger_id, previous_lac, timeout_ms, piggyback_bytes_max
+            ),
             p.ReadLacResponse,
             base + timeout_ms / 1000.0,
         )

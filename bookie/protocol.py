@@ -32,7 +32,8 @@ Meta per op (requests)::
 
     ADD           [ledger_id, entry_id, lac, master_key]         payload = entry
     READ          [ledger_id, entry_id, master_key]  entry_id -1 = last; key for FENCE
-    READ_LAC      [ledger_id, previous_lac, timeout_ms]          timeout 0 = no wait
+    READ_LAC      [ledger_id, previous_lac, timeout_ms(, piggyback_bytes_max)]
+                                                     timeout 0 = no wait; see LAC_ENTRIES
     INFO          []
     LIST_LEDGERS  []
     LIST_ENTRIES  [ledger_id]
@@ -42,7 +43,8 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
 
     ADD           [ledger_id, entry_id]
     READ          [ledger_id, entry_id, lac]                     payload = entry
-    READ_LAC      [ledger_id, lac, next_entry_id or nil]         payload = next entry
+    READ_LAC      [ledger_id, lac, next_entry_id or nil(, [length, ...])]
+                                                     payload = next entry (or entries)
     INFO          {"bookie_id": str, "state": str, "used_fraction": float,
                    "free_bytes": int, "total_bytes": int}
     LIST_LEDGERS  [[ledger_id, ...]]
@@ -56,6 +58,15 @@ entry was acknowledged. It is not journaled (a LAC is a hint readers may see lat
 early). A bookie that knows the op lists ``"write_lac"`` in INFO's optional
 ``features`` array; a bookie older than the op would treat it as an unknown op and close
 the connection, so clients send it only to bookies that advertise it.
+
+LAC_ENTRIES (feature ``"lac_entries"``, same PROTOCOL_VERSION) lets one long poll carry a
+run of entries instead of one: a READ_LAC request with a fourth field
+``piggyback_bytes_max`` > 0 is answered with the contiguous entries ``previous_lac + 1 ..``
+that the bookie holds in memory, up to its LAC and about that many bytes (at least one),
+and a fourth response field listing their lengths; the payload is their concatenation.
+A tailing reader then needs one round trip per batch of entries rather than one read per
+entry. Clients send the field only to bookies that advertise the feature: an older
+bookie would answer a four-field READ_LAC with BAD_REQUEST.
 """
 
 from __future__ import annotations
@@ -78,6 +89,7 @@ from bookline.errors import (
 )
 
 __all__ = [
+    "FEATURE_LAC_ENTRIES",
     "FEATURE_WRITE_LAC",
     "FLAG_FENCE",
     "FLAG_RECOVERY",
@@ -163,6 +175,8 @@ _ADD_OK_PREFIX: Final = struct.pack(
 _ADD_OK_TAIL = struct.Struct(">IIQI")
 # INFO ``features`` entry of a bookie that serves WRITE_LAC.
 FEATURE_WRITE_LAC: Final = "write_lac"
+# INFO ``features`` entry of a bookie that piggybacks runs of entries on READ_LAC.
+FEATURE_LAC_ENTRIES: Final = "lac_entries"
 
 
 class NeedData:
@@ -224,6 +238,9 @@ class ReadLacRequest:
     ledger_id: int
     previous_lac: int
     timeout_ms: int  # long poll; 0 = answer at once
+    # > 0: piggyback a run of entries of about this many bytes (FEATURE_LAC_ENTRIES);
+    # 0: at most the one next entry (the original form, understood by every bookie).
+    piggyback_bytes_max: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +290,10 @@ class ReadLacResponse:
     lac: int
     next_entry_id: int | None  # previous_lac + 1 when piggybacked, else None
     next_entry: bytes | None
+    # Entries next_entry_id + 1, + 2, ... (only for requests with piggyback_bytes_max).
+    more_entries: tuple[bytes, ...] = ()
+    # The request asked for a run: answer in the four-field form even with one entry.
+    run_form: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,8 +425,10 @@ def encode_request(req: Request) -> bytes:
         meta = _packb([req.ledger_id, req.entry_id, req.master_key])
         return _frame(_OP_READ, KIND_REQUEST, flags, 0, rid, meta, b"")
     if type(req) is ReadLacRequest:
-        meta = _packb([req.ledger_id, req.previous_lac, req.timeout_ms])
-        return _frame(_OP_READ_LAC, KIND_REQUEST, 0, 0, rid, meta, b"")
+        fields = [req.ledger_id, req.previous_lac, req.timeout_ms]
+        if req.piggyback_bytes_max:
+            fields.append(req.piggyback_bytes_max)
+        return _frame(_OP_READ_LAC, KIND_REQUEST, 0, 0, rid, _packb(fields), b"")
     if type(req) is InfoRequest:
         return _frame(_OP_INFO, KIND_REQUEST, 0, 0, rid, _EMPTY_META, b"")
     if type(req) is ListLedgersRequest:
@@ -428,9 +451,16 @@ def encode_response(resp: Response) -> bytes:
         meta = _packb([resp.ledger_id, resp.entry_id, resp.lac])
         return _frame(_OP_READ, KIND_RESPONSE, 0, 0, rid, meta, resp.payload)
     if type(resp) is ReadLacResponse:
-        meta = _packb([resp.ledger_id, resp.lac, resp.next_entry_id])
-        payload = resp.next_entry if resp.next_entry is not None else b""
-        return _frame(_OP_READ_LAC, KIND_RESPONSE, 0, 0, rid, meta, payload)
+        first = resp.next_entry
+        if not resp.run_form:
+            if resp.more_entries:
+                raise ValueError("more_entries need the run form")
+            meta = _packb([resp.ledger_id, resp.lac, resp.next_entry_id])
+            payload = first if first is not None else b""
+            return _frame(_OP_READ_LAC, KIND_RESPONSE, 0, 0, rid, meta, payload)
+        run = () if first is None else (first, *resp.more_entries)
+        meta = _packb([resp.ledger_id, resp.lac, resp.next_entry_id, [len(e) for e in run]])
+        return _frame(_OP_READ_LAC, KIND_RESPONSE, 0, 0, rid, meta, b"".join(run))
     if type(resp) is InfoResponse:
         i = resp.info
         fields: dict[str, Any] = {
@@ -630,6 +660,27 @@ def _unpack_meta(meta: bytes, rid: int, op: int) -> Any:
         raise FrameBodyError(f"undecodable meta: {exc}", request_id=rid, op=op) from exc
 
 
+def _read_lac_run(rid: int, op: int, m: list[Any], payload: bytes) -> ReadLacResponse:
+    """The four-field READ_LAC answer: entries ``next_entry_id ..`` cut by lengths."""
+    ledger_id, lac, first_id, lengths = m
+    if not (type(lengths) is list and all(type(n) is int and n >= 0 for n in lengths)):
+        raise _bad(rid, op, "lengths")
+    if sum(lengths) != len(payload):
+        raise _bad(rid, op, "lengths do not add up to the payload")
+    if first_id is None:
+        if lengths:
+            raise _bad(rid, op, "entries without next_entry_id")
+        return ReadLacResponse(rid, ledger_id, lac, None, None, (), True)
+    if not _is_id(first_id) or not lengths or first_id + len(lengths) - 1 > lac:
+        raise _bad(rid, op, "next_entry_id or entries past the LAC")
+    entries = []
+    pos = 0
+    for n in lengths:
+        entries.append(payload[pos : pos + n])
+        pos += n
+    return ReadLacResponse(rid, ledger_id, lac, first_id, entries[0], tuple(entries[1:]), True)
+
+
 def _bad(rid: int, op: int, what: str) -> FrameBodyError:
     return FrameBodyError(f"malformed {Op(op).name} request: {what}", request_id=rid, op=op)
 
@@ -661,17 +712,21 @@ def _decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) 
     if flags:
         raise _bad(rid, op, "flags are for ADD and READ only")
     if op == _OP_READ_LAC:
-        if len(m) != 3:
-            raise _bad(rid, op, "expected [ledger_id, previous_lac, timeout_ms]")
-        ledger_id, previous_lac, timeout_ms = m
+        if len(m) not in (3, 4):
+            raise _bad(rid, op, "expected [ledger_id, previous_lac, timeout_ms(, bytes_max)]")
+        ledger_id, previous_lac, timeout_ms = m[:3]
+        bytes_max = m[3] if len(m) == 4 else 0
         if not (
             _is_id(ledger_id)
             and _is_eid(previous_lac)
             and type(timeout_ms) is int
             and 0 <= timeout_ms <= _U32_MAX
+            and type(bytes_max) is int
+            and 0 <= bytes_max <= _U32_MAX
+            and (len(m) == 3 or bytes_max > 0)
         ):
             raise _bad(rid, op, "field types or ranges")
-        return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms)
+        return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms, bytes_max)
     if op == _OP_INFO:
         if m:
             raise _bad(rid, op, "expected []")
@@ -724,8 +779,10 @@ def _decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes
             raise _bad(rid, op, "expected [ledger_id, entry_id, lac]")
         return ReadResponse(rid, m[0], m[1], m[2], payload)
     if op == _OP_READ_LAC:
-        if len(m) != 3 or not (_is_id(m[0]) and _is_eid(m[1])):
-            raise _bad(rid, op, "expected [ledger_id, lac, next_entry_id]")
+        if len(m) not in (3, 4) or not (_is_id(m[0]) and _is_eid(m[1])):
+            raise _bad(rid, op, "expected [ledger_id, lac, next_entry_id(, lengths)]")
+        if len(m) == 4:
+            return _read_lac_run(rid, op, m, payload)
         if m[2] is None:
             if payload:
                 raise _bad(rid, op, "payload without next_entry_id")

@@ -529,7 +529,11 @@ class BookieServer:
             )
         if type(req) is p.ReadLacRequest:
             timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
-            result = await storage.wait_lac(req.ledger_id, req.previous_lac, timeout_s)
+            # A run of piggybacked entries stays well inside one response frame.
+            bytes_max = min(req.piggyback_bytes_max, self.config.frame_bytes_max // 2)
+            result = await storage.wait_lac(
+                req.ledger_id, req.previous_lac, timeout_s, bytes_max
+            )
             return p.encode_response(
                 p.ReadLacResponse(
                     req.request_id,
@@ -537,6 +541,8 @@ class BookieServer:
                     result.lac,
                     result.next_entry_id if result.next_entry is not None else None,
                     result.next_entry,
+                    result.more_entries if result.next_entry is not None else (),
+                    req.piggyback_bytes_max > 0,
                 )
             )
         if type(req) is p.WriteLacRequest:
@@ -550,7 +556,7 @@ class BookieServer:
                 used_fraction=usage.used_fraction,
                 free_bytes=usage.free_bytes,
                 total_bytes=usage.total_bytes,
-                features=(p.FEATURE_WRITE_LAC,),
+                features=(p.FEATURE_WRITE_LAC, p.FEATURE_LAC_ENTRIES),
             )
             return p.encode_response(p.InfoResponse(req.request_id, info))
         if type(req) is p.ListLedgersRequest:

@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions
-from bookie.protocol import FEATURE_WRITE_LAC
+from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_WRITE_LAC
 from bookline.config import MetadataConfig
 from bookline.errors import ConnectionLostError, NoLedgerError, NotFoundError, TimeoutError_
 from ledger.digest import DigestType
@@ -253,16 +253,22 @@ class PoolTransport:
         timeout_ms: int,
         *,
         timeout_s: float,
+        piggyback_bytes_max: int = 0,
     ) -> LacAnswer:
         conn = await self._conn(bookie)
         async with _answer_within(bookie, "LAC answer", timeout_s):
+            if piggyback_bytes_max and FEATURE_LAC_ENTRIES not in await conn.features(
+                timeout_s=timeout_s
+            ):
+                piggyback_bytes_max = 0  # an older bookie: one entry per answer
             resp = await conn.read_lac(
                 ledger_id,
                 previous_lac,
                 timeout_ms,
                 timeout_s=max(timeout_s - timeout_ms / 1000.0, 0.001),
+                piggyback_bytes_max=piggyback_bytes_max,
             )
-        return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry)
+        return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry, resp.more_entries)
 
     async def write_lac(
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float

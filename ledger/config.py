@@ -37,6 +37,11 @@ class LedgerConfig:
     speculative_read_max_timeout_ms: int = 2_000
     # Long-poll READ_LAC: the bookie holds the request at most this long.
     long_poll_timeout_ms: int = 10_000
+    # A long poll's answer may carry the entries that follow the LAC the reader knew,
+    # up to about this many bytes (bookies with the LAC_ENTRIES feature), so a tailing
+    # reader needs one round trip per batch instead of one read per entry. 0 = just
+    # the next entry, as BookKeeper piggybacks.
+    long_poll_piggyback_bytes_max: int = 256 << 10
     # close(): wait this long for the replicas of confirmed entries that have not
     # answered yet (Qw - Qa of them per entry), so a closed ledger is fully replicated
     # when bookies are healthy; past it they are logged and left to autorecovery
@@ -94,6 +99,8 @@ class LedgerConfig:
                 raise ConfigError(f"ledger.{name} must be positive")
         if self.speculative_read_max_timeout_ms < self.speculative_read_first_timeout_ms:
             raise ConfigError("ledger.speculative_read_max_timeout_ms must be >= the first timeout")
+        if not 0 <= self.long_poll_piggyback_bytes_max <= 16 << 20:
+            raise ConfigError("ledger.long_poll_piggyback_bytes_max must be within [0, 16 MiB]")
         if self.close_replication_timeout_ms < 0:
             raise ConfigError("ledger.close_replication_timeout_ms must be >= 0")
         if self.ensemble_change_retries_max < 0 or self.placement_avoid_ms < 0:

@@ -244,6 +244,7 @@ class MemoryBookies:
         timeout_ms: int,
         *,
         timeout_s: float,
+        piggyback_bytes_max: int = 0,
     ) -> LacAnswer:
         bk = await self._enter(bookie, timeout_s)
         loop = asyncio.get_running_loop()
@@ -254,7 +255,15 @@ class MemoryBookies:
                 raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
             if st.lac > previous_lac or loop.time() >= deadline:
                 nxt = st.entries.get(previous_lac + 1)
-                return LacAnswer(st.lac, previous_lac + 1 if nxt else None, nxt)
+                more: list[bytes] = []
+                size = len(nxt) if nxt else 0
+                while nxt and size < piggyback_bytes_max:
+                    following = st.entries.get(previous_lac + 2 + len(more))
+                    if following is None or previous_lac + 2 + len(more) > st.lac:
+                        break
+                    more.append(following)
+                    size += len(following)
+                return LacAnswer(st.lac, previous_lac + 1 if nxt else None, nxt, tuple(more))
             bk.lac_changed.clear()
             try:
                 await asyncio.wait_for(bk.lac_changed.wait(), deadline - loop.time())

@@ -168,6 +168,8 @@ class LacAnswer:
     lac: int
     next_entry_id: int | None
     next_entry: bytes | None
+    # Entries next_entry_id + 1, ... (bookies that piggyback runs; see read_lac).
+    more_entries: tuple[bytes, ...] = ()
 
 
 class MetadataStore(Protocol):
@@ -235,8 +237,17 @@ class BookieTransport(Protocol):
     ) -> ReadAnswer: ...
 
     async def read_lac(
-        self, bookie: str, ledger_id: int, previous_lac: int, timeout_ms: int, *, timeout_s: float
-    ) -> LacAnswer: ...
+        self,
+        bookie: str,
+        ledger_id: int,
+        previous_lac: int,
+        timeout_ms: int,
+        *,
+        timeout_s: float,
+        piggyback_bytes_max: int = 0,
+    ) -> LacAnswer:
+        """Long poll for the LAC. With ``piggyback_bytes_max`` > 0 the answer may carry
+        a run of entries from ``previous_lac + 1`` (bookies that cannot, ignore it)."""
 
     async def write_lac(
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float

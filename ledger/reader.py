@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LedgerReader", "replicas_of"]
 
-# Piggybacked entries kept for the tailing reader (bounded: a tail needs one or two).
-_PIGGYBACK_CACHE_MAX = 64
+# Piggybacked entries kept for the tailing reader (bounded; the bytes of one answer are
+# bounded by LedgerConfig.long_poll_piggyback_bytes_max).
+_PIGGYBACK_CACHE_MAX = 4096
 
 
 def replicas_of(meta: LedgerMeta, entry_id: int) -> list[str]:
@@ -206,7 +207,9 @@ class LedgerReader:
     async def wait_lac(self, previous_lac: int, timeout_ms: int | None = None) -> int:
         """Long poll: the LAC once it exceeds ``previous_lac``, or the current one after
         ``timeout_ms``. Asks the write set of entry ``previous_lac + 1`` in parallel; the
-        next entry rides along and is cached for the following read."""
+        next entry rides along -- from bookies with LAC_ENTRIES, with the entries after
+        it up to ``long_poll_piggyback_bytes_max`` -- and is cached for the reads that
+        follow."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
         wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
@@ -220,6 +223,7 @@ class LedgerReader:
                     previous_lac,
                     wait_ms,
                     timeout_s=self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0,
+                    piggyback_bytes_max=self._config.long_poll_piggyback_bytes_max,
                 )
             )
             for b in bookies
@@ -250,7 +254,10 @@ class LedgerReader:
     def _remember_piggyback(self, ans: LacAnswer) -> None:
         if ans.next_entry_id is None or ans.next_entry is None:
             return
-        self._piggyback[ans.next_entry_id] = ans.next_entry
+        cache = self._piggyback
+        cache[ans.next_entry_id] = ans.next_entry
+        for offset, entry in enumerate(ans.more_entries, 1):
+            cache[ans.next_entry_id + offset] = entry
         while len(self._piggyback) > _PIGGYBACK_CACHE_MAX:
             self._piggyback.popitem(last=False)
 

@@ -32,6 +32,9 @@ requests = st.one_of(
     st.builds(p.AddRequest, u64, u64, u64, eid, key, payload, st.booleans()),
     st.builds(p.ReadRequest, u64, u64, eid, st.booleans(), key),
     st.builds(p.ReadLacRequest, u64, u64, eid, st.integers(0, (1 << 32) - 1)),
+    st.builds(
+        p.ReadLacRequest, u64, u64, eid, st.integers(0, 1 << 31), st.integers(1, 1 << 31)
+    ),
     st.builds(p.InfoRequest, u64),
     st.builds(p.ListLedgersRequest, u64),
     st.builds(p.ListEntriesRequest, u64, u64),
@@ -42,6 +45,17 @@ responses = st.one_of(
     st.builds(p.ReadResponse, u64, u64, u64, eid, payload),
     st.builds(p.ReadLacResponse, u64, u64, eid, st.none(), st.none()),
     st.builds(p.ReadLacResponse, u64, u64, eid, u64, payload),
+    # The run form (LAC_ENTRIES): entries next_entry_id.. all at or below the LAC.
+    st.builds(
+        lambda rid, lid, first, run: p.ReadLacResponse(
+            rid, lid, first + len(run) - 1, first, run[0], tuple(run[1:]), True
+        ),
+        u64,
+        u64,
+        st.integers(0, 1 << 40),
+        st.lists(st.binary(max_size=64), min_size=1, max_size=8),
+    ),
+    st.builds(p.ReadLacResponse, u64, u64, eid, st.none(), st.none(), st.just(()), st.just(True)),
     st.builds(
         p.InfoResponse,
         u64,
@@ -305,3 +319,36 @@ def test_add_ack_fast_path_still_checks_crc_and_size() -> None:
     d.feed(big)
     with pytest.raises(TooLargeError):
         d.next_frame_or_add_ack()
+
+
+def _lac_run_frame(meta: list[object], payload: bytes) -> bytes:
+    packed = msgpack.packb(meta)
+    body = packed + payload
+    header = struct.pack(
+        ">2sBBBBHIIQ", p.MAGIC, p.PROTOCOL_VERSION, int(p.Op.READ_LAC), p.KIND_RESPONSE, 0, 0,
+        len(body), len(packed), 7,
+    )  # fmt: skip
+    return header + struct.pack(">I", crc32c.crc32c(body, crc32c.crc32c(header))) + body
+
+
+@pytest.mark.parametrize(
+    ("meta", "payload"),
+    [
+        ([1, 5, 4, [2, 2]], b"abc"),  # lengths do not add up
+        ([1, 5, 4, [2, 2, 2]], b"aabbcc"),  # entry 6 is past the LAC 5
+        ([1, 5, None, [2]], b"aa"),  # entries without a first id
+        ([1, 5, 4, []], b""),  # a first id without entries
+        ([1, 5, 4, [-1]], b""),  # negative length
+        ([1, 5, 4, "xx"], b"xx"),  # not a list
+    ],
+)
+def test_malformed_lac_runs_are_refused(meta: list[object], payload: bytes) -> None:
+    decoder = p.Decoder(responses=True)
+    decoder.feed(_lac_run_frame(meta, payload))
+    with pytest.raises(BadRequestError):
+        decoder.next_frame()
+
+
+def test_lac_run_needs_the_run_form() -> None:
+    with pytest.raises(ValueError, match="run form"):
+        p.encode_response(p.ReadLacResponse(1, 1, 5, 4, b"a", (b"b",)))

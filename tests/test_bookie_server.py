@@ -171,6 +171,24 @@ async def test_write_lac_wakes_a_long_poll_without_a_later_entry(conn: BookieCon
     assert (await conn.read_lac(6, 1)).lac == 2
 
 
+async def test_long_poll_carries_a_run_of_entries(conn: BookieConnection) -> None:
+    """LAC_ENTRIES: one answer brings every entry after the reader's LAC up to the
+    bookie's LAC (bounded by bytes), so a tailing reader needs no read per entry."""
+    assert p.FEATURE_LAC_ENTRIES in await conn.features()
+    for i in range(6):
+        await conn.add(8, i, i - 1, KEY, b"e%d" % i)
+    await conn.write_lac(8, 4, KEY)  # entry 5 is held but not confirmed
+    resp = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=1 << 20)
+    assert (resp.lac, resp.next_entry_id, resp.next_entry) == (4, 1, b"e1")
+    assert resp.more_entries == (b"e2", b"e3", b"e4")  # never past the LAC
+    small = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=4)
+    assert (small.next_entry, small.more_entries) == (b"e1", (b"e2",))  # ~4 bytes
+    plain = await conn.read_lac(8, 0, timeout_ms=1_000)  # the original form: one entry
+    assert (plain.next_entry, plain.more_entries) == (b"e1", ())
+    caught_up = await conn.read_lac(8, 4, timeout_ms=0, piggyback_bytes_max=1 << 20)
+    assert (caught_up.lac, caught_up.next_entry_id, caught_up.more_entries) == (4, None, ())
+
+
 async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) -> None:
     await conn.add(6, 0, -1, KEY, b"e0")
     await conn.add(6, 1, 0, KEY, b"e1")

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -392,6 +393,40 @@ def test_segments_meta() -> None:
     closed = m.closed(9, 5)
     assert closed.state is LedgerState.CLOSED and len(closed.segments) == 1
     _ = LedgerRecovery  # imported for API completeness
+
+
+@pytest.mark.parametrize(("piggyback", "reads_expected"), [(256 << 10, 0), (0, 4)])
+async def test_tail_reader_gets_a_run_of_entries_from_one_poll(
+    monkeypatch: pytest.MonkeyPatch, piggyback: int, reads_expected: int
+) -> None:
+    """A long poll answer carries every entry past the reader's LAC (LAC_ENTRIES), so
+    reading them costs no request per entry; with the option off, only the next one."""
+    config = dataclasses.replace(FAST, long_poll_piggyback_bytes_max=piggyback)
+    client, _store, _bookies = make(config=config)
+    w = await client.create_ledger()
+    await w.add_entry(b"0")
+    w.push_lac()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    r = await client.open_ledger(w.ledger_id, recover=False)
+    assert r.last_add_confirmed == 0
+    for i in range(1, 6):
+        await w.add_entry(b"%d" % i)
+    w.push_lac()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert await r.wait_lac(0, 1_000) == 5
+    reads: list[int] = []
+    original = MemoryBookies.read
+
+    async def counting(self: MemoryBookies, bookie: str, ledger_id: int, entry_id: int,
+                       **kw: Any) -> Any:  # fmt: skip
+        reads.append(entry_id)
+        return await original(self, bookie, ledger_id, entry_id, **kw)
+
+    monkeypatch.setattr(MemoryBookies, "read", counting)
+    assert await r.read(1, 5) == [b"1", b"2", b"3", b"4", b"5"]
+    assert len(reads) == reads_expected, reads
 
 
 async def test_explicit_lac_makes_the_last_entry_visible() -> None:

@@ -27,6 +27,8 @@ class LacResult:
     lac: int
     next_entry_id: int | None
     next_entry: bytes | None
+    # Entries next_entry_id + 1, ... when a run was asked for (wait_lac's bytes_max).
+    more_entries: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +100,13 @@ class Storage(Protocol):
         hint. Returns the LAC now. NoLedgerError (nothing added here yet),
         UnauthorizedError, FencedError."""
 
-    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
+    async def wait_lac(
+        self, ledger_id: int, previous_lac: int, timeout_s: float, bytes_max: int = 0
+    ) -> LacResult:
         """Long poll: return as soon as LAC > previous_lac, or at the timeout with the
-        current LAC. Piggyback entry previous_lac+1 when this bookie holds it."""
+        current LAC. Piggyback entry previous_lac+1 when this bookie holds it, and with
+        ``bytes_max`` > 0 the contiguous entries after it held in memory, up to the LAC
+        and about that many bytes."""
 
     def is_fenced(self, ledger_id: int) -> bool: ...
 

@@ -555,7 +555,13 @@ class BookieStorage:
                 _wake(st)
         return st.lac
 
-    async def wait_lac(self, ledger_id: int, previous_lac: int, timeout_s: float) -> LacResult:
+    async def wait_lac(
+        self, ledger_id: int, previous_lac: int, timeout_s: float, bytes_max: int = 0
+    ) -> LacResult:
+        """The LAC once it passes ``previous_lac`` (or after ``timeout_s``), with entry
+        ``previous_lac + 1`` when held here; with ``bytes_max`` > 0 also the entries
+        after it, up to the LAC and about ``bytes_max`` bytes, as long as they are
+        contiguous and in memory (a tail reader's batch; never a disk read)."""
         st = self._ledger(ledger_id)
         if st.lac <= previous_lac and timeout_s > 0:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -572,13 +578,25 @@ class BookieStorage:
         lac = st.lac
         next_id: int | None = None
         payload: bytes | None = None
+        more: list[bytes] = []
         if lac > previous_lac and ledger_id in self._ledgers:
             try:
                 payload = await self.read_entry(ledger_id, previous_lac + 1)
                 next_id = previous_lac + 1
             except NoEntryError:
                 payload = None  # striped ensemble: another bookie holds it
-        return LacResult(lac, next_id, payload)
+            if payload is not None and bytes_max > 0:
+                size = len(payload)
+                entry_id = previous_lac + 2
+                while entry_id <= lac and size < bytes_max:
+                    nxt = self._memory_get(ledger_id, entry_id)
+                    if nxt is None:
+                        break  # not here, or flushed already: the reader reads it
+                    more.append(nxt)
+                    size += len(nxt)
+                    entry_id += 1
+                self.counters.read_bytes += size - len(payload)
+        return LacResult(lac, next_id, payload, tuple(more))
 
     def is_fenced(self, ledger_id: int) -> bool:
         return self._ledger(ledger_id).fenced
