@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bookline.config import load_config
+from bookline.gctune import settle_heap
 
 if TYPE_CHECKING:
     from bookline.proxy_config import ProxyConfig
@@ -92,6 +93,7 @@ async def _serve(make: Callable[[], Service], kind: str, ident: str) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await service.start()
+        settle_heap()  # serving from here: keep full collections off the start-up heap
         print(f"{kind} ready id={ident} url={service.url}", flush=True)
         await stop.wait()
         log.info("%s %s stopping", kind, ident)
