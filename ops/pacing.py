@@ -4,19 +4,25 @@ An open-loop benchmark starts operation *i* at ``start + i / rate`` whatever the
 answers do, and charges each operation from that *scheduled* time, so a stall is
 counted against every operation it delays (no coordinated omission).
 
-Pacing inside the event loop does not work at these rates: uvloop keeps timers in whole
+Pacing with ``asyncio.sleep`` does not work at these rates: uvloop keeps timers in whole
 milliseconds and rounds, so ``asyncio.sleep(0.0004)`` returns on the next loop iteration
 and a pacer with sub-millisecond gaps spins a whole core -- on a 2-core machine, half of
-the CPU the bookies being measured need. Here a timing thread sleeps until each
-operation is due (``time.sleep`` is ``clock_nanosleep``: tens of microseconds late at
-worst, no CPU while waiting) and hands every due batch to the loop with
-``call_soon_threadsafe``.
+the CPU the bookies being measured need.
+
+On Linux a periodic ``timerfd`` (CLOCK_MONOTONIC, the clock of ``time.perf_counter``)
+is registered with the event loop: the kernel wakes the loop's epoll at each period,
+nanosecond-accurate, and the loop thread sends every operation that fell due -- no
+thread, no spinning, no GIL hand-over. Elsewhere a timing thread sleeps until each
+operation is due and hands it to the loop with ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import math
+import os
+import struct
 import sys
 import threading
 import time
@@ -24,21 +30,70 @@ from collections.abc import Callable
 
 from bookline.gctune import settle_heap
 
-#: Lead before the first operation, so the thread starts before anything is due.
+#: Lead before the first operation, so the timer is armed before anything is due.
 _LEAD_S = 0.002
+#: The thread pacer's GIL switch interval while it runs (the default 5 ms would let the
+#: loop thread's callbacks hold back a due operation that long).
 _SWITCH_INTERVAL_S = 0.0002
+_CLOCK_MONOTONIC = 1
+_EXPIRATIONS = struct.Struct("=Q")
+
+Send = Callable[[float], None]
 
 
-async def open_loop(rate: float, count: int, send: Callable[[float], None]) -> float:
+async def open_loop(rate: float, count: int, send: Send) -> float:
     """Call ``send(scheduled)`` on the loop thread for ``count`` operations at ``rate``
-    per second; return once every ``send`` returned. Returns the scheduled start, so
-    callers can compute elapsed time. ``send`` must not block; an exception it raises
-    stops the schedule and is raised here."""
+    per second; return once every ``send`` returned, with the scheduled start (for the
+    caller's elapsed time). ``send`` must not block; an exception it raises stops the
+    schedule and is raised here."""
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {rate}")
     # As a latency-sensitive client would once set up (the servers do the same): keep
     # full collections of the set-up heap out of the measured window.
     settle_heap()
+    if count <= 0:
+        return time.perf_counter()
+    timerfd = _TimerFd.create()
+    if timerfd is None:
+        return await _thread_paced(rate, count, send)
+    with timerfd:
+        return await _timerfd_paced(timerfd, rate, count, send)
+
+
+async def _timerfd_paced(timerfd: _TimerFd, rate: float, count: int, send: Send) -> float:
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[None] = loop.create_future()
+    interval = 1.0 / rate
+    sent = 0
+    start = time.perf_counter() + _LEAD_S
+
+    def on_tick() -> None:
+        nonlocal sent
+        if finished.done():
+            return
+        try:
+            due = min(count, sent + timerfd.expirations())
+            while sent < due:
+                scheduled = start + sent * interval
+                sent += 1
+                send(scheduled)
+        except BaseException as exc:  # handed to the awaiting caller, not swallowed
+            finished.set_exception(exc)
+            return
+        if sent == count:
+            finished.set_result(None)
+
+    loop.add_reader(timerfd.fd, on_tick)
+    try:
+        timerfd.arm(first_s=start - time.perf_counter(), interval_s=interval)
+        # Operation 0 is due at the first expiry; expiry k sends operation k.
+        await finished
+    finally:
+        loop.remove_reader(timerfd.fd)
+    return start
+
+
+async def _thread_paced(rate: float, count: int, send: Send) -> float:
     loop = asyncio.get_running_loop()
     finished: asyncio.Future[None] = loop.create_future()
     stop = threading.Event()
@@ -72,18 +127,72 @@ async def open_loop(rate: float, count: int, send: Callable[[float], None]) -> f
             else:
                 time.sleep(start + sent * interval - now)
 
-    # The timing thread needs the GIL for a moment at each operation; with the default
-    # 5 ms switch interval it could wait that long behind the loop thread's callbacks
-    # (the bookie runs with 0.5 ms for the same reason).
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
     thread = threading.Thread(target=pace, name="bench-pacer", daemon=True)
     thread.start()
     try:
-        if count > 0:
-            await finished
+        await finished
     finally:
         stop.set()
         await asyncio.to_thread(thread.join)
         sys.setswitchinterval(switch_interval)
     return start
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _timespec(seconds: float) -> _Timespec:
+    ns = max(1, round(seconds * 1e9))  # 0 would disarm the timer
+    return _Timespec(ns // 1_000_000_000, ns % 1_000_000_000)
+
+
+class _TimerFd:
+    """A periodic Linux timerfd through libc (``os.timerfd_*`` needs Python 3.13)."""
+
+    def __init__(self, libc: ctypes.CDLL, fd: int) -> None:
+        self._libc = libc
+        self.fd = fd
+
+    @classmethod
+    def create(cls) -> _TimerFd | None:
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            create = libc.timerfd_create
+        except (OSError, AttributeError):
+            return None
+        create.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.timerfd_settime.argtypes = [
+            ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p
+        ]  # fmt: skip
+        fd = create(_CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return None
+        return cls(libc, fd)
+
+    def arm(self, *, first_s: float, interval_s: float) -> None:
+        spec = _Itimerspec(_timespec(interval_s), _timespec(first_s))
+        if self._libc.timerfd_settime(self.fd, 0, ctypes.byref(spec), None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
+
+    def expirations(self) -> int:
+        """Periods elapsed since the last call (0 when woken spuriously)."""
+        try:
+            return int(_EXPIRATIONS.unpack(os.read(self.fd, 8))[0])
+        except BlockingIOError:
+            return 0
+
+    def __enter__(self) -> _TimerFd:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        os.close(self.fd)
