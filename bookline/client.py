@@ -93,13 +93,18 @@ class ClientConfig:
     record_bytes_max: int = 1024 * 1024
     # HTTP connections per proxy.
     connections_per_proxy: int = 64
+    # Write requests in flight per stream (like Kafka's max.in.flight.requests with an
+    # idempotent producer): each carries the producer's sequence, and the owning proxy
+    # appends them in sequence order whatever order they arrive in. 1 = one at a time.
+    requests_in_flight_per_stream: int = 5
     # Re-list proxies from ZooKeeper at most this often.
     discovery_refresh_ms: int = 2_000
 
     def __post_init__(self) -> None:
         for name in ("request_timeout_ms", "retry_deadline_ms", "backoff_initial_ms",
                      "backoff_max_ms", "batch_records_max", "batch_bytes_max",
-                     "buffer_bytes_max", "record_bytes_max", "connections_per_proxy"):
+                     "buffer_bytes_max", "record_bytes_max", "connections_per_proxy",
+                     "requests_in_flight_per_stream"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"client.{name} must be positive")
         if self.buffer_bytes_max < self.batch_bytes_max:
@@ -454,29 +459,51 @@ class ProxyClient:
             await asyncio.wait(tasks)
 
     async def _send_loop(self, sender: _Sender) -> None:
+        """Send the stream's queue as requests, up to ``requests_in_flight_per_stream``
+        at once; records queued while they are in flight form the next request."""
         cfg = self.config
+        window: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
         try:
-            while sender.queue:
-                batch: list[_Chunk] = []
-                count = size = 0
-                while sender.queue:
-                    nxt = sender.queue[0]
-                    if batch and (count + len(nxt.records) > cfg.batch_records_max
-                                  or size + nxt.size > cfg.batch_bytes_max):
-                        break
-                    batch.append(sender.queue.popleft())
-                    count += len(nxt.records)
-                    size += nxt.size
-                await self._send_batch(sender.stream, batch)
-                self._buffered -= size
-                self._room.set()
+            while sender.queue or window:
+                while sender.queue and len(window) < cfg.requests_in_flight_per_stream:
+                    batch, size = self._next_batch(sender.queue)
+                    window.add(loop.create_task(self._send_counted(sender.stream, batch, size)))
+                _done, pending = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
+                window = set(pending)
         finally:
             sender.task = None
+            for task in window:  # cancelled: the requests' futures fail below
+                task.cancel()
             if sender.queue:  # cancelled with records queued: fail them, don't hang
                 for chunk in sender.queue:
                     if not chunk.fut.done():
                         chunk.fut.set_exception(ClosedError("ProxyClient closed"))
                 sender.queue.clear()
+
+    def _next_batch(self, queue: collections.deque[_Chunk]) -> tuple[list[_Chunk], int]:
+        cfg = self.config
+        batch: list[_Chunk] = []
+        count = size = 0
+        while queue:
+            nxt = queue[0]
+            if batch and (count + len(nxt.records) > cfg.batch_records_max
+                          or size + nxt.size > cfg.batch_bytes_max):  # fmt: skip
+                break
+            batch.append(queue.popleft())
+            count += len(nxt.records)
+            size += nxt.size
+        return batch, size
+
+    async def _send_counted(self, stream: str, batch: list[_Chunk], size: int) -> None:
+        try:
+            await self._send_batch(stream, batch)
+        finally:
+            self._buffered -= size
+            self._room.set()
+            for c in batch:  # cancelled before an answer: the caller must not hang
+                if not c.fut.done():
+                    c.fut.set_exception(ClosedError("ProxyClient closed"))
 
     async def _send_batch(self, stream: str, batch: list[_Chunk]) -> None:
         items = [r for c in batch for r in c.records]

@@ -40,6 +40,7 @@ __all__ = [
     "NoLedgerError",
     "NotEnoughBookiesError",
     "NotFoundError",
+    "OutOfOrderSequenceError",
     "OwnerMovedError",
     "OwnershipLostError",
     "ProtocolVersionError",
@@ -340,6 +341,17 @@ class WriterFailedError(BooklineError):
     code = 35
     name = "WRITER_FAILED"
     http_status = 500
+
+
+class OutOfOrderSequenceError(BooklineError):
+    """A producer's write skipped sequence numbers the proxy has not seen yet (a request
+    sent after it has not arrived in time). Retriable: the client resends in order, as a
+    Kafka idempotent producer does on OUT_OF_ORDER_SEQUENCE_NUMBER."""
+
+    code = 36
+    name = "OUT_OF_ORDER_SEQUENCE"
+    retriable = True
+    http_status = 409
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

@@ -6,6 +6,7 @@ retries after timeouts, 100 WebSocket tailers sharing one feed, overload, bad re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import re
@@ -117,6 +118,22 @@ async def test_release_hands_a_stream_back(client: ProxyClient) -> None:
     assert await client.owner(s) is None
     await client.write(s, "b")  # acquired again (a new segment: a new epoch)
     assert await _read_all(client, s) == [b"a", b"b"]
+
+
+async def test_pipelined_requests_keep_the_write_order(proxy_cluster: LocalCluster) -> None:
+    """Up to 5 requests of a stream in flight over separate connections: the stream
+    holds the records in the order they were written, with increasing DLSNs."""
+    config = dataclasses.replace(CLIENT_CONFIG, batch_records_max=7,
+                                 requests_in_flight_per_stream=5)  # fmt: skip
+    s = f"pipelined-{_uid()}"
+    async with ProxyClient(write_urls=_wurls(proxy_cluster), read_urls=[_rurl(proxy_cluster)],
+                           config=config) as c:  # fmt: skip
+        await c.write(s, b"first")
+        payloads = [b"r%04d" % i for i in range(1500)]
+        futures = [c.write_nowait(s, p) for p in payloads]
+        dlsns = await asyncio.gather(*futures)
+        assert dlsns == sorted(dlsns) and len(set(dlsns)) == len(dlsns)
+        assert await _read_all(c, s) == [b"first", *payloads]
 
 
 # -- idempotence --------------------------------------------------------------------------

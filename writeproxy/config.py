@@ -39,8 +39,14 @@ class WriteProxyConfig(ProxyConfig):
     dedup_window_ms: int = 300_000
     # ... but never scans more records than this when taking a stream over.
     dedup_scan_records_max: int = 200_000
-    # Remembered batches per producer (a client has one batch in flight per stream).
+    # Remembered batches per producer (a client has a few requests in flight per stream).
     dedup_batches_per_producer: int = 16
+    # A producer's request whose sequence is ahead of the next expected one (an earlier
+    # request of the same producer is still on its way over another connection) waits
+    # this long for the gap to fill, then is refused with OUT_OF_ORDER_SEQUENCE.
+    # (A producer this proxy does not know yet is expected to start at sequence 0;
+    # one that does not -- its history was forgotten -- goes on after this wait.)
+    reorder_wait_ms: int = 500
     # Producers remembered per stream (least recently used forgotten first).
     dedup_producers_max: int = 10_000
     # How long a request waits for ZooKeeper + recovery when acquiring a stream.
@@ -69,6 +75,7 @@ class WriteProxyConfig(ProxyConfig):
         self.require_positive(
             "request_records_max", "stream_inflight_requests_max", "streams_owned_max",
             "dedup_batches_per_producer", "dedup_producers_max", "acquire_timeout_ms",
+            "reorder_wait_ms",
         )
         if self.fault_stall_writes < 0 or self.fault_stall_ms < 0:
             raise ConfigError("writeproxy fault settings must be >= 0")

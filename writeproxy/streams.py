@@ -32,6 +32,7 @@ from bookline.errors import (
     ClosedError,
     LockOwnedError,
     NotFoundError,
+    OutOfOrderSequenceError,
     OwnerMovedError,
     OwnershipLostError,
     TooLargeError,
@@ -65,12 +66,23 @@ class _Pending:
 class OwnedStream:
     """A stream this proxy owns: its writer and its producers' table."""
 
-    def __init__(self, name: str, writer: LogWriter, table: dedup.DedupTable) -> None:
+    def __init__(
+        self,
+        name: str,
+        writer: LogWriter,
+        table: dedup.DedupTable,
+        reorder_wait_s: float = 1.0,
+    ) -> None:
         self.name = name
         self.writer = writer
         self.table = table
         self.failed: BaseException | None = None
         self._pending: dict[str, list[_Pending]] = {}
+        # Per producer: the sequence after the last batch handed to the writer (also
+        # while it is in flight), so the next request may follow at once (pipelining).
+        self._next_seq: dict[str, int] = {}
+        self._seq_moved = asyncio.Event()
+        self._reorder_wait_s = reorder_wait_s
         self.acquired_at = time.monotonic()
 
     async def write(self, req: WriteRequest) -> tuple[list[DLSN], int]:
@@ -79,13 +91,18 @@ class OwnedStream:
         if req.producer is None or req.seq is None:
             return await self._append(_log_records(req, 0), None, 0), 0
         producer, seq, count = req.producer, req.seq, req.count
-        await self._wait_overlapping(producer, seq, seq + count)
+        await self._wait_turn(producer, seq, seq + count)
         plan = self.table.plan(producer, seq, count)
         new = _log_records(req, plan.write_from)
         if not new:
             return [DLSN(*d) for d in plan.duplicates], len(plan.duplicates)
         pending = _Pending(plan.first_new_seq, seq + count)
         self._pending.setdefault(producer, []).append(pending)
+        # From here to the writer's append nothing suspends, so a request woken by this
+        # runs after the batch is in the writer: the stream keeps the producer's order.
+        self._next_seq[producer] = max(self._next_seq.get(producer, 0), seq + count)
+        self._seq_moved.set()
+        self._seq_moved = asyncio.Event()
         try:
             dlsns = await self._append(new, producer, plan.first_new_seq)
             self.table.record(producer, plan.first_new_seq, dlsns)
@@ -97,14 +114,58 @@ class OwnedStream:
                 del self._pending[producer]
         return [DLSN(*d) for d in plan.duplicates] + dlsns, len(plan.duplicates)
 
-    async def _wait_overlapping(self, producer: str, first: int, end: int) -> None:
-        """A retry racing its original: wait until the original is answered."""
+    def _expected_seq(self, producer: str) -> int | None:
+        """The producer's next sequence, or None for a producer not seen yet."""
+        state = self.table.state(producer)
+        known = self._next_seq.get(producer)
+        if state is None:
+            return known
+        return max(state.last_seq + 1, known or 0)
+
+    def _reorder_timeout(self, producer: str, seq: int, expected: int | None) -> None:
+        """The gap before ``seq`` did not fill in time."""
+        if expected is None:
+            # Not seen since this proxy took the stream over and not in the log's
+            # recent tail: its history was forgotten; go on from here.
+            log.info("%s: producer %s starts at sequence %d here", self.name, producer, seq)
+            return
+        raise OutOfOrderSequenceError(
+            f"producer {producer} sent sequence {seq} to {self.name} but {expected} "
+            "has not arrived; resend in order"
+        )
+
+    async def _wait_turn(self, producer: str, seq: int, end: int) -> None:
+        """Wait until the request may be planned. A retry racing its original waits
+        until the original is answered. Pipelined requests of one producer travel over
+        several connections and may arrive out of order: a request ahead of the next
+        expected sequence waits (a bounded time) for the ones before it, so the stream
+        keeps the producer's order (a producer not seen yet is expected to start at 0).
+        Both are checked again after every wait."""
+        deadline = time.monotonic() + self._reorder_wait_s
         while True:
             busy = [p for p in self._pending.get(producer, ()) if p.first_seq < end
-                    and first < p.end_seq]
-            if not busy:
+                    and seq < p.end_seq]  # fmt: skip
+            if busy:
+                await busy[0].done.wait()
+                continue
+            expected = self._expected_seq(producer)
+            if seq == (expected or 0):
                 return
-            await busy[0].done.wait()
+            if expected is not None and seq < expected:
+                state = self.table.state(producer)
+                if state is not None and seq <= state.last_seq:
+                    return  # a retry of something written: planned as a duplicate
+                raise BadRequestError(
+                    f"producer {producer} sent sequence {seq} to {self.name} after later "
+                    f"sequences (up to {expected - 1}) were written: it arrived too late "
+                    "for the producer's order to be kept"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._reorder_timeout(producer, seq, expected)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._seq_moved.wait(), remaining)
 
     async def _append(
         self, batch: list[LogRecord], producer: str | None, first_seq: int
@@ -242,7 +303,7 @@ class Ownership:
             await _close_writer(writer, name)
             await self._release_record(name)
             raise
-        owned = OwnedStream(name, writer, table)
+        owned = OwnedStream(name, writer, table, self.config.reorder_wait_ms / 1000.0)
         self.owned[name] = owned
         self.acquisitions += 1
         self._on_change()

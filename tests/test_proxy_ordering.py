@@ -1,0 +1,100 @@
+"""Pipelined writes of one producer reach the owning proxy in any order; the stream
+keeps the producer's sequence order. OwnedStream with a fake writer: no I/O."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+
+from bookline.dlsn import DLSN
+from bookline.errors import BadRequestError, OutOfOrderSequenceError
+from bookline.http_api import WriteRequest
+from bookline.records import LogRecord
+from writeproxy.dedup import DedupTable
+from writeproxy.streams import OwnedStream
+
+
+class FakeWriter:
+    """Appends at call time (as LogWriter.write_many does before it suspends) and
+    acknowledges a moment later, in order."""
+
+    def __init__(self, ack_delay_s: float = 0.01) -> None:
+        self.log: list[bytes] = []
+        self.ack_delay_s = ack_delay_s
+
+    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+        first = len(self.log)
+        self.log.extend(r.payload for r in records)
+        await asyncio.sleep(self.ack_delay_s)
+        return [DLSN(1, first + i, 0) for i in range(len(records))]
+
+
+def stream(wait_s: float = 1.0, ack_delay_s: float = 0.01) -> tuple[OwnedStream, FakeWriter]:
+    writer = FakeWriter(ack_delay_s)
+    table = DedupTable(batches_per_producer=16, producers_max=100)
+    return OwnedStream("s", cast(Any, writer), table, reorder_wait_s=wait_s), writer
+
+
+def req(seq: int, *payloads: bytes, producer: str = "p") -> WriteRequest:
+    return WriteRequest(producer, seq, payloads=list(payloads))
+
+
+async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -> None:
+    owned, writer = stream()
+    later = asyncio.ensure_future(owned.write(req(2, b"c", b"d")))
+    last = asyncio.ensure_future(owned.write(req(4, b"e")))
+    await asyncio.sleep(0.05)
+    assert writer.log == []  # both wait for sequence 0
+    first = await owned.write(req(0, b"a", b"b"))
+    assert [d.entry_id for d in first[0]] == [0, 1]
+    assert [d.entry_id for d in (await later)[0]] == [2, 3]
+    assert [d.entry_id for d in (await last)[0]] == [4]
+    assert writer.log == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_a_pipelined_request_follows_an_unacknowledged_one_at_once() -> None:
+    owned, writer = stream()
+    first = asyncio.ensure_future(owned.write(req(0, b"a")))
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(owned.write(req(1, b"b")))
+    await asyncio.sleep(0.001)
+    assert writer.log == [b"a", b"b"]  # the second did not wait for the first's ack
+    await asyncio.gather(first, second)
+
+
+async def test_a_gap_that_never_fills_is_refused_retriably() -> None:
+    owned, writer = stream(wait_s=0.05)
+    await owned.write(req(0, b"a"))
+    with pytest.raises(OutOfOrderSequenceError) as info:
+        await owned.write(req(5, b"x"))
+    assert info.value.retriable and writer.log == [b"a"]
+    await owned.write(req(1, b"b"))  # the producer goes on in order
+    assert writer.log == [b"a", b"b"]
+
+
+async def test_retries_are_still_answered_with_their_dlsns() -> None:
+    owned, writer = stream()
+    dlsns, dups = await owned.write(req(0, b"a", b"b"))
+    again, dups = await owned.write(req(0, b"a", b"b"))
+    assert (again, dups) == (dlsns, 2) and writer.log == [b"a", b"b"]
+
+
+async def test_a_forgotten_producer_goes_on_after_the_wait() -> None:
+    """After a takeover whose log scan did not reach the producer's last write, its
+    next request (sequence 40) is accepted once the gap wait is over."""
+    owned, writer = stream(wait_s=0.05)
+    dlsns, _dups = await owned.write(req(40, b"z"))
+    assert writer.log == [b"z"] and len(dlsns) == 1
+
+
+async def test_a_request_later_than_the_order_it_belongs_to_is_refused() -> None:
+    owned, writer = stream(wait_s=0.02, ack_delay_s=0.5)
+    later = asyncio.ensure_future(owned.write(req(3, b"d")))  # accepted after the wait
+    await asyncio.sleep(0.1)
+    assert writer.log == [b"d"]  # appended, not acknowledged yet
+    with pytest.raises(BadRequestError, match="too late"):
+        await owned.write(req(1, b"b"))
+    await later
+    assert writer.log == [b"d"]
