@@ -55,10 +55,21 @@ class BookieConfig:
     memtable_flush_bytes: int = 64 << 20
     # Adds get TOO_MANY_REQUESTS past this many unflushed bytes (backpressure).
     memtable_bytes_max: int = 256 << 20
-    # Checkpoint at least this often even when little was written.
+    # Checkpoint this often on average even when little was written (a full memtable
+    # triggers one sooner). The period is jittered, see checkpoint_jitter_fraction.
     checkpoint_interval_ms: int = 10_000
+    # Each period is checkpoint_interval_ms times a uniform factor in 1 +- this, and the
+    # first one starts at a random phase: bookies started together must not checkpoint
+    # (and slow down) at the same moment, or a whole ack quorum stalls at once. 0 turns
+    # the randomness off; at most 0.5, so no period is shorter than half the interval.
+    checkpoint_jitter_fraction: float = 0.2
     # Roll to a new entry log past this size.
     entry_log_bytes_max: int = 512 << 20
+    # A checkpoint fsyncs its entry log every this many bytes as it writes, not only at
+    # the end: a journal on the same disk would otherwise wait behind one big fsync and
+    # stall acknowledged adds for its length (BookKeeper's flushEntrylogBytes). 0 = only
+    # at the end (the journal has a disk of its own).
+    entry_log_sync_bytes: int = 2 << 20
     # Read cache for sequential catch-up reads (read-ahead lands here).
     read_cache_bytes_max: int = 64 << 20
     # Entries read ahead on a sequential scan of the entry logs.
@@ -103,12 +114,15 @@ class BookieConfig:
             raise ConfigError("bookie journal group limits must be positive")
         if self.journal_prealloc_bytes <= 0 or self.journal_file_bytes_max <= 0:
             raise ConfigError("bookie journal file and preallocation sizes must be positive")
-        if self.entry_log_bytes_max <= 0 or self.read_cache_bytes_max < 0:
+        if (self.entry_log_bytes_max <= 0 or self.read_cache_bytes_max < 0
+                or self.entry_log_sync_bytes < 0):
             raise ConfigError("bookie entry log and read cache sizes must be positive")
         if self.read_ahead_entries < 0:
             raise ConfigError("bookie.read_ahead_entries must not be negative")
         if self.checkpoint_interval_ms <= 0 or self.gc_interval_ms <= 0:
             raise ConfigError("bookie checkpoint and gc intervals must be positive")
+        if not 0.0 <= self.checkpoint_jitter_fraction <= 0.5:
+            raise ConfigError("bookie.checkpoint_jitter_fraction must be within [0, 0.5]")
         if not 0.0 <= self.compaction_threshold < 1.0:
             raise ConfigError("bookie.compaction_threshold must be within [0, 1)")
         if not 0.01 <= self.gil_switch_interval_ms <= 100.0:

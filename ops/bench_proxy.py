@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=2_000.0, help="writes/s (rate mode)")
     p.add_argument("--seconds", type=float, default=10.0, help="duration of rate mode")
     p.add_argument("--streams", type=int, default=1, help="streams written round-robin")
+    p.add_argument("--requests-in-flight", type=int,
+                   default=ClientConfig().requests_in_flight_per_stream,
+                   help="client write requests in flight per stream")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -200,7 +203,8 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, Any]:
-    config = ClientConfig(request_timeout_ms=30_000, retry_deadline_ms=60_000)
+    config = ClientConfig(request_timeout_ms=30_000, retry_deadline_ms=60_000,
+                          requests_in_flight_per_stream=args.requests_in_flight)  # fmt: skip
     async with ProxyClient.from_cluster_file(cluster_file, config=config) as client:
         modes = ["many", "single", "rate", "e2e"] if args.mode == "all" else [args.mode]
         runners = {"many": _many, "single": _single, "rate": _rate, "e2e": _e2e}

@@ -64,6 +64,14 @@ def _start_local(tmp_path: Path) -> subprocess.Popen[bytes]:
                        log_path=tmp_path / "local.log")
 
 
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie): the process may vanish between any two looks at /proc."""
+    try:
+        return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return True
+
+
 def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     proc = _start_local(tmp_path)
     try:
@@ -81,9 +89,7 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         for pid in pids:
-            procs.wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists()
-                           or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], 30,
-                           f"pid {pid} to exit")
+            procs.wait_for(lambda pid=pid: _gone(pid), 30, f"pid {pid} to exit")
         # Restart on the same directory: the data is still there.
         proc = _start_local(tmp_path)
         procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")

@@ -12,6 +12,14 @@ freeze is the end of the last durable group handed to the loop, and every entry 
 it is in the frozen memtable, so replaying from the mark never misses an acknowledged
 entry.
 
+A checkpoint runs on a thread but encodes every entry in Python, so it competes with the
+event loop for the GIL; the entry-log batch writer keeps that short (see entrylog.py) and
+releases the GIL at every ``pwritev``, i.e. every few hundred records, so no explicit
+yielding is needed (measured: ``time.sleep(0)`` every 4096 entries changed nothing).
+Periodic checkpoints are jittered (see :func:`checkpoint_delays_s`): bookies started
+together would otherwise checkpoint, and slow down, at the same moments, which is
+exactly when an ack quorum needs them all.
+
 Read path: memtable (active, then frozen) -> read cache -> index + entry log on an
 executor thread, reading ahead the next entries of the same ledger into the cache.
 
@@ -25,8 +33,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,6 +89,9 @@ READ_THREADS = 4
 READ_AHEAD_BYTES_MAX = 4 << 20
 # A read retries its index lookup this often when compaction moved the entry under it.
 READ_ATTEMPTS = 3
+# The first periodic checkpoint comes after interval * uniform(lo, hi): a random phase
+# spread over one whole interval, never sooner than half an interval after start.
+FIRST_CHECKPOINT_SPREAD = (0.5, 1.5)
 
 Fsync = Callable[[int], None]
 Clock = Callable[[], float]
@@ -132,11 +144,15 @@ class BookieStorage:
         *,
         fsync: Fsync = os.fdatasync,
         clock: Clock = time.monotonic,
+        rng: random.Random | None = None,
         on_fatal: FatalHandler | None = None,
     ) -> None:
+        """``fsync``, ``clock`` and ``rng`` are injectable for tests: ``rng`` only picks
+        when periodic checkpoints happen; seed it to replay a schedule."""
         self.config = config
         self._fsync = fsync
         self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
         self._on_fatal = on_fatal
         self._journal_dir = Path(config.journal_dir)
         self._ledgers_dir = Path(config.ledgers_dir)
@@ -229,7 +245,8 @@ class BookieStorage:
         self._log_ids = LogIds(max([0, *logs, *self._index.log_stats]) + 1)
         cfg = self.config
         self._flush_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
-                                            cfg.entry_log_bytes_max, self._fsync)
+                                            cfg.entry_log_bytes_max, self._fsync,
+                                            cfg.entry_log_sync_bytes)  # fmt: skip
         self._compact_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
                                               cfg.entry_log_bytes_max, self._fsync)
 
@@ -660,17 +677,19 @@ class BookieStorage:
         writer = self._flush_writer
         invariant(writer is not None, "checkpoint before start")
         assert writer is not None  # for mypy; checked above
-        locations = [(lid, eid, writer.append(lid, eid, payload))
-                     for lid, eid, payload in frozen.sorted_items()]
-        written = writer.sync() if locations else {}
-        self._index.write_checkpoint(locations, states, written)
+        runs: list[entrylog.AppendedRun] = []
+        for ledger_id, entry_ids, payloads in frozen.sorted_runs():
+            runs += writer.append_run(ledger_id, entry_ids, payloads)
+        written = writer.sync() if runs else {}
+        self._index.write_checkpoint(runs, states, written)
         journal.write_mark(self._ledgers_dir, mark, self._fsync)
 
     async def _checkpoint_loop(self) -> None:
-        interval_s = self.config.checkpoint_interval_ms / 1000.0
+        delays_s = checkpoint_delays_s(self.config.checkpoint_interval_ms / 1000.0,
+                                       self.config.checkpoint_jitter_fraction, self._rng)
         while self._fatal is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush_wanted.wait(), interval_s)
+                await asyncio.wait_for(self._flush_wanted.wait(), next(delays_s))
             self._flush_wanted.clear()
             if self._closed:
                 return
@@ -828,6 +847,24 @@ class BookieStorage:
     def journal_stats(self) -> journal.JournalStats | None:
         """Live journal counters; set ``.observer`` for an fsync-latency histogram."""
         return None if self._journal is None else self._journal.stats
+
+
+def checkpoint_delays_s(interval_s: float, jitter_fraction: float,
+                        rng: random.Random) -> Iterator[float]:
+    """Seconds to wait before each periodic checkpoint, endlessly.
+
+    The first delay puts this bookie at a random phase of the interval; every later one
+    is ``interval_s`` times a uniform factor in ``1 ± jitter_fraction``, so the mean
+    period stays ``interval_s`` while bookies that started (or were phase-locked)
+    together drift apart. ``jitter_fraction`` 0 gives the fixed, unjittered schedule.
+    """
+    if jitter_fraction <= 0.0:
+        while True:
+            yield interval_s
+    yield interval_s * rng.uniform(*FIRST_CHECKPOINT_SPREAD)
+    low, high = 1.0 - jitter_fraction, 1.0 + jitter_fraction
+    while True:
+        yield interval_s * rng.uniform(low, high)
 
 
 def _wake(st: _Ledger) -> None:

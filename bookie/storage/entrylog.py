@@ -21,6 +21,12 @@ returns a payload, so a stale location (a compacted, deleted or reused file) can
 yield the wrong entry. Logs are written by a checkpoint (sorted by ledger, entry) or by
 compaction, fsynced before the index references them, and rolled past a size limit.
 All methods block: call them on executor threads, never on the event loop.
+
+A checkpoint writes tens of thousands of records while the event loop waits for the GIL,
+so it uses :meth:`EntryLogWriter.append_run`: one pass per ledger, headers packed and
+checksummed in a tight loop, payloads handed to ``pwritev`` as they are (the kernel copies
+them with the GIL released) and locations returned as plain int lists. It writes the same
+bytes as :meth:`EntryLogWriter.append`, which stays the simple reference.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,6 +54,12 @@ _FILE_HEADER = struct.Struct(">4sHHQI")
 FILE_HEADER_BYTES = _FILE_HEADER.size + 4
 _RECORD_HEADER = struct.Struct(">IIBQQ")
 RECORD_HEADER_BYTES = _RECORD_HEADER.size
+# The header after its crc field (length .. entry id), packed first by append_run so the
+# crc can be computed over it and the payload without copying either.
+_RECORD_TAIL = struct.Struct(">IBQQ")
+_CRC = struct.Struct(">I")
+# Buffers per pwritev call: Linux refuses more than IOV_MAX (1024); two per record.
+_IOV_BUFFERS_MAX = 1024
 # Flush buffers are written to the file in chunks of about this size.
 _WRITE_CHUNK_BYTES = 4 << 20
 # A length above this can only be garbage (bigger than any frame a bookie accepts).
@@ -59,6 +72,29 @@ class Location(NamedTuple):
     log_id: int
     offset: int
     length: int
+
+
+class AppendedRun(NamedTuple):
+    """Records of one ledger that :meth:`EntryLogWriter.append_run` wrote back to back
+    into one log: entry ``entry_ids[i]`` is at ``offsets[i]``, ``lengths[i]`` bytes long.
+
+    Parallel int lists instead of a :class:`Location` per entry: a checkpoint produces tens
+    of thousands of them while holding the GIL, and ints are cheaper to make than tuples
+    and invisible to the cyclic garbage collector.
+    """
+
+    ledger_id: int
+    log_id: int
+    entry_ids: Sequence[int]
+    offsets: list[int]
+    lengths: list[int]
+
+    def locations(self) -> Iterator[tuple[int, Location]]:
+        """(entry id, location) of each record, in entry order."""
+        log_id = self.log_id
+        for entry_id, offset, length in zip(self.entry_ids, self.offsets, self.lengths,
+                                            strict=True):
+            yield entry_id, Location(log_id, offset, length)
 
 
 def file_name(log_id: int) -> str:
@@ -195,13 +231,24 @@ class EntryLogWriter:
     One writer is used by one thread at a time (the checkpoint or the compactor).
     ``sync()`` fsyncs every log written since the last sync; only then may the index
     point at the new locations.
+
+    ``sync_every_bytes`` > 0 also fsyncs along the way in :meth:`append_run`, each time
+    that much was written: when the journal shares the disk, its fdatasync otherwise
+    queues behind one fsync of the whole checkpoint (tens of MB) and acknowledged adds
+    stall for its length (measured: max add latency 20 ms -> 8.5 ms with 2 MiB steps).
+    BookKeeper's ``flushEntrylogBytes`` does the same.
     """
 
-    def __init__(self, directory: Path, ids: LogIds, bytes_max: int, fsync: Fsync) -> None:
+    def __init__(
+        self, directory: Path, ids: LogIds, bytes_max: int, fsync: Fsync,
+        sync_every_bytes: int = 0,
+    ) -> None:  # fmt: skip
         self._dir = directory
         self._ids = ids
         self._bytes_max = bytes_max
         self._fsync = fsync
+        self._sync_every = sync_every_bytes
+        self._unsynced_bytes = 0  # written to the current log since its last fsync
         self._fd = -1
         self._log_id = -1
         self._size = 0
@@ -216,10 +263,78 @@ class EntryLogWriter:
         return self._log_id
 
     def append(self, ledger_id: int, entry_id: int, payload: bytes) -> Location:
+        """Append one record (buffered). A checkpoint uses :meth:`append_run` instead."""
         self._maybe_roll()
         offset = self._size
         n = encode_into(self._buf, ledger_id, entry_id, payload)
         return self._appended(offset, n)
+
+    def append_run(self, ledger_id: int, entry_ids: Sequence[int],
+                   payloads: Sequence[bytes]) -> list[AppendedRun]:
+        """Append one ledger's records, ``entry_ids`` ascending (the checkpoint's path).
+
+        Writes exactly the bytes and rolls exactly where a loop of :meth:`append` would,
+        but several times faster (see the module docstring). Returns one run per log
+        written: more than one when a log filled up on the way.
+        """
+        invariant(len(entry_ids) == len(payloads), "append_run: %d entry ids, %d payloads",
+                  len(entry_ids), len(payloads))
+        # Ascending ids: the first bounds them all.
+        invariant(not entry_ids or entry_ids[0] >= 0, "entry id %d stored in an entry log",
+                  entry_ids[0] if entry_ids else 0)
+        runs: list[AppendedRun] = []
+        start = 0
+        while start < len(entry_ids):
+            self._maybe_roll()
+            if self._buf:  # a new log's header, or records of append()
+                self._write_buf()
+            end, offsets, lengths = self._write_records(ledger_id, entry_ids, payloads, start)
+            runs.append(AppendedRun(ledger_id, self._log_id, entry_ids[start:end], offsets,
+                                    lengths))
+            start = end
+        return runs
+
+    def _write_records(self, ledger_id: int, entry_ids: Sequence[int],
+                       payloads: Sequence[bytes], start: int) -> tuple[int, list[int], list[int]]:
+        """Encode records from ``start`` on and write them to the current log until the
+        run ends or the log is full; return (end, offsets, lengths).
+
+        The hot loop of a checkpoint: everything it touches is a local, and each record
+        costs two struct packs, two crc32c calls and one small concatenation. Like
+        :meth:`append`, a log grows past ``bytes_max`` by at most one record.
+        """
+        pack_tail, pack_crc, crc = _RECORD_TAIL.pack, _CRC.pack, crc32c.crc32c
+        version, fixed = RECORD_VERSION, RECORD_HEADER_BYTES - 8
+        fd, limit = self._fd, self._bytes_max
+        begin = pos = chunk_pos = self._size
+        offsets: list[int] = []
+        lengths: list[int] = []
+        add_offset, add_length = offsets.append, lengths.append
+        iov: list[bytes] = []
+        add_iov = iov.append
+        for entry_id, payload in zip(islice(entry_ids, start, None),
+                                     islice(payloads, start, None), strict=True):
+            length = fixed + len(payload)
+            tail = pack_tail(length, version, ledger_id, entry_id)
+            add_iov(pack_crc(crc(payload, crc(tail))) + tail)
+            add_iov(payload)
+            add_offset(pos)
+            add_length(length + 8)
+            pos += length + 8
+            if len(iov) >= _IOV_BUFFERS_MAX:
+                _pwritev_all(fd, iov, chunk_pos, pos - chunk_pos)
+                self._written_along(pos - chunk_pos)
+                iov.clear()
+                chunk_pos = pos
+            if pos >= limit:
+                break
+        if iov:
+            _pwritev_all(fd, iov, chunk_pos, pos - chunk_pos)
+            self._written_along(pos - chunk_pos)
+        self._size = self._buf_start = pos
+        log_id = self._log_id
+        self.written_bytes[log_id] = self.written_bytes.get(log_id, 0) + pos - begin
+        return start + len(offsets), offsets, lengths
 
     def append_record(self, record: bytes) -> Location:
         """Append an already encoded record verbatim (compaction)."""
@@ -244,6 +359,7 @@ class EntryLogWriter:
         log_id = self._ids.allocate()
         fd = os.open(self._dir / file_name(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._fd, self._log_id = fd, log_id
+        self._unsynced_bytes = 0
         header = encode_file_header(log_id)
         self._buf = bytearray(header)
         self._buf_start = 0
@@ -251,15 +367,17 @@ class EntryLogWriter:
         self.written_bytes[log_id] = self.written_bytes.get(log_id, 0) + len(header)
 
     def _write_buf(self) -> None:
-        view = memoryview(self._buf)
-        pos = self._buf_start
-        while view:
-            n = os.pwrite(self._fd, view, pos)
-            view = view[n:]
-            pos += n
-        view.release()
-        self._buf_start = pos
+        with memoryview(self._buf) as view:
+            _pwrite_all(self._fd, view, self._buf_start)
+        self._buf_start += len(self._buf)
         self._buf.clear()
+
+    def _written_along(self, nbytes: int) -> None:
+        """Count bytes written by append_run; fsync once ``sync_every_bytes`` piled up."""
+        self._unsynced_bytes += nbytes
+        if self._sync_every and self._unsynced_bytes >= self._sync_every:
+            self._fsync(self._fd)
+            self._unsynced_bytes = 0
 
     def sync(self) -> dict[int, int]:
         """Write buffered records, fsync every touched log (and the directory).
@@ -269,6 +387,7 @@ class EntryLogWriter:
         if self._fd >= 0:
             self._write_buf()
             self._fsync(self._fd)
+            self._unsynced_bytes = 0
         for fd in self._unsynced:
             try:
                 self._fsync(fd)
@@ -292,6 +411,22 @@ class EntryLogWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """pwrite until all of ``data`` is written (a write may be short)."""
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data = data[n:]
+        offset += n
+
+
+def _pwritev_all(fd: int, buffers: list[bytes], offset: int, nbytes: int) -> None:
+    """pwritev ``buffers`` (``nbytes`` in all) at ``offset``, finishing a short write."""
+    n = os.pwritev(fd, buffers, offset)
+    if n < nbytes:  # rare (a signal, a nearly full disk): finish the simple way
+        with memoryview(b"".join(buffers)) as rest:
+            _pwrite_all(fd, rest[n:], offset + n)
 
 
 def scan(directory: Path, log_id: int) -> Iterator[tuple[int, int, Location, bytes]]:

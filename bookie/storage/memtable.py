@@ -69,9 +69,10 @@ class MemTable:
     def __len__(self) -> int:
         return self.entries
 
-    def sorted_items(self) -> Iterator[tuple[int, int, bytes]]:
-        """(ledger, entry, payload) sorted by (ledger, entry), for the flush."""
+    def sorted_runs(self) -> Iterator[tuple[int, list[int], list[bytes]]]:
+        """(ledger, entry ids ascending, their payloads) per ledger, ledgers ascending:
+        the flush's input, as lists so it never builds a tuple per entry."""
         for ledger_id in sorted(self._ledgers):
             entries = self._ledgers[ledger_id]
-            for entry_id in sorted(entries):
-                yield ledger_id, entry_id, entries[entry_id]
+            entry_ids = sorted(entries)
+            yield ledger_id, entry_ids, [entries[entry_id] for entry_id in entry_ids]
