@@ -322,7 +322,7 @@ def test_add_ack_fast_path_still_checks_crc_and_size() -> None:
 
 
 def _lac_run_frame(meta: list[object], payload: bytes) -> bytes:
-    packed = msgpack.packb(meta)
+    packed: bytes = msgpack.packb(meta)
     body = packed + payload
     header = struct.pack(
         ">2sBBBBHIIQ", p.MAGIC, p.PROTOCOL_VERSION, int(p.Op.READ_LAC), p.KIND_RESPONSE, 0, 0,
