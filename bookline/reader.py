@@ -334,14 +334,15 @@ class LogReader:
         ctx = self._ctx
         path = ctx.md.layout.segment(ctx.namespace, self.stream, seg.seqno)
         sealed: list[SegmentMetadata] = []
-        changed = asyncio.Event()
+        polls: list[asyncio.Future[int]] = []  # the long poll in progress, if any
 
         def on_change(snapshot: tuple[bytes, int] | None) -> None:
             if snapshot is not None:
                 meta = SegmentMetadata.decode(snapshot[0], path)
                 if meta.is_sealed and not sealed:
                     sealed.append(meta)
-            changed.set()
+            for poll in polls:  # the segment changed: look again instead of waiting
+                poll.cancel()
 
         watch = await ctx.md.zk.watch_data(path, on_change)
         nxt = entry
@@ -358,25 +359,28 @@ class LogReader:
                     return await self._read_range(
                         reader, sealed[0], nxt, sealed[0].last_entry_id, slot
                     )
-                await self._wait_lac_or_seal(reader, nxt - 1, changed)
+                await self._wait_lac_or_seal(reader, nxt - 1, polls)
         finally:
             watch.cancel()
 
     async def _wait_lac_or_seal(
-        self, reader: LedgerReader, previous: int, changed: asyncio.Event
+        self, reader: LedgerReader, previous: int, polls: list[asyncio.Future[int]]
     ) -> None:
-        changed.clear()
+        """One long poll; the segment's watch cancels it when the segment changes (a
+        seal). One task and one wake-up per round: a tail's latency is counted in
+        event-loop iterations, and a busy loop makes each of them cost."""
         poll = asyncio.ensure_future(
             reader.wait_lac(previous, self._ctx.config.long_poll_timeout_ms)
         )
-        seal = asyncio.ensure_future(changed.wait())
+        polls.append(poll)
         try:
-            await asyncio.wait({poll, seal}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((poll,))
         finally:
-            for task in (poll, seal):
-                task.cancel()
-            await asyncio.gather(poll, seal, return_exceptions=True)
-        if poll.done() and not poll.cancelled():
+            polls.remove(poll)
+            if not poll.done():  # we were cancelled (the reader is closing)
+                poll.cancel()
+                await asyncio.gather(poll, return_exceptions=True)
+        if not poll.cancelled():
             exc = poll.exception()
             if isinstance(exc, NoEntryError | NoLedgerError | TimeoutError_ | ConnectionLostError):
                 log.debug("%s: long poll failed: %s", self.stream, exc)

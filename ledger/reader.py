@@ -113,24 +113,16 @@ class LedgerReader:
         return (await self.read_unpacked(entry_id)).payload
 
     async def read_unpacked(self, entry_id: int, *, unconfirmed: bool = False) -> UnpackedEntry:
-        limit = self._meta.last_entry_id if self._meta.is_closed else self._lac
+        limit = self._readable_end()
         if entry_id < 0 or (entry_id > limit and not unconfirmed):
             raise NoEntryError(
                 f"ledger {self.ledger_id}: entry {entry_id} is beyond the readable end {limit}"
             )
         if self._meta.is_closed and entry_id > self._meta.last_entry_id:
             raise NoEntryError(f"ledger {self.ledger_id} closed at {self._meta.last_entry_id}")
-        cached = self._piggyback.pop(entry_id, None)
+        cached = self._take_piggybacked(entry_id)
         if cached is not None:
-            try:
-                return self._digest.verify(cached, entry_id)
-            except ChecksumError as exc:
-                log.warning(
-                    "ledger %d: piggybacked entry %d corrupt: %s; reading it",
-                    self.ledger_id,
-                    entry_id,
-                    exc,
-                )
+            return cached
 
         async def attempt(bookie: str) -> UnpackedEntry:
             ans = await self._transport.read(
@@ -157,6 +149,23 @@ class LedgerReader:
         self._advance_lac(entry.lac)
         return entry
 
+    def _take_piggybacked(self, entry_id: int) -> UnpackedEntry | None:
+        """The entry from the long polls' piggyback cache, verified; None when it is
+        not there or fails its digest (then it is read from a bookie)."""
+        cached = self._piggyback.pop(entry_id, None)
+        if cached is None:
+            return None
+        try:
+            return self._digest.verify(cached, entry_id)
+        except ChecksumError as exc:
+            log.warning(
+                "ledger %d: piggybacked entry %d corrupt: %s; reading it",
+                self.ledger_id,
+                entry_id,
+                exc,
+            )
+            return None
+
     async def read(self, first: int, last: int) -> list[bytes]:
         """Payloads of entries ``first..last`` inclusive, in order (bounded concurrency)."""
         return [e.payload async for e in self.iter_entries(first, last)]
@@ -169,12 +178,25 @@ class LedgerReader:
         nxt = first
         try:
             while nxt <= last or window:
+                if not window and nxt in self._piggyback and nxt <= self._readable_end():
+                    # A tail: entries that came with the long poll are handed over at
+                    # once -- a task per entry cost a loop iteration each, and the
+                    # next poll waited behind them.
+                    entry = self._take_piggybacked(nxt)
+                    if entry is not None:
+                        self._advance_lac(entry.lac)
+                        nxt += 1
+                        yield entry
+                        continue
                 while nxt <= last and len(window) < self._config.reads_in_flight_max:
                     window.append(asyncio.ensure_future(self.read_unpacked(nxt)))
                     nxt += 1
                 yield await window.popleft()
         finally:
             abandon(window)  # reads ahead of a failure or an early stop
+
+    def _readable_end(self) -> int:
+        return self._meta.last_entry_id if self._meta.is_closed else self._lac
 
     # -- LAC -----------------------------------------------------------------------
 

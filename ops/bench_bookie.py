@@ -21,7 +21,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 from bookie.client import BookieConnection
-from ops.bench import latency_summary
+from ops.bench import Answers, latency_summary
 from ops.local import bench_cluster
 from ops.pacing import open_loop
 
@@ -39,38 +39,12 @@ def bookie_addresses(args: argparse.Namespace, bookies: int) -> Iterator[list[st
         yield [b["address"] for b in layout["bookies"]][:bookies]
 
 
-class _Answers:
-    """Latencies of ``count`` adds; ``finished`` resolves once all are answered, or with
-    the first error (later answers are then ignored)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.answered = 0
-        self.latencies: list[float] = []
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def record(self, fut: asyncio.Future[None], started: float) -> bool:
-        """Count one answer (an add's done-callback); True while more are awaited."""
-        if self.finished.done():
-            return False
-        exc = fut.exception()
-        if exc is not None:
-            self.finished.set_exception(exc)
-            return False
-        self.latencies.append(time.perf_counter() - started)
-        self.answered += 1
-        if self.answered == self.count:
-            self.finished.set_result(None)
-            return False
-        return True
-
-
 async def _closed_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, inflight: int
 ) -> list[float]:
     """Keep ``inflight`` adds outstanding: each answer starts the next add (no task or
     coroutine per add, as the ledger layer's write path does with ``add_future``)."""
-    answers = _Answers(count)
+    answers = Answers(count)
     next_id = 0
     perf = time.perf_counter
 
@@ -96,7 +70,7 @@ async def _open_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, rate: float
 ) -> list[float]:
     """Start adds on a fixed schedule; latency counts from the scheduled start."""
-    answers = _Answers(count)
+    answers = Answers(count)
     entry_ids = iter(range(count))
 
     def send(scheduled: float) -> None:

@@ -21,13 +21,14 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import os
 import struct
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ops.bench import latency_summary
+from ops.bench import Answers, latency_summary
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:
@@ -147,25 +148,28 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str
             for rec in await reader.read_many(10_000):
                 latencies.append(time.perf_counter() - _STAMP.unpack_from(rec.payload)[0])
 
-    futures: list[asyncio.Future[DLSN]] = []
     await w.write(LogRecord(b"warm-up"))
     await reader.read_next(10)
     consumer = asyncio.create_task(consume())
+    acks = Answers(total)  # the writer's acknowledgements: durable on the ack quorum
 
     def send(scheduled: float) -> None:
-        futures.append(w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler)))
+        fut = w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler))
+        fut.add_done_callback(functools.partial(acks.record, started=scheduled))
 
     try:
         start = await open_loop(args.rate, total, send)
-        await asyncio.gather(*futures)
+        await acks.finished
         await asyncio.wait_for(consumer, 60)
         elapsed = time.perf_counter() - start
     finally:
         consumer.cancel()
         await reader.close()
         await w.close()
+    ack = {f"ack_{k}": v for k, v in latency_summary(acks.latencies).items()}
     return {"records": total, "rate": args.rate, "elapsed_s": round(elapsed, 3),
-            "records_per_s": round(total / elapsed, 1), **latency_summary(latencies)}  # fmt: skip
+            "records_per_s": round(total / elapsed, 1), **latency_summary(latencies),
+            **ack}  # fmt: skip
 
 
 async def _read(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:

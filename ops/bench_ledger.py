@@ -24,7 +24,7 @@ from typing import Any
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
-from ops.bench import latency_summary
+from ops.bench import Answers, latency_summary
 from ops.bench_bookie import asyncio_run
 from ops.local import CLUSTER_ROOT, bench_cluster
 from ops.pacing import open_loop
@@ -63,20 +63,12 @@ async def _closed_loop(w: LedgerWriter, count: int, payload: bytes) -> list[floa
 
 
 async def _open_loop(w: LedgerWriter, count: int, payload: bytes, rate: float) -> list[float]:
-    latencies: list[float] = []
-    perf = time.perf_counter
-
-    def on_done(fut: asyncio.Future[int], scheduled: float) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            latencies.append(perf() - scheduled)
-
-    futs: list[asyncio.Future[int]] = []
+    answers = Answers(count)
     backlog: collections.deque[float] = collections.deque()  # waiting at the in-flight bound
     drainers: list[asyncio.Task[None]] = []
 
     def track(fut: asyncio.Future[int], scheduled: float) -> None:
-        fut.add_done_callback(functools.partial(on_done, scheduled=scheduled))
-        futs.append(fut)
+        fut.add_done_callback(functools.partial(answers.record, started=scheduled))
 
     async def drain() -> None:  # submits the backlog in the schedule's order
         while backlog:
@@ -93,8 +85,9 @@ async def _open_loop(w: LedgerWriter, count: int, payload: bytes, rate: float) -
 
     await open_loop(rate, count, send)
     await asyncio.gather(*drainers)
-    await asyncio.gather(*futs)
-    return latencies
+    if count:
+        await answers.finished
+    return answers.latencies
 
 
 async def _bench(zk: str, root: str, args: argparse.Namespace) -> dict[str, Any]:

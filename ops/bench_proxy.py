@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import tempfile
 import time
 import uuid
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bookline.client import ClientConfig, ProxyClient
-from ops.bench import latency_summary
+from ops.bench import Answers, latency_summary
 from ops.local import LocalCluster
 from ops.pacing import open_loop
 
@@ -136,19 +137,17 @@ async def _rate(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]
     payload = b"x" * args.record_size
     stream = _streams(args, "rate")[0]
     await client.write(stream, payload)
-    latencies: list[float] = []
     count = int(args.rate * args.seconds)
-    tasks: list[asyncio.Task[None]] = []
-
-    async def one(scheduled: float) -> None:
-        await client.write(stream, payload)
-        latencies.append(time.perf_counter() - scheduled)
+    answers = Answers(count)
 
     def send(scheduled: float) -> None:
-        tasks.append(asyncio.ensure_future(one(scheduled)))
+        fut = client.write_nowait(stream, payload)
+        fut.add_done_callback(functools.partial(answers.record, started=scheduled))
 
     start = await open_loop(args.rate, count, send)
-    await asyncio.gather(*tasks)
+    if count:
+        await answers.finished
+    latencies = answers.latencies
     elapsed = time.perf_counter() - start
     return {
         "records": count,
