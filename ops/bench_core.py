@@ -8,9 +8,10 @@ process, on uvloop when installed.
 * ``write``: ``write_many`` batches of ``--batch`` records (default), or per-record
   ``write_nowait`` with ``--inflight`` records outstanding (``--per-record``). Latency:
   per batch call, or per record from the call to its DLSN.
-* ``e2e``: an open loop of ``--rate`` records/s; a tailing reader in the same process
-  measures from the record's *scheduled* write time to its arrival (a stall is charged
-  to every record it delays).
+* ``e2e``: an open loop of ``--rate`` records/s; a tailing reader in its own process
+  (``--same-process``: in the writer's) measures from the record's *scheduled* write
+  time to its arrival (a stall is charged to every record it delays); the writer's
+  acknowledgement latency is reported too (``ack_*``).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
 """
@@ -22,12 +23,15 @@ import asyncio
 import collections
 import contextlib
 import functools
+import multiprocessing
 import os
 import struct
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Protocol
 
+from bookline.gctune import settle_heap
 from ops.bench import Answers, latency_summary
 from ops.pacing import open_loop
 
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from bookline.core_config import NamespaceConfig
     from bookline.dlsn import DLSN
     from bookline.namespace import Namespace
+    from bookline.reader import LogReader
 
 
 _STAMP = struct.Struct(">d")
@@ -134,23 +139,18 @@ async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> d
             **latency_summary(latencies)}  # fmt: skip
 
 
-async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
+async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
+               layout: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     from bookline.records import LogRecord
 
     w = await ns.open_writer(stream)
-    reader = await ns.open_reader(stream, "latest")
     filler = os.urandom(max(0, args.record_size - _STAMP.size))
-    latencies: list[float] = []
     total = int(args.rate * args.duration_s)
-
-    async def consume() -> None:
-        while len(latencies) < total:
-            for rec in await reader.read_many(10_000):
-                latencies.append(time.perf_counter() - _STAMP.unpack_from(rec.payload)[0])
-
     await w.write(LogRecord(b"warm-up"))
-    await reader.read_next(10)
-    consumer = asyncio.create_task(consume())
+    if args.same_process:
+        consumer: _Consumer = _InProcessConsumer(ns, stream, total)
+    else:
+        consumer = _ReaderProcess(layout, stream, total, args)
     acks = Answers(total)  # the writer's acknowledgements: durable on the ack quorum
 
     def send(scheduled: float) -> None:
@@ -158,18 +158,138 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str
         fut.add_done_callback(functools.partial(acks.record, started=scheduled))
 
     try:
+        await consumer.ready()
         start = await open_loop(args.rate, total, send)
         await acks.finished
-        await asyncio.wait_for(consumer, 60)
+        latency = await consumer.result(timeout_s=60)
         elapsed = time.perf_counter() - start
     finally:
-        consumer.cancel()
-        await reader.close()
+        await consumer.stop()
         await w.close()
     ack = {f"ack_{k}": v for k, v in latency_summary(acks.latencies).items()}
     return {"records": total, "rate": args.rate, "elapsed_s": round(elapsed, 3),
-            "records_per_s": round(total / elapsed, 1), **latency_summary(latencies),
-            **ack}  # fmt: skip
+            "records_per_s": round(total / elapsed, 1),
+            "reader": "same process" if args.same_process else "own process",
+            **latency, **ack}  # fmt: skip
+
+
+async def _tail_latencies(reader: LogReader, total: int, ready: Callable[[], None]) -> list[float]:
+    """Skip the warm-up record, say ready, then time ``total`` records from their
+    scheduled write time (the stamp) to their arrival here."""
+    await reader.read_next(30)
+    settle_heap()  # as the writer's side does before its open loop
+    ready()
+    latencies: list[float] = []
+    perf, unpack = time.perf_counter, _STAMP.unpack_from
+    while len(latencies) < total:
+        for rec in await reader.read_many(10_000):
+            latencies.append(perf() - unpack(rec.payload)[0])
+    return latencies
+
+
+class _Consumer(Protocol):
+    async def ready(self) -> None: ...
+    async def result(self, timeout_s: float) -> dict[str, float]: ...
+    async def stop(self) -> None: ...
+
+
+class _InProcessConsumer:
+    """The tailing reader on this event loop (``--same-process``)."""
+
+    def __init__(self, ns: Namespace, stream: str, total: int) -> None:
+        self._ns, self._stream, self._total = ns, stream, total
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[list[float]] | None = None
+
+    async def ready(self) -> None:
+        reader = await self._ns.open_reader(self._stream, "earliest")
+
+        async def run() -> list[float]:
+            try:
+                return await _tail_latencies(reader, self._total, self._ready.set)
+            finally:
+                await reader.close()
+
+        self._task = asyncio.ensure_future(run())
+        await asyncio.wait_for(self._ready.wait(), 30)
+
+    async def result(self, timeout_s: float) -> dict[str, float]:
+        assert self._task is not None
+        return latency_summary(await asyncio.wait_for(self._task, timeout_s))
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class _ReaderProcess:
+    """The tailing reader in a process of its own, as a consumer usually runs: the
+    writer's and the reader's event loops then use both cores instead of sharing one.
+    Both processes read CLOCK_MONOTONIC (``perf_counter``), so stamps compare."""
+
+    def __init__(self, layout: dict[str, Any], stream: str, total: int,
+                 args: argparse.Namespace) -> None:  # fmt: skip
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_reader_process_main,
+            args=(layout["zk"], layout["root"], stream, total, child),
+            name="bench-e2e-reader",
+            daemon=True,
+        )
+        self._proc.start()
+        child.close()
+
+    async def _recv(self, timeout_s: float) -> Any:
+        if not await asyncio.to_thread(self._conn.poll, timeout_s):
+            raise TimeoutError(f"the reader process said nothing for {timeout_s} s")
+        msg = self._conn.recv()
+        if isinstance(msg, BaseException):
+            raise msg
+        return msg
+
+    async def ready(self) -> None:
+        assert await self._recv(60) == "ready"
+
+    async def result(self, timeout_s: float) -> dict[str, float]:
+        summary: dict[str, float] = await self._recv(timeout_s)
+        return summary
+
+    async def stop(self) -> None:
+        """Stopped by pid, also when the benchmark failed."""
+        await asyncio.to_thread(self._proc.join, 5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            await asyncio.to_thread(self._proc.join, 5)
+        self._conn.close()
+
+
+def _reader_process_main(zk: str, root: str, stream: str, total: int, conn: Connection) -> None:
+    from ops.bench_bookie import asyncio_run
+
+    async def main() -> dict[str, float]:
+        from bookline.core_config import NamespaceConfig
+        from bookline.namespace import Namespace
+
+        ns = await Namespace.open(zk, root, "bench", NamespaceConfig())
+        try:
+            reader = await ns.open_reader(stream, "earliest")
+            try:
+                latencies = await _tail_latencies(reader, total, lambda: conn.send("ready"))
+            finally:
+                await reader.close()
+        finally:
+            await ns.close()
+        return latency_summary(latencies)
+
+    try:
+        conn.send(asyncio_run(main()))
+    except BaseException as exc:  # reported to the parent, which raises it
+        conn.send(RuntimeError(f"reader process failed: {exc!r}"))
+        raise
+    finally:
+        conn.close()
 
 
 async def _read(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -204,7 +324,7 @@ async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, 
         if args.bench == "write":
             result = await (_write_each if args.per_record else _write_many)(ns, stream, args)
         elif args.bench == "e2e":
-            result = await _e2e(ns, stream, args)
+            result = await _e2e(ns, stream, args, layout)
         else:
             result = await _read(ns, stream, args)
         await ns.delete_stream(stream)
@@ -241,6 +361,8 @@ def add_arguments(p: argparse.ArgumentParser, kind: str) -> None:
                        help="per-record mode: records outstanding")  # fmt: skip
     elif kind == "e2e":
         p.add_argument("--rate", type=float, default=10_000.0, help="records/s (open loop)")
+        p.add_argument("--same-process", action="store_true",
+                       help="tail in the writer's process (default: a reader process)")  # fmt: skip
         p.add_argument("--duration-s", type=float, default=10.0, help="how long to write")
     else:
         p.add_argument("--records", type=int, default=1_000_000, help="records to read")
