@@ -6,9 +6,10 @@
   answers); an unowned stream to the proxy chosen by rendezvous hashing of the stream
   name over the live write proxies, which then acquires it.
 * **Batching and order**: writes to one stream are queued and sent by one sender task,
-  one request in flight per stream; everything queued meanwhile goes in the next
-  request (up to ``batch_records_max`` / ``batch_bytes_max``). Futures resolve to DLSNs
-  in write order.
+  up to ``requests_in_flight_per_stream`` requests at once; everything queued meanwhile
+  goes in the next request (up to ``batch_records_max`` / ``batch_bytes_max``). The
+  owning proxy appends a producer's requests in sequence order whatever order they
+  arrive in, so the stream and the DLSNs follow the write order.
 * **Idempotence**: the client has a producer id; every record gets the next sequence
   number of its stream when it is queued, and a retried request reuses the same
   numbers, so the proxy never writes a record twice.
