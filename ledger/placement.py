@@ -92,6 +92,10 @@ class BookieHealth:
         while len(table) > _HEALTH_ENTRIES_MAX:
             del table[next(iter(table))]
 
+    def latency_s(self, bookie_id: str) -> float | None:
+        """The bookie's recent answer latency (an EWMA), None before its first answer."""
+        return self._latency_s.get(bookie_id)
+
     def is_avoided(self, bookie_id: str) -> bool:
         at = self._failed_at.get(bookie_id)
         return at is not None and self._clock() - at < self._avoid_s

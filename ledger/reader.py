@@ -112,7 +112,13 @@ class LedgerReader:
         """The payload of a confirmed entry (NoEntryError past the readable end)."""
         return (await self.read_unpacked(entry_id)).payload
 
-    async def read_unpacked(self, entry_id: int, *, unconfirmed: bool = False) -> UnpackedEntry:
+    async def read_unpacked(
+        self,
+        entry_id: int,
+        *,
+        unconfirmed: bool = False,
+        needed: asyncio.Future[None] | None = None,
+    ) -> UnpackedEntry:
         limit = self._readable_end()
         if entry_id < 0 or (entry_id > limit and not unconfirmed):
             raise NoEntryError(
@@ -145,6 +151,7 @@ class LedgerReader:
             first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
             max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
             what=f"read of ledger {self.ledger_id} entry {entry_id}",
+            needed=needed,
         )
         self._advance_lac(entry.lac)
         return entry
@@ -174,7 +181,11 @@ class LedgerReader:
         """Entries ``first..last`` in order, with up to ``reads_in_flight_max`` reads ahead."""
         if first > last:
             return
-        window: collections.deque[asyncio.Task[UnpackedEntry]] = collections.deque()
+        # Reads ahead and, for each, the future that says the caller now waits for it
+        # (only then may it be asked of a second replica; see ledger.speculative).
+        window: collections.deque[tuple[asyncio.Task[UnpackedEntry], asyncio.Future[None]]]
+        window = collections.deque()
+        loop = asyncio.get_running_loop()
         nxt = first
         try:
             while nxt <= last or window:
@@ -189,11 +200,15 @@ class LedgerReader:
                         yield entry
                         continue
                 while nxt <= last and len(window) < self._config.reads_in_flight_max:
-                    window.append(asyncio.ensure_future(self.read_unpacked(nxt)))
+                    needed: asyncio.Future[None] = loop.create_future()
+                    task = asyncio.ensure_future(self.read_unpacked(nxt, needed=needed))
+                    window.append((task, needed))
                     nxt += 1
-                yield await window.popleft()
+                task, needed = window.popleft()
+                needed.set_result(None)
+                yield await task
         finally:
-            abandon(window)  # reads ahead of a failure or an early stop
+            abandon([t for t, _n in window])  # reads ahead of a failure or an early stop
 
     def _readable_end(self) -> int:
         return self._meta.last_entry_id if self._meta.is_closed else self._lac
