@@ -31,6 +31,7 @@ from typing import Any
 
 from bookline.client import ClientConfig, ProxyClient
 from ops.bench import Answers, latency_summary
+from ops.bench_bookie import asyncio_run
 from ops.local import LocalCluster
 from ops.pacing import open_loop
 
@@ -205,10 +206,13 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
     config = ClientConfig(request_timeout_ms=30_000, retry_deadline_ms=60_000,
                           requests_in_flight_per_stream=args.requests_in_flight)  # fmt: skip
     async with ProxyClient.from_cluster_file(cluster_file, config=config) as client:
-        modes = ["many", "single", "rate", "e2e"] if args.mode == "all" else [args.mode]
+        # The latency mode first: after the throughput modes the bookies are still
+        # checkpointing their 400,000 records for seconds, which is not the steady
+        # state a 2,000 records/s producer sees.
+        modes = ["rate", "many", "single", "e2e"] if args.mode == "all" else [args.mode]
         runners = {"many": _many, "single": _single, "rate": _rate, "e2e": _e2e}
         results = {m: await runners[m](client, args) for m in modes}
-    head = results[modes[0]]
+    head = results["many"] if "many" in results else results[modes[0]]
     out: dict[str, Any] = {
         "bench": "proxy",
         "mode": args.mode,
@@ -222,4 +226,4 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with _cluster(args) as cluster_file:
-        return asyncio.run(_measure(cluster_file, args))
+        return asyncio_run(_measure(cluster_file, args))
