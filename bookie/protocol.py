@@ -57,7 +57,9 @@ entry to carry it, so tailing readers' long polls return one add round trip afte
 entry was acknowledged. It is not journaled (a LAC is a hint readers may see late, never
 early). A bookie that knows the op lists ``"write_lac"`` in INFO's optional
 ``features`` array; a bookie older than the op would treat it as an unknown op and close
-the connection, so clients send it only to bookies that advertise it.
+the connection, so clients send it only to bookies that advertise it. The ``lac`` an ADD
+carries is taken the same way, on receipt (not when the add is durable), so a writer
+whose next add reaches a bookie needs no WRITE_LAC to it.
 
 LAC_ENTRIES (feature ``"lac_entries"``, same PROTOCOL_VERSION) lets one long poll carry a
 run of entries instead of one: a READ_LAC request with a fourth field

@@ -665,15 +665,18 @@ class LogWriter:
             self.last_dlsn = DLSN(seqno, entry_id, slot0 + n - 1)
         if not out.done.done():
             out.done.set_result(None)
-        if not out.control:
-            ledger.push_lac()  # tailing readers see this entry without waiting for the next
-            self._schedule_control()
         if (
             self._b_payloads
             and len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES
             and self._error is None
         ):
             self._cut()  # the pipe drained: send what waited for it now
+        if not out.control:
+            # Tailing readers see this entry without waiting for the next one. Pushed
+            # after the sender had its turn: an entry it sends now carries this LAC,
+            # and bookies it reached need no WRITE_LAC (ledger.push_lac skips them).
+            self._loop.call_soon(ledger.push_lac)
+            self._schedule_control()
 
     def _schedule_control(self) -> None:
         """Fallback for bookies without explicit LAC: a control record once idle.

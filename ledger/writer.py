@@ -442,11 +442,16 @@ class LedgerWriter:
         if first_sent is None:
             first_sent = started
         pa.waiting.add(bookie)
+        lac = self._lac
+        if lac > self._lac_told.get(bookie, NO_ENTRY):
+            # Bookies take the LAC an add carries as an explicit LAC on receipt: no
+            # WRITE_LAC needed for it (push_lac skips bookies already told).
+            self._lac_told[bookie] = lac
         task = self._transport.add_callback(
             bookie,
             self.ledger_id,
             pa.entry_id,
-            self._lac,
+            lac,
             self._master_key,
             pa.data,
             _AddDone(self, pa, pos, bookie, started, first_sent),

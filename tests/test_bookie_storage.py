@@ -615,3 +615,38 @@ async def test_explicit_lac_waits_for_durable_entries(storage: BookieStorage) ->
     await storage.fence(1, KEY)
     with pytest.raises(FencedError):
         storage.write_lac(1, 6, KEY)
+
+
+async def test_an_adds_lac_counts_on_receipt(tmp_path: Path) -> None:
+    """The LAC an add carries wakes a long poll as soon as the add arrives, before the
+    add itself is durable (so the writer needs no WRITE_LAC for it), but never past the
+    entries durable here."""
+    import threading
+
+    release = threading.Event()
+    release.set()
+
+    def fsync(fd: int) -> None:
+        release.wait(10)
+        os.fdatasync(fd)
+
+    s = BookieStorage(make_config(tmp_path), fsync=fsync)
+    await s.start()
+    try:
+        await add_all(s, 1, range(2))  # entry 1 carried LAC 0
+        poll = asyncio.create_task(s.wait_lac(1, 0, 30.0))
+        await asyncio.sleep(0.01)
+        release.clear()  # the journal's next fsync blocks: nothing more becomes durable
+        carrier = asyncio.create_task(s.add_entry(1, 2, 1, KEY, payload(1, 2)))
+        result = await asyncio.wait_for(poll, 5.0)
+        assert (result.lac, result.next_entry) == (1, payload(1, 1))
+        assert not carrier.done()  # the carrying add is not durable yet
+        late = asyncio.create_task(s.add_entry(1, 3, 2, KEY, payload(1, 3)))
+        await asyncio.sleep(0.01)
+        assert s.last_add_confirmed(1) == 1  # LAC 2 waits for entry 2 to be durable
+        release.set()
+        await asyncio.wait_for(asyncio.gather(carrier, late), 5.0)
+        assert s.last_add_confirmed(1) == 2
+    finally:
+        release.set()
+        await s.close()

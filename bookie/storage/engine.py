@@ -413,6 +413,11 @@ class BookieStorage:
             raise FencedError(f"ledger {ledger_id} is fenced")
         jnl.submit((ADD, ledger_id, entry_id, lac, payload, done))
         self._reserved_bytes += size
+        if lac > st.explicit_lac:
+            # The LAC an add carries counts as an explicit LAC at once (the writer then
+            # needs no WRITE_LAC for it): applied up to the entries durable here, the
+            # rest as they become durable. Its own journal record keeps it for replay.
+            self._apply_explicit_lac(ledger_id, st, lac)
 
     def _ledger_for_write(self, jnl: Journal, ledger_id: int, master_key: bytes) -> _Ledger:
         st = self._ledgers.get(ledger_id)
@@ -562,6 +567,10 @@ class BookieStorage:
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced:
             raise FencedError(f"ledger {ledger_id} is fenced")
+        self._apply_explicit_lac(ledger_id, st, lac)
+        return st.lac
+
+    def _apply_explicit_lac(self, ledger_id: int, st: _Ledger, lac: int) -> None:
         st.explicit_lac = max(st.explicit_lac, lac)
         # Never past what is durable here: a woken long poll must find its entry.
         applied = min(st.explicit_lac, st.last_entry)
@@ -570,7 +579,6 @@ class BookieStorage:
             self._dirty.add(ledger_id)
             if st.waiters:
                 _wake(st)
-        return st.lac
 
     async def wait_lac(
         self, ledger_id: int, previous_lac: int, timeout_s: float, bytes_max: int = 0
