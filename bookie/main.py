@@ -31,10 +31,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from bookie.cli_args import _FLAGS, ENV_PREFIX, add_parser
 from bookie.config import BookieConfig
 from bookie.gc import LedgerGc
 from bookie.registration import Registration
@@ -56,48 +56,11 @@ log = logging.getLogger(__name__)
 __all__ = ["add_parser", "check_local_cookies", "run"]
 
 COOKIE_FILE: Final = "COOKIE"
-ENV_PREFIX: Final = "BOOKLINE_BOOKIE_"
 EXIT_FATAL: Final = 3
 # After a crash our previous ZK session keeps the registration until it expires; wait
 # this much longer than the session timeout before giving up.
 REGISTER_GRACE_S: Final = 5.0
 REGISTER_RETRY_S: Final = 0.5
-
-# flag -> config field; every flag is optional and overrides file and environment.
-_FLAGS: Final[Mapping[str, tuple[str, type]]] = {
-    "--bookie-id": ("bookie_id", str),
-    "--host": ("host", str),
-    "--port": ("port", int),
-    "--metrics-port": ("metrics_port", int),
-    "--zk": ("zk", str),
-    "--root": ("root", str),
-    "--journal-dir": ("journal_dir", str),
-    "--ledgers-dir": ("ledgers_dir", str),
-    "--index-dir": ("index_dir", str),
-    "--disk-usage-threshold": ("disk_usage_threshold", float),
-    "--disk-usage-lwm": ("disk_usage_lwm", float),
-    "--disk-check-interval-ms": ("disk_check_interval_ms", int),
-    "--session-timeout-ms": ("session_timeout_ms", int),
-    "--gil-switch-interval-ms": ("gil_switch_interval_ms", float),
-}
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``bookline bookie`` on the CLI's sub-command parser."""
-    p = sub.add_parser("bookie", help="run a bookie (storage node) until SIGTERM")
-    p.add_argument("--config", help="TOML file; settings come from its [bookie] section")
-    for flag, (field, typ) in _FLAGS.items():
-        p.add_argument(flag, dest=field, type=typ, default=None, help=f"bookie.{field}")
-    p.add_argument(
-        "--no-journal-sync",
-        dest="journal_sync",
-        action="store_const",
-        const=False,
-        default=None,
-        help="skip fsync (benchmarks only; loses acknowledged writes on a crash)",
-    )
-    p.set_defaults(handler=run)
-
 
 def _load(args: argparse.Namespace) -> BookieConfig:
     overrides = {field: getattr(args, field, None) for field, _t in _FLAGS.values()}

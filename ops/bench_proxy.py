@@ -27,13 +27,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bookline.client import ClientConfig, ProxyClient
 from ops.bench import Answers, latency_summary
 from ops.bench_bookie import asyncio_run
 from ops.local import LocalCluster
 from ops.pacing import open_loop
+
+if TYPE_CHECKING:
+    from bookline.client import ProxyClient
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,9 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=2_000.0, help="writes/s (rate mode)")
     p.add_argument("--seconds", type=float, default=10.0, help="duration of rate mode")
     p.add_argument("--streams", type=int, default=1, help="streams written round-robin")
-    p.add_argument("--requests-in-flight", type=int,
-                   default=ClientConfig().requests_in_flight_per_stream,
-                   help="client write requests in flight per stream")  # fmt: skip
+    p.add_argument("--requests-in-flight", type=int, default=None,
+                   help="write requests in flight per stream (default: the client's)")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -203,8 +204,11 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from bookline.client import ClientConfig, ProxyClient  # aiohttp: only when measuring
+
+    inflight = args.requests_in_flight or ClientConfig().requests_in_flight_per_stream
     config = ClientConfig(request_timeout_ms=30_000, retry_deadline_ms=60_000,
-                          requests_in_flight_per_stream=args.requests_in_flight)  # fmt: skip
+                          requests_in_flight_per_stream=inflight)  # fmt: skip
     async with ProxyClient.from_cluster_file(cluster_file, config=config) as client:
         # The latency mode first: after the throughput modes the bookies are still
         # checkpointing their 400,000 records for seconds, which is not the steady

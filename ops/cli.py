@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from bookie import main as bookie_main
+from bookie import cli_args as bookie_cli
 from bookline import __version__
 from bookline.errors import BooklineError
 from ops import bench, cli_autorecovery, cli_pipeline, cli_stream
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(handler=_cmd_demo)
 
     # Sub-command groups living in their own modules register here, one line each.
-    bookie_main.add_parser(sub)
+    bookie_cli.add_parser(sub)
     cli_autorecovery.register(sub)  # after `bookie`: adds `bookie decommission`
     bench.register(sub)
     writeproxy_main.add_parser(sub)

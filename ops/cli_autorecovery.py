@@ -17,17 +17,13 @@ import asyncio
 import contextlib
 import json
 import signal
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from bookline.config import MetadataConfig, load_config
 from bookline.errors import ConfigError
-from ledger.autorecovery import (
-    ENV_PREFIX,
-    Autorecovery,
-    AutorecoveryConfig,
-    connect_parts,
-    decommission,
-)
+
+if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
+    from ledger.autorecovery import AutorecoveryConfig
 
 __all__ = ["register"]
 
@@ -78,6 +74,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace, **extra: object) -> AutorecoveryConfig:
+    from ledger.autorecovery import ENV_PREFIX, AutorecoveryConfig
+
     overrides: dict[str, object] = {f: getattr(args, f, None) for f in _FLAGS.values()}
     overrides.update(extra)
     return load_config(
@@ -103,6 +101,8 @@ async def _serve(metadata: MetadataConfig, config: AutorecoveryConfig) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    from ledger.autorecovery import Autorecovery
+
     ar = await Autorecovery.connect(metadata, config)
     try:
         await ar.start()
@@ -126,6 +126,8 @@ def _run_decommission(args: argparse.Namespace) -> int:
 
 
 async def _decommission(args: argparse.Namespace, config: AutorecoveryConfig) -> int:
+    from ledger.autorecovery import connect_parts, decommission
+
     md, client, lister = await connect_parts(_metadata(args))
     try:
         summary = await decommission(

@@ -16,12 +16,14 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bookline.client import ProxyClient
 from bookline.dlsn import DLSN
 from bookline.errors import BooklineError, ConfigError
 from bookline.names import validate_name
+
+if TYPE_CHECKING:
+    from bookline.client import ProxyClient
 
 ENV_CLUSTER = "BOOKLINE_CLUSTER"
 # Lines being written at once; more wait (the client batches them into requests).
@@ -70,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from bookline.client import ProxyClient  # aiohttp: only when a command runs
+
     async with ProxyClient.from_cluster_file(args.cluster) as client:
         op = args.stream_op
         if op == "create":
