@@ -98,3 +98,16 @@ async def test_a_request_later_than_the_order_it_belongs_to_is_refused() -> None
         await owned.write(req(1, b"b"))
     await later
     assert writer.log == [b"d"]
+
+
+async def test_producers_in_flight_only_are_tracked() -> None:
+    """The per-producer sequence map does not grow with every producer ever seen."""
+    owned, writer = stream()
+    for i in range(50):
+        await owned.write(req(0, b"x", producer=f"p{i}"))
+    assert owned._next_seq == {}
+    assert len(writer.log) == 50
+    await owned.write(req(1, b"y", producer="p7"))  # still ordered through the table
+    with pytest.raises(OutOfOrderSequenceError):
+        owned._reorder_wait_s = 0.02
+        await owned.write(req(5, b"z", producer="p7"))

@@ -112,6 +112,12 @@ class OwnedStream:
             waiting.remove(pending)
             if not waiting:
                 del self._pending[producer]
+                state = self.table.state(producer)
+                if state is not None and self._next_seq.get(producer) == state.last_seq + 1:
+                    # Nothing in flight and the table says the same: forget it here, so
+                    # this map stays as small as the producers in flight. (A range of a
+                    # refused batch is kept: later requests must not wait for it.)
+                    del self._next_seq[producer]
         return [DLSN(*d) for d in plan.duplicates] + dlsns, len(plan.duplicates)
 
     def _expected_seq(self, producer: str) -> int | None:
