@@ -60,84 +60,87 @@ async def open_loop(rate: float, count: int, send: Send) -> float:
         return await _timerfd_paced(timerfd, rate, count, send)
 
 
-async def _timerfd_paced(timerfd: _TimerFd, rate: float, count: int, send: Send) -> float:
-    loop = asyncio.get_running_loop()
-    finished: asyncio.Future[None] = loop.create_future()
-    interval = 1.0 / rate
-    sent = 0
-    start = time.perf_counter() + _LEAD_S
+class _Schedule:
+    """Operation *i* is due at ``start + i * interval``; :meth:`fire` sends a due batch
+    on the loop thread and resolves ``finished`` after the last one, or with the first
+    exception ``send`` raises (nothing is sent after it)."""
 
-    def on_tick() -> None:
-        nonlocal sent
-        if finished.done():
+    def __init__(self, rate: float, count: int, send: Send) -> None:
+        self.count = count
+        self.interval = 1.0 / rate
+        self.start = time.perf_counter() + _LEAD_S
+        self.sent = 0
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._send = send
+
+    def due(self, now: float) -> int:
+        """How many operations are due at ``now`` (never more than ``count``)."""
+        return min(self.count, math.floor((now - self.start) / self.interval) + 1)
+
+    def fire(self, last: int) -> None:
+        """Send operations ``sent .. last - 1``."""
+        if self.finished.done():
             return
         try:
-            due = min(count, sent + timerfd.expirations())
-            while sent < due:
-                scheduled = start + sent * interval
-                sent += 1
-                send(scheduled)
+            while self.sent < last:
+                scheduled = self.start + self.sent * self.interval
+                self.sent += 1
+                self._send(scheduled)
         except BaseException as exc:  # handed to the awaiting caller, not swallowed
-            finished.set_exception(exc)
+            self.finished.set_exception(exc)
             return
-        if sent == count:
-            finished.set_result(None)
+        if self.sent == self.count:
+            self.finished.set_result(None)
+
+
+async def _timerfd_paced(timerfd: _TimerFd, rate: float, count: int, send: Send) -> float:
+    loop = asyncio.get_running_loop()
+    plan = _Schedule(rate, count, send)
+
+    def on_tick() -> None:
+        plan.fire(min(count, plan.sent + timerfd.expirations()))
 
     loop.add_reader(timerfd.fd, on_tick)
     try:
-        timerfd.arm(first_s=start - time.perf_counter(), interval_s=interval)
+        timerfd.arm(first_s=plan.start - time.perf_counter(), interval_s=plan.interval)
         # Operation 0 is due at the first expiry; expiry k sends operation k.
-        await finished
+        await plan.finished
     finally:
         loop.remove_reader(timerfd.fd)
-    return start
+    return plan.start
 
 
 async def _thread_paced(rate: float, count: int, send: Send) -> float:
     loop = asyncio.get_running_loop()
-    finished: asyncio.Future[None] = loop.create_future()
+    plan = _Schedule(rate, count, send)
     stop = threading.Event()
-    interval = 1.0 / rate
-    start = time.perf_counter() + _LEAD_S
+    plan.finished.add_done_callback(lambda _f: stop.set())  # also when a send failed
 
-    def fire(first: int, last: int) -> None:  # on the loop thread
-        if finished.done():
-            return
-        try:
-            for i in range(first, last):
-                send(start + i * interval)
-        except BaseException as exc:  # handed to the awaiting caller, not swallowed
-            stop.set()
-            finished.set_exception(exc)
-            return
-        if last == count:
-            finished.set_result(None)
-
-    def pace() -> None:  # on the timing thread
-        sent = 0
-        while sent < count and not stop.is_set():
+    def pace() -> None:  # on the timing thread; plan.sent belongs to the loop thread
+        handed = 0
+        while handed < count and not stop.is_set():
             now = time.perf_counter()
-            due = min(count, math.floor((now - start) / interval) + 1)
-            if due > sent:
+            due = plan.due(now)
+            if due > handed:
                 try:
-                    loop.call_soon_threadsafe(fire, sent, due)
+                    loop.call_soon_threadsafe(plan.fire, due)
                 except RuntimeError:  # the loop closed under us: the caller is gone
                     return
-                sent = due
+                handed = due
             else:
-                time.sleep(start + sent * interval - now)
+                time.sleep(plan.start + handed * plan.interval - now)
 
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(min(switch_interval, _SWITCH_INTERVAL_S))
     thread = threading.Thread(target=pace, name="bench-pacer", daemon=True)
     thread.start()
     try:
-        await finished
+        await plan.finished
     finally:
         stop.set()
         await asyncio.to_thread(thread.join)
         sys.setswitchinterval(switch_interval)
-    return start
+    return plan.start
 
 
 class _Timespec(ctypes.Structure):
