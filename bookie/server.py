@@ -28,6 +28,7 @@ Limits and failure handling:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -83,6 +84,8 @@ class _Connection(asyncio.Protocol):
         # ADDs on the fast path (no task): handed to storage, not yet answered.
         self.adds_inflight = 0
         self._add_nowait = server.storage.add_entry_nowait
+        # READ_LAC long polls waiting without a task (see _LacPoll).
+        self.polls: set[_LacPoll] = set()
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
@@ -101,8 +104,10 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self._server._connections.discard(self)
         self._server.metrics.connection_closed()
+        # Nobody will read the answer; long polls would otherwise linger for a minute.
+        for poll in list(self.polls):
+            poll.cancel()
         for task, req in list(self.tasks.items()):
-            # Nobody will read the answer; long polls would otherwise linger for a minute.
             if type(req) is p.ReadLacRequest:
                 task.cancel()
         if exc is not None:
@@ -143,7 +148,7 @@ class _Connection(asyncio.Protocol):
     def _dispatch(self, req: p.Request) -> None:
         if self._server.failed.is_set():
             return  # fatal storage error: acknowledge nothing more
-        if len(self.tasks) + self.adds_inflight >= self._inflight_max:
+        if len(self.tasks) + self.adds_inflight + len(self.polls) >= self._inflight_max:
             self._server.metrics.request_rejected()
             error = TooManyRequestsError(
                 f"more than {self._inflight_max} requests in flight on this connection"
@@ -153,6 +158,13 @@ class _Connection(asyncio.Protocol):
         if type(req) is p.AddRequest:
             self._add_fast(req)
             return
+        if type(req) is p.ReadLacRequest:
+            _LacPoll(self, req).start()
+            return
+        self.spawn(req)
+
+    def spawn(self, req: p.Request) -> None:
+        """Handle ``req`` in a task of its own, answering when it ends."""
         task = self._loop.create_task(self._server._handle(req))
         self.tasks[task] = req
         task.add_done_callback(self._task_done)
@@ -259,6 +271,110 @@ class _AddReply:
         self._conn.adds_inflight -= 1
 
 
+class _LacPoll:
+    """A READ_LAC long poll without a task: storage calls :meth:`set_result` when the
+    ledger's LAC moves (see ``Storage.watch_lac``), a timer ends the wait, and the
+    answer -- with the entries that follow, from memory -- is encoded into the
+    connection's write buffer in that same callback. An entry that must come from disk
+    is read by an ordinary task (READ_LAC with no wait)."""
+
+    __slots__ = ("_bytes_max", "_conn", "_done", "_req", "_started", "_timer")
+
+    def __init__(self, conn: _Connection, req: p.ReadLacRequest) -> None:
+        self._conn = conn
+        self._req = req
+        self._started = time.perf_counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._done = False
+        server = conn._server
+        # A run of piggybacked entries stays well inside one response frame.
+        self._bytes_max = min(req.piggyback_bytes_max, server.config.frame_bytes_max // 2)
+
+    def start(self) -> None:
+        req = self._req
+        timeout_s = min(req.timeout_ms / 1000.0, self._conn._server.long_poll_cap_s)
+        if timeout_s > 0:
+            self._timer = self._conn._loop.call_later(timeout_s, self._expire)
+        self._conn.polls.add(self)
+        self._answer(expired=timeout_s <= 0)
+
+    # Completion, as storage's LAC watchers are told
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _result: None, /) -> None:
+        if not self._done:
+            self._answer(expired=False)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not self._done:
+            self._reply_error(exception)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if not self._done:
+            self._conn._server.storage.unwatch_lac(self._req.ledger_id, self)
+            self._answer(expired=True)
+
+    def cancel(self) -> None:
+        """The connection is gone: stop waiting, answer nothing."""
+        if not self._done:
+            self._conn._server.storage.unwatch_lac(self._req.ledger_id, self)
+            self._finish()
+
+    def _answer(self, *, expired: bool) -> None:
+        req = self._req
+        storage = self._conn._server.storage
+        try:
+            if not expired and storage.last_add_confirmed(req.ledger_id) <= req.previous_lac:
+                storage.watch_lac(req.ledger_id, self)  # not past the reader's yet
+                return
+            result = storage.lac_answer_nowait(req.ledger_id, req.previous_lac, self._bytes_max)
+        except Exception as exc:
+            self._reply_error(exc)
+            return
+        if result is None:  # the next entry is on disk: read it in a task
+            self._finish()
+            self._conn.spawn(dataclasses.replace(req, timeout_ms=0))
+            return
+        self._finish()
+        frame = p.encode_response(
+            p.ReadLacResponse(
+                req.request_id,
+                req.ledger_id,
+                result.lac,
+                result.next_entry_id if result.next_entry is not None else None,
+                result.next_entry,
+                result.more_entries if result.next_entry is not None else (),
+                req.piggyback_bytes_max > 0,
+            )
+        )
+        self._conn._server.metrics.observe_request(
+            "READ_LAC", "OK", time.perf_counter() - self._started
+        )
+        self._conn.write(frame)
+
+    def _reply_error(self, exc: BaseException) -> None:
+        self._finish()
+        if isinstance(exc, BooklineError):
+            error = exc
+        else:  # a storage bug: answer IO, keep the traceback
+            log.error("storage failed on READ_LAC", exc_info=exc)
+            error = IOFailureError(f"{type(exc).__name__}: {exc}")
+        server = self._conn._server
+        server.metrics.observe_request("READ_LAC", error.name, time.perf_counter() - self._started)
+        if isinstance(error, InvariantViolation):
+            server.fail(error)
+        self._conn.write(p.encode_error(self._req.request_id, p.Op.READ_LAC, error))
+
+    def _finish(self) -> None:
+        self._done = True
+        self._conn.polls.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 def _is_fatal(req: p.Request, exc: BooklineError) -> bool:
     """An I/O failure on a path that ends in a journal fsync (ADD, fencing) means
     durability is gone; an invariant violation means a bug. Either way: fail stop."""
@@ -315,7 +431,7 @@ class BookieServer:
         self.failed = asyncio.Event()
         self.fatal_error: BaseException | None = None
         self.port = config.port
-        self._long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
+        self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -528,7 +644,7 @@ class BookieServer:
                 p.ReadResponse(req.request_id, req.ledger_id, entry_id, lac, payload)
             )
         if type(req) is p.ReadLacRequest:
-            timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
+            timeout_s = min(req.timeout_ms / 1000.0, self.long_poll_cap_s)
             # A run of piggybacked entries stays well inside one response frame.
             bytes_max = min(req.piggyback_bytes_max, self.config.frame_bytes_max // 2)
             result = await storage.wait_lac(

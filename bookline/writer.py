@@ -26,12 +26,13 @@ is confirmed again.
 Segments roll when they pass the size or age limit: the sender waits for the old
 ledger's adds, closes it, and seals + opens the next segment in one transaction on a
 ledger that was created in advance, so a roll costs one ZooKeeper round trip.
-After every acknowledged entry the ledger's *explicit LAC* (``LedgerWriter.push_lac``,
-the bookies' WRITE_LAC op) tells the bookies the new LAC at once, so tailing readers
-see an entry about one add round trip after it was acknowledged instead of waiting for
-a later entry to carry the LAC. For bookies without that op, a control record is still
-written when idle ``control_interval_ms`` after an acknowledged entry that no entry or
-explicit LAC has told them about.
+Every entry carries the LAC to its bookies. When the pipe empties -- an entry was
+acknowledged and nothing else is in flight or waiting -- the ledger's *explicit LAC*
+(``LedgerWriter.push_lac``, the bookies' WRITE_LAC op) tells them the new LAC at once,
+so a tailing reader never waits for a later entry that may not come; while entries
+keep flowing, the next one tells them instead and no WRITE_LAC is spent. For bookies
+without that op, a control record is still written when idle ``control_interval_ms``
+after an acknowledged entry that no entry or explicit LAC has told them about.
 """
 
 from __future__ import annotations
@@ -672,10 +673,13 @@ class LogWriter:
         ):
             self._cut()  # the pipe drained: send what waited for it now
         if not out.control:
-            # Tailing readers see this entry without waiting for the next one. Pushed
-            # after the sender had its turn: an entry it sends now carries this LAC,
-            # and bookies it reached need no WRITE_LAC (ledger.push_lac skips them).
-            self._loop.call_soon(ledger.push_lac)
+            # Tailing readers learn this LAC from the next entry, which carries it --
+            # or, once nothing else is in flight or waiting to be sent, from an explicit
+            # LAC. Pushed after the sender had its turn: bookies an entry reached in
+            # the meantime need no WRITE_LAC (ledger.push_lac skips them). Under load
+            # this saves a request and an answer per bookie and entry.
+            if not (self._inflight or self._outbox or self._b_payloads):
+                self._loop.call_soon(ledger.push_lac)
             self._schedule_control()
 
     def _schedule_control(self) -> None:

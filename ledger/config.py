@@ -37,6 +37,9 @@ class LedgerConfig:
     speculative_read_max_timeout_ms: int = 2_000
     # Long-poll READ_LAC: the bookie holds the request at most this long.
     long_poll_timeout_ms: int = 10_000
+    # A long poll asks one replica; the others too once it has been silent this long
+    # (an idle writer, or a slow bookie). A busy tail then costs one request a round.
+    long_poll_speculative_ms: int = 10
     # A long poll's answer may carry the entries that follow the LAC the reader knew,
     # up to about this many bytes (bookies with the LAC_ENTRIES feature), so a tailing
     # reader needs one round trip per batch instead of one read per entry. 0 = just
@@ -87,6 +90,7 @@ class LedgerConfig:
             "speculative_read_first_timeout_ms",
             "speculative_read_max_timeout_ms",
             "long_poll_timeout_ms",
+            "long_poll_speculative_ms",
             "metadata_timeout_ms",
             "adds_in_flight_max",
             "add_bytes_in_flight_max",

@@ -72,6 +72,8 @@ class LedgerReader:
         self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         self._lac = meta.last_entry_id if meta.is_closed else NO_ENTRY
         self._piggyback: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        # The bookie whose long poll answered last: asked first next time.
+        self._lac_source: str | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -243,33 +245,43 @@ class LedgerReader:
 
     async def wait_lac(self, previous_lac: int, timeout_ms: int | None = None) -> int:
         """Long poll: the LAC once it exceeds ``previous_lac``, or the current one after
-        ``timeout_ms``. Asks the write set of entry ``previous_lac + 1`` in parallel; the
-        next entry rides along -- from bookies with LAC_ENTRIES, with the entries after
-        it up to ``long_poll_piggyback_bytes_max`` -- and is cached for the reads that
-        follow."""
+        ``timeout_ms``. The next entry rides along -- from bookies with LAC_ENTRIES, with
+        the entries after it up to ``long_poll_piggyback_bytes_max`` -- and is cached for
+        the reads that follow.
+
+        One replica of entry ``previous_lac + 1`` is asked first: the one that answered
+        last time. Only if it has not answered within ``long_poll_speculative_ms`` (the
+        writer is idle, or that bookie is slow) or it failed are the other replicas of
+        the write set asked too, and the first answer with a newer LAC wins. A busy tail
+        so costs one request per round instead of one per replica."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
         wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
-        nxt = previous_lac + 1
-        bookies = replicas_of(self._meta, nxt)
-        tasks = [
-            asyncio.ensure_future(
-                self._transport.read_lac(
-                    b,
-                    self.ledger_id,
-                    previous_lac,
-                    wait_ms,
-                    timeout_s=self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0,
-                    piggyback_bytes_max=self._config.long_poll_piggyback_bytes_max,
-                )
-            )
-            for b in bookies
-        ]
+        replicas = replicas_of(self._meta, previous_lac + 1)
+        if self._lac_source in replicas:
+            replicas.remove(self._lac_source)
+            replicas.insert(0, self._lac_source)
+        timeout_s = self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0
+        piggyback = self._config.long_poll_piggyback_bytes_max
+
+        def ask(bookie: str) -> asyncio.Future[LacAnswer]:
+            return asyncio.ensure_future(self._transport.read_lac(
+                bookie, self.ledger_id, previous_lac, wait_ms,
+                timeout_s=timeout_s, piggyback_bytes_max=piggyback,
+            ))  # fmt: skip
+
+        asked = {ask(replicas[0]): replicas[0]}
+        later = replicas[1:]
+        speculate_s = self._config.long_poll_speculative_ms / 1000.0
         errors: list[BooklineError] = []
         try:
-            pending = set(tasks)
+            pending: set[asyncio.Future[LacAnswer]] = set(asked)
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, pending = await asyncio.wait(
+                    pending,
+                    timeout=speculate_s if later else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 for task in done:
                     exc = task.exception()
                     if isinstance(exc, BooklineError):
@@ -281,10 +293,17 @@ class LedgerReader:
                     self._remember_piggyback(ans)
                     self._advance_lac(ans.lac)
                     if self._lac > previous_lac:
+                        self._lac_source = asked[task]
                         return self._lac
+                if later and (not done or errors):  # silent or failed: ask the others
+                    for bookie in later:
+                        task = ask(bookie)
+                        asked[task] = bookie
+                        pending.add(task)
+                    later = []
         finally:
-            abandon(tasks)  # the first answer wins; retrieve the others' outcomes
-        if len(errors) == len(tasks):
+            abandon(list(asked))  # the first answer wins; retrieve the others' outcomes
+        if len(errors) == len(asked):
             raise errors[0]
         return self._lac
 

@@ -159,7 +159,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
 
     try:
         await consumer.ready()
-        start = await open_loop(args.rate, total, send)
+        start = await open_loop(args.rate, total, send, tick_s=args.pacer_tick_ms / 1000.0)
         await acks.finished
         latency = await consumer.result(timeout_s=60)
         elapsed = time.perf_counter() - start
@@ -365,5 +365,8 @@ def add_arguments(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--same-process", action="store_true",
                        help="tail in the writer's process (default: a reader process)")  # fmt: skip
         p.add_argument("--duration-s", type=float, default=10.0, help="how long to write")
+        p.add_argument("--pacer-tick-ms", type=float, default=0.5,
+                       help="send what fell due every this often; latency still counts "
+                            "from each record's own scheduled time")  # fmt: skip
     else:
         p.add_argument("--records", type=int, default=1_000_000, help="records to read")

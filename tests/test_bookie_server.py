@@ -189,6 +189,54 @@ async def test_long_poll_carries_a_run_of_entries(conn: BookieConnection) -> Non
     assert (caught_up.lac, caught_up.next_entry_id, caught_up.more_entries) == (4, None, ())
 
 
+async def test_long_poll_of_a_closed_connection_leaves_nothing_behind(bookie: Bookie) -> None:
+    """Long polls wait without a task: when their client goes away, storage forgets
+    them at once, and the bookie goes on answering others."""
+    storage = bookie.storage
+    assert isinstance(storage, BookieStorage)
+    c = BookieConnection(bookie.address)
+    await c.add(3, 0, -1, KEY, b"e0")
+    polls = [asyncio.ensure_future(c.read_lac(3, 0, timeout_ms=60_000)) for _ in range(5)]
+    for _ in range(100):
+        if len(storage._ledgers[3].waiters or ()) == 5:
+            break
+        await asyncio.sleep(0.01)
+    assert len(storage._ledgers[3].waiters or ()) == 5
+    await c.close()
+    await asyncio.gather(*polls, return_exceptions=True)
+    for _ in range(100):
+        if not storage._ledgers[3].waiters:
+            break
+        await asyncio.sleep(0.01)
+    assert not storage._ledgers[3].waiters
+    other = BookieConnection(bookie.address)
+    try:
+        await other.add(3, 1, 0, KEY, b"e1")
+        assert (await other.read_lac(3, -1, timeout_ms=1_000)).lac == 0
+    finally:
+        await other.close()
+
+
+async def test_long_poll_brings_the_next_entry_from_disk(
+    bookie: Bookie, conn: BookieConnection
+) -> None:
+    """An entry no longer in memory (checkpointed) still rides on the answer."""
+    storage = bookie.storage
+    assert isinstance(storage, BookieStorage)
+    for i in range(4):
+        await conn.add(4, i, i - 1, KEY, b"e%d" % i)
+    await storage.checkpoint()
+    assert storage._memory_get(4, 1) is None
+    resp = await conn.read_lac(4, 0, timeout_ms=5_000, piggyback_bytes_max=1 << 20)
+    assert (resp.lac, resp.next_entry_id, resp.next_entry) == (2, 1, b"e1")
+    poll = asyncio.ensure_future(conn.read_lac(4, 2, timeout_ms=5_000))
+    await asyncio.sleep(0.05)
+    assert not poll.done()
+    await conn.write_lac(4, 3, KEY)
+    resp = await asyncio.wait_for(poll, 5.0)
+    assert (resp.lac, resp.next_entry_id, resp.next_entry) == (3, 3, b"e3")
+
+
 async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) -> None:
     await conn.add(6, 0, -1, KEY, b"e0")
     await conn.add(6, 1, 0, KEY, b"e1")

@@ -429,6 +429,68 @@ async def test_tail_reader_gets_a_run_of_entries_from_one_poll(
     assert len(reads) == reads_expected, reads
 
 
+def _count_lac_polls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    asked: list[str] = []
+    original = MemoryBookies.read_lac
+
+    async def counting(self: MemoryBookies, bookie: str, *args: Any, **kw: Any) -> Any:
+        asked.append(bookie)
+        return await original(self, bookie, *args, **kw)
+
+    monkeypatch.setattr(MemoryBookies, "read_lac", counting)
+    return asked
+
+
+async def test_busy_tail_long_polls_one_replica_per_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the LAC keeps moving, a long poll asks one replica -- the one that answered
+    last -- and not the whole write set."""
+    client, _store, _bookies = make()
+    w = await client.create_ledger()
+    await w.add_entry(b"0")
+    r = await client.open_ledger(w.ledger_id, recover=False)
+    asked = _count_lac_polls(monkeypatch)
+    lac = r.last_add_confirmed
+    for i in range(1, 8):
+        poll = asyncio.ensure_future(r.wait_lac(lac, 1_000))
+        await w.add_entry(b"%d" % i)
+        w.push_lac()
+        previous, lac = lac, await asyncio.wait_for(poll, 1)
+        assert lac > previous
+    assert len(asked) == 7, asked
+    assert len(set(asked[1:])) == 1, asked  # sticks to the replica that answers
+
+
+async def test_silent_replica_long_poll_asks_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replica that does not answer (hung) costs ``long_poll_speculative_ms``: then
+    the rest of the write set is asked, and the next round starts with one that
+    answered."""
+    client, _store, bookies = make()
+    w = await client.create_ledger()
+    await w.add_entry(b"0")
+    await w.add_entry(b"1")
+    r = await client.open_ledger(w.ledger_id, recover=False)
+    first = replicas_of(w.metadata, r.last_add_confirmed + 1)[0]
+    bookies[first].hung = True
+    asked = _count_lac_polls(monkeypatch)
+    previous = r.last_add_confirmed
+    w.push_lac()
+    started = asyncio.get_running_loop().time()
+    assert await asyncio.wait_for(r.wait_lac(previous, 1_000), 1) == 1
+    waited = asyncio.get_running_loop().time() - started
+    assert FAST.long_poll_speculative_ms / 1000 <= waited < 0.2, waited
+    assert asked[0] == first and len(asked) == 3, asked
+    asked.clear()
+    poll = asyncio.ensure_future(r.wait_lac(1, 1_000))
+    await w.add_entry(b"2")
+    w.push_lac()
+    assert await asyncio.wait_for(poll, 1) >= 1
+    assert asked[0] != first, asked
+
+
 async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     """push_lac tells the bookies the LAC without a later entry; a bookie without the
     op is skipped, so lac_told stays at NO_ENTRY and the caller keeps its fallback."""

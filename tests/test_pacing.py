@@ -4,6 +4,7 @@ it is due, from both implementations; a failing send stops the schedule loudly."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -34,6 +35,23 @@ async def test_sends_each_operation_once_on_schedule(impl: str) -> None:
     assert [s for s, _ in sent] == [pytest.approx(start + i / rate) for i in range(count)]
     assert all(at >= scheduled - 1e-4 for scheduled, at in sent), impl  # never early
     assert elapsed >= (count - 1) / rate  # open loop: the schedule, not as fast as possible
+
+
+async def test_a_tick_sends_what_fell_due_in_batches(impl: str) -> None:
+    """With a tick longer than the interval the loop wakes once a tick, yet every
+    operation keeps its own scheduled time and none is sent early."""
+    rate, count, tick_s = 10_000.0, 400, 0.002
+    sent: list[tuple[float, float]] = []
+
+    def send(scheduled: float) -> None:
+        sent.append((scheduled, time.perf_counter()))
+
+    start = await pacing.open_loop(rate, count, send, tick_s=tick_s)
+    assert [s for s, _ in sent] == [pytest.approx(start + i / rate) for i in range(count)]
+    assert all(at >= scheduled - 1e-4 for scheduled, at in sent), impl
+    times = [at for _, at in sent]
+    wakeups = 1 + sum(b - a > tick_s / 2 for a, b in itertools.pairwise(times))
+    assert wakeups <= count / (rate * tick_s) + 5, wakeups  # ~20 batches, not 400 sends
 
 
 async def test_a_failing_send_is_raised(impl: str) -> None:

@@ -108,6 +108,20 @@ class Storage(Protocol):
         ``bytes_max`` > 0 the contiguous entries after it held in memory, up to the LAC
         and about that many bytes."""
 
+    def watch_lac(self, ledger_id: int, waiter: Completion) -> None:
+        """Call ``waiter.set_result(None)`` once, when the ledger's LAC next moves (the
+        server's long polls without a task). NoLedgerError if unknown."""
+
+    def unwatch_lac(self, ledger_id: int, waiter: Completion) -> None:
+        """Forget a waiter (timed out, or its connection closed); no error if gone."""
+
+    def lac_answer_nowait(
+        self, ledger_id: int, previous_lac: int, bytes_max: int = 0
+    ) -> LacResult | None:
+        """:meth:`wait_lac`'s answer now, without waiting: None when entry
+        ``previous_lac + 1`` is not in memory (then ``wait_lac(..., 0, ...)`` reads it
+        from disk)."""
+
     def is_fenced(self, ledger_id: int) -> bool: ...
 
     def ledgers(self) -> list[int]:

@@ -104,7 +104,7 @@ class _Ledger:
     fenced: bool = False
     lac: int = NO_ENTRY_ID
     last_entry: int = NO_ENTRY_ID
-    waiters: list[asyncio.Future[None]] | None = None
+    waiters: list[Completion] | None = None
     # Highest explicit LAC (WRITE_LAC) received; applied to ``lac`` only up to
     # ``last_entry``. In memory only: what was applied is persisted as ``lac``.
     explicit_lac: int = NO_ENTRY_ID
@@ -478,6 +478,21 @@ class BookieStorage:
             raise NoLedgerError(f"ledger {ledger_id} is not on this bookie")
         return st
 
+    def _read_in_memory(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """A read served from the memtables or the read cache (counted), else None."""
+        stats = self.counters
+        payload = self._memory_get(ledger_id, entry_id)
+        if payload is not None:
+            stats.memtable_hits += 1
+        else:
+            payload = self._cache.get(ledger_id, entry_id)
+            if payload is None:
+                return None
+            stats.read_cache_hits += 1
+        stats.reads += 1
+        stats.read_bytes += len(payload)
+        return payload
+
     def _memory_get(self, ledger_id: int, entry_id: int) -> bytes | None:
         payload = self._active.get(ledger_id, entry_id)
         if payload is None:
@@ -493,18 +508,11 @@ class BookieStorage:
             entry_id = st.last_entry
         if entry_id < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
+        payload = self._read_in_memory(ledger_id, entry_id)
+        if payload is not None:
+            return payload
         stats = self.counters
         stats.reads += 1
-        payload = self._memory_get(ledger_id, entry_id)
-        if payload is not None:
-            stats.memtable_hits += 1
-            stats.read_bytes += len(payload)
-            return payload
-        payload = self._cache.get(ledger_id, entry_id)
-        if payload is not None:
-            stats.read_cache_hits += 1
-            stats.read_bytes += len(payload)
-            return payload
         stats.read_cache_misses += 1
         found, ahead = await self._run(self._read_pool, self._read_disk, ledger_id, entry_id)
         for ahead_id, ahead_payload in ahead:
@@ -590,38 +598,65 @@ class BookieStorage:
         st = self._ledger(ledger_id)
         if st.lac <= previous_lac and timeout_s > 0:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            if st.waiters is None:
-                st.waiters = []
-            st.waiters.append(fut)
+            self.watch_lac(ledger_id, fut)
             try:
                 await asyncio.wait_for(fut, timeout_s)
             except TimeoutError:
                 pass
             finally:
-                if st.waiters is not None and fut in st.waiters:
-                    st.waiters.remove(fut)
-        lac = st.lac
-        next_id: int | None = None
-        payload: bytes | None = None
+                self.unwatch_lac(ledger_id, fut)
+        answer = self.lac_answer_nowait(ledger_id, previous_lac, bytes_max)
+        if answer is not None:
+            return answer
+        lac = self._ledger(ledger_id).lac
+        try:
+            payload = await self.read_entry(ledger_id, previous_lac + 1)
+        except NoEntryError:
+            return LacResult(lac, None, None)  # striped ensemble: another bookie holds it
+        return self._lac_answer(ledger_id, lac, previous_lac, payload, bytes_max)
+
+    def watch_lac(self, ledger_id: int, waiter: Completion) -> None:
+        """Tell ``waiter`` (``set_result(None)``, once) when the ledger's LAC next moves."""
+        st = self._ledger(ledger_id)
+        if st.waiters is None:
+            st.waiters = []
+        st.waiters.append(waiter)
+
+    def unwatch_lac(self, ledger_id: int, waiter: Completion) -> None:
+        st = self._ledgers.get(ledger_id)
+        if st is not None and st.waiters is not None and waiter in st.waiters:
+            st.waiters.remove(waiter)
+
+    def lac_answer_nowait(
+        self, ledger_id: int, previous_lac: int, bytes_max: int = 0
+    ) -> LacResult | None:
+        """:meth:`wait_lac`'s answer now, without waiting for the LAC to move; None when
+        entry ``previous_lac + 1`` is not in memory (then :meth:`wait_lac` with no
+        timeout reads it from disk, or finds it is not here)."""
+        lac = self._ledger(ledger_id).lac
+        if lac <= previous_lac:
+            return LacResult(lac, None, None)
+        payload = self._read_in_memory(ledger_id, previous_lac + 1)
+        if payload is None:
+            return None  # on disk, or not here at all: read_entry will tell
+        return self._lac_answer(ledger_id, lac, previous_lac, payload, bytes_max)
+
+    def _lac_answer(
+        self, ledger_id: int, lac: int, previous_lac: int, payload: bytes, bytes_max: int
+    ) -> LacResult:
         more: list[bytes] = []
-        if lac > previous_lac and ledger_id in self._ledgers:
-            try:
-                payload = await self.read_entry(ledger_id, previous_lac + 1)
-                next_id = previous_lac + 1
-            except NoEntryError:
-                payload = None  # striped ensemble: another bookie holds it
-            if payload is not None and bytes_max > 0:
-                size = len(payload)
-                entry_id = previous_lac + 2
-                while entry_id <= lac and size < bytes_max:
-                    nxt = self._memory_get(ledger_id, entry_id)
-                    if nxt is None:
-                        break  # not here, or flushed already: the reader reads it
-                    more.append(nxt)
-                    size += len(nxt)
-                    entry_id += 1
-                self.counters.read_bytes += size - len(payload)
-        return LacResult(lac, next_id, payload, tuple(more))
+        if bytes_max > 0:
+            size = len(payload)
+            entry_id = previous_lac + 2
+            while entry_id <= lac and size < bytes_max:
+                nxt = self._memory_get(ledger_id, entry_id)
+                if nxt is None:
+                    break  # not here, or flushed already: the reader reads it
+                more.append(nxt)
+                size += len(nxt)
+                entry_id += 1
+            self.counters.read_bytes += size - len(payload)
+        return LacResult(lac, previous_lac + 1, payload, tuple(more))
 
     def is_fenced(self, ledger_id: int) -> bool:
         return self._ledger(ledger_id).fenced
