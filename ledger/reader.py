@@ -39,6 +39,9 @@ __all__ = ["LedgerReader", "replicas_of"]
 # Piggybacked entries kept for the tailing reader (bounded; the bytes of one answer are
 # bounded by LedgerConfig.long_poll_piggyback_bytes_max).
 _PIGGYBACK_CACHE_MAX = 4096
+# A busy tail asks the other replicas once the first has been silent for 4x its recent
+# answers, but never sooner than this (and never later than long_poll_speculative_ms).
+_LAC_SPECULATE_MIN_S = 0.002
 
 
 def replicas_of(meta: LedgerMeta, entry_id: int) -> list[str]:
@@ -72,8 +75,11 @@ class LedgerReader:
         self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         self._lac = meta.last_entry_id if meta.is_closed else NO_ENTRY
         self._piggyback: collections.OrderedDict[int, bytes] = collections.OrderedDict()
-        # The bookie whose long poll answered last: asked first next time.
+        # The bookie whose long poll answered last: asked first next time; and how long
+        # answers that brought a newer LAC took (EWMA), which sets how soon the other
+        # replicas are asked too.
         self._lac_source: str | None = None
+        self._lac_wait_s: float | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -250,10 +256,12 @@ class LedgerReader:
         the reads that follow.
 
         One replica of entry ``previous_lac + 1`` is asked first: the one that answered
-        last time. Only if it has not answered within ``long_poll_speculative_ms`` (the
-        writer is idle, or that bookie is slow) or it failed are the other replicas of
-        the write set asked too, and the first answer with a newer LAC wins. A busy tail
-        so costs one request per round instead of one per replica."""
+        last time. Only if it fails, or stays silent for 4x the recent answers' wait
+        (at least 2 ms, at most ``long_poll_speculative_ms``: the writer went idle, or
+        that bookie is slow), are the other replicas of the write set asked too, and
+        the first answer with a newer LAC wins -- and is asked first next time. A busy
+        tail so costs one request per round instead of one per replica, and a bookie
+        that falls behind loses the tail within a few milliseconds."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
         wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
@@ -273,6 +281,9 @@ class LedgerReader:
         asked = {ask(replicas[0]): replicas[0]}
         later = replicas[1:]
         speculate_s = self._config.long_poll_speculative_ms / 1000.0
+        if self._lac_wait_s is not None:
+            speculate_s = min(speculate_s, max(_LAC_SPECULATE_MIN_S, 4 * self._lac_wait_s))
+        started = self._clock()
         errors: list[BooklineError] = []
         try:
             pending: set[asyncio.Future[LacAnswer]] = set(asked)
@@ -294,6 +305,9 @@ class LedgerReader:
                     self._advance_lac(ans.lac)
                     if self._lac > previous_lac:
                         self._lac_source = asked[task]
+                        waited = self._clock() - started
+                        last = self._lac_wait_s
+                        self._lac_wait_s = waited if last is None else 0.8 * last + 0.2 * waited
                         return self._lac
                 if later and (not done or errors):  # silent or failed: ask the others
                     for bookie in later:

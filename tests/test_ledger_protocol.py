@@ -491,6 +491,36 @@ async def test_silent_replica_long_poll_asks_the_others(
     assert asked[0] != first, asked
 
 
+async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
+    """Once long polls have been answering fast, a first replica that goes silent is
+    given 4x their wait (at least 2 ms), not the whole ``long_poll_speculative_ms``."""
+    config = dataclasses.replace(FAST, long_poll_speculative_ms=250)
+    client, _store, bookies = make(config=config)
+    w = await client.create_ledger()
+    await w.add_entry(b"0")
+    r = await client.open_ledger(w.ledger_id, recover=False)
+    lac = r.last_add_confirmed
+    for i in range(1, 6):  # fast answers: the LAC has always moved already
+        await w.add_entry(b"%d" % i)
+        w.push_lac()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        lac = await r.wait_lac(lac, 1_000)
+    assert lac == 5
+    first = replicas_of(w.metadata, lac + 1)[0]
+    sticky = r._lac_source if r._lac_source is not None else first
+    bookies[sticky].hung = True
+    poll = asyncio.ensure_future(r.wait_lac(lac, 1_000))
+    await asyncio.sleep(0.01)
+    started = asyncio.get_running_loop().time()
+    await w.add_entry(b"6")
+    w.push_lac()
+    assert await asyncio.wait_for(poll, 1) == 6
+    assert asyncio.get_running_loop().time() - started < 0.15  # not the 250 ms cap
+    bookies[sticky].hung = False
+    await w.close()
+
+
 async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     """push_lac tells the bookies the LAC without a later entry; a bookie without the
     op is skipped, so lac_told stays at NO_ENTRY and the caller keeps its fallback."""
