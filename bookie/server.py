@@ -37,7 +37,7 @@ from typing import Final, cast
 from bookie import protocol as p
 from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics, MetricsHttpServer
-from bookie.storage.api import DiskUsage, Storage
+from bookie.storage.api import DiskUsage, LacResult, Storage
 from bookline.errors import (
     BooklineError,
     ConfigError,
@@ -286,9 +286,7 @@ class _LacPoll:
         self._started = time.perf_counter()
         self._timer: asyncio.TimerHandle | None = None
         self._done = False
-        server = conn._server
-        # A run of piggybacked entries stays well inside one response frame.
-        self._bytes_max = min(req.piggyback_bytes_max, server.config.frame_bytes_max // 2)
+        self._bytes_max = _piggyback_bytes(req, conn._server.config)
 
     def start(self) -> None:
         req = self._req
@@ -338,17 +336,7 @@ class _LacPoll:
             self._conn.spawn(dataclasses.replace(req, timeout_ms=0))
             return
         self._finish()
-        frame = p.encode_response(
-            p.ReadLacResponse(
-                req.request_id,
-                req.ledger_id,
-                result.lac,
-                result.next_entry_id if result.next_entry is not None else None,
-                result.next_entry,
-                result.more_entries if result.next_entry is not None else (),
-                req.piggyback_bytes_max > 0,
-            )
-        )
+        frame = _encode_lac_answer(req, result)
         self._conn._server.metrics.observe_request(
             "READ_LAC", "OK", time.perf_counter() - self._started
         )
@@ -373,6 +361,27 @@ class _LacPoll:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _piggyback_bytes(req: p.ReadLacRequest, config: BookieConfig) -> int:
+    """How many bytes of entries a long poll's answer may carry: what the reader asked
+    for, kept well inside one response frame."""
+    return min(req.piggyback_bytes_max, config.frame_bytes_max // 2)
+
+
+def _encode_lac_answer(req: p.ReadLacRequest, result: LacResult) -> bytes:
+    has_entry = result.next_entry is not None
+    return p.encode_response(
+        p.ReadLacResponse(
+            req.request_id,
+            req.ledger_id,
+            result.lac,
+            result.next_entry_id if has_entry else None,
+            result.next_entry,
+            result.more_entries if has_entry else (),
+            req.piggyback_bytes_max > 0,
+        )
+    )
 
 
 def _is_fatal(req: p.Request, exc: BooklineError) -> bool:
@@ -645,22 +654,10 @@ class BookieServer:
             )
         if type(req) is p.ReadLacRequest:
             timeout_s = min(req.timeout_ms / 1000.0, self.long_poll_cap_s)
-            # A run of piggybacked entries stays well inside one response frame.
-            bytes_max = min(req.piggyback_bytes_max, self.config.frame_bytes_max // 2)
             result = await storage.wait_lac(
-                req.ledger_id, req.previous_lac, timeout_s, bytes_max
+                req.ledger_id, req.previous_lac, timeout_s, _piggyback_bytes(req, self.config)
             )
-            return p.encode_response(
-                p.ReadLacResponse(
-                    req.request_id,
-                    req.ledger_id,
-                    result.lac,
-                    result.next_entry_id if result.next_entry is not None else None,
-                    result.next_entry,
-                    result.more_entries if result.next_entry is not None else (),
-                    req.piggyback_bytes_max > 0,
-                )
-            )
+            return _encode_lac_answer(req, result)
         if type(req) is p.WriteLacRequest:
             lac = storage.write_lac(req.ledger_id, req.lac, req.master_key)
             return p.encode_response(p.WriteLacResponse(req.request_id, req.ledger_id, lac))
