@@ -8,10 +8,11 @@ process, on uvloop when installed.
 * ``write``: ``write_many`` batches of ``--batch`` records (default), or per-record
   ``write_nowait`` with ``--inflight`` records outstanding (``--per-record``). Latency:
   per batch call, or per record from the call to its DLSN.
-* ``e2e``: an open loop of ``--rate`` records/s; a tailing reader in its own process
-  (``--same-process``: in the writer's) measures from the record's *scheduled* write
-  time to its arrival (a stall is charged to every record it delays); the writer's
-  acknowledgement latency is reported too (``ack_*``).
+* ``e2e``: an open loop of ``--rate`` records/s, sent every ``--pacer-tick-ms`` (the
+  records that fell due); a tailing reader in its own process (``--same-process``: in
+  the writer's) measures from the record's *scheduled* write time to its arrival (a
+  stall, and the tick's lateness, are charged to every record they delay); the
+  writer's acknowledgement latency is reported too (``ack_*``).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
 """
