@@ -324,10 +324,10 @@ class _LacPoll:
         req = self._req
         storage = self._conn._server.storage
         try:
-            if not expired and storage.last_add_confirmed(req.ledger_id) <= req.previous_lac:
+            result = storage.lac_answer_nowait(req.ledger_id, req.previous_lac, self._bytes_max)
+            if not expired and result is not None and result.lac <= req.previous_lac:
                 storage.watch_lac(req.ledger_id, self)  # not past the reader's yet
                 return
-            result = storage.lac_answer_nowait(req.ledger_id, req.previous_lac, self._bytes_max)
         except Exception as exc:
             self._reply_error(exc)
             return
