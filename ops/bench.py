@@ -72,6 +72,12 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
     print(json.dumps(result, sort_keys=True), flush=True)
 
 
+def _run_machine(_args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_machine
+
+    return bench_machine.measure()
+
+
 def _run_disk(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
@@ -120,6 +126,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.set_defaults(handler=lambda args: _main(runner, args))
         return p
 
+    add("machine", _run_machine, "CPU yardsticks: Python loop, system call, process round trip")
     p_disk = add("disk", _run_disk, "raw disk limits: fsync'd sequential write, fsync latency")
     p_disk.add_argument("--dir", default=None, help="directory on the disk to measure")
 

@@ -14,6 +14,7 @@ run() { # name, bench arguments...
     echo "{\"name\": \"$name\", \"run\": $i, \"load\": \"$(cut -d' ' -f1 /proc/loadavg)\", \"result\": ${line:-null}}" >> $OUT/results.jsonl
   done
 }
+run machine machine
 run disk disk
 run bookie-100B bookie --entries 200000
 run bookie-64KiB bookie --entries 5000 --entry-size 65536 --inflight 64
