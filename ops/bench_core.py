@@ -12,7 +12,8 @@ process, on uvloop when installed.
   records that fell due); a tailing reader in its own process (``--same-process``: in
   the writer's) measures from the record's *scheduled* write time to its arrival (a
   stall, and the tick's lateness, are charged to every record they delay); the
-  writer's acknowledgement latency is reported too (``ack_*``).
+  writer's acknowledgement latency is reported too (``ack_*``), and the CPU each role's
+  processes used while records were timed (``cpu_pct``, % of one core).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
 """
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bookline.gctune import settle_heap
 from ops.bench import Answers, latency_summary
+from ops.cpu import CpuWindow
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:
@@ -164,6 +166,12 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     else:
         consumer = _ReaderProcess(layout, stream, total, args)
     acks = Answers(total)  # the writer's acknowledgements: durable on the ack quorum
+    cpu = CpuWindow({
+        "writer": [os.getpid()],
+        "reader": consumer.pids,
+        "bookies": [b["pid"] for b in layout.get("bookies", []) if "pid" in b],
+        "zookeeper": [layout["zookeeper"]["pid"]] if "pid" in layout.get("zookeeper", {}) else [],
+    })  # fmt: skip
 
     def send(scheduled: float) -> None:
         fut = w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler))
@@ -171,10 +179,12 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
 
     try:
         await consumer.ready()
+        cpu.start()
         start = await open_loop(args.rate, total, send, tick_s=args.pacer_tick_ms / 1000.0)
         await acks.finished
         latency = await consumer.result(timeout_s=60)
         elapsed = time.perf_counter() - start
+        cpu_pct = cpu.stop()
     finally:
         await consumer.stop()
         await w.close()
@@ -182,7 +192,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     return {"records": total, "rate": args.rate, "elapsed_s": round(elapsed, 3),
             "records_per_s": round(total / elapsed, 1),
             "reader": "same process" if args.same_process else "own process",
-            **latency, **ack}  # fmt: skip
+            **latency, **ack, "cpu_pct": cpu_pct}  # fmt: skip
 
 
 async def _tail_latencies(reader: LogReader, total: int, ready: Callable[[], None]) -> list[float]:
@@ -200,6 +210,8 @@ async def _tail_latencies(reader: LogReader, total: int, ready: Callable[[], Non
 
 
 class _Consumer(Protocol):
+    pids: list[int]  # its own processes (none when it runs in the writer's)
+
     async def ready(self) -> None: ...
     async def result(self, timeout_s: float) -> dict[str, float]: ...
     async def stop(self) -> None: ...
@@ -210,6 +222,7 @@ class _InProcessConsumer:
 
     def __init__(self, ns: Namespace, stream: str, total: int) -> None:
         self._ns, self._stream, self._total = ns, stream, total
+        self.pids: list[int] = []
         self._ready = asyncio.Event()
         self._task: asyncio.Task[list[float]] | None = None
 
@@ -252,6 +265,8 @@ class _ReaderProcess:
         )
         self._proc.start()
         child.close()
+        assert self._proc.pid is not None
+        self.pids = [self._proc.pid]
 
     async def _recv(self, timeout_s: float) -> Any:
         if not await asyncio.to_thread(self._conn.poll, timeout_s):

@@ -1,0 +1,61 @@
+"""CPU used by the processes of a benchmark over its measured window (Linux ``/proc``).
+
+A latency benchmark on a 2-core machine is only readable next to how busy the cores
+were: ``bench e2e`` reports, per role (bookies, writer, reader, ZooKeeper), the CPU
+time its processes used while records were timed, as a percentage of one core (all
+threads, user + system). Where ``/proc`` is missing the report is empty.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` (every thread), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after it are fixed.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+class CpuWindow:
+    """``start()``, then ``stop()`` returns ``{role: percent of one core, ...,
+    "total": ...}`` for ``roles`` (role -> pids). A process that ended in between is
+    left out of its role's sum."""
+
+    def __init__(self, roles: dict[str, list[int]]) -> None:
+        self._roles = roles
+        self._started: dict[int, float] = {}
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._started = {
+            pid: s
+            for pids in self._roles.values()
+            for pid in pids
+            if (s := cpu_seconds(pid)) is not None
+        }
+
+    def stop(self) -> dict[str, float]:
+        elapsed = time.perf_counter() - self._t0
+        if not self._started or elapsed <= 0:
+            return {}
+        report: dict[str, float] = {}
+        for role, pids in self._roles.items():
+            used = 0.0
+            for pid in pids:
+                now, before = cpu_seconds(pid), self._started.get(pid)
+                if now is not None and before is not None:
+                    used += now - before
+            report[role] = round(used / elapsed * 100.0, 1)
+        report["total"] = round(sum(report.values()), 1)
+        return report
