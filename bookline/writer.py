@@ -706,8 +706,18 @@ class LogWriter:
         if self._outbox or self._b_payloads or self._inflight:
             return  # a coming entry carries the LAC anyway
         ledger = seg.ledger
-        if max(self._carried_lac, ledger.lac_told) >= ledger.last_add_confirmed:
+        lac = ledger.last_add_confirmed
+        if max(self._carried_lac, ledger.lac_told) >= lac:
             return  # the newest entry or an explicit LAC already told the bookies
+        if ledger.lac_sent >= lac:
+            # Explicit LACs are on their way (on a busy machine their answers can take
+            # longer than this timer): look again once they answered. A control record
+            # now would be a whole replicated add -- a journal fsync on every bookie --
+            # to say what they are about to know; at 200 records/s that was one entry
+            # in seven. A push that fails leaves lac_told behind, and the next look
+            # sends the control record.
+            self._schedule_control()
+            return
         out = _Outgoing([], [], [], None, None, [], 0, self._loop.create_future(), "control")
         out.done.add_done_callback(_consume)
         self._enqueue(out)

@@ -199,10 +199,10 @@ class LedgerWriter:
         # close() stopped waiting for replicas: later failures are only debug-logged.
         self._drain_over = False
         self.ensemble_changes = 0
-        # Explicit LAC (push_lac): per bookie, the LAC it acknowledged, whether a push
-        # is in flight, and bookies too old to serve the op.
+        # Explicit LAC (push_lac): per bookie, the LAC it acknowledged, the LAC of the
+        # push in flight, and bookies too old to serve the op.
         self._lac_told: dict[str, int] = {}
-        self._lac_pushing: set[str] = set()
+        self._lac_pushing: dict[str, int] = {}
         self._no_explicit_lac: set[str] = set()
 
     # -- public --------------------------------------------------------------------
@@ -239,6 +239,17 @@ class LedgerWriter:
         told = self._lac_told
         return min(told.get(b, NO_ENTRY) for b in self._meta.last_segment.bookies)
 
+    @property
+    def lac_sent(self) -> int:
+        """:attr:`lac_told`, counting pushes still in flight as told: what every bookie
+        of the current ensemble will know once they answer (NO_ENTRY when one of them
+        was not sent one, or cannot take it)."""
+        told, pushing = self._lac_told, self._lac_pushing
+        return min(
+            max(told.get(b, NO_ENTRY), pushing.get(b, NO_ENTRY))
+            for b in self._meta.last_segment.bookies
+        )
+
     def push_lac(self) -> None:
         """Explicit LAC: send the current LAC to every bookie of the current ensemble
         now, instead of waiting for a later entry to carry it, so tailing readers see
@@ -258,7 +269,7 @@ class LedgerWriter:
                 or self._lac_told.get(bookie, NO_ENTRY) >= lac
             ):
                 continue
-            self._lac_pushing.add(bookie)
+            self._lac_pushing[bookie] = lac
             task = asyncio.ensure_future(self._push_lac_to(bookie, lac))
             self._tasks.add(task)
             task.add_done_callback(self._lac_push_done)
@@ -280,7 +291,7 @@ class LedgerWriter:
             )
             return
         finally:
-            self._lac_pushing.discard(bookie)
+            self._lac_pushing.pop(bookie, None)
         if not served:
             self._no_explicit_lac.add(bookie)
             return

@@ -530,11 +530,14 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
         await w.add_entry(b"%d" % i)
     ids = w.metadata.last_segment.bookies
     assert all(bookies[b].ledgers[w.ledger_id].lac == 3 for b in ids)  # rides on entries
+    assert w.lac_told < 4
     w.push_lac()
+    # In flight: sent (the writer's idle fallback waits for the answers), not yet told.
+    assert w.lac_sent == 4 and w.lac_told < 4
     for _ in range(20):
         await asyncio.sleep(0)
     assert all(bookies[b].ledgers[w.ledger_id].lac == 4 for b in ids)
-    assert w.lac_told == 4
+    assert w.lac_told == w.lac_sent == 4
     r = await client.open_ledger(w.ledger_id, recover=False)
     assert await r.wait_lac(3, 0) == 4
 
@@ -546,6 +549,7 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     assert bookies[ids[0]].ledgers[w.ledger_id].lac == 4  # old bookie: entries only
     assert bookies[ids[1]].ledgers[w.ledger_id].lac == 5
     assert w.lac_told == 4  # not every bookie knows 5: a fallback is still needed
+    assert w.lac_sent == 4  # and none is on its way to the old bookie
     await w.close()
 
 
