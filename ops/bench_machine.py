@@ -23,6 +23,8 @@ import statistics
 import time
 from typing import Any
 
+from ops.bench import percentile_ms
+
 ROUNDS = 5
 LOOP_ITERATIONS = 1_000_000
 SYSCALLS = 100_000
@@ -46,8 +48,9 @@ def _syscall_ns() -> float:
     return (time.perf_counter() - t0) / SYSCALLS * 1e9
 
 
-def _ping_pong_us() -> list[float]:
-    """Round trips to a forked child that echoes; the child exits when we close."""
+def _ping_pong_s() -> list[float]:
+    """Round trips (seconds, sorted) to a forked child that echoes; the child exits
+    when we close."""
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
     if pid == 0:  # the echoing child: no Python-level cleanup, just echo and leave
@@ -66,7 +69,7 @@ def _ping_pong_us() -> list[float]:
             got = 0
             while got < len(MESSAGE):
                 got += len(parent.recv(len(MESSAGE) - got))
-            rtts.append((time.perf_counter() - t0) * 1e6)
+            rtts.append(time.perf_counter() - t0)
     finally:
         parent.close()
         os.waitpid(pid, 0)  # stopped by us: it exits once the socket closes
@@ -77,12 +80,12 @@ def _ping_pong_us() -> list[float]:
 def measure() -> dict[str, Any]:
     loops = [_loop_ns() for _ in range(ROUNDS)]
     calls = [_syscall_ns() for _ in range(ROUNDS)]
-    rtts = _ping_pong_us()
+    rtts = _ping_pong_s()
     return {
         "bench": "machine",
         "cpus": os.cpu_count(),
         "py_loop_ns": round(statistics.median(loops), 1),
         "syscall_ns": round(statistics.median(calls), 1),
-        "process_rtt_p50_us": round(statistics.median(rtts), 1),
-        "process_rtt_p99_us": round(rtts[min(len(rtts) - 1, round(0.99 * (len(rtts) - 1)))], 1),
+        "process_rtt_p50_us": round(percentile_ms(rtts, 0.50) * 1000.0, 1),
+        "process_rtt_p99_us": round(percentile_ms(rtts, 0.99) * 1000.0, 1),
     }
