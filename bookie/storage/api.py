@@ -134,6 +134,12 @@ class Storage(Protocol):
     async def entries(self, ledger_id: int) -> list[int]:
         """Entry ids held for a ledger (sorted)."""
 
+    def damaged_entries(self) -> list[tuple[int, int]]:
+        """``(ledger_id, entry_id)`` of entries this bookie found damaged (a checksum
+        failure on a read, in compaction or in journal replay), sorted. Reads of them
+        fail with ChecksumError until a repair re-adds a verified copy (a recovery add
+        of the same entry), which clears the mark once durable. Kept across restarts."""
+
     async def delete_ledgers(self, ledger_ids: set[int]) -> None:
         """Drop ledgers (deleted from metadata) from the index and state; GC reclaims."""
 

@@ -173,6 +173,8 @@ class BookieStorage:
         self._reserved_bytes = 0  # adds queued in the journal, not yet in the memtable
         self._cache = ReadCache(config.read_cache_bytes_max)
         self._read_only = False
+        # (ledger_id, entry_id) found damaged; filled in by reads, compaction and replay.
+        self._damaged: set[tuple[int, int]] = set()
         self._fatal: BaseException | None = None
         self._closed = False
         self._started = False
@@ -743,6 +745,9 @@ class BookieStorage:
                 return
 
     # ------------------------------------------------------------------ gc
+
+    def damaged_entries(self) -> list[tuple[int, int]]:
+        return sorted(self._damaged)
 
     async def delete_ledgers(self, ledger_ids: set[int]) -> None:
         async with self._checkpoint_lock:  # no frozen memtable is being flushed now
