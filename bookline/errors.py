@@ -41,6 +41,7 @@ __all__ = [
     "NotEnoughBookiesError",
     "NotFoundError",
     "OutOfOrderSequenceError",
+    "OutOfRangeError",
     "OwnerMovedError",
     "OwnershipLostError",
     "ProtocolVersionError",
@@ -341,6 +342,15 @@ class WriterFailedError(BooklineError):
     code = 35
     name = "WRITER_FAILED"
     http_status = 500
+
+
+class OutOfRangeError(BooklineError):
+    """A position past the durable end of a stream (a truncation point, an offset):
+    refused rather than applied, so nothing written later is ever hidden."""
+
+    code = 40
+    name = "OUT_OF_RANGE"
+    http_status = 400
 
 
 class OutOfOrderSequenceError(BooklineError):

@@ -23,6 +23,7 @@ import logging
 from bookline.context import CoreContext
 from bookline.dlsn import DLSN
 from bookline.errors import NoLedgerError
+from bookline.invariants import invariant
 from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
 
@@ -33,8 +34,10 @@ __all__ = ["apply_retention", "purge_truncated", "retention_point", "truncate_be
 Versioned = tuple[SegmentMetadata, int]
 
 
-def _marks(segments: list[Versioned], dlsn: DLSN) -> list[Versioned]:
-    """New states for the segments that ``dlsn`` truncates (pure)."""
+def _marks(segments: list[Versioned], dlsn: DLSN, end: DLSN) -> list[Versioned]:
+    """New states for the segments that ``dlsn`` truncates (pure). ``end`` is the
+    stream's durable end: a point past it would hide records written later."""
+    invariant(dlsn <= end, "truncation point %s is past the durable end %s", dlsn, end)
     updates: list[Versioned] = []
     for seg, version in segments:
         if seg.truncation is TruncationState.TRUNCATED:
@@ -54,11 +57,12 @@ def _marks(segments: list[Versioned], dlsn: DLSN) -> list[Versioned]:
     return updates
 
 
-async def truncate_before(ctx: CoreContext, stream: str, dlsn: DLSN) -> bool:
+async def truncate_before(ctx: CoreContext, stream: str, dlsn: DLSN, end: DLSN) -> bool:
     """Mark everything before ``dlsn`` truncated (one transaction), then purge.
-    Segments still in progress are only ever partially truncated."""
+    Segments still in progress are only ever partially truncated. The caller (the
+    stream's writer) refuses points past ``end``, its durable end."""
     segments = await ctx.segments(stream)
-    updates = _marks(segments, dlsn)
+    updates = _marks(segments, dlsn, end)
     await ctx.md.segments.mark_truncated(ctx.namespace, stream, updates)
     if updates:
         log.info("%s: truncated before %s (%d segment(s) marked)", stream, dlsn, len(updates))
@@ -113,10 +117,15 @@ def retention_point(
     return DLSN(sealed[cut - 1].seqno + 1, 0, 0)
 
 
-async def apply_retention(ctx: CoreContext, stream: str, options: StreamOptions) -> bool:
+async def apply_retention(
+    ctx: CoreContext, stream: str, options: StreamOptions, end: DLSN | None = None
+) -> bool:
+    """Drop what the stream's retention (age, size) no longer keeps. ``end`` is the
+    writer's durable end when a writer runs this; a retention point only ever names
+    a sealed segment's end, which is durable whoever asks."""
     segments = [s for s, _v in await ctx.segments(stream)]
     point = retention_point(segments, options, ctx.clock_ms())
     if point is None:
         return await purge_truncated(ctx, stream) > 0
     log.info("%s: retention drops segments before %s", stream, point)
-    return await truncate_before(ctx, stream, point)
+    return await truncate_before(ctx, stream, point, point if end is None else end)

@@ -55,6 +55,7 @@ from bookline.errors import (
     BooklineError,
     ClosedError,
     EndOfStreamError,
+    OutOfRangeError,
     OwnershipLostError,
     TooLargeError,
     TooManyRequestsError,
@@ -830,12 +831,32 @@ class LogWriter:
 
     async def truncate(self, dlsn: DLSN) -> bool:
         """Mark everything before ``dlsn`` truncated and delete the segments (and their
-        ledgers) that lie wholly before it. Returns whether anything changed."""
-        self._check()
+        ledgers) that lie wholly before it. Returns whether anything changed.
+
+        Everything written before the call is made durable first; a point past its end
+        (:meth:`durable_end`) raises OutOfRangeError and changes nothing, since such a
+        point would hide records written later."""
+        await self.flush()
+        point = DLSN(*dlsn)
         async with self._meta_lock:
             self._lock.check_owner()
-            changed = await truncate_before(self._ctx, self.stream, DLSN(*dlsn))
+            end = self.durable_end()
+            if point > end:
+                raise OutOfRangeError(
+                    f"truncation point {point} of {self.stream} is beyond the durable end "
+                    f"{end} (the position after the last acknowledged record)"
+                )
+            changed = await truncate_before(self._ctx, self.stream, point, end)
         return changed
+
+    def durable_end(self) -> DLSN:
+        """The position just after the last acknowledged record: the next record goes
+        at or after it. Before this writer acknowledged anything, the start of its own
+        segment (every segment before it is sealed)."""
+        last = self.last_dlsn
+        if last is None:
+            return DLSN(self.segment_seqno, 0, 0)
+        return DLSN(last.segment_seqno, last.entry_id + 1, 0)
 
     async def mark_end_of_stream(self) -> None:
         """Write the end-of-stream marker and seal the segment; later writes raise
@@ -903,7 +924,9 @@ class LogWriter:
             await asyncio.sleep(interval_s)
             try:
                 async with self._meta_lock:
-                    await apply_retention(self._ctx, self.stream, self._options)
+                    await apply_retention(
+                        self._ctx, self.stream, self._options, self.durable_end()
+                    )
             except BooklineError as exc:
                 log.warning("retention of %s failed (will retry): %s", self.stream, exc)
 

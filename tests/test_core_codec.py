@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookline.dlsn import DLSN, PositionKind, StartPosition
-from bookline.errors import BadRequestError, BooklineError, ChecksumError, TooLargeError
+from bookline.errors import (
+    BadRequestError,
+    BooklineError,
+    ChecksumError,
+    InvariantViolation,
+    TooLargeError,
+)
 from bookline.records import (
     HEADER_BYTES,
     Compression,
@@ -176,16 +182,22 @@ def _seg(seqno: int, *, sealed: bool = True, size: int = 100, sealed_ms: int = 0
     )  # fmt: skip
 
 
+END = DLSN(3, 5, 0)  # the stream's durable end in test_truncation_marks
+
+
 def test_truncation_marks() -> None:
     segs = [(_seg(1), 0), (_seg(2), 3), (_seg(3, sealed=False), 1)]
-    marks = dict((s.seqno, s) for s, _v in _marks(segs, DLSN(2, 2, 0)))
+    marks = dict((s.seqno, s) for s, _v in _marks(segs, DLSN(2, 2, 0), END))
     assert marks[1].truncation is TruncationState.TRUNCATED
     assert marks[2].truncation is TruncationState.PARTIALLY_TRUNCATED
     assert marks[2].min_active_dlsn == (2, 2, 0)
     assert 3 not in marks
     # a point past a sealed segment's end truncates it wholly
-    marks = dict((s.seqno, s) for s, _v in _marks(segs, DLSN(2, 9, 0)))
+    marks = dict((s.seqno, s) for s, _v in _marks(segs, DLSN(2, 9, 0), END))
     assert marks[2].truncation is TruncationState.TRUNCATED
+    # a point past the durable end is refused: it would hide later records
+    with pytest.raises(InvariantViolation):
+        _marks(segs, DLSN(3, 1_000_000, 0), END)
 
 
 def test_retention_point_age_and_size() -> None:

@@ -18,7 +18,7 @@ from bookline.invariants import invariant
 PINNED = {
     "BAD_REQUEST": 2, "IO": 3, "NO_LEDGER": 4, "NO_ENTRY": 5, "UNAUTHORIZED": 6,
     "FENCED": 7, "READ_ONLY": 8, "TOO_MANY_REQUESTS": 9, "TIMEOUT": 10,
-    "BAD_VERSION": 15, "LOCK_OWNED": 18, "INVARIANT_VIOLATION": 33,
+    "BAD_VERSION": 15, "LOCK_OWNED": 18, "INVARIANT_VIOLATION": 33, "OUT_OF_RANGE": 40,
 }
 
 
