@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 
 from bookline.errors import ConfigError
+from bookline.limits import RECORD_BYTES_MAX
 from ledger.config import LedgerConfig
 
 __all__ = ["NamespaceConfig"]
 
+# A record set's header, one record's framing and the ledger digest fit well inside this.
+_RECORD_SET_FRAMING_BYTES_MAX = 64 << 10
 _DIGESTS = {"crc32c": "crc32c", "hmac": "hmac_sha256", "hmac_sha256": "hmac_sha256"}
 
 
@@ -77,6 +80,11 @@ class NamespaceConfig:
             raise ConfigError(f"core.digest must be crc32c or hmac, got {self.digest!r}")
         if self.compression.lower() not in ("none", "lz4", "zstd"):
             raise ConfigError(f"core.compression must be none, lz4 or zstd: {self.compression!r}")
+        if RECORD_BYTES_MAX + _RECORD_SET_FRAMING_BYTES_MAX > self.ledger.entry_bytes_max:
+            raise ConfigError(
+                f"ledger.entry_bytes_max must hold a record of RECORD_BYTES_MAX "
+                f"({RECORD_BYTES_MAX}) bytes with its framing"
+            )
         if self.buffer_bytes_max > self.ledger.entry_bytes_max // 2:
             raise ConfigError("core.buffer_bytes_max must be at most half the ledger entry limit")
         for name in (

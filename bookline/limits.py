@@ -16,3 +16,24 @@ MiB: Final = 1024 * 1024
 # still fits a ledger entry (``LedgerConfig.entry_bytes_max``, 4 MiB) with room for a
 # record set's framing.
 RECORD_BYTES_MAX: Final = 1 * MiB
+
+
+# Headers whose names start with this are Bookline's own (the write proxy's producer
+# id and sequence); users may not set them and they do not count against the limit.
+RESERVED_HEADER_PREFIX: Final = "bl."
+
+
+def record_bytes(payload: bytes, key: bytes | None, headers: dict[str, bytes] | None) -> int:
+    """A record's size as every limit counts it: value + key + header names and values
+    (Kafka counts the same parts), Bookline's reserved headers excepted. Framing is the
+    codec's business, not the user's."""
+    size = len(payload)
+    if key is not None:
+        size += len(key)
+    if headers:
+        size += sum(
+            len(k.encode()) + len(v)
+            for k, v in headers.items()
+            if not k.startswith(RESERVED_HEADER_PREFIX)
+        )
+    return size

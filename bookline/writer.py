@@ -62,6 +62,7 @@ from bookline.errors import (
     WriterFailedError,
 )
 from bookline.invariants import invariant
+from bookline.limits import RECORD_BYTES_MAX, record_bytes
 from bookline.records import (
     RECORD_OVERHEAD_BYTES,
     Compression,
@@ -404,9 +405,13 @@ class LogWriter:
         """Buffer ``record``; the future resolves to its DLSN once durable. Order is
         kept across write_nowait/write/write_many calls."""
         self._check()
-        size = len(record.payload) + RECORD_OVERHEAD_BYTES
-        if size > self._cfg.buffer_bytes_max:
-            raise TooLargeError(f"record of {size} bytes exceeds {self._cfg.buffer_bytes_max}")
+        if record.key is None and record.headers is None:
+            user = len(record.payload)
+        else:
+            user = record_bytes(record.payload, record.key, record.headers)
+        if user > RECORD_BYTES_MAX:
+            raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
+        size = user + RECORD_OVERHEAD_BYTES
         if self._pending_bytes + size > self._cfg.pending_bytes_max:
             raise TooManyRequestsError(f"writer of {self.stream}: too many bytes pending")
         now = self._now()
@@ -451,12 +456,17 @@ class LogWriter:
             return []
         now = self._now()
         payloads = [r.payload for r in records]
-        sizes = [len(p) + RECORD_OVERHEAD_BYTES for p in payloads]
-        if max(sizes) > self._cfg.buffer_bytes_max:
-            raise TooLargeError(f"a record exceeds {self._cfg.buffer_bytes_max} bytes")
+        extras = any(r.key is not None or r.headers is not None for r in records)
+        if extras:
+            user = [record_bytes(r.payload, r.key, r.headers) for r in records]
+        else:
+            user = list(map(len, payloads))
+        largest = max(user)
+        if largest > RECORD_BYTES_MAX:
+            raise TooLargeError(f"record of {largest} bytes; at most {RECORD_BYTES_MAX}")
+        sizes = [u + RECORD_OVERHEAD_BYTES for u in user]
         txids = self._txids_many(records, now)
         self._last_txid = txids[-1]
-        extras = any(r.key is not None or r.headers is not None for r in records)
         fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
         batch = _Batch(fut, n)
         limit = self._cfg.buffer_bytes_max
@@ -469,8 +479,11 @@ class LogWriter:
                 used += sizes[j]
                 j += 1
             if j == i:
-                self._cut()
-                continue
+                if self._b_bytes:
+                    self._cut()
+                    continue
+                # A record bigger than a whole buffer is an entry of its own.
+                j, used = i + 1, sizes[i]
             self._append_many(records, payloads, txids, now, batch, i, j, extras)
             self._pending_bytes += used - self._b_bytes
             self._b_bytes = used
