@@ -80,7 +80,7 @@ class NamespaceConfig:
             raise ConfigError(f"core.digest must be crc32c or hmac, got {self.digest!r}")
         if self.compression.lower() not in ("none", "lz4", "zstd"):
             raise ConfigError(f"core.compression must be none, lz4 or zstd: {self.compression!r}")
-        if RECORD_BYTES_MAX + _RECORD_SET_FRAMING_BYTES_MAX > self.ledger.entry_bytes_max:
+        if self.ledger.entry_bytes_max < RECORD_BYTES_MAX + _RECORD_SET_FRAMING_BYTES_MAX:
             raise ConfigError(
                 f"ledger.entry_bytes_max must hold a record of RECORD_BYTES_MAX "
                 f"({RECORD_BYTES_MAX}) bytes with its framing"
