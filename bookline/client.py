@@ -13,7 +13,8 @@
 * **Idempotence**: the client has a producer id; every record gets the next sequence
   number of its stream when it is queued, and a retried request reuses the same
   numbers, so the proxy never writes a record twice.
-* **Retries**: connection failures, 503, 429 and OWNER_MOVED are retried with
+* **Retries**: connection failures, 503 (UNAVAILABLE from a proxy that is starting or
+  stopping included: it is avoided for a while), 429 and OWNER_MOVED are retried with
   exponential backoff and full jitter until ``retry_deadline_ms``; redirects are
   followed at once.
 * **Backpressure**: queued bytes are bounded (``buffer_bytes_max``): ``write`` and
@@ -58,6 +59,7 @@ from bookline.errors import (
     TimeoutError_,
     TooLargeError,
     TooManyRequestsError,
+    UnavailableError,
 )
 from bookline.records import ReadRecord
 
@@ -374,6 +376,11 @@ class ProxyClient:
                     target = owner
                     continue
                 self._owners.pop(stream, None)
+            if isinstance(error, UnavailableError):
+                # That proxy is starting or stopping: another one may serve meanwhile.
+                self._mark_down(target)
+                if stream is not None:
+                    self._owners.pop(stream, None)
             if not (error.retriable or isinstance(error, NotEnoughBookiesError)):
                 raise error
             now = time.monotonic()

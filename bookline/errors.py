@@ -52,6 +52,7 @@ __all__ = [
     "TooManyRequestsError",
     "TruncatedError",
     "UnauthorizedError",
+    "UnavailableError",
     "UnknownError",
     "WriterFailedError",
     "for_code",
@@ -362,6 +363,17 @@ class OutOfOrderSequenceError(BooklineError):
     name = "OUT_OF_ORDER_SEQUENCE"
     retriable = True
     http_status = 409
+
+
+class UnavailableError(BooklineError):
+    """The server is starting or stopping and did nothing with the request: retry (on
+    another server, or this one after a backoff). A proxy that listens before it is
+    ready answers this rather than 500, so clients wait instead of failing writes."""
+
+    code = 41
+    name = "UNAVAILABLE"
+    retriable = True
+    http_status = 503
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

@@ -32,6 +32,7 @@ from bookline.errors import (
     NotFoundError,
     OwnerMovedError,
     TooLargeError,
+    UnavailableError,
 )
 from bookline.http_server import cancel_task, proxy_app, read_body, respond, start_site
 from bookline.names import validate_name
@@ -133,16 +134,20 @@ class WriteProxy:
         if self._ns is not None:
             await self._ns.close()
 
+    # The site listens before the ZooKeeper session is up (its URL, with the port picked
+    # when ``port`` is 0, goes into the registration): requests in that window answer the
+    # retriable 503 UNAVAILABLE, so clients wait or go elsewhere instead of failing.
+
     @property
     def ownership(self) -> Ownership:
         if self._ownership is None:
-            raise BooklineError("write proxy not started")
+            raise UnavailableError("write proxy is starting; retry")
         return self._ownership
 
     @property
     def ns(self) -> Namespace:
         if self._ns is None:
-            raise BooklineError("write proxy not started")
+            raise UnavailableError("write proxy is starting; retry")
         return self._ns
 
     # -- routes --------------------------------------------------------------------
@@ -171,12 +176,13 @@ class WriteProxy:
             self.metrics.redirects.inc()
 
     async def health(self, request: web.Request) -> web.Response:
+        ownership = self.ownership  # 503 UNAVAILABLE while starting
         md_ok = self._md is not None and self._md.zk.session_id is not None
         return respond(request, {
             "status": "ok" if md_ok else "degraded",
             "proxy_id": self.config.proxy_id,
             "url": self.url,
-            "owned_streams": len(self.ownership.owned),
+            "owned_streams": len(ownership.owned),
             "inflight_bytes": self.limiter.total_bytes,
             "inflight_requests": self.limiter.total_requests,
         })

@@ -29,7 +29,6 @@ from bookline.errors import (
     AlreadyExistsError,
     BadRequestError,
     BooklineError,
-    ClosedError,
     LockOwnedError,
     NotFoundError,
     OutOfOrderSequenceError,
@@ -37,6 +36,7 @@ from bookline.errors import (
     OwnershipLostError,
     TooLargeError,
     TooManyRequestsError,
+    UnavailableError,
 )
 from bookline.http_api import WriteRequest
 from bookline.records import LogRecord
@@ -248,7 +248,8 @@ class Ownership:
         if pending is not None:
             return await asyncio.shield(pending)
         if self._closing:
-            raise ClosedError("write proxy is shutting down")
+            # Retriable: the client retries, and reaches the stream's next owner.
+            raise UnavailableError("write proxy is shutting down; retry")
         if len(self.owned) >= self.config.streams_owned_max:
             raise TooManyRequestsError(
                 f"this proxy owns {len(self.owned)} streams, its limit; try another proxy"
