@@ -42,6 +42,7 @@ __all__ = [
     "NotFoundError",
     "OutOfOrderSequenceError",
     "OutOfRangeError",
+    "OutcomeUnknownError",
     "OwnerMovedError",
     "OwnershipLostError",
     "ProtocolVersionError",
@@ -373,6 +374,19 @@ class UnavailableError(BooklineError):
     code = 41
     name = "UNAVAILABLE"
     retriable = True
+    http_status = 503
+
+
+class OutcomeUnknownError(BooklineError):
+    """Records were handed to a writer that failed before answering (or their answer is
+    no longer remembered): they may or may not be in the log. Never a definite failure:
+    retry with the same producer sequence; the stream's next owner reads the outcome
+    back from the log and answers the original positions, or writes what is missing."""
+
+    code = 42
+    name = "OUTCOME_UNKNOWN"
+    retriable = True
+    refresh_owner = True
     http_status = 503
 
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bookline.errors import BadRequestError
+from bookline.errors import OutcomeUnknownError
 from bookline.http_api import PRODUCER_COUNT_HEADER, PRODUCER_HEADER, PRODUCER_SEQ_HEADER
 from bookline.invariants import invariant
 
@@ -105,9 +105,13 @@ class DedupTable:
         for s in range(seq, min(seq + count, state.last_seq + 1)):
             dlsn = state.dlsn_of(s)
             if dlsn is None:
-                raise BadRequestError(
-                    f"producer {producer} sequence {s} was written long ago and is no longer "
-                    "remembered; use a new producer id"
+                # At or below the highest sequence written, but older than the batches
+                # remembered: whether it is in the log is not known here (a producer
+                # whose history was forgotten may have skipped it), so not a definite
+                # failure.
+                raise OutcomeUnknownError(
+                    f"producer {producer} sequence {s} is older than the batches this "
+                    "proxy remembers: it may or may not be in the log"
                 )
             dups.append(dlsn)
         return Plan(dups, len(dups), seq + len(dups))

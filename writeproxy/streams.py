@@ -31,6 +31,7 @@ from bookline.errors import (
     BooklineError,
     LockOwnedError,
     NotFoundError,
+    OutcomeUnknownError,
     OutOfOrderSequenceError,
     OwnerMovedError,
     OwnershipLostError,
@@ -128,6 +129,18 @@ class OwnedStream:
             return known
         return max(state.last_seq + 1, known or 0)
 
+    def _refuse_failed(self, producer: str, seq: int, expected: int | None) -> None:
+        """The writer failed: the table may miss batches it was handed, so nothing is
+        answered from it any more. A request at or below what was handed over may be
+        in the log (outcome unknown); one above it was never written. Both retriable:
+        the retry re-acquires the stream and reads the truth back from the log."""
+        if expected is not None and seq < expected:
+            raise OutcomeUnknownError(
+                f"producer {producer} sequence {seq}: the writer of {self.name} failed "
+                "after it was handed over; retry to learn its position"
+            ) from self.failed
+        raise OwnershipLostError(f"writer of {self.name} failed; retry") from self.failed
+
     def _reorder_timeout(self, producer: str, seq: int, expected: int | None) -> None:
         """The gap before ``seq`` did not fill in time."""
         if expected is None:
@@ -155,16 +168,22 @@ class OwnedStream:
                 await busy[0].done.wait()
                 continue
             expected = self._expected_seq(producer)
+            if self.failed is not None:
+                self._refuse_failed(producer, seq, expected)
             if seq == (expected or 0):
                 return
             if expected is not None and seq < expected:
                 state = self.table.state(producer)
                 if state is not None and seq <= state.last_seq:
                     return  # a retry of something written: planned as a duplicate
+                # Below the handed-over frontier, above what was written, and not in
+                # flight: a batch that reached the writer either completed (recorded
+                # above) or failed it (then ``failed`` is set, handled above), so this
+                # sequence was never handed to the writer -- definitely not written.
                 raise BadRequestError(
                     f"producer {producer} sent sequence {seq} to {self.name} after later "
-                    f"sequences (up to {expected - 1}) were written: it arrived too late "
-                    "for the producer's order to be kept"
+                    f"sequences (up to {expected - 1}) were handed to the writer: it was "
+                    "not written, and arrived too late for the producer's order to be kept"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -188,10 +207,19 @@ class OwnedStream:
         try:
             return await self.writer.write_many(batch)
         except (BadRequestError, TooLargeError):
-            raise  # the request's fault; the writer is fine
-        except BooklineError as exc:
+            raise  # refused before anything was appended: the request's fault
+        except BaseException as exc:
+            # Handed to the writer and not answered (the writer failed, or this task
+            # was cancelled): some of the batch may be durable. The table no longer
+            # matches the log, so the stream is dropped; the retry re-acquires it and
+            # learns the outcome from the log.
             self._fail(exc)
-            raise OwnershipLostError(f"writer of {self.name} failed; retry") from exc
+            if isinstance(exc, BooklineError):
+                raise OutcomeUnknownError(
+                    f"writer of {self.name} failed before answering: the records may or "
+                    "may not be in the log; retry with the same producer sequence"
+                ) from exc
+            raise
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:

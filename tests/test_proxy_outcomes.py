@@ -1,0 +1,117 @@
+"""What a write proxy answers when it cannot know whether records are in the log.
+
+Issue 12 defect 7: a retry whose first attempt was handed to a writer that then failed
+was answered 400 "arrived too late for the producer's order to be kept" -- a definite
+failure -- although ten of its eleven records were in the log. The rule: the answer
+to a retry is the records' original positions once known, or a retriable
+OUTCOME_UNKNOWN until then; never a definite failure for a record that may be in the
+log. OwnedStream with a fake writer (no I/O); the "next owner" rebuilds its table from
+what the fake log holds, as a real takeover does from the stream's tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+
+from bookline.dlsn import DLSN
+from bookline.errors import BooklineError, WriterFailedError
+from bookline.http_api import WriteRequest
+from bookline.records import LogRecord
+from writeproxy import dedup
+from writeproxy.streams import OwnedStream
+
+
+@dataclass
+class _Logged:
+    dlsn: tuple[int, int, int]
+    headers: dict[str, bytes] | None
+    payload: bytes
+
+
+class PartlyDurableWriter:
+    """Appends a batch at call time; ``durable`` of its records reach the log (one
+    entry), then the writer fails before answering -- a bookie ensemble lost mid-batch."""
+
+    def __init__(self, durable: int, segment: int = 1) -> None:
+        self.log: list[_Logged] = []
+        self.durable = durable
+        self.segment = segment
+        self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+        entry = len(self.log)
+        for slot, r in enumerate(records[: self.durable]):
+            self.log.append(_Logged((self.segment, entry, slot), r.headers, r.payload))
+        await self.failure
+        raise AssertionError("unreachable: the writer fails")
+
+    def fail(self) -> None:
+        self.failure.set_exception(WriterFailedError("ensemble lost"))
+
+
+class HealthyWriter:
+    def __init__(self, log: list[_Logged], segment: int) -> None:
+        self.log = log
+        self.segment = segment
+
+    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+        entry = len({d.dlsn[1] for d in self.log if d.dlsn[0] == self.segment})
+        out = []
+        for slot, r in enumerate(records):
+            self.log.append(_Logged((self.segment, entry, slot), r.headers, r.payload))
+            out.append(DLSN(self.segment, entry, slot))
+        return out
+
+
+def _table(log: list[_Logged] | None = None) -> dedup.DedupTable:
+    table = dedup.DedupTable(batches_per_producer=16, producers_max=100)
+    if log is not None:
+        dedup.rebuild(table, log)
+    return table
+
+
+def _req(seq: int, payloads: list[bytes]) -> WriteRequest:
+    return WriteRequest("p", seq, payloads=list(payloads))
+
+
+async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_from_the_log(
+) -> None:
+    payloads = [b"r%d" % i for i in range(11)]
+    writer = PartlyDurableWriter(durable=10)
+    owned = OwnedStream("s", cast(Any, writer), _table(), reorder_wait_s=0.5)
+    first = asyncio.ensure_future(owned.write(_req(0, payloads)))
+    await asyncio.sleep(0.01)
+    assert len(writer.log) == 10  # handed to the writer, ten of them durable
+    retry = asyncio.ensure_future(owned.write(_req(0, payloads)))  # the client timed out
+    await asyncio.sleep(0.01)
+    writer.fail()
+    for attempt in (retry, first):
+        with pytest.raises(BooklineError) as info:
+            await attempt
+        assert info.value.retriable, (
+            f"definite failure for records that are in the log: {info.value}"
+        )
+        assert info.value.name == "OUTCOME_UNKNOWN", info.value
+    # The next owner recovers the log and rebuilds its table from the stream's tail: the
+    # retry is answered with the ten original positions and writes only the eleventh.
+    log = writer.log
+    owned2 = OwnedStream("s", cast(Any, HealthyWriter(log, 2)), _table(log), reorder_wait_s=0.5)
+    dlsns, dups = await owned2.write(_req(0, payloads))
+    assert dups == 10
+    assert dlsns == [DLSN(1, 0, i) for i in range(10)] + [DLSN(2, 0, 0)]
+    assert [r.payload for r in log] == payloads
+
+
+async def test_a_forgotten_sequence_is_not_a_definite_failure() -> None:
+    """A retry older than the batches remembered per producer may or may not be in
+    the log: not a definite 400."""
+    table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
+    for b in range(5):
+        table.record("p", b, [(1, b, 0)])
+    with pytest.raises(BooklineError) as info:
+        table.plan("p", 0, 1)
+    assert info.value.retriable and info.value.name == "OUTCOME_UNKNOWN", info.value
