@@ -30,6 +30,9 @@ _FLAGS: Final[Mapping[str, tuple[str, type]]] = {
     "--disk-check-interval-ms": ("disk_check_interval_ms", int),
     "--session-timeout-ms": ("session_timeout_ms", int),
     "--gil-switch-interval-ms": ("gil_switch_interval_ms", float),
+    # Test-only storage fault shim (bookie/storage/faults.py).
+    "--fault-shim": ("fault_shim", str),
+    "--fault-disk-bytes-max": ("fault_disk_bytes_max", int),
 }
 
 

@@ -9,6 +9,9 @@ import dataclasses
 
 from bookline.errors import ConfigError
 
+# BookieConfig.fault_shim values (see bookie/storage/faults.py).
+FAULT_SHIM_MODES = ("", "on", "power-cut")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BookieConfig:
@@ -102,6 +105,15 @@ class BookieConfig:
     # tails in 4 of 5 end-to-end runs (0 of 5 at 0.1 ms), for ~10 % of peak adds/s.
     gil_switch_interval_ms: float = 0.1
 
+    # --- test-only fault injection (bookie/storage/faults.py); never in production ---
+    # "" (off: storage calls the os functions directly, zero cost), "on" (injectable
+    # fsync errors and a simulated disk size, steered at runtime by FAULTS.toml in the
+    # journal directory) or "power-cut" (as "on", and writes stay in process memory
+    # until their file is fsynced, so kill -9 of the bookie drops what a power cut would).
+    fault_shim: str = ""
+    # Test-only: pretend each storage directory is a disk of this many bytes (0 = real).
+    fault_disk_bytes_max: int = 0
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"bookie.port {self.port} is not a TCP port")
@@ -131,6 +143,10 @@ class BookieConfig:
             raise ConfigError("bookie.gil_switch_interval_ms must be within [0.01, 100]")
         if self.frame_bytes_max < 1024:
             raise ConfigError("bookie.frame_bytes_max must be at least 1024")
+        if self.fault_shim not in FAULT_SHIM_MODES:
+            raise ConfigError(f"bookie.fault_shim must be one of {FAULT_SHIM_MODES}")
+        if self.fault_disk_bytes_max < 0:
+            raise ConfigError("bookie.fault_disk_bytes_max must not be negative")
         dirs = (self.journal_dir, self.ledgers_dir, self.index_dir)
         if len(set(dirs)) != 3:
             raise ConfigError("bookie journal_dir, ledgers_dir and index_dir must differ")

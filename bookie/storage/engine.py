@@ -57,7 +57,7 @@ from bookline.errors import (
 )
 from bookline.invariants import invariant
 
-from . import entrylog, journal
+from . import entrylog, faults, journal
 from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
 from .cache import ReadCache
 from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
@@ -148,18 +148,23 @@ class BookieStorage:
         on_fatal: FatalHandler | None = None,
     ) -> None:
         """``fsync``, ``clock`` and ``rng`` are injectable for tests: ``rng`` only picks
-        when periodic checkpoints happen; seed it to replay a schedule."""
+        when periodic checkpoints happen; seed it to replay a schedule. File I/O goes
+        through :attr:`io`: the ``os`` functions, or the test-only fault shim when
+        ``config.fault_shim`` asks for it (see faults.py)."""
         self.config = config
-        self._fsync = fsync
-        self._clock = clock
-        self._rng = rng if rng is not None else random.Random()
-        self._on_fatal = on_fatal
         self._journal_dir = Path(config.journal_dir)
         self._ledgers_dir = Path(config.ledgers_dir)
         self._index_dir = Path(config.index_dir)
+        self.io = faults.make_io(
+            config.fault_shim, (self._journal_dir, self._ledgers_dir, self._index_dir),
+            disk_bytes_max=config.fault_disk_bytes_max, control_dir=self._journal_dir)
+        self._fsync = self.io.wrap_fsync(fsync)
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._on_fatal = on_fatal
         self.counters = StorageStats()
         self._index = Index(self._index_dir)
-        self._files = EntryLogFiles(self._ledgers_dir)
+        self._files = EntryLogFiles(self._ledgers_dir, self.io)
         self._log_ids = LogIds(1)
         self._flush_writer: EntryLogWriter | None = None
         self._compact_writer: EntryLogWriter | None = None
@@ -221,6 +226,7 @@ class BookieStorage:
             fsync=self._fsync,
             clock=self._clock,
             on_fatal=self._die,
+            io=self.io,
         )
         files = journal.list_files(self._journal_dir)
         next_file = max([*files, mark.file_id]) + 1
@@ -248,9 +254,10 @@ class BookieStorage:
         cfg = self.config
         self._flush_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
                                             cfg.entry_log_bytes_max, self._fsync,
-                                            cfg.entry_log_sync_bytes)  # fmt: skip
+                                            cfg.entry_log_sync_bytes, io=self.io)  # fmt: skip
         self._compact_writer = EntryLogWriter(self._ledgers_dir, self._log_ids,
-                                              cfg.entry_log_bytes_max, self._fsync)
+                                              cfg.entry_log_bytes_max, self._fsync,
+                                              io=self.io)  # fmt: skip
 
     def _replay(self, mark: JournalMark) -> int:
         """Blocking, before the journal thread starts: journal records -> memtable."""
@@ -262,7 +269,7 @@ class BookieStorage:
                             path, result.tail_end)
             if not result.tail_clean or path.stat().st_size > result.tail_end:
                 journal.truncate_tail(self._journal_dir, result.last_file_id,
-                                      result.tail_end, self._fsync)
+                                      result.tail_end, self._fsync, self.io)
         for rec, _end in result.records:
             self._apply(rec)
         return len(result.records)
@@ -727,7 +734,7 @@ class BookieStorage:
             runs += writer.append_run(ledger_id, entry_ids, payloads)
         written = writer.sync() if runs else {}
         self._index.write_checkpoint(runs, states, written)
-        journal.write_mark(self._ledgers_dir, mark, self._fsync)
+        journal.write_mark(self._ledgers_dir, mark, self._fsync, self.io)
 
     async def _checkpoint_loop(self) -> None:
         delays_s = checkpoint_delays_s(self.config.checkpoint_interval_ms / 1000.0,
@@ -823,9 +830,7 @@ class BookieStorage:
     def disk_usage(self) -> DiskUsage:
         worst: tuple[float, int, int] = (0.0, 0, 0)
         for d in (self._journal_dir, self._ledgers_dir, self._index_dir):
-            st = os.statvfs(d)
-            total = st.f_blocks * st.f_frsize
-            free = st.f_bavail * st.f_frsize
+            total, free = self.io.disk_space(d)
             used = 1.0 - (free / total) if total else 1.0
             if used >= worst[0]:
                 worst = (used, free, total)

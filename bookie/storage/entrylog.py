@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from bookie.storage.faults import REAL_IO, FileIO
 from bookie.storage.files import list_numbered, numbered_name
 from bookline.errors import ChecksumError
 from bookline.invariants import invariant
@@ -155,8 +156,9 @@ class EntryLogFiles:
     again (compaction moved the entry).
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, io: FileIO = REAL_IO) -> None:
         self._dir = directory
+        self._io = io
         self._lock = threading.Lock()
         self._open: dict[int, list[int]] = {}  # log id -> [fd, refs]
         self._doomed: set[int] = set()
@@ -170,13 +172,13 @@ class EntryLogFiles:
             slot = self._open.get(loc.log_id)
             if slot is None:
                 try:
-                    fd = os.open(self._dir / file_name(loc.log_id), os.O_RDONLY)
+                    fd = self._io.open(self._dir / file_name(loc.log_id), os.O_RDONLY)
                 except FileNotFoundError:
                     return None
                 slot = self._open[loc.log_id] = [fd, 0]
             slot[1] += 1
         try:
-            return os.pread(slot[0], want, loc.offset)
+            return self._io.pread(slot[0], want, loc.offset)
         finally:
             self._release(loc.log_id, slot)
 
@@ -184,7 +186,7 @@ class EntryLogFiles:
         with self._lock:
             slot[1] -= 1
             if slot[1] == 0 and log_id in self._doomed:
-                os.close(slot[0])
+                self._io.close(slot[0])
                 del self._open[log_id]
                 self._doomed.discard(log_id)
 
@@ -197,7 +199,7 @@ class EntryLogFiles:
             slot = self._open.get(log_id)
             if slot is not None:
                 if slot[1] == 0:
-                    os.close(slot[0])
+                    self._io.close(slot[0])
                     del self._open[log_id]
                 else:
                     self._doomed.add(log_id)
@@ -206,7 +208,7 @@ class EntryLogFiles:
     def close(self) -> None:
         with self._lock:
             for fd, _refs in self._open.values():
-                os.close(fd)
+                self._io.close(fd)
             self._open.clear()
             self._doomed.clear()
 
@@ -241,9 +243,11 @@ class EntryLogWriter:
 
     def __init__(
         self, directory: Path, ids: LogIds, bytes_max: int, fsync: Fsync,
-        sync_every_bytes: int = 0,
+        sync_every_bytes: int = 0, *, io: FileIO = REAL_IO,
     ) -> None:  # fmt: skip
+        """``fsync`` is already wrapped by ``io`` (see faults.FileIO.wrap_fsync)."""
         self._dir = directory
+        self._io = io
         self._ids = ids
         self._bytes_max = bytes_max
         self._fsync = fsync
@@ -322,14 +326,14 @@ class EntryLogWriter:
             add_length(length + 8)
             pos += length + 8
             if len(iov) >= _IOV_BUFFERS_MAX:
-                _pwritev_all(fd, iov, chunk_pos, pos - chunk_pos)
+                _pwritev_all(self._io, fd, iov, chunk_pos, pos - chunk_pos)
                 self._written_along(pos - chunk_pos)
                 iov.clear()
                 chunk_pos = pos
             if pos >= limit:
                 break
         if iov:
-            _pwritev_all(fd, iov, chunk_pos, pos - chunk_pos)
+            _pwritev_all(self._io, fd, iov, chunk_pos, pos - chunk_pos)
             self._written_along(pos - chunk_pos)
         self._size = self._buf_start = pos
         log_id = self._log_id
@@ -357,7 +361,8 @@ class EntryLogWriter:
             self._write_buf()
             self._unsynced.append(self._fd)
         log_id = self._ids.allocate()
-        fd = os.open(self._dir / file_name(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = self._io.open(self._dir / file_name(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                           0o644)  # fmt: skip
         self._fd, self._log_id = fd, log_id
         self._unsynced_bytes = 0
         header = encode_file_header(log_id)
@@ -368,7 +373,7 @@ class EntryLogWriter:
 
     def _write_buf(self) -> None:
         with memoryview(self._buf) as view:
-            _pwrite_all(self._fd, view, self._buf_start)
+            _pwrite_all(self._io, self._fd, view, self._buf_start)
         self._buf_start += len(self._buf)
         self._buf.clear()
 
@@ -392,7 +397,7 @@ class EntryLogWriter:
             try:
                 self._fsync(fd)
             finally:
-                os.close(fd)
+                self._io.close(fd)
         created = bool(self._unsynced) or bool(self.written_bytes)
         self._unsynced.clear()
         if created:
@@ -406,27 +411,27 @@ class EntryLogWriter:
 
     def close(self) -> None:
         for fd in self._unsynced:
-            os.close(fd)
+            self._io.close(fd)
         self._unsynced.clear()
         if self._fd >= 0:
-            os.close(self._fd)
+            self._io.close(self._fd)
             self._fd = -1
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+def _pwrite_all(io: FileIO, fd: int, data: memoryview, offset: int) -> None:
     """pwrite until all of ``data`` is written (a write may be short)."""
     while data:
-        n = os.pwrite(fd, data, offset)
+        n = io.pwrite(fd, data, offset)
         data = data[n:]
         offset += n
 
 
-def _pwritev_all(fd: int, buffers: list[bytes], offset: int, nbytes: int) -> None:
+def _pwritev_all(io: FileIO, fd: int, buffers: list[bytes], offset: int, nbytes: int) -> None:
     """pwritev ``buffers`` (``nbytes`` in all) at ``offset``, finishing a short write."""
-    n = os.pwritev(fd, buffers, offset)
+    n = io.pwritev(fd, buffers, offset)
     if n < nbytes:  # rare (a signal, a nearly full disk): finish the simple way
         with memoryview(b"".join(buffers)) as rest:
-            _pwrite_all(fd, rest[n:], offset + n)
+            _pwrite_all(io, fd, rest[n:], offset + n)
 
 
 def scan(directory: Path, log_id: int) -> Iterator[tuple[int, int, Location, bytes]]:

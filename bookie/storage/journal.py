@@ -51,6 +51,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 import crc32c
 
+from bookie.storage.faults import REAL_IO, FileIO
 from bookie.storage.files import list_numbered, numbered_name
 from bookline.errors import ChecksumError, ClosedError, IOFailureError
 from bookline.invariants import invariant
@@ -252,19 +253,20 @@ def replay(directory: Path, mark: JournalMark) -> ReplayResult:
     return result
 
 
-def truncate_tail(directory: Path, file_id: int, end: int, fsync: Fsync) -> None:
+def truncate_tail(directory: Path, file_id: int, end: int, fsync: Fsync,
+                  io: FileIO = REAL_IO) -> None:  # fmt: skip
     """Cut a journal file at ``end`` (deleting it when even its header is torn)."""
     path = directory / file_name(file_id)
     if end < FILE_HEADER_BYTES:
         path.unlink()
         fsync_dir(directory, fsync)
         return
-    fd = os.open(path, os.O_RDWR)
+    fd = io.open(path, os.O_RDWR)
     try:
-        os.ftruncate(fd, end)
+        io.ftruncate(fd, end)
         fsync(fd)
     finally:
-        os.close(fd)
+        io.close(fd)
 
 
 _MARK = struct.Struct(">4sHQQ")
@@ -296,16 +298,17 @@ def read_mark(directory: Path) -> JournalMark | None:
     return decode_mark(data)
 
 
-def write_mark(directory: Path, mark: JournalMark, fsync: Fsync) -> None:
+def write_mark(directory: Path, mark: JournalMark, fsync: Fsync,
+               io: FileIO = REAL_IO) -> None:  # fmt: skip
     """Persist the mark atomically: temp file, fsync, rename, fsync the directory."""
     tmp = directory / (MARK_FILE + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         data = encode_mark(mark)
-        invariant(os.write(fd, data) == len(data), "short write of the journal mark")
+        invariant(io.pwrite(fd, data, 0) == len(data), "short write of the journal mark")
         fsync(fd)
     finally:
-        os.close(fd)
+        io.close(fd)
     os.replace(tmp, directory / MARK_FILE)
     fsync_dir(directory, fsync)
 
@@ -362,8 +365,13 @@ class Journal:
         fsync: Fsync,
         clock: Clock,
         on_fatal: Callable[[BaseException], None],
+        io: FileIO = REAL_IO,
     ) -> None:
+        """``fsync`` is what the journal calls after each group (already wrapped by
+        ``io``'s :meth:`~bookie.storage.faults.FileIO.wrap_fsync`)."""
         self._dir = directory
+        self._io = io
+        self._pwrite = io.pwrite  # bound once: the group commit's one write call
         self._file_bytes_max = file_bytes_max
         self._prealloc_bytes = prealloc_bytes
         self._group_bytes_max = group_bytes_max
@@ -434,7 +442,7 @@ class Journal:
         if self._thread is not None:
             self._thread.join()
         if self._fd >= 0:
-            os.close(self._fd)
+            self._io.close(self._fd)
             self._fd = -1
 
     def delete_before(self, file_id: int) -> int:
@@ -450,7 +458,7 @@ class Journal:
 
     def _open_file(self, file_id: int) -> None:
         path = self._dir / file_name(file_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = self._io.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             header = encode_file_header(file_id)
             self._fd, self._file_id, self._pos, self._alloc_end = fd, file_id, 0, 0
@@ -459,7 +467,7 @@ class Journal:
             self._fsync(fd)
             fsync_dir(self._dir, self._fsync)
         except BaseException:
-            os.close(fd)
+            self._io.close(fd)
             self._fd = -1
             raise
         self._pos = len(header)
@@ -469,7 +477,7 @@ class Journal:
             return
         grow = max(self._prealloc_bytes, self._pos + nbytes - self._alloc_end)
         try:
-            os.posix_fallocate(self._fd, self._alloc_end, grow)
+            self._io.fallocate(self._fd, self._alloc_end, grow)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
@@ -480,8 +488,9 @@ class Journal:
 
     def _write_all(self, data: bytes | bytearray, offset: int) -> None:
         view = memoryview(data)
+        pwrite = self._pwrite
         while view:
-            n = os.pwrite(self._fd, view, offset)
+            n = pwrite(self._fd, view, offset)
             view = view[n:]
             offset += n
 
@@ -567,7 +576,7 @@ class Journal:
     def _roll(self) -> None:
         old = self._fd
         self._open_file(self._file_id + 1)
-        os.close(old)
+        self._io.close(old)
         self.stats.files_rolled += 1
 
     def fail_queued(self, error: BaseException) -> None:

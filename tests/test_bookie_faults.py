@@ -1,0 +1,235 @@
+"""The test-only storage fault shim (bookie/storage/faults.py) and its offline helpers.
+
+In-process: a power cut is ``abort()`` (what kill -9 leaves) followed by
+``FaultShim.cut_power()`` (drop what was never fsynced). Process bookies get the same
+with ``fault_shim = "power-cut"`` and kill -9 (tests/test_power_cut.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from bookie.config import BookieConfig
+from bookie.storage import faults
+from bookie.storage.engine import BookieStorage
+from bookline.errors import ConfigError, IOFailureError, NoEntryError, NoLedgerError
+from tests.test_bookie_storage import KEY, add_all, check_all, make_config, payload
+
+
+def shim_of(s: BookieStorage) -> faults.FaultShim:
+    assert isinstance(s.io, faults.FaultShim)
+    return s.io
+
+
+async def power_cut(s: BookieStorage) -> BookieStorage:
+    """Crash ``s`` as a power cut would, and start a fresh storage on its directories."""
+    await s.abort()
+    shim_of(s).cut_power()
+    new = BookieStorage(s.config)
+    await new.start()
+    return new
+
+
+def test_off_is_the_os_functions(tmp_path: Path) -> None:
+    """Zero cost when off: the layer's functions are the os functions themselves."""
+    s = BookieStorage(make_config(tmp_path))
+    assert s.io is faults.REAL_IO
+    assert s.io.pwrite is os.pwrite and s.io.pread is os.pread
+    assert s.io.pwritev is os.pwritev and s.io.fallocate is os.posix_fallocate
+    with pytest.raises(ConfigError):
+        make_config(tmp_path, fault_shim="lightning")
+    with pytest.raises(ConfigError):
+        make_config(tmp_path, fault_disk_bytes_max=-1)
+
+
+def test_overlay_is_read_back_and_applied_only_at_fsync(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.POWER_CUT, [tmp_path])
+    fsync = shim.wrap_fsync(os.fdatasync)
+    path = tmp_path / "f"
+    fd = shim.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        shim.pwrite(fd, b"hello world", 0)
+        shim.pwritev(fd, [b"HE", b"LLO"], 0)
+        assert path.read_bytes() == b""  # nothing reached the file
+        assert shim.pread(fd, 100, 0) == b"HELLO world"
+        assert shim.pread(fd, 3, 6) == b"wor"
+        assert shim.unsynced_bytes() == 16
+        fsync(fd)
+        assert path.read_bytes() == b"HELLO world"
+        shim.pwrite(fd, b"!!", 11)
+        assert shim.cut_power() == 2
+        assert shim.pread(fd, 100, 0) == b"HELLO world"
+    finally:
+        shim.close(fd)
+
+
+def test_fsync_error_drops_the_unsynced_writes(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.POWER_CUT, [tmp_path])
+    fsync = shim.wrap_fsync(os.fdatasync)
+    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        shim.pwrite(fd, b"lost", 0)
+        shim.fail_fsync(errno.EIO)
+        with pytest.raises(OSError) as info:
+            fsync(fd)
+        assert info.value.errno == errno.EIO
+        shim.fail_fsync(None)
+        fsync(fd)
+        assert (tmp_path / "f").read_bytes() == b""
+    finally:
+        shim.close(fd)
+
+
+def test_simulated_disk_size_and_ballast(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.ON, [tmp_path], disk_bytes_max=1 << 20)
+    assert shim.disk_space(tmp_path) == (1 << 20, 1 << 20)
+    ballast = faults.fill_disk(tmp_path, 1000 << 10)
+    assert shim.disk_space(tmp_path).free_bytes == (1 << 20) - (1000 << 10)
+    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        shim.fallocate(fd, 0, 10 << 10)  # fits
+        with pytest.raises(OSError) as info:
+            shim.fallocate(fd, 0, 100 << 10)
+        assert info.value.errno == errno.ENOSPC
+        with pytest.raises(OSError):
+            shim.pwrite(fd, bytes(100 << 10), 0)
+        ballast.unlink()
+        shim.fallocate(fd, 0, 100 << 10)
+    finally:
+        shim.close(fd)
+
+
+def test_control_file_steers_a_running_shim(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.ON, [tmp_path], control_dir=tmp_path)
+    fsync = shim.wrap_fsync(lambda fd: None)
+    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fsync(fd)
+        (tmp_path / faults.CONTROL_FILE).write_text('fsync_error = "EIO"\ndisk_bytes_max = 4096\n')
+        with pytest.raises(OSError):
+            fsync(fd)
+        assert shim.disk_space(tmp_path).total_bytes == 4096
+        (tmp_path / faults.CONTROL_FILE).unlink()
+        fsync(fd)
+        assert shim.disk_space(tmp_path).total_bytes > 4096
+    finally:
+        shim.close(fd)
+
+
+def test_offline_damage_helpers(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(16)) * 512)
+    faults.flip_bit(path, 3, 7)
+    assert path.read_bytes()[3] == 3 ^ 0x80
+    faults.zero_block(path, 4000, 200)
+    data = path.read_bytes()
+    assert data[4000:4200] == bytes(200) and data[4200] == 4200 % 16
+    faults.truncate(path, 100)
+    assert path.stat().st_size == 100
+    with pytest.raises(ValueError):
+        faults.flip_bit(path, 100)
+
+
+# --- the shim under the storage engine ------------------------------------------------
+
+
+async def test_power_cut_keeps_every_fsynced_entry(tmp_path: Path) -> None:
+    config = make_config(tmp_path, fault_shim="power-cut", entry_log_bytes_max=64 << 10)
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await add_all(s, 1, range(200), size=500)
+        await s.checkpoint()  # entry logs + index + mark
+        await add_all(s, 1, range(200, 300), size=500)  # journal only
+        await add_all(s, 2, range(50))
+        s = await power_cut(s)
+        await check_all(s, 1, range(300), size=500)
+        await check_all(s, 2, range(50))
+        s = await power_cut(s)  # again, after the replay's own checkpoint
+        await check_all(s, 1, range(300), size=500)
+    finally:
+        await s.close()
+
+
+async def test_power_cut_loses_what_was_acknowledged_without_fsync(tmp_path: Path) -> None:
+    """The control: a bookie acknowledging without journal fsync loses acknowledged
+    entries in a power cut (while kill -9 alone would keep them in the page cache)."""
+    config = make_config(tmp_path, fault_shim="power-cut", journal_sync=False)
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await add_all(s, 1, range(20))
+        await s.checkpoint()
+        await add_all(s, 1, range(20, 100))  # acknowledged, never fsynced
+        assert shim_of(s).unsynced_bytes() > 80 * 100
+        s = await power_cut(s)
+        await check_all(s, 1, range(20))
+        with pytest.raises(NoEntryError):
+            await s.read_entry(1, 20)
+    finally:
+        await s.close()
+    # Without the shim, kill -9 alone keeps the page cache: nothing is lost.
+    config = dataclasses.replace(config, fault_shim="", journal_dir=str(tmp_path / "j2"),
+                                 ledgers_dir=str(tmp_path / "l2"), index_dir=str(tmp_path / "i2"))
+    s = BookieStorage(config)
+    await s.start()
+    await add_all(s, 2, range(50))
+    await s.abort()
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await check_all(s, 2, range(50))
+    finally:
+        await s.close()
+
+
+async def test_power_cut_before_a_ledgers_first_fsync(tmp_path: Path) -> None:
+    config = make_config(tmp_path, fault_shim="power-cut", journal_sync=False)
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await add_all(s, 9, range(5))
+        s = await power_cut(s)
+        with pytest.raises(NoLedgerError):
+            await s.read_entry(9, 0)
+    finally:
+        await s.close()
+
+
+async def test_injected_fsync_eio_is_fatal_and_loses_nothing_acknowledged(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path, fault_shim="power-cut")
+    fatal: list[BaseException] = []
+    s = BookieStorage(config, on_fatal=fatal.append)
+    await s.start()
+    try:
+        await add_all(s, 1, range(30))
+        shim_of(s).fail_fsync(errno.EIO)
+        results = await asyncio.gather(
+            *(s.add_entry(1, e, e - 1, KEY, payload(1, e)) for e in range(30, 40)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, IOFailureError) for r in results), results
+        assert len(fatal) == 1
+        shim_of(s).fail_fsync(None)
+        s = await power_cut(s)
+        await check_all(s, 1, range(30))
+    finally:
+        await s.close()
+
+
+def test_shim_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bookline.config import load_config
+
+    monkeypatch.setenv("BOOKLINE_BOOKIE_FAULT_SHIM", "power-cut")
+    monkeypatch.setenv("BOOKLINE_BOOKIE_FAULT_DISK_BYTES_MAX", "123456")
+    cfg = load_config(BookieConfig, path=None, section="bookie", env_prefix="BOOKLINE_BOOKIE_",
+                      overrides={})  # fmt: skip
+    assert (cfg.fault_shim, cfg.fault_disk_bytes_max) == ("power-cut", 123456)
