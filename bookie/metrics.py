@@ -13,6 +13,9 @@ name -> number, read at refresh time): every entry is exported as
 * ``memtable_hits`` + ``read_cache_hits`` vs ``read_cache_misses`` ->
   ``..._read_cache_hit_ratio``
   (reads answered from memory / reads)
+* ``damaged_entries`` -> ``bookline_bookie_damaged_entries`` (entries held damaged,
+  awaiting repair) and ``checksum_failures`` -> ``..._checksum_failures_total`` (every
+  checksum failure met by reads, compaction and journal replay)
 
 Journal fsync latency and group size are histograms fed by the journal thread through
 :meth:`BookieMetrics.observe_journal_group` (prometheus_client metrics are thread-safe).
@@ -97,6 +100,21 @@ class _RequestStats:
         yield latency
 
 
+class _StorageCounters:
+    """Counters kept by the storage engine, exported as Prometheus counters with the
+    value of the last refresh (the engine counts; we only publish)."""
+
+    def __init__(self) -> None:
+        self.checksum_failures = 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "bookline_bookie_checksum_failures",
+            "Checksum failures met in entry logs and the journal (reads, compaction, replay)",
+            value=self.checksum_failures,
+        )
+
+
 class BookieMetrics:
     """Counters and gauges of one bookie; owns its own registry."""
 
@@ -146,6 +164,13 @@ class BookieMetrics:
         self._storage = Gauge(
             "bookline_bookie_storage", "Raw storage engine stats", ["stat"], registry=r
         )
+        self._damaged = Gauge(
+            "bookline_bookie_damaged_entries",
+            "Entries held damaged on this bookie, awaiting repair by a recovery add",
+            registry=r,
+        )
+        self._storage_counters = _StorageCounters()
+        r.register(self._storage_counters)
 
     def observe_request(self, op: str, status: str, seconds: float) -> None:
         """One answered request (event loop thread)."""
@@ -178,6 +203,10 @@ class BookieMetrics:
             self._storage.labels(name).set(value)
         if "memtable_bytes" in numbers:
             self._memtable.set(numbers["memtable_bytes"])
+        if "damaged_entries" in numbers:
+            self._damaged.set(numbers["damaged_entries"])
+        if "checksum_failures" in numbers:
+            self._storage_counters.checksum_failures = numbers["checksum_failures"]
         hits = numbers.get("memtable_hits", 0.0) + numbers.get("read_cache_hits", 0.0)
         lookups = hits + numbers.get("read_cache_misses", 0.0)
         if lookups > 0:

@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +62,15 @@ from . import entrylog, faults, journal
 from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
 from .cache import ReadCache
 from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
-from .index import Index, LedgerRecord
+from .index import (
+    DAMAGE_JOURNAL,
+    DAMAGE_READ,
+    DAMAGE_SOURCES,
+    TOMBSTONE,
+    Damage,
+    Index,
+    LedgerRecord,
+)
 from .journal import (
     ADD,
     FENCE,
@@ -133,6 +142,9 @@ class StorageStats:
     compacted_logs: int = 0  # written by the gc thread
     compaction_bytes_reclaimed: int = 0
     deleted_ledgers: int = 0
+    # Every checksum failure met (reads, compaction, journal replay); any thread,
+    # under BookieStorage._damage_lock.
+    checksum_failures: int = 0
 
 
 class BookieStorage:
@@ -178,8 +190,9 @@ class BookieStorage:
         self._reserved_bytes = 0  # adds queued in the journal, not yet in the memtable
         self._cache = ReadCache(config.read_cache_bytes_max)
         self._read_only = False
-        # (ledger_id, entry_id) found damaged; filled in by reads, compaction and replay.
-        self._damaged: set[tuple[int, int]] = set()
+        # Damaged entries live in the index (D rows, see index.py); this lock guards the
+        # failure counter, which read, gc and flush threads all bump.
+        self._damage_lock = threading.Lock()
         self._fatal: BaseException | None = None
         self._closed = False
         self._started = False
@@ -531,47 +544,87 @@ class BookieStorage:
         return found
 
     def _read_disk(self, ledger_id: int, entry_id: int) -> tuple[bytes, list[tuple[int, bytes]]]:
-        """Read thread: the entry plus read-ahead of the same ledger's next entries."""
+        """Read thread: the entry plus read-ahead of the same ledger's next entries.
+
+        A damaged record costs only its own entry: it is marked damaged (see
+        :meth:`_record_damage`) and skipped, its neighbours are still served."""
         for attempt in range(READ_ATTEMPTS):
             loc = self._index.get(ledger_id, entry_id)
             if loc is None:
                 raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
+            if loc == TOMBSTONE:
+                raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on this "
+                                    "bookie (awaiting repair)")
             wanted = [(entry_id, loc)]
             ahead_bytes = 0
             for ahead_id, ahead_loc in self._index.scan(ledger_id, entry_id + 1,
                                                          self.config.read_ahead_entries):
                 ahead_bytes += ahead_loc.length
-                if ahead_bytes > READ_AHEAD_BYTES_MAX:
+                if ahead_bytes > READ_AHEAD_BYTES_MAX or ahead_loc == TOMBSTONE:
                     break
                 wanted.append((ahead_id, ahead_loc))
-            found = self._read_runs(ledger_id, entrylog.group_runs(wanted))
+            found, bad = self._read_runs(ledger_id, entrylog.group_runs(wanted), dict(wanted))
+            for bad_id, bad_loc, reason in bad:
+                self._record_damage(ledger_id, bad_id, bad_loc,
+                                    Damage(DAMAGE_READ, bad_loc.log_id, bad_loc.offset), reason)
             if found and found[0][0] == entry_id:
                 return found[0][1], found[1:]
+            if any(bad_id == entry_id for bad_id, _loc, _r in bad):
+                raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on this bookie: "
+                                    f"{bad[0][2]}")
             log.debug("entry %d/%d moved under a read (attempt %d); looking up again",
                       ledger_id, entry_id, attempt)
         raise ChecksumError(f"entry {ledger_id}/{entry_id} failed validation on every read")
 
-    def _read_runs(self, ledger_id: int,
-                   runs: list[tuple[Location, list[int]]]) -> list[tuple[int, bytes]]:
-        """Entries of valid runs, stopping at the first stale or bad one."""
+    def _read_runs(
+        self, ledger_id: int, runs: list[tuple[Location, list[int]]], locs: dict[int, Location]
+    ) -> tuple[list[tuple[int, bytes]], list[tuple[int, Location, str]]]:
+        """(entries of the runs, in order; bad records as (entry, location, reason)).
+
+        Stops at a stale run (its log was compacted away: the caller looks up again). A
+        run that fails to decode as a whole is decoded record by record, so one bad
+        record does not take the rest of its run with it."""
         out: list[tuple[int, bytes]] = []
+        bad: list[tuple[int, Location, str]] = []
         for run, ids in runs:
             data = self._files.read(run)
             if data is None or len(data) != run.length:
-                return out
+                break
             try:
                 records = list(entrylog.split_records(data))
+                intact = len(records) == len(ids) and all(
+                    rec[0] == ledger_id and rec[1] == want
+                    for rec, want in zip(records, ids, strict=True))
             except ChecksumError:
-                log.warning("bad entry log record in log %d near offset %d", run.log_id,
-                            run.offset, exc_info=True)
-                return out
-            if len(records) != len(ids):
-                return out
-            for (rec_ledger, rec_entry, payload), want in zip(records, ids, strict=True):
-                if rec_ledger != ledger_id or rec_entry != want:
-                    return out
-                out.append((rec_entry, payload))
-        return out
+                intact = False
+            if intact:
+                out += [(rec_entry, payload) for _l, rec_entry, payload in records]
+                continue
+            for want in ids:
+                loc = locs[want]
+                start = loc.offset - run.offset
+                try:
+                    out.append((want, _decode_at(data[start : start + loc.length], ledger_id,
+                                                 want)))
+                except ChecksumError as exc:
+                    bad.append((want, loc, str(exc)))
+        return out, bad
+
+    def _record_damage(self, ledger_id: int, entry_id: int, found_at: Location | None,
+                       damage: Damage, reason: str) -> bool:  # fmt: skip
+        """Any thread: count a checksum failure; mark the entry damaged in the index
+        (persisted, reads fail with ChecksumError until a repair) and log it once.
+        Returns True when newly marked."""
+        with self._damage_lock:
+            self.counters.checksum_failures += 1
+        if not self._index.mark_damaged(ledger_id, entry_id, found_at, damage):
+            return False
+        name = (entrylog.file_name(damage.file_id) if damage.source != DAMAGE_JOURNAL
+                else journal.file_name(damage.file_id))
+        log.warning("damaged entry: ledger %d entry %d in %s at offset %d (found by %s: %s); "
+                    "reads of it fail until a recovery add repairs it", ledger_id, entry_id,
+                    name, damage.offset, DAMAGE_SOURCES[damage.source], reason)
+        return True
 
     def last_add_confirmed(self, ledger_id: int) -> int:
         return self._ledger(ledger_id).lac
@@ -733,7 +786,10 @@ class BookieStorage:
         for ledger_id, entry_ids, payloads in frozen.sorted_runs():
             runs += writer.append_run(ledger_id, entry_ids, payloads)
         written = writer.sync() if runs else {}
-        self._index.write_checkpoint(runs, states, written)
+        repaired = self._index.write_checkpoint(
+            runs, states, written, lambda lid, eid: frozen.get(lid, eid) is not None)
+        for ledger_id, entry_id in repaired:
+            log.info("damaged entry repaired: ledger %d entry %d", ledger_id, entry_id)
         journal.write_mark(self._ledgers_dir, mark, self._fsync, self.io)
 
     async def _checkpoint_loop(self) -> None:
@@ -754,7 +810,7 @@ class BookieStorage:
     # ------------------------------------------------------------------ gc
 
     def damaged_entries(self) -> list[tuple[int, int]]:
-        return sorted(self._damaged)
+        return sorted(self._index.damaged_snapshot())
 
     async def delete_ledgers(self, ledger_ids: set[int]) -> None:
         async with self._checkpoint_lock:  # no frozen memtable is being flushed now
@@ -893,6 +949,7 @@ class BookieStorage:
             read_cache_entries=len(self._cache),
             ledgers=len(self._ledgers),
             read_only=float(self._read_only),
+            damaged_entries=self._index.damaged_count(),
         )
         return out
 
@@ -918,6 +975,15 @@ def checkpoint_delays_s(interval_s: float, jitter_fraction: float,
     low, high = 1.0 - jitter_fraction, 1.0 + jitter_fraction
     while True:
         yield interval_s * rng.uniform(low, high)
+
+
+def _decode_at(record: bytes, ledger_id: int, entry_id: int) -> bytes:
+    """The payload of one entry-log record that must hold ``ledger_id/entry_id``."""
+    rec_ledger, rec_entry, payload = entrylog.decode_record(record)
+    if (rec_ledger, rec_entry) != (ledger_id, entry_id):
+        raise ChecksumError(f"entry log record holds {rec_ledger}/{rec_entry}, "
+                            f"not {ledger_id}/{entry_id}")
+    return payload
 
 
 def _wake(st: _Ledger) -> None:

@@ -6,6 +6,14 @@ Keys and values (rocksdict raw mode, all integers big-endian so keys sort by num
     b"S" | ledger_id u64                 ->  version u8 | flags u8 (bit 0: fenced) |
                                              lac i64 | last_entry i64 | master key
     b"G" | log_id u64                    ->  version u8 | total_bytes u64 | live_bytes u64
+    b"D" | ledger_id u64 | entry_id u64  ->  version u8 | source u8 | file_id u64 |
+                                             offset u64   (a damaged entry: where and
+                                             how it was found, see :class:`Damage`)
+
+A damaged entry's ``E`` row points at :data:`TOMBSTONE` (log 0, which is never
+allocated): the entry stays known (listings, last entry) and every read of it fails with
+ChecksumError, until a repair's checkpoint writes a new location and deletes the ``D``
+row in the same batch.
 
 ``G`` rows are written in the same batch as the ``E`` rows that point into the log, so a
 log file without a ``G`` row holds nothing indexed (a crash mid-flush) and is deleted at
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,6 +49,7 @@ from .entrylog import AppendedRun, Location
 _E = b"E"
 _S = b"S"
 _G = b"G"
+_D = b"D"
 _KEY_ENTRY = struct.Struct(">cQQ")
 _KEY_ID = struct.Struct(">cQ")
 _LOC = struct.Struct(">QQI")
@@ -48,6 +57,16 @@ _STATE = struct.Struct(">BBqq")
 _STATS = struct.Struct(">BQQ")
 STATE_VERSION = 1
 STATS_VERSION = 1
+_DAMAGE = struct.Struct(">BBQQ")
+DAMAGE_VERSION = 1
+# Where a damaged entry was found (Damage.source).
+DAMAGE_READ = 1  # a read's checksum failed in an entry log
+DAMAGE_COMPACTION = 2  # compaction found the record bad
+DAMAGE_JOURNAL = 3  # journal replay found the ADD record's payload bad
+DAMAGE_SOURCES = {DAMAGE_READ: "read", DAMAGE_COMPACTION: "compaction",
+                  DAMAGE_JOURNAL: "journal replay"}  # fmt: skip
+# The location of a damaged entry: log id 0 is never allocated (LogIds start at 1).
+TOMBSTONE = Location(0, 0, 0)
 _FENCED = 1
 _U64_MAX = (1 << 64) - 1
 
@@ -61,8 +80,28 @@ class LedgerRecord(NamedTuple):
     last_entry: int
 
 
+class Damage(NamedTuple):
+    """Where a damaged entry was found: an entry log (file_id = log id) or a journal
+    file (file_id = journal file id), and the record's offset in it."""
+
+    source: int
+    file_id: int
+    offset: int
+
+
 def entry_key(ledger_id: int, entry_id: int) -> bytes:
     return _KEY_ENTRY.pack(_E, ledger_id, entry_id)
+
+
+def encode_damage(d: Damage) -> bytes:
+    return _DAMAGE.pack(DAMAGE_VERSION, d.source, d.file_id, d.offset)
+
+
+def decode_damage(data: bytes) -> Damage:
+    if len(data) != _DAMAGE.size or data[0] != DAMAGE_VERSION:
+        raise ChecksumError("index damage row has an unknown version or size")
+    _v, source, file_id, offset = _DAMAGE.unpack(data)
+    return Damage(source, file_id, offset)
 
 
 def encode_state(rec: LedgerRecord) -> bytes:
@@ -86,6 +125,8 @@ class Index:
         self._unsynced.sync = False
         # log id -> [total bytes, live bytes]; mirrors the G rows.
         self.log_stats: dict[int, list[int]] = {}
+        # (ledger, entry) -> Damage; mirrors the D rows (read it with damaged_snapshot).
+        self._damaged: dict[tuple[int, int], Damage] = {}
 
     @property
     def db(self) -> Rdict:
@@ -107,6 +148,9 @@ class Index:
                 raise ChecksumError("index log stats have an unknown version")
             _v, total, live = _STATS.unpack(value)
             self.log_stats[_KEY_ID.unpack(key)[1]] = [total, live]
+        for key, value in self._prefix_items(_D):
+            _d, ledger_id, entry_id = _KEY_ENTRY.unpack(key)
+            self._damaged[(ledger_id, entry_id)] = decode_damage(value)
         return states
 
     def close(self) -> None:
@@ -183,8 +227,11 @@ class Index:
         runs: Sequence[AppendedRun],
         states: dict[int, LedgerRecord],
         written: dict[int, int],
-    ) -> None:
-        """One synced batch: new entry locations, ledger states, log stats.
+        flushed: Callable[[int, int], bool] | None = None,
+    ) -> list[tuple[int, int]]:
+        """One synced batch: new entry locations, ledger states, log stats; and the
+        damage marks of entries this flush wrote afresh (``flushed(ledger, entry)``
+        says whether it did: a repair), which are returned.
 
         Builds a row per flushed entry with the GIL held, so the loop binds everything
         to locals and works on the runs' int lists directly.
@@ -203,7 +250,47 @@ class Index:
         with self._lock:
             for log_id, total in written.items():
                 self._add_stats(batch, log_id, total, live.get(log_id, 0))
+            repaired = [] if flushed is None else [k for k in self._damaged if flushed(*k)]
+            for ledger_id, entry_id in repaired:
+                batch.delete(_KEY_ENTRY.pack(_D, ledger_id, entry_id))
             self._write_durably(batch)
+            for key in repaired:
+                del self._damaged[key]
+        return repaired
+
+    def mark_damaged(self, ledger_id: int, entry_id: int, found_at: Location | None,
+                     damage: Damage) -> bool:  # fmt: skip
+        """Record a damaged entry: its ``E`` row becomes :data:`TOMBSTONE`, a ``D`` row
+        says where it was found. ``found_at`` is the bad copy's location: nothing is
+        marked when the index no longer points there (compaction moved it, a repair or
+        a delete came first). ``None`` (journal replay: not in an entry log) marks only
+        an entry the index holds no intact copy of. Returns True when newly marked."""
+        key = entry_key(ledger_id, entry_id)
+        with self._lock:
+            value = self.db.get(key)
+            current = None if value is None else Location(*_LOC.unpack(value))
+            if found_at is not None and current != found_at:
+                return False
+            if found_at is None and current is not None and current != TOMBSTONE:
+                return False  # an older intact copy is indexed: nothing is lost here
+            if current == TOMBSTONE and (ledger_id, entry_id) in self._damaged:
+                return False
+            batch = WriteBatch(raw_mode=True)
+            batch.put(key, _LOC.pack(*TOMBSTONE))
+            batch.put(_KEY_ENTRY.pack(_D, ledger_id, entry_id), encode_damage(damage))
+            if current is not None and current.log_id in self.log_stats:
+                live = self.log_stats[current.log_id][1]
+                self._add_stats(batch, current.log_id, 0, -min(current.length, live))
+            self._write_durably(batch)
+            self._damaged[(ledger_id, entry_id)] = damage
+        return True
+
+    def damaged_snapshot(self) -> dict[tuple[int, int], Damage]:
+        with self._lock:
+            return dict(self._damaged)
+
+    def damaged_count(self) -> int:
+        return len(self._damaged)  # one atomic len() of a dict: no lock needed
 
     def relocate(
         self,
@@ -237,6 +324,7 @@ class Index:
         """Drop the entries and state of ledgers; account the dead bytes per log."""
         batch = WriteBatch(raw_mode=True)
         dead: dict[int, int] = {}
+        dropped: list[tuple[int, int]] = []  # damage marks of the deleted ledgers
         with self._lock:
             for ledger_id in ledger_ids:
                 prefix = _KEY_ID.pack(_E, ledger_id)
@@ -246,11 +334,16 @@ class Index:
                 end = _KEY_ID.pack(_E, ledger_id + 1) if ledger_id < _U64_MAX else _S
                 batch.delete_range(entry_key(ledger_id, 0), end)
                 batch.delete(_KEY_ID.pack(_S, ledger_id))
+                dropped += [k for k in self._damaged if k[0] == ledger_id]
+            for lid, eid in dropped:
+                batch.delete(_KEY_ENTRY.pack(_D, lid, eid))
             for log_id, nbytes in dead.items():
                 if log_id in self.log_stats:
                     live = self.log_stats[log_id][1]
                     self._add_stats(batch, log_id, 0, -min(nbytes, live))
             self._write_durably(batch)
+            for key in dropped:
+                del self._damaged[key]
 
     def drop_log_stats(self, log_id: int) -> None:
         with self._lock:
