@@ -181,3 +181,111 @@ async def test_recovery_add_of_a_healthy_entry_is_idempotent(tmp_path: Path) -> 
         await check_all(s, 1, range(10), size=SIZE)
     finally:
         await s.close()
+
+
+# --- compaction (defect 3) ------------------------------------------------------------
+
+COMPACT_SIZE = 1000
+SURVIVORS = (3, 17)
+
+
+async def _compaction_setup(tmp_path: Path) -> tuple[BookieStorage, dict[int, int]]:
+    """20 ledgers over many small logs, all but SURVIVORS deleted: every log holding a
+    deleted entry is under the compaction threshold. Returns the storage and the bytes of
+    the logs before compaction."""
+    config = make_config(tmp_path, entry_log_bytes_max=64 << 10, read_cache_bytes_max=0,
+                         compaction_threshold=0.99)  # fmt: skip
+    s = BookieStorage(config)
+    await s.start()
+    for ledger_id in range(1, 21):
+        await add_all(s, ledger_id, range(40), size=COMPACT_SIZE)
+        await s.checkpoint()
+    await s.delete_ledgers(set(range(1, 21)) - set(SURVIVORS))
+    return s, {i: (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size
+               for i in entrylog.list_logs(Path(config.ledgers_dir))}
+
+
+async def _check_survivors(s: BookieStorage, damaged: set[tuple[int, int]]) -> None:
+    for ledger_id in SURVIVORS:
+        for e in range(40):
+            if (ledger_id, e) in damaged:
+                with pytest.raises(ChecksumError):
+                    await s.read_entry(ledger_id, e)
+            else:
+                assert await s.read_entry(ledger_id, e) == payload(ledger_id, e, COMPACT_SIZE)
+
+
+async def test_compaction_keeps_every_healthy_entry_after_a_damaged_one(tmp_path: Path) -> None:
+    """Defect 3: compaction's scan stopped at the first bad record, so the log was
+    deleted with every live entry after it ("0 entries kept")."""
+    s, before = await _compaction_setup(tmp_path)
+    try:
+        config = s.config
+        flipped = s._index.get(3, 20)
+        torn = s._index.get(17, 5)
+        assert flipped is not None and torn is not None
+        damage_payload_at(config, flipped, COMPACT_SIZE)
+        # A zeroed record header: no length to skip by, only the index knows what's next.
+        faults.zero_block(log_path(config, torn), torn.offset, 8)
+        assert flipped.log_id in s._compaction_candidates()
+        assert torn.log_id in s._compaction_candidates()
+        reclaimed = await s.compact()
+        assert reclaimed > 0
+        damaged = {(3, 20), (17, 5)}
+        await _check_survivors(s, damaged)
+        assert set(s.damaged_entries()) == damaged
+        remaining = set(entrylog.list_logs(Path(config.ledgers_dir)))
+        assert flipped.log_id not in remaining and torn.log_id not in remaining
+        assert sum(before.values()) > 3 * sum(
+            (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size for i in remaining)
+        s = await _restart(s)
+        assert set(s.damaged_entries()) == damaged
+        await _check_survivors(s, damaged)
+        # Repair after compaction: a recovery add clears the mark.
+        await s.add_entry(3, 20, 19, KEY, payload(3, 20, COMPACT_SIZE), recovery=True)
+        await s.checkpoint()
+        assert s.damaged_entries() == [(17, 5)]
+        await _check_survivors(s, {(17, 5)})
+    finally:
+        await s.close()
+
+
+async def test_compaction_refuses_to_delete_a_log_it_cannot_account_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, _before = await _compaction_setup(tmp_path)
+    try:
+        bad = s._index.get(3, 20)
+        assert bad is not None
+        damage_payload_at(s.config, bad, COMPACT_SIZE)
+        assert bad.log_id in s._compaction_candidates()
+        # The damaged entry cannot be marked (a failing index, say): its row still
+        # points into the log afterwards, so the log must stay.
+        monkeypatch.setattr(s._index, "mark_damaged", lambda *_a: True)
+        await s.compact()
+        assert log_path(s.config, bad).exists()
+        assert bad.log_id in s._index.stats_snapshot()  # kept for a later compaction
+        assert s._index.get(3, 20) == bad
+        for e in range(40):
+            if e != 20:
+                assert await s.read_entry(3, e) == payload(3, e, COMPACT_SIZE)
+    finally:
+        await s.close()
+
+
+def damage_payload_at(config: BookieConfig, loc: entrylog.Location, size: int) -> None:
+    faults.flip_bit(log_path(config, loc), loc.offset + entrylog.RECORD_HEADER_BYTES + size // 2)
+
+
+def test_logs_rolled_but_not_synced_are_not_compaction_candidates(tmp_path: Path) -> None:
+    """A checkpoint that rolls past a log leaves it unsynced (and its new records
+    unindexed) until the checkpoint ends; the log had stats from an earlier checkpoint,
+    so compaction would have taken it for a candidate and deleted those records."""
+    writer = entrylog.EntryLogWriter(tmp_path, entrylog.LogIds(1), 4096, lambda fd: None)
+    try:
+        writer.append_run(1, range(10), [bytes(1000)] * 10)
+        assert writer.log_id == 3 and writer.open_log_ids() == {1, 2, 3}
+        writer.sync()
+        assert writer.open_log_ids() == {3}
+    finally:
+        writer.close()

@@ -63,6 +63,7 @@ from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
 from .cache import ReadCache
 from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
 from .index import (
+    DAMAGE_COMPACTION,
     DAMAGE_JOURNAL,
     DAMAGE_READ,
     DAMAGE_SOURCES,
@@ -839,10 +840,10 @@ class BookieStorage:
             return reclaimed
 
     def _compaction_candidates(self) -> list[int]:
-        busy = set()
+        busy: set[int] = set()
         for writer in (self._flush_writer, self._compact_writer):
             if writer is not None:
-                busy.add(writer.log_id)
+                busy |= writer.open_log_ids()
         threshold = self.config.compaction_threshold
         out = []
         for log_id, (total, live) in sorted(self._index.stats_snapshot().items()):
@@ -851,25 +852,85 @@ class BookieStorage:
         return out
 
     def _compact_log(self, log_id: int) -> int:
-        """GC thread: copy live records to the compaction log, repoint, delete the old."""
+        """GC thread: copy live records to the compaction log, repoint, delete the old.
+
+        The log's records are read in file order. When one is bad, the file can no
+        longer say what it holds (a torn tail, or damage: a flipped length hides every
+        record after it), so the index does: each entry pointing into the log that the
+        scan did not copy is read at its own location, copied when intact, marked
+        damaged when not. The log is deleted only once no index row points into it."""
         writer = self._compact_writer
         invariant(writer is not None, "compaction before start")
         assert writer is not None  # for mypy; checked above
         moves: list[tuple[int, int, Location, Location]] = []
         copied = 0
-        for ledger_id, entry_id, loc, record in entrylog.scan(self._ledgers_dir, log_id):
+        scan = entrylog.LogScan(self._ledgers_dir, log_id)
+        for ledger_id, entry_id, loc, record in scan:
             if self._index.get(ledger_id, entry_id) != loc:
                 continue  # deleted, or a newer copy exists
             moves.append((ledger_id, entry_id, loc, writer.append_record(record)))
             copied += len(record)
+        damaged: list[tuple[int, int, Location, str]] = []
+        if scan.bad_offset is not None:
+            copied += self._compact_from_index(log_id, scan.bad_offset, writer, moves, damaged)
         written = writer.sync() if moves else {}
-        self._index.relocate(moves, written, log_id)
+        if scan.bad_offset is None:
+            self._index.relocate(moves, written, log_id)
+        elif not self._retire_damaged_log(log_id, moves, written, damaged):
+            return 0
         size = self._files.delete(log_id)
         self.counters.compacted_logs += 1
         self.counters.compaction_bytes_reclaimed += max(0, size - copied)
         log.info("compacted entry log %d: %d entries kept, %d bytes freed", log_id,
                  len(moves), size - copied)
         return max(0, size - copied)
+
+    def _compact_from_index(
+        self, log_id: int, bad_offset: int, writer: EntryLogWriter,
+        moves: list[tuple[int, int, Location, Location]],
+        damaged: list[tuple[int, int, Location, str]],
+    ) -> int:  # fmt: skip
+        """GC thread: copy the entries the index places in ``log_id`` that the file scan
+        did not reach (it stopped at ``bad_offset``); collect the bad ones in
+        ``damaged``. Returns the bytes copied."""
+        log.warning("entry log %d: bad record at offset %d; compacting it from the index",
+                    log_id, bad_offset)
+        done = {(m[0], m[1]) for m in moves}
+        copied = 0
+        for ledger_id, entry_id, loc in self._index.rows_in_log(log_id):
+            if (ledger_id, entry_id) in done:
+                continue
+            record = entrylog.read_record(self._ledgers_dir, loc)
+            try:
+                if len(record) != loc.length:
+                    raise ChecksumError(f"record cut short at {len(record)} of {loc.length} B")
+                _decode_at(record, ledger_id, entry_id)
+            except ChecksumError as exc:
+                damaged.append((ledger_id, entry_id, loc, str(exc)))
+                continue
+            moves.append((ledger_id, entry_id, loc, writer.append_record(record)))
+            copied += len(record)
+        return copied
+
+    def _retire_damaged_log(
+        self, log_id: int, moves: list[tuple[int, int, Location, Location]],
+        written: dict[int, int], damaged: list[tuple[int, int, Location, str]],
+    ) -> bool:  # fmt: skip
+        """GC thread: repoint the copies, mark the damaged entries, and tell whether the
+        log may go: only when no index row points into it any more. Its stats row is
+        dropped only then, so a log kept here is compacted again later."""
+        self._index.relocate(moves, written, None)
+        for ledger_id, entry_id, loc, reason in damaged:
+            self._record_damage(ledger_id, entry_id, loc,
+                                Damage(DAMAGE_COMPACTION, log_id, loc.offset), reason)
+        left = self._index.rows_in_log(log_id)
+        if left:
+            log.error("entry log %d: %d indexed entries still point into it after "
+                      "compaction (first: ledger %d entry %d); keeping the log", log_id,
+                      len(left), left[0][0], left[0][1])
+            return False
+        self._index.drop_log_stats(log_id)
+        return True
 
     async def _gc_loop(self) -> None:
         interval_s = self.config.gc_interval_ms / 1000.0

@@ -259,12 +259,20 @@ class EntryLogWriter:
         self._buf = bytearray()
         self._buf_start = 0
         self._unsynced: list[int] = []  # fds of rolled logs awaiting sync (then closed)
+        self._unsynced_ids: list[int] = []  # and their log ids (see open_log_ids)
         self.written_bytes: dict[int, int] = {}  # log id -> bytes appended since sync
 
     @property
     def log_id(self) -> int:
         """The log being appended to (-1 before the first append)."""
         return self._log_id
+
+    def open_log_ids(self) -> set[int]:
+        """Logs still being written: the current one and those rolled but not yet
+        synced. Any thread: compaction must leave them alone, since an older checkpoint
+        gave them stats (so they look like candidates) while this one's records in them
+        are not indexed yet -- compacting one would delete them."""
+        return {*self._unsynced_ids, self._log_id}  # the roll adds the id before moving on
 
     def append(self, ledger_id: int, entry_id: int, payload: bytes) -> Location:
         """Append one record (buffered). A checkpoint uses :meth:`append_run` instead."""
@@ -360,6 +368,7 @@ class EntryLogWriter:
         if self._fd >= 0:
             self._write_buf()
             self._unsynced.append(self._fd)
+            self._unsynced_ids.append(self._log_id)
         log_id = self._ids.allocate()
         fd = self._io.open(self._dir / file_name(log_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                            0o644)  # fmt: skip
@@ -400,6 +409,7 @@ class EntryLogWriter:
                 self._io.close(fd)
         created = bool(self._unsynced) or bool(self.written_bytes)
         self._unsynced.clear()
+        self._unsynced_ids.clear()
         if created:
             dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
             try:
@@ -413,6 +423,7 @@ class EntryLogWriter:
         for fd in self._unsynced:
             self._io.close(fd)
         self._unsynced.clear()
+        self._unsynced_ids.clear()
         if self._fd >= 0:
             self._io.close(self._fd)
             self._fd = -1
@@ -434,29 +445,54 @@ def _pwritev_all(io: FileIO, fd: int, buffers: list[bytes], offset: int, nbytes:
             _pwrite_all(io, fd, rest[n:], offset + n)
 
 
-def scan(directory: Path, log_id: int) -> Iterator[tuple[int, int, Location, bytes]]:
-    """(ledger, entry, location, record bytes) of every valid record, in file order.
+class LogScan:
+    """Iterate (ledger, entry, location, record bytes) of a log's records in file order,
+    stopping at the first bad one; :attr:`bad_offset` then says where (None when the
+    scan reached the end of the data).
 
-    Stops at the first bad record: whatever follows was never indexed (a crash during a
-    flush leaves an unindexed tail).
+    A bad record is either a torn tail (a crash during a flush leaves an unindexed tail)
+    or damage to checkpointed data: only the index can tell which, so compaction asks
+    it (see ``BookieStorage._compact_log``).
     """
-    path = directory / file_name(log_id)
-    with path.open("rb", buffering=1 << 20) as f:
-        size = os.fstat(f.fileno()).st_size
-        pos = FILE_HEADER_BYTES
-        f.seek(pos)
-        while pos + RECORD_HEADER_BYTES <= size:
-            head = f.read(RECORD_HEADER_BYTES)
-            _crc, length, _v, _ledger, _entry = _RECORD_HEADER.unpack(head)
-            if length < RECORD_HEADER_BYTES - 8 or length > RECORD_BYTES_MAX:
-                return
-            record = head + f.read(length + 8 - RECORD_HEADER_BYTES)
-            try:
-                ledger_id, entry_id, _payload = decode_record(record)
-            except ChecksumError:
-                return
-            yield ledger_id, entry_id, Location(log_id, pos, len(record)), record
-            pos += len(record)
+
+    def __init__(self, directory: Path, log_id: int) -> None:
+        self.path = directory / file_name(log_id)
+        self.log_id = log_id
+        self.bad_offset: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, int, Location, bytes]]:
+        with self.path.open("rb", buffering=1 << 20) as f:
+            size = os.fstat(f.fileno()).st_size
+            pos = FILE_HEADER_BYTES
+            f.seek(pos)
+            while pos + RECORD_HEADER_BYTES <= size:
+                head = f.read(RECORD_HEADER_BYTES)
+                _crc, length, _v, _ledger, _entry = _RECORD_HEADER.unpack(head)
+                if length < RECORD_HEADER_BYTES - 8 or length > RECORD_BYTES_MAX:
+                    self.bad_offset = pos
+                    return
+                record = head + f.read(length + 8 - RECORD_HEADER_BYTES)
+                try:
+                    ledger_id, entry_id, _payload = decode_record(record)
+                except ChecksumError:
+                    self.bad_offset = pos
+                    return
+                yield ledger_id, entry_id, Location(self.log_id, pos, len(record)), record
+                pos += len(record)
+            if pos < size and any(f.read(size - pos)):
+                self.bad_offset = pos  # a partial record header at the end
+
+
+def scan(directory: Path, log_id: int) -> Iterator[tuple[int, int, Location, bytes]]:
+    """(ledger, entry, location, record bytes) of every valid record, in file order,
+    up to the first bad one (see :class:`LogScan`)."""
+    return iter(LogScan(directory, log_id))
+
+
+def read_record(directory: Path, loc: Location) -> bytes:
+    """The bytes at ``loc`` (short when the file is); blocking, for compaction."""
+    with (directory / file_name(loc.log_id)).open("rb") as f:
+        return os.pread(f.fileno(), loc.length, loc.offset)
 
 
 def group_runs(locs: Iterable[tuple[int, Location]]) -> list[tuple[Location, list[int]]]:

@@ -296,11 +296,12 @@ class Index:
         self,
         moves: list[tuple[int, int, Location, Location]],
         written: dict[int, int],
-        dead_log: int,
+        dead_log: int | None,
     ) -> int:
         """Point entries at their compacted copies when the index still points at the
-        old copy (a delete or a rewrite in between wins); drop the old log's stats.
-        Returns the number of entries moved."""
+        old copy (a delete or a rewrite in between wins); drop ``dead_log``'s stats
+        (None: keep them, the caller checks the log is empty first). Returns the number
+        of entries moved."""
         batch = WriteBatch(raw_mode=True)
         live: dict[int, int] = {}
         moved = 0
@@ -315,10 +316,24 @@ class Index:
                 moved += 1
             for log_id, total in written.items():
                 self._add_stats(batch, log_id, total, live.get(log_id, 0))
-            batch.delete(_KEY_ID.pack(_G, dead_log))
+            if dead_log is not None:
+                batch.delete(_KEY_ID.pack(_G, dead_log))
             self._write_durably(batch)
-            self.log_stats.pop(dead_log, None)
+            if dead_log is not None:
+                self.log_stats.pop(dead_log, None)
         return moved
+
+    def rows_in_log(self, log_id: int) -> list[tuple[int, int, Location]]:
+        """Every entry whose row points into ``log_id``: a walk over the whole index,
+        for compaction of a log whose file cannot be trusted to list them."""
+        out = []
+        unpack_key, unpack_loc = _KEY_ENTRY.unpack, _LOC.unpack
+        for key, value in self._prefix_items(_E):
+            loc = Location(*unpack_loc(value))
+            if loc.log_id == log_id:
+                _e, ledger_id, entry_id = unpack_key(key)
+                out.append((ledger_id, entry_id, loc))
+        return out
 
     def delete_ledgers(self, ledger_ids: Iterable[int]) -> None:
         """Drop the entries and state of ledgers; account the dead bytes per log."""
