@@ -57,6 +57,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CLIENT_BODY_BYTES_MAX_DEFAULT: Final = 1024 * 1024
 # Answers bigger than this are a bug in a handler (reads are bounded by their limit).
 _ANSWER_BYTES_SOFT_MAX: Final = 64 * 1024 * 1024
+# On stop, requests in flight get this long to be answered before their handlers are
+# cancelled (aiohttp's default is 60 s; process managers SIGKILL after ~10 s). The write
+# proxy answers its in-flight writes at once when it stops.
+SHUTDOWN_ANSWER_S: Final = 2.0
 
 
 def respond(request: web.Request, obj: dict[str, Any], status: int = 200) -> web.Response:
@@ -178,7 +182,7 @@ def proxy_app(
 async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on the configured host and port; returns the runner (clean it up to
     stop) and the URL clients use (with the port picked when ``port`` is 0)."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_ANSWER_S)
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

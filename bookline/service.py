@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A stop (SIGTERM) is given this long, under the 10 s after which ops.procs -- like most
+# process managers -- SIGKILLs; the services bound their own phases well within it.
+STOP_S = 8.0
+
 T = TypeVar("T")
 C = TypeVar("C", bound="ProxyConfig")
 
@@ -91,19 +95,34 @@ async def _serve(make: Callable[[], Service], kind: str, ident: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    stopping = loop.create_task(stop.wait())
+    starting = loop.create_task(service.start())
     try:
-        await service.start()
-        settle_heap()  # serving from here: keep full collections off the start-up heap
-        print(f"{kind} ready id={ident} url={service.url}", flush=True)
-        await stop.wait()
+        # A signal during start-up (waiting for ZooKeeper, or out a previous session)
+        # stops it too, instead of being noticed only once started.
+        await asyncio.wait((starting, stopping), return_when=asyncio.FIRST_COMPLETED)
+        if starting.done():
+            starting.result()  # a failed start raises here
+            settle_heap()  # serving from here: keep full collections off the start-up heap
+            print(f"{kind} ready id={ident} url={service.url}", flush=True)
+            await stopping
         log.info("%s %s stopping", kind, ident)
     finally:
-        await _bounded(service.stop(), 20.0, f"{kind} stop")
+        stopping.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait((starting,))  # its own clean-up ran; stop() does the rest
+        await _bounded(service.stop(), STOP_S, f"{kind} stop")
     return 0
 
 
 async def _bounded(aw: Awaitable[None], timeout_s: float, what: str) -> None:
-    try:
-        await asyncio.wait_for(aw, timeout_s)
-    except TimeoutError:
+    """Run ``aw`` for at most ``timeout_s``; then cancel it without waiting for its
+    clean-up (which may be what hangs) and go on exiting."""
+    task = asyncio.ensure_future(aw)
+    done, _pending = await asyncio.wait((task,), timeout=timeout_s)
+    if not done:
         log.error("%s took longer than %.0f s; exiting anyway", what, timeout_s)
+        task.cancel()
+        return
+    task.result()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from dataclasses import dataclass
 
-from bookline.errors import AlreadyExistsError, LockOwnedError, NotFoundError
+from bookline.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
 from metadata import serde
 from metadata.layout import Layout
 from metadata.zk import ZkClient
@@ -20,6 +21,8 @@ from metadata.zk import ZkClient
 PROXY_KIND = "proxy"
 OWNER_KIND = "owner"
 FORMAT_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +59,43 @@ class ProxyRegistry:
     # -- proxies -------------------------------------------------------------------
 
     async def register(self, info: ProxyInfo) -> None:
-        await self._zk.create(
-            self._layout.proxy(info.proxy_id), info.encode(), ephemeral=True, makepath=True
-        )
+        """Create this session's ephemeral registration.
+
+        A registration of the same id held by another session that advertises the
+        *same address* is taken over (deleted and re-created in one transaction): the
+        caller listens on that address now, so the process behind the old registration
+        is gone and only its session has not expired yet -- a proxy restarted at once.
+        AlreadyExistsError if another session holds the id with another address (a
+        second proxy with this id, or our previous process on another port: retry once
+        its session has expired)."""
+        path = self._layout.proxy(info.proxy_id)
+        data = info.encode()
+        try:
+            await self._zk.create(path, data, ephemeral=True, makepath=True)
+            return
+        except AlreadyExistsError:
+            pass
+        try:
+            raw, stat = await self._zk.get_with_stat(path)
+        except NotFoundError:  # it expired meanwhile
+            await self._zk.create(path, data, ephemeral=True, makepath=True)
+            return
+        if stat.ephemeral_owner == self._zk.session_id:
+            await self._zk.set(path, data)
+            return
+        current = ProxyInfo.decode(raw, path)
+        if current.address != info.address:
+            raise AlreadyExistsError(
+                f"proxy {info.proxy_id} is registered at {current.address} by session "
+                f"0x{stat.ephemeral_owner:x}"
+            )
+        log.info("proxy %s: taking over the registration of session 0x%x (same address %s)",
+                 info.proxy_id, stat.ephemeral_owner, info.address)
+        tx = self._zk.transaction().delete(path, stat.version).create(path, data, ephemeral=True)
+        try:
+            await tx.commit()
+        except (BadVersionError, NotFoundError) as exc:  # changed meanwhile: look again
+            raise AlreadyExistsError(f"proxy {info.proxy_id}: registration changed") from exc
 
     async def update(self, info: ProxyInfo) -> None:
         await self._zk.set(self._layout.proxy(info.proxy_id), info.encode())

@@ -2,23 +2,34 @@
 
 * A starting write proxy (listening, not yet connected to ZooKeeper) answers a
   retriable 503, and the thin client waits for it instead of failing the write.
+* A write proxy killed and restarted at once takes its own stale registration over.
+* SIGTERM stops a write proxy promptly even while its bookies are down: in-flight
+  writes are answered, the registration and owner records are deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import time
 import uuid
 from pathlib import Path
+from subprocess import Popen
+from typing import Any
 
 import aiohttp
 import pytest
 
 from bookline import http_api
 from bookline.client import ClientConfig, ProxyClient
+from bookline.config import MetadataConfig
 from bookline.errors import for_code
+from metadata.client import MetadataClient
 from ops import procs
 from ops.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
 from tests import proxy_support
+from tests.conftest import BookieCluster
 from tests.proxy_support import GatedForwarder
 
 pytestmark = pytest.mark.integration
@@ -68,3 +79,121 @@ async def test_a_starting_write_proxy_answers_a_retriable_503_and_the_client_wai
     finally:
         await proxy_support.stop(proc)
         await gate.close()
+
+
+async def test_a_write_proxy_restarted_within_its_session_timeout_comes_back(
+    proxy_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Issue 12 defect 9: a write proxy killed and started again at once found its old
+    registration (same id, the dead process's session not expired yet) and exited with
+    ALREADY_EXISTS; ``bookline local`` failed to restart in 2 of 3 rounds so."""
+    port = procs.free_port()
+    url = f"http://127.0.0.1:{port}"
+    proxy_id = f"wp-again-{_uid()}"
+    log_path = tmp_path / "writeproxy.log"
+    stream = f"again-{_uid()}"
+
+    def spawn() -> Popen[bytes]:
+        return proxy_support.spawn_write_proxy(
+            proxy_cluster.zk_connect, CLUSTER_ROOT, log_path, proxy_id=proxy_id, port=port
+        )
+
+    proc = spawn()
+    try:
+        await proxy_support.wait_ready(proc, log_path)
+        async with ProxyClient(write_urls=[url]) as client:
+            await client.write(stream, b"before")
+        procs.kill9(proc)
+        offset = log_path.stat().st_size
+        proc = spawn()
+        # Well within the old session's timeout (4 s) plus ZooKeeper's expiry slack.
+        await proxy_support.wait_ready(proc, log_path, offset, timeout_s=30)
+        async with ProxyClient(write_urls=[url]) as client:
+            # The stream's lock belongs to the dead session until it expires: the write
+            # is retried meanwhile, then succeeds on the restarted proxy.
+            await client.write(stream, b"after")
+            assert await client.owner(stream) == url
+        md = MetadataClient(MetadataConfig(zk=proxy_cluster.zk_connect, root=CLUSTER_ROOT))
+        await md.connect()
+        try:
+            info = await md.proxies.get(proxy_id)
+        finally:
+            await md.close()
+        assert info.address == url
+    finally:
+        await proxy_support.stop(proc)
+
+
+async def test_sigterm_stops_a_write_proxy_promptly_while_its_bookies_are_down(
+    proxy_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Issue 12 defect 9: with every bookie down, a write proxy stuck in ensemble-change
+    retries ignored SIGTERM for more than 10 s and was SIGKILLed, leaving its
+    registration behind. Now: in-flight writes get a clear (retriable) error, the
+    proxy exits within STOP_BOUND_S, and its registration and owner records are gone
+    at once (not a session timeout later)."""
+    root = f"/sigterm-{_uid()}"
+    bookies = BookieCluster(proxy_cluster.zk_connect, root, tmp_path)
+    port = procs.free_port()
+    url = f"http://127.0.0.1:{port}"
+    proxy_id = f"wp-term-{_uid()}"
+    log_path = tmp_path / "writeproxy.log"
+    stream = f"term-{_uid()}"
+    proc: Popen[bytes] | None = None
+    try:
+        for _ in range(3):
+            await asyncio.to_thread(bookies.start_bookie)
+        proc = proxy_support.spawn_write_proxy(
+            proxy_cluster.zk_connect, root, log_path, proxy_id=proxy_id, port=port
+        )
+        await proxy_support.wait_ready(proc, log_path)
+        async with ProxyClient(write_urls=[url]) as client:
+            await client.write(stream, b"before")
+        await asyncio.to_thread(bookies.stop)  # every bookie down
+        async with aiohttp.ClientSession() as session:
+            inflight = asyncio.ensure_future(_post(session, url, stream))
+            await asyncio.sleep(1.5)
+            assert not inflight.done(), "the write waits for bookies"
+            proc.send_signal(signal.SIGTERM)
+            stopped_at = time.monotonic()
+            exited = await asyncio.to_thread(_wait_exit, proc, STOP_BOUND_S)
+            took_s = time.monotonic() - stopped_at
+            answered = inflight.done()
+            if not answered:
+                inflight.cancel()
+            assert exited and answered, (
+                f"{took_s:.1f} s after SIGTERM: exited={exited}, in-flight write "
+                f"answered={answered}:\n{proxy_support.log_tail(log_path)}"
+            )
+            status, body = inflight.result()
+        assert status == 503 and for_code(body["code"]).retriable, (status, body)
+        md = MetadataClient(MetadataConfig(zk=proxy_cluster.zk_connect, root=root))
+        await md.connect()
+        try:
+            assert proxy_id not in await md.proxies.list(), "registration left behind"
+            assert await md.proxies.get_owner("default", stream) is None, "owner record left"
+        finally:
+            await md.close()
+        assert took_s < STOP_BOUND_S
+    finally:
+        if proc is not None:
+            await proxy_support.stop(proc)
+        await asyncio.to_thread(bookies.stop)
+
+
+# ops.procs (like most process managers) SIGKILLs 10 s after SIGTERM.
+STOP_BOUND_S = 8.0
+
+
+async def _post(session: aiohttp.ClientSession, url: str, stream: str) -> tuple[int, Any]:
+    async with session.post(f"{url}/v1/streams/{stream}/records", json={"payload": "x"},
+                            timeout=aiohttp.ClientTimeout(total=60)) as resp:
+        return resp.status, await resp.json()
+
+
+def _wait_exit(proc: Popen[bytes], timeout_s: float) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True

@@ -16,7 +16,6 @@ Routes (all bodies msgpack or JSON, errors ``{code, name, message}``):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from bookline import http_api
 from bookline.api_views import info_view
 from bookline.dlsn import DLSN
 from bookline.errors import (
+    AlreadyExistsError,
     BadRequestError,
     BooklineError,
     NotFoundError,
@@ -50,6 +50,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A registration of our id left by an earlier process at another address is waited out:
+# its session expires within session_timeout_ms; this grace covers ZooKeeper's expiry
+# slack (ticks) before giving up with ALREADY_EXISTS (a second proxy with our id).
+REGISTER_GRACE_S = 5.0
+REGISTER_RETRY_S = 0.5
+# A stop (SIGTERM) ends well within the 10 s after which ops.procs -- like most process
+# managers -- SIGKILLs, which would leave the registration and owner records behind for
+# a session timeout. Writers get this long to flush and seal; with their bookies down
+# they never would, and closing the ZooKeeper session then releases their locks (the
+# next owner recovers the segments). In-flight requests are answered at once; the HTTP
+# server gives handlers http_server.SHUTDOWN_ANSWER_S.
+STOP_WRITERS_S = 3.0
+
 
 class WriteProxy:
     """One write proxy: ZooKeeper registration, owned streams, HTTP routes."""
@@ -69,6 +82,7 @@ class WriteProxy:
         self._ownership: Ownership | None = None
         self._runner: web.AppRunner | None = None
         self._load_task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._stalls_left = config.fault_stall_writes
         self.metrics.bind_gauges(
             lambda: float(len(self._ownership.owned) if self._ownership else 0),
@@ -101,8 +115,24 @@ class WriteProxy:
         self._md = self._ns.context.md
         self._ownership = Ownership(cfg, self._ns, self._md, self.url)
         self._md.zk.add_state_listener(self._on_session)
-        await self._md.proxies.register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
+        await self._register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
         self._load_task = asyncio.get_running_loop().create_task(self._report_load())
+
+    async def _register(self, info: ProxyInfo) -> None:
+        """Register, taking over a stale registration of our own address (a restart
+        within the old session's timeout) and waiting out one at another address."""
+        assert self._md is not None
+        deadline = time.monotonic() + self.config.session_timeout_ms / 1000 + REGISTER_GRACE_S
+        while True:
+            try:
+                await self._md.proxies.register(info)
+                return
+            except AlreadyExistsError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("write proxy %s: waiting for a previous session to expire (%s)",
+                         info.proxy_id, exc.message)
+                await asyncio.sleep(REGISTER_RETRY_S)
 
     def _on_session(self, state: SessionState) -> None:
         if state is SessionState.LOST and self._ownership is not None:
@@ -123,16 +153,28 @@ class WriteProxy:
                 log.warning("could not report load: %s", exc)
 
     async def stop(self) -> None:
+        """Stop within a bounded time, also with the bookies down: refuse new requests
+        (503 UNAVAILABLE), answer the writes in flight (503 OUTCOME_UNKNOWN: their
+        retries learn the outcome from the stream's next owner), release the owner
+        records, close the writers (at most STOP_WRITERS_S), unregister, and close the
+        ZooKeeper session -- whatever ephemeral node is left goes with it."""
+        self._stopping = True
         await cancel_task(self._load_task)
-        if self._runner is not None:
-            await self._runner.cleanup()
         if self._ownership is not None:
-            await self._ownership.close()
-        if self._md is not None:
-            with contextlib.suppress(BooklineError):  # the session may already be gone
-                await self._md.proxies.unregister(self.config.proxy_id)
-        if self._ns is not None:
-            await self._ns.close()
+            self._ownership.abort_all()
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+            if self._ownership is not None:
+                await self._ownership.close(STOP_WRITERS_S)
+            if self._md is not None:
+                try:
+                    await self._md.proxies.unregister(self.config.proxy_id)
+                except BooklineError as exc:  # the session may be gone, and the node with it
+                    log.warning("could not unregister: %s", exc)
+        finally:
+            if self._ns is not None:
+                await self._ns.close()
 
     # The site listens before the ZooKeeper session is up (its URL, with the port picked
     # when ``port`` is 0, goes into the registration): requests in that window answer the
@@ -140,12 +182,16 @@ class WriteProxy:
 
     @property
     def ownership(self) -> Ownership:
+        if self._stopping:
+            raise UnavailableError("write proxy is shutting down; retry")
         if self._ownership is None:
             raise UnavailableError("write proxy is starting; retry")
         return self._ownership
 
     @property
     def ns(self) -> Namespace:
+        if self._stopping:
+            raise UnavailableError("write proxy is shutting down; retry")
         if self._ns is None:
             raise UnavailableError("write proxy is starting; retry")
         return self._ns

@@ -84,7 +84,19 @@ class OwnedStream:
         self._next_seq: dict[str, int] = {}
         self._seq_moved = asyncio.Event()
         self._reorder_wait_s = reorder_wait_s
+        # Set by abort(): requests stop waiting for the writer's answer.
+        self._aborted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.acquired_at = time.monotonic()
+
+    def abort(self, error: BooklineError) -> None:
+        """Stop serving now (shutdown): waiting requests are refused with ``error`` (or
+        OUTCOME_UNKNOWN for what was handed over), writes in flight are answered
+        OUTCOME_UNKNOWN at once instead of whenever the writer answers -- with its
+        bookies down, that may be never."""
+        self._fail(error)
+        if not self._aborted.done():
+            self._aborted.set_result(None)
+        self._seq_moved.set()
 
     async def write(self, req: WriteRequest) -> tuple[list[DLSN], int]:
         """Write ``req``'s new records; answer every record's DLSN and the count of
@@ -139,7 +151,15 @@ class OwnedStream:
                 f"producer {producer} sequence {seq}: the writer of {self.name} failed "
                 "after it was handed over; retry to learn its position"
             ) from self.failed
-        raise OwnershipLostError(f"writer of {self.name} failed; retry") from self.failed
+        raise self._not_written()
+
+    def _not_written(self) -> BooklineError:
+        """The error for a request refused by a failed stream before reaching its writer."""
+        if isinstance(self.failed, UnavailableError):
+            return UnavailableError(f"{self.failed.message}; {self.name} was not written")
+        error = OwnershipLostError(f"writer of {self.name} failed; retry")
+        error.__cause__ = self.failed
+        return error
 
     def _reorder_timeout(self, producer: str, seq: int, expected: int | None) -> None:
         """The gap before ``seq`` did not fill in time."""
@@ -196,35 +216,56 @@ class OwnedStream:
         self, batch: list[LogRecord], producer: str | None, first_seq: int
     ) -> list[DLSN]:
         if self.failed is not None:
-            raise OwnershipLostError(f"writer of {self.name} failed; retry") from self.failed
+            raise self._not_written()
         if producer is not None:
             marker = dedup.marker_headers(producer, first_seq, len(batch))
             first = batch[0]
             first.headers = {**first.headers, **marker} if first.headers else marker
         # The admission limits keep this stream's pending bytes under the writer's
-        # bound, so write_many appends the whole batch before its first suspension:
-        # the batch is contiguous in the stream, which the dedup markers rely on.
+        # bound, so write_many appends the whole batch in its first step, before it
+        # suspends: the batch is contiguous in the stream, which the dedup markers rely
+        # on. It runs as a task so that abort() can answer this request without the
+        # writer; tasks take their first step in the order they are created, and a
+        # producer's next request creates its task only after passing _wait_turn,
+        # which is after this one: the stream keeps the producer's order.
+        write = asyncio.ensure_future(self.writer.write_many(batch))
         try:
-            return await self.writer.write_many(batch)
+            await asyncio.wait((write, self._aborted), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException as exc:  # cancelled: the batch's outcome is not learned
+            write.add_done_callback(_retrieve)
+            self._fail(exc)
+            raise
+        if not write.done():
+            write.add_done_callback(_retrieve)
+            raise OutcomeUnknownError(
+                f"{self.name} stopped before its writer answered: the records may or may "
+                "not be in the log; retry with the same producer sequence"
+            ) from self.failed
+        try:
+            return write.result()
         except (BadRequestError, TooLargeError):
             raise  # refused before anything was appended: the request's fault
-        except BaseException as exc:
-            # Handed to the writer and not answered (the writer failed, or this task
-            # was cancelled): some of the batch may be durable. The table no longer
-            # matches the log, so the stream is dropped; the retry re-acquires it and
-            # learns the outcome from the log.
+        except BooklineError as exc:
+            # Handed to the writer and not answered: some of the batch may be durable.
+            # The table no longer matches the log, so the stream is dropped; the retry
+            # re-acquires it and learns the outcome from the log.
             self._fail(exc)
-            if isinstance(exc, BooklineError):
-                raise OutcomeUnknownError(
-                    f"writer of {self.name} failed before answering: the records may or "
-                    "may not be in the log; retry with the same producer sequence"
-                ) from exc
-            raise
+            raise OutcomeUnknownError(
+                f"writer of {self.name} failed before answering: the records may or "
+                "may not be in the log; retry with the same producer sequence"
+            ) from exc
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:
             log.warning("stream %s: writer failed (%s); dropping ownership", self.name, exc)
             self.failed = exc
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Done callback of a write nobody awaits any more (the stream was aborted or the
+    request cancelled): its outcome is read back from the log by the next owner."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("abandoned write ended with %s", task.exception())
 
 
 def _log_records(req: WriteRequest, start: int) -> list[LogRecord]:
@@ -310,6 +351,12 @@ class Ownership:
         ns_name = self.config.namespace
         record = await self.md.proxies.get_owner(ns_name, name)
         if record is not None and record.session_id != self.md.zk.session_id:
+            if record.address == self.address:
+                # An earlier process of this proxy (restarted within its session's
+                # timeout) still holds it: not a redirect to ourselves; retry shortly.
+                raise OwnershipLostError(
+                    f"{name} is held by a previous session of this proxy until it expires"
+                )
             raise OwnerMovedError(f"{name} is owned by {record.address}", owner=record.address)
         if not await self.ns.exists(name):
             if not self.config.auto_create_streams:
@@ -402,12 +449,35 @@ class Ownership:
             self.owned[name].failed = self.owned[name].failed or OwnershipLostError("session lost")
             self.drop_soon(name)
 
-    async def close(self) -> None:
+    def abort_all(self) -> None:
+        """Shutting down: new acquisitions are refused, and every owned stream answers
+        its waiting and in-flight requests now (:meth:`OwnedStream.abort`)."""
         self._closing = True
-        for name in list(self.owned):
-            await self.drop(name)
-        if self._drops:
-            await asyncio.gather(*self._drops, return_exceptions=True)
+        for stream in self.owned.values():
+            stream.abort(UnavailableError("write proxy is shutting down"))
+
+    async def close(self, writers_timeout_s: float) -> None:
+        """Stop owning everything (shutdown): owner records are released first (quick),
+        then the writers are closed concurrently for at most ``writers_timeout_s`` -- a
+        writer whose bookies are down never finishes; the caller then closes the
+        ZooKeeper session, which releases its lock, and the next owner recovers."""
+        self.abort_all()
+        streams = list(self.owned.items())
+        self.owned.clear()
+        await asyncio.gather(*(self._release_record(name) for name, _s in streams))
+        closes = [asyncio.ensure_future(_close_writer(s.writer, name)) for name, s in streams]
+        closes.extend(self._drops)
+        if not closes:
+            return
+        done, pending = await asyncio.wait(closes, timeout=writers_timeout_s)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("closing a writer failed", exc_info=task.exception())
+        if pending:
+            log.warning("%d writers not closed within %.1f s (bookies down?); their locks "
+                        "go with the ZooKeeper session", len(pending), writers_timeout_s)
+            for task in pending:
+                task.cancel()
 
 
 async def _close_writer(writer: LogWriter, name: str) -> None:
