@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookie.storage import entrylog, journal
+from bookie.storage import entrylog, journal, journal_format
 from bookie.storage.journal import ADD, FENCE, MASTER_KEY, JournalMark, JournalRecord
 from bookline.errors import ChecksumError, InvariantViolation
 
@@ -225,3 +225,123 @@ def test_append_run_fsyncs_along_the_way_when_asked(
     writer.sync()
     assert len(synced) > mid_run_syncs  # the final sync still happens (log + directory)
     writer.close()
+
+
+# --- journal replay: torn tail, damaged entry or corruption (journal_format.scan) -------
+
+adds = st.builds(lambda lid, eid, lac, p: JournalRecord(ADD, lid, eid, lac, p),
+                 st.integers(0, 5), ENTRY, LAC, st.binary(min_size=1, max_size=100))
+
+
+def _grouped(groups: list[list[JournalRecord]]) -> tuple[bytes, list[tuple[int, int, int]]]:
+    """A journal file image written group by group, as the journal thread does; and
+    (start, end, group number) of every record."""
+    image = bytearray(journal.encode_file_header(7))
+    spans = []
+    for g, group in enumerate(groups):
+        buf = bytearray()
+        for rec in group:
+            start = len(buf)
+            journal_format.encode_into(buf, rec.type, rec.ledger_id, rec.entry_id, rec.lac,
+                                       rec.data)  # fmt: skip
+            spans.append((len(image) + start, len(image) + len(buf), g))
+        image += buf
+    return bytes(image) + bytes(1000), spans  # + preallocated zeros
+
+
+def _scan_image(image: bytes, *, last: bool = True) -> journal_format.FileScan:
+    return journal_format.scan(image, journal.FILE_HEADER_BYTES, len(image), name="j",
+                               last=last)  # fmt: skip
+
+
+@given(st.lists(st.lists(records | adds, min_size=1, max_size=4), min_size=1, max_size=5),
+       st.data())
+@settings(max_examples=300)
+def test_journal_scan_never_drops_acknowledged_records(groups: list[list[JournalRecord]],
+                                                       data: st.DataObject) -> None:
+    """One flipped bit anywhere: in the last group it is a torn tail (a prefix comes
+    back); before it, either exactly the damaged ADD is reported and every other record
+    comes back, or replay refuses (JournalCorruptError) -- never a silent cut."""
+    image, spans = _grouped(groups)
+    flat = [rec for group in groups for rec in group]
+    assert [r for r, _e in _scan_image(image).records] == flat
+    k = data.draw(st.integers(0, len(spans) - 1))
+    start, end, g = spans[k]
+    flipped = bytearray(image)
+    flipped[data.draw(st.integers(start, end - 1))] ^= 1 << data.draw(st.integers(0, 7))
+    try:
+        found = _scan_image(bytes(flipped))
+    except journal_format.JournalCorruptError as exc:
+        assert g < len(groups) - 1 and f"offset {start}" in str(exc)
+        return
+    got = [r for r, _e in found.records]
+    if g == len(groups) - 1:  # the last group: a torn tail
+        assert got == flat[:k] and not found.damaged and found.end == start
+        return
+    assert got == flat[:k] + flat[k + 1 :]
+    (bad,) = found.damaged
+    assert bad.offset == start and flat[k].type == ADD
+    assert bad.record._replace(data=flat[k].data) == flat[k]
+
+
+def test_journal_scan_zeroed_block_before_acknowledged_data_is_corruption() -> None:
+    groups = [[JournalRecord(ADD, 1, e, e - 1, b"x" * 50)] for e in range(6)]
+    image, spans = _grouped(groups)
+    hole = bytearray(image)
+    start = spans[2][0]
+    hole[start : start + 60] = bytes(60)
+    with pytest.raises(journal_format.JournalCorruptError, match=f"offset {start}: zeros"):
+        _scan_image(bytes(hole))
+    # The same hole in the last group: the torn tail of a write that never completed.
+    last = bytearray(image)
+    start = spans[-1][0]
+    last[start : start + 60] = bytes(60)
+    found = _scan_image(bytes(last))
+    assert len(found.records) == 5 and found.end == start  # zeros: looks like the end
+
+
+def test_journal_scan_torn_tail_in_a_rolled_file_is_corruption() -> None:
+    image, spans = _grouped([[JournalRecord(ADD, 1, e, e - 1, b"y" * 20)] for e in range(3)])
+    torn = image[: spans[-1][1] - 5]
+    assert len(_scan_image(torn).records) == 2
+    with pytest.raises(journal_format.JournalCorruptError, match="rolled"):
+        _scan_image(torn, last=False)
+    assert len(_scan_image(image, last=False).records) == 3  # a clean end is fine
+
+
+def _legacy_record(rec: JournalRecord) -> bytes:
+    """A version 1 record (one crc over length .. body), as bookies before wrote them."""
+    import struct
+
+    import crc32c
+
+    if rec.type == ADD:
+        body = struct.pack(">BBQqq", 1, ADD, rec.ledger_id, rec.entry_id, rec.lac) + rec.data
+    else:
+        body = struct.pack(">BBQ", 1, rec.type, rec.ledger_id) + (
+            rec.data if rec.type == MASTER_KEY else b"")
+    length = struct.pack(">I", len(body))
+    return struct.pack(">I", crc32c.crc32c(body, crc32c.crc32c(length))) + length + body
+
+
+def test_journal_reads_version_1_files(tmp_path: Path) -> None:
+    """Journals written before the two-checksum format still replay; their damage can
+    never be named (one checksum), so a bad record before valid ones stops replay."""
+    import struct
+
+    import crc32c
+
+    head = struct.pack(">4sHHQI", b"BKLJ", 1, 0, 5, 0)
+    recs = [JournalRecord(MASTER_KEY, 1, -1, -1, b"k"),
+            *(JournalRecord(ADD, 1, e, e - 1, b"p%d" % e) for e in range(4)),
+            JournalRecord(FENCE, 1, -1, -1, b"")]  # fmt: skip
+    image = head + crc32c.crc32c(head).to_bytes(4, "big") + b"".join(map(_legacy_record, recs))
+    path = tmp_path / journal.file_name(5)
+    path.write_bytes(image + bytes(100))
+    result = journal.replay(tmp_path, JournalMark(5, 0))
+    assert [r for r, _e in result.records] == recs and result.tail_clean
+    damaged = bytearray(image)
+    damaged[journal.FILE_HEADER_BYTES + 40] ^= 1
+    path.write_bytes(bytes(damaged) + bytes(100))
+    with pytest.raises(journal_format.JournalCorruptError):
+        journal.replay(tmp_path, JournalMark(5, 0))

@@ -16,7 +16,7 @@ from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics
 from bookie.storage import entrylog, faults
 from bookie.storage.engine import BookieStorage
-from bookline.errors import ChecksumError
+from bookline.errors import ChecksumError, NoEntryError
 from tests.test_bookie_storage import KEY, add_all, check_all, make_config, payload
 
 SIZE = 200
@@ -289,3 +289,103 @@ def test_logs_rolled_but_not_synced_are_not_compaction_candidates(tmp_path: Path
         assert writer.open_log_ids() == {3}
     finally:
         writer.close()
+
+
+# --- journal replay (defect 4) ----------------------------------------------------------
+
+
+async def _journal_only(config: BookieConfig, count: int, batch: int = 10) -> None:
+    """``count`` entries of ledger 1 in groups of ``batch``, never checkpointed, then a
+    crash: everything acknowledged lives in the journal only."""
+    s = BookieStorage(config)
+    await s.start()
+    for start in range(0, count, batch):
+        await add_all(s, 1, range(start, min(count, start + batch)))
+    await s.abort()
+
+
+def _journal_record(config: BookieConfig, entry_id: int) -> tuple[Path, int, int]:
+    """(file, start offset, end offset) of the ADD record of ledger 1's ``entry_id``
+    (the tests' journals are one file)."""
+    from bookie.storage import journal
+
+    directory = Path(config.journal_dir)
+    (file_id,) = journal.list_files(directory)
+    start = journal.FILE_HEADER_BYTES
+    for rec, end in journal.replay(directory, journal.JournalMark(file_id, 0)).records:
+        if rec.type == journal.ADD and rec.entry_id == entry_id:
+            return directory / journal.file_name(file_id), start, end
+        start = end
+    raise AssertionError(f"no journal record for entry {entry_id}")
+
+
+async def test_journal_damage_in_the_middle_is_replayed_around(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defect 4: a flipped byte in a not-yet-checkpointed journal was taken for a torn
+    tail, and every acknowledged entry after it was cut off."""
+    config = make_config(tmp_path)
+    await _journal_only(config, 500)
+    path, _start, end = _journal_record(config, 50)
+    faults.flip_bit(path, end - 50)  # in the payload (100 bytes): the header is intact
+    caplog.set_level(logging.WARNING, "bookie.storage")
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await check_all(s, 1, range(50))
+        await check_all(s, 1, range(51, 500))
+        with pytest.raises(ChecksumError):
+            await s.read_entry(1, 50)
+        assert s.damaged_entries() == [(1, 50)]
+        assert not [r for r in caplog.records if "torn tail" in r.getMessage()]
+        assert any(path.name in r.getMessage() and "ledger 1 entry 50" in r.getMessage()
+                   for r in caplog.records)
+        assert s.last_add_confirmed(1) == 498
+        s = await _restart(s)  # after the replay's checkpoint
+        await check_all(s, 1, range(51, 500))
+        assert s.damaged_entries() == [(1, 50)]
+        await s.add_entry(1, 50, 49, KEY, payload(1, 50), recovery=True)
+        await s.checkpoint()
+        assert s.damaged_entries() == []
+        await check_all(s, 1, range(500))
+    finally:
+        await s.close()
+
+
+@pytest.mark.parametrize("damage", ["header", "zeroed"])
+async def test_journal_damage_with_untrusted_ids_fails_stop(tmp_path: Path, damage: str) -> None:
+    """A damaged record whose ledger/entry ids cannot be trusted, followed by records
+    acknowledged after it: the bookie refuses to start, naming file and offset, rather
+    than dropping acknowledged entries (or marking the wrong one)."""
+    config = make_config(tmp_path)
+    await _journal_only(config, 200)
+    path, start, _end = _journal_record(config, 50)
+    if damage == "header":
+        faults.flip_bit(path, start + 12)  # the ledger id
+    else:
+        faults.zero_block(path, start, 512)  # a lost sector
+    size = path.stat().st_size
+    s = BookieStorage(config)
+    with pytest.raises(ChecksumError) as info:
+        await s.start()
+    await s.abort()
+    assert path.name in str(info.value) and f"offset {start}" in str(info.value)
+    assert path.stat().st_size == size  # nothing was cut off
+
+
+async def test_journal_damage_in_the_last_group_is_a_torn_tail(tmp_path: Path) -> None:
+    """Damage in the last group cannot be told from a torn write (nothing proves it was
+    fsynced), so it is cut off like one -- and only what follows it in that group."""
+    config = make_config(tmp_path)
+    await _journal_only(config, 100)
+    path, _start, end = _journal_record(config, 99)
+    faults.flip_bit(path, end - 50)
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await check_all(s, 1, range(99))
+        with pytest.raises(NoEntryError):
+            await s.read_entry(1, 99)
+        assert s.damaged_entries() == []
+    finally:
+        await s.close()

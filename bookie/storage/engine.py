@@ -286,7 +286,27 @@ class BookieStorage:
                                       result.tail_end, self._fsync, self.io)
         for rec, _end in result.records:
             self._apply(rec)
+        for file_id, bad in result.damaged:
+            self._replay_damaged(file_id, bad)
         return len(result.records)
+
+    def _replay_damaged(self, file_id: int, bad: journal.DamagedRecord) -> None:
+        """An acknowledged ADD whose payload is damaged in the journal: the entry is
+        known (its header checks out) but held damaged, until a repair re-adds it --
+        unless a good copy was replayed too (a recovery add), or is indexed."""
+        rec = bad.record
+        st = self._ledgers.get(rec.ledger_id)
+        if st is None:
+            return  # a deleted ledger, as in _apply
+        st.last_entry = max(st.last_entry, rec.entry_id)
+        st.lac = max(st.lac, rec.lac)
+        self._dirty.add(rec.ledger_id)
+        if self._active.get(rec.ledger_id, rec.entry_id) is not None:
+            with self._damage_lock:
+                self.counters.checksum_failures += 1
+            return
+        self._record_damage(rec.ledger_id, rec.entry_id, None,
+                            Damage(DAMAGE_JOURNAL, file_id, bad.offset), bad.reason)
 
     def _apply(self, rec: JournalRecord) -> None:
         st = self._ledgers.get(rec.ledger_id)

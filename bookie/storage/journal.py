@@ -1,30 +1,16 @@
 """The bookie journal: append-only, checksummed records, group-committed by one thread.
 
-On-disk layout (all integers big-endian)::
-
-    journal file  <file_id:016x>.journal
-      header   24 bytes: magic b"BKLJ" | version u16 | flags u16 | file_id u64 |
-                         reserved u32 | crc32c u32 (over the 20 bytes before it)
-      records  back to back, then preallocated zeros up to the allocated size
-
-    record
-      crc32c   u32   over every byte after this field: length .. end of body
-      length   u32   bytes after this field (version + type + body); 0 = end of data
-      version  u8    RECORD_VERSION
-      type     u8    ADD | MASTER_KEY | FENCE
-      body
-        ADD         ledger_id u64 | entry_id i64 | lac i64 | payload (rest)
-        MASTER_KEY  ledger_id u64 | master key (rest)
-        FENCE       ledger_id u64
+The file and record formats, and how a file is read back (torn tail, damaged entry or
+corruption), are in :mod:`bookie.storage.journal_format`; this module writes them and
+replays a directory. Besides the journal files there is the mark::
 
     mark file  journal.mark  (in the ledgers directory: it states what entry logs + index
                already hold; written to a temp file, fsynced, renamed, dir fsynced)
       magic b"BKLM" | version u16 | file_id u64 | offset u64 | crc32c u32 (over the rest)
 
-Preallocated space reads as zeros, so a zero ``length`` marks the end of the data. A
-record whose length runs past the file end, exceeds ``RECORD_BYTES_MAX`` or fails its
-checksum is a torn (never acknowledged) tail: replay stops there and the engine cuts it
-off with :func:`truncate_tail` before any new record is appended.
+Replay stops at a torn tail, and the engine cuts it off with :func:`truncate_tail`
+before any new record is appended; damaged entries in acknowledged data are replayed
+around and reported; other corruption raises JournalCorruptError.
 
 Threading: producers call :meth:`Journal.submit` on the event loop thread; the journal
 thread takes everything queued (bounded by bytes and wait), writes it in one ``pwrite``,
@@ -40,6 +26,7 @@ import collections
 import contextlib
 import errno
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -47,38 +34,68 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import crc32c
 
 from bookie.storage.faults import REAL_IO, FileIO
 from bookie.storage.files import list_numbered, numbered_name
+from bookie.storage.journal_format import (
+    ADD,
+    FENCE,
+    FILE_HEADER_BYTES,
+    HEADER_BYTES,
+    LEGACY_FILE_VERSION,
+    MASTER_KEY,
+    RECORD_BYTES_MAX,
+    DamagedRecord,
+    JournalCorruptError,
+    JournalRecord,
+    decode_file_header,
+    encode_file_header,
+    encode_into,
+    encode_record,
+    file_version,
+    iter_records,
+    scan,
+)
 from bookline.errors import ChecksumError, ClosedError, IOFailureError
 from bookline.invariants import invariant
 
 log = logging.getLogger(__name__)
 
-FILE_MAGIC = b"BKLJ"
-FILE_VERSION = 1
-RECORD_VERSION = 1
+# Format names re-exported: callers know the journal, not how it is split in modules.
+__all__ = [
+    "ADD",
+    "FENCE",
+    "FILE_HEADER_BYTES",
+    "MASTER_KEY",
+    "RECORD_BYTES_MAX",
+    "Completion",
+    "DamagedRecord",
+    "Journal",
+    "JournalCorruptError",
+    "JournalMark",
+    "JournalRecord",
+    "JournalStats",
+    "ReplayResult",
+    "decode_file_header",
+    "decode_mark",
+    "encode_file_header",
+    "encode_mark",
+    "encode_record",
+    "file_name",
+    "iter_records",
+    "list_files",
+    "read_mark",
+    "replay",
+    "truncate_tail",
+    "write_mark",
+]
+
 FILE_SUFFIX = ".journal"
-
-ADD = 1
-MASTER_KEY = 2
-FENCE = 3
-_TYPES = (ADD, MASTER_KEY, FENCE)
-
-_FILE_HEADER = struct.Struct(">4sHHQI")  # + crc u32
-FILE_HEADER_BYTES = _FILE_HEADER.size + 4
-_PREFIX = struct.Struct(">II")  # crc, length
-_ADD_HEAD = struct.Struct(">IIBBQqq")  # crc, length, version, type, ledger, entry, lac
-_KEYED_HEAD = struct.Struct(">IIBBQ")  # crc, length, version, type, ledger
-_BODY_LEDGER = struct.Struct(">Q")
-_BODY_ADD = struct.Struct(">Qqq")
-# Larger than any frame a bookie accepts; a bigger length can only be garbage.
-RECORD_BYTES_MAX = 64 << 20
-# Replay reads files through a buffer of this size.
-_READ_BUFFER_BYTES = 1 << 20
+# Bytes per record besides its data, for group accounting.
+_RECORD_OVERHEAD_BYTES = HEADER_BYTES
 
 Fsync = Callable[[int], None]
 Clock = Callable[[], float]
@@ -89,111 +106,6 @@ class JournalMark(NamedTuple):
 
     file_id: int
     offset: int
-
-
-class JournalRecord(NamedTuple):
-    type: int
-    ledger_id: int
-    entry_id: int
-    lac: int
-    data: bytes  # payload (ADD), master key (MASTER_KEY), b"" (FENCE)
-
-
-# --- codec (pure) ---------------------------------------------------------------------
-
-
-def encode_file_header(file_id: int) -> bytes:
-    head = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, file_id, 0)
-    return head + crc32c.crc32c(head).to_bytes(4, "big")
-
-
-def decode_file_header(data: bytes) -> int | None:
-    """The file id, or None when the header is torn or not a journal header."""
-    if len(data) < FILE_HEADER_BYTES:
-        return None
-    head = data[: _FILE_HEADER.size]
-    if crc32c.crc32c(head) != int.from_bytes(data[_FILE_HEADER.size : FILE_HEADER_BYTES], "big"):
-        return None
-    magic, version, _flags, file_id, _reserved = _FILE_HEADER.unpack(head)
-    if magic != FILE_MAGIC or version != FILE_VERSION:
-        return None
-    return int(file_id)
-
-
-def encode_record(rec: JournalRecord) -> bytes:
-    """One record as bytes (tests and slow paths; the journal thread encodes in place)."""
-    out = bytearray()
-    encode_into(out, rec.type, rec.ledger_id, rec.entry_id, rec.lac, rec.data)
-    return bytes(out)
-
-
-def encode_into(  # noqa: PLR0917 - per-record hot path: positional, no kwargs cost
-    out: bytearray, rtype: int, ledger_id: int, entry_id: int, lac: int, data: bytes
-) -> None:
-    """Append one encoded record to ``out`` (one header pack, one payload copy)."""
-    if rtype == ADD:
-        length = _ADD_HEAD.size - 8 + len(data)
-        head = _ADD_HEAD.pack(0, length, RECORD_VERSION, ADD, ledger_id, entry_id, lac)
-    else:
-        body = data if rtype == MASTER_KEY else b""
-        length = _KEYED_HEAD.size - 8 + len(body)
-        head = _KEYED_HEAD.pack(0, length, RECORD_VERSION, rtype, ledger_id)
-        data = body
-    crc = crc32c.crc32c(data, crc32c.crc32c(memoryview(head)[4:]))
-    start = len(out)
-    out += head
-    out += data
-    out[start : start + 4] = crc.to_bytes(4, "big")
-
-
-def decode_body(payload: bytes | memoryview) -> JournalRecord:
-    """Decode ``version | type | body`` (already checksummed) into a record."""
-    version, rtype = payload[0], payload[1]
-    if version != RECORD_VERSION:
-        raise ChecksumError(f"journal record version {version} is not {RECORD_VERSION}")
-    body = payload[2:]
-    if rtype == ADD:
-        if len(body) < _BODY_ADD.size:
-            raise ChecksumError("journal ADD record too short")
-        ledger_id, entry_id, lac = _BODY_ADD.unpack_from(body)
-        return JournalRecord(ADD, ledger_id, entry_id, lac, bytes(body[_BODY_ADD.size :]))
-    if rtype in (MASTER_KEY, FENCE):
-        if len(body) < _BODY_LEDGER.size:
-            raise ChecksumError("journal record too short")
-        (ledger_id,) = _BODY_LEDGER.unpack_from(body)
-        data = bytes(body[_BODY_LEDGER.size :]) if rtype == MASTER_KEY else b""
-        return JournalRecord(rtype, ledger_id, -1, -1, data)
-    raise ChecksumError(f"journal record type {rtype} unknown")
-
-
-class _Scan(NamedTuple):
-    end: int  # offset just past the last good record
-    clean: bool  # True when the data ended at zeros/EOF, False on a torn or bad record
-
-
-def iter_records(f: BinaryIO, offset: int, file_size: int,
-                 out: list[tuple[JournalRecord, int]]) -> _Scan:
-    """Read records from ``offset`` into ``out`` as (record, end offset) pairs."""
-    f.seek(offset)
-    pos = offset
-    while True:
-        prefix = f.read(_PREFIX.size)
-        if len(prefix) < _PREFIX.size:
-            return _Scan(pos, not prefix.strip(b"\0"))
-        crc, length = _PREFIX.unpack(prefix)
-        if length == 0:
-            return _Scan(pos, crc == 0)
-        if length < 2 or length > RECORD_BYTES_MAX or pos + _PREFIX.size + length > file_size:
-            return _Scan(pos, False)
-        rest = f.read(length)
-        if len(rest) < length or crc32c.crc32c(rest, crc32c.crc32c(prefix[4:])) != crc:
-            return _Scan(pos, False)
-        try:
-            rec = decode_body(rest)
-        except ChecksumError:
-            return _Scan(pos, False)
-        pos += _PREFIX.size + length
-        out.append((rec, pos))
 
 
 # --- files ----------------------------------------------------------------------------
@@ -218,6 +130,8 @@ def fsync_dir(directory: Path, fsync: Fsync) -> None:
 @dataclass(slots=True)
 class ReplayResult:
     records: list[tuple[JournalRecord, int]] = field(default_factory=list)
+    # (file id, record) of damaged entries in acknowledged data, replayed around.
+    damaged: list[tuple[int, DamagedRecord]] = field(default_factory=list)
     last_file_id: int = -1
     # Where the last file's good data ends; the engine truncates the tail there.
     tail_end: int = 0
@@ -227,29 +141,32 @@ class ReplayResult:
 def replay(directory: Path, mark: JournalMark) -> ReplayResult:
     """Every record at or after ``mark``, in order (blocking: run before the thread).
 
-    A bad record in the last file is a torn tail (reported, not raised); in an earlier
-    file it is corruption of acknowledged data and raises ChecksumError, since files are
-    only rolled after their last group was fsynced.
+    Stops at a torn tail of the last file (reported, not raised); reports damaged
+    entries it replayed around; raises JournalCorruptError (naming file and offset) for
+    damage it cannot work around (see journal_format.py).
     """
     result = ReplayResult()
     ids = [i for i in list_files(directory) if i >= mark.file_id]
     for n, file_id in enumerate(ids):
         last = n == len(ids) - 1
         path = directory / file_name(file_id)
-        with path.open("rb", buffering=_READ_BUFFER_BYTES) as f:
+        with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
-            head_ok = decode_file_header(f.read(FILE_HEADER_BYTES)) == file_id
-            if not head_ok:
+            head = f.read(FILE_HEADER_BYTES)
+            version = file_version(head)
+            if version is None or decode_file_header(head) != file_id:
                 if not last:
-                    raise ChecksumError(f"journal {path} has a bad header")
+                    raise JournalCorruptError(f"journal {path} has a bad header")
                 result.last_file_id, result.tail_end, result.tail_clean = file_id, 0, False
                 break
             start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
             start = max(start, FILE_HEADER_BYTES)
-            scan = iter_records(f, start, size, result.records)
-        if not scan.clean and not last:
-            raise ChecksumError(f"journal {path} is corrupt at offset {scan.end}")
-        result.last_file_id, result.tail_end, result.tail_clean = file_id, scan.end, scan.clean
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
+                found = scan(image, start, size, name=str(path), last=last,
+                             legacy=version == LEGACY_FILE_VERSION)  # fmt: skip
+        result.records += found.records
+        result.damaged += [(file_id, d) for d in found.damaged]
+        result.last_file_id, result.tail_end, result.tail_clean = file_id, found.end, found.clean
     return result
 
 
@@ -330,8 +247,6 @@ class Completion(Protocol):
 # Queue item: (type, ledger_id, entry_id, lac, data, completion or None).
 Item = tuple[int, int, int, int, bytes, "Completion | None"]
 OnDurable = Callable[[list[Item], JournalMark], None]
-# Rough per-record header bytes for group accounting.
-_RECORD_OVERHEAD_BYTES = _ADD_HEAD.size
 
 
 @dataclass(slots=True)
