@@ -18,7 +18,13 @@ import pytest
 from bookie.config import BookieConfig
 from bookie.storage import faults
 from bookie.storage.engine import BookieStorage
-from bookline.errors import ConfigError, IOFailureError, NoEntryError, NoLedgerError
+from bookline.errors import (
+    ConfigError,
+    IOFailureError,
+    NoEntryError,
+    NoLedgerError,
+    ReadOnlyError,
+)
 from tests.test_bookie_storage import KEY, add_all, check_all, make_config, payload
 
 
@@ -233,3 +239,92 @@ def test_shim_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_config(BookieConfig, path=None, section="bookie", env_prefix="BOOKLINE_BOOKIE_",
                       overrides={})  # fmt: skip
     assert (cfg.fault_shim, cfg.fault_disk_bytes_max) == ("power-cut", 123456)
+
+
+# --- a small journal disk (defect 10) ---------------------------------------------------
+
+DISK_BYTES = 16 << 20
+ENTRY_BYTES = 10_000
+
+
+def _small_journal_disk(tmp_path: Path) -> BookieConfig:
+    return make_config(tmp_path, fault_shim="on", fault_disk_bytes_max=DISK_BYTES,
+                       journal_prealloc_bytes=1 << 20, memtable_flush_bytes=64 << 20,
+                       memtable_bytes_max=64 << 20)  # fmt: skip
+
+
+async def _add_until_refused(s: BookieStorage, ledger_id: int, first: int) -> tuple[int, Exception]:
+    """Add entries in groups of 10 until one is refused; (next entry id, the error)."""
+    e = first
+    while e < first + 5000:
+        results = await asyncio.gather(
+            *(s.add_entry(ledger_id, i, i - 1, KEY, payload(ledger_id, i, ENTRY_BYTES))
+              for i in range(e, e + 10)), return_exceptions=True)  # fmt: skip
+        for i, r in enumerate(results):
+            if isinstance(r, Exception):
+                return e + i, r
+        e += 10
+    raise AssertionError("the disk never filled")
+
+
+async def test_small_journal_disk_turns_read_only_before_it_fills(tmp_path: Path) -> None:
+    """Defect 10: the journal preallocated 16 MiB at a time and disk usage was looked at
+    every 5 s, so a small journal disk ran out of space (a fatal journal error) at 85 %
+    used. Read-only must come first, while the next preallocation still fits."""
+    s = BookieStorage(_small_journal_disk(tmp_path))
+    await s.start()
+    try:
+        refused_at, error = await _add_until_refused(s, 1, 0)
+        assert isinstance(error, ReadOnlyError), error
+        assert s.failed is None and s.read_only
+        space = s.io.disk_space(Path(s.config.journal_dir))
+        assert space.free_bytes > (1 << 20)  # a whole preallocation still fits
+        assert s.disk_usage().used_fraction >= s.config.disk_usage_threshold
+        # Recovery adds still go through (ledger recovery must finish).
+        await s.add_entry(2, 0, -1, KEY, payload(2, 0), recovery=True)
+        await check_all(s, 1, range(refused_at), size=ENTRY_BYTES)
+        s = await _restart_same(s)
+        await check_all(s, 1, range(refused_at), size=ENTRY_BYTES)
+        await check_all(s, 2, range(1))
+    finally:
+        await s.close()
+
+
+async def test_enospc_on_preallocation_turns_read_only_instead_of_failing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone else fills the disk right after the journal looked: the preallocation
+    itself fails. What is queued still fits (it is written without the big
+    preallocation) and the bookie turns read-only; with no room even for that, the adds
+    are refused with READ_ONLY -- never a fatal error: nothing acknowledged is at stake."""
+    s = BookieStorage(_small_journal_disk(tmp_path))
+    await s.start()
+    try:
+        await add_all(s, 1, range(10))
+        journal_dir = Path(s.config.journal_dir)
+        free = s.io.disk_space(journal_dir).free_bytes
+        ballast = faults.fill_disk(journal_dir, free - (200 << 10))
+        shim = shim_of(s)
+        monkeypatch.setattr(shim, "disk_space", lambda _p: faults.DiskSpace(1 << 40, 1 << 40))
+        refused_at, error = await _add_until_refused(s, 1, 10)
+        assert isinstance(error, ReadOnlyError) and s.failed is None and s.read_only
+        await check_all(s, 1, range(10))
+        await check_all(s, 1, range(10, refused_at), size=ENTRY_BYTES)
+        monkeypatch.undo()
+        ballast.unlink()
+        ballast = faults.fill_disk(journal_dir, s.io.disk_space(journal_dir).free_bytes)
+        with pytest.raises(ReadOnlyError):
+            await s.add_entry(1, 5000, 4999, KEY, payload(1, 5000), recovery=True)
+        assert s.failed is None
+        ballast.unlink()
+        assert not s.check_disk_usage().read_only  # room again: writable
+        await s.add_entry(1, 5001, 5000, KEY, payload(1, 5001))
+    finally:
+        await s.close()
+
+
+async def _restart_same(s: BookieStorage) -> BookieStorage:
+    await s.close()
+    new = BookieStorage(s.config)
+    await new.start()
+    return new

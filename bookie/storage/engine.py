@@ -241,6 +241,8 @@ class BookieStorage:
             clock=self._clock,
             on_fatal=self._die,
             io=self.io,
+            on_space_low=self._journal_space_low,
+            on_rejected=self._on_rejected,
         )
         files = journal.list_files(self._journal_dir)
         next_file = max([*files, mark.file_id]) + 1
@@ -461,6 +463,33 @@ class BookieStorage:
             # needs no WRITE_LAC for it): applied up to the entries durable here, the
             # rest as they become durable. Its own journal record keeps it for replay.
             self._apply_explicit_lac(ledger_id, st, lac)
+
+    def _journal_space_low(self, free_bytes: int) -> None:
+        """Journal thread: the next preallocation would not fit with margin."""
+        loop = self._loop
+        if loop is not None and not self._read_only:
+            with contextlib.suppress(RuntimeError):  # loop closed: nobody adds any more
+                loop.call_soon_threadsafe(self._turn_read_only_for_space, free_bytes)
+
+    def _turn_read_only_for_space(self, free_bytes: int) -> None:
+        """On the loop: stop taking normal adds before the journal disk fills. The
+        server's disk check keeps it so (the journal's reserve counts as used in
+        :meth:`disk_usage`) until usage is under ``disk_usage_lwm`` again."""
+        if not self._read_only:
+            log.warning("journal disk has %d bytes free, too few for the next %d B "
+                        "preallocation plus %d B margin: turning read-only", free_bytes,
+                        self.config.journal_prealloc_bytes, journal.SPACE_MARGIN_BYTES)
+            self.set_read_only(True)
+
+    def _on_rejected(self, group: list[Item], error: journal.JournalFullError) -> None:
+        """On the loop: the journal refused a group for want of space (not fatal)."""
+        for rtype, _ledger_id, _entry_id, _lac, data, fut in group:
+            if rtype == ADD:
+                self._reserved_bytes -= len(data) + ENTRY_OVERHEAD_BYTES
+                self.counters.adds_rejected_read_only += 1
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
+        self._turn_read_only_for_space(0)
 
     def _ledger_for_write(self, jnl: Journal, ledger_id: int, master_key: bytes) -> _Ledger:
         st = self._ledgers.get(ledger_id)
@@ -965,9 +994,16 @@ class BookieStorage:
     # ------------------------------------------------------------------ disk health
 
     def disk_usage(self) -> DiskUsage:
+        """The fullest of the three disks. On the journal's, the room it keeps for its
+        next preallocation and margin counts as used: the journal turns read-only when
+        that room is gone, and the thresholds must agree or the server's disk check
+        would turn it writable again (and the registry flap)."""
         worst: tuple[float, int, int] = (0.0, 0, 0)
+        reserve = self.config.journal_prealloc_bytes + journal.SPACE_MARGIN_BYTES
         for d in (self._journal_dir, self._ledgers_dir, self._index_dir):
             total, free = self.io.disk_space(d)
+            if d == self._journal_dir:
+                free = max(0, free - reserve)
             used = 1.0 - (free / total) if total else 1.0
             if used >= worst[0]:
                 worst = (used, free, total)

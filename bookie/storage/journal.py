@@ -59,7 +59,7 @@ from bookie.storage.journal_format import (
     iter_records,
     scan,
 )
-from bookline.errors import ChecksumError, ClosedError, IOFailureError
+from bookline.errors import ChecksumError, ClosedError, IOFailureError, ReadOnlyError
 from bookline.invariants import invariant
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ __all__ = [
     "DamagedRecord",
     "Journal",
     "JournalCorruptError",
+    "JournalFullError",
     "JournalMark",
     "JournalRecord",
     "JournalStats",
@@ -96,9 +97,17 @@ __all__ = [
 FILE_SUFFIX = ".journal"
 # Bytes per record besides its data, for group accounting.
 _RECORD_OVERHEAD_BYTES = HEADER_BYTES
+# Room the journal keeps free beyond its next preallocation: while read-only, recovery
+# adds, fences and ledger keys still go to the journal, and a roll needs a new file.
+SPACE_MARGIN_BYTES = 4 << 20
 
 Fsync = Callable[[int], None]
 Clock = Callable[[], float]
+
+
+class JournalFullError(ReadOnlyError):
+    """No room on the journal disk for a group: its records are refused (READ_ONLY);
+    nothing acknowledged is at stake, so the journal keeps going."""
 
 
 class JournalMark(NamedTuple):
@@ -247,6 +256,10 @@ class Completion(Protocol):
 # Queue item: (type, ledger_id, entry_id, lac, data, completion or None).
 Item = tuple[int, int, int, int, bytes, "Completion | None"]
 OnDurable = Callable[[list[Item], JournalMark], None]
+# Told (on the loop) that a group was refused for want of space, with the error.
+OnRejected = Callable[[list[Item], JournalFullError], None]
+# Told (on the journal thread) the free bytes when the next preallocation would not fit.
+OnSpaceLow = Callable[[int], None]
 
 
 @dataclass(slots=True)
@@ -281,9 +294,16 @@ class Journal:
         clock: Clock,
         on_fatal: Callable[[BaseException], None],
         io: FileIO = REAL_IO,
+        on_space_low: OnSpaceLow | None = None,
+        on_rejected: OnRejected | None = None,
     ) -> None:
         """``fsync`` is what the journal calls after each group (already wrapped by
-        ``io``'s :meth:`~bookie.storage.faults.FileIO.wrap_fsync`)."""
+        ``io``'s :meth:`~bookie.storage.faults.FileIO.wrap_fsync`). ``on_space_low``
+        is told when the next preallocation would not fit with SPACE_MARGIN_BYTES to
+        spare (the engine turns read-only); ``on_rejected`` gets a group refused for want
+        of space (default: its completions fail with that error)."""
+        self._on_space_low = on_space_low
+        self._on_rejected = on_rejected
         self._dir = directory
         self._io = io
         self._pwrite = io.pwrite  # bound once: the group commit's one write call
@@ -388,18 +408,56 @@ class Journal:
         self._pos = len(header)
 
     def _ensure_allocated(self, nbytes: int) -> None:
-        if not self._prealloc_ok or self._pos + nbytes <= self._alloc_end:
+        """Make room for ``nbytes`` more at the end, preallocating a chunk at a time.
+
+        Every chunk boundary looks at the free space first: when the chunk would not
+        fit with SPACE_MARGIN_BYTES to spare, or after it the *next* one would not, the
+        engine is told to turn read-only (on_space_low) -- in time, since a whole chunk
+        is left for what is still queued. Then only what this group needs is allocated.
+        ENOSPC on that is no fatal error either: the group is refused (JournalFullError).
+        """
+        if self._pos + nbytes <= self._alloc_end:
             return
-        grow = max(self._prealloc_bytes, self._pos + nbytes - self._alloc_end)
+        needed = self._pos + nbytes - self._alloc_end
+        free = self._io.disk_space(self._dir).free_bytes
+        grow = max(self._prealloc_bytes, needed)
+        if free < grow + SPACE_MARGIN_BYTES:
+            self._space_low(free)
+            grow = needed
         try:
-            self._io.fallocate(self._fd, self._alloc_end, grow)
+            self._allocate(grow)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self._space_low(0)
+            if grow == needed:
+                raise JournalFullError(f"journal disk full: no room for {needed} B") from exc
+            try:
+                self._allocate(needed)
+            except OSError as again:
+                if again.errno != errno.ENOSPC:
+                    raise
+                raise JournalFullError(f"journal disk full: no room for {needed} B") from again
+            grow = needed
+        self._alloc_end += grow
+        if free - grow < self._prealloc_bytes + SPACE_MARGIN_BYTES:
+            self._space_low(max(0, free - grow))
+
+    def _allocate(self, nbytes: int) -> None:
+        """fallocate ``nbytes`` at the allocated end (a no-op where unsupported)."""
+        if not self._prealloc_ok:
+            return
+        try:
+            self._io.fallocate(self._fd, self._alloc_end, nbytes)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             log.warning("journal preallocation unsupported here (%s); writing without", exc)
             self._prealloc_ok = False
-            return
-        self._alloc_end += grow
+
+    def _space_low(self, free_bytes: int) -> None:
+        if self._on_space_low is not None:
+            self._on_space_low(free_bytes)
 
     def _write_all(self, data: bytes | bytearray, offset: int) -> None:
         view = memoryview(data)
@@ -455,7 +513,13 @@ class Journal:
                 buf.clear()
                 for rtype, ledger_id, entry_id, lac, data, _fut in group:
                     encode_into(buf, rtype, ledger_id, entry_id, lac, data)
-                self._ensure_allocated(len(buf))
+                try:
+                    self._ensure_allocated(len(buf))
+                except JournalFullError as full:
+                    log.warning("journal: %s; refusing %d records", full, len(group))
+                    loop.call_soon_threadsafe(self._reject, group, full)
+                    group = []
+                    continue
                 self._write_all(buf, self._pos)
                 if self._sync:
                     t0 = time.perf_counter()
@@ -489,10 +553,30 @@ class Journal:
             st.observer(seconds, records, nbytes)
 
     def _roll(self) -> None:
-        old = self._fd
-        self._open_file(self._file_id + 1)
-        self._io.close(old)
+        old = (self._fd, self._file_id, self._pos, self._alloc_end)
+        try:
+            self._open_file(self._file_id + 1)
+        except JournalFullError as full:
+            # No room for a new file: keep appending to this one (past file_bytes_max)
+            # and try again after the next group; the engine is read-only by now.
+            (self._dir / file_name(self._file_id)).unlink(missing_ok=True)
+            fsync_dir(self._dir, self._fsync)
+            self._fd, self._file_id, self._pos, self._alloc_end = old
+            log.warning("journal: cannot roll to a new file (%s); staying on %d", full,
+                        self._file_id)
+            return
+        self._io.close(old[0])
         self.stats.files_rolled += 1
+
+    def _reject(self, group: list[Item], error: JournalFullError) -> None:
+        """On the loop: a group refused for want of space (see JournalFullError)."""
+        if self._on_rejected is not None:
+            self._on_rejected(group, error)
+            return
+        for item in group:
+            fut = item[5]
+            if fut is not None and not fut.done():
+                fut.set_exception(error)
 
     def fail_queued(self, error: BaseException) -> None:
         """On the loop, after ``stop(drain=False)``: fail what was never written."""
