@@ -10,9 +10,13 @@
   goes in the next request (up to ``batch_records_max`` / ``batch_bytes_max``). The
   owning proxy appends a producer's requests in sequence order whatever order they
   arrive in, so the stream and the DLSNs follow the write order.
-* **Idempotence**: the client has a producer id; every record gets the next sequence
-  number of its stream when it is queued, and a retried request reuses the same
-  numbers, so the proxy never writes a record twice.
+* **Idempotence**: the client has a producer id; each request gets the next sequence
+  numbers of its stream (within the producer's current *epoch* on it) when it is
+  sent, and a retried request reuses them, so the proxy never writes a record twice.
+  A request that fails for good leaves a hole in the sequence that nothing will fill:
+  the stream's sender then lets its other requests finish (those refused for the hole
+  were not written and are kept), bumps the epoch and starts again at sequence 0,
+  sending the kept records first (Kafka's KIP-360; see docs/proxies.md).
 * **Retries**: connection failures, 503 (UNAVAILABLE from a proxy that is starting or
   stopping included: it is avoided for a while), 429 and OWNER_MOVED are retried with
   exponential backoff and full jitter until ``retry_deadline_ms``; redirects are
@@ -37,7 +41,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -55,6 +59,7 @@ from bookline.errors import (
     ConfigError,
     ConnectionLostError,
     NotEnoughBookiesError,
+    OutOfOrderSequenceError,
     OwnerMovedError,
     TimeoutError_,
     TooLargeError,
@@ -145,7 +150,7 @@ def _size_of(record: bytes | http_api.WireRecord) -> int:
 class _Chunk:
     # Plain payloads (the fast path: no WireRecord per record) or full records.
     records: list[bytes] | list[http_api.WireRecord]
-    seq: int
+    order: int  # queued as the stream's order-th chunk (parked chunks go back in order)
     size: int
     fut: asyncio.Future[Any]
     single: bool
@@ -153,9 +158,24 @@ class _Chunk:
 
 @dataclass
 class _Sender:
+    """One stream's writes: the queue, and this producer's epoch and next sequence.
+
+    Sequence numbers are given when a request is formed, so a request that fails for
+    good leaves a hole only among requests already sent. The sender then stops forming
+    requests (``abandoning``) until every request of the epoch is answered -- those
+    refused with OUT_OF_ORDER_SEQUENCE for the hole were not written and are
+    ``parked`` -- then bumps the epoch, restarts at 0 and sends the parked chunks first.
+    Requests whose outcome is unknown are retried in their own epoch until answered
+    (or their deadline), so nothing is sent twice under two epochs."""
+
     stream: str
+    producer: str
     queue: collections.deque[_Chunk] = field(default_factory=collections.deque)
+    epoch: int = 0
     next_seq: int = 0
+    abandoning: bool = False
+    parked: list[_Chunk] = field(default_factory=list)
+    queued: int = 0
     task: asyncio.Task[None] | None = None
 
 
@@ -331,8 +351,10 @@ class ProxyClient:
         stream: str | None = None,
         read: bool = False,
         timeout_s: float | None = None,
+        give_up: Callable[[BooklineError], bool] | None = None,
     ) -> dict[str, Any]:
-        """One logical request: routed, redirected and retried until the deadline."""
+        """One logical request: routed, redirected and retried until the deadline (or
+        until ``give_up(error)`` says a retriable error is not worth retrying)."""
         cfg = self.config
         deadline = time.monotonic() + cfg.retry_deadline_ms / 1000
         backoff = cfg.backoff_initial_ms / 1000
@@ -383,6 +405,8 @@ class ProxyClient:
                     self._owners.pop(stream, None)
             if not (error.retriable or isinstance(error, NotEnoughBookiesError)):
                 raise error
+            if give_up is not None and give_up(error):
+                raise error
             now = time.monotonic()
             if now >= deadline:
                 raise error
@@ -409,10 +433,10 @@ class ProxyClient:
         size = sum(sizes)
         sender = self._senders.get(stream)
         if sender is None:
-            sender = self._senders[stream] = _Sender(stream)
+            sender = self._senders[stream] = _Sender(stream, self.producer_id)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        chunk = _Chunk(records, sender.next_seq, size, fut, single)
-        sender.next_seq += len(records)
+        chunk = _Chunk(records, sender.queued, size, fut, single)
+        sender.queued += 1
         sender.queue.append(chunk)
         self._buffered += size
         if sender.task is None:
@@ -473,21 +497,47 @@ class ProxyClient:
         window: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         try:
-            while sender.queue or window:
-                while sender.queue and len(window) < cfg.requests_in_flight_per_stream:
+            while sender.queue or window or sender.parked:
+                if sender.abandoning and not window:
+                    self._next_epoch(sender)  # every request of the old epoch is answered
+                while (sender.queue and not sender.abandoning
+                       and len(window) < cfg.requests_in_flight_per_stream):  # fmt: skip
                     batch, size = self._next_batch(sender.queue)
-                    window.add(loop.create_task(self._send_counted(sender.stream, batch, size)))
-                _done, pending = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
-                window = set(pending)
+                    seq = sender.next_seq
+                    sender.next_seq += sum(len(c.records) for c in batch)
+                    window.add(loop.create_task(
+                        self._send_counted(sender, batch, size, sender.epoch, seq)))  # fmt: skip
+                if window:
+                    _done, pending = await asyncio.wait(
+                        window, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    window = set(pending)
         finally:
             sender.task = None
             for task in window:  # cancelled: the requests' futures fail below
                 task.cancel()
-            if sender.queue:  # cancelled with records queued: fail them, don't hang
-                for chunk in sender.queue:
-                    if not chunk.fut.done():
-                        chunk.fut.set_exception(ClosedError("ProxyClient closed"))
-                sender.queue.clear()
+            left = [*sender.parked, *sender.queue]
+            sender.parked.clear()
+            sender.queue.clear()
+            for chunk in left:  # cancelled with records queued: fail them, don't hang
+                if not chunk.fut.done():
+                    chunk.fut.set_exception(ClosedError("ProxyClient closed"))
+
+    def _next_epoch(self, sender: _Sender) -> None:
+        """After a request failed for good: restart the stream's sequence at 0 in a new
+        epoch (which fences the old one at the proxy), parked chunks first, in order."""
+        sender.abandoning = False
+        if sender.epoch >= http_api.EPOCH_MAX:
+            sender.producer, sender.epoch = uuid.uuid4().hex, 0  # out of epochs: a new id
+        else:
+            sender.epoch += 1
+        sender.next_seq = 0
+        parked = sorted(sender.parked, key=lambda c: c.order)
+        sender.parked.clear()
+        sender.queue.extendleft(reversed(parked))
+        log.info("stream %s: producer %s goes on in epoch %d (%d records held back resent)",
+                 sender.stream, sender.producer, sender.epoch,
+                 sum(len(c.records) for c in parked))
 
     def _next_batch(self, queue: collections.deque[_Chunk]) -> tuple[list[_Chunk], int]:
         cfg = self.config
@@ -503,44 +553,68 @@ class ProxyClient:
             size += nxt.size
         return batch, size
 
-    async def _send_counted(self, stream: str, batch: list[_Chunk], size: int) -> None:
+    async def _send_counted(
+        self, sender: _Sender, batch: list[_Chunk], size: int, epoch: int, seq: int
+    ) -> None:
+        parked = False
         try:
-            await self._send_batch(stream, batch)
+            parked = await self._send_batch(sender, batch, epoch, seq)
         finally:
-            self._buffered -= size
-            self._room.set()
-            for c in batch:  # cancelled before an answer: the caller must not hang
-                if not c.fut.done():
-                    c.fut.set_exception(ClosedError("ProxyClient closed"))
+            if not parked:  # parked chunks stay buffered: they are sent again
+                self._buffered -= size
+                self._room.set()
+                for c in batch:  # cancelled before an answer: the caller must not hang
+                    if not c.fut.done():
+                        c.fut.set_exception(ClosedError("ProxyClient closed"))
 
-    async def _send_batch(self, stream: str, batch: list[_Chunk]) -> None:
+    async def _send_batch(
+        self, sender: _Sender, batch: list[_Chunk], epoch: int, seq: int
+    ) -> bool:
+        """Send one request; answer its chunks' futures. True when it was parked: refused
+        for the hole a failed request left in ``epoch``, to be sent again in the next."""
+        stream = sender.stream
         items = [r for c in batch for r in c.records]
         if all(type(r) is bytes for r in items):
             payloads: list[Any] = items
-            obj = {"producer": self.producer_id, "seq": batch[0].seq, "payloads": payloads,
+            obj = {"producer": sender.producer, "seq": seq, "payloads": payloads,
                    "crc": http_api.payloads_crc(payloads)}  # fmt: skip
+            if epoch:
+                obj["epoch"] = epoch
         else:
-            obj = http_api.write_body(list(map(_as_record, items)), self.producer_id,
-                                      batch[0].seq)  # fmt: skip
+            obj = http_api.write_body(list(map(_as_record, items)), sender.producer, seq,
+                                      epoch)  # fmt: skip
         records = items
         body = http_api.encode_body(obj, http_api.MSGPACK)
         path = f"{http_api.API_PREFIX}/streams/{stream}/records"
+
+        def hole(error: BooklineError) -> bool:
+            # Refused for the gap a failed request of this epoch left: never written, and
+            # retrying in this epoch would only wait for its deadline.
+            return (isinstance(error, OutOfOrderSequenceError) and sender.abandoning
+                    and sender.epoch == epoch)  # fmt: skip
+
         try:
-            answer = await self._call("POST", path, body, stream=stream)
+            answer = await self._call("POST", path, body, stream=stream, give_up=hole)
             dlsns = [DLSN(*d) for d in http_api.answer_dlsns(answer)]
             if len(dlsns) != len(records):
                 raise BadRequestError(f"{len(dlsns)} DLSNs for {len(records)} records")
         except BooklineError as exc:
+            if hole(exc):
+                sender.parked.extend(batch)
+                return True
+            if sender.epoch == epoch:
+                sender.abandoning = True  # a hole in the sequence: go on in a new epoch
             for c in batch:
                 if not c.fut.done():
                     c.fut.set_exception(exc)
-            return
+            return False
         pos = 0
         for c in batch:
             n = len(c.records)
             if not c.fut.done():
                 c.fut.set_result(dlsns[pos] if c.single else dlsns[pos : pos + n])
             pos += n
+        return False
 
     # -- stream management ---------------------------------------------------------------
 

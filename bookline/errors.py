@@ -45,6 +45,7 @@ __all__ = [
     "OutcomeUnknownError",
     "OwnerMovedError",
     "OwnershipLostError",
+    "ProducerFencedError",
     "ProtocolVersionError",
     "ReadOnlyError",
     "SessionSuspendedError",
@@ -388,6 +389,19 @@ class OutcomeUnknownError(BooklineError):
     retriable = True
     refresh_owner = True
     http_status = 503
+
+
+class ProducerFencedError(BooklineError):
+    """A write of a producer epoch older than one the stream already has from that
+    producer (a late retry from before the producer bumped its epoch). Nothing of this
+    request was written now, nor will any retry of it be: records an earlier attempt
+    wrote keep their positions (the retry of a fully written batch is still answered
+    with them). A client bumps its epoch only once its older requests are answered, so
+    it does not see this for a write it still waits for."""
+
+    code = 43
+    name = "PRODUCER_FENCED"
+    http_status = 409
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

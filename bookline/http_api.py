@@ -18,13 +18,17 @@ path (``/v1/...``); an incompatible change gets ``/v2``.
 Write request (``POST /v1/streams/{name}/records``)::
 
     {"producer": str?,          # producer id (idempotence); omit for fire-and-forget
+     "epoch": int?,             # the producer's epoch on this stream (default 0)
      "seq": int?,               # sequence number of the first record (required with producer)
      "payloads": [bytes, ...]   # plain records, or:
      "records": [{"payload": bytes, "key": bytes?, "headers": {str: bytes}?,
                   "txid": int?}, ...],
      "crc": int?}               # CRC32C of all payloads concatenated (msgpack clients)
 
-Record ``i`` of the request has producer sequence ``seq + i``. The answer carries the
+Record ``i`` of the request has producer sequence ``seq + i`` within ``epoch``. A producer
+bumps its epoch after a batch failed for good and starts again at sequence 0; the proxy
+then refuses older epochs of it (PRODUCER_FENCED) -- see docs/proxies.md. The answer
+carries the
 records' DLSNs: JSON ``{"dlsns": ["seg:entry:slot", ...]}``, msgpack
 ``{"runs": [[seg, entry, first_slot, count], ...]}`` (consecutive slots of one entry
 collapse into one run; a 1000-record batch is a handful of runs).
@@ -55,8 +59,10 @@ from bookline.errors import BadRequestError, BooklineError, OwnerMovedError, for
 
 __all__ = [
     "API_PREFIX",
+    "EPOCH_MAX",
     "JSON",
     "MSGPACK",
+    "PRODUCER_EPOCH_HEADER",
     "PRODUCER_HEADER",
     "PRODUCER_SEQ_HEADER",
     "Position",
@@ -85,11 +91,15 @@ _MSGPACK_ALIASES: Final = frozenset({MSGPACK, "application/x-msgpack", "applicat
 PRODUCER_HEADER: Final = "bl.producer"
 PRODUCER_SEQ_HEADER: Final = "bl.seq"
 PRODUCER_COUNT_HEADER: Final = "bl.count"
+# The batch's producer epoch (4 bytes big-endian), present when it is not 0.
+PRODUCER_EPOCH_HEADER: Final = "bl.epoch"
 
 # A producer id is a client-chosen token (uuid4 hex); bounded so a table entry is small.
 PRODUCER_CHARS_MAX: Final = 64
 # Producer sequences are unsigned 63-bit (JSON-safe enough and fits msgpack int64).
 SEQ_MAX: Final = (1 << 63) - 1
+# Producer epochs fit the 4-byte header; a client that runs out takes a new producer id.
+EPOCH_MAX: Final = (1 << 31) - 1
 TXID_MAX: Final = (1 << 63) - 1
 # Headers per record and their sizes: metadata, not a second payload.
 HEADERS_PER_RECORD_MAX: Final = 32
@@ -281,7 +291,7 @@ class WriteRequest:
     (``payloads``) and makes :class:`WireRecord` objects only if asked (``records``):
     the write proxy's fast path hands the payloads to the writer directly."""
 
-    __slots__ = ("_records", "payloads", "producer", "seq")
+    __slots__ = ("_records", "epoch", "payloads", "producer", "seq")
 
     def __init__(
         self,
@@ -289,11 +299,13 @@ class WriteRequest:
         seq: int | None,
         records: list[WireRecord] | None = None,
         payloads: list[bytes] | None = None,
+        epoch: int = 0,
     ) -> None:
         if (records is None) == (payloads is None):
             raise BadRequestError("a write request has records or payloads, not both")
         self.producer = producer
         self.seq = seq
+        self.epoch = epoch
         self._records = records
         self.payloads = payloads
 
@@ -337,6 +349,9 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
     seq = _get_int(obj, "seq", 0, SEQ_MAX)
     if producer is not None and seq is None:
         raise BadRequestError("a producer id needs a sequence number 'seq'")
+    epoch = _get_int(obj, "epoch", 0, EPOCH_MAX) or 0
+    if epoch and producer is None:
+        raise BadRequestError("an epoch belongs to a producer id")
     if "payloads" in obj:
         raw = obj["payloads"]
         if not isinstance(raw, list):
@@ -344,7 +359,8 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         payloads: list[bytes] = raw
         if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
             payloads = [_payload(p) for p in raw]
-        return _checked(WriteRequest(producer, seq, payloads=payloads), obj, records_max)
+        return _checked(WriteRequest(producer, seq, payloads=payloads, epoch=epoch), obj,
+                        records_max)
     elif "records" in obj:
         raw = obj["records"]
         if not isinstance(raw, list):
@@ -354,7 +370,7 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         records = [_record(obj)]
     else:
         raise BadRequestError("a write needs 'payload', 'payloads' or 'records'")
-    return _checked(WriteRequest(producer, seq, records=records), obj, records_max)
+    return _checked(WriteRequest(producer, seq, records=records, epoch=epoch), obj, records_max)
 
 
 def _payload(value: object) -> bytes:
@@ -382,13 +398,15 @@ def _checked(req: WriteRequest, obj: Mapping[str, Any], records_max: int) -> Wri
 
 
 def write_body(
-    records: Sequence[WireRecord], producer: str | None, seq: int | None
+    records: Sequence[WireRecord], producer: str | None, seq: int | None, epoch: int = 0
 ) -> dict[str, Any]:
     """The client side of :func:`parse_write` (compact form when records are plain)."""
     body: dict[str, Any] = {}
     if producer is not None:
         body["producer"] = producer
         body["seq"] = seq
+        if epoch:
+            body["epoch"] = epoch
     if all(r.key is None and not r.headers and r.txid is None for r in records):
         payloads = [r.payload for r in records]
         body["payloads"] = payloads

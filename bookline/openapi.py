@@ -53,10 +53,15 @@ def _schemas() -> dict[str, Any]:
         "WriteRequest": {
             "type": "object",
             "description": "One record (payload at top level), plain payloads, or records. "
-                           "Record i has producer sequence seq+i; a retry with the same "
-                           "producer and seq is answered with the original DLSNs.",
+                           "Record i has producer sequence seq+i within the producer's "
+                           "epoch; a retry with the same producer, epoch and seq is "
+                           "answered with the original DLSNs. A producer whose batch "
+                           "failed for good bumps its epoch and starts again at seq 0; "
+                           "older epochs of it are then refused (PRODUCER_FENCED).",
             "properties": {
                 "producer": {"type": "string", "maxLength": 64},
+                "epoch": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1,
+                          "default": 0},
                 "seq": {"type": "integer", "minimum": 0},
                 "payload": _BYTES,
                 "payloads": {"type": "array", "items": _BYTES},
@@ -127,7 +132,7 @@ def build_document() -> dict[str, Any]:
                 "summary": "write one record or a batch (write proxy; owner only)",
                 "requestBody": {"required": True, "content": _content("WriteRequest")},
                 "responses": {"200": _ok("WriteAnswer", "durable"),
-                              **_errors(307, 400, 404, 413, 429, 503)},
+                              **_errors(307, 400, 404, 409, 413, 429, 503)},
             },
             "get": {
                 "summary": "read a page; wait_ms > 0 long-polls (read proxy)",

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from bookline.dlsn import DLSN
-from bookline.errors import BadRequestError, OutOfOrderSequenceError
+from bookline.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
 from bookline.http_api import WriteRequest
 from bookline.records import LogRecord
 from writeproxy.dedup import DedupTable
@@ -37,8 +37,8 @@ def stream(wait_s: float = 1.0, ack_delay_s: float = 0.01) -> tuple[OwnedStream,
     return OwnedStream("s", cast(Any, writer), table, reorder_wait_s=wait_s), writer
 
 
-def req(seq: int, *payloads: bytes, producer: str = "p") -> WriteRequest:
-    return WriteRequest(producer, seq, payloads=list(payloads))
+def req(seq: int, *payloads: bytes, producer: str = "p", epoch: int = 0) -> WriteRequest:
+    return WriteRequest(producer, seq, payloads=list(payloads), epoch=epoch)
 
 
 async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -> None:
@@ -105,9 +105,50 @@ async def test_producers_in_flight_only_are_tracked() -> None:
     owned, writer = stream()
     for i in range(50):
         await owned.write(req(0, b"x", producer=f"p{i}"))
-    assert owned._next_seq == {}
+    assert owned._next_pos == {}
     assert len(writer.log) == 50
     await owned.write(req(1, b"y", producer="p7"))  # still ordered through the table
     with pytest.raises(OutOfOrderSequenceError):
         owned._reorder_wait_s = 0.02
         await owned.write(req(5, b"z", producer="p7"))
+
+
+# -- producer epochs (issue 12 defect 6) -------------------------------------------------
+
+
+async def test_a_new_epoch_starts_at_zero_and_fences_the_old_one() -> None:
+    """After a failed batch the producer bumps its epoch: the new epoch goes at once,
+    and an old-epoch request still waiting for its gap is refused, never appended."""
+    owned, writer = stream(wait_s=1.0)
+    await owned.write(req(0, b"a"))
+    stuck = asyncio.ensure_future(owned.write(req(2, b"c")))  # seq 1 failed for good
+    await asyncio.sleep(0.05)
+    await owned.write(req(0, b"x", epoch=1))
+    with pytest.raises(ProducerFencedError):
+        await stuck
+    await owned.write(req(1, b"y", epoch=1))
+    assert writer.log == [b"a", b"x", b"y"]
+
+
+async def test_a_late_old_epoch_request_is_not_appended_after_the_new_epoch() -> None:
+    owned, writer = stream(ack_delay_s=0.2)
+    await owned.write(req(0, b"a"))
+    newer = asyncio.ensure_future(owned.write(req(0, b"x", epoch=1)))
+    await asyncio.sleep(0.01)  # handed to the writer, not acknowledged yet
+    with pytest.raises(ProducerFencedError):
+        await owned.write(req(1, b"b"))
+    retry, dups = await owned.write(req(0, b"a"))  # a written record: still answered
+    assert dups == 1 and retry == [DLSN(1, 0, 0)]
+    await newer
+    assert writer.log == [b"a", b"x"]
+
+
+async def test_a_new_epochs_requests_keep_their_order() -> None:
+    owned, writer = stream()
+    await owned.write(req(0, b"a"))
+    later = asyncio.ensure_future(owned.write(req(1, b"y", epoch=3)))
+    await asyncio.sleep(0.02)
+    assert writer.log == [b"a"]  # waits for the new epoch's sequence 0
+    await owned.write(req(0, b"x", epoch=3))
+    await later
+    assert writer.log == [b"a", b"x", b"y"]

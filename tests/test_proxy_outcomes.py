@@ -111,7 +111,7 @@ async def test_a_forgotten_sequence_is_not_a_definite_failure() -> None:
     the log: not a definite 400."""
     table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
     for b in range(5):
-        table.record("p", b, [(1, b, 0)])
+        table.record("p", 0, b, [(1, b, 0)])
     with pytest.raises(BooklineError) as info:
-        table.plan("p", 0, 1)
+        table.plan("p", 0, 0, 1)
     assert info.value.retriable and info.value.name == "OUTCOME_UNKNOWN", info.value

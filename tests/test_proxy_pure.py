@@ -19,6 +19,7 @@ from bookline.errors import (
     BadRequestError,
     OutcomeUnknownError,
     OwnerMovedError,
+    ProducerFencedError,
     TooManyRequestsError,
     UnknownError,
 )
@@ -39,11 +40,11 @@ def test_negotiate_prefers_msgpack_only_when_asked() -> None:
 def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
     recs = [http_api.WireRecord(b"a"), http_api.WireRecord(b"\xff\x00", key=b"k",
                                                          headers={"h": b"v"}, txid=7)]
-    body = http_api.write_body(recs, "p1", 10)
+    body = http_api.write_body(recs, "p1", 10, 3)
     for media in (http_api.JSON, http_api.MSGPACK):
         raw = http_api.encode_body(body, media)
         req = http_api.parse_write(http_api.decode_body(raw, media), records_max=10)
-        assert req.producer == "p1" and req.seq == 10
+        assert req.producer == "p1" and req.seq == 10 and req.epoch == 3
         assert req.records == recs
 
 
@@ -57,8 +58,9 @@ def test_crc_mismatch_is_a_bad_request() -> None:
 @pytest.mark.parametrize("body", [
     {}, {"payloads": "x"}, {"payloads": [1]}, {"payloads": []}, {"records": [{"key": "k"}]},
     {"payload": "x", "producer": "p"}, {"payload": "x", "producer": "", "seq": 1},
-    {"payload": "x", "seq": -1}, {"payload_b64": "!!"}, {"records": [{"payload": "x",
-                                                                       "headers": {"bl.x": "y"}}]},
+    {"payload": "x", "seq": -1}, {"payload": "x", "epoch": 1},
+    {"payload": "x", "producer": "p", "seq": 0, "epoch": 1 << 31}, {"payload_b64": "!!"},
+    {"records": [{"payload": "x", "headers": {"bl.x": "y"}}]},
 ])
 def test_malformed_writes_are_bad_requests(body: dict[str, Any]) -> None:
     with pytest.raises(BadRequestError):
@@ -131,22 +133,22 @@ def test_json_view_of_binary_uses_b64() -> None:
 
 def test_dedup_answers_retries_with_original_dlsns() -> None:
     table = dedup.DedupTable(batches_per_producer=4, producers_max=10)
-    plan = table.plan("p", 0, 3)
+    plan = table.plan("p", 0, 0, 3)
     assert plan == dedup.Plan([], 0, 0)
-    table.record("p", 0, [(1, 0, 0), (1, 0, 1), (1, 0, 2)])
-    assert table.plan("p", 0, 3) == dedup.Plan([(1, 0, 0), (1, 0, 1), (1, 0, 2)], 3, 3)
+    table.record("p", 0, 0, [(1, 0, 0), (1, 0, 1), (1, 0, 2)])
+    assert table.plan("p", 0, 0, 3) == dedup.Plan([(1, 0, 0), (1, 0, 1), (1, 0, 2)], 3, 3)
     # A retry that overlaps: the first two are old, the rest new.
-    assert table.plan("p", 1, 4) == dedup.Plan([(1, 0, 1), (1, 0, 2)], 2, 3)
-    assert table.plan("q", 0, 1) == dedup.Plan([], 0, 0)
+    assert table.plan("p", 0, 1, 4) == dedup.Plan([(1, 0, 1), (1, 0, 2)], 2, 3)
+    assert table.plan("q", 0, 0, 1) == dedup.Plan([], 0, 0)
 
 
 def test_dedup_forgets_old_batches_and_says_so() -> None:
     table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
     for b in range(5):
-        table.record("p", b, [(1, b, 0)])
+        table.record("p", 0, b, [(1, b, 0)])
     with pytest.raises(OutcomeUnknownError, match="may or may not be in the log"):
-        table.plan("p", 0, 1)
-    assert table.plan("p", 4, 1).duplicates == [(1, 4, 0)]
+        table.plan("p", 0, 0, 1)
+    assert table.plan("p", 0, 4, 1).duplicates == [(1, 4, 0)]
 
 
 class _Rec:
@@ -157,17 +159,38 @@ class _Rec:
 
 def test_rebuild_from_log_markers_including_partial_batches() -> None:
     log = [
-        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 2)), _Rec((1, 0, 1), None),
+        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)), _Rec((1, 0, 1), None),
         _Rec((1, 1, 0), None),  # written without a producer
-        _Rec((1, 1, 1), dedup.marker_headers("q", 10, 3)), _Rec((1, 1, 2), None),
+        _Rec((1, 1, 1), dedup.marker_headers("q", 0, 10, 3)), _Rec((1, 1, 2), None),
         # q's third record never made it (the writer failed): a partial batch
-        _Rec((2, 0, 0), dedup.marker_headers("p", 2, 1)),
+        _Rec((2, 0, 0), dedup.marker_headers("p", 0, 2, 1)),
     ]
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
     assert dedup.rebuild(table, log) == 3
-    assert table.plan("p", 0, 3).duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
-    plan = table.plan("q", 10, 3)
+    assert table.plan("p", 0, 0, 3).duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
+    plan = table.plan("q", 0, 10, 3)
     assert plan.duplicates == [(1, 1, 1), (1, 1, 2)] and plan.first_new_seq == 12
+
+
+def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
+    """The epoch travels in the batch marker (absent = 0, as in logs from before
+    epochs), so a new owner knows which epoch of a producer is current."""
+    assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
+    assert http_api.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
+    log = [
+        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)), _Rec((1, 0, 1), None),
+        _Rec((1, 1, 0), dedup.marker_headers("p", 1, 0, 1)),
+    ]
+    table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
+    assert dedup.rebuild(table, log) == 2
+    state = table.state("p")
+    assert state is not None and (state.epoch, state.last_seq) == (1, 0)
+    assert table.plan("p", 1, 0, 1).duplicates == [(1, 1, 0)]  # the new epoch's retry
+    assert table.plan("p", 1, 1, 1) == dedup.Plan([], 0, 1)
+    assert table.plan("p", 0, 0, 2).duplicates == [(1, 0, 0), (1, 0, 1)]  # written: answered
+    with pytest.raises(ProducerFencedError):
+        table.plan("p", 0, 2, 1)  # never written, and now never will be
+    assert table.plan("p", 2, 0, 1) == dedup.Plan([], 0, 0)  # a newer epoch starts over
 
 
 def test_limiter_refuses_over_limits_and_releases() -> None:

@@ -1,16 +1,24 @@
 """Idempotent writes: which producer sequences a stream already holds. Pure, no I/O.
 
-A request carries ``(producer, seq)``; its record ``i`` has sequence ``seq + i``. Per
-stream and producer the proxy remembers the highest sequence written and the DLSNs of
-the last few batches. A record whose sequence is at or below the highest written is a
-retry: it is not written again and its original DLSN is answered.
+A request carries ``(producer, epoch, seq)``; its record ``i`` has sequence ``seq + i``
+within the epoch. Per stream and producer the proxy remembers the current epoch, the
+highest sequence written in it and the DLSNs of the last few batches (of any epoch). A
+record whose sequence is at or below the highest written is a retry: it is not written
+again and its original DLSN is answered.
+
+Epochs (Kafka's KIP-360): a producer whose batch failed for good cannot fill the hole
+it left in its sequence, so it bumps its epoch and starts again at 0. A newer epoch
+fences the older ones: from then on a request of an older epoch is answered from the
+remembered batches when all of it was written, and refused with PRODUCER_FENCED
+otherwise -- never appended after the new epoch's records.
 
 What survives a failover is in the log itself: the first record the proxy writes for a
-batch carries the headers ``bl.producer`` (id), ``bl.seq`` (8 bytes big-endian) and
-``bl.count`` (4 bytes big-endian), and the batch's records are contiguous in the stream
-(they are appended without yielding to the event loop). A new owner reads the tail of
-the stream (:func:`rebuild`) and recovers the same table, including batches of which
-only a prefix made it into the log.
+batch carries the headers ``bl.producer`` (id), ``bl.seq`` (8 bytes big-endian),
+``bl.count`` (4 bytes big-endian) and, when the epoch is not 0, ``bl.epoch`` (4 bytes
+big-endian; absent means 0, as in logs written before epochs), and the batch's records
+are contiguous in the stream (they are appended without yielding to the event loop). A
+new owner reads the tail of the stream (:func:`rebuild`) and recovers the same table,
+epochs included, and batches of which only a prefix made it into the log.
 """
 
 from __future__ import annotations
@@ -19,14 +27,20 @@ import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
-from bookline.errors import OutcomeUnknownError
-from bookline.http_api import PRODUCER_COUNT_HEADER, PRODUCER_HEADER, PRODUCER_SEQ_HEADER
+from bookline.errors import OutcomeUnknownError, ProducerFencedError
+from bookline.http_api import (
+    PRODUCER_COUNT_HEADER,
+    PRODUCER_EPOCH_HEADER,
+    PRODUCER_HEADER,
+    PRODUCER_SEQ_HEADER,
+)
 from bookline.invariants import invariant
 
 _SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">I")
+_EPOCH = struct.Struct(">I")
 
 DlsnT = tuple[int, int, int]
 
@@ -39,35 +53,52 @@ class HasHeaders(Protocol):
     def headers(self) -> dict[str, bytes] | None: ...
 
 
-def marker_headers(producer: str, first_seq: int, count: int) -> dict[str, bytes]:
-    return {
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """What the first record of a producer batch says about the batch."""
+
+    producer: str
+    epoch: int
+    seq: int
+    count: int
+
+
+def marker_headers(producer: str, epoch: int, first_seq: int, count: int) -> dict[str, bytes]:
+    headers = {
         PRODUCER_HEADER: producer.encode(),
         PRODUCER_SEQ_HEADER: _SEQ.pack(first_seq),
         PRODUCER_COUNT_HEADER: _COUNT.pack(count),
     }
+    if epoch:
+        headers[PRODUCER_EPOCH_HEADER] = _EPOCH.pack(epoch)
+    return headers
 
 
-def parse_marker(headers: dict[str, bytes] | None) -> tuple[str, int, int] | None:
+def parse_marker(headers: dict[str, bytes] | None) -> Marker | None:
     if not headers or PRODUCER_HEADER not in headers:
         return None
     try:
         producer = headers[PRODUCER_HEADER].decode()
         (seq,) = _SEQ.unpack(headers[PRODUCER_SEQ_HEADER])
         (count,) = _COUNT.unpack(headers[PRODUCER_COUNT_HEADER])
+        raw_epoch = headers.get(PRODUCER_EPOCH_HEADER)
+        (epoch,) = (0,) if raw_epoch is None else _EPOCH.unpack(raw_epoch)
     except (KeyError, UnicodeDecodeError, struct.error):
         return None  # not one of ours (a user header can't start with bl., but be safe)
-    return producer, seq, count
+    return Marker(producer, epoch, seq, count)
 
 
 @dataclass
 class ProducerState:
-    last_seq: int = -1
-    # (first_seq, dlsns) of recent batches, oldest first.
-    batches: deque[tuple[int, list[DlsnT]]] = field(default_factory=deque)
+    epoch: int = 0
+    last_seq: int = -1  # the highest sequence written in ``epoch``
+    # (epoch, first_seq, dlsns) of recent batches, oldest first; older epochs' too, so a
+    # late retry of a batch that was written is still answered with its positions.
+    batches: deque[tuple[int, int, list[DlsnT]]] = field(default_factory=deque)
 
-    def dlsn_of(self, seq: int) -> DlsnT | None:
-        for first, dlsns in reversed(self.batches):
-            if first <= seq < first + len(dlsns):
+    def dlsn_of(self, epoch: int, seq: int) -> DlsnT | None:
+        for e, first, dlsns in reversed(self.batches):
+            if e == epoch and first <= seq < first + len(dlsns):
                 return dlsns[seq - first]
         return None
 
@@ -96,14 +127,18 @@ class DedupTable:
     def state(self, producer: str) -> ProducerState | None:
         return self._producers.get(producer)
 
-    def plan(self, producer: str, seq: int, count: int) -> Plan:
+    def plan(self, producer: str, epoch: int, seq: int, count: int) -> Plan:
         state = self._producers.get(producer)
-        if state is None or seq > state.last_seq:
+        if state is None or epoch > state.epoch:
+            return Plan([], 0, seq)  # a new producer, or a new epoch of it
+        if epoch < state.epoch:
+            return self.plan_fenced(producer, epoch, seq, count, state.epoch)
+        if seq > state.last_seq:
             return Plan([], 0, seq)
         self._producers.move_to_end(producer)
         dups: list[DlsnT] = []
         for s in range(seq, min(seq + count, state.last_seq + 1)):
-            dlsn = state.dlsn_of(s)
+            dlsn = state.dlsn_of(epoch, s)
             if dlsn is None:
                 # At or below the highest sequence written, but older than the batches
                 # remembered: whether it is in the log is not known here (a producer
@@ -116,36 +151,59 @@ class DedupTable:
             dups.append(dlsn)
         return Plan(dups, len(dups), seq + len(dups))
 
-    def record(self, producer: str, first_seq: int, dlsns: Sequence[DlsnT]) -> None:
+    def plan_fenced(
+        self, producer: str, epoch: int, seq: int, count: int, current_epoch: int
+    ) -> Plan:
+        """A request of an epoch older than ``current_epoch`` (written or on its way to
+        the writer): all duplicates, or refused -- never written after the newer epoch."""
+        state = self._producers.get(producer)
+        dups = [] if state is None else [state.dlsn_of(epoch, s) for s in range(seq, seq + count)]
+        if state is None or None in dups:
+            raise ProducerFencedError(
+                f"producer {producer} epoch {epoch} is fenced by its epoch {current_epoch}: "
+                f"sequences {seq}..{seq + count - 1} are not written by this request nor "
+                "will be (what an earlier attempt wrote keeps its position)"
+            )
+        return Plan(cast("list[DlsnT]", dups), count, seq + count)
+
+    def record(self, producer: str, epoch: int, first_seq: int, dlsns: Sequence[DlsnT]) -> None:
         if not dlsns:
             return
         state = self._producers.get(producer)
         if state is None:
-            state = self._producers[producer] = ProducerState()
+            state = self._producers[producer] = ProducerState(epoch)
             while len(self._producers) > self._producers_max:
                 self._producers.popitem(last=False)
         else:
             self._producers.move_to_end(producer)
-        invariant(first_seq > state.last_seq, "producer %s seq %d not after %d",
-                  producer, first_seq, state.last_seq)
-        state.batches.append((first_seq, list(dlsns)))
+        state.batches.append((epoch, first_seq, list(dlsns)))
         while len(state.batches) > self._batches_max:
             state.batches.popleft()
+        if epoch < state.epoch:
+            # A batch of the older epoch was handed to the writer before the new epoch's
+            # first one and answered after it: kept for retries, the epoch stays.
+            return
+        if epoch > state.epoch:
+            state.epoch, state.last_seq = epoch, -1
+        invariant(first_seq > state.last_seq, "producer %s epoch %d seq %d not after %d",
+                  producer, epoch, first_seq, state.last_seq)
         state.last_seq = first_seq + len(dlsns) - 1
 
 
 def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
     """Feed the stream's tail (in stream order) into ``table``; returns batches found."""
     batches = 0
-    current: tuple[str, int, int] | None = None
+    current: Marker | None = None
     dlsns: list[DlsnT] = []
 
     def close() -> None:
         nonlocal batches
         if current is not None and dlsns:
-            state = table.state(current[0])
-            if state is None or current[1] > state.last_seq:
-                table.record(current[0], current[1], dlsns)
+            state = table.state(current.producer)
+            # A producer's epochs never go back in the log (older ones are fenced before
+            # the writer); skip anything that would, and what is already recorded.
+            if state is None or (current.epoch, current.seq) > (state.epoch, state.last_seq):
+                table.record(current.producer, current.epoch, current.seq, dlsns)
                 batches += 1
 
     for rec in records:
@@ -153,12 +211,12 @@ def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
         if marker is not None:
             close()
             current, dlsns = marker, [tuple(rec.dlsn)]  # type: ignore[list-item]
-        elif current is not None and len(dlsns) < current[2]:
+        elif current is not None and len(dlsns) < current.count:
             dlsns.append(tuple(rec.dlsn))  # type: ignore[arg-type]
         else:
             close()
             current, dlsns = None, []
-        if current is not None and len(dlsns) == current[2]:
+        if current is not None and len(dlsns) == current.count:
             close()
             current, dlsns = None, []
     close()

@@ -57,8 +57,14 @@ SCAN_ENTRIES_PER_READ = 64
 ACQUIRES_CONCURRENT_MAX = 32
 
 
+# A producer's position: (epoch, sequence). Every sequence of a later epoch comes after
+# every sequence of an earlier one (the later epoch fences the earlier).
+Pos = tuple[int, int]
+
+
 @dataclass
 class _Pending:
+    epoch: int
     first_seq: int
     end_seq: int  # exclusive
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -79,9 +85,9 @@ class OwnedStream:
         self.table = table
         self.failed: BaseException | None = None
         self._pending: dict[str, list[_Pending]] = {}
-        # Per producer: the sequence after the last batch handed to the writer (also
+        # Per producer: the position after the last batch handed to the writer (also
         # while it is in flight), so the next request may follow at once (pipelining).
-        self._next_seq: dict[str, int] = {}
+        self._next_pos: dict[str, Pos] = {}
         self._seq_moved = asyncio.Event()
         self._reorder_wait_s = reorder_wait_s
         # Set by abort(): requests stop waiting for the writer's answer.
@@ -102,23 +108,26 @@ class OwnedStream:
         """Write ``req``'s new records; answer every record's DLSN and the count of
         records that were retries (not written again)."""
         if req.producer is None or req.seq is None:
-            return await self._append(_log_records(req, 0), None, 0), 0
-        producer, seq, count = req.producer, req.seq, req.count
-        await self._wait_turn(producer, seq, seq + count)
-        plan = self.table.plan(producer, seq, count)
+            return await self._append(_log_records(req, 0), None, 0, 0), 0
+        producer, epoch, seq, count = req.producer, req.epoch, req.seq, req.count
+        fenced_by = await self._wait_turn(producer, epoch, seq, seq + count)
+        if fenced_by is None:
+            plan = self.table.plan(producer, epoch, seq, count)
+        else:
+            plan = self.table.plan_fenced(producer, epoch, seq, count, fenced_by)
         new = _log_records(req, plan.write_from)
         if not new:
             return [DLSN(*d) for d in plan.duplicates], len(plan.duplicates)
-        pending = _Pending(plan.first_new_seq, seq + count)
+        pending = _Pending(epoch, plan.first_new_seq, seq + count)
         self._pending.setdefault(producer, []).append(pending)
         # From here to the writer's append nothing suspends, so a request woken by this
         # runs after the batch is in the writer: the stream keeps the producer's order.
-        self._next_seq[producer] = max(self._next_seq.get(producer, 0), seq + count)
+        self._next_pos[producer] = max(self._next_pos.get(producer, (0, 0)), (epoch, seq + count))
         self._seq_moved.set()
         self._seq_moved = asyncio.Event()
         try:
-            dlsns = await self._append(new, producer, plan.first_new_seq)
-            self.table.record(producer, plan.first_new_seq, dlsns)
+            dlsns = await self._append(new, producer, epoch, plan.first_new_seq)
+            self.table.record(producer, epoch, plan.first_new_seq, dlsns)
         finally:
             pending.done.set()
             waiting = self._pending[producer]
@@ -126,30 +135,33 @@ class OwnedStream:
             if not waiting:
                 del self._pending[producer]
                 state = self.table.state(producer)
-                if state is not None and self._next_seq.get(producer) == state.last_seq + 1:
+                if state is not None and self._next_pos.get(producer) == (
+                    state.epoch, state.last_seq + 1
+                ):
                     # Nothing in flight and the table says the same: forget it here, so
                     # this map stays as small as the producers in flight. (A range of a
                     # refused batch is kept: later requests must not wait for it.)
-                    del self._next_seq[producer]
+                    del self._next_pos[producer]
         return [DLSN(*d) for d in plan.duplicates] + dlsns, len(plan.duplicates)
 
-    def _expected_seq(self, producer: str) -> int | None:
-        """The producer's next sequence, or None for a producer not seen yet."""
+    def _expected(self, producer: str) -> Pos | None:
+        """The producer's next position, or None for a producer not seen yet."""
         state = self.table.state(producer)
-        known = self._next_seq.get(producer)
+        known = self._next_pos.get(producer)
         if state is None:
             return known
-        return max(state.last_seq + 1, known or 0)
+        written = (state.epoch, state.last_seq + 1)
+        return written if known is None else max(written, known)
 
-    def _refuse_failed(self, producer: str, seq: int, expected: int | None) -> None:
+    def _refuse_failed(self, producer: str, pos: Pos, expected: Pos | None) -> None:
         """The writer failed: the table may miss batches it was handed, so nothing is
         answered from it any more. A request at or below what was handed over may be
         in the log (outcome unknown); one above it was never written. Both retriable:
         the retry re-acquires the stream and reads the truth back from the log."""
-        if expected is not None and seq < expected:
+        if expected is not None and pos < expected:
             raise OutcomeUnknownError(
-                f"producer {producer} sequence {seq}: the writer of {self.name} failed "
-                "after it was handed over; retry to learn its position"
+                f"producer {producer} epoch {pos[0]} sequence {pos[1]}: the writer of "
+                f"{self.name} failed after it was handed over; retry to learn its position"
             ) from self.failed
         raise self._not_written()
 
@@ -161,64 +173,74 @@ class OwnedStream:
         error.__cause__ = self.failed
         return error
 
-    def _reorder_timeout(self, producer: str, seq: int, expected: int | None) -> None:
-        """The gap before ``seq`` did not fill in time."""
+    def _reorder_timeout(self, producer: str, pos: Pos, expected: Pos | None) -> None:
+        """The gap before ``pos`` did not fill in time."""
         if expected is None:
             # Not seen since this proxy took the stream over and not in the log's
             # recent tail: its history was forgotten; go on from here.
-            log.info("%s: producer %s starts at sequence %d here", self.name, producer, seq)
+            log.info("%s: producer %s starts at epoch %d sequence %d here", self.name,
+                     producer, *pos)
             return
         raise OutOfOrderSequenceError(
-            f"producer {producer} sent sequence {seq} to {self.name} but {expected} "
-            "has not arrived; resend in order"
+            f"producer {producer} sent epoch {pos[0]} sequence {pos[1]} to {self.name} but "
+            f"epoch {expected[0]} sequence {expected[1]} has not arrived; resend in order"
         )
 
-    async def _wait_turn(self, producer: str, seq: int, end: int) -> None:
-        """Wait until the request may be planned. A retry racing its original waits
-        until the original is answered. Pipelined requests of one producer travel over
-        several connections and may arrive out of order: a request ahead of the next
-        expected sequence waits (a bounded time) for the ones before it, so the stream
-        keeps the producer's order (a producer not seen yet is expected to start at 0).
-        Both are checked again after every wait."""
+    async def _wait_turn(self, producer: str, epoch: int, seq: int, end: int) -> int | None:
+        """Wait until the request may be planned; returns the producer's newer epoch
+        when the request's epoch is fenced by it (then it is only answered from the
+        table), else None. A retry racing its original waits until the original is
+        answered. Pipelined requests of one producer travel over several connections
+        and may arrive out of order: a request ahead of the next expected position
+        waits (a bounded time) for the ones before it, so the stream keeps the
+        producer's order. A producer not seen yet, and a new epoch, start at sequence
+        0. Everything is checked again after every wait."""
         deadline = time.monotonic() + self._reorder_wait_s
+        pos = (epoch, seq)
         while True:
-            busy = [p for p in self._pending.get(producer, ()) if p.first_seq < end
-                    and seq < p.end_seq]  # fmt: skip
+            busy = [p for p in self._pending.get(producer, ()) if p.epoch == epoch
+                    and p.first_seq < end and seq < p.end_seq]  # fmt: skip
             if busy:
                 await busy[0].done.wait()
                 continue
-            expected = self._expected_seq(producer)
+            expected = self._expected(producer)
             if self.failed is not None:
-                self._refuse_failed(producer, seq, expected)
-            if seq == (expected or 0):
-                return
-            if expected is not None and seq < expected:
+                self._refuse_failed(producer, pos, expected)
+            if expected is None:
+                if seq == 0:
+                    return None
+            elif epoch < expected[0]:
+                return expected[0]
+            elif pos == expected or (epoch > expected[0] and seq == 0):
+                return None  # next in order, or the first of a new epoch (fencing older)
+            elif pos < expected:
                 state = self.table.state(producer)
-                if state is not None and seq <= state.last_seq:
-                    return  # a retry of something written: planned as a duplicate
+                if state is not None and state.epoch == epoch and seq <= state.last_seq:
+                    return None  # a retry of something written: planned as a duplicate
                 # Below the handed-over frontier, above what was written, and not in
                 # flight: a batch that reached the writer either completed (recorded
                 # above) or failed it (then ``failed`` is set, handled above), so this
                 # sequence was never handed to the writer -- definitely not written.
                 raise BadRequestError(
                     f"producer {producer} sent sequence {seq} to {self.name} after later "
-                    f"sequences (up to {expected - 1}) were handed to the writer: it was "
-                    "not written, and arrived too late for the producer's order to be kept"
+                    f"sequences (up to {expected[1] - 1}) were handed to the writer: it "
+                    "was not written, and arrived too late for the producer's order to "
+                    "be kept"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._reorder_timeout(producer, seq, expected)
-                return
+                self._reorder_timeout(producer, pos, expected)
+                return None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._seq_moved.wait(), remaining)
 
     async def _append(
-        self, batch: list[LogRecord], producer: str | None, first_seq: int
+        self, batch: list[LogRecord], producer: str | None, epoch: int, first_seq: int
     ) -> list[DLSN]:
         if self.failed is not None:
             raise self._not_written()
         if producer is not None:
-            marker = dedup.marker_headers(producer, first_seq, len(batch))
+            marker = dedup.marker_headers(producer, epoch, first_seq, len(batch))
             first = batch[0]
             first.headers = {**first.headers, **marker} if first.headers else marker
         # The admission limits keep this stream's pending bytes under the writer's
