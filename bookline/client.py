@@ -66,6 +66,7 @@ from bookline.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
+from bookline.limits import RECORD_BYTES_MAX
 from bookline.records import ReadRecord
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,9 @@ class ClientConfig:
     batch_bytes_max: int = 4 * 1024 * 1024
     # Bytes queued but not yet acknowledged, across streams (backpressure beyond).
     buffer_bytes_max: int = 64 * 1024 * 1024
-    # A record's payload+key+headers at most (the proxies' default limit).
-    record_bytes_max: int = 1024 * 1024
+    # A record's payload+key+headers at most (bookline.limits.record_bytes), refused
+    # before sending; at most the limit every layer enforces (limits.RECORD_BYTES_MAX).
+    record_bytes_max: int = RECORD_BYTES_MAX
     # HTTP connections per proxy.
     connections_per_proxy: int = 64
     # Write requests in flight per stream (like Kafka's max.in.flight.requests with an
@@ -117,6 +119,9 @@ class ClientConfig:
                 raise ConfigError(f"client.{name} must be positive")
         if self.buffer_bytes_max < self.batch_bytes_max:
             raise ConfigError("client.buffer_bytes_max must be >= batch_bytes_max")
+        if self.record_bytes_max > RECORD_BYTES_MAX:
+            # The proxies and the core writer would refuse what this lets through.
+            raise ConfigError(f"client.record_bytes_max above {RECORD_BYTES_MAX}")
 
 
 @dataclass(frozen=True, slots=True)

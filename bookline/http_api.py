@@ -56,6 +56,7 @@ import crc32c
 import msgpack
 
 from bookline.errors import BadRequestError, BooklineError, OwnerMovedError, for_code
+from bookline.limits import record_bytes
 
 __all__ = [
     "API_PREFIX",
@@ -239,8 +240,8 @@ class WireRecord:
 
     @property
     def size_bytes(self) -> int:
-        extra = sum(len(k) + len(v) for k, v in (self.headers or {}).items())
-        return len(self.payload) + len(self.key or b"") + extra
+        """The size every record limit counts (:func:`bookline.limits.record_bytes`)."""
+        return record_bytes(self.payload, self.key, self.headers)
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"payload": self.payload}

@@ -14,18 +14,22 @@ from hypothesis import strategies as st
 
 from bookline import http_api
 from bookline.api_views import record_from_view, record_view
+from bookline.client import ClientConfig
 from bookline.dlsn import DLSN
 from bookline.errors import (
     BadRequestError,
+    ConfigError,
     OutcomeUnknownError,
     OwnerMovedError,
     ProducerFencedError,
     TooManyRequestsError,
     UnknownError,
 )
+from bookline.limits import RECORD_BYTES_MAX, record_bytes
 from bookline.openapi import build_document
 from bookline.records import ReadRecord
 from writeproxy import dedup
+from writeproxy.config import WriteProxyConfig
 from writeproxy.limits import InflightLimiter
 
 
@@ -214,3 +218,20 @@ def test_openapi_document_is_current() -> None:
     assert doc["openapi"].startswith("3.")
     kept = json.loads((Path(__file__).parent.parent / "docs" / "openapi.json").read_text())
     assert kept == doc, "regenerate: python -m bookline.openapi > docs/openapi.json"
+
+
+# -- one record-size limit (issue 12 defect 11) ---------------------------------------
+
+
+def test_the_proxy_and_the_client_use_the_one_record_limit() -> None:
+    """The client, the write proxy and the core writer refuse the same records: one
+    number (bookline.limits.RECORD_BYTES_MAX), counted the same way (header names in
+    UTF-8 bytes, as limits.record_bytes counts them)."""
+    assert WriteProxyConfig().record_bytes_max == RECORD_BYTES_MAX
+    assert ClientConfig().record_bytes_max == RECORD_BYTES_MAX
+    rec = http_api.WireRecord(b"v" * 10, key=b"k", headers={"größe": b"12"})
+    assert rec.size_bytes == record_bytes(rec.payload, rec.key, rec.headers)
+    with pytest.raises(ConfigError, match="record_bytes_max"):
+        WriteProxyConfig(record_bytes_max=RECORD_BYTES_MAX + 1)
+    with pytest.raises(ConfigError, match="record_bytes_max"):
+        ClientConfig(record_bytes_max=RECORD_BYTES_MAX + 1)

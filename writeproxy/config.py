@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from bookline.errors import ConfigError
+from bookline.limits import RECORD_BYTES_MAX
 from bookline.proxy_config import MiB, ProxyConfig
 
 
@@ -19,8 +20,9 @@ class WriteProxyConfig(ProxyConfig):
     port: int = 8480
     # ZooKeeper session timeout: how long a crashed proxy keeps its streams.
     session_timeout_ms: int = 6_000
-    # One record's payload+key+headers; bigger ones get 413.
-    record_bytes_max: int = 1 * MiB
+    # One record's payload+key+headers (bookline.limits.record_bytes); bigger ones get
+    # 413. At most the limit the core writer enforces (bookline.limits.RECORD_BYTES_MAX).
+    record_bytes_max: int = RECORD_BYTES_MAX
     # One request body; aiohttp refuses bigger bodies before reading them all.
     request_bytes_max: int = 16 * MiB
     # Records in one request (bounds per-request work and the answer size).
@@ -66,6 +68,9 @@ class WriteProxyConfig(ProxyConfig):
         self.check_common()
         if self.record_bytes_max <= 0 or self.request_bytes_max < self.record_bytes_max:
             raise ConfigError("writeproxy: need 0 < record_bytes_max <= request_bytes_max")
+        if self.record_bytes_max > RECORD_BYTES_MAX:
+            # The core writer would refuse what this admits: one limit end to end.
+            raise ConfigError(f"writeproxy: record_bytes_max above {RECORD_BYTES_MAX}")
         if self.stream_inflight_bytes_max < self.request_bytes_max:
             raise ConfigError("writeproxy: stream_inflight_bytes_max < request_bytes_max")
         if self.proxy_inflight_bytes_max < self.stream_inflight_bytes_max:
