@@ -111,7 +111,8 @@ class BookieConfig:
     # journal directory) or "power-cut" (as "on", and writes stay in process memory
     # until their file is fsynced, so kill -9 of the bookie drops what a power cut would).
     fault_shim: str = ""
-    # Test-only: pretend each storage directory is a disk of this many bytes (0 = real).
+    # Test-only: pretend each storage directory is a disk of this many bytes (0 = real);
+    # non-zero turns the shim on even with fault_shim "".
     fault_disk_bytes_max: int = 0
 
     def __post_init__(self) -> None:
