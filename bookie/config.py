@@ -9,6 +9,9 @@ import dataclasses
 
 from bookline.errors import ConfigError
 
+# A journal record stores its offset in its group commit as a u32 (journal_format.py);
+# a group is at most journal_group_bytes_max plus one record (64 MiB).
+JOURNAL_GROUP_BYTES_LIMIT = 1 << 30
 # BookieConfig.fault_shim values (see bookie/storage/faults.py).
 FAULT_SHIM_MODES = ("", "on", "power-cut")
 
@@ -127,6 +130,8 @@ class BookieConfig:
             raise ConfigError("bookie.memtable_flush_bytes must not exceed memtable_bytes_max")
         if self.journal_group_bytes_max <= 0 or self.journal_group_wait_ms < 0:
             raise ConfigError("bookie journal group limits must be positive")
+        if self.journal_group_bytes_max > JOURNAL_GROUP_BYTES_LIMIT:
+            raise ConfigError("bookie.journal_group_bytes_max must be at most 1 GiB")
         if self.journal_prealloc_bytes <= 0 or self.journal_file_bytes_max <= 0:
             raise ConfigError("bookie journal file and preallocation sizes must be positive")
         if (self.entry_log_bytes_max <= 0 or self.read_cache_bytes_max < 0

@@ -188,8 +188,13 @@ class FaultShim:
             mtime = 0
         if mtime == self._control_mtime_ns:
             return
+        try:
+            settings = tomllib.loads(self._control.read_text()) if mtime else {}
+        except (tomllib.TOMLDecodeError, FileNotFoundError) as exc:
+            log.warning("fault shim: %s unreadable (%s); keeping the settings", self._control,
+                        exc)  # half written, most likely: looked at again next time
+            return
         self._control_mtime_ns = mtime
-        settings = tomllib.loads(self._control.read_text()) if mtime else {}
         name = str(settings.get("fsync_error", ""))
         self.fsync_errno = getattr(errno, name) if name else None
         self.disk_bytes_max = int(settings.get("disk_bytes_max", 0))
