@@ -389,3 +389,18 @@ async def test_journal_damage_in_the_last_group_is_a_torn_tail(tmp_path: Path) -
         assert s.damaged_entries() == []
     finally:
         await s.close()
+
+
+async def test_a_cut_off_entry_log_damages_only_the_entries_it_lost(tmp_path: Path) -> None:
+    config = make_config(tmp_path, read_ahead_entries=64)
+    locs = await stored(config, {1: 100})
+    cut = locs[(1, 80)]
+    faults.truncate(log_path(config, cut), cut.offset + 30)
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        results = await read_all(s, 1, 100)
+        assert {e for e, r in results.items() if r != "ok"} == set(range(80, 100))
+        assert s.damaged_entries() == [(1, e) for e in range(80, 100)]
+    finally:
+        await s.close()
