@@ -18,7 +18,9 @@ Signals: SIGTERM/SIGINT -> clean shutdown (deregister first so no new ledger pic
 this bookie, stop accepting, drain, checkpoint and close storage, close the session);
 SIGHUP -> re-read ``disk_usage_threshold`` / ``disk_usage_lwm`` from the config file
 (how operators -- and the integration tests -- move the read-only thresholds at
-runtime). A fatal storage error exits with status 3.
+runtime). A fatal storage error exits with status 3, and so does a start that finds
+acknowledged journal data damaged beyond what replay can work around
+(JournalCorruptError, logged with the file and offset).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from bookie.gc import LedgerGc
 from bookie.registration import Registration
 from bookie.server import BookieServer, install_uvloop
 from bookie.storage.engine import BookieStorage
+from bookie.storage.journal import JournalCorruptError
 from bookline.config import MetadataConfig, load_config
 from bookline.errors import (
     AlreadyExistsError,
@@ -218,7 +221,14 @@ async def _serve(config: BookieConfig, args: argparse.Namespace) -> int:
     try:
         await _check_cookies(md, config, bookie_id)
         storage = BookieStorage(config)
-        await storage.start()
+        try:
+            await storage.start()
+        except JournalCorruptError as exc:
+            # Damaged acknowledged data the journal cannot replay around: say so plainly
+            # and stop (exit 3), rather than drop entries; the operator decides.
+            log.critical("bookie %s cannot start: %s", bookie_id, exc)
+            await storage.abort()
+            return EXIT_FATAL
         try:
             return await _run_server(md, config, storage, bookie_id, args)
         finally:

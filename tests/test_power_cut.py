@@ -242,3 +242,39 @@ async def test_control_bookies_without_journal_fsync_lose_acknowledged_records(
     print(f"control (no journal fsync): {len(acked)} records acknowledged, "
           f"{len(payloads)} found after the power cut")
     assert acked and len(payloads) < max(acked) + 1
+
+
+async def test_corrupt_journal_stops_the_bookie_process_with_file_and_offset(
+    shim_bookies: ShimBookies,
+) -> None:
+    """A damaged record with untrusted ids before acknowledged ones: the restarted bookie
+    exits with status 3 and says which file and offset, instead of cutting them off."""
+    from bookie.client import BookieConnection
+    from bookie.storage import faults, journal
+
+    bookies = shim_bookies
+    bookies.env = {"BOOKLINE_BOOKIE_CHECKPOINT_INTERVAL_MS": "600000"}  # journal only
+    bookies.start_all(count=1)
+    conn = BookieConnection(f"127.0.0.1:{bookies.ports[0]}")
+    await conn.connect()
+    try:
+        for start in range(0, 200, 10):  # separate group commits
+            await asyncio.gather(*(conn.add_future(7, e, e - 1, b"key", b"payload-%d" % e)
+                                   for e in range(start, start + 10)))  # fmt: skip
+    finally:
+        await conn.close()
+    procs.kill9(bookies.running.pop())
+    directory = bookies.workdir / f"bookie-{bookies.ports[0]}" / "journal"
+    (file_id,) = journal.list_files(directory)
+    offset = journal.FILE_HEADER_BYTES
+    for rec, end in journal.replay(directory, journal.JournalMark(file_id, 0)).records:
+        if rec.type == journal.ADD and rec.entry_id == 100:
+            break
+        offset = end
+    path = directory / journal.file_name(file_id)
+    faults.flip_bit(path, offset + 12)  # the record's ledger id
+    proc, _ready = bookies._spawn(bookies.ports[0])
+    assert proc.wait(timeout=60) == 3
+    log = bookies.log_text()
+    assert f"journal {path} is corrupt at offset {offset}" in log
+    assert "cannot start" in log and "torn tail" not in log
