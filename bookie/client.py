@@ -608,6 +608,36 @@ class BookieConnection:
         )
         return resp.entry_ids
 
+    async def list_damaged(
+        self, from_ledger_id: int = 0, from_entry_id: int = 0, *, timeout_s: float | None = None
+    ) -> p.ListDamagedResponse:
+        """One page of the ``(ledger_id, entry_id)`` pairs the bookie found damaged, from
+        the given pair on; ``next_from`` says where the next page starts (None: done).
+        Send only to bookies whose :meth:`features` include ``p.FEATURE_REPLICA_CHECK``."""
+        return await self._call(
+            lambda rid: p.ListDamagedRequest(rid, from_ledger_id, from_entry_id),
+            p.ListDamagedResponse,
+            timeout_s,
+        )
+
+    async def entry_checksums(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        timeout_s: float | None = None,
+    ) -> p.EntryChecksumsResponse:
+        """CRC32C and length of the stored blobs of ``first..last`` that read intact, and
+        the damaged ids; the answer may stop early (its ``last_entry_id``). NoLedgerError
+        when the bookie holds nothing of the ledger. Send only to bookies whose
+        :meth:`features` include ``p.FEATURE_REPLICA_CHECK``."""
+        return await self._call(
+            lambda rid: p.EntryChecksumsRequest(rid, ledger_id, first_entry_id, last_entry_id),
+            p.EntryChecksumsResponse,
+            timeout_s,
+        )
+
     async def connect(self) -> None:
         """Connect now (otherwise the first request does)."""
         await self._ensure_wire()

@@ -34,6 +34,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from bookie.protocol import Op
 from bookie.storage.api import DiskUsage
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ _LATENCY_BUCKETS_S: Final = (
     1.0,
     5.0,
 )
-_OPS: Final = ("ADD", "READ", "READ_LAC", "INFO", "LIST_LEDGERS", "LIST_ENTRIES", "WRITE_LAC")
+# Every op of the wire protocol (a new op cannot be served without its metrics).
+_OPS: Final = tuple(op.name for op in Op)
 
 
 class _RequestStats:

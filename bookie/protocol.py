@@ -38,6 +38,8 @@ Meta per op (requests)::
     LIST_LEDGERS  []
     LIST_ENTRIES  [ledger_id]
     WRITE_LAC     [ledger_id, lac, master_key]                   explicit LAC (below)
+    LIST_DAMAGED  [from_ledger_id, from_entry_id]                entries found damaged
+    ENTRY_CHECKSUMS [ledger_id, first_entry_id, last_entry_id]   replica check (below)
 
 Meta per op (responses with status OK; a non-OK response's meta is ``[message]``)::
 
@@ -50,6 +52,11 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
     LIST_LEDGERS  [[ledger_id, ...]]
     LIST_ENTRIES  [ledger_id, [entry_id, ...]]
     WRITE_LAC     [ledger_id, lac]                               the bookie's LAC after it
+    LIST_DAMAGED  [[[ledger_id, entry_id], ...], next]           next: [ledger_id,
+                                                     entry_id] to ask from, or nil: done
+    ENTRY_CHECKSUMS [ledger_id, last_entry_id, [[entry_id, crc32c, length], ...],
+                   [damaged_entry_id, ...]]          both lists ascending, disjoint, and
+                                                     within first..last_entry_id
 
 WRITE_LAC (op 7, added after version 1 shipped, same PROTOCOL_VERSION) is the explicit
 LAC: the writer tells the bookies a new LastAddConfirmed without waiting for a later
@@ -69,11 +76,27 @@ and a fourth response field listing their lengths; the payload is their concaten
 A tailing reader then needs one round trip per batch of entries rather than one read per
 entry. Clients send the field only to bookies that advertise the feature: an older
 bookie would answer a four-field READ_LAC with BAD_REQUEST.
+
+REPLICA_CHECK (feature ``"replica_check"``, ops 8 and 9, same PROTOCOL_VERSION) serves
+the autorecovery scrub, which compares a ledger's replicas across its ensemble.
+LIST_DAMAGED pages through the ``(ledger_id, entry_id)`` pairs the bookie's storage found
+damaged (a checksum failure on a read, in compaction or journal replay), in order from
+the pair asked for, at most ``DAMAGED_PAGE_ENTRIES_MAX`` per answer. ENTRY_CHECKSUMS
+reads the entries ``first..last`` of one ledger and answers, per entry held, the CRC32C
+and length of the stored blob (the packaged entry, digest included, so replicas holding
+the same bytes give the same CRC without any entry crossing the wire), and the ids whose
+read failed a checksum or that storage marks damaged; entries not held are in neither
+list. One answer covers at most ``CHECKSUM_RANGE_ENTRIES_MAX`` entries (the bookie may
+stop earlier to bound its reads): ``last_entry_id`` says how far it got, the client asks
+again from the next id. NO_LEDGER when the bookie holds nothing of the ledger. Clients
+send these ops only to bookies that advertise the feature (an older bookie closes the
+connection on an unknown op).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import struct
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn, TypeAlias
@@ -91,7 +114,10 @@ from bookline.errors import (
 )
 
 __all__ = [
+    "CHECKSUM_RANGE_ENTRIES_MAX",
+    "DAMAGED_PAGE_ENTRIES_MAX",
     "FEATURE_LAC_ENTRIES",
+    "FEATURE_REPLICA_CHECK",
     "FEATURE_WRITE_LAC",
     "FLAG_FENCE",
     "FLAG_RECOVERY",
@@ -103,10 +129,15 @@ __all__ = [
     "AddResponse",
     "BookieInfo",
     "Decoder",
+    "EntryChecksum",
+    "EntryChecksumsRequest",
+    "EntryChecksumsResponse",
     "ErrorResponse",
     "FrameBodyError",
     "InfoRequest",
     "InfoResponse",
+    "ListDamagedRequest",
+    "ListDamagedResponse",
     "ListEntriesRequest",
     "ListEntriesResponse",
     "ListLedgersRequest",
@@ -141,6 +172,12 @@ MASTER_KEY_BYTES_MAX: Final = 256
 # Ids are u64 on the wire; entry ids and LACs also use -1 ("none" / "last").
 _U64_MAX: Final = (1 << 64) - 1
 _U32_MAX: Final = (1 << 32) - 1
+# Damaged (ledger, entry) pairs per LIST_DAMAGED answer: ~60 KiB of meta, far inside a
+# frame, and a scrub pages through more.
+DAMAGED_PAGE_ENTRIES_MAX: Final = 4096
+# Entries per ENTRY_CHECKSUMS answer: ~64 KiB of meta; bounds the bookie's reads for one
+# request too (it reads every entry of the range to checksum it).
+CHECKSUM_RANGE_ENTRIES_MAX: Final = 4096
 
 KIND_REQUEST: Final = 0
 KIND_RESPONSE: Final = 1
@@ -157,6 +194,8 @@ class Op(enum.IntEnum):
     LIST_LEDGERS = 5
     LIST_ENTRIES = 6
     WRITE_LAC = 7
+    LIST_DAMAGED = 8
+    ENTRY_CHECKSUMS = 9
 
 
 _OPS: Final = frozenset(int(op) for op in Op)
@@ -168,6 +207,8 @@ _OP_INFO: Final = int(Op.INFO)
 _OP_LIST_LEDGERS: Final = int(Op.LIST_LEDGERS)
 _OP_LIST_ENTRIES: Final = int(Op.LIST_ENTRIES)
 _OP_WRITE_LAC: Final = int(Op.WRITE_LAC)
+_OP_LIST_DAMAGED: Final = int(Op.LIST_DAMAGED)
+_OP_ENTRY_CHECKSUMS: Final = int(Op.ENTRY_CHECKSUMS)
 # Header bytes 0..7 of an OK ADD response (magic, version, op, kind, flags, status) and
 # the rest of its fixed header (body_len, meta_len, request id, crc): the client's
 # per-add answer is matched on these without decoding its meta.
@@ -179,6 +220,8 @@ _ADD_OK_TAIL = struct.Struct(">IIQI")
 FEATURE_WRITE_LAC: Final = "write_lac"
 # INFO ``features`` entry of a bookie that piggybacks runs of entries on READ_LAC.
 FEATURE_LAC_ENTRIES: Final = "lac_entries"
+# INFO ``features`` entry of a bookie that serves LIST_DAMAGED and ENTRY_CHECKSUMS.
+FEATURE_REPLICA_CHECK: Final = "replica_check"
 
 
 class NeedData:
@@ -270,6 +313,22 @@ class WriteLacRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class ListDamagedRequest:
+    request_id: int
+    # Answer the damaged pairs at or after (from_ledger_id, from_entry_id), in order.
+    from_ledger_id: int = 0
+    from_entry_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntryChecksumsRequest:
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int  # inclusive, >= first_entry_id
+
+
+@dataclass(frozen=True, slots=True)
 class AddResponse:
     request_id: int
     ledger_id: int
@@ -336,6 +395,30 @@ class ListEntriesResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ListDamagedResponse:
+    request_id: int
+    damaged: tuple[tuple[int, int], ...]  # (ledger_id, entry_id), ascending
+    # Where the next page starts; None: this was the last page.
+    next_from: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EntryChecksum:
+    entry_id: int
+    crc32c: int  # CRC32C of the stored blob (the packaged entry)
+    length: int  # bytes of the stored blob
+
+
+@dataclass(frozen=True, slots=True)
+class EntryChecksumsResponse:
+    request_id: int
+    ledger_id: int
+    last_entry_id: int  # the answer covers the request's first entry up to this one
+    checksums: tuple[EntryChecksum, ...]  # entries held and read intact, ascending
+    damaged: tuple[int, ...]  # entries held but damaged, ascending
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorResponse:
     """A non-OK answer: ``code`` is a bookline.errors code, never 0."""
 
@@ -356,6 +439,8 @@ Request: TypeAlias = (
     | ListLedgersRequest
     | ListEntriesRequest
     | WriteLacRequest
+    | ListDamagedRequest
+    | EntryChecksumsRequest
 )
 Response: TypeAlias = (
     AddResponse
@@ -365,6 +450,8 @@ Response: TypeAlias = (
     | ListLedgersResponse
     | ListEntriesResponse
     | WriteLacResponse
+    | ListDamagedResponse
+    | EntryChecksumsResponse
     | ErrorResponse
 )
 
@@ -441,6 +528,12 @@ def encode_request(req: Request) -> bytes:
     if type(req) is WriteLacRequest:
         meta = _packb([req.ledger_id, req.lac, req.master_key])
         return _frame(_OP_WRITE_LAC, KIND_REQUEST, 0, 0, rid, meta, b"")
+    if type(req) is ListDamagedRequest:
+        meta = _packb([req.from_ledger_id, req.from_entry_id])
+        return _frame(_OP_LIST_DAMAGED, KIND_REQUEST, 0, 0, rid, meta, b"")
+    if type(req) is EntryChecksumsRequest:
+        meta = _packb([req.ledger_id, req.first_entry_id, req.last_entry_id])
+        return _frame(_OP_ENTRY_CHECKSUMS, KIND_REQUEST, 0, 0, rid, meta, b"")
     raise TypeError(f"not a request: {req!r}")
 
 
@@ -485,6 +578,14 @@ def encode_response(resp: Response) -> bytes:
     if type(resp) is WriteLacResponse:
         meta = _packb([resp.ledger_id, resp.lac])
         return _frame(_OP_WRITE_LAC, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is ListDamagedResponse:
+        nxt = list(resp.next_from) if resp.next_from is not None else None
+        meta = _packb([[list(pair) for pair in resp.damaged], nxt])
+        return _frame(_OP_LIST_DAMAGED, KIND_RESPONSE, 0, 0, rid, meta, b"")
+    if type(resp) is EntryChecksumsResponse:
+        sums = [[c.entry_id, c.crc32c, c.length] for c in resp.checksums]
+        meta = _packb([resp.ledger_id, resp.last_entry_id, sums, list(resp.damaged)])
+        return _frame(_OP_ENTRY_CHECKSUMS, KIND_RESPONSE, 0, 0, rid, meta, b"")
     if type(resp) is ErrorResponse:
         if not 0 < resp.code <= 0xFFFF:
             raise ValueError(f"error response needs a non-zero u16 code, got {resp.code}")
@@ -744,6 +845,16 @@ def _decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) 
         if not (_is_id(ledger_id) and _is_eid(lac) and _is_key(key)):
             raise _bad(rid, op, "field types or ranges")
         return WriteLacRequest(rid, ledger_id, lac, key)
+    if op == _OP_LIST_DAMAGED:
+        if len(m) != 2 or not (_is_id(m[0]) and _is_id(m[1])):
+            raise _bad(rid, op, "expected [from_ledger_id, from_entry_id]")
+        return ListDamagedRequest(rid, m[0], m[1])
+    if op == _OP_ENTRY_CHECKSUMS:
+        if len(m) != 3 or not (_is_id(m[0]) and _is_id(m[1]) and _is_id(m[2])):
+            raise _bad(rid, op, "expected [ledger_id, first_entry_id, last_entry_id]")
+        if m[1] > m[2]:
+            raise _bad(rid, op, "first_entry_id after last_entry_id")
+        return EntryChecksumsRequest(rid, m[0], m[1], m[2])
     if len(m) != 1 or not _is_id(m[0]):  # LIST_ENTRIES
         raise _bad(rid, op, "expected [ledger_id]")
     return ListEntriesRequest(rid, m[0])
@@ -800,6 +911,60 @@ def _decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes
         if len(m) != 1 or not _is_id_list(m[0]):
             raise _bad(rid, op, "expected [[ledger_id, ...]]")
         return ListLedgersResponse(rid, tuple(m[0]))
+    if op == _OP_LIST_DAMAGED:
+        return _list_damaged_response(rid, op, m)
+    if op == _OP_ENTRY_CHECKSUMS:
+        return _entry_checksums_response(rid, op, m)
     if len(m) != 2 or not _is_id(m[0]) or not _is_id_list(m[1]):  # LIST_ENTRIES
         raise _bad(rid, op, "expected [ledger_id, [entry_id, ...]]")
     return ListEntriesResponse(rid, m[0], tuple(m[1]))
+
+
+def _is_pair(v: object) -> bool:
+    return type(v) is list and len(v) == 2 and _is_id(v[0]) and _is_id(v[1])
+
+
+def _ascending(items: list[Any]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(items))
+
+
+def _list_damaged_response(rid: int, op: int, m: list[Any]) -> ListDamagedResponse:
+    if len(m) != 2 or type(m[0]) is not list or not all(_is_pair(x) for x in m[0]):
+        raise _bad(rid, op, "expected [[[ledger_id, entry_id], ...], next]")
+    pairs = [(x[0], x[1]) for x in m[0]]
+    if len(pairs) > DAMAGED_PAGE_ENTRIES_MAX or not _ascending(pairs):
+        raise _bad(rid, op, "damaged pairs not ascending or too many")
+    nxt = m[1]
+    if nxt is None:
+        return ListDamagedResponse(rid, tuple(pairs), None)
+    if not _is_pair(nxt) or (pairs and (nxt[0], nxt[1]) <= pairs[-1]):
+        raise _bad(rid, op, "next must be a pair after the page")
+    return ListDamagedResponse(rid, tuple(pairs), (nxt[0], nxt[1]))
+
+
+def _entry_checksums_response(rid: int, op: int, m: list[Any]) -> EntryChecksumsResponse:
+    if len(m) != 4 or not (_is_id(m[0]) and _is_id(m[1])):
+        raise _bad(rid, op, "expected [ledger_id, last_entry_id, [[id, crc, len], ...], [id]]")
+    ledger_id, last, sums, damaged = m
+    if type(sums) is not list or not all(
+        type(x) is list
+        and len(x) == 3
+        and _is_id(x[0])
+        and type(x[1]) is int
+        and 0 <= x[1] <= _U32_MAX
+        and type(x[2]) is int
+        and 0 <= x[2] <= _U32_MAX
+        for x in sums
+    ):
+        raise _bad(rid, op, "checksums must be [entry_id, crc32c, length] triples")
+    if not _is_id_list(damaged):
+        raise _bad(rid, op, "damaged must be entry ids")
+    ids = [x[0] for x in sums]
+    if len(ids) + len(damaged) > CHECKSUM_RANGE_ENTRIES_MAX:
+        raise _bad(rid, op, "more entries than one answer may cover")
+    if not (_ascending(ids) and _ascending(damaged)) or set(ids) & set(damaged):
+        raise _bad(rid, op, "entry ids not ascending or listed twice")
+    if (ids and ids[-1] > last) or (damaged and damaged[-1] > last):
+        raise _bad(rid, op, "entries past last_entry_id")
+    checksums = tuple(EntryChecksum(x[0], x[1], x[2]) for x in sums)
+    return EntryChecksumsResponse(rid, ledger_id, last, checksums, tuple(damaged))

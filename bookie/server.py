@@ -28,11 +28,14 @@ Limits and failure handling:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final, cast
+
+import crc32c
 
 from bookie import protocol as p
 from bookie.config import BookieConfig
@@ -40,6 +43,7 @@ from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.storage.api import DiskUsage, LacResult, Storage
 from bookline.errors import (
     BooklineError,
+    ChecksumError,
     ConfigError,
     InvariantViolation,
     IOFailureError,
@@ -58,6 +62,9 @@ DRAIN_TIMEOUT_S_DEFAULT: Final = 10.0
 DRAIN_POLL_S: Final = 0.005
 # Metrics refresh cadence, independent of the (possibly slow) disk check interval.
 STATS_INTERVAL_S: Final = 1.0
+# Entry bytes one ENTRY_CHECKSUMS request reads before answering the part it covered:
+# bounds the disk work and the time of one replica-check request.
+CHECKSUM_READ_BYTES_MAX: Final = 16 << 20
 
 StateCallback = Callable[[bool], Awaitable[None]]
 
@@ -406,6 +413,8 @@ _REQUEST_OPS: Final[Mapping[type, p.Op]] = {
     p.ListLedgersRequest: p.Op.LIST_LEDGERS,
     p.ListEntriesRequest: p.Op.LIST_ENTRIES,
     p.WriteLacRequest: p.Op.WRITE_LAC,
+    p.ListDamagedRequest: p.Op.LIST_DAMAGED,
+    p.EntryChecksumsRequest: p.Op.ENTRY_CHECKSUMS,
 }
 _OP_NAMES: Final = {t: op.name for t, op in _REQUEST_OPS.items()}
 
@@ -669,7 +678,7 @@ class BookieServer:
                 used_fraction=usage.used_fraction,
                 free_bytes=usage.free_bytes,
                 total_bytes=usage.total_bytes,
-                features=(p.FEATURE_WRITE_LAC, p.FEATURE_LAC_ENTRIES),
+                features=(p.FEATURE_WRITE_LAC, p.FEATURE_LAC_ENTRIES, p.FEATURE_REPLICA_CHECK),
             )
             return p.encode_response(p.InfoResponse(req.request_id, info))
         if type(req) is p.ListLedgersRequest:
@@ -678,7 +687,46 @@ class BookieServer:
         if type(req) is p.ListEntriesRequest:
             entries = tuple(await storage.entries(req.ledger_id))
             return p.encode_response(p.ListEntriesResponse(req.request_id, req.ledger_id, entries))
+        if type(req) is p.ListDamagedRequest:
+            return p.encode_response(damaged_page(req, storage.damaged_entries()))
+        if type(req) is p.EntryChecksumsRequest:
+            return p.encode_response(await self._entry_checksums(req))
         raise InvariantViolation(f"no handler for {type(req).__name__}")
+
+    async def _entry_checksums(self, req: p.EntryChecksumsRequest) -> p.EntryChecksumsResponse:
+        """CRC32C and length of each stored blob of ``req``'s range that reads intact;
+        the ids whose read fails a checksum. Stops after CHECKSUM_RANGE_ENTRIES_MAX
+        entries or CHECKSUM_READ_BYTES_MAX bytes read.
+
+        The read decides, not storage's damaged marks: a repaired entry is served intact
+        (from memory) before the checkpoint that clears its mark, and a marked entry
+        fails its read (storage's contract), so both answer what a reader would get."""
+        storage = self.storage
+        ledger_id = req.ledger_id
+        last_held = await storage.last_entry_id(ledger_id)  # NoLedgerError: none here
+        marked = [e for lid, e in storage.damaged_entries() if lid == ledger_id]
+        covered = min(req.last_entry_id, req.first_entry_id + p.CHECKSUM_RANGE_ENTRIES_MAX - 1)
+        scan_end = min(covered, max(last_held, *marked) if marked else last_held)
+        sums: list[p.EntryChecksum] = []
+        damaged: list[int] = []
+        read_bytes = 0
+        for entry_id in range(req.first_entry_id, scan_end + 1):
+            try:
+                blob = await storage.read_entry(ledger_id, entry_id)
+            except NoEntryError:
+                continue  # not held here: in neither list
+            except ChecksumError as exc:
+                log.warning("replica check: entry %d/%d is damaged: %s", ledger_id, entry_id, exc)
+                damaged.append(entry_id)
+                continue
+            sums.append(p.EntryChecksum(entry_id, crc32c.crc32c(blob), len(blob)))
+            read_bytes += len(blob)
+            if read_bytes >= CHECKSUM_READ_BYTES_MAX:
+                covered = entry_id
+                break
+        return p.EntryChecksumsResponse(
+            req.request_id, ledger_id, covered, tuple(sums), tuple(damaged)
+        )
 
     async def _read(self, ledger_id: int, entry_id: int) -> tuple[bytes, int]:
         """Read an entry; for ``LAST_ENTRY`` also find out which id that was."""
@@ -688,3 +736,14 @@ class BookieServer:
         if last < 0:
             raise NoEntryError(f"ledger {ledger_id} has no entries on this bookie")
         return await self.storage.read_entry(ledger_id, last), last
+
+
+def damaged_page(
+    req: p.ListDamagedRequest, damaged: list[tuple[int, int]]
+) -> p.ListDamagedResponse:
+    """One LIST_DAMAGED answer: the sorted ``damaged`` pairs from the request's start."""
+    start = bisect.bisect_left(damaged, (req.from_ledger_id, req.from_entry_id))
+    page = damaged[start : start + p.DAMAGED_PAGE_ENTRIES_MAX]
+    end = start + len(page)
+    next_from = damaged[end] if end < len(damaged) else None
+    return p.ListDamagedResponse(req.request_id, tuple(page), next_from)

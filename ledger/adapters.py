@@ -3,7 +3,8 @@ metadata layer (:mod:`metadata`, ZooKeeper) and bookie client (:mod:`bookie.clie
 
 * :class:`ZkLedgerStore` converts :class:`metadata.ledgers.LedgerMetadata` to and from
   :class:`ledger.meta.LedgerMeta` and maps "znode absent" to NO_LEDGER.
-* :class:`PoolTransport` resolves bookie ids to addresses through the bookie registry
+* :class:`PoolTransport` (also the scrub's :class:`ledger.meta.ReplicaInspector`) resolves
+  bookie ids to addresses through the bookie registry
   (cached: a bookie that just died keeps its last known address, so requests to it fail
   as connection errors, not as "unknown bookie") and bounds every request, including the
   wait for room on a saturated connection, by its timeout.
@@ -17,11 +18,17 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions
-from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_WRITE_LAC
+from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_REPLICA_CHECK, FEATURE_WRITE_LAC
 from bookline.config import MetadataConfig
-from bookline.errors import ConnectionLostError, NoLedgerError, NotFoundError, TimeoutError_
+from bookline.errors import (
+    BadRequestError,
+    ConnectionLostError,
+    NoLedgerError,
+    NotFoundError,
+    TimeoutError_,
+)
 from ledger.digest import DigestType
-from ledger.meta import LacAnswer, LedgerMeta, LedgerState, ReadAnswer, Segment
+from ledger.meta import ChecksumPage, LacAnswer, LedgerMeta, LedgerState, ReadAnswer, Segment
 from ledger.placement import BookieCandidate
 from metadata.bookies import BookieRegistry
 from metadata.client import MetadataClient
@@ -279,6 +286,46 @@ class PoolTransport:
                 return False  # an older bookie would drop the connection on the op
             await conn.write_lac(ledger_id, lac, master_key, timeout_s=timeout_s)
         return True
+
+    async def _replica_check_conn(self, bookie: str, timeout_s: float) -> BookieConnection:
+        conn = await self._conn(bookie)
+        if FEATURE_REPLICA_CHECK not in await conn.features(timeout_s=timeout_s):
+            # An older bookie would drop the connection on the op: say so instead.
+            raise BadRequestError(f"bookie {bookie} does not serve replica checks (upgrade it)")
+        return conn
+
+    async def entry_checksums(
+        self,
+        bookie: str,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        timeout_s: float,
+    ) -> ChecksumPage:
+        async with _answer_within(bookie, "checksum answer", timeout_s):
+            conn = await self._replica_check_conn(bookie, timeout_s)
+            try:
+                resp = await conn.entry_checksums(
+                    ledger_id, first_entry_id, last_entry_id, timeout_s=timeout_s
+                )
+            except NoLedgerError:
+                return ChecksumPage(last_entry_id, {}, frozenset())  # holds none of it
+        fingerprints = {c.entry_id: (c.crc32c, c.length) for c in resp.checksums}
+        return ChecksumPage(resp.last_entry_id, fingerprints, frozenset(resp.damaged))
+
+    async def damaged_entries(
+        self, bookie: str, *, limit: int, timeout_s: float
+    ) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        start: tuple[int, int] | None = (0, 0)
+        async with _answer_within(bookie, "damaged-entry list", timeout_s):
+            conn = await self._replica_check_conn(bookie, timeout_s)
+            while start is not None and len(out) < limit:
+                page = await conn.list_damaged(*start, timeout_s=timeout_s)
+                out.extend(page.damaged)
+                start = page.next_from
+        return out[:limit]
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,15 @@ one whose ensembles include it (``ledgers/underreplicated/<id>``, merged with an
 bookies already recorded). The same scan also runs every ``full_check_interval_ms`` and
 when a leader takes over, so a failure missed across a failover is still found: a
 bookie first seen absent during a scan gets its grace period from that moment.
+
+The leader also runs the *replica check* (:mod:`ledger.scrub`), which finds entries a
+live bookie lacks or holds damaged, and marks them in the same work items (as entry
+ranges per bookie): every ``damaged_poll_interval_ms`` it asks each registered bookie
+which entries its storage found damaged (cheap), and every
+``replica_check_interval_ms`` it compares the replicas of every closed ledger. The time
+the last full check finished is kept in ``ledgers/replicacheck``, so an auditor that
+takes over keeps the schedule instead of starting the hour again (or checking at once
+after every restart).
 """
 
 from __future__ import annotations
@@ -20,17 +29,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from bookline.errors import (
     AlreadyExistsError,
     BadVersionError,
+    BooklineError,
     ClosedError,
+    InvariantViolation,
     MetadataError,
     NotFoundError,
     SessionSuspendedError,
 )
+from ledger.tasks import cancel_and_wait
 from metadata import serde
 from metadata.bookies import BookieSet
 from metadata.ledgers import LedgerMetadata
@@ -38,6 +50,7 @@ from metadata.zk import SessionState
 
 if TYPE_CHECKING:
     from ledger.autorecovery import AutorecoveryConfig
+    from ledger.scrub import LedgerReport, Scrubber, ScrubSummary
     from metadata.client import MetadataClient
 
 log = logging.getLogger(__name__)
@@ -46,6 +59,8 @@ __all__ = ["AUDITOR_KIND", "Auditor", "auditor_path", "current_leader"]
 
 AUDITOR_KIND = "auditor"
 AUDITOR_FORMAT_VERSION = 1
+REPLICA_CHECK_KIND = "replicacheck"
+REPLICA_CHECK_FORMAT_VERSION = 1
 # Operating errors after which the auditor tries again (ZooKeeper unreachable, a lost
 # session, contention on a work item); anything else is a bug and stops it.
 _TRANSIENT = (MetadataError, SessionSuspendedError, BadVersionError)
@@ -68,11 +83,15 @@ class Auditor:
         auditor_id: str,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        scrubber: Scrubber | None = None,
     ) -> None:
         self._md = md
         self._config = config
         self.auditor_id = auditor_id
         self._clock = clock
+        self._wall_ms = wall_ms
+        self._scrubber = scrubber
         self._path = auditor_path(md)
         self._absent_since: dict[str, float] = {}  # bookie -> clock time first seen absent
         self._handled: set[str] = set()  # absent past grace and covered by a scan
@@ -81,6 +100,9 @@ class Auditor:
         self.is_leader = False
         self.audits = 0  # completed scans (tests and logs)
         self.marked = 0  # ledgers marked under-replicated
+        self.replica_checks = 0  # completed full replica checks
+        self.damaged_sweeps = 0  # completed damaged-entry sweeps
+        self.replica_marked = 0  # ledgers marked by either, for entries on live bookies
 
     # -- election --------------------------------------------------------------------
 
@@ -161,18 +183,25 @@ class Auditor:
         zk.add_state_listener(on_state)
         watch = await self._md.bookies.watch(self._on_membership)
         self.is_leader = True
+        checks: list[asyncio.Task[None]] = []
+        if self._scrubber is not None:
+            checks.append(asyncio.create_task(self._replica_loop(), name="replica-check"))
         try:
-            await self._lead_loop(lost)
+            await self._lead_loop(lost, checks)
         finally:
             self.is_leader = False
+            await cancel_and_wait(checks)
             watch.cancel()
             zk.remove_state_listener(on_state)
             log.info("auditor %s stepped down", self.auditor_id)
 
-    async def _lead_loop(self, lost: asyncio.Event) -> None:
+    async def _lead_loop(self, lost: asyncio.Event, checks: list[asyncio.Task[None]]) -> None:
         zk = self._md.zk
         next_full = self._clock()  # a new leader scans at once
         while not lost.is_set():
+            for task in checks:
+                if task.done():
+                    task.result()  # the replica check only ends on a bug: raise it
             now = self._clock()
             due = now >= next_full or self._grace_ran_out(now)
             if zk.state is SessionState.CONNECTED and due:
@@ -260,6 +289,107 @@ class Auditor:
             sorted(self._absent_since),
         )
         return marked
+
+    # -- replica check ---------------------------------------------------------------
+
+    async def _replica_loop(self) -> None:
+        """While leading: damaged-entry sweeps and full replica checks on schedule.
+        Operating errors are logged and the step is tried again at its next turn."""
+        cfg = self._config
+        full_s = cfg.replica_check_interval_ms / 1000.0
+        sweep_s = cfg.damaged_poll_interval_ms / 1000.0
+        never = float("inf")
+        next_full = await self._first_replica_check(full_s) if full_s else never
+        next_sweep = self._clock() if sweep_s else never
+        while True:
+            if self._clock() >= next_sweep:
+                await self._step("damaged-entry sweep", self.damaged_sweep)
+                next_sweep = self._clock() + sweep_s
+            if self._clock() >= next_full:
+                await self._step("replica check", self.replica_check)
+                next_full = self._clock() + full_s
+            await asyncio.sleep(max(0.0, min(next_sweep, next_full) - self._clock()))
+
+    async def _step(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await step()
+        except InvariantViolation:
+            raise
+        except BooklineError as exc:
+            log.warning("auditor %s: %s failed, next turn retries: %s", self.auditor_id, what, exc)
+
+    async def _first_replica_check(self, interval_s: float) -> float:
+        """Clock time of the first full check: ``interval`` after the last one finished
+        (by any auditor), at once when none is recorded."""
+        path = self._md.layout.replica_check
+        try:
+            data, _version = await self._md.zk.get(path)
+        except NotFoundError:
+            return self._clock()
+        _v, body = serde.decode(data, REPLICA_CHECK_KIND, REPLICA_CHECK_FORMAT_VERSION, path)
+        done_ms = int(serde.field(body, "completed_ms", int, path))
+        wait_s = max(0.0, min(interval_s, interval_s - (self._wall_ms() - done_ms) / 1000.0))
+        log.info("auditor %s: next replica check in %.0f s", self.auditor_id, wait_s)
+        return self._clock() + wait_s
+
+    async def _note_replica_check(self) -> None:
+        path = self._md.layout.replica_check
+        body = serde.encode(
+            REPLICA_CHECK_KIND,
+            REPLICA_CHECK_FORMAT_VERSION,
+            {"completed_ms": self._wall_ms(), "by": self.auditor_id},
+        )
+        try:
+            await self._md.zk.set(path, body)
+        except NotFoundError:
+            try:
+                await self._md.zk.create(path, body, makepath=True)
+            except AlreadyExistsError:
+                await self._md.zk.set(path, body)  # another auditor just wrote it
+
+    async def replica_check(self) -> ScrubSummary:
+        """Compare the replicas of every closed ledger; mark what live bookies lack."""
+        scrubber = self._scrubber
+        if scrubber is None:
+            raise InvariantViolation("replica check without a scrubber")
+        marked = 0
+
+        async def mark(report: LedgerReport) -> None:
+            nonlocal marked
+            if report.repairs:
+                await self._md.underreplicated.mark(report.ledger_id, repair_entries=report.repairs)
+                marked += 1
+
+        summary = await scrubber.check_all(self._md.ledgers.iter_ledger_ids(), mark)
+        await self._note_replica_check()
+        self.replica_checks += 1
+        self.replica_marked += marked
+        log.info(
+            "replica check %d: %d ledgers (%d entries) checked, %d skipped, %d marked for repair",
+            self.replica_checks,
+            summary.ledgers_checked,
+            summary.entries_checked,
+            summary.ledgers_skipped,
+            marked,
+        )
+        return summary
+
+    async def damaged_sweep(self) -> int:
+        """Ask every registered bookie which entries it found damaged; mark those of
+        closed ledgers it must hold. Returns the number of ledgers marked."""
+        scrubber = self._scrubber
+        if scrubber is None:
+            raise InvariantViolation("damaged-entry sweep without a scrubber")
+        registered = (await self._md.bookies.list_all()).all
+        repairs, unchecked = await scrubber.damaged_repairs(registered)
+        for bookie, error in sorted(unchecked.items()):
+            log.warning("damaged-entry sweep: bookie %s not asked: %s", bookie, error)
+        for ledger_id, ranges in repairs.items():
+            await self._md.underreplicated.mark(ledger_id, repair_entries=ranges)
+            log.info("ledger %d: damaged entries reported on %s", ledger_id, sorted(ranges))
+        self.damaged_sweeps += 1
+        self.replica_marked += len(repairs)
+        return len(repairs)
 
     async def _read(self, ledger_id: int) -> LedgerMetadata | None:
         try:

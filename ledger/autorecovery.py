@@ -10,10 +10,14 @@ bookie decommission.
 
 :class:`Autorecovery` runs inside ``bookline autorecovery`` and can be embedded in any
 process that has an event loop (a bookie, later). The pieces live in
-:mod:`ledger.auditor` (election + scans) and :mod:`ledger.replication` (workers).
+:mod:`ledger.auditor` (election + scans), :mod:`ledger.scrub` (the replica check the
+elected auditor runs) and :mod:`ledger.replication` (workers).
 
 :func:`decommission` drains a live bookie: it marks every ledger referencing the bookie
 under-replicated and runs a worker until no ledger metadata names it any more.
+
+:func:`scrub` runs the replica check by hand (``bookline bookie scrub``): it reports what
+live bookies lack, and with ``repair`` marks it and runs a worker until it is repaired.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from ledger.adapters import PoolTransport, ZkLedgerStore
 from ledger.auditor import Auditor
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
+from ledger.meta import ReplicaInspector
 from ledger.replication import ListEntries, Outcome, ReplicationWorker
+from ledger.scrub import Scrubber, ScrubSummary
 from metadata.client import MetadataClient
 
 log = logging.getLogger(__name__)
@@ -44,8 +50,11 @@ __all__ = [
     "Autorecovery",
     "AutorecoveryConfig",
     "DecommissionSummary",
+    "ScrubOutcome",
     "decommission",
     "ledgers_on",
+    "make_scrubber",
+    "scrub",
 ]
 
 ENV_PREFIX = "BOOKLINE_AUTORECOVERY_"
@@ -88,8 +97,28 @@ class AutorecoveryConfig:
     # Run a replication worker (False: this process only stands for auditor).
     worker_enabled: bool = True
 
+    # --- replica check (ledger.scrub; run by the elected auditor) --------------------
+    # Every closed ledger's replicas are compared this often (0: never). It reads every
+    # entry on every bookie, so hourly by default; the last completion is kept in
+    # ZooKeeper, so a new auditor keeps the schedule.
+    replica_check_interval_ms: int = 3_600_000
+    # Every registered bookie is asked this often which entries its storage found
+    # damaged (0: never); cheap, so damage a bookie noticed is repaired within minutes.
+    damaged_poll_interval_ms: int = 60_000
+    # Entries of a segment compared per round of requests (one to each ensemble bookie).
+    replica_check_page_entries: int = 1024
+    # Ledgers checked at once.
+    replica_check_ledgers_in_flight_max: int = 2
+
     def __post_init__(self) -> None:
-        for name in ("grace_ms", "open_ledger_grace_ms", "retry_backoff_ms"):
+        non_negative = (
+            "grace_ms",
+            "open_ledger_grace_ms",
+            "retry_backoff_ms",
+            "replica_check_interval_ms",
+            "damaged_poll_interval_ms",
+        )
+        for name in non_negative:
             if getattr(self, name) < 0:
                 raise ConfigError(f"autorecovery.{name} must be >= 0")
         positive = (
@@ -101,6 +130,8 @@ class AutorecoveryConfig:
             "entries_in_flight_max",
             "ledger_timeout_ms",
             "worker_poll_ms",
+            "replica_check_page_entries",
+            "replica_check_ledgers_in_flight_max",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -115,10 +146,11 @@ def default_instance_id() -> str:
 
 async def connect_parts(
     metadata: MetadataConfig, ledger_config: LedgerConfig | None = None
-) -> tuple[MetadataClient, LedgerClient, ListEntries]:
+) -> tuple[MetadataClient, LedgerClient, ListEntries, ReplicaInspector]:
     """One ZooKeeper session shared by the metadata stores and a ledger client (whose
-    ``close`` also closes the bookie pool and the session), and an entry lister on that
-    pool. NotFoundError when no cluster was initialised at the root."""
+    ``close`` also closes the bookie pool and the session), an entry lister and the
+    replica check's inspector on that pool. NotFoundError when no cluster was
+    initialised at the root."""
     md = MetadataClient(metadata)
     await md.connect()
     try:
@@ -145,7 +177,19 @@ async def connect_parts(
         finally:
             await md.close()
 
-    return md, LedgerClient(store, transport, ledger_config, on_close=close), list_entries
+    client = LedgerClient(store, transport, ledger_config, on_close=close)
+    return md, client, list_entries, transport
+
+
+def make_scrubber(
+    client: LedgerClient, inspector: ReplicaInspector, config: AutorecoveryConfig
+) -> Scrubber:
+    return Scrubber(
+        client,
+        inspector,
+        page_entries=config.replica_check_page_entries,
+        ledgers_in_flight_max=config.replica_check_ledgers_in_flight_max,
+    )
 
 
 class Autorecovery:
@@ -161,12 +205,20 @@ class Autorecovery:
         clock: Callable[[], float] = time.monotonic,
         on_stop: Callable[[], Awaitable[None]] | None = None,
         list_entries: ListEntries | None = None,
+        inspector: ReplicaInspector | None = None,
     ) -> None:
+        """Without ``inspector`` (the bookies' replica-check ops) the auditor only looks
+        for lost bookies."""
         self.config = config or AutorecoveryConfig()
         self.instance_id = instance_id or default_instance_id()
         self.md = md
         self.client = client
-        self.auditor = Auditor(md, self.config, self.instance_id, clock=clock)
+        scrubber = None
+        if inspector is not None and (
+            self.config.replica_check_interval_ms or self.config.damaged_poll_interval_ms
+        ):
+            scrubber = make_scrubber(client, inspector, self.config)
+        self.auditor = Auditor(md, self.config, self.instance_id, clock=clock, scrubber=scrubber)
         self.worker = ReplicationWorker(
             md, client, self.config, self.instance_id, clock=clock, list_entries=list_entries
         )
@@ -183,7 +235,7 @@ class Autorecovery:
         instance_id: str | None = None,
     ) -> Autorecovery:
         """An instance with its own ZooKeeper session and bookie connections."""
-        md, client, lister = await connect_parts(metadata, ledger_config)
+        md, client, lister, inspector = await connect_parts(metadata, ledger_config)
         return cls(
             md,
             client,
@@ -191,6 +243,7 @@ class Autorecovery:
             instance_id=instance_id,
             on_stop=client.close,
             list_entries=lister,
+            inspector=inspector,
         )
 
     async def start(self) -> None:
@@ -305,3 +358,62 @@ async def decommission(
         rounds=rounds,
         elapsed_ms=int((clock() - start) * 1000),
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScrubOutcome:
+    summary: ScrubSummary
+    marked: tuple[int, ...]  # ledgers marked for repair (with ``repair``)
+    entries_repaired: int  # entry copies this process re-copied
+
+    @property
+    def clean(self) -> bool:
+        """Nothing found -- or all of it repaired -- and every bookie answered."""
+        reports = self.summary.reports
+        if self.marked:  # repaired, since scrub() returned
+            return not any(r.unrecoverable or r.conflicts or r.unchecked for r in reports)
+        return not reports
+
+
+async def scrub(
+    md: MetadataClient,
+    client: LedgerClient,
+    inspector: ReplicaInspector,
+    config: AutorecoveryConfig,
+    *,
+    ledger_ids: Sequence[int] | None = None,
+    repair: bool = False,
+    timeout_ms: int,
+    clock: Callable[[], float] = time.monotonic,
+    list_entries: ListEntries | None = None,
+) -> ScrubOutcome:
+    """Check the replicas of ``ledger_ids`` (default: every ledger). With ``repair``,
+    mark what live bookies lack and run a worker (other workers may help; claims are
+    respected) until those items are cleared; TimeoutError_ after ``timeout_ms``."""
+    start = clock()
+    scrubber = make_scrubber(client, inspector, config)
+    ids = md.ledgers.iter_ledger_ids() if ledger_ids is None else ledger_ids
+    summary = await scrubber.check_all(ids)
+    marked: list[int] = []
+    if repair:
+        for report in summary.reports:
+            if report.repairs:
+                await md.underreplicated.mark(report.ledger_id, repair_entries=report.repairs)
+                marked.append(report.ledger_id)
+    worker = ReplicationWorker(
+        md, client, config, f"scrub-{default_instance_id()}", list_entries=list_entries
+    )
+    remaining = list(marked)
+    while remaining:
+        if clock() - start > timeout_ms / 1000.0:
+            raise TimeoutError_(
+                f"scrub: {len(remaining)} ledgers still being repaired after {timeout_ms} ms "
+                f"({remaining[:10]}...); re-run to continue"
+            )
+        await worker.run_once(only=remaining)
+        listed = set(await md.underreplicated.list())
+        remaining = [i for i in remaining if i in listed]
+        if remaining:
+            # Others hold claims, or errors back off: look again shortly.
+            await asyncio.sleep(min(config.worker_poll_ms, config.retry_backoff_ms or 1) / 1000.0)
+    return ScrubOutcome(summary, tuple(marked), worker.entries_repaired)

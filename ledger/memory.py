@@ -9,6 +9,12 @@ Faults, per bookie id: ``down`` (connection refused), ``hung`` (no answer until 
 request's timeout), ``lose_fences`` (the next N fencing requests are lost: they time
 out without fencing), ``read_delay_s`` (slow reads), plus a ``before_add`` hook to
 interleave adds with recovery.
+
+For the replica check they also keep *damaged* marks (``MemoryBookie.damaged``): a read
+of a marked entry fails with CHECKSUM, a recovery add of it replaces the blob and clears
+the mark -- the contract of ``bookie.storage.api.Storage.damaged_entries``. ``corrupt``
+changes a stored blob without the bookie noticing (silent damage, found by comparing
+replicas). ``no_replica_check`` plays a bookie older than the replica-check ops.
 """
 
 from __future__ import annotations
@@ -18,9 +24,14 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import crc32c
+
+from bookie.protocol import CHECKSUM_RANGE_ENTRIES_MAX
 from bookline.errors import (
     AlreadyExistsError,
+    BadRequestError,
     BadVersionError,
+    ChecksumError,
     ConnectionLostError,
     FencedError,
     NoEntryError,
@@ -28,7 +39,7 @@ from bookline.errors import (
     TimeoutError_,
     UnauthorizedError,
 )
-from ledger.meta import NO_ENTRY, LacAnswer, LedgerMeta, ReadAnswer
+from ledger.meta import NO_ENTRY, ChecksumPage, LacAnswer, LedgerMeta, ReadAnswer
 from ledger.placement import BookieCandidate
 
 __all__ = ["MemoryBookie", "MemoryBookies", "MemoryMetadataStore", "candidates"]
@@ -99,7 +110,22 @@ class MemoryBookie:
     read_delay_s: float = 0.0
     # An old bookie without the explicit-LAC op.
     no_write_lac: bool = False
+    # An old bookie without the replica-check ops.
+    no_replica_check: bool = False
+    # (ledger_id, entry_id) this bookie found damaged: reads fail until a recovery add.
+    damaged: set[tuple[int, int]] = field(default_factory=set)
+    # Entries one checksum answer covers at most (small in tests to exercise paging).
+    checksum_page_entries_max: int = CHECKSUM_RANGE_ENTRIES_MAX
     lac_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def corrupt(self, ledger_id: int, entry_id: int, *, detected: bool = False) -> None:
+        """Flip a bit of a stored blob; ``detected``: the bookie noticed (a mark)."""
+        st = self.ledgers[ledger_id]
+        blob = bytearray(st.entries[entry_id])
+        blob[-1] ^= 0x01
+        st.entries[entry_id] = bytes(blob)
+        if detected:
+            self.damaged.add((ledger_id, entry_id))
 
     def state(self, ledger_id: int, key: bytes) -> _LedgerState:
         st = self.ledgers.get(ledger_id)
@@ -155,7 +181,10 @@ class MemoryBookies:
         st = bk.state(ledger_id, master_key)
         if st.fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
-        st.entries[entry_id] = data
+        if recovery or (ledger_id, entry_id) not in bk.damaged:
+            st.entries[entry_id] = data
+        if recovery:
+            bk.damaged.discard((ledger_id, entry_id))  # replaced by a verified copy
         if lac > st.lac:
             st.lac = lac
             bk.lac_changed.set()
@@ -215,6 +244,8 @@ class MemoryBookies:
         data = st.entries.get(entry_id)
         if data is None:
             raise NoEntryError(f"entry {ledger_id}/{entry_id} not on {bookie}")
+        if (ledger_id, entry_id) in bk.damaged:
+            raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on {bookie}")
         return ReadAnswer(entry_id, st.lac, data)
 
     async def write_lac(
@@ -269,6 +300,45 @@ class MemoryBookies:
                 await asyncio.wait_for(bk.lac_changed.wait(), deadline - loop.time())
             except TimeoutError:
                 continue
+
+
+    async def entry_checksums(
+        self,
+        bookie: str,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        timeout_s: float,
+    ) -> ChecksumPage:
+        bk = await self._replica_check(bookie, timeout_s)
+        st = bk.ledgers.get(ledger_id)
+        if st is None:
+            return ChecksumPage(last_entry_id, {}, frozenset())
+        covered = min(last_entry_id, first_entry_id + bk.checksum_page_entries_max - 1)
+        fingerprints = {}
+        damaged = set()
+        for entry_id in range(first_entry_id, covered + 1):
+            blob = st.entries.get(entry_id)
+            if blob is None:
+                continue
+            if (ledger_id, entry_id) in bk.damaged:
+                damaged.add(entry_id)
+            else:
+                fingerprints[entry_id] = (crc32c.crc32c(blob), len(blob))
+        return ChecksumPage(covered, fingerprints, frozenset(damaged))
+
+    async def damaged_entries(
+        self, bookie: str, *, limit: int, timeout_s: float
+    ) -> list[tuple[int, int]]:
+        bk = await self._replica_check(bookie, timeout_s)
+        return sorted(bk.damaged)[:limit]
+
+    async def _replica_check(self, bookie: str, timeout_s: float) -> MemoryBookie:
+        bk = await self._enter(bookie, timeout_s)
+        if bk.no_replica_check:
+            raise BadRequestError(f"bookie {bookie} does not serve replica checks (upgrade it)")
+        return bk
 
 
 def _call_back(

@@ -9,6 +9,8 @@
   ledger ids and writable bookies (adapted to :mod:`metadata` in ``ledger.adapters``).
 * :class:`BookieTransport` -- add / read / fence / read-LAC on one bookie by id (adapted
   to :mod:`bookie.client` in ``ledger.adapters``).
+* :class:`ReplicaInspector` -- what the autorecovery scrub asks a bookie: fingerprints of
+  the entries it stores and the entries it found damaged.
 
 Keeping these narrow lets the protocol logic run against in-memory fakes
 (``ledger.memory``) with injected faults, and against real processes unchanged.
@@ -32,17 +34,22 @@ from ledger.placement import BookieCandidate
 __all__ = [
     "NO_ENTRY",
     "BookieTransport",
+    "ChecksumPage",
+    "Fingerprint",
     "LacAnswer",
     "LedgerMeta",
     "LedgerState",
     "MetadataStore",
     "ReadAnswer",
+    "ReplicaInspector",
     "Segment",
     "validate_quorums",
 ]
 
 # Entry id / LAC meaning "none yet".
 NO_ENTRY = -1
+# (CRC32C, length) of a stored entry blob: replicas holding the same bytes agree on it.
+Fingerprint = tuple[int, int]
 
 
 class LedgerState(enum.Enum):
@@ -253,3 +260,36 @@ class BookieTransport(Protocol):
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float
     ) -> bool:
         """Explicit LAC; False (nothing sent) when the bookie does not serve it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksumPage:
+    """What one bookie stores of a ledger's entries from the asked first entry up to
+    ``last_entry_id``; entries in neither map nor set are not held there."""
+
+    last_entry_id: int  # the page covers the asked range up to here (inclusive)
+    fingerprints: Mapping[int, Fingerprint]  # entries held and read intact
+    damaged: frozenset[int]  # entries held but failing their checksum
+
+
+class ReplicaInspector(Protocol):
+    """The scrub's questions to one bookie (named by id); errors as in BookieTransport."""
+
+    async def entry_checksums(
+        self,
+        bookie: str,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        *,
+        timeout_s: float,
+    ) -> ChecksumPage:
+        """Fingerprints of ``first..last`` (the page may stop early: its
+        ``last_entry_id``). A bookie holding nothing of the ledger answers an empty page
+        covering the whole range."""
+
+    async def damaged_entries(
+        self, bookie: str, *, limit: int, timeout_s: float
+    ) -> list[tuple[int, int]]:
+        """``(ledger_id, entry_id)`` pairs the bookie found damaged, sorted, at most
+        ``limit`` of them (the first ones)."""

@@ -1,7 +1,9 @@
-"""Replication workers: copy the fragments a lost bookie held to new bookies.
+"""Replication workers: copy the fragments a lost bookie held to new bookies, and
+re-copy entries a live bookie lacks or holds damaged.
 
-A work item (``ledgers/underreplicated/<id>``, written by the auditor or by
-decommission) names a ledger and the bookies it lost. A worker:
+A work item (``ledgers/underreplicated/<id>``, written by the auditor, decommission or
+``bookline bookie scrub --repair``) names a ledger, the bookies it lost, and entry
+ranges to repair on live bookies (the replica check, :mod:`ledger.scrub`). A worker:
 
 1. takes the item's ephemeral claim (another worker's claim -> skip; a crashed
    worker's claim vanishes with its session);
@@ -18,7 +20,14 @@ decommission) names a ledger and the bookies it lost. A worker:
    never names a bookie that lacks the entries. Entries that surviving members of the
    segment lack (a writer closes once Qa replicas acknowledged) are filled in on the
    way, so a repaired segment is complete on every bookie it names;
-4. clears the item (and its claim, in one transaction).
+4. for every live bookie with *repair entries* -- the entries of its ranges whose write
+   set, per the current metadata, includes it -- reads a copy from another replica
+   (digest verified), writes it to that same bookie with a recovery add (which replaces
+   a copy the bookie holds as damaged), and reads it back to check the bookie now holds
+   exactly those bytes. No metadata changes: the bookie already is where metadata says.
+   A bookie in the item's lost set is skipped (its fragments moved), an unregistered one
+   fails the pass (retried later; if it stays away the auditor marks it lost);
+5. clears the item (and its claim, in one transaction).
 
 Idempotent when interrupted: a copy without the CAS leaves unreferenced extra replicas
 (harmless); after the CAS the lost bookie is no longer in the metadata, so a re-run
@@ -33,12 +42,14 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from bookline.errors import (
     BadVersionError,
     BooklineError,
+    ChecksumError,
+    ConnectionLostError,
     InvariantViolation,
     LockOwnedError,
     MetadataError,
@@ -54,6 +65,7 @@ from ledger.placement import choose_replacement
 from ledger.reader import replicas_of
 from ledger.speculative import speculative
 from ledger.tasks import cancel_and_wait
+from metadata.underreplicated import EntryRanges, merge_ranges, ranges_cover
 
 if TYPE_CHECKING:
     from ledger.autorecovery import AutorecoveryConfig
@@ -69,6 +81,9 @@ __all__ = [
     "ReplicationWorker",
     "fragment_entries",
     "fragments_to_replace",
+    "repair_plan",
+    "run_bounded",
+    "segment_last",
 ]
 
 # Entry ids a bookie holds for a ledger (empty when it holds none); None: no listing,
@@ -99,7 +114,8 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # an error; retried after the backoff
 
 
-def _segment_last(meta: LedgerMeta, index: int) -> int:
+def segment_last(meta: LedgerMeta, index: int) -> int:
+    """The last entry of segment ``index`` (< its first entry when it holds none)."""
     if index + 1 < len(meta.segments):
         return meta.segments[index + 1].first_entry_id - 1
     return meta.last_entry_id
@@ -114,9 +130,7 @@ def fragments_to_replace(meta: LedgerMeta, lost: Iterable[str]) -> list[Fragment
         for position, bookie in enumerate(seg.bookies):
             if bookie in gone:
                 out.append(
-                    Fragment(
-                        index, seg.first_entry_id, _segment_last(meta, index), position, bookie
-                    )
+                    Fragment(index, seg.first_entry_id, segment_last(meta, index), position, bookie)
                 )
     return out
 
@@ -139,7 +153,40 @@ def with_replacement(meta: LedgerMeta, fragment: Fragment, replacement: str) -> 
     return dataclasses.replace(meta, segments=tuple(segments))
 
 
-async def _bounded(items: Iterable[int], fn: Callable[[int], Awaitable[None]], limit: int) -> None:
+def repair_plan(
+    meta: LedgerMeta, repairs: Mapping[str, EntryRanges], skip: set[str]
+) -> dict[int, list[str]]:
+    """Entry -> bookies to re-copy it to: the entries of each bookie's ranges whose write
+    set includes it in ``meta`` (a CLOSED ledger), bookies in ``skip`` left out."""
+    invariant(meta.is_closed, "ledger %d: repair plan of a ledger not closed", meta.ledger_id)
+    plan: dict[int, list[str]] = {}
+    for bookie, ranges in sorted(repairs.items()):
+        if bookie in skip:
+            continue
+        for index, seg in enumerate(meta.segments):
+            if bookie not in seg.bookies:
+                continue
+            frag = Fragment(
+                index,
+                seg.first_entry_id,
+                segment_last(meta, index),
+                seg.bookies.index(bookie),
+                bookie,
+            )
+            for first, last in ranges:
+                part = dataclasses.replace(
+                    frag,
+                    first_entry_id=max(first, frag.first_entry_id),
+                    last_entry_id=min(last, frag.last_entry_id),
+                )
+                for entry_id in fragment_entries(part, meta.ensemble_size, meta.write_quorum):
+                    plan.setdefault(entry_id, []).append(bookie)
+    return plan
+
+
+async def run_bounded(
+    items: Iterable[int], fn: Callable[[int], Awaitable[None]], limit: int
+) -> None:
     """``fn(item)`` for every item, at most ``limit`` at once; the first error cancels
     the rest and is raised."""
     running: set[asyncio.Task[None]] = set()
@@ -188,6 +235,7 @@ class ReplicationWorker:
         self._rng = rng or random.Random()
         self._not_before: dict[int, float] = {}  # ledger id -> clock time of next try
         self.replicated = 0  # ledgers repaired by this worker (for summaries)
+        self.entries_repaired = 0  # entries re-copied to live bookies (replica check)
 
     # -- loop ----------------------------------------------------------------------
 
@@ -226,7 +274,7 @@ class ReplicationWorker:
         async def one(ledger_id: int) -> None:
             outcomes[ledger_id] = await self.process(ledger_id)
 
-        await _bounded(ids, one, self._config.ledgers_in_flight_max)
+        await run_bounded(ids, one, self._config.ledgers_in_flight_max)
         return outcomes
 
     def _back_off(self, ledger_id: int, delay_ms: int) -> None:
@@ -298,22 +346,34 @@ class ReplicationWorker:
             log.info("ledger %d is %s past its grace: recovering it", ledger_id, meta.state.value)
             await self._client.open_ledger(ledger_id, meta.password, recover=True)
         lost = set(item.missing_bookies)
+        repairs = dict(item.repair_entries)
         for _ in range(_PASSES_MAX):
             await self._replace_all(ledger_id, lost)
+            await self._repair_entries(ledger_id, repairs, lost)
             try:
                 latest = await ur.get(ledger_id)
             except NotFoundError:
                 return Outcome.GONE
-            if latest.missing_bookies <= lost:
+            covered = all(
+                ranges_cover(repairs.get(b, ()), r) for b, r in latest.repair_entries.items()
+            )
+            if latest.missing_bookies <= lost and covered:
                 try:
                     await ur.clear(ledger_id, latest.version)
                 except BadVersionError:
                     continue  # marked again since we read it: look at what was added
                 self.replicated += 1
-                log.info("ledger %d re-replicated (lost %s)", ledger_id, sorted(lost))
+                log.info(
+                    "ledger %d repaired (lost %s, entries re-copied to %s)",
+                    ledger_id,
+                    sorted(lost),
+                    sorted(repairs),
+                )
                 return Outcome.REPLICATED
             lost |= latest.missing_bookies  # the auditor found more while we worked
-        raise BadVersionError(f"ledger {ledger_id}: lost bookies kept changing during repair")
+            for bookie, ranges in latest.repair_entries.items():
+                repairs[bookie] = merge_ranges((*repairs.get(bookie, ()), *ranges))
+        raise BadVersionError(f"ledger {ledger_id}: its work item kept changing during repair")
 
     async def _replace_all(self, ledger_id: int, lost: set[str]) -> None:
         meta, _version = await self._client.store.read(ledger_id)
@@ -322,6 +382,30 @@ class ReplicationWorker:
             meta = await self._replace(meta, fragment, lost)
         remaining = meta.all_bookies() & lost
         invariant(not remaining, "ledger %d still on lost bookies %r", ledger_id, remaining)
+
+    async def _repair_entries(
+        self, ledger_id: int, repairs: Mapping[str, EntryRanges], lost: set[str]
+    ) -> None:
+        """Re-copy each live bookie's repair entries to it (see the module, step 4)."""
+        if not repairs:
+            return
+        meta, _version = await self._client.store.read(ledger_id)
+        plan = repair_plan(meta, repairs, lost)
+        if not plan:
+            return
+        registered = (await self._md.bookies.list_all()).all
+        absent = {b for targets in plan.values() for b in targets} - registered
+        if absent:
+            raise ConnectionLostError(
+                f"ledger {ledger_id}: bookies {sorted(absent)} with entries to repair are "
+                "not registered"
+            )
+        targets = sorted({b for bs in plan.values() for b in bs})
+        log.info("ledger %d: re-copying %d entries to %s", ledger_id, len(plan), ", ".join(targets))
+        await self._copy(meta, plan, lost - registered, read_back=True)
+        repaired = sum(len(bs) for bs in plan.values())
+        self.entries_repaired += repaired
+        log.info("ledger %d: %d entry copies repaired on %s", ledger_id, repaired, targets)
 
     async def _replace(self, meta: LedgerMeta, fragment: Fragment, lost: set[str]) -> LedgerMeta:
         store = self._client.store
@@ -374,9 +458,17 @@ class ReplicationWorker:
                 if entry_id not in held:
                     plan.setdefault(entry_id, []).append(bookie)
 
-    async def _copy(self, meta: LedgerMeta, plan: dict[int, list[str]], unusable: set[str]) -> None:
+    async def _copy(
+        self,
+        meta: LedgerMeta,
+        plan: dict[int, list[str]],
+        unusable: set[str],
+        *,
+        read_back: bool = False,
+    ) -> None:
         """For each entry, read it from a replica that holds it and recovery-add it to
-        each target bookie."""
+        each target bookie; with ``read_back``, then check each target serves exactly
+        the bytes written (ChecksumError otherwise)."""
         cfg = self._client.config
         digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         key = master_key(meta.password)
@@ -426,8 +518,23 @@ class ReplicationWorker:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
+            if read_back:
+                for target in targets:
+                    await self._check_copy(meta, entry_id, target, data, read_timeout_s)
 
-        await _bounded(sorted(plan), copy_one, self._config.entries_in_flight_max)
+        await run_bounded(sorted(plan), copy_one, self._config.entries_in_flight_max)
+
+    async def _check_copy(
+        self, meta: LedgerMeta, entry_id: int, bookie: str, data: bytes, timeout_s: float
+    ) -> None:
+        ans = await self._client.transport.read(
+            bookie, meta.ledger_id, entry_id, fence=False, master_key=b"", timeout_s=timeout_s
+        )
+        if ans.data != data:
+            raise ChecksumError(
+                f"ledger {meta.ledger_id} entry {entry_id}: bookie {bookie} still serves "
+                "other bytes after the repair"
+            )
 
     async def _swap(self, copied: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
         """CAS ``replacement`` into the fragment's place; re-read and re-apply on a lost race."""

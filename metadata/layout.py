@@ -12,6 +12,7 @@
     <root>/ledgers/underreplicated/<id16>     autorecovery work items
     <root>/ledgers/urlocks/<id16>             ephemeral claims on those items
     <root>/ledgers/auditor                    ephemeral: the elected autorecovery auditor
+    <root>/ledgers/replicacheck               when the last full replica check finished
     <root>/streams/<ns>                       namespace record
     <root>/streams/<ns>/<stream>              stream record (options)
         maxtxid  segments/<seqno19>  lock/<member-seq>  subscribers/<name>
@@ -136,6 +137,12 @@ class Layout:
     def auditor(self) -> str:
         """Ephemeral election node of the autorecovery auditor (data: the leader's id)."""
         return self._p("ledgers", "auditor")
+
+    @property
+    def replica_check(self) -> str:
+        """When the last full replica check (scrub) finished, so a new auditor keeps the
+        schedule instead of starting over."""
+        return self._p("ledgers", "replicacheck")
 
     def underreplicated_lock(self, ledger_id: int) -> str:
         return f"{self.underreplicated_locks}/{ledger_id_hex(ledger_id)}"

@@ -1,10 +1,17 @@
-"""``bookline autorecovery`` and ``bookline bookie decommission``.
+"""``bookline autorecovery``, ``bookline bookie decommission`` and ``bookline bookie scrub``.
 
 * ``autorecovery --zk ZK --root ROOT [--grace-ms N] ...`` -- stand for auditor
   election and run a replication worker until SIGTERM/SIGINT
   (:class:`ledger.autorecovery.Autorecovery`);
 * ``bookie decommission ID --zk ZK --root ROOT`` -- move every replica the bookie holds
-  to other bookies, print a summary, exit 0; the bookie can then be stopped.
+  to other bookies, print a summary, exit 0; the bookie can then be stopped;
+* ``bookie scrub [--ledger ID] --zk ZK --root ROOT [--repair] [--json]`` -- the replica
+  check by hand (:func:`ledger.autorecovery.scrub`): compare every closed ledger's (or
+  one ledger's) replicas and print what live bookies lack or hold damaged. Read-only
+  unless ``--repair``, which marks the findings as work items and re-copies them in
+  this process (running autorecovery workers may help) before exiting. Exit status 0:
+  nothing wrong (or all of it repaired) and every bookie answered; 3: something found
+  and not repaired, or some bookie could not be checked; 1: an error (with its code).
 
 Settings come from ``--config`` ([autorecovery] section), ``BOOKLINE_AUTORECOVERY_*``
 and flags, in that order of precedence (flags win).
@@ -23,12 +30,16 @@ from bookline.config import MetadataConfig, load_config
 from bookline.errors import ConfigError
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
-    from ledger.autorecovery import AutorecoveryConfig
+    from ledger.autorecovery import AutorecoveryConfig, ScrubOutcome
 
 __all__ = ["register"]
 
 # Decommission gives up after this long by default (re-running continues the work).
 DECOMMISSION_TIMEOUT_MS_DEFAULT: Final = 3_600_000
+# A scrub's repairs give up after this long by default (re-running continues them).
+SCRUB_TIMEOUT_MS_DEFAULT: Final = 3_600_000
+# Exit status of a scrub that found something it did not repair (1 is an error).
+EXIT_SCRUB_FOUND: Final = 3
 
 # flag -> config field; every flag is optional and overrides file and environment.
 _FLAGS: Final = {
@@ -37,6 +48,9 @@ _FLAGS: Final = {
     "--open-ledger-grace-ms": "open_ledger_grace_ms",
     "--ledgers-in-flight-max": "ledgers_in_flight_max",
     "--entries-in-flight-max": "entries_in_flight_max",
+    "--replica-check-interval-ms": "replica_check_interval_ms",
+    "--damaged-poll-interval-ms": "damaged_poll_interval_ms",
+    "--replica-check-page-entries": "replica_check_page_entries",
 }
 
 
@@ -62,6 +76,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     d.add_argument("--json", action="store_true", help="print the summary as JSON")
     d.set_defaults(handler=_run_decommission)
+
+    s = ops.add_parser(
+        "scrub", help="compare ledgers' replicas; --repair re-copies what bookies lack"
+    )
+    s.add_argument("--ledger", type=int, metavar="ID", help="only this ledger (default: all)")
+    _common(s)
+    s.add_argument(
+        "--repair",
+        action="store_true",
+        help="mark what was found and re-copy it now (default: report only)",
+    )
+    s.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=SCRUB_TIMEOUT_MS_DEFAULT,
+        help="give up repairing after this long (exit 1; re-run to continue)",
+    )
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(handler=_run_scrub)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -128,7 +161,7 @@ def _run_decommission(args: argparse.Namespace) -> int:
 async def _decommission(args: argparse.Namespace, config: AutorecoveryConfig) -> int:
     from ledger.autorecovery import connect_parts, decommission
 
-    md, client, lister = await connect_parts(_metadata(args))
+    md, client, lister, _inspector = await connect_parts(_metadata(args))
     try:
         summary = await decommission(
             md, client, args.bookie_id, config, timeout_ms=args.timeout_ms, list_entries=lister
@@ -150,3 +183,97 @@ async def _decommission(args: argparse.Namespace, config: AutorecoveryConfig) ->
             f"{summary.elapsed_ms} ms; no ledger references it now"
         )
     return 0
+
+
+def _run_scrub(args: argparse.Namespace) -> int:
+    return asyncio.run(_scrub(args, _config(args)))
+
+
+async def _scrub(args: argparse.Namespace, config: AutorecoveryConfig) -> int:
+    from bookline.errors import NoLedgerError
+    from ledger.autorecovery import connect_parts, scrub
+
+    md, client, lister, inspector = await connect_parts(_metadata(args))
+    try:
+        outcome = await scrub(
+            md,
+            client,
+            inspector,
+            config,
+            ledger_ids=None if args.ledger is None else [args.ledger],
+            repair=args.repair,
+            timeout_ms=args.timeout_ms,
+            list_entries=lister,
+        )
+    finally:
+        await client.close()
+    summary = outcome.summary
+    if args.ledger is not None and summary.ledgers_gone:
+        raise NoLedgerError(f"ledger {args.ledger} does not exist")
+    if args.json:
+        print(json.dumps(_scrub_json(outcome)))
+    else:
+        _print_scrub(outcome)
+    return 0 if outcome.clean else EXIT_SCRUB_FOUND
+
+
+def _scrub_json(outcome: ScrubOutcome) -> dict[str, object]:
+    from ledger.scrub import Problem
+
+    summary = outcome.summary
+    reports = summary.reports
+    return {
+        "ledgers_checked": summary.ledgers_checked,
+        "ledgers_skipped": summary.ledgers_skipped,
+        "ledgers_gone": summary.ledgers_gone,
+        "entries_checked": summary.entries_checked,
+        **{p.value: summary.total(p) for p in Problem},
+        "unrecoverable": sum(r.unrecoverable for r in reports),
+        "conflicts": sum(r.conflicts for r in reports),
+        "unchecked": sum(len(r.unchecked) for r in reports),
+        "marked": len(outcome.marked),
+        "entries_repaired": outcome.entries_repaired,
+        "clean": outcome.clean,
+        "ledgers": [r.to_json() for r in reports],
+    }
+
+
+def _print_scrub(outcome: ScrubOutcome) -> None:
+    from ledger.scrub import Problem
+
+    summary = outcome.summary
+    rows = [
+        (r.ledger_id, bookie, counts, r.repairs.get(bookie, ()))
+        for r in summary.reports
+        for bookie, counts in sorted(r.counts.items())
+    ]
+    if rows:
+        print(
+            f"{'LEDGER':>10}  {'BOOKIE':<24} {'MISSING':>8} {'DAMAGED':>8} {'MISMATCH':>8}  RANGES"
+        )
+        for ledger_id, bookie, counts, ranges in rows:
+            shown = " ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges[:8])
+            more = f" (+{len(ranges) - 8})" if len(ranges) > 8 else ""
+            print(
+                f"{ledger_id:>10}  {bookie:<24} {counts.get(Problem.MISSING, 0):>8} "
+                f"{counts.get(Problem.DAMAGED, 0):>8} {counts.get(Problem.MISMATCHED, 0):>8}"
+                f"  {shown}{more}"
+            )
+    for r in summary.reports:
+        if r.unrecoverable or r.conflicts:
+            print(
+                f"ledger {r.ledger_id}: {r.unrecoverable} entries without a verified copy, "
+                f"{r.conflicts} with conflicting copies (e.g. {r.samples}); not repaired"
+            )
+        for bookie, error in sorted(r.unchecked.items()):
+            print(f"ledger {r.ledger_id}: bookie {bookie} not checked: {error}")
+    repaired = (
+        f"; {len(outcome.marked)} ledgers repaired ({outcome.entries_repaired} entry copies)"
+        if outcome.marked
+        else ""
+    )
+    verdict = "clean" if outcome.clean else "PROBLEMS FOUND"
+    print(
+        f"scrub: {summary.ledgers_checked} ledgers ({summary.entries_checked} entries) "
+        f"checked, {summary.ledgers_skipped} not closed yet (skipped){repaired}: {verdict}"
+    )

@@ -106,7 +106,9 @@ def cluster(zk_connect: str, cluster_root: str, tmp_path: Path) -> Iterator[Clus
 async def parts(
     c: Cluster,
 ) -> AsyncIterator[tuple[MetadataClient, LedgerClient, ListEntries]]:
-    md, client, lister = await connect_parts(MetadataConfig(zk=c.zk, root=c.root), CONFIG)
+    md, client, lister, _inspector = await connect_parts(
+        MetadataConfig(zk=c.zk, root=c.root), CONFIG
+    )
     try:
         yield md, client, lister
     finally:
