@@ -99,7 +99,8 @@ class OwnedStream:
         OUTCOME_UNKNOWN for what was handed over), writes in flight are answered
         OUTCOME_UNKNOWN at once instead of whenever the writer answers -- with its
         bookies down, that may be never."""
-        self._fail(error)
+        if self.failed is None:
+            self.failed = error  # not a writer failure: the caller logs the shutdown once
         if not self._aborted.done():
             self._aborted.set_result(None)
         self._seq_moved.set()
@@ -475,6 +476,8 @@ class Ownership:
         """Shutting down: new acquisitions are refused, and every owned stream answers
         its waiting and in-flight requests now (:meth:`OwnedStream.abort`)."""
         self._closing = True
+        if self.owned:
+            log.info("shutting down: answering the requests of %d streams", len(self.owned))
         for stream in self.owned.values():
             stream.abort(UnavailableError("write proxy is shutting down"))
 
