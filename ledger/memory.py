@@ -114,6 +114,10 @@ class MemoryBookie:
     no_replica_check: bool = False
     # (ledger_id, entry_id) this bookie found damaged: reads fail until a recovery add.
     damaged: set[tuple[int, int]] = field(default_factory=set)
+    # Like the real storage engine: a recovery add serves the new copy at once but the
+    # damaged mark stays until checkpoint() (False: the mark goes with the add).
+    marks_until_checkpoint: bool = False
+    _repaired: set[tuple[int, int]] = field(default_factory=set)
     # Entries one checksum answer covers at most (small in tests to exercise paging).
     checksum_page_entries_max: int = CHECKSUM_RANGE_ENTRIES_MAX
     lac_changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -126,6 +130,22 @@ class MemoryBookie:
         st.entries[entry_id] = bytes(blob)
         if detected:
             self.damaged.add((ledger_id, entry_id))
+
+    def is_damaged(self, ledger_id: int, entry_id: int) -> bool:
+        """A read of the entry fails its checksum."""
+        key = (ledger_id, entry_id)
+        return key in self.damaged and key not in self._repaired
+
+    def repaired(self, ledger_id: int, entry_id: int) -> None:
+        if self.marks_until_checkpoint:
+            self._repaired.add((ledger_id, entry_id))
+        else:
+            self.damaged.discard((ledger_id, entry_id))
+
+    def checkpoint(self) -> None:
+        """Repaired entries lose their damaged marks."""
+        self.damaged -= self._repaired
+        self._repaired.clear()
 
     def state(self, ledger_id: int, key: bytes) -> _LedgerState:
         st = self.ledgers.get(ledger_id)
@@ -181,10 +201,10 @@ class MemoryBookies:
         st = bk.state(ledger_id, master_key)
         if st.fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
-        if recovery or (ledger_id, entry_id) not in bk.damaged:
+        if recovery or not bk.is_damaged(ledger_id, entry_id):
             st.entries[entry_id] = data
         if recovery:
-            bk.damaged.discard((ledger_id, entry_id))  # replaced by a verified copy
+            bk.repaired(ledger_id, entry_id)  # replaced by a verified copy
         if lac > st.lac:
             st.lac = lac
             bk.lac_changed.set()
@@ -244,7 +264,7 @@ class MemoryBookies:
         data = st.entries.get(entry_id)
         if data is None:
             raise NoEntryError(f"entry {ledger_id}/{entry_id} not on {bookie}")
-        if (ledger_id, entry_id) in bk.damaged:
+        if bk.is_damaged(ledger_id, entry_id):
             raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on {bookie}")
         return ReadAnswer(entry_id, st.lac, data)
 
@@ -322,7 +342,7 @@ class MemoryBookies:
             blob = st.entries.get(entry_id)
             if blob is None:
                 continue
-            if (ledger_id, entry_id) in bk.damaged:
+            if bk.is_damaged(ledger_id, entry_id):
                 damaged.add(entry_id)
             else:
                 fingerprints[entry_id] = (crc32c.crc32c(blob), len(blob))

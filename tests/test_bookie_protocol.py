@@ -39,6 +39,14 @@ requests = st.one_of(
     st.builds(p.ListLedgersRequest, u64),
     st.builds(p.ListEntriesRequest, u64, u64),
     st.builds(p.WriteLacRequest, u64, u64, eid, key),
+    st.builds(p.ListDamagedRequest, u64, u64, u64),
+    st.builds(
+        lambda rid, lid, first, n: p.EntryChecksumsRequest(rid, lid, first, first + n),
+        u64,
+        u64,
+        st.integers(0, 1 << 62),
+        st.integers(0, 1 << 20),
+    ),
 )
 responses = st.one_of(
     st.builds(p.AddResponse, u64, u64, u64),
@@ -73,6 +81,36 @@ responses = st.one_of(
     st.builds(p.ListLedgersResponse, u64, st.lists(u64, max_size=50).map(tuple)),
     st.builds(p.ListEntriesResponse, u64, u64, st.lists(u64, max_size=50).map(tuple)),
     st.builds(p.ErrorResponse, u64, st.sampled_from(list(p.Op)), st.integers(1, 0xFFFF), st.text()),
+    # LIST_DAMAGED: ascending pairs, then where the next page starts (after them) or nil.
+    st.builds(
+        lambda rid, pairs, more: p.ListDamagedResponse(
+            rid,
+            tuple(sorted(set(pairs))),
+            (max(pairs)[0] + 1, 0) if more and pairs else None,
+        ),
+        u64,
+        st.lists(st.tuples(st.integers(0, 1 << 40), u64), max_size=30),
+        st.booleans(),
+    ),
+    # ENTRY_CHECKSUMS: ascending, disjoint ids (checksums and damaged) up to the last.
+    st.builds(
+        lambda rid, lid, ids, damaged_every, extra: p.EntryChecksumsResponse(
+            rid,
+            lid,
+            max(ids, default=0) + extra,
+            tuple(
+                p.EntryChecksum(e, (e * 2654435761) & 0xFFFFFFFF, e % 5000)
+                for e in sorted(ids)
+                if e % damaged_every
+            ),
+            tuple(e for e in sorted(ids) if not e % damaged_every),
+        ),
+        u64,
+        u64,
+        st.sets(st.integers(0, 1 << 40), max_size=40),
+        st.integers(2, 7),
+        st.integers(0, 1000),
+    ),
 )
 
 
@@ -352,3 +390,92 @@ def test_malformed_lac_runs_are_refused(meta: list[object], payload: bytes) -> N
 def test_lac_run_needs_the_run_form() -> None:
     with pytest.raises(ValueError, match="run form"):
         p.encode_response(p.ReadLacResponse(1, 1, 5, 4, b"a", (b"b",)))
+
+
+# -- replica check (LIST_DAMAGED, ENTRY_CHECKSUMS) --------------------------------------
+
+
+def _response_frame(op: p.Op, meta: object, payload: bytes = b"") -> bytes:
+    return _frame(op=op, kind=p.KIND_RESPONSE, rid=7, meta=msgpack.packb(meta), payload=payload)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        [[], None, 3],  # a field too many
+        [[[1, 2], [1, 2]], None],  # a pair twice
+        [[[2, 0], [1, 5]], None],  # not ascending
+        [[[1, -1]], None],  # a negative entry id
+        [[[1, 2]], [1, 2]],  # the next page starts inside this one
+        [[[1, 2]], [1]],  # next is not a pair
+        [[[1, 2, 3]], None],  # not a pair
+        [[[1, 2]] * (p.DAMAGED_PAGE_ENTRIES_MAX + 1), None],  # more than a page
+        ["xx", None],
+    ],
+)
+def test_malformed_list_damaged_answers_are_refused(meta: object) -> None:
+    with pytest.raises(p.FrameBodyError):
+        decode_all(p.Decoder(responses=True), _response_frame(p.Op.LIST_DAMAGED, meta))
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        [1, 10, [[2, 5, 5], [1, 5, 5]], []],  # not ascending
+        [1, 10, [[2, 5, 5]], [2]],  # an entry both intact and damaged
+        [1, 10, [[11, 5, 5]], []],  # past last_entry_id
+        [1, 10, [], [11]],  # damaged past last_entry_id
+        [1, 10, [[2, 1 << 32, 5]], []],  # crc wider than 32 bits
+        [1, 10, [[2, 5, -1]], []],  # negative length
+        [1, 10, [[2, 5]], []],  # not a triple
+        [1, 10, [[2, 5, 5]]],  # damaged list missing
+        [1, -1, [], []],  # no last entry
+        [1, 1 << 40, [[e, 0, 0] for e in range(p.CHECKSUM_RANGE_ENTRIES_MAX + 1)], []],
+    ],
+)
+def test_malformed_entry_checksum_answers_are_refused(meta: object) -> None:
+    with pytest.raises(p.FrameBodyError):
+        decode_all(p.Decoder(responses=True), _response_frame(p.Op.ENTRY_CHECKSUMS, meta))
+
+
+@pytest.mark.parametrize(
+    ("op", "meta"),
+    [
+        (p.Op.ENTRY_CHECKSUMS, [1, 5, 4]),  # first after last
+        (p.Op.ENTRY_CHECKSUMS, [1, -1, 4]),
+        (p.Op.ENTRY_CHECKSUMS, [1, 2]),
+        (p.Op.LIST_DAMAGED, [1]),
+        (p.Op.LIST_DAMAGED, [1, -1]),
+        (p.Op.LIST_DAMAGED, ["a", 0]),
+    ],
+)
+def test_malformed_replica_check_requests_keep_the_stream(op: p.Op, meta: object) -> None:
+    good = p.encode_request(p.ListDamagedRequest(9, 0, 0))
+    d = p.Decoder(responses=False)
+    d.feed(_frame(op=op, rid=8, meta=msgpack.packb(meta)) + good)
+    with pytest.raises(p.FrameBodyError) as info:
+        d.next_frame()
+    assert info.value.request_id == 8 and info.value.op == op
+    assert d.next_frame() == p.ListDamagedRequest(9, 0, 0)
+
+
+@settings(max_examples=200)
+@given(responses, st.data())
+def test_truncated_or_mutated_answers_are_rejected_cleanly(
+    resp: p.Response, data: st.DataObject
+) -> None:
+    """A client decoder fed a cut or damaged answer (new ops included) waits for more
+    data or raises a protocol error; it never crashes or returns a bogus frame."""
+    frame = bytearray(p.encode_response(resp))
+    for _ in range(data.draw(st.integers(0, 3))):
+        frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(frame)))
+    d = p.Decoder(responses=True, frame_bytes_max=FRAME_MAX)
+    try:
+        got = decode_all(d, bytes(frame[:cut]))
+    except PROTOCOL_ERRORS:
+        return
+    if cut < len(frame):
+        assert got == []  # a cut frame is never decoded early
+    elif got:
+        assert decode_all(p.Decoder(responses=True), p.encode_response(got[0])) == got  # type: ignore[arg-type]

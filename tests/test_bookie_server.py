@@ -10,13 +10,16 @@ import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import crc32c
 import msgpack
 import pytest
 
 from bookie import protocol as p
+from bookie import server as server_module
 from bookie.client import BookieConnection, ClientOptions
 from bookie.config import BookieConfig
 from bookie.server import BookieServer
+from bookie.storage import entrylog, faults
 from bookie.storage.api import Storage
 from bookie.storage.engine import BookieStorage
 from bookline.errors import (
@@ -525,3 +528,90 @@ def _scrape(url: str) -> str:
 
     with urllib.request.urlopen(url, timeout=10) as resp:
         return bytes(resp.read()).decode()
+
+
+# -- replica check ops (LIST_DAMAGED, ENTRY_CHECKSUMS) ----------------------------------
+
+
+async def test_entry_checksums_fingerprint_the_stored_blobs(conn: BookieConnection) -> None:
+    held = [e for e in range(10) if e != 4]
+    for e in held:
+        await conn.add(3, e, -1, KEY, payload(3, e))
+    assert p.FEATURE_REPLICA_CHECK in await conn.features()
+    resp = await conn.entry_checksums(3, 0, 20)
+    assert resp.last_entry_id == 20 and resp.damaged == ()
+    assert resp.checksums == tuple(
+        p.EntryChecksum(e, crc32c.crc32c(payload(3, e)), len(payload(3, e))) for e in held
+    )
+    assert (await conn.entry_checksums(3, 4, 4)).checksums == ()  # not held: in no list
+    with pytest.raises(NoLedgerError):
+        await conn.entry_checksums(99, 0, 5)
+    page = await conn.list_damaged()
+    assert page.damaged == () and page.next_from is None
+
+
+async def test_entry_checksums_answer_in_bounded_parts(
+    conn: BookieConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for e in range(5):
+        await conn.add(6, e, -1, KEY, payload(6, e))
+    monkeypatch.setattr(server_module, "CHECKSUM_READ_BYTES_MAX", 1)  # one entry per answer
+    resp = await conn.entry_checksums(6, 1, 4)
+    assert resp.last_entry_id == 1 and [c.entry_id for c in resp.checksums] == [1]
+    wide = await conn.entry_checksums(6, 0, p.CHECKSUM_RANGE_ENTRIES_MAX * 3)
+    assert wide.last_entry_id == 0  # the read budget ends it after the first entry
+    monkeypatch.undo()
+    wide = await conn.entry_checksums(6, 0, p.CHECKSUM_RANGE_ENTRIES_MAX * 3)
+    assert wide.last_entry_id == p.CHECKSUM_RANGE_ENTRIES_MAX - 1  # the entry bound
+    assert len(wide.checksums) == 5
+
+
+def test_damaged_pages_follow_on_from_each_other() -> None:
+    damaged = [(lid, e) for lid in (1, 2, 3) for e in range(p.DAMAGED_PAGE_ENTRIES_MAX // 2)]
+    pages = []
+    start = (0, 0)
+    while True:
+        page = server_module.damaged_page(p.ListDamagedRequest(1, *start), damaged)
+        assert len(page.damaged) <= p.DAMAGED_PAGE_ENTRIES_MAX
+        pages.append(page)
+        if page.next_from is None:
+            break
+        start = page.next_from
+    assert [pair for page in pages for pair in page.damaged] == damaged
+    assert len(pages) == 2
+    assert server_module.damaged_page(p.ListDamagedRequest(1, 2, 5), damaged).damaged[0] == (2, 5)
+
+
+async def test_damaged_entry_is_listed_reported_and_repaired(tmp_path: Path) -> None:
+    config = bookie_config(tmp_path)
+    storage = BookieStorage(config)
+    await storage.start()
+    try:
+        for e in range(6):
+            await storage.add_entry(8, e, e - 1, KEY, payload(8, e))
+        await storage.checkpoint()
+        loc = storage._index.get(8, 3)
+        assert loc is not None
+    finally:
+        await storage.close()
+    faults.flip_bit(
+        Path(config.ledgers_dir) / entrylog.file_name(loc.log_id),
+        loc.offset + entrylog.RECORD_HEADER_BYTES + 5,
+    )
+    b = await start_bookie(config)
+    c = BookieConnection(b.address)
+    try:
+        resp = await c.entry_checksums(8, 0, 5)  # the read finds the damage
+        assert resp.damaged == (3,)
+        assert [x.entry_id for x in resp.checksums] == [0, 1, 2, 4, 5]
+        assert (await c.list_damaged()).damaged == ((8, 3),)
+        assert (await c.list_damaged(8, 4)).damaged == ()
+        await c.add(8, 3, 2, KEY, payload(8, 3), recovery=True)
+        # Served intact at once (from memory), though marked until the checkpoint.
+        fixed = await c.entry_checksums(8, 3, 3)
+        assert fixed.damaged == () and fixed.checksums[0].crc32c == crc32c.crc32c(payload(8, 3))
+        await b.storage.checkpoint()
+        assert (await c.list_damaged()).damaged == ()
+    finally:
+        await c.close()
+        await stop_bookie(b)
