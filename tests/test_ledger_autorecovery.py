@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import random
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,21 +25,30 @@ from bookline.config import MetadataConfig
 from ledger.auditor import Auditor, current_leader
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts, ledgers_on
 from ledger.client import LedgerClient
+from ledger.config import LedgerConfig
 from ledger.digest import DigestType
+from ledger.memory import MemoryBookie, MemoryBookies, MemoryMetadataStore, candidates
 from ledger.meta import LedgerMeta, LedgerState, Segment
+from ledger.placement import BookieCandidate
 from ledger.reader import replicas_of
 from ledger.replication import (
     Fragment,
     ListEntries,
+    Outcome,
+    ReplicationWorker,
     fragment_entries,
     fragments_to_replace,
     with_replacement,
 )
+from metadata import serde
+from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
 from metadata.ledgers import LedgerMetadata
 from metadata.ledgers import LedgerState as MdState
+from metadata.serde import MetadataFormatError
+from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
 from ops import procs
-from tests.metadata_support import expire_session
+from tests.metadata_support import expire_session, metadata_clients
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
 
 FAST = AutorecoveryConfig(
@@ -50,6 +60,13 @@ FAST = AutorecoveryConfig(
     worker_poll_ms=300,
     retry_backoff_ms=500,
     ledger_timeout_ms=30_000,
+)
+LEDGER_FAST = LedgerConfig(
+    add_timeout_ms=300,
+    read_timeout_ms=300,
+    fence_timeout_ms=300,
+    speculative_read_first_timeout_ms=20,
+    speculative_read_max_timeout_ms=100,
 )
 LEDGERS = 6
 ENTRIES = 150
@@ -323,3 +340,86 @@ async def test_autorecovery_process_runs_until_sigterm(
             procs.stop(proc, grace_s=5.0)
     finally:
         await md.close()
+
+
+# -- replica check: work items with repair entries, and the worker ---------------------
+
+
+@pytest.fixture
+async def md(zk_connect: str, cluster_root: str) -> AsyncIterator[MetadataClient]:
+    async with metadata_clients(zk_connect, cluster_root) as c:
+        yield await c.new()
+
+
+@pytest.mark.integration
+async def test_work_items_carry_repair_entries(md: MetadataClient) -> None:
+    ur = md.underreplicated
+    path = md.layout.underreplicated(3)
+    await ur.mark(3, {"gone"})
+    data, _v = await md.zk.get(path)
+    assert serde.decode(data, "underreplicated", 1)[0] == 1  # old workers still read it
+    await ur.mark(3, repair_entries={"b": [(5, 9), (10, 10)]})
+    await ur.mark(3, repair_entries={"b": [(20, 20)], "c": [(1, 1)]})
+    await ur.mark(3, {"gone2"})  # keeps the ranges
+    item = await ur.get(3)
+    assert item.missing_bookies == {"gone", "gone2"}
+    assert item.repair_entries == {"b": ((5, 10), (20, 20)), "c": ((1, 1),)}
+    data, _v = await md.zk.get(path)
+    with pytest.raises(MetadataFormatError, match="newer"):  # an old worker refuses it
+        serde.decode(data, "underreplicated", 1)
+    # Scattered damage stays bounded: the closest ranges are merged.
+    scattered = [(i * 10, i * 10) for i in range(RANGES_PER_BOOKIE_MAX + 50)]
+    await ur.mark(4, repair_entries={"b": scattered})
+    ranges = (await ur.get(4)).repair_entries["b"]
+    assert len(ranges) == RANGES_PER_BOOKIE_MAX
+    assert ranges_cover(ranges, tuple(scattered))
+    # A mark that adds nothing leaves the item (and its version) alone.
+    before = await ur.get(3)
+    await ur.mark(3, repair_entries={"b": [(6, 7)]})
+    assert (await ur.get(3)).version == before.version
+
+
+@pytest.mark.integration
+async def test_worker_recopies_entries_to_a_live_bookie(md: MetadataClient) -> None:
+    """Worker and work items on real ZooKeeper, bookies in memory: damaged and missing
+    copies are re-copied from a verified replica to the same bookie, the metadata is
+    left alone, the item cleared; an unregistered target fails the pass."""
+    cands = candidates(3)
+    bookies = MemoryBookies([c.bookie_id for c in cands])
+    store = MemoryMetadataStore(cands)
+    client = LedgerClient(store, bookies, LEDGER_FAST, rng=random.Random(3))
+    for c in cands[:2]:  # bookie-2 is not registered
+        await md.bookies.register(BookieInfo(c.bookie_id, c.bookie_id))
+    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw")
+    await asyncio.gather(*[await w.submit(b"e%d" % i) for i in range(20)])
+    await w.close()
+    lid = w.ledger_id
+    before, version = await store.read(lid)
+    bookies["bookie-1"].corrupt(lid, 4, detected=True)
+    bookies["bookie-1"].corrupt(lid, 5)  # silent: the scrub calls it mismatched
+    del bookies["bookie-0"].ledgers[lid].entries[17]
+    await md.underreplicated.mark(
+        lid, repair_entries={"bookie-1": [(4, 5)], "bookie-0": [(17, 19)]}
+    )
+    worker = ReplicationWorker(md, client, dataclasses.replace(FAST, retry_backoff_ms=0), "w")
+    assert await worker.run_once() == {lid: Outcome.REPLICATED}
+    assert worker.entries_repaired == 2 + 3  # 18 and 19 were intact: re-sent, harmless
+    good = bookies["bookie-2"].ledgers[lid].entries
+    for b in ("bookie-0", "bookie-1"):
+        assert bookies[b].ledgers[lid].entries == good and not bookies[b].damaged
+    assert await store.read(lid) == (before, version)  # no metadata change
+    assert await md.underreplicated.list() == []
+    # A target that is not registered (down, or gone and not yet marked lost): retried.
+    await md.underreplicated.mark(lid, repair_entries={"bookie-2": [(0, 0)]})
+    assert await worker.run_once() == {lid: Outcome.FAILED}
+    assert await md.underreplicated.list() == [lid]
+    # Once it is marked lost, its fragments move; its repair entries are moot.
+    await md.bookies.register(BookieInfo("bookie-3", "bookie-3"))
+    store.bookies.append(BookieCandidate("bookie-3", ""))
+    bookies.bookies["bookie-3"] = MemoryBookie("bookie-3")
+    await md.underreplicated.mark(lid, {"bookie-2"})
+    assert await worker.run_once() == {lid: Outcome.REPLICATED}
+    after, _v = await store.read(lid)
+    swapped = tuple("bookie-3" if b == "bookie-2" else b for b in before.segments[0].bookies)
+    assert after.segments[0].bookies == swapped
+    assert bookies["bookie-3"].ledgers[lid].entries == good
