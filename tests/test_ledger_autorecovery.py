@@ -423,3 +423,25 @@ async def test_worker_recopies_entries_to_a_live_bookie(md: MetadataClient) -> N
     swapped = tuple("bookie-3" if b == "bookie-2" else b for b in before.segments[0].bookies)
     assert after.segments[0].bookies == swapped
     assert bookies["bookie-3"].ledgers[lid].entries == good
+
+
+@pytest.mark.integration
+async def test_replica_check_schedule_survives_a_new_auditor(md: MetadataClient) -> None:
+    """The last full check's end is kept in ZooKeeper: a new leader waits out the rest
+    of the interval instead of checking every ledger again at once (or never, when
+    leaders change more often than the interval)."""
+    wall_ms = [1_000_000]
+    config = dataclasses.replace(FAST, replica_check_interval_ms=60_000)
+
+    def auditor(name: str) -> Auditor:
+        return Auditor(md, config, name, clock=lambda: 100.0, wall_ms=lambda: wall_ms[0])
+
+    first = auditor("a-1")
+    assert await first._first_replica_check(60.0) == 100.0  # none recorded: at once
+    await first._note_replica_check()
+    wall_ms[0] += 15_000
+    assert await auditor("a-2")._first_replica_check(60.0) == pytest.approx(145.0)
+    wall_ms[0] += 100_000  # overdue: at once
+    assert await auditor("a-3")._first_replica_check(60.0) == 100.0
+    wall_ms[0] -= 500_000  # a wall clock set back never delays it past one interval
+    assert await auditor("a-4")._first_replica_check(60.0) == 160.0
