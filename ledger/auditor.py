@@ -360,7 +360,10 @@ class Auditor:
                 await self._md.underreplicated.mark(report.ledger_id, repair_entries=report.repairs)
                 marked += 1
 
-        summary = await scrubber.check_all(self._md.ledgers.iter_ledger_ids(), mark)
+        registered = (await self._md.bookies.list_all()).all
+        summary = await scrubber.check_all(
+            self._md.ledgers.iter_ledger_ids(), mark, registered=registered
+        )
         await self._note_replica_check()
         self.replica_checks += 1
         self.replica_marked += marked

@@ -393,7 +393,8 @@ async def scrub(
     start = clock()
     scrubber = make_scrubber(client, inspector, config)
     ids = md.ledgers.iter_ledger_ids() if ledger_ids is None else ledger_ids
-    summary = await scrubber.check_all(ids)
+    registered = (await md.bookies.list_all()).all
+    summary = await scrubber.check_all(ids, registered=registered)
     marked: list[int] = []
     if repair:
         for report in summary.reports:

@@ -187,10 +187,14 @@ class Scrubber:
         self,
         ledger_ids: AsyncIterable[int] | Iterable[int],
         on_report: Callable[[LedgerReport], Awaitable[None]] | None = None,
+        *,
+        registered: frozenset[str] | None = None,
     ) -> ScrubSummary:
         """:meth:`check_ledger` for each id, ``ledgers_in_flight_max`` at once, handing
         each report to ``on_report`` (e.g. to mark it) as it comes. Metadata errors stop
-        the pass (the caller retries it)."""
+        the pass (the caller retries it). Bookies outside ``registered`` (when given)
+        are not asked: they are the lost-bookie path's, and asking would only wait for
+        timeouts and log once per ledger."""
         ids = (
             [i async for i in ledger_ids]
             if isinstance(ledger_ids, AsyncIterable)
@@ -199,7 +203,7 @@ class Scrubber:
         summary = ScrubSummary()
 
         async def one(ledger_id: int) -> None:
-            report = await self.check_ledger(ledger_id)
+            report = await self.check_ledger(ledger_id, registered=registered)
             if report.state == "checked":
                 summary.ledgers_checked += 1
                 summary.entries_checked += report.entries_checked
@@ -276,7 +280,9 @@ class Scrubber:
 
     # -- one ledger ------------------------------------------------------------------
 
-    async def check_ledger(self, ledger_id: int) -> LedgerReport:
+    async def check_ledger(
+        self, ledger_id: int, *, registered: frozenset[str] | None = None
+    ) -> LedgerReport:
         report = LedgerReport(ledger_id)
         try:
             meta, _version = await self._client.store.read(ledger_id)
@@ -286,6 +292,9 @@ class Scrubber:
         if not meta.is_closed:
             report.state = "skipped"
             return report
+        if registered is not None:
+            for bookie in meta.all_bookies() - registered:
+                report.unchecked[bookie] = "not registered"
         ranges = _Ranges()
         digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         for index, seg in enumerate(meta.segments):

@@ -196,3 +196,10 @@ async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     assert repairs == {ledger_id: {"bookie-0": ((on_0[1], on_0[1]),)}}
     bk0.checkpoint()
     assert (ledger_id, on_0[0]) not in bk0.damaged
+
+
+async def test_unregistered_bookies_are_not_asked() -> None:
+    _client, bookies, scrubber, ledger_id = await setup()
+    bookies["bookie-2"].hung = True  # asking it would wait for the timeout
+    report = await scrubber.check_ledger(ledger_id, registered=frozenset({"bookie-0", "bookie-1"}))
+    assert report.unchecked == {"bookie-2": "not registered"} and report.repairs == {}
