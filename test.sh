@@ -7,6 +7,7 @@ source "$ROOT/ops/setup.sh"
 cd "$ROOT"
 echo "== ruff" && "$VENV_PY" -m ruff check .
 echo "== mypy --strict" && "$VENV_PY" -m mypy
+echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache
 echo "== pytest"
 if [ $# -eq 0 ]; then set -- -m "not slow"; fi
 exec "$VENV_PY" -m pytest "$@"

@@ -5,16 +5,16 @@
 * every request gets a request id; responses are matched by id, in any order;
 * at most ``inflight_max`` requests are outstanding -- further callers wait for room
   instead of growing a queue;
-* every request has a deadline (:class:`~bookline.errors.TimeoutError_`), checked by one
+* every request has a deadline (:class:`~foundation.errors.TimeoutError_`), checked by one
   sweep per connection every ``TIMEOUT_SWEEP_S`` rather than a timer per request;
 * ``add_future`` is the add path without a coroutine (what the benchmark and a ledger
   writer with many adds in flight want); ``add`` awaits it;
 * frames queued during one loop iteration go out in one ``transport.write``;
 * a broken connection fails everything pending with
-  :class:`~bookline.errors.ConnectionLostError` and the next call reconnects;
+  :class:`~foundation.errors.ConnectionLostError` and the next call reconnects;
   ``close()`` fails pending calls and all later ones with
-  :class:`~bookline.errors.ClosedError`;
-* a non-OK status raises the matching :mod:`bookline.errors` class (``for_code``).
+  :class:`~foundation.errors.ClosedError`;
+* a non-OK status raises the matching :mod:`foundation.errors` class (``for_code``).
 
 :class:`BookieClientPool` keeps one connection per bookie address ("host:port", the
 bookie id as registered) for the ledger layer.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
 from bookie import protocol as p
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ClosedError,

@@ -1,5 +1,5 @@
 """Typed configuration of a bookie (storage + server). Loaded with
-:func:`bookline.config.load_config` from the ``[bookie]`` section of a TOML file,
+:func:`foundation.config.load_config` from the ``[bookie]`` section of a TOML file,
 ``BOOKLINE_BOOKIE_*`` environment variables and command-line flags.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bookline.errors import ConfigError
+from foundation.errors import ConfigError
 
 # A journal record stores its offset in its group commit as a u32 (journal_format.py);
 # a group is at most journal_group_bytes_max plus one record (64 MiB).

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from bookline.errors import BooklineError
+from foundation.errors import BooklineError
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Start-up, in order:
 
-1. load :class:`BookieConfig` from ``--config`` ([bookie] section), ``BOOKLINE_BOOKIE_*``
-   and flags;
+1. take the :class:`BookieConfig` the CLI loaded (``ops/cli_bookie.py``: ``--config``'s
+   [bookie] section, ``BOOKLINE_BOOKIE_*`` and flags);
 2. connect to ZooKeeper and read (or create) the cluster identity;
 3. check the **cookie** (cluster instance id + the three directories): a ``COOKIE`` file
    in each directory and ``bookies/cookies/<id>`` in ZooKeeper must agree; a first start
@@ -25,7 +25,6 @@ acknowledged journal data damaged beyond what replay can work around
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -33,30 +32,33 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from bookie.cli_args import _FLAGS, ENV_PREFIX, add_parser
 from bookie.config import BookieConfig
 from bookie.gc import LedgerGc
 from bookie.registration import Registration
 from bookie.server import BookieServer, install_uvloop
 from bookie.storage.engine import BookieStorage
 from bookie.storage.journal import JournalCorruptError
-from bookline.config import MetadataConfig, load_config
-from bookline.errors import (
+from foundation.config import MetadataConfig
+from foundation.errors import (
     AlreadyExistsError,
     ConfigError,
     CookieMismatchError,
     NotFoundError,
 )
-from bookline.gctune import settle_heap
+from foundation.gctune import settle_heap
 from metadata.bookies import READONLY, WRITABLE, BookieInfo, Cookie
 from metadata.client import MetadataClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["add_parser", "check_local_cookies", "run"]
+__all__ = ["check_local_cookies", "run"]
+
+# Re-reads the configuration (SIGHUP), the way the process was started.
+Reload = Callable[[], BookieConfig]
 
 COOKIE_FILE: Final = "COOKIE"
 EXIT_FATAL: Final = 3
@@ -65,23 +67,11 @@ EXIT_FATAL: Final = 3
 REGISTER_GRACE_S: Final = 5.0
 REGISTER_RETRY_S: Final = 0.5
 
-def _load(args: argparse.Namespace) -> BookieConfig:
-    overrides = {field: getattr(args, field, None) for field, _t in _FLAGS.values()}
-    overrides["journal_sync"] = getattr(args, "journal_sync", None)
-    return load_config(
-        BookieConfig,
-        path=args.config,
-        section="bookie",
-        env_prefix=ENV_PREFIX,
-        overrides=overrides,
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    config = _load(args)
+def run(config: BookieConfig, reload: Reload) -> int:
+    """Serve as a bookie until SIGTERM; the process's exit status."""
     install_uvloop()
     sys.setswitchinterval(config.gil_switch_interval_ms / 1000.0)  # see BookieConfig
-    return asyncio.run(_serve(config, args))
+    return asyncio.run(_serve(config, reload))
 
 
 # -- cookies -----------------------------------------------------------------------------
@@ -212,7 +202,7 @@ def _bookie_id(config: BookieConfig) -> str:
     return f"{config.host}:{config.port}"
 
 
-async def _serve(config: BookieConfig, args: argparse.Namespace) -> int:
+async def _serve(config: BookieConfig, reload: Reload) -> int:
     bookie_id = _bookie_id(config)
     md = MetadataClient(
         MetadataConfig(zk=config.zk, root=config.root, session_timeout_ms=config.session_timeout_ms)
@@ -230,7 +220,7 @@ async def _serve(config: BookieConfig, args: argparse.Namespace) -> int:
             await storage.abort()
             return EXIT_FATAL
         try:
-            return await _run_server(md, config, storage, bookie_id, args)
+            return await _run_server(md, config, storage, bookie_id, reload)
         finally:
             if storage.failed is None:
                 await storage.close()  # checkpoint: the next start replays little
@@ -245,7 +235,7 @@ async def _run_server(
     config: BookieConfig,
     storage: BookieStorage,
     bookie_id: str,
-    args: argparse.Namespace,
+    reload: Reload,
 ) -> int:
     server = BookieServer(config, storage, bookie_id=bookie_id)
     await server.start()
@@ -271,7 +261,7 @@ async def _run_server(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, _reload_thresholds, server, args)
+        loop.add_signal_handler(signal.SIGHUP, _reload_thresholds, server, reload)
         print(
             f"bookie ready id={bookie_id} address={server.address} "
             f"metrics={server.metrics_address or '-'}",
@@ -303,20 +293,9 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-def _reload_thresholds(server: BookieServer, args: argparse.Namespace) -> None:
+def _reload_thresholds(server: BookieServer, reload: Reload) -> None:
     try:
-        fresh = _load(args)
+        fresh = reload()
         server.set_disk_thresholds(fresh.disk_usage_threshold, fresh.disk_usage_lwm)
     except ConfigError as exc:
         log.error("SIGHUP: config not reloaded: %s", exc)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``python -m bookie.main`` (same as ``bookline bookie``)."""
-    from ops.cli import main as cli_main  # late: the CLI imports this module
-
-    return cli_main(["bookie", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,7 +12,7 @@ Frame layout (all integers big-endian)::
     3      1     op               request op code; a response echoes its request's op
     4      1     kind             0 = request, 1 = response
     5      1     flags            requests: bit 0 RECOVERY (ADD), bit 1 FENCE (READ)
-    6      2     status           responses: 0 = OK, else a bookline.errors code
+    6      2     status           responses: 0 = OK, else a foundation.errors code
     8      4     body_len  L      bytes after the header; checked against the maximum
                                   frame size as soon as the header is in, before any
                                   of the body is buffered
@@ -104,7 +104,7 @@ from typing import Any, Final, NoReturn, TypeAlias
 import crc32c
 import msgpack
 
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ProtocolVersionError,
@@ -420,7 +420,7 @@ class EntryChecksumsResponse:
 
 @dataclass(frozen=True, slots=True)
 class ErrorResponse:
-    """A non-OK answer: ``code`` is a bookline.errors code, never 0."""
+    """A non-OK answer: ``code`` is a foundation.errors code, never 0."""
 
     request_id: int
     op: Op

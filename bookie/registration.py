@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from bookline.errors import BooklineError
+from foundation.errors import BooklineError
 from metadata.bookies import READONLY, BookieInfo
 from metadata.client import MetadataClient
 from metadata.zk import SessionState

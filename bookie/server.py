@@ -16,8 +16,8 @@ Limits and failure handling:
   breaks the stream (bad magic / version / CRC / oversize) closes that connection only;
 * a client that does not read its responses stops being read (transport flow control);
 * READ_LAC long polls are capped at ``long_poll_timeout_ms_max``;
-* an :class:`~bookline.errors.IOFailureError` from a write path (ADD, fence) or an
-  :class:`~bookline.errors.InvariantViolation` anywhere is *fatal*: the journal could
+* an :class:`~foundation.errors.IOFailureError` from a write path (ADD, fence) or an
+  :class:`~foundation.errors.InvariantViolation` anywhere is *fatal*: the journal could
   not be made durable, so the bookie stops acknowledging at once, closes every
   connection and reports through :attr:`BookieServer.failed` (main exits non-zero);
 * a disk-health loop turns the bookie read-only above ``disk_usage_threshold`` and
@@ -41,7 +41,7 @@ from bookie import protocol as p
 from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.storage.api import DiskUsage, LacResult, Storage
-from bookline.errors import (
+from foundation.errors import (
     BooklineError,
     ChecksumError,
     ConfigError,
@@ -50,7 +50,7 @@ from bookline.errors import (
     NoEntryError,
     TooManyRequestsError,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 
 log = logging.getLogger(__name__)
 

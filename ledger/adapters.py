@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions
 from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_REPLICA_CHECK, FEATURE_WRITE_LAC
-from bookline.config import MetadataConfig
-from bookline.errors import (
+from foundation.config import MetadataConfig
+from foundation.errors import (
     BadRequestError,
     ConnectionLostError,
     NoLedgerError,

@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadVersionError,
     BooklineError,
@@ -49,7 +49,7 @@ from metadata.ledgers import LedgerMetadata
 from metadata.zk import SessionState
 
 if TYPE_CHECKING:
-    from ledger.autorecovery import AutorecoveryConfig
+    from ledger.autorecovery_config import AutorecoveryConfig
     from ledger.scrub import LedgerReport, Scrubber, ScrubSummary
     from metadata.client import MetadataClient
 

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from bookline.errors import NoEntryError, UnauthorizedError
+from foundation.errors import NoEntryError, UnauthorizedError
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.meta import (

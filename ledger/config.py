@@ -1,5 +1,5 @@
 """Typed configuration of the ledger client. Loaded with
-:func:`bookline.config.load_config` from the ``[ledger]`` section of a TOML file and
+:func:`foundation.config.load_config` from the ``[ledger]`` section of a TOML file and
 ``BOOKLINE_LEDGER_*`` environment variables.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bookline.errors import ConfigError
+from foundation.errors import ConfigError
 
 __all__ = ["LedgerConfig"]
 

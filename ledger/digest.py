@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from bookline.errors import ChecksumError, ConfigError
-from bookline.invariants import invariant
+from foundation.errors import ChecksumError, ConfigError
+from foundation.invariants import invariant
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",

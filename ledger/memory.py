@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import crc32c
 
 from bookie.protocol import CHECKSUM_RANGE_ENTRIES_MAX
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BadVersionError,

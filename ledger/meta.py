@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bookline.errors import ConfigError
-from bookline.invariants import invariant
+from foundation.errors import ConfigError
+from foundation.invariants import invariant
 from ledger.digest import DigestType
 from ledger.placement import BookieCandidate
 
@@ -199,7 +199,7 @@ class MetadataStore(Protocol):
 
 class BookieTransport(Protocol):
     """Requests to one bookie, named by bookie id. Non-OK answers raise
-    :mod:`bookline.errors` classes; every call honours ``timeout_s``."""
+    :mod:`foundation.errors` classes; every call honours ``timeout_s``."""
 
     async def add(  # noqa: PLR0917 - mirrors the wire request
         self,

@@ -20,8 +20,8 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from bookline.errors import NotEnoughBookiesError
-from bookline.invariants import invariant
+from foundation.errors import NotEnoughBookiesError
+from foundation.invariants import invariant
 
 __all__ = [
     "BookieCandidate",

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from bookline.errors import (
+from foundation.errors import (
     BooklineError,
     ChecksumError,
     ConnectionLostError,
@@ -24,7 +24,7 @@ from bookline.errors import (
     NoLedgerError,
     TimeoutError_,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, UnpackedEntry
 from ledger.meta import NO_ENTRY, BookieTransport, LacAnswer, LedgerMeta, MetadataStore

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bookline.errors import (
+from foundation.errors import (
     BadVersionError,
     BooklineError,
     ChecksumError,
@@ -47,7 +47,7 @@ from bookline.errors import (
     TimeoutError_,
     UnauthorizedError,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, UnpackedEntry, master_key
 from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, MetadataStore

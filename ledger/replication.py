@@ -45,7 +45,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from bookline.errors import (
+from foundation.errors import (
     BadVersionError,
     BooklineError,
     ChecksumError,
@@ -58,7 +58,7 @@ from bookline.errors import (
     SessionSuspendedError,
     TimeoutError_,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 from ledger.digest import DigestManager, UnpackedEntry, master_key
 from ledger.meta import LedgerMeta, Segment
 from ledger.placement import choose_replacement
@@ -68,7 +68,7 @@ from ledger.tasks import cancel_and_wait
 from metadata.underreplicated import EntryRanges, merge_ranges, ranges_cover
 
 if TYPE_CHECKING:
-    from ledger.autorecovery import AutorecoveryConfig
+    from ledger.autorecovery_config import AutorecoveryConfig
     from ledger.client import LedgerClient
     from metadata.client import MetadataClient
 

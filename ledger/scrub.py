@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import crc32c
 
-from bookline.errors import BooklineError, ChecksumError, InvariantViolation, NoLedgerError
-from bookline.invariants import invariant
+from foundation.errors import BooklineError, ChecksumError, InvariantViolation, NoLedgerError
+from foundation.invariants import invariant
 from ledger.digest import DigestManager
 from ledger.meta import ChecksumPage, Fingerprint, LedgerMeta, ReplicaInspector
 from ledger.reader import replicas_of

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from bookline.errors import BooklineError, NoEntryError, NoLedgerError
+from foundation.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.placement import BookieHealth
 from ledger.tasks import abandon
 

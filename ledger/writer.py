@@ -46,7 +46,7 @@ import random
 import time
 from collections.abc import Callable
 
-from bookline.errors import (
+from foundation.errors import (
     BadVersionError,
     BooklineError,
     FencedError,
@@ -60,7 +60,7 @@ from bookline.errors import (
     UnauthorizedError,
     WriterFailedError,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, master_key
 from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, MetadataStore

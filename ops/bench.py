@@ -1,6 +1,8 @@
 """``bookline bench …``: benchmarks that print one JSON object as the last stdout line.
 
-Each benchmark lives in its own module (``ops/bench_*.py``) and is registered here.
+Each benchmark lives in its own module (``ops/bench_*.py``) and is registered here;
+what they share (percentiles, answer counting, output, the event loop) is in
+:mod:`ops.bench_common`.
 Throughput and latency targets are checked by running these, never by timing
 assertions in tests; figures go to ``docs/benchmarks.md``.
 """
@@ -8,68 +10,12 @@ assertions in tests; figures go to ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
+from ops.bench_common import emit
+
 Runner = Callable[[argparse.Namespace], dict[str, Any]]
-
-
-def percentile_ms(sorted_seconds: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of sorted durations in seconds, returned in ms."""
-    if not sorted_seconds:
-        return 0.0
-    rank = max(1, math.ceil(q * len(sorted_seconds)))
-    return round(sorted_seconds[rank - 1] * 1000.0, 3)
-
-
-def latency_summary(latencies_s: list[float]) -> dict[str, float]:
-    latencies_s.sort()
-    return {
-        "p50_ms": percentile_ms(latencies_s, 0.50),
-        "p99_ms": percentile_ms(latencies_s, 0.99),
-        "p999_ms": percentile_ms(latencies_s, 0.999),
-        "max_ms": round(latencies_s[-1] * 1000.0, 3) if latencies_s else 0.0,
-    }
-
-
-class Answers:
-    """Latencies of ``count`` operations; ``finished`` resolves once all are answered,
-    or with the first error (later answers are then ignored). Counts instead of keeping
-    every future: 100,000 live futures made the benchmark's own garbage collections
-    stall its event loop for ~300 ms (charged to the system under test)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.answered = 0
-        self.latencies: list[float] = []
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def record(self, fut: asyncio.Future[Any], started: float) -> bool:
-        """Count one answer (an add's done-callback); True while more are awaited."""
-        if self.finished.done():
-            return False
-        exc = fut.exception()
-        if exc is not None:
-            self.finished.set_exception(exc)
-            return False
-        self.latencies.append(time.perf_counter() - started)
-        self.answered += 1
-        if self.answered == self.count:
-            self.finished.set_result(None)
-            return False
-        return True
-
-
-def emit(result: dict[str, Any], as_json: bool) -> None:
-    if not as_json:
-        for key, value in result.items():
-            print(f"{key:>28}: {value}")
-    # The contract: the last line of stdout is one JSON object.
-    print(json.dumps(result, sort_keys=True), flush=True)
 
 
 def _run_machine(_args: argparse.Namespace) -> dict[str, Any]:

@@ -17,11 +17,11 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from bookie.client import BookieConnection
-from ops.bench import Answers, latency_summary
+from ops.bench_common import Answers, asyncio_run, latency_summary
 from ops.local import bench_cluster
 from ops.pacing import open_loop
 
@@ -116,13 +116,3 @@ async def _bench(address: str, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with bookie_addresses(args, bookies=1) as addresses:
         return asyncio_run(_bench(addresses[0], args))
-
-
-def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop when installed (as the servers do)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: T = uvloop.run(coro)
-    return result

@@ -34,16 +34,16 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bookline.gctune import settle_heap
-from ops.bench import Answers, latency_summary
+from foundation.gctune import settle_heap
+from ops.bench_common import Answers, latency_summary
 from ops.cpu import CpuWindow
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:
-    from bookline.core_config import NamespaceConfig
-    from bookline.dlsn import DLSN
-    from bookline.namespace import Namespace
-    from bookline.reader import LogReader
+    from streams.config import NamespaceConfig
+    from streams.dlsn import DLSN
+    from streams.namespace import Namespace
+    from streams.reader import LogReader
 
 
 _STAMP = struct.Struct(">d")
@@ -76,7 +76,7 @@ _CALLBACK_CONTEXT = contextvars.copy_context()
 
 
 def _config(args: argparse.Namespace) -> NamespaceConfig:
-    from bookline.core_config import NamespaceConfig
+    from streams.config import NamespaceConfig
 
     return NamespaceConfig(
         compression=args.compression,
@@ -86,7 +86,7 @@ def _config(args: argparse.Namespace) -> NamespaceConfig:
 
 
 async def _open(layout: dict[str, Any], args: argparse.Namespace) -> tuple[Namespace, str]:
-    from bookline.namespace import Namespace
+    from streams.namespace import Namespace
 
     ns = await Namespace.open(layout["zk"], layout["root"], "bench", _config(args))
     stream = f"{args.bench}-{os.getpid()}-{int(time.time() * 1000)}"
@@ -95,7 +95,7 @@ async def _open(layout: dict[str, Any], args: argparse.Namespace) -> tuple[Names
 
 
 async def _write_many(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
-    from bookline.records import LogRecord
+    from streams.records import LogRecord
 
     payload = os.urandom(args.record_size)
     records = [LogRecord(payload) for _ in range(args.batch)]
@@ -124,7 +124,7 @@ async def _write_many(ns: Namespace, stream: str, args: argparse.Namespace) -> d
 
 
 async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
-    from bookline.records import LogRecord
+    from streams.records import LogRecord
 
     payload = os.urandom(args.record_size)
     latencies: list[float] = []
@@ -155,7 +155,7 @@ async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> d
 
 async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
                layout: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    from bookline.records import LogRecord
+    from streams.records import LogRecord
 
     w = await ns.open_writer(stream)
     filler = os.urandom(max(0, args.record_size - _STAMP.size))
@@ -293,11 +293,11 @@ class _ReaderProcess:
 
 
 def _reader_process_main(zk: str, root: str, stream: str, total: int, conn: Connection) -> None:
-    from ops.bench_bookie import asyncio_run
+    from ops.bench_common import asyncio_run
 
     async def main() -> dict[str, float]:
-        from bookline.core_config import NamespaceConfig
-        from bookline.namespace import Namespace
+        from streams.config import NamespaceConfig
+        from streams.namespace import Namespace
 
         ns = await Namespace.open(zk, root, "bench", NamespaceConfig())
         try:
@@ -320,7 +320,7 @@ def _reader_process_main(zk: str, root: str, stream: str, total: int, conn: Conn
 
 
 async def _read(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
-    from bookline.records import LogRecord
+    from streams.records import LogRecord
 
     payload = os.urandom(args.record_size)
     w = await ns.open_writer(stream)
@@ -364,7 +364,7 @@ async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.bench_bookie import asyncio_run
+    from ops.bench_common import asyncio_run
 
     with cluster_layout(args) as layout:
         return asyncio_run(_bench(layout, args))

@@ -24,8 +24,7 @@ from typing import Any
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
-from ops.bench import Answers, latency_summary
-from ops.bench_bookie import asyncio_run
+from ops.bench_common import Answers, asyncio_run, latency_summary
 from ops.local import CLUSTER_ROOT, bench_cluster
 from ops.pacing import open_loop
 

@@ -29,13 +29,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench import Answers, latency_summary
-from ops.bench_bookie import asyncio_run
+from ops.bench_common import Answers, asyncio_run, latency_summary
 from ops.local import LocalCluster
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:
-    from bookline.client import ProxyClient
+    from thinclient.client import ProxyClient
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -204,7 +203,7 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from bookline.client import ClientConfig, ProxyClient  # aiohttp: only when measuring
+    from thinclient.client import ClientConfig, ProxyClient  # aiohttp: only when measuring
 
     inflight = args.requests_in_flight or ClientConfig().requests_in_flight_per_stream
     config = ClientConfig(request_timeout_ms=30_000, retry_deadline_ms=60_000,

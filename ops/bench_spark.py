@@ -31,7 +31,7 @@ LOAD_BATCH_RECORDS = 5_000
 
 
 def _load(ns: Any, stream: str, records: int, size: int, segment_records: int) -> float:
-    from bookline.records import LogRecord
+    from streams.records import LogRecord
 
     payload = b"x" * size
     t0 = time.perf_counter()
@@ -92,9 +92,9 @@ def _rate(count: int, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from bookline.sync import SyncNamespace
     from ops.local import LocalCluster
     from pipeline.session import local_session, stop_session
+    from streams.sync import SyncNamespace
 
     stream = f"bench-spark-{int(time.time())}"
     with contextlib.ExitStack() as stack:

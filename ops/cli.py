@@ -1,7 +1,7 @@
 """The ``bookline`` command line.
 
 Sub-commands are registered by small modules under :mod:`ops`; this module only builds
-the parser and maps :class:`~bookline.errors.BooklineError` to a clear one-line message
+the parser and maps :class:`~foundation.errors.BooklineError` to a clear one-line message
 with its stable code and a non-zero exit status.
 """
 
@@ -12,10 +12,9 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from bookie import cli_args as bookie_cli
-from bookline import __version__
-from bookline.errors import BooklineError
-from ops import bench, cli_autorecovery, cli_pipeline, cli_stream
+from foundation.errors import BooklineError
+from foundation.version import __version__
+from ops import bench, cli_autorecovery, cli_bookie, cli_pipeline, cli_stream
 from ops.local import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
@@ -58,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(handler=_cmd_demo)
 
     # Sub-command groups living in their own modules register here, one line each.
-    bookie_cli.add_parser(sub)
+    cli_bookie.add_parser(sub)
     cli_autorecovery.register(sub)  # after `bookie`: adds `bookie decommission`
     bench.register(sub)
     writeproxy_main.add_parser(sub)

@@ -26,8 +26,8 @@ import json
 import signal
 from typing import TYPE_CHECKING, Final
 
-from bookline.config import MetadataConfig, load_config
-from bookline.errors import ConfigError
+from foundation.config import MetadataConfig, load_config
+from foundation.errors import ConfigError
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
     from ledger.autorecovery import AutorecoveryConfig, ScrubOutcome
@@ -190,7 +190,7 @@ def _run_scrub(args: argparse.Namespace) -> int:
 
 
 async def _scrub(args: argparse.Namespace, config: AutorecoveryConfig) -> int:
-    from bookline.errors import NoLedgerError
+    from foundation.errors import NoLedgerError
     from ledger.autorecovery import connect_parts, scrub
 
     md, client, lister, inspector = await connect_parts(_metadata(args))

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 from pathlib import Path
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from ops.local import LocalCluster
     from pipeline.examples import demo
 
-    with tempfile.TemporaryDirectory(prefix="bl-pipeline-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bl-pipeline-") as tmp, contextlib.ExitStack() as stack:
         settings = demo.DemoSettings(
             dir=Path(args.dir) if args.dir else Path(tmp),
             records=args.records,
             minutes=args.minutes,
             max_records_per_trigger=args.max_records_per_trigger,
-            cluster_file=Path(args.cluster) if args.cluster else None,
         )
-        summary = demo.run(settings)
+        if args.cluster:
+            cluster_file = Path(args.cluster)
+        else:  # our own cluster, stopped by pid when the demo ends or fails
+            cluster = LocalCluster(settings.dir.resolve() / "cluster", bookies=3)
+            cluster.start()
+            stack.callback(cluster.stop)
+            cluster_file = cluster.dir / "cluster.json"
+        summary = demo.run(settings, cluster_file)
     print(json.dumps(summary, indent=2, sort_keys=True), flush=True)
     return 0
 

@@ -18,12 +18,12 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from bookline.dlsn import DLSN
-from bookline.errors import BooklineError, ConfigError
-from bookline.names import validate_name
+from foundation.errors import BooklineError, ConfigError
+from foundation.names import validate_name
+from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
-    from bookline.client import ProxyClient
+    from thinclient.client import ProxyClient
 
 ENV_CLUSTER = "BOOKLINE_CLUSTER"
 # Lines being written at once; more wait (the client batches them into requests).
@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from bookline.client import ProxyClient  # aiohttp: only when a command runs
+    from thinclient.client import ProxyClient  # aiohttp: only when a command runs
 
     async with ProxyClient.from_cluster_file(args.cluster) as client:
         op = args.stream_op

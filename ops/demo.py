@@ -46,7 +46,7 @@ def write_and_read(cluster_file: Path) -> None:
     proxy, and tail one more over WebSocket: what the thin client does."""
     import asyncio
 
-    from bookline.client import ProxyClient
+    from thinclient.client import ProxyClient
 
     async def run() -> None:
         async with ProxyClient.from_cluster_file(cluster_file) as client:

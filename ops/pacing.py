@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bookline.gctune import settle_heap
+from foundation.gctune import settle_heap
 
 #: Lead before the first operation, so the timer is armed before anything is due.
 _LEAD_S = 0.002

@@ -1,6 +1,6 @@
 """The data source's I/O: namespaces per process, stream snapshots, slice reads.
 
-Everything here runs on the core's sync facade (:class:`bookline.sync.SyncNamespace`),
+Everything here runs on the core's sync facade (:class:`streams.sync.SyncNamespace`),
 in Spark's Python planner/stream-runner processes on the driver and in Python workers
 on the executors. A process keeps one namespace per cluster (:func:`namespace_for`):
 Spark reuses Python workers across tasks, so a task does not pay for a ZooKeeper
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     NoEntryError,
@@ -31,13 +31,13 @@ from bookline.errors import (
     NotFoundError,
     TruncatedError,
 )
-from bookline.invariants import invariant
-from bookline.records import ReadRecord
+from foundation.invariants import invariant
 from pipeline.options import ConnectionOptions, SourceOptions
 from pipeline.planning import SegmentView, Slice, StreamView
+from streams.records import ReadRecord
 
 if TYPE_CHECKING:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ _namespaces: dict[ConnectionOptions, SyncNamespace] = {}
 
 
 def _open(conn: ConnectionOptions) -> SyncNamespace:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
     if conn.cluster is not None:
         path = Path(conn.cluster)
@@ -144,7 +144,7 @@ def snapshot(ns: SyncNamespace, stream: str) -> StreamView:
 
 def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int:
     """Sequence id of the first record written at or after ``ts_ms`` (else the end)."""
-    from bookline.dlsn import StartPosition
+    from streams.dlsn import StartPosition
 
     end = ns.stream_info(stream).next_sequence_id
     reader = ns.open_reader(stream, StartPosition.timestamp(ts_ms), skip_truncated=True)
@@ -240,7 +240,7 @@ def read_slice(
 
 def check_stream_name(name: object) -> str:
     """A stream name from a DataFrame column, validated by the core's rules."""
-    from bookline.names import validate_name
+    from foundation.names import validate_name
 
     if not isinstance(name, str):
         raise BadRequestError(f"stream name must be a string, got {name!r}")

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 
 __all__ = [
     "EARLIEST",

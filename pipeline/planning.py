@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from bookline.errors import BadRequestError, TruncatedError
+from foundation.errors import BadRequestError, TruncatedError
 from pipeline.options import EARLIEST, LATEST
 
 __all__ = [

@@ -21,7 +21,7 @@ import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bookline.records import ReadRecord
+from streams.records import ReadRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa

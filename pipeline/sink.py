@@ -50,19 +50,19 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     LockOwnedError,
 )
-from bookline.records import LogRecord, ReadRecord
 from pipeline import client
 from pipeline.options import SinkOptions, parse_sink_options
 from pipeline.schema import SINK_COLUMNS
+from streams.dlsn import DLSN
+from streams.records import LogRecord, ReadRecord
 
 if TYPE_CHECKING:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
 log = logging.getLogger(__name__)
 

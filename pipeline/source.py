@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 from pipeline import client
 from pipeline.options import (
     EARLIEST,

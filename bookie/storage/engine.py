@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bookie.config import BookieConfig
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ChecksumError,
@@ -56,7 +56,7 @@ from bookline.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from bookline.invariants import invariant
+from foundation.invariants import invariant
 
 from . import entrylog, faults, journal
 from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult

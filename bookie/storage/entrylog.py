@@ -43,8 +43,8 @@ import crc32c
 
 from bookie.storage.faults import REAL_IO, FileIO
 from bookie.storage.files import list_numbered, numbered_name
-from bookline.errors import ChecksumError
-from bookline.invariants import invariant
+from foundation.errors import ChecksumError
+from foundation.invariants import invariant
 
 FILE_MAGIC = b"BKLE"
 FILE_VERSION = 1

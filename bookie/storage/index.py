@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from bookline.errors import ChecksumError, IOFailureError
+from foundation.errors import ChecksumError, IOFailureError
 
 from .entrylog import AppendedRun, Location
 

@@ -59,8 +59,8 @@ from bookie.storage.journal_format import (
     iter_records,
     scan,
 )
-from bookline.errors import ChecksumError, ClosedError, IOFailureError, ReadOnlyError
-from bookline.invariants import invariant
+from foundation.errors import ChecksumError, ClosedError, IOFailureError, ReadOnlyError
+from foundation.invariants import invariant
 
 log = logging.getLogger(__name__)
 

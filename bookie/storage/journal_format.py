@@ -53,7 +53,7 @@ from typing import BinaryIO, NamedTuple
 
 import crc32c
 
-from bookline.errors import ChecksumError
+from foundation.errors import ChecksumError
 
 FILE_MAGIC = b"BKLJ"
 FILE_VERSION = 2

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bookline.records import LogRecord
+from streams.records import LogRecord
 
 if TYPE_CHECKING:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
 __all__ = ["AccessLog", "flush_line", "generate", "write_logs"]
 

@@ -14,7 +14,6 @@ Returns a summary dict (printed as JSON by the CLI).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bookline.errors import InvariantViolation
+from foundation.errors import InvariantViolation
 from pipeline.examples import accesslogs, jobs
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,6 @@ class DemoSettings:
     records: int = 20_000  # access logs to generate
     minutes: int = 10  # event-time span of the logs
     max_records_per_trigger: int = 5_000  # admission control of the streaming job
-    cluster_file: Path | None = None  # use a running cluster instead of starting one
     logs_stream: str = "access-logs"
     results_stream: str = "access-stats"
 
@@ -53,7 +51,7 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
 
 def _run_pipeline(spark: Any, options: dict[str, str], s: DemoSettings,
                   run_dir: Path) -> dict[str, Any]:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
     ns = SyncNamespace.from_cluster_file(options["cluster"])
     try:
@@ -108,23 +106,18 @@ def _run_pipeline(spark: Any, options: dict[str, str], s: DemoSettings,
     }
 
 
-def run(settings: DemoSettings) -> dict[str, Any]:
-    """Run the demo; every process it starts is stopped before it returns or raises."""
-    from ops.local import LocalCluster
+def run(settings: DemoSettings, cluster_file: Path) -> dict[str, Any]:
+    """Run the demo against the cluster ``cluster_file`` describes (``bookline pipeline
+    demo`` starts one when not given a running cluster); the Spark session it starts is
+    stopped before it returns or raises."""
     from pipeline.session import local_session, stop_session
 
     run_dir = settings.dir.resolve() / f"run-{uuid.uuid4().hex[:8]}"
     run_dir.mkdir(parents=True)
-    with contextlib.ExitStack() as stack:
-        cluster_file = settings.cluster_file
-        if cluster_file is None:
-            cluster = LocalCluster(settings.dir.resolve() / "cluster", bookies=3)
-            cluster.start()
-            stack.callback(cluster.stop)
-            cluster_file = cluster.dir / "cluster.json"
-        spark = local_session("bookline-pipeline-demo")
-        stack.callback(stop_session, spark)
-        options = {"cluster": str(cluster_file)}
-        summary = _run_pipeline(spark, options, settings, run_dir)
+    spark = local_session("bookline-pipeline-demo")
+    try:
+        summary = _run_pipeline(spark, {"cluster": str(cluster_file)}, settings, run_dir)
+    finally:
+        stop_session(spark)
     log.info("pipeline demo done: %s", summary)
     return summary

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bookline.errors import TimeoutError_
+from foundation.errors import TimeoutError_
 from pipeline.examples.accesslogs import FLUSH_PATH
 
 __all__ = [

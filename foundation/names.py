@@ -2,7 +2,7 @@
 
 Accepted: 1..``NAME_CHARS_MAX`` characters drawn from letters and digits (Unicode
 ``isalnum``) and ``. _ - : @ + =``, with no reserved prefix. Rejected with a clear
-:class:`~bookline.errors.InvalidNameError`: empty names, ``/`` and ``\\``, ``.`` and
+:class:`~foundation.errors.InvalidNameError`: empty names, ``/`` and ``\\``, ``.`` and
 ``..``, NUL and other control or format characters, whitespace, the reserved prefixes
 ``.`` and ``<``, ZooKeeper's reserved ``zookeeper``, and names longer than the limit.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from bookline.errors import InvalidNameError
+from foundation.errors import InvalidNameError
 
 # 200 characters keep a name (at up to 4 UTF-8 bytes each... in practice ASCII) well
 # under the 255-byte file-name limit and ZooKeeper's path budget.

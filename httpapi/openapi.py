@@ -1,6 +1,6 @@
 """The proxies' OpenAPI 3 document, built from code so it cannot drift from the codes.
 
-Served by both proxies at ``/openapi.json``; ``python -m bookline.openapi`` prints it
+Served by both proxies at ``/openapi.json``; ``python -m httpapi.openapi`` prints it
 and ``docs/openapi.json`` is that output (a test keeps the two equal).
 """
 
@@ -10,8 +10,8 @@ import json
 import sys
 from typing import Any
 
-from bookline import __version__
-from bookline.errors import registered_codes
+from foundation.errors import registered_codes
+from foundation.version import __version__
 
 _BYTES = {"type": "string", "description": "UTF-8 text in JSON (or the *_b64 variant); "
           "binary in msgpack"}

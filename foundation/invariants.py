@@ -7,7 +7,7 @@ ordinary exceptions, not invariants.
 
 from __future__ import annotations
 
-from bookline.errors import InvariantViolation
+from foundation.errors import InvariantViolation
 
 
 def invariant(condition: bool, message: str, *args: object) -> None:

@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bookline.core_config import NamespaceConfig
-from bookline.errors import NoLedgerError, TruncatedError
+from foundation.errors import NoLedgerError, TruncatedError
 from ledger.client import LedgerClient
 from ledger.reader import LedgerReader
 from metadata.client import MetadataClient
 from metadata.segments import SegmentMetadata, TruncationState
+from streams.config import NamespaceConfig
 
 
 def wall_clock_ms() -> int:

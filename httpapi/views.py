@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from bookline.dlsn import DLSN
-from bookline.records import ReadRecord
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
 
 
 def _plain(value: Any) -> Any:
@@ -52,8 +52,8 @@ def record_view(rec: ReadRecord) -> dict[str, Any]:
 
 
 def record_from_view(stream: str, obj: Any) -> ReadRecord:
-    from bookline.errors import BadRequestError
-    from bookline.http_api import get_bytes, parse_dlsn
+    from foundation.errors import BadRequestError
+    from httpapi.wire import get_bytes, parse_dlsn
 
     if not isinstance(obj, dict):
         raise BadRequestError("a record must be an object")

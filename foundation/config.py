@@ -2,7 +2,7 @@
 
 Every service declares its settings as a ``@dataclass(frozen=True, slots=True)`` with a
 comment per field and cross-field checks in ``__post_init__`` that raise
-:class:`~bookline.errors.ConfigError`. :func:`load_config` is the one place settings
+:class:`~foundation.errors.ConfigError`. :func:`load_config` is the one place settings
 are read, in increasing precedence:
 
 1. the dataclass defaults;
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bookline.errors import ConfigError
+from foundation.errors import ConfigError
 
 T = TypeVar("T")
 

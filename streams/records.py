@@ -51,8 +51,8 @@ import crc32c
 import lz4.block
 import zstandard
 
-from bookline.dlsn import DLSN
-from bookline.errors import BadRequestError, ChecksumError, TooLargeError
+from foundation.errors import BadRequestError, ChecksumError, TooLargeError
+from streams.dlsn import DLSN
 
 __all__ = [
     "HEADER_BYTES",

@@ -1,6 +1,6 @@
 """Typed configuration of the core library (:class:`NamespaceConfig`).
 
-Loaded like every other config with :func:`bookline.config.load_config` (section
+Loaded like every other config with :func:`foundation.config.load_config` (section
 ``[core]``, environment prefix ``BOOKLINE_CORE_``); the nested ledger settings keep
 their own section (``[ledger]``) and are passed in as a :class:`LedgerConfig`.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from bookline.errors import ConfigError
-from bookline.limits import RECORD_BYTES_MAX
+from foundation.errors import ConfigError
+from foundation.limits import RECORD_BYTES_MAX
 from ledger.config import LedgerConfig
 
 __all__ = ["NamespaceConfig"]

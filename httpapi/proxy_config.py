@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bookline.config import MetadataConfig
-from bookline.errors import ConfigError
-from bookline.names import validate_name
+from foundation.config import MetadataConfig
+from foundation.errors import ConfigError
+from foundation.names import validate_name
 
 MiB = 1024 * 1024
 

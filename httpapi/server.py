@@ -24,8 +24,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from bookline import http_api
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     NotFoundError,
@@ -33,9 +32,10 @@ from bookline.errors import (
     TooLargeError,
     UnknownError,
 )
+from httpapi import wire
 
 if TYPE_CHECKING:
-    from bookline.proxy_config import ProxyConfig
+    from httpapi.proxy_config import ProxyConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +64,17 @@ SHUTDOWN_ANSWER_S: Final = 2.0
 
 
 def respond(request: web.Request, obj: dict[str, Any], status: int = 200) -> web.Response:
-    media = http_api.negotiate(request.headers.get("Accept"))
-    body = http_api.encode_body(obj, media)
+    media = wire.negotiate(request.headers.get("Accept"))
+    body = wire.encode_body(obj, media)
     if len(body) > _ANSWER_BYTES_SOFT_MAX:
         log.warning("answer of %d bytes to %s", len(body), request.path)
     return web.Response(body=body, status=status, content_type=media)
 
 
 def error_response(request: web.Request, exc: BooklineError) -> web.Response:
-    media = http_api.negotiate(request.headers.get("Accept"))
+    media = wire.negotiate(request.headers.get("Accept"))
     resp = web.Response(
-        body=http_api.encode_error(exc, media), status=exc.http_status, content_type=media
+        body=wire.encode_error(exc, media), status=exc.http_status, content_type=media
     )
     if isinstance(exc, OwnerMovedError) and exc.owner:
         resp.headers["Location"] = exc.owner.rstrip("/") + request.path_qs
@@ -90,7 +90,7 @@ async def read_body(request: web.Request) -> dict[str, Any]:
         raise TooLargeError(
             f"request body over the limit of {request.app._client_max_size} bytes"
         ) from exc
-    return http_api.decode_body(raw, request.headers.get("Content-Type"))
+    return wire.decode_body(raw, request.headers.get("Content-Type"))
 
 
 def _from_http_exception(exc: web.HTTPException) -> BooklineError:
@@ -130,7 +130,7 @@ def metrics_handler(registry: CollectorRegistry) -> Handler:
 
 
 def openapi_handler() -> Handler:
-    from bookline.openapi import build_document
+    from httpapi.openapi import build_document
 
     body = json.dumps(build_document(), indent=2).encode()
 

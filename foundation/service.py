@@ -1,8 +1,8 @@
-"""Running a proxy as a process: flags from its config dataclass, uvloop, signals.
+"""Running a service as a process: flags from its config dataclass, uvloop, signals.
 
 Each config field ``foo_bar`` gets an optional flag ``--foo-bar``; a flag given on the
 command line overrides the TOML file's section and the environment
-(:func:`bookline.config.load_config` converts the text by the field's type).
+(:func:`foundation.config.load_config` converts the text by the field's type).
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ import dataclasses
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
-from bookline.config import load_config
-from bookline.gctune import settle_heap
-
-if TYPE_CHECKING:
-    from bookline.proxy_config import ProxyConfig
+from foundation.config import load_config
+from foundation.gctune import settle_heap
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +25,16 @@ log = logging.getLogger(__name__)
 STOP_S = 8.0
 
 T = TypeVar("T")
-C = TypeVar("C", bound="ProxyConfig")
+C = TypeVar("C", bound="ServiceConfig")
+
+
+class ServiceConfig(Protocol):
+    """What :func:`add_proxy_command` needs of a service's settings."""
+
+    SECTION: ClassVar[str]
+
+    @property
+    def proxy_id(self) -> str: ...
 
 
 class Service(Protocol):

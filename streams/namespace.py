@@ -2,8 +2,8 @@
 
 One namespace object holds one ZooKeeper session (shared by its writers' locks, its
 readers' watches and the ledger metadata) and one pool of bookie connections. It
-creates and lists streams, opens writers (:mod:`bookline.writer`) and readers
-(:mod:`bookline.reader`), reads entries directly for Spark, and keeps subscriptions.
+creates and lists streams, opens writers (:mod:`streams.writer`) and readers
+(:mod:`streams.reader`), reads entries directly for Spark, and keeps subscriptions.
 See ``docs/core-api.md``.
 """
 
@@ -15,23 +15,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.client import BookieClientPool
-from bookline.config import MetadataConfig
-from bookline.context import CoreContext
-from bookline.core_config import NamespaceConfig
-from bookline.dlsn import DLSN, StartPosition
-from bookline.errors import AlreadyExistsError, BooklineError, NoLedgerError, NotFoundError
-from bookline.names import validate_name
-from bookline.reader import LogReader
-from bookline.records import ReadRecord, decode_header, decode_read_records
-from bookline.retention import apply_retention
-from bookline.seek import first_readable, resolve_start
-from bookline.writer import LogWriter
+from foundation.config import MetadataConfig
+from foundation.errors import AlreadyExistsError, BooklineError, NoLedgerError, NotFoundError
+from foundation.names import validate_name
 from ledger.adapters import PoolTransport, ZkLedgerStore
 from ledger.client import LedgerClient
 from ledger.reader import LedgerReader
 from metadata.client import MetadataClient
 from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
+from streams.config import NamespaceConfig
+from streams.context import CoreContext
+from streams.dlsn import DLSN, StartPosition
+from streams.reader import LogReader
+from streams.records import ReadRecord, decode_header, decode_read_records
+from streams.retention import apply_retention
+from streams.seek import first_readable, resolve_start
+from streams.writer import LogWriter
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Opening (:meth:`LogWriter.open`):
    segment: the segment is the writer's epoch.
 
 Writing: records go into a buffer that becomes one ledger entry (a record set, see
-:mod:`bookline.records`) when it reaches ``buffer_bytes_max``, on :meth:`flush`, or --
+:mod:`streams.records`) when it reaches ``buffer_bytes_max``, on :meth:`flush`, or --
 adaptively -- at the next loop iteration while fewer than ``_IDLE_PIPE_ENTRIES`` entries
 are in flight, else ``flush_interval_ms`` after its first record or as soon as the pipe
 drains (so an idle writer sends at once and a busy one batches). One sender task encodes and submits
@@ -48,9 +48,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from bookline.context import CoreContext
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ClosedError,
@@ -61,9 +59,16 @@ from bookline.errors import (
     TooManyRequestsError,
     WriterFailedError,
 )
-from bookline.invariants import invariant
-from bookline.limits import RECORD_BYTES_MAX, record_bytes
-from bookline.records import (
+from foundation.invariants import invariant
+from foundation.limits import RECORD_BYTES_MAX, record_bytes
+from ledger.reader import LedgerReader
+from ledger.writer import LedgerWriter
+from metadata.ownership import LockState, StreamLock
+from metadata.segments import SegmentMetadata, TruncationState
+from metadata.streams import StreamOptions
+from streams.context import CoreContext
+from streams.dlsn import DLSN
+from streams.records import (
     RECORD_OVERHEAD_BYTES,
     Compression,
     LogRecord,
@@ -72,12 +77,7 @@ from bookline.records import (
     encode_control,
     encode_record_set,
 )
-from bookline.retention import apply_retention, truncate_before
-from ledger.reader import LedgerReader
-from ledger.writer import LedgerWriter
-from metadata.ownership import LockState, StreamLock
-from metadata.segments import SegmentMetadata, TruncationState
-from metadata.streams import StreamOptions
+from streams.retention import apply_retention, truncate_before
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bookline.context import CoreContext
-from bookline.dlsn import DLSN, PositionKind, StartPosition
-from bookline.errors import NoEntryError, TruncatedError
-from bookline.records import RecordSetHeader, decode_header, decode_read_records
+from foundation.errors import NoEntryError, TruncatedError
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
+from streams.context import CoreContext
+from streams.dlsn import DLSN, PositionKind, StartPosition
+from streams.records import RecordSetHeader, decode_header, decode_read_records
 
 __all__ = ["first_readable", "resolve_start"]
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import logging
 
-from bookline.context import CoreContext
-from bookline.dlsn import DLSN
-from bookline.errors import NoLedgerError
-from bookline.invariants import invariant
+from foundation.errors import NoLedgerError
+from foundation.invariants import invariant
 from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
+from streams.context import CoreContext
+from streams.dlsn import DLSN
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ Read answer (``GET /v1/streams/{name}/records``)::
      "next": "seq:N"}          # where to continue
 
 Every error is ``{"code": int, "name": str, "message": str}`` (plus ``"owner"`` for
-OWNER_MOVED) with the stable codes of :mod:`bookline.errors`.
+OWNER_MOVED) with the stable codes of :mod:`foundation.errors`.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ from typing import Any, Final
 import crc32c
 import msgpack
 
-from bookline.errors import BadRequestError, BooklineError, OwnerMovedError, for_code
-from bookline.limits import record_bytes
+from foundation.errors import BadRequestError, BooklineError, OwnerMovedError, for_code
+from foundation.limits import record_bytes
 
 __all__ = [
     "API_PREFIX",
@@ -240,7 +240,7 @@ class WireRecord:
 
     @property
     def size_bytes(self) -> int:
-        """The size every record limit counts (:func:`bookline.limits.record_bytes`)."""
+        """The size every record limit counts (:func:`foundation.limits.record_bytes`)."""
         return record_bytes(self.payload, self.key, self.headers)
 
     def to_wire(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import enum
 import struct
 from typing import NamedTuple
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 
 __all__ = ["DLSN", "DLSN_BYTES", "DLSN_INITIAL", "PositionKind", "StartPosition"]
 

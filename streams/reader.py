@@ -27,9 +27,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bookline.context import CoreContext
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     BooklineError,
     ClosedError,
     ConnectionLostError,
@@ -39,10 +37,12 @@ from bookline.errors import (
     TimeoutError_,
     TruncatedError,
 )
-from bookline.records import ReadRecord, RecordSetHeader, decode_verified, verify_record_set
-from bookline.seek import first_readable
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
+from streams.context import CoreContext
+from streams.dlsn import DLSN
+from streams.records import ReadRecord, RecordSetHeader, decode_verified, verify_record_set
+from streams.seek import first_readable
 
 log = logging.getLogger(__name__)
 
