@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from typing import Final
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 
 __all__ = ["ASSIGNORS", "TopicPartition", "assign", "assignor_names"]
 

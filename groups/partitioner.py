@@ -14,7 +14,7 @@ import random
 import struct
 from typing import Final
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 
 __all__ = ["StickyPartitioner", "murmur2", "partition_for_key", "to_positive"]
 

@@ -19,7 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bookline.errors import AlreadyExistsError, BadRequestError, CookieMismatchError, NotFoundError
+from foundation.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    CookieMismatchError,
+    NotFoundError,
+)
 from metadata import serde
 from metadata.layout import Layout
 from metadata.zk import Stat, Watch, ZkClient

@@ -1,11 +1,11 @@
 """The metadata facade: one ZooKeeper session and every store built on it.
 
-Build it from :class:`~bookline.config.MetadataConfig`; services hold one per process.
+Build it from :class:`~foundation.config.MetadataConfig`; services hold one per process.
 """
 
 from __future__ import annotations
 
-from bookline.config import MetadataConfig
+from foundation.config import MetadataConfig
 from metadata.bookies import BookieRegistry
 from metadata.cluster import ClusterInfo, ClusterStore
 from metadata.layout import Layout

@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from bookline.errors import AlreadyExistsError, NotFoundError
+from foundation.errors import AlreadyExistsError, NotFoundError
 from metadata import serde
 from metadata.layout import LAYOUT_VERSION, Layout
 from metadata.zk import ZkClient

@@ -19,15 +19,15 @@
     <root>/owners/<ns>/<stream>               ephemeral: which proxy owns the stream
     <root>/proxies/<proxy>                    ephemeral: write proxy address and load
 
-Every name from a user or a peer is checked with :func:`bookline.names.validate_name`.
+Every name from a user or a peer is checked with :func:`foundation.names.validate_name`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bookline.errors import BadRequestError, ConfigError
-from bookline.names import validate_name
+from foundation.errors import BadRequestError, ConfigError
+from foundation.names import validate_name
 
 LAYOUT_VERSION = 1
 LEDGER_ID_MAX = (1 << 63) - 1  # signed 64-bit, like BookKeeper's Java longs

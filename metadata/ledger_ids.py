@@ -12,7 +12,7 @@ import asyncio
 import logging
 import random
 
-from bookline.errors import AlreadyExistsError, BadVersionError, MetadataError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadVersionError, MetadataError, NotFoundError
 from metadata import serde
 from metadata.layout import LEDGER_ID_MAX, Layout
 from metadata.zk import ZkClient

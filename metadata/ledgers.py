@@ -3,7 +3,7 @@
 A ledger's znode (``ledgers/L/<h4>/<h4>/<h4>/L<h4>``) holds versioned msgpack of
 :class:`LedgerMetadata`. Every change is a compare-and-set on the znode version: a
 writer changing the ensemble and a recovering reader closing the ledger can't both win,
-and the loser gets :class:`~bookline.errors.BadVersionError` (re-read and decide again).
+and the loser gets :class:`~foundation.errors.BadVersionError` (re-read and decide again).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from bookline.errors import BadRequestError, NotFoundError
+from foundation.errors import BadRequestError, NotFoundError
 from metadata import serde
 from metadata.layout import Layout, ledger_id_from_hex
 from metadata.zk import Watch, ZkClient

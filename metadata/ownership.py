@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bookline.errors import (
+from foundation.errors import (
     LockOwnedError,
     NotFoundError,
     OwnershipLostError,

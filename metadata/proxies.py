@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from bookline.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
 from metadata import serde
 from metadata.layout import Layout
 from metadata.zk import ZkClient

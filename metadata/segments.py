@@ -13,8 +13,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bookline.errors import BadRequestError, NotFoundError
-from bookline.invariants import invariant
+from foundation.errors import BadRequestError, NotFoundError
+from foundation.invariants import invariant
 from metadata import serde
 from metadata.layout import Layout, seqno_from_name
 from metadata.streams import encode_max_txid

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgpack
 
-from bookline.errors import ProtocolVersionError
+from foundation.errors import ProtocolVersionError
 
 MAGIC = "BL"
 # ZooKeeper's default jute.maxbuffer is 1 MiB; stay well inside it.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from bookline.errors import AlreadyExistsError, BadRequestError, BadVersionError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadRequestError, BadVersionError, NotFoundError
 from metadata import serde
 from metadata.layout import Layout
 from metadata.zk import ZkClient

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bookline.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
 from metadata import serde
 from metadata.layout import Layout, ledger_id_from_hex
 from metadata.zk import ZkClient

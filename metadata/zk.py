@@ -29,7 +29,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BadVersionError,

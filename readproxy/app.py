@@ -23,27 +23,27 @@ from typing import TYPE_CHECKING
 import msgpack
 from aiohttp import WSMsgType, web
 
-from bookline import http_api
-from bookline.api_views import info_view, record_view
-from bookline.dlsn import DLSN, StartPosition
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ClosedError,
     NotFoundError,
     TooManyRequestsError,
 )
-from bookline.http_server import cancel_task, proxy_app, respond, start_site
-from bookline.names import validate_name
-from bookline.records import ReadRecord
+from foundation.names import validate_name
+from httpapi import wire
+from httpapi.server import cancel_task, proxy_app, respond, start_site
+from httpapi.views import info_view, record_view
 from metadata.proxies import ProxyInfo
 from readproxy.config import ReadProxyConfig
 from readproxy.feeds import CachedRecord, Feed, FeedRegistry, ReaderPool, pack_record
 from readproxy.metrics import ReadProxyMetrics
+from streams.dlsn import DLSN, StartPosition
+from streams.records import ReadRecord
 
 if TYPE_CHECKING:
-    from bookline.namespace import Namespace
     from metadata.client import MetadataClient
+    from streams.namespace import Namespace
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _frame(items: list[CachedRecord], next_pos: str) -> bytes:
     )
 
 
-def _to_start(pos: http_api.Position) -> StartPosition:
+def _to_start(pos: wire.Position) -> StartPosition:
     if pos.kind == "earliest":
         return StartPosition.earliest()
     if pos.kind == "latest":
@@ -97,8 +97,8 @@ class ReadProxy:
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self) -> None:
-        from bookline.core_config import NamespaceConfig
-        from bookline.namespace import Namespace
+        from streams.config import NamespaceConfig
+        from streams.namespace import Namespace
 
         cfg = self.config
         self._ns = await Namespace.open(
@@ -160,7 +160,7 @@ class ReadProxy:
         app = proxy_app(
             health=self.health, registry=self.metrics.registry, requests=self.metrics.requests
         )
-        p = http_api.API_PREFIX
+        p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
         app.router.add_get(f"{p}/streams/{{name}}/records", self.read)
@@ -200,7 +200,7 @@ class ReadProxy:
             raise BadRequestError(f"query parameter {key} must be within 0..{hi}")
         return value
 
-    async def _resolve_seq(self, name: str, pos: http_api.Position) -> int | None:
+    async def _resolve_seq(self, name: str, pos: wire.Position) -> int | None:
         """The position as a sequence id, when that is cheap to know."""
         if pos.kind == "seq":
             return pos.value
@@ -216,7 +216,7 @@ class ReadProxy:
         return None
 
     async def read_page(
-        self, name: str, pos: http_api.Position, limit: int, wait_s: float
+        self, name: str, pos: wire.Position, limit: int, wait_s: float
     ) -> tuple[list[CachedRecord] | list[ReadRecord], str]:
         """Records from ``pos`` and where to continue."""
         cfg = self.config
@@ -248,17 +248,17 @@ class ReadProxy:
     async def read(self, request: web.Request) -> web.Response:
         cfg = self.config
         name = validate_name(request.match_info["name"], "stream name")
-        pos = http_api.parse_position(request.query.get("from"))
+        pos = wire.parse_position(request.query.get("from"))
         limit = self._query_int(request, "limit", 100, cfg.read_records_max) or 1
         wait_ms = self._query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
         items, nxt = await self.read_page(name, pos, limit, wait_ms / 1000)
-        media = http_api.negotiate(request.headers.get("Accept"))
-        if media == http_api.MSGPACK:
+        media = wire.negotiate(request.headers.get("Accept"))
+        if media == wire.MSGPACK:
             packed = [i if isinstance(i, CachedRecord) else pack_record(i) for i in items]
             body = _frame(packed, nxt)
         else:
             views = [record_view(i.record if isinstance(i, CachedRecord) else i) for i in items]
-            body = http_api.encode_body({"records": views, "next": nxt}, media)
+            body = wire.encode_body({"records": views, "next": nxt}, media)
         return web.Response(body=body, content_type=media)
 
     # -- WebSocket tail ----------------------------------------------------------------
@@ -266,7 +266,7 @@ class ReadProxy:
     async def tail(self, request: web.Request) -> web.StreamResponse:
         cfg = self.config
         name = validate_name(request.match_info["name"], "stream name")
-        pos = http_api.parse_position(request.query.get("from", "latest"))
+        pos = wire.parse_position(request.query.get("from", "latest"))
         as_json = request.query.get("format") == "json"
         if len(self._websockets) >= cfg.websockets_max:
             raise TooManyRequestsError(f"{len(self._websockets)} WebSocket tails; the limit")
@@ -296,7 +296,7 @@ class ReadProxy:
         return ws
 
     async def _tail_loop(
-        self, ws: web.WebSocketResponse, name: str, pos: http_api.Position, as_json: bool
+        self, ws: web.WebSocketResponse, name: str, pos: wire.Position, as_json: bool
     ) -> None:
         cfg = self.config
         frame_max = cfg.ws_frame_records_max
@@ -347,7 +347,7 @@ class ReadProxy:
         as_json: bool, path: str,
     ) -> None:
         if as_json:
-            await ws.send_str(json.dumps(http_api._to_json(
+            await ws.send_str(json.dumps(wire._to_json(
                 {"records": [record_view(i.record) for i in items], "next": f"seq:{next_seq}"}
             )))
         else:

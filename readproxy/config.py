@@ -1,13 +1,13 @@
 """The read proxy's settings: ``[readproxy]`` of a TOML file, ``BOOKLINE_READPROXY_*``
-environment variables, then flags (see :func:`bookline.config.load_config`)."""
+environment variables, then flags (see :func:`foundation.config.load_config`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bookline.errors import ConfigError
-from bookline.proxy_config import MiB, ProxyConfig
+from foundation.errors import ConfigError
+from httpapi.proxy_config import MiB, ProxyConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Shared tail feeds: one core reader per hot stream, fanned out to every tailer.
 
 A :class:`Feed` reads a stream forward from some sequence id with one core
-:class:`~bookline.reader.LogReader` and keeps the most recent records in a bounded
+:class:`~streams.reader.LogReader` and keeps the most recent records in a bounded
 ring (by records and bytes), each with its msgpack encoding made once. Every tailing
 client of that stream -- long polls and WebSockets alike -- is served from the ring, so
 N tailers cost one bookie read per entry instead of N. A client behind the ring's start
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from bookline.api_views import record_view
-from bookline.dlsn import DLSN, StartPosition
-from bookline.errors import BooklineError, ClosedError, TooManyRequestsError
-from bookline.records import ReadRecord
+from foundation.errors import BooklineError, ClosedError, TooManyRequestsError
+from httpapi.views import record_view
 from readproxy.config import ReadProxyConfig
 from readproxy.metrics import ReadProxyMetrics
+from streams.dlsn import DLSN, StartPosition
+from streams.records import ReadRecord
 
 if TYPE_CHECKING:
-    from bookline.namespace import Namespace
-    from bookline.reader import LogReader
+    from streams.namespace import Namespace
+    from streams.reader import LogReader
 
 log = logging.getLogger(__name__)
 

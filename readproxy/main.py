@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from bookline.service import Service, add_proxy_command
+from foundation.service import Service, add_proxy_command
 from readproxy.config import ReadProxyConfig
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 from kazoo.client import KazooClient
 
-from bookline.config import MetadataConfig
+from foundation.config import MetadataConfig
 from metadata import MetadataClient, ZkClient
 
 # Short sessions so an expired owner is noticed quickly; well within ZK's 1..60 s range.

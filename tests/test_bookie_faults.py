@@ -18,7 +18,7 @@ import pytest
 from bookie.config import BookieConfig
 from bookie.storage import faults
 from bookie.storage.engine import BookieStorage
-from bookline.errors import (
+from foundation.errors import (
     ConfigError,
     IOFailureError,
     NoEntryError,
@@ -232,7 +232,7 @@ async def test_injected_fsync_eio_is_fatal_and_loses_nothing_acknowledged(
 
 
 def test_shim_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bookline.config import load_config
+    from foundation.config import load_config
 
     monkeypatch.setenv("BOOKLINE_BOOKIE_FAULT_SHIM", "power-cut")
     monkeypatch.setenv("BOOKLINE_BOOKIE_FAULT_DISK_BYTES_MAX", "123456")

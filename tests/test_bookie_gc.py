@@ -11,7 +11,7 @@ import pytest
 from bookie.config import BookieConfig
 from bookie.gc import LedgerGc
 from bookie.storage.engine import BookieStorage
-from bookline.errors import MetadataError, NoLedgerError
+from foundation.errors import MetadataError, NoLedgerError
 
 KEY = b"gc-key"
 

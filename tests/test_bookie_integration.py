@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from bookie.client import BookieConnection, ClientOptions
-from bookline.config import MetadataConfig
-from bookline.errors import NotFoundError, ReadOnlyError
+from foundation.config import MetadataConfig
+from foundation.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
 from metadata.ledgers import LedgerMetadata
 from ops import procs

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bookie import protocol as p
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     FencedError,
     ProtocolVersionError,

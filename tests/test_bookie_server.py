@@ -22,7 +22,7 @@ from bookie.server import BookieServer
 from bookie.storage import entrylog, faults
 from bookie.storage.api import Storage
 from bookie.storage.engine import BookieStorage
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     ClosedError,
     ConnectionLostError,

@@ -21,7 +21,7 @@ from bookie.config import BookieConfig
 from bookie.storage import journal
 from bookie.storage.api import LAST_ENTRY, NO_ENTRY_ID
 from bookie.storage.engine import BookieStorage
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     ClosedError,
     FencedError,

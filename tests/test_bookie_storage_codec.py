@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bookie.storage import entrylog, journal, journal_format
 from bookie.storage.journal import ADD, FENCE, MASTER_KEY, JournalMark, JournalRecord
-from bookline.errors import ChecksumError, InvariantViolation
+from foundation.errors import ChecksumError, InvariantViolation
 
 U64 = st.integers(0, (1 << 64) - 1)
 ENTRY = st.integers(0, (1 << 63) - 1)

@@ -16,7 +16,7 @@ from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics
 from bookie.storage import entrylog, faults
 from bookie.storage.engine import BookieStorage
-from bookline.errors import ChecksumError, NoEntryError
+from foundation.errors import ChecksumError, NoEntryError
 from tests.test_bookie_storage import KEY, add_all, check_all, make_config, payload
 
 SIZE = 200

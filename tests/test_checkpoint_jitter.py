@@ -18,7 +18,7 @@ import pytest
 
 from bookie.config import BookieConfig
 from bookie.storage.engine import FIRST_CHECKPOINT_SPREAD, BookieStorage, checkpoint_delays_s
-from bookline.errors import ConfigError
+from foundation.errors import ConfigError
 
 KEY = b"jitter-key"
 

@@ -10,15 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookline.dlsn import DLSN, PositionKind, StartPosition
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     BooklineError,
     ChecksumError,
     InvariantViolation,
     TooLargeError,
 )
-from bookline.records import (
+from metadata.segments import SegmentMetadata, SegmentState, TruncationState
+from metadata.streams import StreamOptions
+from streams.dlsn import DLSN, PositionKind, StartPosition
+from streams.records import (
     HEADER_BYTES,
     Compression,
     decode_header,
@@ -26,9 +28,7 @@ from bookline.records import (
     encode_control,
     encode_record_set,
 )
-from bookline.retention import _marks, retention_point
-from metadata.segments import SegmentMetadata, SegmentState, TruncationState
-from metadata.streams import StreamOptions
+from streams.retention import _marks, retention_point
 
 ints = st.integers(min_value=0, max_value=2**62)
 dlsns = st.builds(DLSN, ints, ints, ints)

@@ -24,7 +24,7 @@ from bookline import (
     StartPosition,
     StreamOptions,
 )
-from bookline.errors import (
+from foundation.errors import (
     ConnectionLostError,
     EndOfStreamError,
     LockOwnedError,
@@ -367,7 +367,7 @@ async def test_end_of_stream_survives_a_writer_that_did_not_seal(
 def test_sync_facade_from_threads(bookie_cluster: BookieCluster) -> None:
     import concurrent.futures
 
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
     with SyncNamespace.open(bookie_cluster.zk, bookie_cluster.root, "sync", CONFIG) as sns:
         sns.create_stream("s")

@@ -31,7 +31,7 @@ SESSION_TIMEOUT_MS = 2000
 
 async def _writer_main(cluster_file: str, namespace: str, stream: str, identity: str) -> int:
     from bookline import LogRecord, Namespace, NamespaceConfig
-    from bookline.errors import BooklineError
+    from foundation.errors import BooklineError
 
     cfg = NamespaceConfig(session_timeout_ms=SESSION_TIMEOUT_MS)
     ns = await Namespace.from_cluster_file(cluster_file, namespace, cfg)

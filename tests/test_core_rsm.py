@@ -1,4 +1,4 @@
-"""The replicated KV example (bookline/rsm.py): three node processes on one stream; the
+"""The replicated KV example (streams/rsm.py): three node processes on one stream; the
 leader is kill -9'd during a stream of commands; another node takes over; every
 acknowledged command is applied exactly once, in order, on every replica."""
 
@@ -28,7 +28,7 @@ class Node:
     def __init__(self, node_id: str, cluster_file: Path, directory: Path) -> None:
         self.node_id = node_id
         self.port = procs.free_port()
-        argv = [sys.executable, "-m", "bookline.rsm", "--cluster", str(cluster_file),
+        argv = [sys.executable, "-m", "streams.rsm", "--cluster", str(cluster_file),
                 "--namespace", "rsm", "--stream", "kv", "--node-id", node_id,
                 "--port", str(self.port), "--dir", str(directory),
                 "--snapshot-every", "50"]  # fmt: skip

@@ -9,9 +9,9 @@ import pytest
 
 from bookie.config import BookieConfig
 from bookline import errors
-from bookline.config import MetadataConfig, load_config
-from bookline.errors import BooklineError, ConfigError, for_code
-from bookline.invariants import invariant
+from foundation.config import MetadataConfig, load_config
+from foundation.errors import BooklineError, ConfigError, for_code
+from foundation.invariants import invariant
 
 # Codes are a public contract: they go over the wire and into HTTP bodies. Changing one
 # is a breaking change, so the table is pinned here.

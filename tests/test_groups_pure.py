@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookline.errors import BadRequestError
+from foundation.errors import BadRequestError
 from groups.assignors import assign, assignor_names
 from groups.partitioner import StickyPartitioner, murmur2, partition_for_key
 

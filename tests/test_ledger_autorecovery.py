@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bookie.client import BookieClientPool
-from bookline.config import MetadataConfig
+from foundation.config import MetadataConfig
 from ledger.auditor import Auditor, current_leader
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts, ledgers_on
 from ledger.client import LedgerClient

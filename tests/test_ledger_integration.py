@@ -23,7 +23,7 @@ import pytest
 
 from bookie import protocol as p
 from bookie.client import BookieConnection
-from bookline.errors import FencedError
+from foundation.errors import FencedError
 from ledger.adapters import ZkLedgerStore
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig

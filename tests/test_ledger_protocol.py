@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bookline.errors import (
+from foundation.errors import (
     FencedError,
     LedgerClosedError,
     NoEntryError,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookline.errors import ChecksumError, ConfigError, InvariantViolation, NotEnoughBookiesError
+from foundation.errors import ChecksumError, ConfigError, InvariantViolation, NotEnoughBookiesError
 from ledger.config import LedgerConfig
 from ledger.digest import HEADER_BYTES, DigestManager, DigestType, mac_key, master_key
 from ledger.placement import (

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline.errors import AlreadyExistsError, CookieMismatchError, NotFoundError
+from foundation.errors import AlreadyExistsError, CookieMismatchError, NotFoundError
 from metadata.bookies import READONLY, WRITABLE, BookieInfo, BookieSet, Cookie
 from metadata.layout import LAYOUT_VERSION
 from tests.metadata_support import Clients, expire_session, metadata_clients, wait_for

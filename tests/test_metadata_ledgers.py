@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
 from metadata import MetadataClient
 from metadata.ledgers import LedgerMetadata, LedgerState
 from tests.metadata_support import Clients, metadata_clients, wait_for

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline.errors import LockOwnedError, OwnershipLostError
+from foundation.errors import LockOwnedError, OwnershipLostError
 from metadata import MetadataClient, SessionState
 from metadata.ownership import LockState
 from metadata.proxies import ProxyInfo

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from bookline.errors import BadRequestError, ConfigError, InvalidNameError, ProtocolVersionError
+from foundation.errors import BadRequestError, ConfigError, InvalidNameError, ProtocolVersionError
 from metadata import serde
 from metadata.bookies import BookieInfo, Cookie
 from metadata.layout import Layout, ledger_id_hex, seqno_from_name, seqno_name

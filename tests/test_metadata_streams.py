@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline.errors import AlreadyExistsError, BadRequestError, BadVersionError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadRequestError, BadVersionError, NotFoundError
 from metadata import MetadataClient
 from metadata.segments import SegmentMetadata, SegmentState, TruncationState
 from metadata.streams import NO_TXID, StreamOptions

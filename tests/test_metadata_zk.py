@@ -9,7 +9,7 @@ import pytest
 from kazoo.exceptions import BadVersionError as KazooBadVersionError
 from kazoo.exceptions import NoNodeError
 
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BadVersionError,

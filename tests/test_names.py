@@ -1,11 +1,11 @@
-"""A corpus of names that must be rejected or accepted by bookline.names."""
+"""A corpus of names that must be rejected or accepted by foundation.names."""
 
 from __future__ import annotations
 
 import pytest
 
-from bookline.errors import InvalidNameError
-from bookline.names import NAME_CHARS_MAX, is_valid_name, validate_name
+from foundation.errors import InvalidNameError
+from foundation.names import NAME_CHARS_MAX, is_valid_name, validate_name
 
 BAD_NAMES = [
     "",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bookline.errors import BadRequestError, TruncatedError
+from foundation.errors import BadRequestError, TruncatedError
 from pipeline.options import (
     EARLIEST,
     LATEST,

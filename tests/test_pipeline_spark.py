@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from bookline.dlsn import DLSN
-from bookline.records import LogRecord
+from streams.dlsn import DLSN
+from streams.records import LogRecord
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -25,7 +25,7 @@ SEGMENT_RECORDS = 1_000
 
 @pytest.fixture(scope="module")
 def ns(bookie_cluster: Any) -> Iterator[Any]:
-    from bookline.sync import SyncNamespace
+    from streams.sync import SyncNamespace
 
     namespace = SyncNamespace.open(zk=bookie_cluster.zk, root=bookie_cluster.root)
     try:

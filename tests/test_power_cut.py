@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, StreamOptions
-from bookline.errors import BooklineError
+from foundation.errors import BooklineError
 from ops import procs
 
 pytestmark = pytest.mark.integration

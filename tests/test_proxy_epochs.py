@@ -18,13 +18,13 @@ import uuid
 import aiohttp
 import pytest
 
-from bookline import http_api
-from bookline.client import ClientConfig, ProxyClient, _rendezvous
-from bookline.dlsn import DLSN
-from bookline.errors import BadRequestError, BooklineError
+from foundation.errors import BadRequestError, BooklineError
+from httpapi import wire
 from ops import procs
 from ops.local import LocalCluster
+from streams.dlsn import DLSN
 from tests.test_proxy_integration import _metric, _read_all, _rurl, _wurls
+from thinclient.client import ClientConfig, ProxyClient, _rendezvous
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 CONFIG = ClientConfig(batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000,
                       retry_deadline_ms=5_000)
 # Reserved header names are refused by the proxy (400): a batch that fails for good.
-BAD = http_api.WireRecord(b"bad", headers={"bl.forged": b"1"})
+BAD = wire.WireRecord(b"bad", headers={"bl.forged": b"1"})
 
 
 def _uid() -> str:
@@ -71,7 +71,7 @@ async def test_pipelined_writes_after_a_failed_request_go_on_in_order(
     s = f"epoch-pipe-{_uid()}"
     async with _client(proxy_cluster, config) as c:
         await c.write(s, b"first")
-        records: list[bytes | http_api.WireRecord] = [b"r%03d" % i for i in range(200)]
+        records: list[bytes | wire.WireRecord] = [b"r%03d" % i for i in range(200)]
         records[60] = BAD
         futures = [c.write_nowait(s, r) for r in records]
         results = await asyncio.gather(*futures, return_exceptions=True)

@@ -18,11 +18,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bookline import http_api
-from bookline.client import ClientConfig, ProxyClient, _rendezvous
-from bookline.dlsn import DLSN
+from httpapi import wire
 from ops import procs
 from ops.local import LocalCluster
+from streams.dlsn import DLSN
+from thinclient.client import ClientConfig, ProxyClient, _rendezvous
 
 pytestmark = pytest.mark.integration
 
@@ -189,7 +189,7 @@ async def test_hundred_websocket_tailers_share_one_feed(
             while len(seqs) < total:
                 msg = await ws.receive(timeout=60)
                 assert msg.type is aiohttp.WSMsgType.BINARY, msg
-                frame = http_api.decode_body(msg.data, http_api.MSGPACK)
+                frame = wire.decode_body(msg.data, wire.MSGPACK)
                 seqs.extend(int(r["payload"].decode().split("-")[1]) for r in frame["records"])
             await ws.close()
             return seqs
@@ -255,11 +255,11 @@ async def test_overload_gets_429_and_loses_nothing_acknowledged(
 
     async with aiohttp.ClientSession() as session:
         async def blast(i: int) -> None:
-            body = http_api.encode_body(
-                {"payloads": [b"%d-" % i + p for p in payload]}, http_api.MSGPACK)
+            body = wire.encode_body(
+                {"payloads": [b"%d-" % i + p for p in payload]}, wire.MSGPACK)
             async with session.post(f"{owner}/v1/streams/{s}/records", data=io.BytesIO(body),
                                     headers={
-                    "Content-Type": http_api.MSGPACK, "Accept": "application/json"}) as resp:
+                    "Content-Type": wire.MSGPACK, "Accept": "application/json"}) as resp:
                 statuses[resp.status] = statuses.get(resp.status, 0) + 1
                 answer = await resp.json()
                 if resp.status == 200:
@@ -314,7 +314,7 @@ async def test_read_proxy_bad_requests(proxy_cluster: LocalCluster) -> None:
                                     ("?limit=999999999", 400, 2)]:
             async with session.get(f"{rurl}/v1/streams/x/records{query}",
                                    headers={"Accept": "application/msgpack"}) as resp:
-                answer = http_api.decode_body(await resp.read(), resp.headers["Content-Type"])
+                answer = wire.decode_body(await resp.read(), resp.headers["Content-Type"])
                 assert resp.status == status and answer["code"] == code
         async with session.get(f"{rurl}/v1/streams/no-such-{_uid()}/records") as resp:
             assert resp.status == 404 and (await resp.json())["code"] == 17

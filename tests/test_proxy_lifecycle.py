@@ -21,16 +21,16 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bookline import http_api
-from bookline.client import ClientConfig, ProxyClient
-from bookline.config import MetadataConfig
-from bookline.errors import for_code
+from foundation.config import MetadataConfig
+from foundation.errors import for_code
+from httpapi import wire
 from metadata.client import MetadataClient
 from ops import procs
 from ops.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
 from tests import proxy_support
 from tests.conftest import BookieCluster
 from tests.proxy_support import GatedForwarder
+from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,7 @@ async def test_a_starting_write_proxy_answers_a_retriable_503_and_the_client_wai
         ) as resp:
             body = await resp.json()
         assert resp.status == 503, (resp.status, body)
-        error = http_api.decode_error(body, resp.status)
+        error = wire.decode_error(body, resp.status)
         assert error.retriable and type(error) is type(for_code(body["code"])), body
 
         config = ClientConfig(retry_deadline_ms=30_000, backoff_max_ms=200)

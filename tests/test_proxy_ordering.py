@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from bookline.dlsn import DLSN
-from bookline.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
-from bookline.http_api import WriteRequest
-from bookline.records import LogRecord
+from foundation.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
+from httpapi.wire import WriteRequest
+from streams.dlsn import DLSN
+from streams.records import LogRecord
 from writeproxy.dedup import DedupTable
 from writeproxy.streams import OwnedStream
 

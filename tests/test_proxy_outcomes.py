@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import pytest
 
-from bookline.dlsn import DLSN
-from bookline.errors import BooklineError, WriterFailedError
-from bookline.http_api import WriteRequest
-from bookline.records import LogRecord
+from foundation.errors import BooklineError, WriterFailedError
+from httpapi.wire import WriteRequest
+from streams.dlsn import DLSN
+from streams.records import LogRecord
 from writeproxy import dedup
 from writeproxy.streams import OwnedStream
 

@@ -12,11 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookline import http_api
-from bookline.api_views import record_from_view, record_view
-from bookline.client import ClientConfig
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     BadRequestError,
     ConfigError,
     OutcomeUnknownError,
@@ -25,38 +21,42 @@ from bookline.errors import (
     TooManyRequestsError,
     UnknownError,
 )
-from bookline.limits import RECORD_BYTES_MAX, record_bytes
-from bookline.openapi import build_document
-from bookline.records import ReadRecord
+from foundation.limits import RECORD_BYTES_MAX, record_bytes
+from httpapi import wire
+from httpapi.openapi import build_document
+from httpapi.views import record_from_view, record_view
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
+from thinclient.client import ClientConfig
 from writeproxy import dedup
 from writeproxy.config import WriteProxyConfig
 from writeproxy.limits import InflightLimiter
 
 
 def test_negotiate_prefers_msgpack_only_when_asked() -> None:
-    assert http_api.negotiate(None) == http_api.JSON
-    assert http_api.negotiate("*/*") == http_api.JSON
-    assert http_api.negotiate("application/msgpack") == http_api.MSGPACK
-    assert http_api.negotiate("application/json;q=0.5, application/x-msgpack") == http_api.MSGPACK
-    assert http_api.negotiate("application/msgpack;q=0.1, application/json") == http_api.JSON
+    assert wire.negotiate(None) == wire.JSON
+    assert wire.negotiate("*/*") == wire.JSON
+    assert wire.negotiate("application/msgpack") == wire.MSGPACK
+    assert wire.negotiate("application/json;q=0.5, application/x-msgpack") == wire.MSGPACK
+    assert wire.negotiate("application/msgpack;q=0.1, application/json") == wire.JSON
 
 
 def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
-    recs = [http_api.WireRecord(b"a"), http_api.WireRecord(b"\xff\x00", key=b"k",
+    recs = [wire.WireRecord(b"a"), wire.WireRecord(b"\xff\x00", key=b"k",
                                                          headers={"h": b"v"}, txid=7)]
-    body = http_api.write_body(recs, "p1", 10, 3)
-    for media in (http_api.JSON, http_api.MSGPACK):
-        raw = http_api.encode_body(body, media)
-        req = http_api.parse_write(http_api.decode_body(raw, media), records_max=10)
+    body = wire.write_body(recs, "p1", 10, 3)
+    for media in (wire.JSON, wire.MSGPACK):
+        raw = wire.encode_body(body, media)
+        req = wire.parse_write(wire.decode_body(raw, media), records_max=10)
         assert req.producer == "p1" and req.seq == 10 and req.epoch == 3
         assert req.records == recs
 
 
 def test_crc_mismatch_is_a_bad_request() -> None:
-    body = http_api.write_body([http_api.WireRecord(b"abc")], None, None)
+    body = wire.write_body([wire.WireRecord(b"abc")], None, None)
     body["crc"] ^= 1
     with pytest.raises(BadRequestError, match="checksum"):
-        http_api.parse_write(body, records_max=10)
+        wire.parse_write(body, records_max=10)
 
 
 @pytest.mark.parametrize("body", [
@@ -68,30 +68,30 @@ def test_crc_mismatch_is_a_bad_request() -> None:
 ])
 def test_malformed_writes_are_bad_requests(body: dict[str, Any]) -> None:
     with pytest.raises(BadRequestError):
-        http_api.parse_write(body, records_max=10)
+        wire.parse_write(body, records_max=10)
 
 
 def test_too_many_records_in_one_request() -> None:
     with pytest.raises(BadRequestError, match="at most 2"):
-        http_api.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
+        wire.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
 
 
-@pytest.mark.parametrize("raw,media", [(b"{", None), (b"[1]", None), (b"\xc1", http_api.MSGPACK),
-                                       (b"\x92\x01", http_api.MSGPACK)])
+@pytest.mark.parametrize("raw,media", [(b"{", None), (b"[1]", None), (b"\xc1", wire.MSGPACK),
+                                       (b"\x92\x01", wire.MSGPACK)])
 def test_decode_body_rejects_garbage(raw: bytes, media: str | None) -> None:
     with pytest.raises(BadRequestError):
-        http_api.decode_body(raw, media)
+        wire.decode_body(raw, media)
 
 
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 5)),
                 max_size=50))
 def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
-    assert http_api.decode_runs(http_api.encode_runs(dlsns)) == dlsns
+    assert wire.decode_runs(wire.encode_runs(dlsns)) == dlsns
 
 
 def test_contiguous_batch_is_few_runs() -> None:
     dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
-    assert http_api.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
+    assert wire.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -100,23 +100,23 @@ def test_contiguous_batch_is_few_runs() -> None:
     ("time:100", "time:100"),
 ])
 def test_positions(text: str, expected: str) -> None:
-    assert str(http_api.parse_position(text)) == expected
+    assert str(wire.parse_position(text)) == expected
 
 
 @pytest.mark.parametrize("text", ["seq:x", "1:2", "foo", "seq:-1", "1:-2:3"])
 def test_bad_positions(text: str) -> None:
     with pytest.raises(BadRequestError):
-        http_api.parse_position(text)
+        wire.parse_position(text)
 
 
 def test_error_bodies_round_trip_with_owner() -> None:
     exc = OwnerMovedError("moved", owner="http://h:1")
-    body = http_api.error_body(exc)
+    body = wire.error_body(exc)
     assert body == {"code": 32, "name": "OWNER_MOVED", "message": "moved", "owner": "http://h:1"}
-    back = http_api.decode_error(body, 307)
+    back = wire.decode_error(body, 307)
     assert isinstance(back, OwnerMovedError) and back.owner == "http://h:1"
-    assert isinstance(http_api.decode_error({"code": 999, "message": "?"}, 500), UnknownError)
-    assert isinstance(http_api.decode_error({"oops": 1}, 502), UnknownError)
+    assert isinstance(wire.decode_error({"code": 999, "message": "?"}, 500), UnknownError)
+    assert isinstance(wire.decode_error({"oops": 1}, 502), UnknownError)
 
 
 def test_json_view_of_binary_uses_b64() -> None:
@@ -124,11 +124,11 @@ def test_json_view_of_binary_uses_b64() -> None:
                                                                    "h": b"v"})
     view = record_view(rec)
     assert "headers" in view and "bl.producer" not in view["headers"]
-    as_json = json.loads(http_api.encode_body(view, http_api.JSON))
+    as_json = json.loads(wire.encode_body(view, wire.JSON))
     assert as_json["payload_b64"] == "/w=="
     back = record_from_view("s", as_json)
     assert back.payload == b"\xff" and back.dlsn == DLSN(1, 2, 3)
-    packed = msgpack.unpackb(http_api.encode_body(view, http_api.MSGPACK))
+    packed = msgpack.unpackb(wire.encode_body(view, wire.MSGPACK))
     assert record_from_view("s", packed).payload == b"\xff"
 
 
@@ -180,7 +180,7 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     """The epoch travels in the batch marker (absent = 0, as in logs from before
     epochs), so a new owner knows which epoch of a producer is current."""
     assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
-    assert http_api.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
+    assert wire.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
     log = [
         _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)), _Rec((1, 0, 1), None),
         _Rec((1, 1, 0), dedup.marker_headers("p", 1, 0, 1)),
@@ -217,7 +217,7 @@ def test_openapi_document_is_current() -> None:
     doc = build_document()
     assert doc["openapi"].startswith("3.")
     kept = json.loads((Path(__file__).parent.parent / "docs" / "openapi.json").read_text())
-    assert kept == doc, "regenerate: python -m bookline.openapi > docs/openapi.json"
+    assert kept == doc, "regenerate: python -m httpapi.openapi > docs/openapi.json"
 
 
 # -- one record-size limit (issue 12 defect 11) ---------------------------------------
@@ -225,11 +225,11 @@ def test_openapi_document_is_current() -> None:
 
 def test_the_proxy_and_the_client_use_the_one_record_limit() -> None:
     """The client, the write proxy and the core writer refuse the same records: one
-    number (bookline.limits.RECORD_BYTES_MAX), counted the same way (header names in
+    number (foundation.limits.RECORD_BYTES_MAX), counted the same way (header names in
     UTF-8 bytes, as limits.record_bytes counts them)."""
     assert WriteProxyConfig().record_bytes_max == RECORD_BYTES_MAX
     assert ClientConfig().record_bytes_max == RECORD_BYTES_MAX
-    rec = http_api.WireRecord(b"v" * 10, key=b"k", headers={"größe": b"12"})
+    rec = wire.WireRecord(b"v" * 10, key=b"k", headers={"größe": b"12"})
     assert rec.size_bytes == record_bytes(rec.payload, rec.key, rec.headers)
     with pytest.raises(ConfigError, match="record_bytes_max"):
         WriteProxyConfig(record_bytes_max=RECORD_BYTES_MAX + 1)

@@ -1,7 +1,7 @@
 """One record-size limit end to end (issue 12 defect 11).
 
 The thin client, the write proxy and the core writer all accept records up to
-``bookline.limits.RECORD_BYTES_MAX`` (1 MiB: value + key + headers) and refuse one byte
+``foundation.limits.RECORD_BYTES_MAX`` (1 MiB: value + key + headers) and refuse one byte
 more with TOO_LARGE. Before, the core writer stopped at its 512 KiB buffer, so a record
 the proxy advertised as fine failed further down.
 """
@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig, ProxyClient
-from bookline.client import ClientConfig
-from bookline.errors import TooLargeError
-from bookline.limits import RECORD_BYTES_MAX, record_bytes
+from foundation.errors import TooLargeError
+from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from tests.conftest import BookieCluster
+from thinclient.client import ClientConfig
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookline.errors import ChecksumError
+from foundation.errors import ChecksumError
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType

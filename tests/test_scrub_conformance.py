@@ -16,7 +16,7 @@ import pytest
 from bookie.client import BookieClientPool, BookieConnection
 from bookie.config import BookieConfig
 from bookie.storage import entrylog, faults
-from bookline.errors import BadRequestError, ChecksumError
+from foundation.errors import BadRequestError, ChecksumError
 from ledger.adapters import PoolTransport
 from ledger.digest import DigestManager, DigestType, master_key
 from ledger.memory import MemoryBookies

@@ -24,8 +24,8 @@ import pytest
 
 from bookie.client import BookieClientPool
 from bookie.storage import faults, journal
-from bookline.config import MetadataConfig
-from bookline.errors import BooklineError, NoEntryError, NoLedgerError
+from foundation.config import MetadataConfig
+from foundation.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts
 from ledger.client import LedgerClient
 from ledger.digest import DigestManager

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, ProxyClient
-from bookline.client import ClientConfig
-from bookline.errors import OutOfRangeError
+from foundation.errors import OutOfRangeError
 from tests.conftest import BookieCluster
+from thinclient.client import ClientConfig
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bookline import http_api
-from bookline.api_views import info_view
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BooklineError,
@@ -34,19 +31,22 @@ from bookline.errors import (
     TooLargeError,
     UnavailableError,
 )
-from bookline.http_server import cancel_task, proxy_app, read_body, respond, start_site
-from bookline.names import validate_name
-from bookline.records import RECORD_OVERHEAD_BYTES
+from foundation.names import validate_name
+from httpapi import wire
+from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
+from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
 from metadata.zk import SessionState
+from streams.dlsn import DLSN
+from streams.records import RECORD_OVERHEAD_BYTES
 from writeproxy.config import WriteProxyConfig
 from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
 from writeproxy.streams import Ownership
 
 if TYPE_CHECKING:
-    from bookline.namespace import Namespace
     from metadata.client import MetadataClient
+    from streams.namespace import Namespace
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +93,8 @@ class WriteProxy:
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self) -> None:
-        from bookline.core_config import NamespaceConfig
-        from bookline.namespace import Namespace
+        from streams.config import NamespaceConfig
+        from streams.namespace import Namespace
 
         cfg = self.config
         self._runner, self.url = await start_site(self.build_app(), cfg)
@@ -203,7 +203,7 @@ class WriteProxy:
             health=self.health, registry=self.metrics.registry, requests=self.metrics.requests,
             on_status=self._count_status, client_max_size=self.config.request_bytes_max,
         )
-        p = http_api.API_PREFIX
+        p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
         app.router.add_post(f"{p}/streams", self.create_stream)
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
@@ -271,7 +271,7 @@ class WriteProxy:
         admitted = size
         try:
             body = await read_body(request)
-            req = http_api.parse_write(body, records_max=cfg.request_records_max)
+            req = wire.parse_write(body, records_max=cfg.request_records_max)
             largest = req.record_bytes_max
             if largest > cfg.record_bytes_max:
                 raise TooLargeError(f"record of {largest} bytes; at most {cfg.record_bytes_max}")
@@ -290,13 +290,13 @@ class WriteProxy:
             self._stalls_left -= 1
             log.warning("fault hook: stalling a durable write's answer %d ms", cfg.fault_stall_ms)
             await asyncio.sleep(cfg.fault_stall_ms / 1000)
-        media = http_api.negotiate(request.headers.get("Accept"))
-        answer = http_api.write_answer(dlsns, media)
+        media = wire.negotiate(request.headers.get("Accept"))
+        answer = wire.write_answer(dlsns, media)
         if dups:
             answer["duplicates"] = dups
-        if len(dlsns) == 1 and media == http_api.JSON:
+        if len(dlsns) == 1 and media == wire.JSON:
             answer["dlsn"] = str(dlsns[0])
-        return web.Response(body=http_api.encode_body(answer, media), content_type=media)
+        return web.Response(body=wire.encode_body(answer, media), content_type=media)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         name = _stream(request)
@@ -314,7 +314,7 @@ class WriteProxy:
         text = body.get("dlsn")
         if not isinstance(text, str):
             raise BadRequestError("truncate needs {'dlsn': 'seg:entry:slot'}")
-        dlsn = DLSN(*http_api.parse_dlsn(text))
+        dlsn = DLSN(*wire.parse_dlsn(text))
         stream = await self.ownership.get(name)
         await stream.writer.truncate(dlsn)
         return respond(request, {"truncated_before": str(dlsn)})

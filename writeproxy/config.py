@@ -1,14 +1,14 @@
 """The write proxy's settings: ``[writeproxy]`` of a TOML file, ``BOOKLINE_WRITEPROXY_*``
-environment variables, then flags (see :func:`bookline.config.load_config`)."""
+environment variables, then flags (see :func:`foundation.config.load_config`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from bookline.errors import ConfigError
-from bookline.limits import RECORD_BYTES_MAX
-from bookline.proxy_config import MiB, ProxyConfig
+from foundation.errors import ConfigError
+from foundation.limits import RECORD_BYTES_MAX
+from httpapi.proxy_config import MiB, ProxyConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +20,8 @@ class WriteProxyConfig(ProxyConfig):
     port: int = 8480
     # ZooKeeper session timeout: how long a crashed proxy keeps its streams.
     session_timeout_ms: int = 6_000
-    # One record's payload+key+headers (bookline.limits.record_bytes); bigger ones get
-    # 413. At most the limit the core writer enforces (bookline.limits.RECORD_BYTES_MAX).
+    # One record's payload+key+headers (foundation.limits.record_bytes); bigger ones get
+    # 413. At most the limit the core writer enforces (foundation.limits.RECORD_BYTES_MAX).
     record_bytes_max: int = RECORD_BYTES_MAX
     # One request body; aiohttp refuses bigger bodies before reading them all.
     request_bytes_max: int = 16 * MiB

@@ -29,14 +29,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from bookline.errors import OutcomeUnknownError, ProducerFencedError
-from bookline.http_api import (
+from foundation.errors import OutcomeUnknownError, ProducerFencedError
+from foundation.invariants import invariant
+from httpapi.wire import (
     PRODUCER_COUNT_HEADER,
     PRODUCER_EPOCH_HEADER,
     PRODUCER_HEADER,
     PRODUCER_SEQ_HEADER,
 )
-from bookline.invariants import invariant
 
 _SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">I")

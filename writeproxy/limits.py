@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bookline.errors import TooManyRequestsError
-from bookline.invariants import invariant
+from foundation.errors import TooManyRequestsError
+from foundation.invariants import invariant
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from bookline.service import Service, add_proxy_command
+from foundation.service import Service, add_proxy_command
 from writeproxy.config import WriteProxyConfig
 
 

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bookline.dlsn import DLSN
-from bookline.errors import (
+from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BooklineError,
@@ -39,15 +38,16 @@ from bookline.errors import (
     TooManyRequestsError,
     UnavailableError,
 )
-from bookline.http_api import WriteRequest
-from bookline.records import LogRecord
+from httpapi.wire import WriteRequest
+from streams.dlsn import DLSN
+from streams.records import LogRecord
 from writeproxy import dedup
 from writeproxy.config import WriteProxyConfig
 
 if TYPE_CHECKING:
-    from bookline.namespace import Namespace
-    from bookline.writer import LogWriter
     from metadata.client import MetadataClient
+    from streams.namespace import Namespace
+    from streams.writer import LogWriter
 
 log = logging.getLogger(__name__)
 
