@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")" && pwd)"
 source "$ROOT/ops/setup.sh"
 cd "$ROOT"
-echo "== ruff" && "$VENV_PY" -m ruff check .
+echo "== ruff" && "$VENV_PY" -m ruff check . && "$VENV_PY" -m ruff format --check .
 echo "== mypy --strict" && "$VENV_PY" -m mypy
 echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache
 echo "== pytest"

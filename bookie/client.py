@@ -275,8 +275,7 @@ class _Wire(asyncio.Protocol):
         if not entry.done():
             entry.set_exception(
                 TimeoutError_(
-                    f"bookie {self._owner.address} did not answer request {request_id} "
-                    "in time"
+                    f"bookie {self._owner.address} did not answer request {request_id} in time"
                 )
             )
 
@@ -528,6 +527,7 @@ class BookieConnection:
         finally:
             self._queued_adds -= 1
         await fut
+
     async def read(
         self,
         ledger_id: int,

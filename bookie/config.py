@@ -123,8 +123,7 @@ class BookieConfig:
             raise ConfigError(f"bookie.port {self.port} is not a TCP port")
         if not 0.0 < self.disk_usage_lwm < self.disk_usage_threshold <= 1.0:
             raise ConfigError(
-                "bookie disk thresholds must satisfy 0 < disk_usage_lwm < "
-                "disk_usage_threshold <= 1"
+                "bookie disk thresholds must satisfy 0 < disk_usage_lwm < disk_usage_threshold <= 1"
             )
         if self.memtable_flush_bytes > self.memtable_bytes_max:
             raise ConfigError("bookie.memtable_flush_bytes must not exceed memtable_bytes_max")
@@ -134,8 +133,11 @@ class BookieConfig:
             raise ConfigError("bookie.journal_group_bytes_max must be at most 1 GiB")
         if self.journal_prealloc_bytes <= 0 or self.journal_file_bytes_max <= 0:
             raise ConfigError("bookie journal file and preallocation sizes must be positive")
-        if (self.entry_log_bytes_max <= 0 or self.read_cache_bytes_max < 0
-                or self.entry_log_sync_bytes < 0):
+        if (
+            self.entry_log_bytes_max <= 0
+            or self.read_cache_bytes_max < 0
+            or self.entry_log_sync_bytes < 0
+        ):
             raise ConfigError("bookie entry log and read cache sizes must be positive")
         if self.read_ahead_entries < 0:
             raise ConfigError("bookie.read_ahead_entries must not be negative")

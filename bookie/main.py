@@ -67,6 +67,7 @@ EXIT_FATAL: Final = 3
 REGISTER_GRACE_S: Final = 5.0
 REGISTER_RETRY_S: Final = 0.5
 
+
 def run(config: BookieConfig, reload: Reload) -> int:
     """Serve as a bookie until SIGTERM; the process's exit status."""
     install_uvloop()

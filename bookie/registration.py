@@ -88,15 +88,15 @@ class Registration:
             try:
                 await self._register(info)
             except BooklineError as exc:
-                log.warning("bookie %s: re-registration failed (retrying): %s",
-                            info.bookie_id, exc)
+                log.warning("bookie %s: re-registration failed (retrying): %s", info.bookie_id, exc)
                 await asyncio.sleep(RETRY_S)
                 continue
             if self._losses != losses:
                 continue  # that session died meanwhile: register in the next one
             self._lost = False
             self.registrations += 1
-            log.info("bookie %s registered again as %s after session loss", info.bookie_id,
-                     info.state)
+            log.info(
+                "bookie %s registered again as %s after session loss", info.bookie_id, info.state
+            )
             self._on_registered(info.state == READONLY)
             return

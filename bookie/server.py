@@ -183,7 +183,12 @@ class _Connection(asyncio.Protocol):
         self.adds_inflight += 1
         try:
             self._add_nowait(
-                req.ledger_id, req.entry_id, req.lac, req.master_key, req.payload, req.recovery,
+                req.ledger_id,
+                req.entry_id,
+                req.lac,
+                req.master_key,
+                req.payload,
+                req.recovery,
                 reply,
             )
         except BooklineError as exc:  # refused before reaching the journal

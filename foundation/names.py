@@ -42,8 +42,7 @@ def validate_name(name: object, kind: str = "name") -> str:
         category = unicodedata.category(ch)
         if category[0] in ("C", "Z"):
             raise InvalidNameError(
-                f"{kind} {name!r} contains a control, format or space character "
-                f"(U+{ord(ch):04X})"
+                f"{kind} {name!r} contains a control, format or space character (U+{ord(ch):04X})"
             )
         if not (ch.isalnum() or ch in _EXTRA_CHARS):
             raise InvalidNameError(

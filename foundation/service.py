@@ -49,8 +49,11 @@ def add_config_flags(parser: argparse.ArgumentParser, cls: type[Any], section: s
     parser.add_argument("--config", help=f"TOML file; settings from its [{section}] section")
     for f in dataclasses.fields(cls):
         parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f"cfg_{f.name}", default=None,
-            metavar=f.name.upper(), help=f"{section}.{f.name}",
+            "--" + f.name.replace("_", "-"),
+            dest=f"cfg_{f.name}",
+            default=None,
+            metavar=f.name.upper(),
+            help=f"{section}.{f.name}",
         )
 
 
@@ -60,8 +63,11 @@ def load_from_args(args: argparse.Namespace, cls: type[T], section: str) -> T:
         for f in dataclasses.fields(cls)  # type: ignore[arg-type]
     }
     return load_config(
-        cls, path=args.config, section=section,
-        env_prefix=f"BOOKLINE_{section.upper()}_", overrides=overrides,
+        cls,
+        path=args.config,
+        section=section,
+        env_prefix=f"BOOKLINE_{section.upper()}_",
+        overrides=overrides,
     )
 
 

@@ -13,11 +13,18 @@ from typing import Any
 from foundation.errors import registered_codes
 from foundation.version import __version__
 
-_BYTES = {"type": "string", "description": "UTF-8 text in JSON (or the *_b64 variant); "
-          "binary in msgpack"}
+_BYTES = {
+    "type": "string",
+    "description": "UTF-8 text in JSON (or the *_b64 variant); binary in msgpack",
+}
 _DLSN = {"type": "string", "pattern": "^[0-9]+:[0-9]+:[0-9]+$", "example": "3:17:0"}
-_NAME = {"name": "name", "in": "path", "required": True,
-         "schema": {"type": "string", "maxLength": 200}, "description": "stream name"}
+_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "maxLength": 200},
+    "description": "stream name",
+}
 _MEDIA = ("application/json", "application/msgpack")
 
 
@@ -35,33 +42,42 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 def _schemas() -> dict[str, Any]:
     record_in = {
-        "type": "object", "required": ["payload"],
-        "properties": {"payload": _BYTES, "payload_b64": {"type": "string"}, "key": _BYTES,
-                       "headers": {"type": "object", "additionalProperties": _BYTES},
-                       "txid": {"type": "integer", "minimum": 0}},
+        "type": "object",
+        "required": ["payload"],
+        "properties": {
+            "payload": _BYTES,
+            "payload_b64": {"type": "string"},
+            "key": _BYTES,
+            "headers": {"type": "object", "additionalProperties": _BYTES},
+            "txid": {"type": "integer", "minimum": 0},
+        },
     }
     return {
         "Error": {
-            "type": "object", "required": ["code", "name", "message"],
+            "type": "object",
+            "required": ["code", "name", "message"],
             "properties": {
-                "code": {"type": "integer", "description": "stable Bookline error code",
-                         "enum": sorted(registered_codes())},
-                "name": {"type": "string"}, "message": {"type": "string"},
+                "code": {
+                    "type": "integer",
+                    "description": "stable Bookline error code",
+                    "enum": sorted(registered_codes()),
+                },
+                "name": {"type": "string"},
+                "message": {"type": "string"},
                 "owner": {"type": "string", "description": "OWNER_MOVED: the owner's URL"},
             },
         },
         "WriteRequest": {
             "type": "object",
             "description": "One record (payload at top level), plain payloads, or records. "
-                           "Record i has producer sequence seq+i within the producer's "
-                           "epoch; a retry with the same producer, epoch and seq is "
-                           "answered with the original DLSNs. A producer whose batch "
-                           "failed for good bumps its epoch and starts again at seq 0; "
-                           "older epochs of it are then refused (PRODUCER_FENCED).",
+            "Record i has producer sequence seq+i within the producer's "
+            "epoch; a retry with the same producer, epoch and seq is "
+            "answered with the original DLSNs. A producer whose batch "
+            "failed for good bumps its epoch and starts again at seq 0; "
+            "older epochs of it are then refused (PRODUCER_FENCED).",
             "properties": {
                 "producer": {"type": "string", "maxLength": 64},
-                "epoch": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1,
-                          "default": 0},
+                "epoch": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0},
                 "seq": {"type": "integer", "minimum": 0},
                 "payload": _BYTES,
                 "payloads": {"type": "array", "items": _BYTES},
@@ -74,74 +90,108 @@ def _schemas() -> dict[str, Any]:
             "properties": {
                 "dlsns": {"type": "array", "items": _DLSN, "description": "JSON answers"},
                 "dlsn": _DLSN,
-                "runs": {"type": "array", "description": "msgpack answers: "
-                         "[segment, entry, first_slot, count] per run",
-                         "items": {"type": "array", "items": {"type": "integer"}}},
-                "duplicates": {"type": "integer",
-                               "description": "leading records recognised as retries"},
+                "runs": {
+                    "type": "array",
+                    "description": "msgpack answers: [segment, entry, first_slot, count] per run",
+                    "items": {"type": "array", "items": {"type": "integer"}},
+                },
+                "duplicates": {
+                    "type": "integer",
+                    "description": "leading records recognised as retries",
+                },
             },
         },
         "Record": {
-            "type": "object", "required": ["dlsn", "seq", "txid", "ts", "payload"],
-            "properties": {"dlsn": _DLSN, "seq": {"type": "integer"}, "txid": {"type": "integer"},
-                           "ts": {"type": "integer", "description": "ms since the epoch"},
-                           "payload": _BYTES, "key": _BYTES,
-                           "headers": {"type": "object", "additionalProperties": _BYTES}},
+            "type": "object",
+            "required": ["dlsn", "seq", "txid", "ts", "payload"],
+            "properties": {
+                "dlsn": _DLSN,
+                "seq": {"type": "integer"},
+                "txid": {"type": "integer"},
+                "ts": {"type": "integer", "description": "ms since the epoch"},
+                "payload": _BYTES,
+                "key": _BYTES,
+                "headers": {"type": "object", "additionalProperties": _BYTES},
+            },
         },
         "ReadAnswer": {
-            "type": "object", "required": ["records", "next"],
-            "properties": {"records": {"type": "array",
-                                       "items": {"$ref": "#/components/schemas/Record"}},
-                           "next": {"type": "string", "example": "seq:42"}},
+            "type": "object",
+            "required": ["records", "next"],
+            "properties": {
+                "records": {"type": "array", "items": {"$ref": "#/components/schemas/Record"}},
+                "next": {"type": "string", "example": "seq:42"},
+            },
         },
-        "StreamList": {"type": "object",
-                       "properties": {"streams": {"type": "array", "items": {"type": "string"}}}},
-        "StreamInfo": {"type": "object", "description": "docs/core-api.md StreamInfo; "
-                       "write proxies add 'owner'", "additionalProperties": True},
+        "StreamList": {
+            "type": "object",
+            "properties": {"streams": {"type": "array", "items": {"type": "string"}}},
+        },
+        "StreamInfo": {
+            "type": "object",
+            "description": "docs/core-api.md StreamInfo; write proxies add 'owner'",
+            "additionalProperties": True,
+        },
         "Object": {"type": "object", "additionalProperties": True},
     }
 
 
 def build_document() -> dict[str, Any]:
-    pos = {"name": "from", "in": "query", "schema": {"type": "string", "default": "earliest"},
-           "description": "earliest | latest | seg:entry:slot | seq:N | txid:N | time:MS"}
+    pos = {
+        "name": "from",
+        "in": "query",
+        "schema": {"type": "string", "default": "earliest"},
+        "description": "earliest | latest | seg:entry:slot | seq:N | txid:N | time:MS",
+    }
     s = "/v1/streams/{name}"
     paths: dict[str, Any] = {
         "/health": {"get": {"summary": "liveness and load", "responses": {"200": _ok("Object")}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics (text format)",
-                             "responses": {"200": {"description": "metrics"}}}},
-        "/openapi.json": {"get": {"summary": "this document",
-                                  "responses": {"200": {"description": "OpenAPI 3"}}}},
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (text format)",
+                "responses": {"200": {"description": "metrics"}},
+            }
+        },
+        "/openapi.json": {
+            "get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3"}}}
+        },
         "/v1/streams": {
-            "get": {"summary": "list streams (both proxies)", "responses": {
-                "200": _ok("StreamList"), **_errors(503)}},
-            "post": {"summary": "create a stream (write proxy)",
-                     "requestBody": {"content": _content("Object")},
-                     "responses": {"201": _ok("Object", "created"), **_errors(400, 409)}},
+            "get": {
+                "summary": "list streams (both proxies)",
+                "responses": {"200": _ok("StreamList"), **_errors(503)},
+            },
+            "post": {
+                "summary": "create a stream (write proxy)",
+                "requestBody": {"content": _content("Object")},
+                "responses": {"201": _ok("Object", "created"), **_errors(400, 409)},
+            },
         },
         s: {
             "parameters": [_NAME],
-            "get": {"summary": "describe (both proxies)",
-                    "responses": {"200": _ok("StreamInfo"), **_errors(400, 404)}},
-            "delete": {"summary": "delete the stream and its ledgers (write proxy)",
-                       "responses": {"200": _ok("Object"), **_errors(307, 400, 404)}},
+            "get": {
+                "summary": "describe (both proxies)",
+                "responses": {"200": _ok("StreamInfo"), **_errors(400, 404)},
+            },
+            "delete": {
+                "summary": "delete the stream and its ledgers (write proxy)",
+                "responses": {"200": _ok("Object"), **_errors(307, 400, 404)},
+            },
         },
         f"{s}/records": {
             "parameters": [_NAME],
             "post": {
                 "summary": "write one record or a batch (write proxy; owner only)",
                 "requestBody": {"required": True, "content": _content("WriteRequest")},
-                "responses": {"200": _ok("WriteAnswer", "durable"),
-                              **_errors(307, 400, 404, 409, 413, 429, 503)},
+                "responses": {
+                    "200": _ok("WriteAnswer", "durable"),
+                    **_errors(307, 400, 404, 409, 413, 429, 503),
+                },
             },
             "get": {
                 "summary": "read a page; wait_ms > 0 long-polls (read proxy)",
                 "parameters": [
                     pos,
-                    {"name": "limit", "in": "query", "schema": {"type": "integer",
-                                                                "default": 100}},
-                    {"name": "wait_ms", "in": "query", "schema": {"type": "integer",
-                                                                  "default": 0}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 100}},
+                    {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "default": 0}},
                 ],
                 "responses": {"200": _ok("ReadAnswer"), **_errors(400, 404, 410, 429)},
             },
@@ -150,27 +200,50 @@ def build_document() -> dict[str, Any]:
             "parameters": [_NAME],
             "get": {
                 "summary": "WebSocket tail (read proxy): frames are ReadAnswer objects, "
-                           "binary msgpack (text JSON with format=json)",
-                "parameters": [{**pos, "schema": {"type": "string", "default": "latest"}},
-                               {"name": "format", "in": "query",
-                                "schema": {"type": "string", "enum": ["msgpack", "json"]}}],
-                "responses": {"101": {"description": "switching protocols"},
-                              **_errors(400, 404, 429)},
+                "binary msgpack (text JSON with format=json)",
+                "parameters": [
+                    {**pos, "schema": {"type": "string", "default": "latest"}},
+                    {
+                        "name": "format",
+                        "in": "query",
+                        "schema": {"type": "string", "enum": ["msgpack", "json"]},
+                    },
+                ],
+                "responses": {
+                    "101": {"description": "switching protocols"},
+                    **_errors(400, 404, 429),
+                },
             },
         },
-        f"{s}/heartbeat": {"parameters": [_NAME], "post": {
-            "summary": "own the stream (acquire when free) and flush its writer",
-            "responses": {"200": _ok("Object"), **_errors(307, 503)}}},
-        f"{s}/truncate": {"parameters": [_NAME], "post": {
-            "summary": "truncate everything before {dlsn}",
-            "requestBody": {"content": _content("Object")},
-            "responses": {"200": _ok("Object"), **_errors(307, 400, 503)}}},
-        f"{s}/release": {"parameters": [_NAME], "post": {
-            "summary": "stop owning the stream (another proxy may take it)",
-            "responses": {"200": _ok("Object"), **_errors(307)}}},
-        f"{s}/owner": {"parameters": [_NAME], "get": {
-            "summary": "the owning write proxy's URL (null when none)",
-            "responses": {"200": _ok("Object")}}},
+        f"{s}/heartbeat": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "own the stream (acquire when free) and flush its writer",
+                "responses": {"200": _ok("Object"), **_errors(307, 503)},
+            },
+        },
+        f"{s}/truncate": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "truncate everything before {dlsn}",
+                "requestBody": {"content": _content("Object")},
+                "responses": {"200": _ok("Object"), **_errors(307, 400, 503)},
+            },
+        },
+        f"{s}/release": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "stop owning the stream (another proxy may take it)",
+                "responses": {"200": _ok("Object"), **_errors(307)},
+            },
+        },
+        f"{s}/owner": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the owning write proxy's URL (null when none)",
+                "responses": {"200": _ok("Object")},
+            },
+        },
     }
     return {
         "openapi": "3.0.3",
@@ -178,10 +251,10 @@ def build_document() -> dict[str, Any]:
             "title": "Bookline proxies",
             "version": __version__,
             "description": "Write proxies own streams and append records; read proxies "
-                           "serve reads and tails. Bodies are msgpack (clients) or JSON "
-                           "(humans), chosen by Content-Type and Accept. Every error is "
-                           "{code, name, message} with Bookline's stable codes; 307 "
-                           "OWNER_MOVED carries the owner's URL in 'owner' and Location.",
+            "serve reads and tails. Bodies are msgpack (clients) or JSON "
+            "(humans), chosen by Content-Type and Accept. Every error is "
+            "{code, name, message} with Bookline's stable codes; 307 "
+            "OWNER_MOVED carries the owner's URL in 'owner' and Location.",
         },
         "paths": paths,
         "components": {

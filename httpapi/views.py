@@ -60,8 +60,9 @@ def record_from_view(stream: str, obj: Any) -> ReadRecord:
     try:
         headers = obj.get("headers")
         if headers is not None:
-            headers = {k: v if isinstance(v, bytes) else str(v).encode()
-                       for k, v in headers.items()}
+            headers = {
+                k: v if isinstance(v, bytes) else str(v).encode() for k, v in headers.items()
+            }
         return ReadRecord(
             stream,
             DLSN(*parse_dlsn(obj["dlsn"])),

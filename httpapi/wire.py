@@ -134,8 +134,13 @@ def negotiate(accept: str | None) -> str:
                     q = float(v)
                 except ValueError:
                     q = 0.0
-        kind = MSGPACK if media in _MSGPACK_ALIASES else JSON if media in (
-            JSON, "*/*", "application/*", "text/json") else None
+        kind = (
+            MSGPACK
+            if media in _MSGPACK_ALIASES
+            else JSON
+            if media in (JSON, "*/*", "application/*", "text/json")
+            else None
+        )
         if kind is not None and q > best_q:
             best, best_q = kind, q
     return best
@@ -360,8 +365,9 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         payloads: list[bytes] = raw
         if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
             payloads = [_payload(p) for p in raw]
-        return _checked(WriteRequest(producer, seq, payloads=payloads, epoch=epoch), obj,
-                        records_max)
+        return _checked(
+            WriteRequest(producer, seq, payloads=payloads, epoch=epoch), obj, records_max
+        )
     elif "records" in obj:
         raw = obj["records"]
         if not isinstance(raw, list):

@@ -58,6 +58,7 @@ __all__ = [
     "scrub",
 ]
 
+
 def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 

@@ -222,18 +222,21 @@ class MemoryBookies:
         recovery: bool,
         timeout_s: float,
     ) -> asyncio.Future[None] | None:
-        return _call_back(asyncio.ensure_future(
-            self.add(
-                bookie,
-                ledger_id,
-                entry_id,
-                lac,
-                master_key,
-                data,
-                recovery=recovery,
-                timeout_s=timeout_s,
-            )
-        ), callback)
+        return _call_back(
+            asyncio.ensure_future(
+                self.add(
+                    bookie,
+                    ledger_id,
+                    entry_id,
+                    lac,
+                    master_key,
+                    data,
+                    recovery=recovery,
+                    timeout_s=timeout_s,
+                )
+            ),
+            callback,
+        )
 
     async def read(
         self,
@@ -320,7 +323,6 @@ class MemoryBookies:
                 await asyncio.wait_for(bk.lac_changed.wait(), deadline - loop.time())
             except TimeoutError:
                 continue
-
 
     async def entry_checksums(
         self,

@@ -89,8 +89,12 @@ class ProxyRegistry:
                 f"proxy {info.proxy_id} is registered at {current.address} by session "
                 f"0x{stat.ephemeral_owner:x}"
             )
-        log.info("proxy %s: taking over the registration of session 0x%x (same address %s)",
-                 info.proxy_id, stat.ephemeral_owner, info.address)
+        log.info(
+            "proxy %s: taking over the registration of session 0x%x (same address %s)",
+            info.proxy_id,
+            stat.ephemeral_owner,
+            info.address,
+        )
         tx = self._zk.transaction().delete(path, stat.version).create(path, data, ephemeral=True)
         try:
             await tx.commit()

@@ -78,8 +78,11 @@ def _spark_read(spark: Any, cluster: str, stream: str, arrow: bool) -> tuple[int
     from pyspark.sql import functions as F
 
     df = (
-        spark.read.format("bookline").option("cluster", cluster).option("stream", stream)
-        .option("arrow", str(arrow).lower()).load()
+        spark.read.format("bookline")
+        .option("cluster", cluster)
+        .option("stream", stream)
+        .option("arrow", str(arrow).lower())
+        .load()
     )
     t0 = time.perf_counter()
     row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("b")).first()
@@ -116,8 +119,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _spark_read(spark, cluster_file, stream, True)  # warm up: JVM, Python workers
         n_arrow, t_arrow, parts = _spark_read(spark, cluster_file, stream, True)
         n_tuples, t_tuples, _parts = _spark_read(spark, cluster_file, stream, False)
-    for name, n in (("core_read_entries", n_entries), ("core_reader", n_reader),
-                    ("spark_arrow", n_arrow), ("spark_tuples", n_tuples)):
+    for name, n in (
+        ("core_read_entries", n_entries),
+        ("core_reader", n_reader),
+        ("spark_arrow", n_arrow),
+        ("spark_tuples", n_tuples),
+    ):
         if n != args.records:
             raise RuntimeError(f"{name} read {n} records, expected {args.records}")
     return {
@@ -137,11 +144,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cluster", default=None,
-                   help="cluster.json of a running cluster (default: start our own)")
+    p.add_argument(
+        "--cluster", default=None, help="cluster.json of a running cluster (default: start our own)"
+    )
     p.add_argument("--records", type=int, default=1_000_000, help="records to write and read")
     p.add_argument("--record-size", type=int, default=100, help="bytes per record")
-    p.add_argument("--segment-records", type=int, default=250_000,
-                   help="records per segment (a writer per segment)")
+    p.add_argument(
+        "--segment-records",
+        type=int,
+        default=250_000,
+        help="records per segment (a writer per segment)",
+    )
     p.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")

@@ -39,12 +39,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo",
         help="access logs -> stream -> Spark streaming + batch replay -> stream and Parquet",
     )
-    p.add_argument("--dir", default=None,
-                   help="state directory: cluster, checkpoints, Parquet (default: a temp dir)")
-    p.add_argument("--cluster", default=None,
-                   help="cluster.json of a running cluster (default: start our own)")
+    p.add_argument(
+        "--dir",
+        default=None,
+        help="state directory: cluster, checkpoints, Parquet (default: a temp dir)",
+    )
+    p.add_argument(
+        "--cluster", default=None, help="cluster.json of a running cluster (default: start our own)"
+    )
     p.add_argument("--records", type=int, default=20_000, help="access logs to generate")
     p.add_argument("--minutes", type=int, default=10, help="event-time span of the logs")
-    p.add_argument("--max-records-per-trigger", type=int, default=5_000,
-                   help="admission control of the streaming job")
+    p.add_argument(
+        "--max-records-per-trigger",
+        type=int,
+        default=5_000,
+        help="admission control of the streaming job",
+    )
     p.set_defaults(handler=_cmd_demo)

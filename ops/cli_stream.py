@@ -40,8 +40,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     def add(name: str, help_text: str, with_name: bool = True) -> argparse.ArgumentParser:
         q = ops.add_parser(name, help=help_text)
-        q.add_argument("--cluster", default=os.environ.get(ENV_CLUSTER),
-                       help=f"cluster.json of a running cluster (default ${ENV_CLUSTER})")
+        q.add_argument(
+            "--cluster",
+            default=os.environ.get(ENV_CLUSTER),
+            help=f"cluster.json of a running cluster (default ${ENV_CLUSTER})",
+        )
         if with_name:
             q.add_argument("name", help="stream name")
         q.set_defaults(handler=_run)
@@ -53,8 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add("delete", "delete a stream and its data")
     add("write", "write stdin lines as records; prints the last DLSN")
     r = add("read", "print records, one per line")
-    r.add_argument("--from", dest="start", default="earliest",
-                   help="earliest, latest, seg:entry:slot, seq:N, txid:N or time:MS")
+    r.add_argument(
+        "--from",
+        dest="start",
+        default="earliest",
+        help="earliest, latest, seg:entry:slot, seq:N, txid:N or time:MS",
+    )
     r.add_argument("--limit", type=int, default=None, help="stop after N records")
     r.add_argument("--follow", action="store_true", help="keep waiting for new records")
     r.add_argument("--json", action="store_true", help="one JSON object per record")
@@ -115,8 +122,11 @@ async def _write(client: ProxyClient, name: str) -> int:
     failed = [r for r in results if isinstance(r, BaseException)]
     written = [r for r in results if isinstance(r, DLSN)]
     for exc in failed[:5]:
-        detail = f"{exc.name} ({exc.code}): {exc.message}" if isinstance(exc, BooklineError) \
+        detail = (
+            f"{exc.name} ({exc.code}): {exc.message}"
+            if isinstance(exc, BooklineError)
             else repr(exc)
+        )
         print(f"bookline: write failed: {detail}", file=sys.stderr)
     if written:
         print(str(written[-1]))
@@ -126,9 +136,15 @@ async def _write(client: ProxyClient, name: str) -> int:
 
 def _line(rec: Any, as_json: bool) -> str:
     if as_json:
-        return json.dumps({"dlsn": str(rec.dlsn), "seq": rec.sequence_id, "txid": rec.txid,
-                           "ts": rec.timestamp_ms,
-                           "payload": rec.payload.decode("utf-8", "replace")})
+        return json.dumps(
+            {
+                "dlsn": str(rec.dlsn),
+                "seq": rec.sequence_id,
+                "txid": rec.txid,
+                "ts": rec.timestamp_ms,
+                "payload": rec.payload.decode("utf-8", "replace"),
+            }
+        )
     return str(rec.payload.decode("utf-8", "replace"))
 
 
@@ -137,8 +153,9 @@ async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
     remaining = args.limit
     while remaining is None or remaining > 0:
         want = READ_PAGE_RECORDS if remaining is None else min(remaining, READ_PAGE_RECORDS)
-        page = await client.read(args.name, position, want,
-                                 wait_ms=FOLLOW_WAIT_MS if args.follow else 0)
+        page = await client.read(
+            args.name, position, want, wait_ms=FOLLOW_WAIT_MS if args.follow else 0
+        )
         for rec in page.records:
             sys.stdout.write(_line(rec, args.json) + "\n")
         sys.stdout.flush()

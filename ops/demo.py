@@ -51,8 +51,11 @@ def write_and_read(cluster_file: Path) -> None:
     async def run() -> None:
         async with ProxyClient.from_cluster_file(cluster_file) as client:
             stream = "demo"
-            before = (await client.describe(stream))["next_sequence_id"] if stream in (
-                await client.list_streams()) else 0
+            before = (
+                (await client.describe(stream))["next_sequence_id"]
+                if stream in (await client.list_streams())
+                else 0
+            )
             lines = [f"hello from run.sh #{before + i}" for i in range(3)]
             print(f"== write {len(lines)} records to stream {stream!r} via {client.route(stream)}")
             dlsns = await client.write_many(stream, lines)
@@ -68,7 +71,9 @@ def write_and_read(cluster_file: Path) -> None:
             dlsn = await client.write(stream, "tailed over WebSocket")
             rec = await asyncio.wait_for(first, 10)
             await tail.aclose()
-            print(f"== tail (WebSocket) saw {rec.payload.decode()!r} at {rec.dlsn} "
-                  f"(written at {dlsn})")
+            print(
+                f"== tail (WebSocket) saw {rec.payload.decode()!r} at {rec.dlsn} "
+                f"(written at {dlsn})"
+            )
 
     asyncio.run(run())

@@ -83,11 +83,13 @@ class LocalCluster:
         ports: dict[str, int] = {}
         if path.exists():
             ports = {k: int(v) for k, v in json.loads(path.read_text()).items()}
-        for key in ["zookeeper"] + [f"bookie-{i}" for i in range(1, self.bookie_count + 1)] + [
-            f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)
-        ] + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)] + [
-            f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)
-        ]:
+        for key in (
+            ["zookeeper"]
+            + [f"bookie-{i}" for i in range(1, self.bookie_count + 1)]
+            + [f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)]
+            + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)]
+            + [f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)]
+        ):
             if key not in ports:
                 ports[key] = procs.free_port()
         tmp = path.with_suffix(".tmp")
@@ -139,15 +141,26 @@ class LocalCluster:
         port = ports[name]
         metrics_port = ports[f"{name}-metrics"]
         argv = [
-            sys.executable, "-m", "ops.cli", "bookie",
-            "--bookie-id", name,
-            "--port", str(port),
-            "--metrics-port", str(metrics_port),
-            "--zk", self.zk_connect,
-            "--root", CLUSTER_ROOT,
-            "--journal-dir", str(base / "journal"),
-            "--ledgers-dir", str(base / "ledgers"),
-            "--index-dir", str(base / "index"),
+            sys.executable,
+            "-m",
+            "ops.cli",
+            "bookie",
+            "--bookie-id",
+            name,
+            "--port",
+            str(port),
+            "--metrics-port",
+            str(metrics_port),
+            "--zk",
+            self.zk_connect,
+            "--root",
+            CLUSTER_ROOT,
+            "--journal-dir",
+            str(base / "journal"),
+            "--ledgers-dir",
+            str(base / "ledgers"),
+            "--index-dir",
+            str(base / "index"),
         ]
         log_path = base / "bookie.log"
         base.mkdir(parents=True, exist_ok=True)
@@ -155,9 +168,14 @@ class LocalCluster:
         offset = log_path.stat().st_size if log_path.exists() else 0
         proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
         return ProcessInfo(
-            name, proc, f"127.0.0.1:{port}",
-            {"metrics": f"http://127.0.0.1:{metrics_port}/metrics", "log": str(log_path),
-             "_log_offset": offset},
+            name,
+            proc,
+            f"127.0.0.1:{port}",
+            {
+                "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+                "log": str(log_path),
+                "_log_offset": offset,
+            },
         )
 
     def _start_proxy(self, kind: str, index: int, ports: dict[str, int]) -> ProcessInfo:
@@ -166,12 +184,20 @@ class LocalCluster:
         short = "wp" if kind == "writeproxy" else "rp"
         port = ports[name]
         argv = [
-            sys.executable, "-m", "ops.cli", kind,
-            "--proxy-id", f"{short}-{index}",
-            "--port", str(port),
-            "--zk", self.zk_connect,
-            "--root", CLUSTER_ROOT,
-            "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
+            sys.executable,
+            "-m",
+            "ops.cli",
+            kind,
+            "--proxy-id",
+            f"{short}-{index}",
+            "--port",
+            str(port),
+            "--zk",
+            self.zk_connect,
+            "--root",
+            CLUSTER_ROOT,
+            "--session-timeout-ms",
+            str(PROXY_SESSION_TIMEOUT_MS),
             *self.proxy_args.get(kind, []),
         ]
         log_path = self.dir / name / f"{kind}.log"
@@ -180,9 +206,10 @@ class LocalCluster:
         proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
         url = f"http://127.0.0.1:{port}"
         return ProcessInfo(
-            name, proc, f"127.0.0.1:{port}",
-            {"url": url, "metrics": f"{url}/metrics", "log": str(log_path),
-             "_log_offset": offset},
+            name,
+            proc,
+            f"127.0.0.1:{port}",
+            {"url": url, "metrics": f"{url}/metrics", "log": str(log_path), "_log_offset": offset},
         )
 
     def restart_proxy(self, info: ProcessInfo) -> ProcessInfo:
@@ -299,8 +326,10 @@ def run_local(args: argparse.Namespace) -> int:
     cluster.start()
     try:
         print(json.dumps(cluster.describe(), indent=2), flush=True)
-        print(f"local cluster ready; cluster file {cluster.dir / 'cluster.json'}; Ctrl-C stops it",
-              flush=True)
+        print(
+            f"local cluster ready; cluster file {cluster.dir / 'cluster.json'}; Ctrl-C stops it",
+            flush=True,
+        )
         _wait_for_interrupt()
     finally:
         cluster.stop()

@@ -200,7 +200,10 @@ def _read_slice(ns: SyncNamespace, sl: Slice, batch_rows: int) -> Iterator[list[
             invariant(
                 rec.sequence_id == expected,
                 "stream %r segment %d: read sequence id %d, expected %d (a hole)",
-                sl.stream, sl.seqno, rec.sequence_id, expected,
+                sl.stream,
+                sl.seqno,
+                rec.sequence_id,
+                expected,
             )
             out.append(rec)
             expected += 1
@@ -234,7 +237,11 @@ def read_slice(
             ) from exc
         log.warning(
             "skipping stream %r records %d..%d of segment %d (failOnDataLoss=false): %s",
-            sl.stream, sl.seq_lo, sl.seq_hi - 1, sl.seqno, exc,
+            sl.stream,
+            sl.seq_lo,
+            sl.seq_hi - 1,
+            sl.seqno,
+            exc,
         )
 
 

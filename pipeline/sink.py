@@ -340,8 +340,9 @@ class _TaskWrite:
         self._close_writer()
 
 
-def _write_rows(opts: SinkOptions, columns: Sequence[str], tag: Tag,
-                rows: Iterable[Any]) -> BooklineCommitMessage:
+def _write_rows(
+    opts: SinkOptions, columns: Sequence[str], tag: Tag, rows: Iterable[Any]
+) -> BooklineCommitMessage:
     task = _TaskWrite(opts, columns, tag)
     try:
         for row in rows:
@@ -388,13 +389,15 @@ class BooklineBatchWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written, skipped = _totals(messages)
-        log.info("bookline write %s committed: written %s, skipped %s",
-                 self.write_id, written, skipped)
+        log.info(
+            "bookline write %s committed: written %s, skipped %s", self.write_id, written, skipped
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         written, _skipped = _totals(messages)
-        log.warning("bookline write %s aborted; records already written stay: %s",
-                    self.write_id, written)
+        log.warning(
+            "bookline write %s aborted; records already written stay: %s", self.write_id, written
+        )
 
 
 class BooklineStreamWriter(DataSourceStreamWriter):
@@ -418,10 +421,17 @@ class BooklineStreamWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written, skipped = _totals(messages)
-        log.info("bookline micro-batch %d committed: written %s, skipped (replayed) %s",
-                 batchId, written, skipped)
+        log.info(
+            "bookline micro-batch %d committed: written %s, skipped (replayed) %s",
+            batchId,
+            written,
+            skipped,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         written, _skipped = _totals(messages)
-        log.warning("bookline micro-batch %d aborted; written so far %s (a replay skips them)",
-                    batchId, written)
+        log.warning(
+            "bookline micro-batch %d aborted; written so far %s (a replay skips them)",
+            batchId,
+            written,
+        )

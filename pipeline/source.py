@@ -254,8 +254,9 @@ class BooklineDataSource(DataSource):
         return NAME
 
     def _include_headers(self) -> bool:
-        raw = str(dict((k.lower(), v) for k, v in self.options.items()).get(
-            "includeheaders", "true"))
+        raw = str(
+            dict((k.lower(), v) for k, v in self.options.items()).get("includeheaders", "true")
+        )
         if raw.lower() not in ("true", "false"):
             raise BadRequestError(f"option 'includeHeaders' must be true or false, got {raw!r}")
         return raw.lower() == "true"

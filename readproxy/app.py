@@ -60,8 +60,14 @@ def _frame(items: list[CachedRecord], next_pos: str) -> bytes:
     """msgpack ``{"records": [...], "next": ...}`` from records packed once each."""
     head = msgpack.Packer().pack_array_header(len(items))
     return b"".join(
-        (b"\x82", _PACKER_KEYS[0], head, *(i.packed for i in items), _PACKER_KEYS[1],
-         msgpack.packb(next_pos))
+        (
+            b"\x82",
+            _PACKER_KEYS[0],
+            head,
+            *(i.packed for i in items),
+            _PACKER_KEYS[1],
+            msgpack.packb(next_pos),
+        )
     )
 
 
@@ -102,7 +108,9 @@ class ReadProxy:
 
         cfg = self.config
         self._ns = await Namespace.open(
-            zk=cfg.zk, root=cfg.root, namespace=cfg.namespace,
+            zk=cfg.zk,
+            root=cfg.root,
+            namespace=cfg.namespace,
             config=NamespaceConfig(session_timeout_ms=cfg.session_timeout_ms),
         )
         self._feeds = FeedRegistry(self._ns, cfg, self.metrics)
@@ -112,9 +120,7 @@ class ReadProxy:
         # One ZooKeeper session per proxy: the core's. The owner records then live and
         # die with the same session as the writer locks.
         self._md = self._ns.context.md
-        await self._md.proxies.register(
-            ProxyInfo(READ_PROXY_PREFIX + cfg.proxy_id, self.url, 0.0)
-        )
+        await self._md.proxies.register(ProxyInfo(READ_PROXY_PREFIX + cfg.proxy_id, self.url, 0.0))
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
     async def _reap(self) -> None:
@@ -170,14 +176,17 @@ class ReadProxy:
     # -- plain routes ----------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        return respond(request, {
-            "status": "ok",
-            "proxy_id": self.config.proxy_id,
-            "url": self.url,
-            "feeds": len(self.feeds.feeds),
-            "cache_bytes": self.feeds.cache_bytes,
-            "websockets": len(self._websockets),
-        })
+        return respond(
+            request,
+            {
+                "status": "ok",
+                "proxy_id": self.config.proxy_id,
+                "url": self.url,
+                "feeds": len(self.feeds.feeds),
+                "cache_bytes": self.feeds.cache_bytes,
+                "websockets": len(self._websockets),
+            },
+        )
 
     async def list_streams(self, request: web.Request) -> web.Response:
         return respond(request, {"streams": sorted(await self.ns.list_streams())})
@@ -310,9 +319,14 @@ class ReadProxy:
                 await self._send(ws, [pack_record(r) for r in recs], seq, as_json, "private")
             else:
                 info = await self.ns.stream_info(name)
-                seq = int(info.next_sequence_id) if pos.kind != "earliest" else int(
-                    info.first_sequence_id if info.first_sequence_id is not None
-                    else info.next_sequence_id
+                seq = (
+                    int(info.next_sequence_id)
+                    if pos.kind != "earliest"
+                    else int(
+                        info.first_sequence_id
+                        if info.first_sequence_id is not None
+                        else info.next_sequence_id
+                    )
                 )
         feed: Feed = await self.feeds.open(name, seq)
         feed.subscribers += 1
@@ -329,8 +343,9 @@ class ReadProxy:
                     )
                     if recs:
                         seq = recs[-1].sequence_id + 1
-                        await self._send(ws, [pack_record(r) for r in recs], seq, as_json,
-                                         "private")
+                        await self._send(
+                            ws, [pack_record(r) for r in recs], seq, as_json, "private"
+                        )
                     continue
                 items = feed.slice(seq, frame_max, cfg.read_bytes_max)
                 if items:
@@ -343,13 +358,24 @@ class ReadProxy:
             self.metrics.subscribers.dec()
 
     async def _send(
-        self, ws: web.WebSocketResponse, items: list[CachedRecord], next_seq: int,
-        as_json: bool, path: str,
+        self,
+        ws: web.WebSocketResponse,
+        items: list[CachedRecord],
+        next_seq: int,
+        as_json: bool,
+        path: str,
     ) -> None:
         if as_json:
-            await ws.send_str(json.dumps(wire._to_json(
-                {"records": [record_view(i.record) for i in items], "next": f"seq:{next_seq}"}
-            )))
+            await ws.send_str(
+                json.dumps(
+                    wire._to_json(
+                        {
+                            "records": [record_view(i.record) for i in items],
+                            "next": f"seq:{next_seq}",
+                        }
+                    )
+                )
+            )
         else:
             await ws.send_bytes(_frame(items, f"seq:{next_seq}"))
         self.metrics.served_records.labels(path).inc(len(items))

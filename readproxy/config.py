@@ -44,10 +44,19 @@ class ReadProxyConfig(ProxyConfig):
     def __post_init__(self) -> None:
         self.check_common()
         self.require_positive(
-            "read_records_max", "read_bytes_max", "long_poll_ms_max", "feeds_max",
-            "feed_records_max", "feed_bytes_max", "cache_bytes_max", "feed_idle_ms",
-            "private_readers_max", "private_reader_idle_ms", "ws_frame_records_max",
-            "websockets_max", "range_read_timeout_ms",
+            "read_records_max",
+            "read_bytes_max",
+            "long_poll_ms_max",
+            "feeds_max",
+            "feed_records_max",
+            "feed_bytes_max",
+            "cache_bytes_max",
+            "feed_idle_ms",
+            "private_readers_max",
+            "private_reader_idle_ms",
+            "ws_frame_records_max",
+            "websockets_max",
+            "range_read_timeout_ms",
         )
         if self.cache_bytes_max < self.feed_bytes_max:
             raise ConfigError("readproxy.cache_bytes_max must be >= feed_bytes_max")

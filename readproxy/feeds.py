@@ -61,8 +61,14 @@ def pack_record(rec: ReadRecord) -> CachedRecord:
 
 class Feed:
     def __init__(
-        self, ns: Namespace, name: str, start_seq: int, *, config: ReadProxyConfig,
-        metrics: ReadProxyMetrics, on_bytes: Callable[[int], None],
+        self,
+        ns: Namespace,
+        name: str,
+        start_seq: int,
+        *,
+        config: ReadProxyConfig,
+        metrics: ReadProxyMetrics,
+        on_bytes: Callable[[int], None],
     ) -> None:
         self.ns = ns
         self.name = name
@@ -166,8 +172,9 @@ class Feed:
         for rec in recs:
             if rec.sequence_id != self.next_seq:
                 # Truncation skipped ahead (or a first record after a gap): restart the ring.
-                log.info("feed %s: jump from seq %d to %d", self.name, self.next_seq,
-                         rec.sequence_id)
+                log.info(
+                    "feed %s: jump from seq %d to %d", self.name, self.next_seq, rec.sequence_id
+                )
                 self._on_bytes(-self.bytes)
                 self.ring.clear()
                 self.bytes = 0
@@ -264,8 +271,9 @@ class FeedRegistry:
             feed = self.feeds.get(name)
             if feed is not None:
                 return feed
-        feed = Feed(self.ns, name, start_seq, config=self.cfg, metrics=self.metrics,
-                    on_bytes=self._account)
+        feed = Feed(
+            self.ns, name, start_seq, config=self.cfg, metrics=self.metrics, on_bytes=self._account
+        )
         self.feeds[name] = feed
         self.metrics.feeds.set(len(self.feeds))
         return feed
@@ -319,8 +327,12 @@ class ReaderPool:
                 raise TooManyRequestsError("every private reader of this proxy is busy")
         self.busy += 1
         try:
-            reader = entry[0] if entry is not None else await self.ns.open_reader(
-                name, start, skip_truncated=start.kind.value == "earliest"
+            reader = (
+                entry[0]
+                if entry is not None
+                else await self.ns.open_reader(
+                    name, start, skip_truncated=start.kind.value == "earliest"
+                )
             )
             try:
                 recs = await reader.read_many(records_max, timeout_s=timeout_s)

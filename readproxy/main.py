@@ -14,7 +14,9 @@ from readproxy.config import ReadProxyConfig
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_proxy_command(
-        sub, ReadProxyConfig, "run a read proxy (range reads, long-poll/WebSocket tails)",
+        sub,
+        ReadProxyConfig,
+        "run a read proxy (range reads, long-poll/WebSocket tails)",
         _read_proxy,
     )
 

@@ -19,12 +19,16 @@ class ReadProxyMetrics:
             "bookline_readproxy_requests", "Requests answered", ["endpoint", "status"], registry=r
         )
         self.core_records = Counter(
-            "bookline_readproxy_core_records", "Records read through the core library",
-            ["source"], registry=r,
+            "bookline_readproxy_core_records",
+            "Records read through the core library",
+            ["source"],
+            registry=r,
         )
         self.core_entries = Counter(
-            "bookline_readproxy_core_entries", "Distinct entries read through the core library",
-            ["source"], registry=r,
+            "bookline_readproxy_core_entries",
+            "Distinct entries read through the core library",
+            ["source"],
+            registry=r,
         )
         self.served_records = Counter(
             "bookline_readproxy_served_records", "Records sent to clients", ["path"], registry=r
@@ -39,6 +43,4 @@ class ReadProxyMetrics:
         self.private_readers = Gauge(
             "bookline_readproxy_private_readers", "Private readers open", registry=r
         )
-        self.websockets = Gauge(
-            "bookline_readproxy_websockets", "WebSocket tails open", registry=r
-        )
+        self.websockets = Gauge("bookline_readproxy_websockets", "WebSocket tails open", registry=r)

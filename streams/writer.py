@@ -937,9 +937,7 @@ class LogWriter:
             await asyncio.sleep(interval_s)
             try:
                 async with self._meta_lock:
-                    await apply_retention(
-                        self._ctx, self.stream, self._options, self.durable_end()
-                    )
+                    await apply_retention(self._ctx, self.stream, self._options, self.durable_end())
             except BooklineError as exc:
                 log.warning("retention of %s failed (will retry): %s", self.stream, exc)
 

@@ -41,8 +41,9 @@ def log_tail(log_path: Path, offset: int = 0) -> str:
     return data.decode(errors="replace")[-3000:]
 
 
-async def wait_ready(proc: Popen[bytes], log_path: Path, offset: int = 0,
-                    timeout_s: float = PROXY_READY_TIMEOUT_S) -> None:
+async def wait_ready(
+    proc: Popen[bytes], log_path: Path, offset: int = 0, timeout_s: float = PROXY_READY_TIMEOUT_S
+) -> None:
     """Wait for ``writeproxy ready`` after ``offset`` in the log; RuntimeError with the
     log's tail if the process exits first."""
     deadline = time.monotonic() + timeout_s

@@ -181,8 +181,13 @@ async def test_power_cut_loses_what_was_acknowledged_without_fsync(tmp_path: Pat
     finally:
         await s.close()
     # Without the shim, kill -9 alone keeps the page cache: nothing is lost.
-    config = dataclasses.replace(config, fault_shim="", journal_dir=str(tmp_path / "j2"),
-                                 ledgers_dir=str(tmp_path / "l2"), index_dir=str(tmp_path / "i2"))
+    config = dataclasses.replace(
+        config,
+        fault_shim="",
+        journal_dir=str(tmp_path / "j2"),
+        ledgers_dir=str(tmp_path / "l2"),
+        index_dir=str(tmp_path / "i2"),
+    )
     s = BookieStorage(config)
     await s.start()
     await add_all(s, 2, range(50))

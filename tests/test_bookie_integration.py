@@ -256,9 +256,7 @@ async def test_gc_drops_ledgers_deleted_from_metadata(
         bookie.start()
         # Interleaved, as real traffic is: every entry log holds every ledger.
         for e in range(100):
-            await asyncio.gather(
-                *(conn.add(lid, e, e - 1, KEY, data(lid, e)) for lid in ledgers)
-            )
+            await asyncio.gather(*(conn.add(lid, e, e - 1, KEY, data(lid, e)) for lid in ledgers))
         await _wait_until(lambda: _entry_log_bytes(bookie) > 1_500_000, "entries checkpointed")
         before = _entry_log_bytes(bookie)
         assert await conn.list_ledgers() == tuple(ledgers)

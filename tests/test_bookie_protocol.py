@@ -32,9 +32,7 @@ requests = st.one_of(
     st.builds(p.AddRequest, u64, u64, u64, eid, key, payload, st.booleans()),
     st.builds(p.ReadRequest, u64, u64, eid, st.booleans(), key),
     st.builds(p.ReadLacRequest, u64, u64, eid, st.integers(0, (1 << 32) - 1)),
-    st.builds(
-        p.ReadLacRequest, u64, u64, eid, st.integers(0, 1 << 31), st.integers(1, 1 << 31)
-    ),
+    st.builds(p.ReadLacRequest, u64, u64, eid, st.integers(0, 1 << 31), st.integers(1, 1 << 31)),
     st.builds(p.InfoRequest, u64),
     st.builds(p.ListLedgersRequest, u64),
     st.builds(p.ListEntriesRequest, u64, u64),

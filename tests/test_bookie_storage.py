@@ -82,9 +82,9 @@ async def restart(old: BookieStorage, *, crash: bool, **kwargs: object) -> Booki
 
 
 async def add_all(s: BookieStorage, ledger_id: int, entry_ids: range, size: int = 100) -> None:
-    await asyncio.gather(*(
-        s.add_entry(ledger_id, e, e - 1, KEY, payload(ledger_id, e, size)) for e in entry_ids
-    ))
+    await asyncio.gather(
+        *(s.add_entry(ledger_id, e, e - 1, KEY, payload(ledger_id, e, size)) for e in entry_ids)
+    )
 
 
 async def check_all(s: BookieStorage, ledger_id: int, entry_ids: range, size: int = 100) -> None:
@@ -218,8 +218,7 @@ async def test_clean_close_restart(config: BookieConfig) -> None:
 
 
 async def test_journal_rolls_and_old_files_are_deleted(tmp_path: Path) -> None:
-    config = make_config(tmp_path, journal_file_bytes_max=32 << 10,
-                         journal_prealloc_bytes=8 << 10)
+    config = make_config(tmp_path, journal_file_bytes_max=32 << 10, journal_prealloc_bytes=8 << 10)
     s = BookieStorage(config)
     await s.start()
     for start in range(0, 400, 20):  # small groups so the journal rolls many times
@@ -339,8 +338,13 @@ async def test_group_wait_batches_records(tmp_path: Path) -> None:
 
 
 async def test_bad_requests_do_not_reach_the_journal(storage: BookieStorage) -> None:
-    for ledger_id, entry_id, lac in ((-1, 0, -1), (1, -1, -1), (1, 0, -2), (1, 0, 1 << 63),
-                                     (1 << 64, 0, -1)):
+    for ledger_id, entry_id, lac in (
+        (-1, 0, -1),
+        (1, -1, -1),
+        (1, 0, -2),
+        (1, 0, 1 << 63),
+        (1 << 64, 0, -1),
+    ):
         with pytest.raises(BadRequestError):
             await storage.add_entry(ledger_id, entry_id, lac, KEY, b"x")
     with pytest.raises(BadRequestError):
@@ -353,8 +357,9 @@ async def test_bad_requests_do_not_reach_the_journal(storage: BookieStorage) -> 
 
 
 async def test_compaction_reclaims_space_while_reads_stay_correct(tmp_path: Path) -> None:
-    config = make_config(tmp_path, entry_log_bytes_max=64 << 10, read_cache_bytes_max=0,
-                         compaction_threshold=0.5)
+    config = make_config(
+        tmp_path, entry_log_bytes_max=64 << 10, read_cache_bytes_max=0, compaction_threshold=0.5
+    )
     s = BookieStorage(config)
     await s.start()
     try:
@@ -432,13 +437,15 @@ async def test_read_only_rejects_adds_but_serves_reads(storage: BookieStorage) -
 async def test_disk_thresholds_flip_read_only_both_ways(storage: BookieStorage) -> None:
     used = storage.disk_usage().used_fraction
     assert 0.0 < used < 1.0
-    storage.config = dataclasses.replace(storage.config, disk_usage_lwm=used / 4,
-                                         disk_usage_threshold=used / 2)
+    storage.config = dataclasses.replace(
+        storage.config, disk_usage_lwm=used / 4, disk_usage_threshold=used / 2
+    )
     assert storage.check_disk_usage().read_only
     with pytest.raises(ReadOnlyError):
         await storage.add_entry(1, 0, -1, KEY, b"x")
-    storage.config = dataclasses.replace(storage.config, disk_usage_lwm=min(0.999, used + 0.01),
-                                         disk_usage_threshold=1.0)
+    storage.config = dataclasses.replace(
+        storage.config, disk_usage_lwm=min(0.999, used + 0.01), disk_usage_threshold=1.0
+    )
     assert not storage.check_disk_usage().read_only
     await storage.add_entry(1, 0, -1, KEY, b"x")
 

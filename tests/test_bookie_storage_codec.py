@@ -22,10 +22,16 @@ ENTRY = st.integers(0, (1 << 63) - 1)
 LAC = st.integers(-1, (1 << 63) - 1)
 
 records = st.one_of(
-    st.builds(lambda lid, eid, lac, p: JournalRecord(ADD, lid, eid, lac, p),
-              U64, ENTRY, LAC, st.binary(max_size=300)),
-    st.builds(lambda lid, k: JournalRecord(MASTER_KEY, lid, -1, -1, k),
-              U64, st.binary(max_size=40)),
+    st.builds(
+        lambda lid, eid, lac, p: JournalRecord(ADD, lid, eid, lac, p),
+        U64,
+        ENTRY,
+        LAC,
+        st.binary(max_size=300),
+    ),
+    st.builds(
+        lambda lid, k: JournalRecord(MASTER_KEY, lid, -1, -1, k), U64, st.binary(max_size=40)
+    ),
     st.builds(lambda lid: JournalRecord(FENCE, lid, -1, -1, b""), U64),
 )
 
@@ -107,8 +113,9 @@ def test_mark_round_trip(file_id: int, offset: int) -> None:
 
 
 @given(U64, ENTRY, st.binary(max_size=500), st.data())
-def test_entrylog_record_round_trip_and_flip(ledger_id: int, entry_id: int, payload: bytes,
-                                             data: st.DataObject) -> None:
+def test_entrylog_record_round_trip_and_flip(
+    ledger_id: int, entry_id: int, payload: bytes, data: st.DataObject
+) -> None:
     buf = bytearray()
     n = entrylog.encode_into(buf, ledger_id, entry_id, payload)
     assert n == len(buf)
@@ -121,26 +128,38 @@ def test_entrylog_record_round_trip_and_flip(ledger_id: int, entry_id: int, payl
 
 def test_group_runs_merges_adjacent_records() -> None:
     loc = entrylog.Location
-    runs = entrylog.group_runs([
-        (1, loc(5, 100, 10)), (2, loc(5, 110, 20)), (3, loc(6, 130, 5)), (4, loc(6, 135, 5)),
-        (5, loc(6, 500, 5)),
-    ])
+    runs = entrylog.group_runs(
+        [
+            (1, loc(5, 100, 10)),
+            (2, loc(5, 110, 20)),
+            (3, loc(6, 130, 5)),
+            (4, loc(6, 135, 5)),
+            (5, loc(6, 500, 5)),
+        ]
+    )
     assert runs == [(loc(5, 100, 30), [1, 2]), (loc(6, 130, 10), [3, 4]), (loc(6, 500, 5), [5])]
 
 
 # One ledger's flush input: ascending distinct entry ids and their payloads.
 ledger_runs = st.lists(
     st.tuples(U64, st.lists(ENTRY, unique=True, max_size=12).map(sorted)).flatmap(
-        lambda run: st.tuples(st.just(run[0]), st.just(run[1]),
-                              st.lists(st.binary(max_size=200), min_size=len(run[1]),
-                                       max_size=len(run[1])))),
+        lambda run: st.tuples(
+            st.just(run[0]),
+            st.just(run[1]),
+            st.lists(st.binary(max_size=200), min_size=len(run[1]), max_size=len(run[1])),
+        )
+    ),
     max_size=5,
 )
 
 
-def _write_logs(directory: Path, bytes_max: int, first: tuple[int, int, bytes] | None,
-                runs: list[tuple[int, list[int], list[bytes]]], batch: bool,
-                ) -> tuple[list[tuple[int, int, entrylog.Location]], dict[int, int]]:
+def _write_logs(
+    directory: Path,
+    bytes_max: int,
+    first: tuple[int, int, bytes] | None,
+    runs: list[tuple[int, list[int], list[bytes]]],
+    batch: bool,
+) -> tuple[list[tuple[int, int, entrylog.Location]], dict[int, int]]:
     """Write ``first`` with append(), then ``runs`` with append_run() or append();
     return every (ledger, entry, location) and the bytes per log that sync() reports."""
     writer = entrylog.EntryLogWriter(directory, entrylog.LogIds(1), bytes_max, lambda fd: None)
@@ -153,19 +172,24 @@ def _write_logs(directory: Path, bytes_max: int, first: tuple[int, int, bytes] |
                 for run in writer.append_run(ledger_id, entry_ids, payloads):
                     placed += [(ledger_id, e, loc) for e, loc in run.locations()]
             else:
-                placed += [(ledger_id, e, writer.append(ledger_id, e, p))
-                           for e, p in zip(entry_ids, payloads, strict=True)]
+                placed += [
+                    (ledger_id, e, writer.append(ledger_id, e, p))
+                    for e, p in zip(entry_ids, payloads, strict=True)
+                ]
         return placed, writer.sync()
     finally:
         writer.close()
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 1500), st.none() | st.tuples(U64, ENTRY, st.binary(max_size=100)),
-       ledger_runs)
+@given(
+    st.integers(1, 1500), st.none() | st.tuples(U64, ENTRY, st.binary(max_size=100)), ledger_runs
+)
 def test_append_run_writes_what_append_writes(
-        bytes_max: int, first: tuple[int, int, bytes] | None,
-        runs: list[tuple[int, list[int], list[bytes]]]) -> None:
+    bytes_max: int,
+    first: tuple[int, int, bytes] | None,
+    runs: list[tuple[int, list[int], list[bytes]]],
+) -> None:
     with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as other:
         ref_dir, batch_dir = Path(one), Path(other)
         expected = _write_logs(ref_dir, bytes_max, first, runs, batch=False)
@@ -175,8 +199,11 @@ def test_append_run_writes_what_append_writes(
         for log_id in logs:
             name = entrylog.file_name(log_id)
             assert (batch_dir / name).read_bytes() == (ref_dir / name).read_bytes()
-        scanned = [(lid, eid, loc) for log_id in logs
-                   for lid, eid, loc, _rec in entrylog.scan(batch_dir, log_id)]
+        scanned = [
+            (lid, eid, loc)
+            for log_id in logs
+            for lid, eid, loc, _rec in entrylog.scan(batch_dir, log_id)
+        ]
         assert scanned == expected[0]
 
 
@@ -185,8 +212,10 @@ def test_append_run_rolls_exactly_where_append_does(tmp_path: Path) -> None:
     record boundary (the roll rule's edge case)."""
     record_bytes = entrylog.RECORD_HEADER_BYTES + 100
     bytes_max = entrylog.FILE_HEADER_BYTES + 700 * record_bytes
-    runs = [(7, list(range(1500)), [bytes([e % 251]) * 100 for e in range(1500)]),
-            (9, list(range(3, 903, 3)), [b"x" * 100] * 300)]
+    runs = [
+        (7, list(range(1500)), [bytes([e % 251]) * 100 for e in range(1500)]),
+        (9, list(range(3, 903, 3)), [b"x" * 100] * 300),
+    ]
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     expected = _write_logs(tmp_path / "a", bytes_max, None, runs, batch=False)
@@ -229,8 +258,13 @@ def test_append_run_fsyncs_along_the_way_when_asked(
 
 # --- journal replay: torn tail, damaged entry or corruption (journal_format.scan) -------
 
-adds = st.builds(lambda lid, eid, lac, p: JournalRecord(ADD, lid, eid, lac, p),
-                 st.integers(0, 5), ENTRY, LAC, st.binary(min_size=1, max_size=100))
+adds = st.builds(
+    lambda lid, eid, lac, p: JournalRecord(ADD, lid, eid, lac, p),
+    st.integers(0, 5),
+    ENTRY,
+    LAC,
+    st.binary(min_size=1, max_size=100),
+)
 
 
 def _grouped(groups: list[list[JournalRecord]]) -> tuple[bytes, list[tuple[int, int, int]]]:
@@ -254,11 +288,13 @@ def _scan_image(image: bytes, *, last: bool = True) -> journal_format.FileScan:
                                last=last)  # fmt: skip
 
 
-@given(st.lists(st.lists(records | adds, min_size=1, max_size=4), min_size=1, max_size=5),
-       st.data())
+@given(
+    st.lists(st.lists(records | adds, min_size=1, max_size=4), min_size=1, max_size=5), st.data()
+)
 @settings(max_examples=300)
-def test_journal_scan_never_drops_acknowledged_records(groups: list[list[JournalRecord]],
-                                                       data: st.DataObject) -> None:
+def test_journal_scan_never_drops_acknowledged_records(
+    groups: list[list[JournalRecord]], data: st.DataObject
+) -> None:
     """One flipped bit anywhere: in the last group it is a torn tail (a prefix comes
     back); before it, either exactly the damaged ADD is reported and every other record
     comes back, or replay refuses (JournalCorruptError) -- never a silent cut."""
@@ -319,7 +355,8 @@ def _legacy_record(rec: JournalRecord) -> bytes:
         body = struct.pack(">BBQqq", 1, ADD, rec.ledger_id, rec.entry_id, rec.lac) + rec.data
     else:
         body = struct.pack(">BBQ", 1, rec.type, rec.ledger_id) + (
-            rec.data if rec.type == MASTER_KEY else b"")
+            rec.data if rec.type == MASTER_KEY else b""
+        )
     length = struct.pack(">I", len(body))
     return struct.pack(">I", crc32c.crc32c(body, crc32c.crc32c(length))) + length + body
 

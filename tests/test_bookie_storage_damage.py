@@ -26,8 +26,9 @@ def log_path(config: BookieConfig, loc: entrylog.Location) -> Path:
     return Path(config.ledgers_dir) / entrylog.file_name(loc.log_id)
 
 
-async def stored(config: BookieConfig, ledgers: dict[int, int]) -> dict[tuple[int, int],
-                                                                         entrylog.Location]:
+async def stored(
+    config: BookieConfig, ledgers: dict[int, int]
+) -> dict[tuple[int, int], entrylog.Location]:
     """Add ``ledgers`` (id -> entry count), checkpoint, close; return every location."""
     s = BookieStorage(config)
     await s.start()
@@ -113,8 +114,10 @@ async def test_damage_is_logged_once_counted_and_survives_a_restart(
         metrics = BookieMetrics()
         metrics.refresh(s.disk_usage(), stats)
         assert metrics.registry.get_sample_value("bookline_bookie_damaged_entries") == 2
-        assert metrics.registry.get_sample_value(
-            "bookline_bookie_checksum_failures_total") == stats["checksum_failures"]
+        assert (
+            metrics.registry.get_sample_value("bookline_bookie_checksum_failures_total")
+            == stats["checksum_failures"]
+        )
         s = await _restart(s)
         assert s.damaged_entries() == [(1, 10), (2, 20)]
         with pytest.raises(ChecksumError):  # still failing: no other copy here
@@ -201,8 +204,10 @@ async def _compaction_setup(tmp_path: Path) -> tuple[BookieStorage, dict[int, in
         await add_all(s, ledger_id, range(40), size=COMPACT_SIZE)
         await s.checkpoint()
     await s.delete_ledgers(set(range(1, 21)) - set(SURVIVORS))
-    return s, {i: (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size
-               for i in entrylog.list_logs(Path(config.ledgers_dir))}
+    return s, {
+        i: (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size
+        for i in entrylog.list_logs(Path(config.ledgers_dir))
+    }
 
 
 async def _check_survivors(s: BookieStorage, damaged: set[tuple[int, int]]) -> None:
@@ -237,7 +242,8 @@ async def test_compaction_keeps_every_healthy_entry_after_a_damaged_one(tmp_path
         remaining = set(entrylog.list_logs(Path(config.ledgers_dir)))
         assert flipped.log_id not in remaining and torn.log_id not in remaining
         assert sum(before.values()) > 3 * sum(
-            (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size for i in remaining)
+            (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size for i in remaining
+        )
         s = await _restart(s)
         assert set(s.damaged_entries()) == damaged
         await _check_survivors(s, damaged)
@@ -338,8 +344,10 @@ async def test_journal_damage_in_the_middle_is_replayed_around(
             await s.read_entry(1, 50)
         assert s.damaged_entries() == [(1, 50)]
         assert not [r for r in caplog.records if "torn tail" in r.getMessage()]
-        assert any(path.name in r.getMessage() and "ledger 1 entry 50" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            path.name in r.getMessage() and "ledger 1 entry 50" in r.getMessage()
+            for r in caplog.records
+        )
         assert s.last_add_confirmed(1) == 498
         s = await _restart(s)  # after the replay's checkpoint
         await check_all(s, 1, range(51, 500))

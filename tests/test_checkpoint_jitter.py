@@ -66,16 +66,17 @@ def _config(tmp_path: Path, name: str, interval_ms: int) -> BookieConfig:
 
 
 async def test_engines_started_together_with_different_seeds_checkpoint_apart(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     interval_ms = 300
     seeds = (1, 2)
     # Their schedules (first delay: 191 ms vs 437 ms) are far apart by construction, so
     # a generous tolerance still fails if the seed were ignored.
-    firsts = [next(checkpoint_delays_s(interval_ms / 1000, 0.2, random.Random(s)))
-              for s in seeds]
+    firsts = [next(checkpoint_delays_s(interval_ms / 1000, 0.2, random.Random(s))) for s in seeds]
     assert abs(firsts[0] - firsts[1]) > 0.2, firsts
-    engines = [BookieStorage(_config(tmp_path, f"b{s}", interval_ms), rng=random.Random(s))
-               for s in seeds]
+    engines = [
+        BookieStorage(_config(tmp_path, f"b{s}", interval_ms), rng=random.Random(s)) for s in seeds
+    ]
     times: list[list[float]] = [[], []]
     t0 = time.monotonic()
 

@@ -16,10 +16,22 @@ from foundation.invariants import invariant
 # Codes are a public contract: they go over the wire and into HTTP bodies. Changing one
 # is a breaking change, so the table is pinned here.
 PINNED = {
-    "BAD_REQUEST": 2, "IO": 3, "NO_LEDGER": 4, "NO_ENTRY": 5, "UNAUTHORIZED": 6,
-    "FENCED": 7, "READ_ONLY": 8, "TOO_MANY_REQUESTS": 9, "TIMEOUT": 10,
-    "BAD_VERSION": 15, "LOCK_OWNED": 18, "INVARIANT_VIOLATION": 33, "OUT_OF_RANGE": 40,
-    "UNAVAILABLE": 41, "OUTCOME_UNKNOWN": 42, "PRODUCER_FENCED": 43,
+    "BAD_REQUEST": 2,
+    "IO": 3,
+    "NO_LEDGER": 4,
+    "NO_ENTRY": 5,
+    "UNAUTHORIZED": 6,
+    "FENCED": 7,
+    "READ_ONLY": 8,
+    "TOO_MANY_REQUESTS": 9,
+    "TIMEOUT": 10,
+    "BAD_VERSION": 15,
+    "LOCK_OWNED": 18,
+    "INVARIANT_VIOLATION": 33,
+    "OUT_OF_RANGE": 40,
+    "UNAVAILABLE": 41,
+    "OUTCOME_UNKNOWN": 42,
+    "PRODUCER_FENCED": 43,
 }
 
 

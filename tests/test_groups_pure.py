@@ -58,32 +58,40 @@ def test_sticky_partitioner_sticks_then_moves_and_covers_all() -> None:
     assert seen == set(range(6))
 
 
-def _check_valid(assignment: dict[str, set[tuple[str, int]]],
-                 members: dict[str, set[str]], partitions: dict[str, int]) -> None:
+def _check_valid(
+    assignment: dict[str, set[tuple[str, int]]],
+    members: dict[str, set[str]],
+    partitions: dict[str, int],
+) -> None:
     owners: dict[tuple[str, int], str] = {}
     for member, tps in assignment.items():
         for tp in tps:
             assert tp not in owners, f"{tp} owned twice"
             assert tp[0] in members[member], f"{member} not subscribed to {tp[0]}"
             owners[tp] = member
-    wanted = {(t, p) for t, n in partitions.items()
-              if any(t in s for s in members.values()) for p in range(n)}
+    wanted = {
+        (t, p)
+        for t, n in partitions.items()
+        if any(t in s for s in members.values())
+        for p in range(n)
+    }
     assert set(owners) == wanted
 
 
 def test_range_assignor_is_kafkas() -> None:
     members = {"c0": {"t"}, "c1": {"t"}, "c2": {"t"}}
     out = assign("range", members, {"t": 10})
-    assert out == {"c0": {("t", p) for p in range(4)},
-                   "c1": {("t", p) for p in range(4, 7)},
-                   "c2": {("t", p) for p in range(7, 10)}}
+    assert out == {
+        "c0": {("t", p) for p in range(4)},
+        "c1": {("t", p) for p in range(4, 7)},
+        "c2": {("t", p) for p in range(7, 10)},
+    }
 
 
 def test_roundrobin_assignor_is_kafkas() -> None:
     members = {"a": {"t0", "t1"}, "b": {"t0", "t1"}}
     out = assign("roundrobin", members, {"t0": 3, "t1": 3})
-    assert out == {"a": {("t0", 0), ("t0", 2), ("t1", 1)},
-                   "b": {("t0", 1), ("t1", 0), ("t1", 2)}}
+    assert out == {"a": {("t0", 0), ("t0", 2), ("t1", 1)}, "b": {("t0", 1), ("t1", 0), ("t1", 2)}}
 
 
 def test_unknown_assignor_is_a_clear_error() -> None:
@@ -115,11 +123,18 @@ def test_every_assignor_gives_each_partition_one_subscribed_owner(
     data: st.DataObject, partitions: dict[str, int], name: str
 ) -> None:
     topics = sorted(partitions)
-    members = data.draw(st.dictionaries(
-        st.text("xyz", min_size=1, max_size=3),
-        st.sets(st.sampled_from(topics), min_size=1), min_size=1, max_size=6))
-    current = {m: data.draw(st.sets(st.tuples(st.sampled_from(topics), st.integers(0, 12))))
-               for m in members}
+    members = data.draw(
+        st.dictionaries(
+            st.text("xyz", min_size=1, max_size=3),
+            st.sets(st.sampled_from(topics), min_size=1),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    current = {
+        m: data.draw(st.sets(st.tuples(st.sampled_from(topics), st.integers(0, 12))))
+        for m in members
+    }
     out = assign(name, members, partitions, current)
     assert set(out) == set(members)
     _check_valid(out, members, partitions)

@@ -28,9 +28,16 @@ class Replicas:
 
 
 async def ask(replicas: Replicas, h: BookieHealth, **kw: object) -> str:
-    return await speculative(["a", "b", "c"], replicas.attempt, health=h,
-                             clock=time.monotonic, first_timeout_s=0.02,
-                             max_timeout_s=1.0, what="test", **kw)  # type: ignore[arg-type]
+    return await speculative(
+        ["a", "b", "c"],
+        replicas.attempt,
+        health=h,
+        clock=time.monotonic,
+        first_timeout_s=0.02,
+        max_timeout_s=1.0,
+        what="test",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 async def test_a_slow_replica_is_bypassed_after_the_first_timeout() -> None:

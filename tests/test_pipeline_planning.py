@@ -40,8 +40,15 @@ def _view(first: int = 0, nxt: int = 300) -> StreamView:
 
 def test_options_follow_kafka_names_case_insensitively() -> None:
     opts = parse_source_options(
-        {**ZK, "STREAM": "a", "startingOffsets": '{"a": 5}', "endingoffsets": "latest",
-         "failOnDataLoss": "false", "minPartitions": "4", "maxRecordsPerTrigger": "1000"}
+        {
+            **ZK,
+            "STREAM": "a",
+            "startingOffsets": '{"a": 5}',
+            "endingoffsets": "latest",
+            "failOnDataLoss": "false",
+            "minPartitions": "4",
+            "maxRecordsPerTrigger": "1000",
+        }
     )
     assert opts.streams == ("a",)
     assert opts.starting.for_stream("a") == 5
@@ -103,31 +110,38 @@ def test_resolve_range_sentinels_and_data_loss() -> None:
 
 def test_one_slice_per_segment_and_large_segments_split() -> None:
     view = _view()
-    slices = plan_slices([(view, 0, 300)], min_partitions=None, max_records=1000,
-                         fail_on_data_loss=True)
+    slices = plan_slices(
+        [(view, 0, 300)], min_partitions=None, max_records=1000, fail_on_data_loss=True
+    )
     assert [(s.seqno, s.seq_lo, s.seq_hi) for s in slices] == [
-        (1, 0, 100), (2, 100, 200), (3, 200, 300)
+        (1, 0, 100),
+        (2, 100, 200),
+        (3, 200, 300),
     ]
-    split = plan_slices([(view, 0, 300)], min_partitions=6, max_records=1000,
-                        fail_on_data_loss=True)
+    split = plan_slices(
+        [(view, 0, 300)], min_partitions=6, max_records=1000, fail_on_data_loss=True
+    )
     assert len(split) == 6
     assert [s.entry_hint for s in split[:2]] == [0, 5]
     assert sum(s.record_count for s in split) == 300
-    part = plan_slices([(view, 150, 210)], min_partitions=None, max_records=1000,
-                       fail_on_data_loss=True)
+    part = plan_slices(
+        [(view, 150, 210)], min_partitions=None, max_records=1000, fail_on_data_loss=True
+    )
     assert [(s.seqno, s.seq_lo, s.seq_hi, s.entry_hint) for s in part] == [
-        (2, 150, 200, 5), (3, 200, 210, 0)
+        (2, 150, 200, 5),
+        (3, 200, 210, 0),
     ]
 
 
 def test_truncated_segments_fail_or_are_skipped() -> None:
-    view = StreamView("s", 0, 200, (SegmentView(1, 0, 100, 9, truncated=True),
-                                    SegmentView(2, 100, 100, 9)))
+    view = StreamView(
+        "s", 0, 200, (SegmentView(1, 0, 100, 9, truncated=True), SegmentView(2, 100, 100, 9))
+    )
     with pytest.raises(TruncatedError):
-        plan_slices([(view, 0, 200)], min_partitions=None, max_records=1000,
-                    fail_on_data_loss=True)
-    kept = plan_slices([(view, 0, 200)], min_partitions=None, max_records=1000,
-                       fail_on_data_loss=False)
+        plan_slices([(view, 0, 200)], min_partitions=None, max_records=1000, fail_on_data_loss=True)
+    kept = plan_slices(
+        [(view, 0, 200)], min_partitions=None, max_records=1000, fail_on_data_loss=False
+    )
     assert [s.seqno for s in kept] == [2]
 
 

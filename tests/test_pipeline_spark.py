@@ -56,8 +56,9 @@ def _payload(i: int) -> bytes:
     return f"record-{i:06d}".encode()
 
 
-def write_segments(ns: Any, stream: str, segments: int, per_segment: int,
-                   first: int = 0) -> list[DLSN]:
+def write_segments(
+    ns: Any, stream: str, segments: int, per_segment: int, first: int = 0
+) -> list[DLSN]:
     """Write ``segments`` x ``per_segment`` records; each writer session is a segment."""
     if not ns.exists(stream):
         ns.create_stream(stream)
@@ -112,8 +113,13 @@ def test_offset_ranges_timestamps_and_min_partitions_select_the_right_records(
     time.sleep(0.05)
     write_segments(ns, stream, 1, SEGMENT_RECORDS, first=2 * SEGMENT_RECORDS)
 
-    df = _read(spark, conn, stream=stream, startingOffsets=f'{{"{stream}": 500}}',
-               endingOffsets=f'{{"{stream}": 1500}}')
+    df = _read(
+        spark,
+        conn,
+        stream=stream,
+        startingOffsets=f'{{"{stream}": 500}}',
+        endingOffsets=f'{{"{stream}": 1500}}',
+    )
     assert sorted(r["sequence_id"] for r in df.collect()) == list(range(500, 1500))
 
     df = _read(spark, conn, stream=stream, startingTimestamp=str(middle_ms))
@@ -129,8 +135,9 @@ def test_offset_ranges_timestamps_and_min_partitions_select_the_right_records(
     # A pattern selects several streams; JSON offsets apply per stream.
     other = _name("ranges")
     write_segments(ns, other, 1, 10)
-    df = _read(spark, conn, streamPattern=f"({stream}|{other})",
-               startingOffsets=f'{{"{stream}": 2990}}')
+    df = _read(
+        spark, conn, streamPattern=f"({stream}|{other})", startingOffsets=f'{{"{stream}": 2990}}'
+    )
     assert sorted((r["stream"], r["sequence_id"]) for r in df.collect()) == sorted(
         [(stream, i) for i in range(2990, 3000)] + [(other, i) for i in range(10)]
     )
@@ -159,14 +166,19 @@ def test_truncated_range_fails_or_is_skipped_per_fail_on_data_loss(
     assert _read(spark, conn, stream=stream).count() == 2000
 
 
-def _stream_to_parquet(spark: Any, conn: dict[str, str], stream: str, *, out: Path,
-                       checkpoint: Path, max_records: int) -> Any:
+def _stream_to_parquet(
+    spark: Any, conn: dict[str, str], stream: str, *, out: Path, checkpoint: Path, max_records: int
+) -> Any:
     return (
-        spark.readStream.format("bookline").options(**conn)
-        .option("stream", stream).option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(max_records)).load()
+        spark.readStream.format("bookline")
+        .options(**conn)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", str(max_records))
+        .load()
         .select("sequence_id", "value")
-        .writeStream.format("parquet").option("path", str(out))
+        .writeStream.format("parquet")
+        .option("path", str(out))
         .option("checkpointLocation", str(checkpoint))
     )
 
@@ -182,9 +194,11 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
     write_segments(ns, stream, 5, 1_000)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
-    query = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt,
-                               max_records=1000).trigger(
-        availableNow=True).start()
+    query = (
+        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     batches = _data_batches(query)
     assert len(batches) >= 5 and max(batches) <= 1000, batches
@@ -192,17 +206,21 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
 
     # Stop a query part-way (processing-time trigger), then restart from the checkpoint.
     write_segments(ns, stream, 2, 1_000, first=5000)
-    query = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt,
-                               max_records=300).trigger(
-        processingTime="100 milliseconds").start()
+    query = (
+        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=300)
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
     deadline = time.monotonic() + 60
     while len(_data_batches(query)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     query.stop()
     assert 0 < sum(_data_batches(query)) < 2000
-    query = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt,
-                               max_records=1000).trigger(
-        availableNow=True).start()
+    query = (
+        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
 
     seqs = [r["sequence_id"] for r in spark.read.parquet(str(out)).collect()]
@@ -218,12 +236,20 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
 
     def run() -> Any:
         query = (
-            spark.readStream.format("bookline").options(**conn).option("stream", source)
-            .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "800")
-            .load().selectExpr("value", "key", "'copy' AS kind")
+            spark.readStream.format("bookline")
+            .options(**conn)
+            .option("stream", source)
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "800")
+            .load()
+            .selectExpr("value", "key", "'copy' AS kind")
             .selectExpr("value", "key", "map('kind', CAST(kind AS BINARY)) AS headers")
-            .writeStream.format("bookline").options(**conn).option("stream", target)
-            .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
+            .writeStream.format("bookline")
+            .options(**conn)
+            .option("stream", target)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
         )
         query.awaitTermination()
         return query
@@ -231,8 +257,9 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
     run()
     assert _read(spark, conn, stream=target).count() == 2000
     # Forget that the last micro-batch was committed: the restart replays it.
-    commits = sorted((ckpt / "commits").iterdir(), key=lambda p: int(p.name)
-                     if p.name.isdigit() else -1)
+    commits = sorted(
+        (ckpt / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    )
     last = [p for p in commits if p.name.isdigit()][-1]
     last.unlink()
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
@@ -284,8 +311,12 @@ def test_the_example_pipeline_runs_end_to_end(
     from pipeline.examples import demo
 
     settings = demo.DemoSettings(
-        dir=tmp_path, records=3_000, minutes=3, max_records_per_trigger=1_000,
-        logs_stream=_name("access-logs"), results_stream=_name("access-stats"),
+        dir=tmp_path,
+        records=3_000,
+        minutes=3,
+        max_records_per_trigger=1_000,
+        logs_stream=_name("access-logs"),
+        results_stream=_name("access-stats"),
     )
     options = {"cluster": str(bookie_cluster.cluster_file())}
     summary = demo._run_pipeline(spark, options, settings, tmp_path)

@@ -212,8 +212,10 @@ async def _power_cuts(bookies: ShimBookies, runs: int, streams: int, write_s: fl
     for run in range(runs):
         found = await _cut_run(bookies, f"cut{run}", streams, write_s, rollover_bytes=40_000)
         acked, read = _check_nothing_lost(found)
-        print(f"power cut run {run + 1}/{runs}: {streams} writers, {acked} records "
-              f"acknowledged, {read} found, 0 lost")
+        print(
+            f"power cut run {run + 1}/{runs}: {streams} writers, {acked} records "
+            f"acknowledged, {read} found, 0 lost"
+        )
     log = bookies.log_text()
     assert "storage fault shim is ON (mode 'power-cut')" in log
     assert "JournalCorruptError" not in log and "damaged entry" not in log
@@ -238,9 +240,11 @@ async def test_control_bookies_without_journal_fsync_lose_acknowledged_records(
     _configure(shim_bookies, journal_sync=False)
     shim_bookies.start_all()
     found = await _cut_run(shim_bookies, "control", 1, 1.5, rollover_bytes=256 << 20)
-    (acked, payloads), = found.values()
-    print(f"control (no journal fsync): {len(acked)} records acknowledged, "
-          f"{len(payloads)} found after the power cut")
+    ((acked, payloads),) = found.values()
+    print(
+        f"control (no journal fsync): {len(acked)} records acknowledged, "
+        f"{len(payloads)} found after the power cut"
+    )
     assert acked and len(payloads) < max(acked) + 1
 
 

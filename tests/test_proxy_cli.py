@@ -21,9 +21,15 @@ pytestmark = pytest.mark.integration
 
 def _cli(cluster: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster)}
-    return subprocess.run([sys.executable, "-m", "ops.cli", "stream", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120, env=env,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", "stream", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
@@ -38,9 +44,12 @@ def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
     read = _cli(cluster, "read", name)
     assert read.stdout.splitlines() == [f"line {i}" for i in range(500)]
     assert _cli(cluster, "read", name, "--from", "seq:498").stdout.splitlines() == [
-        "line 498", "line 499"]
+        "line 498",
+        "line 499",
+    ]
     assert _cli(cluster, "read", name, "--from", last, "--limit", "5").stdout.splitlines() == [
-        "line 499"]
+        "line 499"
+    ]
     desc = json.loads(_cli(cluster, "describe", name).stdout)
     assert desc["record_count"] == 500 and desc["owner"]
     follow = _cli(cluster, "read", name, "--from", "seq:499", "--follow", "--limit", "1")
@@ -53,15 +62,30 @@ def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
 
 def test_stream_write_fails_nonzero_when_writes_fail(proxy_cluster: LocalCluster) -> None:
     cluster = proxy_cluster.dir / "cluster.json"
-    out = _cli(cluster, "write", f"big-{uuid.uuid4().hex[:6]}",
-               stdin="ok\n" + "z" * (2 << 20) + "\n")
+    out = _cli(
+        cluster, "write", f"big-{uuid.uuid4().hex[:6]}", stdin="ok\n" + "z" * (2 << 20) + "\n"
+    )
     assert out.returncode == 1 and "TOO_LARGE" in out.stderr
 
 
 def _start_local(tmp_path: Path) -> subprocess.Popen[bytes]:
-    return procs.spawn([sys.executable, "-m", "ops.cli", "local", "--dir", str(tmp_path / "c"),
-                        "--bookies", "3", "--write-proxies", "1", "--read-proxies", "1"],
-                       log_path=tmp_path / "local.log")
+    return procs.spawn(
+        [
+            sys.executable,
+            "-m",
+            "ops.cli",
+            "local",
+            "--dir",
+            str(tmp_path / "c"),
+            "--bookies",
+            "3",
+            "--write-proxies",
+            "1",
+            "--read-proxies",
+            "1",
+        ],
+        log_path=tmp_path / "local.log",
+    )
 
 
 def _gone(pid: int) -> bool:
@@ -79,8 +103,9 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
         procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
         layout = json.loads(cluster.read_text())
         assert "/" in layout["zk"] and layout["zookeeper"]["pid"] > 0
-        pids = [layout["zookeeper"]["pid"]] + [p["pid"] for k in (
-            "bookies", "write_proxies", "read_proxies") for p in layout[k]]
+        pids = [layout["zookeeper"]["pid"]] + [
+            p["pid"] for k in ("bookies", "write_proxies", "read_proxies") for p in layout[k]
+        ]
         assert len(set(pids)) == 6 and proc.pid not in pids
         assert layout["write_proxies"][0]["url"].startswith("http://")
         assert layout["read_proxies"][0]["url"].startswith("http://")

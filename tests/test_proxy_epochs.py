@@ -29,8 +29,9 @@ from thinclient.client import ClientConfig, ProxyClient, _rendezvous
 pytestmark = pytest.mark.integration
 
 # Short enough that the wedge of before shows within seconds, not 30.
-CONFIG = ClientConfig(batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000,
-                      retry_deadline_ms=5_000)
+CONFIG = ClientConfig(
+    batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000, retry_deadline_ms=5_000
+)
 # Reserved header names are refused by the proxy (400): a batch that fails for good.
 BAD = wire.WireRecord(b"bad", headers={"bl.forged": b"1"})
 
@@ -102,8 +103,9 @@ async def test_a_retry_across_a_failover_after_an_epoch_bump_writes_nothing_twic
         await c.write(s, b"a")
         with pytest.raises(BooklineError, match="reserved"):
             await c.write(s, BAD)
-        dups_before = await _metric(http, f"{survivor}/metrics",
-                                    "bookline_writeproxy_duplicate_records_total")
+        dups_before = await _metric(
+            http, f"{survivor}/metrics", "bookline_writeproxy_duplicate_records_total"
+        )
         pending = asyncio.ensure_future(c.write(s, b"b"))
         killed = False
         try:
@@ -129,6 +131,7 @@ async def test_a_retry_across_a_failover_after_an_epoch_bump_writes_nothing_twic
             positions.extend(r.dlsn for r in page)
             pos = f"seq:{page[-1].sequence_id + 1}"
         assert positions[1:] == [b_dlsn, c_dlsn], "answered where they are in the log"
-        dups = await _metric(http, f"{survivor}/metrics",
-                             "bookline_writeproxy_duplicate_records_total")
+        dups = await _metric(
+            http, f"{survivor}/metrics", "bookline_writeproxy_duplicate_records_total"
+        )
         assert dups - dups_before >= 1, "the retry was answered as a duplicate"

@@ -27,8 +27,9 @@ from thinclient.client import ClientConfig, ProxyClient, _rendezvous
 pytestmark = pytest.mark.integration
 
 # Small batches: the test cluster's write proxies take bodies up to 2 MiB.
-CLIENT_CONFIG = ClientConfig(batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20,
-                             proxy_down_ms=1_000, retry_deadline_ms=40_000)
+CLIENT_CONFIG = ClientConfig(
+    batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000, retry_deadline_ms=40_000
+)
 
 
 def _uid() -> str:
@@ -45,8 +46,9 @@ def _rurl(cluster: LocalCluster) -> str:
 
 @pytest.fixture
 async def client(proxy_cluster: LocalCluster) -> AsyncIterator[ProxyClient]:
-    c = ProxyClient(write_urls=_wurls(proxy_cluster), read_urls=[_rurl(proxy_cluster)],
-                    config=CLIENT_CONFIG)
+    c = ProxyClient(
+        write_urls=_wurls(proxy_cluster), read_urls=[_rurl(proxy_cluster)], config=CLIENT_CONFIG
+    )
     await c.start()
     try:
         yield c
@@ -65,8 +67,7 @@ async def _read_all(client: ProxyClient, stream: str) -> list[bytes]:
         pos = page.next
 
 
-async def _metric(session: aiohttp.ClientSession, url: str, name: str,
-                  labels: str = "") -> float:
+async def _metric(session: aiohttp.ClientSession, url: str, name: str, labels: str = "") -> float:
     async with session.get(url) as resp:
         text = await resp.text()
     total = 0.0
@@ -95,9 +96,12 @@ async def test_streams_land_on_routed_owners_and_wrong_proxy_redirects(
     s = streams[0]
     owner = _rendezvous(s, urls)
     wrong = next(u for u in urls if u != owner)
-    async with aiohttp.ClientSession() as session, session.post(
-        f"{wrong}/v1/streams/{s}/records", json={"payload": "x"}, allow_redirects=False
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{wrong}/v1/streams/{s}/records", json={"payload": "x"}, allow_redirects=False
+        ) as resp,
+    ):
         assert resp.status == 307
         body = await resp.json()
         assert body["code"] == 32 and body["name"] == "OWNER_MOVED"
@@ -142,11 +146,11 @@ async def test_pipelined_requests_keep_the_write_order(proxy_cluster: LocalClust
 async def test_timeout_then_retry_writes_each_record_once(proxy_cluster: LocalCluster) -> None:
     """The proxy stalls answers to fault-* streams 1.5 s after the write is durable;
     the client times out after 0.5 s and retries the same producer sequence."""
-    config = ClientConfig(request_timeout_ms=500, batch_bytes_max=1 << 20,
-                          buffer_bytes_max=8 << 20)
+    config = ClientConfig(request_timeout_ms=500, batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20)
     s = f"fault-{_uid()}"
-    async with ProxyClient(write_urls=_wurls(proxy_cluster), read_urls=[_rurl(proxy_cluster)],
-                           config=config) as c:
+    async with ProxyClient(
+        write_urls=_wurls(proxy_cluster), read_urls=[_rurl(proxy_cluster)], config=config
+    ) as c:
         batches = [[f"b{b}-r{i}".encode() for i in range(50)] for b in range(3)]
         results = [await c.write_many(s, batch) for batch in batches]
         assert c.retries >= 3, "every batch timed out at least once"
@@ -157,8 +161,9 @@ async def test_timeout_then_retry_writes_each_record_once(proxy_cluster: LocalCl
     async with aiohttp.ClientSession() as session:
         dups = 0.0
         for url in _wurls(proxy_cluster):
-            dups += await _metric(session, f"{url}/metrics",
-                                  "bookline_writeproxy_duplicate_records_total")
+            dups += await _metric(
+                session, f"{url}/metrics", "bookline_writeproxy_duplicate_records_total"
+            )
         assert dups >= 150
 
 
@@ -175,14 +180,22 @@ async def test_hundred_websocket_tailers_share_one_feed(
     tailers = 100
     bookie_metrics = [b.extra["metrics"] for b in proxy_cluster.bookies]
     async with aiohttp.ClientSession() as session:
-        reads_before = sum([await _metric(session, m, "bookline_bookie_requests_total",
-                                          'op="READ"') for m in bookie_metrics])
-        entries_before = await _metric(session, f"{rurl}/metrics",
-                                       "bookline_readproxy_core_entries_total")
-        served_before = await _metric(session, f"{rurl}/metrics",
-                                      "bookline_readproxy_served_records_total")
-        sockets = [await session.ws_connect(f"{rurl.replace('http', 'ws')}/v1/streams/{s}/tail"
-                                            "?from=seq:1") for _ in range(tailers)]
+        reads_before = sum(
+            [
+                await _metric(session, m, "bookline_bookie_requests_total", 'op="READ"')
+                for m in bookie_metrics
+            ]
+        )
+        entries_before = await _metric(
+            session, f"{rurl}/metrics", "bookline_readproxy_core_entries_total"
+        )
+        served_before = await _metric(
+            session, f"{rurl}/metrics", "bookline_readproxy_served_records_total"
+        )
+        sockets = [
+            await session.ws_connect(f"{rurl.replace('http', 'ws')}/v1/streams/{s}/tail?from=seq:1")
+            for _ in range(tailers)
+        ]
 
         async def collect(ws: aiohttp.ClientWebSocketResponse) -> list[int]:
             seqs: list[int] = []
@@ -201,12 +214,23 @@ async def test_hundred_websocket_tailers_share_one_feed(
         results = await asyncio.wait_for(asyncio.gather(*readers), 120)
         for seqs in results:
             assert seqs == list(range(total))
-        served = await _metric(session, f"{rurl}/metrics",
-                               "bookline_readproxy_served_records_total") - served_before
-        entries = await _metric(session, f"{rurl}/metrics",
-                                "bookline_readproxy_core_entries_total") - entries_before
-        reads = sum([await _metric(session, m, "bookline_bookie_requests_total", 'op="READ"')
-                     for m in bookie_metrics]) - reads_before
+        served = (
+            await _metric(session, f"{rurl}/metrics", "bookline_readproxy_served_records_total")
+            - served_before
+        )
+        entries = (
+            await _metric(session, f"{rurl}/metrics", "bookline_readproxy_core_entries_total")
+            - entries_before
+        )
+        reads = (
+            sum(
+                [
+                    await _metric(session, m, "bookline_bookie_requests_total", 'op="READ"')
+                    for m in bookie_metrics
+                ]
+            )
+            - reads_before
+        )
     assert served >= tailers * total
     # The shared feed read each entry about once (not 100 times).
     assert entries <= total / 100 * 3 + 10, entries
@@ -254,12 +278,14 @@ async def test_overload_gets_429_and_loses_nothing_acknowledged(
     acked: list[int] = []
 
     async with aiohttp.ClientSession() as session:
+
         async def blast(i: int) -> None:
-            body = wire.encode_body(
-                {"payloads": [b"%d-" % i + p for p in payload]}, wire.MSGPACK)
-            async with session.post(f"{owner}/v1/streams/{s}/records", data=io.BytesIO(body),
-                                    headers={
-                    "Content-Type": wire.MSGPACK, "Accept": "application/json"}) as resp:
+            body = wire.encode_body({"payloads": [b"%d-" % i + p for p in payload]}, wire.MSGPACK)
+            async with session.post(
+                f"{owner}/v1/streams/{s}/records",
+                data=io.BytesIO(body),
+                headers={"Content-Type": wire.MSGPACK, "Accept": "application/json"},
+            ) as resp:
                 statuses[resp.status] = statuses.get(resp.status, 0) + 1
                 answer = await resp.json()
                 if resp.status == 200:
@@ -279,27 +305,36 @@ async def test_overload_gets_429_and_loses_nothing_acknowledged(
     assert len(got) == 1 + len(acked) * len(payload)
 
 
-@pytest.mark.parametrize("path,body,ctype,status,code", [
-    ("/v1/streams/..%2Fx/records", b'{"payload":"x"}', "application/json", 400, 13),
-    ("/v1/streams/.hidden/records", b'{"payload":"x"}', "application/json", 400, 13),
-    ("/v1/streams/" + "n" * 300 + "/records", b'{"payload":"x"}', "application/json", 400, 13),
-    ("/v1/streams/a%20b/records", b'{"payload":"x"}', "application/json", 400, 13),
-    ("/v1/streams/ok/records", b'{"payload":', "application/json", 400, 2),
-    ("/v1/streams/ok/records", b"\xc1\xc1", "application/msgpack", 400, 2),
-    ("/v1/streams/ok/records", b'{"payloads":[1,2]}', "application/json", 400, 2),
-    ("/v1/streams/ok/records", b'[1]', "application/json", 400, 2),
-    ("/v1/streams/ok/records", b'{"payload":"' + b"z" * (1100 << 10) + b'"}',
-     "application/json", 413, 22),
-    ("/v1/streams/ok/records", b"0" * (3 << 20), "application/json", 413, 22),
-    ("/v1/nothing-here", b"", "application/json", 404, 17),
-])
+@pytest.mark.parametrize(
+    "path,body,ctype,status,code",
+    [
+        ("/v1/streams/..%2Fx/records", b'{"payload":"x"}', "application/json", 400, 13),
+        ("/v1/streams/.hidden/records", b'{"payload":"x"}', "application/json", 400, 13),
+        ("/v1/streams/" + "n" * 300 + "/records", b'{"payload":"x"}', "application/json", 400, 13),
+        ("/v1/streams/a%20b/records", b'{"payload":"x"}', "application/json", 400, 13),
+        ("/v1/streams/ok/records", b'{"payload":', "application/json", 400, 2),
+        ("/v1/streams/ok/records", b"\xc1\xc1", "application/msgpack", 400, 2),
+        ("/v1/streams/ok/records", b'{"payloads":[1,2]}', "application/json", 400, 2),
+        ("/v1/streams/ok/records", b"[1]", "application/json", 400, 2),
+        (
+            "/v1/streams/ok/records",
+            b'{"payload":"' + b"z" * (1100 << 10) + b'"}',
+            "application/json",
+            413,
+            22,
+        ),
+        ("/v1/streams/ok/records", b"0" * (3 << 20), "application/json", 413, 22),
+        ("/v1/nothing-here", b"", "application/json", 404, 17),
+    ],
+)
 async def test_bad_requests_get_4xx_error_bodies(  # noqa: PLR0917 - parametrized
     proxy_cluster: LocalCluster, path: str, body: bytes, ctype: str, status: int, code: int
 ) -> None:
     url = _wurls(proxy_cluster)[0]
     async with aiohttp.ClientSession() as session:
-        async with session.post(url + path, data=io.BytesIO(body),
-                                headers={"Content-Type": ctype}) as resp:
+        async with session.post(
+            url + path, data=io.BytesIO(body), headers={"Content-Type": ctype}
+        ) as resp:
             answer = json.loads(await resp.read())
             assert resp.status == status, answer
             assert answer["code"] == code and set(answer) >= {"code", "name", "message"}
@@ -310,10 +345,14 @@ async def test_bad_requests_get_4xx_error_bodies(  # noqa: PLR0917 - parametrize
 async def test_read_proxy_bad_requests(proxy_cluster: LocalCluster) -> None:
     rurl = _rurl(proxy_cluster)
     async with aiohttp.ClientSession() as session:
-        for query, status, code in [("?from=nope", 400, 2), ("?limit=-1", 400, 2),
-                                    ("?limit=999999999", 400, 2)]:
-            async with session.get(f"{rurl}/v1/streams/x/records{query}",
-                                   headers={"Accept": "application/msgpack"}) as resp:
+        for query, status, code in [
+            ("?from=nope", 400, 2),
+            ("?limit=-1", 400, 2),
+            ("?limit=999999999", 400, 2),
+        ]:
+            async with session.get(
+                f"{rurl}/v1/streams/x/records{query}", headers={"Accept": "application/msgpack"}
+            ) as resp:
                 answer = wire.decode_body(await resp.read(), resp.headers["Content-Type"])
                 assert resp.status == status and answer["code"] == code
         async with session.get(f"{rurl}/v1/streams/no-such-{_uid()}/records") as resp:
@@ -379,4 +418,3 @@ async def test_kill9_owner_writes_continue_exactly_once(
         # Anything beyond what was acknowledged is a write whose answer was lost with
         # the proxy, never a duplicate (checked above) or a hole.
         assert len(got) - len(acked[s]) <= 5
-

@@ -52,15 +52,19 @@ async def test_a_starting_write_proxy_answers_a_retriable_503_and_the_client_wai
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "writeproxy.log"
     proc = proxy_support.spawn_write_proxy(
-        f"127.0.0.1:{gate.port}{LOCAL_CHROOT}", CLUSTER_ROOT, log_path,
-        proxy_id=f"wp-start-{_uid()}", port=port,
+        f"127.0.0.1:{gate.port}{LOCAL_CHROOT}",
+        CLUSTER_ROOT,
+        log_path,
+        proxy_id=f"wp-start-{_uid()}",
+        port=port,
     )
     try:
         await proxy_support.wait_listening(url)
         stream = f"starting-{_uid()}"
-        async with aiohttp.ClientSession() as session, session.post(
-            f"{url}/v1/streams/{stream}/records", json={"payload": "x"}
-        ) as resp:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{url}/v1/streams/{stream}/records", json={"payload": "x"}) as resp,
+        ):
             body = await resp.json()
         assert resp.status == 503, (resp.status, body)
         error = wire.decode_error(body, resp.status)
@@ -186,8 +190,11 @@ STOP_BOUND_S = 8.0
 
 
 async def _post(session: aiohttp.ClientSession, url: str, stream: str) -> tuple[int, Any]:
-    async with session.post(f"{url}/v1/streams/{stream}/records", json={"payload": "x"},
-                            timeout=aiohttp.ClientTimeout(total=60)) as resp:
+    async with session.post(
+        f"{url}/v1/streams/{stream}/records",
+        json={"payload": "x"},
+        timeout=aiohttp.ClientTimeout(total=60),
+    ) as resp:
         return resp.status, await resp.json()
 
 

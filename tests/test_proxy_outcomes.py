@@ -78,8 +78,9 @@ def _req(seq: int, payloads: list[bytes]) -> WriteRequest:
     return WriteRequest("p", seq, payloads=list(payloads))
 
 
-async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_from_the_log(
-) -> None:
+async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_from_the_log() -> (
+    None
+):
     payloads = [b"r%d" % i for i in range(11)]
     writer = PartlyDurableWriter(durable=10)
     owned = OwnedStream("s", cast(Any, writer), _table(), reorder_wait_s=0.5)

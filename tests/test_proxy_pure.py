@@ -42,8 +42,10 @@ def test_negotiate_prefers_msgpack_only_when_asked() -> None:
 
 
 def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
-    recs = [wire.WireRecord(b"a"), wire.WireRecord(b"\xff\x00", key=b"k",
-                                                         headers={"h": b"v"}, txid=7)]
+    recs = [
+        wire.WireRecord(b"a"),
+        wire.WireRecord(b"\xff\x00", key=b"k", headers={"h": b"v"}, txid=7),
+    ]
     body = wire.write_body(recs, "p1", 10, 3)
     for media in (wire.JSON, wire.MSGPACK):
         raw = wire.encode_body(body, media)
@@ -59,13 +61,23 @@ def test_crc_mismatch_is_a_bad_request() -> None:
         wire.parse_write(body, records_max=10)
 
 
-@pytest.mark.parametrize("body", [
-    {}, {"payloads": "x"}, {"payloads": [1]}, {"payloads": []}, {"records": [{"key": "k"}]},
-    {"payload": "x", "producer": "p"}, {"payload": "x", "producer": "", "seq": 1},
-    {"payload": "x", "seq": -1}, {"payload": "x", "epoch": 1},
-    {"payload": "x", "producer": "p", "seq": 0, "epoch": 1 << 31}, {"payload_b64": "!!"},
-    {"records": [{"payload": "x", "headers": {"bl.x": "y"}}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"payloads": "x"},
+        {"payloads": [1]},
+        {"payloads": []},
+        {"records": [{"key": "k"}]},
+        {"payload": "x", "producer": "p"},
+        {"payload": "x", "producer": "", "seq": 1},
+        {"payload": "x", "seq": -1},
+        {"payload": "x", "epoch": 1},
+        {"payload": "x", "producer": "p", "seq": 0, "epoch": 1 << 31},
+        {"payload_b64": "!!"},
+        {"records": [{"payload": "x", "headers": {"bl.x": "y"}}]},
+    ],
+)
 def test_malformed_writes_are_bad_requests(body: dict[str, Any]) -> None:
     with pytest.raises(BadRequestError):
         wire.parse_write(body, records_max=10)
@@ -76,15 +88,16 @@ def test_too_many_records_in_one_request() -> None:
         wire.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
 
 
-@pytest.mark.parametrize("raw,media", [(b"{", None), (b"[1]", None), (b"\xc1", wire.MSGPACK),
-                                       (b"\x92\x01", wire.MSGPACK)])
+@pytest.mark.parametrize(
+    "raw,media",
+    [(b"{", None), (b"[1]", None), (b"\xc1", wire.MSGPACK), (b"\x92\x01", wire.MSGPACK)],
+)
 def test_decode_body_rejects_garbage(raw: bytes, media: str | None) -> None:
     with pytest.raises(BadRequestError):
         wire.decode_body(raw, media)
 
 
-@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 5)),
-                max_size=50))
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 5)), max_size=50))
 def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
     assert wire.decode_runs(wire.encode_runs(dlsns)) == dlsns
 
@@ -94,11 +107,18 @@ def test_contiguous_batch_is_few_runs() -> None:
     assert wire.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("earliest", "earliest"), ("latest", "latest"), ("1:2:3", "dlsn:1:2:3"),
-    ("dlsn:1:2:3", "dlsn:1:2:3"), ("seq:5", "seq:5"), ("txid:9", "txid:9"),
-    ("time:100", "time:100"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("earliest", "earliest"),
+        ("latest", "latest"),
+        ("1:2:3", "dlsn:1:2:3"),
+        ("dlsn:1:2:3", "dlsn:1:2:3"),
+        ("seq:5", "seq:5"),
+        ("txid:9", "txid:9"),
+        ("time:100", "time:100"),
+    ],
+)
 def test_positions(text: str, expected: str) -> None:
     assert str(wire.parse_position(text)) == expected
 
@@ -120,8 +140,7 @@ def test_error_bodies_round_trip_with_owner() -> None:
 
 
 def test_json_view_of_binary_uses_b64() -> None:
-    rec = ReadRecord("s", DLSN(1, 2, 3), 4, 5, 6, b"\xff", None, {"bl.producer": b"p",
-                                                                   "h": b"v"})
+    rec = ReadRecord("s", DLSN(1, 2, 3), 4, 5, 6, b"\xff", None, {"bl.producer": b"p", "h": b"v"})
     view = record_view(rec)
     assert "headers" in view and "bl.producer" not in view["headers"]
     as_json = json.loads(wire.encode_body(view, wire.JSON))
@@ -163,9 +182,11 @@ class _Rec:
 
 def test_rebuild_from_log_markers_including_partial_batches() -> None:
     log = [
-        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)), _Rec((1, 0, 1), None),
+        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
+        _Rec((1, 0, 1), None),
         _Rec((1, 1, 0), None),  # written without a producer
-        _Rec((1, 1, 1), dedup.marker_headers("q", 0, 10, 3)), _Rec((1, 1, 2), None),
+        _Rec((1, 1, 1), dedup.marker_headers("q", 0, 10, 3)),
+        _Rec((1, 1, 2), None),
         # q's third record never made it (the writer failed): a partial batch
         _Rec((2, 0, 0), dedup.marker_headers("p", 0, 2, 1)),
     ]
@@ -182,7 +203,8 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
     assert wire.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
     log = [
-        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)), _Rec((1, 0, 1), None),
+        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
+        _Rec((1, 0, 1), None),
         _Rec((1, 1, 0), dedup.marker_headers("p", 1, 0, 1)),
     ]
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
@@ -198,8 +220,9 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
 
 
 def test_limiter_refuses_over_limits_and_releases() -> None:
-    lim = InflightLimiter(stream_bytes_max=100, stream_requests_max=2, proxy_bytes_max=150,
-                          proxy_requests_max=3)
+    lim = InflightLimiter(
+        stream_bytes_max=100, stream_requests_max=2, proxy_bytes_max=150, proxy_requests_max=3
+    )
     lim.admit("a", 60)
     with pytest.raises(TooManyRequestsError):
         lim.admit("a", 60)

@@ -111,10 +111,18 @@ class ClientConfig:
     discovery_refresh_ms: int = 2_000
 
     def __post_init__(self) -> None:
-        for name in ("request_timeout_ms", "retry_deadline_ms", "backoff_initial_ms",
-                     "backoff_max_ms", "batch_records_max", "batch_bytes_max",
-                     "buffer_bytes_max", "record_bytes_max", "connections_per_proxy",
-                     "requests_in_flight_per_stream"):
+        for name in (
+            "request_timeout_ms",
+            "retry_deadline_ms",
+            "backoff_initial_ms",
+            "backoff_max_ms",
+            "batch_records_max",
+            "batch_bytes_max",
+            "buffer_bytes_max",
+            "record_bytes_max",
+            "connections_per_proxy",
+            "requests_in_flight_per_stream",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"client.{name} must be positive")
         if self.buffer_bytes_max < self.batch_bytes_max:
@@ -513,9 +521,7 @@ class ProxyClient:
                     window.add(loop.create_task(
                         self._send_counted(sender, batch, size, sender.epoch, seq)))  # fmt: skip
                 if window:
-                    _done, pending = await asyncio.wait(
-                        window, return_when=asyncio.FIRST_COMPLETED
-                    )
+                    _done, pending = await asyncio.wait(window, return_when=asyncio.FIRST_COMPLETED)
                     window = set(pending)
         finally:
             sender.task = None
@@ -540,9 +546,13 @@ class ProxyClient:
         parked = sorted(sender.parked, key=lambda c: c.order)
         sender.parked.clear()
         sender.queue.extendleft(reversed(parked))
-        log.info("stream %s: producer %s goes on in epoch %d (%d records held back resent)",
-                 sender.stream, sender.producer, sender.epoch,
-                 sum(len(c.records) for c in parked))
+        log.info(
+            "stream %s: producer %s goes on in epoch %d (%d records held back resent)",
+            sender.stream,
+            sender.producer,
+            sender.epoch,
+            sum(len(c.records) for c in parked),
+        )
 
     def _next_batch(self, queue: collections.deque[_Chunk]) -> tuple[list[_Chunk], int]:
         cfg = self.config
@@ -572,9 +582,7 @@ class ProxyClient:
                     if not c.fut.done():
                         c.fut.set_exception(ClosedError("ProxyClient closed"))
 
-    async def _send_batch(
-        self, sender: _Sender, batch: list[_Chunk], epoch: int, seq: int
-    ) -> bool:
+    async def _send_batch(self, sender: _Sender, batch: list[_Chunk], epoch: int, seq: int) -> bool:
         """Send one request; answer its chunks' futures. True when it was parked: refused
         for the hole a failed request left in ``epoch``, to be sent again in the next."""
         stream = sender.stream
@@ -675,9 +683,7 @@ class ProxyClient:
             raise BadRequestError("read answer without records")
         return ReadPage([record_from_view(stream, r) for r in raw], str(obj.get("next", start)))
 
-    async def tail(
-        self, stream: str, start: str = "latest"
-    ) -> AsyncGenerator[ReadRecord, None]:
+    async def tail(self, stream: str, start: str = "latest") -> AsyncGenerator[ReadRecord, None]:
         """Every record from ``start`` on, following the stream (WebSocket), across
         read proxy failures (it resumes where it stopped)."""
         wire.parse_position(start)
@@ -708,8 +714,7 @@ class ProxyClient:
                     raise BadRequestError(f"tail of {stream} refused: HTTP {exc.status}") from exc
                 self._mark_down(url)
             except (aiohttp.ClientError, OSError) as exc:
-                log.info("tail of %s via %s broke (%s); resuming at %s", stream, url, exc,
-                         position)
+                log.info("tail of %s via %s broke (%s); resuming at %s", stream, url, exc, position)
                 self._mark_down(url)
             await asyncio.sleep(self._rng.uniform(0, backoff))
             backoff = min(backoff * 2, self.config.backoff_max_ms / 1000)
@@ -721,8 +726,9 @@ class SyncProxyClient:
 
     def __init__(self, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="bookline-proxy-client")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="bookline-proxy-client"
+        )
         self._thread.start()
         self._client: ProxyClient = self._run(self._make(kwargs))
 
@@ -754,8 +760,9 @@ class SyncProxyClient:
     def flush(self) -> None:
         self._run(self._client.flush())
 
-    def read(self, stream: str, start: str = "earliest", limit: int = 100,
-             wait_ms: int = 0) -> ReadPage:
+    def read(
+        self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
+    ) -> ReadPage:
         return self._run(self._client.read(stream, start, limit, wait_ms))
 
     def tail(self, stream: str, start: str = "latest") -> Iterator[ReadRecord]:

@@ -107,7 +107,9 @@ class WriteProxy:
         if cfg.writer_flush_interval_ms:
             core_overrides["flush_interval_ms"] = cfg.writer_flush_interval_ms
         self._ns = await Namespace.open(
-            zk=cfg.zk, root=cfg.root, namespace=cfg.namespace,
+            zk=cfg.zk,
+            root=cfg.root,
+            namespace=cfg.namespace,
             config=NamespaceConfig(**core_overrides),
         )
         # One ZooKeeper session per proxy: the core's. The owner records then live and
@@ -130,8 +132,11 @@ class WriteProxy:
             except AlreadyExistsError as exc:
                 if time.monotonic() > deadline:
                     raise
-                log.info("write proxy %s: waiting for a previous session to expire (%s)",
-                         info.proxy_id, exc.message)
+                log.info(
+                    "write proxy %s: waiting for a previous session to expire (%s)",
+                    info.proxy_id,
+                    exc.message,
+                )
                 await asyncio.sleep(REGISTER_RETRY_S)
 
     def _on_session(self, state: SessionState) -> None:
@@ -200,8 +205,11 @@ class WriteProxy:
 
     def build_app(self) -> web.Application:
         app = proxy_app(
-            health=self.health, registry=self.metrics.registry, requests=self.metrics.requests,
-            on_status=self._count_status, client_max_size=self.config.request_bytes_max,
+            health=self.health,
+            registry=self.metrics.registry,
+            requests=self.metrics.requests,
+            on_status=self._count_status,
+            client_max_size=self.config.request_bytes_max,
         )
         p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
@@ -224,14 +232,17 @@ class WriteProxy:
     async def health(self, request: web.Request) -> web.Response:
         ownership = self.ownership  # 503 UNAVAILABLE while starting
         md_ok = self._md is not None and self._md.zk.session_id is not None
-        return respond(request, {
-            "status": "ok" if md_ok else "degraded",
-            "proxy_id": self.config.proxy_id,
-            "url": self.url,
-            "owned_streams": len(ownership.owned),
-            "inflight_bytes": self.limiter.total_bytes,
-            "inflight_requests": self.limiter.total_requests,
-        })
+        return respond(
+            request,
+            {
+                "status": "ok" if md_ok else "degraded",
+                "proxy_id": self.config.proxy_id,
+                "url": self.url,
+                "owned_streams": len(ownership.owned),
+                "inflight_bytes": self.limiter.total_bytes,
+                "inflight_requests": self.limiter.total_requests,
+            },
+        )
 
     async def list_streams(self, request: web.Request) -> web.Response:
         return respond(request, {"streams": sorted(await self.ns.list_streams())})
@@ -303,10 +314,14 @@ class WriteProxy:
         stream = await self.ownership.get(name)
         await stream.writer.flush()
         last = stream.writer.last_dlsn
-        return respond(request, {
-            "owner": self.url, "last_dlsn": None if last is None else str(last),
-            "time_ms": int(time.time() * 1000),
-        })
+        return respond(
+            request,
+            {
+                "owner": self.url,
+                "last_dlsn": None if last is None else str(last),
+                "time_ms": int(time.time() * 1000),
+            },
+        )
 
     async def truncate(self, request: web.Request) -> web.Response:
         name = _stream(request)

@@ -78,8 +78,12 @@ class WriteProxyConfig(ProxyConfig):
         if self.proxy_inflight_requests_max < self.stream_inflight_requests_max:
             raise ConfigError("writeproxy: proxy_inflight_requests_max < stream_inflight_...")
         self.require_positive(
-            "request_records_max", "stream_inflight_requests_max", "streams_owned_max",
-            "dedup_batches_per_producer", "dedup_producers_max", "acquire_timeout_ms",
+            "request_records_max",
+            "stream_inflight_requests_max",
+            "streams_owned_max",
+            "dedup_batches_per_producer",
+            "dedup_producers_max",
+            "acquire_timeout_ms",
             "reorder_wait_ms",
         )
         if self.fault_stall_writes < 0 or self.fault_stall_ms < 0:

@@ -185,8 +185,14 @@ class DedupTable:
             return
         if epoch > state.epoch:
             state.epoch, state.last_seq = epoch, -1
-        invariant(first_seq > state.last_seq, "producer %s epoch %d seq %d not after %d",
-                  producer, epoch, first_seq, state.last_seq)
+        invariant(
+            first_seq > state.last_seq,
+            "producer %s epoch %d seq %d not after %d",
+            producer,
+            epoch,
+            first_seq,
+            state.last_seq,
+        )
         state.last_seq = first_seq + len(dlsns) - 1
 
 

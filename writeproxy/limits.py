@@ -70,9 +70,8 @@ class InflightLimiter:
         writer more than their encoded bytes); TooManyRequestsError over a limit (the
         request stays admitted at its old size: release that)."""
         usage = self._streams[stream]
-        if (
-            self._total.bytes + extra > self._proxy_bytes_max
-            or (usage.bytes + extra > self._stream_bytes_max and usage.requests > 1)
+        if self._total.bytes + extra > self._proxy_bytes_max or (
+            usage.bytes + extra > self._stream_bytes_max and usage.requests > 1
         ):
             self.rejected += 1
             raise TooManyRequestsError(f"stream {stream}: too many bytes in flight; retry later")

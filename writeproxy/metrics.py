@@ -22,7 +22,8 @@ class WriteProxyMetrics:
         )
         self.duplicates = Counter(
             "bookline_writeproxy_duplicate_records",
-            "Retried records recognised and not written again", registry=r,
+            "Retried records recognised and not written again",
+            registry=r,
         )
         self.rejected = Counter(
             "bookline_writeproxy_rejected", "Requests refused with 429", registry=r
@@ -42,7 +43,9 @@ class WriteProxyMetrics:
         )
 
     def bind_gauges(
-        self, owned: Callable[[], float], inflight_bytes: Callable[[], float],
+        self,
+        owned: Callable[[], float],
+        inflight_bytes: Callable[[], float],
         inflight_requests: Callable[[], float],
     ) -> None:
         self.owned.set_function(owned)

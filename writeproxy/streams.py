@@ -137,7 +137,8 @@ class OwnedStream:
                 del self._pending[producer]
                 state = self.table.state(producer)
                 if state is not None and self._next_pos.get(producer) == (
-                    state.epoch, state.last_seq + 1
+                    state.epoch,
+                    state.last_seq + 1,
                 ):
                     # Nothing in flight and the table says the same: forget it here, so
                     # this map stays as small as the producers in flight. (A range of a
@@ -179,8 +180,9 @@ class OwnedStream:
         if expected is None:
             # Not seen since this proxy took the stream over and not in the log's
             # recent tail: its history was forgotten; go on from here.
-            log.info("%s: producer %s starts at epoch %d sequence %d here", self.name,
-                     producer, *pos)
+            log.info(
+                "%s: producer %s starts at epoch %d sequence %d here", self.name, producer, *pos
+            )
             return
         raise OutOfOrderSequenceError(
             f"producer {producer} sent epoch {pos[0]} sequence {pos[1]} to {self.name} but "
@@ -499,8 +501,12 @@ class Ownership:
             if not task.cancelled() and task.exception() is not None:
                 log.error("closing a writer failed", exc_info=task.exception())
         if pending:
-            log.warning("%d writers not closed within %.1f s (bookies down?); their locks "
-                        "go with the ZooKeeper session", len(pending), writers_timeout_s)
+            log.warning(
+                "%d writers not closed within %.1f s (bookies down?); their locks "
+                "go with the ZooKeeper session",
+                len(pending),
+                writers_timeout_s,
+            )
             for task in pending:
                 task.cancel()
 
@@ -510,5 +516,3 @@ async def _close_writer(writer: LogWriter, name: str) -> None:
         await writer.close()
     except BooklineError as exc:  # a failed writer may fail to close; the lock still goes
         log.warning("stream %s: closing its writer: %s", name, exc)
-
-

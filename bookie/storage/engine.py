@@ -169,8 +169,11 @@ class BookieStorage:
         self._ledgers_dir = Path(config.ledgers_dir)
         self._index_dir = Path(config.index_dir)
         self.io = faults.make_io(
-            config.fault_shim, (self._journal_dir, self._ledgers_dir, self._index_dir),
-            disk_bytes_max=config.fault_disk_bytes_max, control_dir=self._journal_dir)
+            config.fault_shim,
+            (self._journal_dir, self._ledgers_dir, self._index_dir),
+            disk_bytes_max=config.fault_disk_bytes_max,
+            control_dir=self._journal_dir,
+        )
         self._fsync = self.io.wrap_fsync(fsync)
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
@@ -221,8 +224,7 @@ class BookieStorage:
             d.mkdir(parents=True, exist_ok=True)
         states = await self._run(self._flush_pool, self._index.open)
         for ledger_id, rec in states.items():
-            self._ledgers[ledger_id] = _Ledger(rec.master_key, rec.fenced, rec.lac,
-                                               rec.last_entry)
+            self._ledgers[ledger_id] = _Ledger(rec.master_key, rec.fenced, rec.lac, rec.last_entry)
         await self._run(self._flush_pool, self._open_entry_logs)
         mark = await self._run(self._flush_pool, journal.read_mark, self._ledgers_dir)
         mark = mark or JournalMark(0, 0)
@@ -250,8 +252,12 @@ class BookieStorage:
             self._durable_mark = self._journal.start(self._loop, next_file, self._on_durable)
         except OSError as exc:
             raise IOFailureError(f"cannot open journal file {next_file}: {exc}") from exc
-        log.info("bookie storage started: %d ledgers, %d journal records replayed from %s",
-                 len(self._ledgers), replayed, mark)
+        log.info(
+            "bookie storage started: %d ledgers, %d journal records replayed from %s",
+            len(self._ledgers),
+            replayed,
+            mark,
+        )
         if replayed:
             await self.checkpoint()
         self._tasks = [
@@ -281,11 +287,13 @@ class BookieStorage:
         if result.last_file_id >= 0:
             path = self._journal_dir / journal.file_name(result.last_file_id)
             if not result.tail_clean:
-                log.warning("journal %s has a torn tail at offset %d; cutting it off",
-                            path, result.tail_end)
+                log.warning(
+                    "journal %s has a torn tail at offset %d; cutting it off", path, result.tail_end
+                )
             if not result.tail_clean or path.stat().st_size > result.tail_end:
-                journal.truncate_tail(self._journal_dir, result.last_file_id,
-                                      result.tail_end, self._fsync, self.io)
+                journal.truncate_tail(
+                    self._journal_dir, result.last_file_id, result.tail_end, self._fsync, self.io
+                )
         for rec, _end in result.records:
             self._apply(rec)
         for file_id, bad in result.damaged:
@@ -307,8 +315,13 @@ class BookieStorage:
             with self._damage_lock:
                 self.counters.checksum_failures += 1
             return
-        self._record_damage(rec.ledger_id, rec.entry_id, None,
-                            Damage(DAMAGE_JOURNAL, file_id, bad.offset), bad.reason)
+        self._record_damage(
+            rec.ledger_id,
+            rec.entry_id,
+            None,
+            Damage(DAMAGE_JOURNAL, file_id, bad.offset),
+            bad.reason,
+        )
 
     def _apply(self, rec: JournalRecord) -> None:
         st = self._ledgers.get(rec.ledger_id)
@@ -317,8 +330,9 @@ class BookieStorage:
                 self._ledgers[rec.ledger_id] = _Ledger(rec.data)
                 self._dirty.add(rec.ledger_id)
             elif st.master_key != rec.data:
-                log.warning("ledger %d: journal holds a second master key; keeping the first",
-                            rec.ledger_id)
+                log.warning(
+                    "ledger %d: journal holds a second master key; keeping the first", rec.ledger_id
+                )
         elif st is None:
             # Its MASTER_KEY record is before the mark, so its state was checkpointed
             # and is gone now: the ledger was deleted. Don't resurrect it.
@@ -442,14 +456,18 @@ class BookieStorage:
             raise ReadOnlyError("bookie is read-only")
         # Validated here, on the loop: a value the journal thread cannot encode would
         # otherwise fail the journal, which is fatal for the whole bookie.
-        if not (0 <= ledger_id <= _U64_MAX and 0 <= entry_id <= _I64_MAX
-                and NO_ENTRY_ID <= lac <= _I64_MAX):
+        if not (
+            0 <= ledger_id <= _U64_MAX
+            and 0 <= entry_id <= _I64_MAX
+            and NO_ENTRY_ID <= lac <= _I64_MAX
+        ):
             raise BadRequestError(f"bad ledger/entry/lac {ledger_id}/{entry_id}/{lac}")
         if len(payload) > PAYLOAD_BYTES_MAX or len(master_key) > MASTER_KEY_BYTES_MAX:
             raise BadRequestError(f"payload ({len(payload)} B) or master key too large")
         size = len(payload) + ENTRY_OVERHEAD_BYTES
         if self._active.bytes + self._frozen_bytes + self._reserved_bytes + size > (
-                self.config.memtable_bytes_max):
+            self.config.memtable_bytes_max
+        ):
             self.counters.adds_rejected_too_many += 1
             self._flush_wanted.set()
             raise TooManyRequestsError("bookie memtable is full; retry later")
@@ -476,9 +494,13 @@ class BookieStorage:
         server's disk check keeps it so (the journal's reserve counts as used in
         :meth:`disk_usage`) until usage is under ``disk_usage_lwm`` again."""
         if not self._read_only:
-            log.warning("journal disk has %d bytes free, too few for the next %d B "
-                        "preallocation plus %d B margin: turning read-only", free_bytes,
-                        self.config.journal_prealloc_bytes, journal.SPACE_MARGIN_BYTES)
+            log.warning(
+                "journal disk has %d bytes free, too few for the next %d B "
+                "preallocation plus %d B margin: turning read-only",
+                free_bytes,
+                self.config.journal_prealloc_bytes,
+                journal.SPACE_MARGIN_BYTES,
+            )
             self.set_read_only(True)
 
     def _on_rejected(self, group: list[Item], error: journal.JournalFullError) -> None:
@@ -603,27 +625,39 @@ class BookieStorage:
             if loc is None:
                 raise NoEntryError(f"ledger {ledger_id} has no entry {entry_id} here")
             if loc == TOMBSTONE:
-                raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on this "
-                                    "bookie (awaiting repair)")
+                raise ChecksumError(
+                    f"entry {ledger_id}/{entry_id} is damaged on this bookie (awaiting repair)"
+                )
             wanted = [(entry_id, loc)]
             ahead_bytes = 0
-            for ahead_id, ahead_loc in self._index.scan(ledger_id, entry_id + 1,
-                                                         self.config.read_ahead_entries):
+            for ahead_id, ahead_loc in self._index.scan(
+                ledger_id, entry_id + 1, self.config.read_ahead_entries
+            ):
                 ahead_bytes += ahead_loc.length
                 if ahead_bytes > READ_AHEAD_BYTES_MAX or ahead_loc == TOMBSTONE:
                     break
                 wanted.append((ahead_id, ahead_loc))
             found, bad = self._read_runs(ledger_id, entrylog.group_runs(wanted), dict(wanted))
             for bad_id, bad_loc, reason in bad:
-                self._record_damage(ledger_id, bad_id, bad_loc,
-                                    Damage(DAMAGE_READ, bad_loc.log_id, bad_loc.offset), reason)
+                self._record_damage(
+                    ledger_id,
+                    bad_id,
+                    bad_loc,
+                    Damage(DAMAGE_READ, bad_loc.log_id, bad_loc.offset),
+                    reason,
+                )
             if found and found[0][0] == entry_id:
                 return found[0][1], found[1:]
             if any(bad_id == entry_id for bad_id, _loc, _r in bad):
-                raise ChecksumError(f"entry {ledger_id}/{entry_id} is damaged on this bookie: "
-                                    f"{bad[0][2]}")
-            log.debug("entry %d/%d moved under a read (attempt %d); looking up again",
-                      ledger_id, entry_id, attempt)
+                raise ChecksumError(
+                    f"entry {ledger_id}/{entry_id} is damaged on this bookie: {bad[0][2]}"
+                )
+            log.debug(
+                "entry %d/%d moved under a read (attempt %d); looking up again",
+                ledger_id,
+                entry_id,
+                attempt,
+            )
         raise ChecksumError(f"entry {ledger_id}/{entry_id} failed validation on every read")
 
     def _read_runs(
@@ -645,7 +679,8 @@ class BookieStorage:
                 records = list(entrylog.split_records(data)) if len(data) == run.length else []
                 intact = len(records) == len(ids) and all(
                     rec[0] == ledger_id and rec[1] == want
-                    for rec, want in zip(records, ids, strict=True))
+                    for rec, want in zip(records, ids, strict=True)
+                )
             except ChecksumError:
                 intact = False
             if intact:
@@ -655,8 +690,9 @@ class BookieStorage:
                 loc = locs[want]
                 start = loc.offset - run.offset
                 try:
-                    out.append((want, _decode_at(data[start : start + loc.length], ledger_id,
-                                                 want)))
+                    out.append(
+                        (want, _decode_at(data[start : start + loc.length], ledger_id, want))
+                    )
                 except ChecksumError as exc:
                     bad.append((want, loc, str(exc)))
         return out, bad
@@ -670,11 +706,21 @@ class BookieStorage:
             self.counters.checksum_failures += 1
         if not self._index.mark_damaged(ledger_id, entry_id, found_at, damage):
             return False
-        name = (entrylog.file_name(damage.file_id) if damage.source != DAMAGE_JOURNAL
-                else journal.file_name(damage.file_id))
-        log.warning("damaged entry: ledger %d entry %d in %s at offset %d (found by %s: %s); "
-                    "reads of it fail until a recovery add repairs it", ledger_id, entry_id,
-                    name, damage.offset, DAMAGE_SOURCES[damage.source], reason)
+        name = (
+            entrylog.file_name(damage.file_id)
+            if damage.source != DAMAGE_JOURNAL
+            else journal.file_name(damage.file_id)
+        )
+        log.warning(
+            "damaged entry: ledger %d entry %d in %s at offset %d (found by %s: %s); "
+            "reads of it fail until a recovery add repairs it",
+            ledger_id,
+            entry_id,
+            name,
+            damage.offset,
+            DAMAGE_SOURCES[damage.source],
+            reason,
+        )
         return True
 
     def last_add_confirmed(self, ledger_id: int) -> int:
@@ -827,8 +873,7 @@ class BookieStorage:
         self.counters.checkpoint_entries += len(frozen)
         self.counters.checkpoint_seconds_total += time.perf_counter() - t0
 
-    def _flush(self, frozen: MemTable, states: dict[int, LedgerRecord],
-               mark: JournalMark) -> None:
+    def _flush(self, frozen: MemTable, states: dict[int, LedgerRecord], mark: JournalMark) -> None:
         """Flush thread: entry log append + fsync, index batch, then the journal mark."""
         writer = self._flush_writer
         invariant(writer is not None, "checkpoint before start")
@@ -838,14 +883,18 @@ class BookieStorage:
             runs += writer.append_run(ledger_id, entry_ids, payloads)
         written = writer.sync() if runs else {}
         repaired = self._index.write_checkpoint(
-            runs, states, written, lambda lid, eid: frozen.get(lid, eid) is not None)
+            runs, states, written, lambda lid, eid: frozen.get(lid, eid) is not None
+        )
         for ledger_id, entry_id in repaired:
             log.info("damaged entry repaired: ledger %d entry %d", ledger_id, entry_id)
         journal.write_mark(self._ledgers_dir, mark, self._fsync, self.io)
 
     async def _checkpoint_loop(self) -> None:
-        delays_s = checkpoint_delays_s(self.config.checkpoint_interval_ms / 1000.0,
-                                       self.config.checkpoint_jitter_fraction, self._rng)
+        delays_s = checkpoint_delays_s(
+            self.config.checkpoint_interval_ms / 1000.0,
+            self.config.checkpoint_jitter_fraction,
+            self._rng,
+        )
         while self._fatal is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._flush_wanted.wait(), next(delays_s))
@@ -931,8 +980,12 @@ class BookieStorage:
         size = self._files.delete(log_id)
         self.counters.compacted_logs += 1
         self.counters.compaction_bytes_reclaimed += max(0, size - copied)
-        log.info("compacted entry log %d: %d entries kept, %d bytes freed", log_id,
-                 len(moves), size - copied)
+        log.info(
+            "compacted entry log %d: %d entries kept, %d bytes freed",
+            log_id,
+            len(moves),
+            size - copied,
+        )
         return max(0, size - copied)
 
     def _compact_from_index(
@@ -943,8 +996,11 @@ class BookieStorage:
         """GC thread: copy the entries the index places in ``log_id`` that the file scan
         did not reach (it stopped at ``bad_offset``); collect the bad ones in
         ``damaged``. Returns the bytes copied."""
-        log.warning("entry log %d: bad record at offset %d; compacting it from the index",
-                    log_id, bad_offset)
+        log.warning(
+            "entry log %d: bad record at offset %d; compacting it from the index",
+            log_id,
+            bad_offset,
+        )
         done = {(m[0], m[1]) for m in moves}
         copied = 0
         for ledger_id, entry_id, loc in self._index.rows_in_log(log_id):
@@ -971,13 +1027,19 @@ class BookieStorage:
         dropped only then, so a log kept here is compacted again later."""
         self._index.relocate(moves, written, None)
         for ledger_id, entry_id, loc, reason in damaged:
-            self._record_damage(ledger_id, entry_id, loc,
-                                Damage(DAMAGE_COMPACTION, log_id, loc.offset), reason)
+            self._record_damage(
+                ledger_id, entry_id, loc, Damage(DAMAGE_COMPACTION, log_id, loc.offset), reason
+            )
         left = self._index.rows_in_log(log_id)
         if left:
-            log.error("entry log %d: %d indexed entries still point into it after "
-                      "compaction (first: ledger %d entry %d); keeping the log", log_id,
-                      len(left), left[0][0], left[0][1])
+            log.error(
+                "entry log %d: %d indexed entries still point into it after "
+                "compaction (first: ledger %d entry %d); keeping the log",
+                log_id,
+                len(left),
+                left[0][0],
+                left[0][1],
+            )
             return False
         self._index.drop_log_stats(log_id)
         return True
@@ -1021,8 +1083,7 @@ class BookieStorage:
         elif self._read_only and usage.used_fraction < self.config.disk_usage_lwm:
             log.info("disk usage %.3f under low-water mark: writable again", usage.used_fraction)
             self.set_read_only(False)
-        return DiskUsage(usage.used_fraction, usage.free_bytes, usage.total_bytes,
-                         self._read_only)
+        return DiskUsage(usage.used_fraction, usage.free_bytes, usage.total_bytes, self._read_only)
 
     def set_read_only(self, read_only: bool) -> None:
         self._read_only = read_only
@@ -1077,8 +1138,9 @@ class BookieStorage:
         return None if self._journal is None else self._journal.stats
 
 
-def checkpoint_delays_s(interval_s: float, jitter_fraction: float,
-                        rng: random.Random) -> Iterator[float]:
+def checkpoint_delays_s(
+    interval_s: float, jitter_fraction: float, rng: random.Random
+) -> Iterator[float]:
     """Seconds to wait before each periodic checkpoint, endlessly.
 
     The first delay puts this bookie at a random phase of the interval; every later one
@@ -1099,8 +1161,9 @@ def _decode_at(record: bytes, ledger_id: int, entry_id: int) -> bytes:
     """The payload of one entry-log record that must hold ``ledger_id/entry_id``."""
     rec_ledger, rec_entry, payload = entrylog.decode_record(record)
     if (rec_ledger, rec_entry) != (ledger_id, entry_id):
-        raise ChecksumError(f"entry log record holds {rec_ledger}/{rec_entry}, "
-                            f"not {ledger_id}/{entry_id}")
+        raise ChecksumError(
+            f"entry log record holds {rec_ledger}/{rec_entry}, not {ledger_id}/{entry_id}"
+        )
     return payload
 
 

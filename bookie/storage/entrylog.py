@@ -93,8 +93,9 @@ class AppendedRun(NamedTuple):
     def locations(self) -> Iterator[tuple[int, Location]]:
         """(entry id, location) of each record, in entry order."""
         log_id = self.log_id
-        for entry_id, offset, length in zip(self.entry_ids, self.offsets, self.lengths,
-                                            strict=True):
+        for entry_id, offset, length in zip(
+            self.entry_ids, self.offsets, self.lengths, strict=True
+        ):
             yield entry_id, Location(log_id, offset, length)
 
 
@@ -281,19 +282,27 @@ class EntryLogWriter:
         n = encode_into(self._buf, ledger_id, entry_id, payload)
         return self._appended(offset, n)
 
-    def append_run(self, ledger_id: int, entry_ids: Sequence[int],
-                   payloads: Sequence[bytes]) -> list[AppendedRun]:
+    def append_run(
+        self, ledger_id: int, entry_ids: Sequence[int], payloads: Sequence[bytes]
+    ) -> list[AppendedRun]:
         """Append one ledger's records, ``entry_ids`` ascending (the checkpoint's path).
 
         Writes exactly the bytes and rolls exactly where a loop of :meth:`append` would,
         but several times faster (see the module docstring). Returns one run per log
         written: more than one when a log filled up on the way.
         """
-        invariant(len(entry_ids) == len(payloads), "append_run: %d entry ids, %d payloads",
-                  len(entry_ids), len(payloads))
+        invariant(
+            len(entry_ids) == len(payloads),
+            "append_run: %d entry ids, %d payloads",
+            len(entry_ids),
+            len(payloads),
+        )
         # Ascending ids: the first bounds them all.
-        invariant(not entry_ids or entry_ids[0] >= 0, "entry id %d stored in an entry log",
-                  entry_ids[0] if entry_ids else 0)
+        invariant(
+            not entry_ids or entry_ids[0] >= 0,
+            "entry id %d stored in an entry log",
+            entry_ids[0] if entry_ids else 0,
+        )
         runs: list[AppendedRun] = []
         start = 0
         while start < len(entry_ids):
@@ -301,13 +310,15 @@ class EntryLogWriter:
             if self._buf:  # a new log's header, or records of append()
                 self._write_buf()
             end, offsets, lengths = self._write_records(ledger_id, entry_ids, payloads, start)
-            runs.append(AppendedRun(ledger_id, self._log_id, entry_ids[start:end], offsets,
-                                    lengths))
+            runs.append(
+                AppendedRun(ledger_id, self._log_id, entry_ids[start:end], offsets, lengths)
+            )
             start = end
         return runs
 
-    def _write_records(self, ledger_id: int, entry_ids: Sequence[int],
-                       payloads: Sequence[bytes], start: int) -> tuple[int, list[int], list[int]]:
+    def _write_records(
+        self, ledger_id: int, entry_ids: Sequence[int], payloads: Sequence[bytes], start: int
+    ) -> tuple[int, list[int], list[int]]:
         """Encode records from ``start`` on and write them to the current log until the
         run ends or the log is full; return (end, offsets, lengths).
 
@@ -324,8 +335,9 @@ class EntryLogWriter:
         add_offset, add_length = offsets.append, lengths.append
         iov: list[bytes] = []
         add_iov = iov.append
-        for entry_id, payload in zip(islice(entry_ids, start, None),
-                                     islice(payloads, start, None), strict=True):
+        for entry_id, payload in zip(
+            islice(entry_ids, start, None), islice(payloads, start, None), strict=True
+        ):
             length = fixed + len(payload)
             tail = pack_tail(length, version, ledger_id, entry_id)
             add_iov(pack_crc(crc(payload, crc(tail))) + tail)

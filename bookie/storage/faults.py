@@ -191,15 +191,17 @@ class FaultShim:
         try:
             settings = tomllib.loads(self._control.read_text()) if mtime else {}
         except (tomllib.TOMLDecodeError, FileNotFoundError) as exc:
-            log.warning("fault shim: %s unreadable (%s); keeping the settings", self._control,
-                        exc)  # half written, most likely: looked at again next time
+            log.warning(
+                "fault shim: %s unreadable (%s); keeping the settings", self._control, exc
+            )  # half written, most likely: looked at again next time
             return
         self._control_mtime_ns = mtime
         name = str(settings.get("fsync_error", ""))
         self.fsync_errno = getattr(errno, name) if name else None
         self.disk_bytes_max = int(settings.get("disk_bytes_max", 0))
-        log.warning("fault shim: fsync_error=%s disk_bytes_max=%d", name or "-",
-                    self.disk_bytes_max)
+        log.warning(
+            "fault shim: fsync_error=%s disk_bytes_max=%d", name or "-", self.disk_bytes_max
+        )
 
     # -- file operations --
 
@@ -276,8 +278,11 @@ class FaultShim:
             key = self._keys.get(fd)
             pending = None if key is None else self._pending.get(key)
             if pending is not None:
-                pending.writes = [(at, chunk[: max(0, length - at)])
-                                  for at, chunk in pending.writes if at < length]
+                pending.writes = [
+                    (at, chunk[: max(0, length - at)])
+                    for at, chunk in pending.writes
+                    if at < length
+                ]
                 pending.size = length
         os.ftruncate(fd, length)
 
@@ -302,8 +307,7 @@ class FaultShim:
                 pending = None if key is None else self._pending.pop(key, None)
                 if self.fsync_errno is not None:
                     # Linux drops the dirty pages of a failed writeback: so do we.
-                    raise OSError(self.fsync_errno, f"{os.strerror(self.fsync_errno)} "
-                                  "(fault shim)")
+                    raise OSError(self.fsync_errno, f"{os.strerror(self.fsync_errno)} (fault shim)")
                 for at, chunk in pending.writes if pending is not None else ():
                     _pwrite_all(fd, chunk, at)
             fsync(fd)

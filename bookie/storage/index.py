@@ -158,8 +158,9 @@ class Index:
             self._db.close()
             self._db = None
 
-    def _prefix_items(self, prefix: bytes, start: bytes | None = None) -> Iterable[
-            tuple[bytes, bytes]]:
+    def _prefix_items(
+        self, prefix: bytes, start: bytes | None = None
+    ) -> Iterable[tuple[bytes, bytes]]:
         for key, value in self.db.items(from_key=start or prefix):
             if not isinstance(key, bytes) or not key.startswith(prefix):
                 return
@@ -241,8 +242,9 @@ class Index:
         live: dict[int, int] = {}
         for run in runs:
             ledger_id, log_id = run.ledger_id, run.log_id
-            for entry_id, offset, length in zip(run.entry_ids, run.offsets, run.lengths,
-                                                strict=True):
+            for entry_id, offset, length in zip(
+                run.entry_ids, run.offsets, run.lengths, strict=True
+            ):
                 put(pack_key(_E, ledger_id, entry_id), pack_loc(log_id, offset, length))
             live[log_id] = live.get(log_id, 0) + sum(run.lengths)
         for ledger_id, rec in states.items():

@@ -241,6 +241,7 @@ def write_mark(directory: Path, mark: JournalMark, fsync: Fsync,
 
 # --- the group-commit thread ----------------------------------------------------------
 
+
 class Completion(Protocol):
     """Told the outcome of one queued record, on the loop thread. An
     ``asyncio.Future[None]`` is one; the server passes a cheaper object that encodes its
@@ -340,8 +341,9 @@ class Journal:
     def current_file_id(self) -> int:
         return self._file_id
 
-    def start(self, loop: asyncio.AbstractEventLoop, next_file_id: int,
-              on_durable: OnDurable) -> JournalMark:
+    def start(
+        self, loop: asyncio.AbstractEventLoop, next_file_id: int, on_durable: OnDurable
+    ) -> JournalMark:
         """Open a fresh file and start the thread; return the mark of its first record."""
         invariant(self._thread is None, "journal started twice")
         self._loop = loop
@@ -536,8 +538,9 @@ class Journal:
                 if self._pos >= self._file_bytes_max:
                     self._roll()
         except BaseException as exc:
-            log.critical("journal write/fsync failed; the bookie stops acknowledging",
-                         exc_info=True)
+            log.critical(
+                "journal write/fsync failed; the bookie stops acknowledging", exc_info=True
+            )
             self._failed = exc
             self._stopping = True
             with contextlib.suppress(RuntimeError):  # loop already closed: nobody waits
@@ -562,8 +565,9 @@ class Journal:
             (self._dir / file_name(self._file_id)).unlink(missing_ok=True)
             fsync_dir(self._dir, self._fsync)
             self._fd, self._file_id, self._pos, self._alloc_end = old
-            log.warning("journal: cannot roll to a new file (%s); staying on %d", full,
-                        self._file_id)
+            log.warning(
+                "journal: cannot roll to a new file (%s); staying on %d", full, self._file_id
+            )
             return
         self._io.close(old[0])
         self.stats.files_rolled += 1
@@ -597,4 +601,3 @@ class Journal:
                 err.__cause__ = exc
                 fut.set_exception(err)
         self._on_fatal(exc)
-

@@ -234,8 +234,9 @@ class ScanEnd(NamedTuple):
     clean: bool  # True when the data ended at zeros/EOF, False on a torn or bad record
 
 
-def iter_records(f: BinaryIO, offset: int, file_size: int,
-                 out: list[tuple[JournalRecord, int]]) -> ScanEnd:
+def iter_records(
+    f: BinaryIO, offset: int, file_size: int, out: list[tuple[JournalRecord, int]]
+) -> ScanEnd:
     """Read the records of a version 2 file from ``offset`` into ``out`` as (record,
     end offset), up to the first bad one (the plain reader; replay uses :func:`scan`)."""
     f.seek(0)
@@ -293,13 +294,17 @@ def scan(buf: Image, start: int, size: int, *, name: str, last: bool,
             pos = step.end
             continue
         what = "zeros" if step.kind == END else f"a bad record ({step.reason})"
-        after = ("the file was rolled after it, so it was fsynced" if later is None
-                 else f"records written after it was fsynced follow at offset {later}")
+        after = (
+            "the file was rolled after it, so it was fsynced"
+            if later is None
+            else f"records written after it was fsynced follow at offset {later}"
+        )
         raise JournalCorruptError(
             f"journal {name} is corrupt at offset {pos}: {what}, and {after}; the "
             "damaged record's ledger/entry ids cannot be trusted, so the bookie stops "
             "instead of dropping acknowledged entries (restore the file, or wipe this "
-            "bookie and let autorecovery re-replicate its ledgers)")
+            "bookie and let autorecovery re-replicate its ledgers)"
+        )
 
 
 def _later_group(buf: Image, after: int, size: int, bad_pos: int,

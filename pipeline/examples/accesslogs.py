@@ -23,8 +23,15 @@ __all__ = ["AccessLog", "flush_line", "generate", "write_logs"]
 
 # Paths and statuses with skewed weights, so "top paths" has a clear answer.
 PATHS = (
-    ("/", 30), ("/products", 20), ("/cart", 12), ("/checkout", 8), ("/search", 15),
-    ("/login", 6), ("/static/app.js", 25), ("/static/logo.png", 18), ("/api/orders", 9),
+    ("/", 30),
+    ("/products", 20),
+    ("/cart", 12),
+    ("/checkout", 8),
+    ("/search", 15),
+    ("/login", 6),
+    ("/static/app.js", 25),
+    ("/static/logo.png", 18),
+    ("/api/orders", 9),
 )
 STATUSES = ((200, 80), (304, 8), (404, 6), (500, 2), (302, 4))
 METHODS = (("GET", 90), ("POST", 10))
@@ -87,8 +94,7 @@ def write_logs(ns: SyncNamespace, stream: str, logs: Iterator[AccessLog]) -> int
     try:
         batch: list[LogRecord] = []
         for log in logs:
-            batch.append(LogRecord(log.line().encode(), txid=log.time_ms,
-                                   key=log.client.encode()))
+            batch.append(LogRecord(log.line().encode(), txid=log.time_ms, key=log.client.encode()))
             if len(batch) >= WRITE_BATCH_RECORDS:
                 writer.write_many(batch)
                 written += len(batch)

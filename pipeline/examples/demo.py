@@ -49,14 +49,16 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in df.collect())
 
 
-def _run_pipeline(spark: Any, options: dict[str, str], s: DemoSettings,
-                  run_dir: Path) -> dict[str, Any]:
+def _run_pipeline(
+    spark: Any, options: dict[str, str], s: DemoSettings, run_dir: Path
+) -> dict[str, Any]:
     from streams.sync import SyncNamespace
 
     ns = SyncNamespace.from_cluster_file(options["cluster"])
     try:
-        logs = list(accesslogs.generate(s.records, seed=SEED, start_ms=DEMO_START_MS,
-                                        minutes=s.minutes))
+        logs = list(
+            accesslogs.generate(s.records, seed=SEED, start_ms=DEMO_START_MS, minutes=s.minutes)
+        )
         logs.append(accesslogs.flush_line(logs[-1].time_ms if logs else DEMO_START_MS))
         t0 = time.perf_counter()
         written = accesslogs.write_logs(ns, s.logs_stream, iter(logs))
@@ -66,15 +68,21 @@ def _run_pipeline(spark: Any, options: dict[str, str], s: DemoSettings,
 
     t0 = time.perf_counter()
     queries = jobs.start_streaming(
-        spark, options, logs_stream=s.logs_stream, results_stream=s.results_stream,
-        out_dir=run_dir / "out", checkpoint_dir=run_dir / "checkpoints",
-        available_now=False, max_records_per_trigger=s.max_records_per_trigger,
+        spark,
+        options,
+        logs_stream=s.logs_stream,
+        results_stream=s.results_stream,
+        out_dir=run_dir / "out",
+        checkpoint_dir=run_dir / "checkpoints",
+        available_now=False,
+        max_records_per_trigger=s.max_records_per_trigger,
     )
     batches = jobs.stop_when_caught_up(queries, written, STREAMING_TIMEOUT_S)
     stream_s = time.perf_counter() - t0
 
     streamed = spark.read.parquet(str(run_dir / "out" / "status_counts")).select(
-        "minute", "status", "count")
+        "minute", "status", "count"
+    )
     t0 = time.perf_counter()
     replayed = jobs.replay_status_counts(spark, options, s.logs_stream)
     replay_rows = _rows(replayed)
@@ -85,8 +93,10 @@ def _run_pipeline(spark: Any, options: dict[str, str], s: DemoSettings,
             f"streaming and batch results differ: {len(stream_rows)} vs {len(replay_rows)} rows"
         )
     results = (
-        spark.read.format("bookline").option("cluster", options["cluster"])
-        .option("stream", s.results_stream).load()
+        spark.read.format("bookline")
+        .option("cluster", options["cluster"])
+        .option("stream", s.results_stream)
+        .load()
     )
     top = spark.read.parquet(str(run_dir / "out" / "top_paths")).orderBy("minute").first()
     return {

@@ -47,8 +47,9 @@ def parse_logs(df: Any) -> Any:
     line = F.col("value").cast("string")
     return df.select(
         F.regexp_extract(line, LOG_PATTERN, 1).alias("client"),
-        F.to_timestamp(F.regexp_extract(line, LOG_PATTERN, 2), "dd/MMM/yyyy:HH:mm:ss Z")
-        .alias("event_time"),
+        F.to_timestamp(F.regexp_extract(line, LOG_PATTERN, 2), "dd/MMM/yyyy:HH:mm:ss Z").alias(
+            "event_time"
+        ),
         F.regexp_extract(line, LOG_PATTERN, 3).alias("method"),
         F.regexp_extract(line, LOG_PATTERN, 4).alias("path"),
         F.regexp_extract(line, LOG_PATTERN, 5).cast("int").alias("status"),
@@ -71,23 +72,36 @@ def _connection(options: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in options.items() if k in ("zk", "root", "cluster", "namespace")}
 
 
-def _write_results(batch: Any, batch_id: int, kind: str, *, options: dict[str, str],
-                   results_stream: str, out_dir: Path, query_name: str) -> None:
+def _write_results(
+    batch: Any,
+    batch_id: int,
+    kind: str,
+    *,
+    options: dict[str, str],
+    results_stream: str,
+    out_dir: Path,
+    query_name: str,
+) -> None:
     from pyspark.sql import functions as F
 
     if kind == "status":
         rows = batch.select(
-            F.concat_ws(":", F.lit("status"), F.date_format("minute", "yyyy-MM-dd'T'HH:mm"),
-                        F.col("status").cast("string")).alias("key"),
-            F.to_json(F.struct(F.lit("status").alias("kind"), "minute", "status",
-                               "count")).alias("value"),
+            F.concat_ws(
+                ":",
+                F.lit("status"),
+                F.date_format("minute", "yyyy-MM-dd'T'HH:mm"),
+                F.col("status").cast("string"),
+            ).alias("key"),
+            F.to_json(F.struct(F.lit("status").alias("kind"), "minute", "status", "count")).alias(
+                "value"
+            ),
         )
     else:
         rows = batch.select(
-            F.concat_ws(":", F.lit("paths"),
-                        F.date_format("minute", "yyyy-MM-dd'T'HH:mm")).alias("key"),
-            F.to_json(F.struct(F.lit("top_paths").alias("kind"), "minute",
-                               "paths")).alias("value"),
+            F.concat_ws(":", F.lit("paths"), F.date_format("minute", "yyyy-MM-dd'T'HH:mm")).alias(
+                "key"
+            ),
+            F.to_json(F.struct(F.lit("top_paths").alias("kind"), "minute", "paths")).alias("value"),
         )
     (
         rows.write.format("bookline")
@@ -106,15 +120,16 @@ def _top_paths(batch: Any) -> Any:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rank = F.row_number().over(
-        Window.partitionBy("minute").orderBy(F.desc("count"), F.asc("path"))
-    )
+    rank = F.row_number().over(Window.partitionBy("minute").orderBy(F.desc("count"), F.asc("path")))
     return (
         batch.withColumn("rank", rank)
         .where(F.col("rank") <= TOP_PATHS)
         .groupBy("minute")
-        .agg(F.sort_array(F.collect_list(F.struct(
-            F.col("rank"), F.col("path"), F.col("count")))).alias("paths"))
+        .agg(
+            F.sort_array(
+                F.collect_list(F.struct(F.col("rank"), F.col("path"), F.col("count")))
+            ).alias("paths")
+        )
     )
 
 
@@ -149,9 +164,11 @@ def start_streaming(
     window = F.window("event_time", "1 minute").alias("w")
     flagged = parsed.withColumn("flush", F.col("path") == FLUSH_PATH)
     frames = {
-        "status": flagged.groupBy(window, "status", "flush").count()
+        "status": flagged.groupBy(window, "status", "flush")
+        .count()
         .select(F.col("w.start").alias("minute"), "status", "count", "flush"),
-        "paths": flagged.groupBy(window, "path", "flush").count()
+        "paths": flagged.groupBy(window, "path", "flush")
+        .count()
         .select(F.col("w.start").alias("minute"), "path", "count", "flush"),
     }
     queries = []
@@ -160,8 +177,15 @@ def start_streaming(
         def sink(batch: Any, batch_id: int, kind: str = kind) -> None:
             kept = batch.where(~F.col("flush")).drop("flush")
             out = kept if kind == "status" else _top_paths(kept)
-            _write_results(out, batch_id, kind, options=options, results_stream=results_stream,
-                           out_dir=out_dir, query_name=query_name)
+            _write_results(
+                out,
+                batch_id,
+                kind,
+                options=options,
+                results_stream=results_stream,
+                out_dir=out_dir,
+                query_name=query_name,
+            )
 
         writer = (
             frame.writeStream.outputMode("append")
@@ -169,8 +193,11 @@ def start_streaming(
             .option("checkpointLocation", str(checkpoint_dir / kind))
             .queryName(f"{query_name}-{kind}")
         )
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-            processingTime="500 milliseconds")
+        writer = (
+            writer.trigger(availableNow=True)
+            if available_now
+            else writer.trigger(processingTime="500 milliseconds")
+        )
         queries.append(writer.start())
     return queries
 
