@@ -243,7 +243,8 @@ class LocalCluster:
         raise RuntimeError(f"{info.name} not ready within {timeout_s:.0f}s; see {log_path}")
 
     def describe(self) -> dict[str, Any]:
-        assert self.zk is not None and self.zk.pid is not None
+        assert self.zk is not None
+        assert self.zk.pid is not None
         return {
             "zk": self.zk_connect,
             "root": CLUSTER_ROOT,

@@ -150,7 +150,8 @@ class ZooKeeperServer:
         return self
 
     def _wait_ready(self) -> None:
-        assert self.proc is not None and self.port is not None
+        assert self.proc is not None
+        assert self.port is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -285,7 +285,8 @@ class _TaskWrite:
         if not self.pending:
             return
         state = self.current
-        assert state is not None and self.writer is not None
+        assert state is not None
+        assert self.writer is not None
         dlsns: list[DLSN] = self.writer.write_many(self.pending)
         state.written += len(self.pending)
         state.last_tagged = dlsns[-1]

@@ -778,7 +778,8 @@ class LogWriter:
 
     async def _roll(self) -> None:
         seg = self._seg
-        assert seg is not None and self._next_ledger is not None
+        assert seg is not None
+        assert self._next_ledger is not None
         ledger = await self._next_ledger
         self._next_ledger = None
         now = self._ctx.clock_ms()

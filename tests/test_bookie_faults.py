@@ -46,8 +46,10 @@ def test_off_is_the_os_functions(tmp_path: Path) -> None:
     """Zero cost when off: the layer's functions are the os functions themselves."""
     s = BookieStorage(make_config(tmp_path))
     assert s.io is faults.REAL_IO
-    assert s.io.pwrite is os.pwrite and s.io.pread is os.pread
-    assert s.io.pwritev is os.pwritev and s.io.fallocate is os.posix_fallocate
+    assert s.io.pwrite is os.pwrite
+    assert s.io.pread is os.pread
+    assert s.io.pwritev is os.pwritev
+    assert s.io.fallocate is os.posix_fallocate
     with pytest.raises(ConfigError):
         make_config(tmp_path, fault_shim="lightning")
     with pytest.raises(ConfigError):
@@ -135,7 +137,8 @@ def test_offline_damage_helpers(tmp_path: Path) -> None:
     assert path.read_bytes()[3] == 3 ^ 0x80
     faults.zero_block(path, 4000, 200)
     data = path.read_bytes()
-    assert data[4000:4200] == bytes(200) and data[4200] == 4200 % 16
+    assert data[4000:4200] == bytes(200)
+    assert data[4200] == 4200 % 16
     faults.truncate(path, 100)
     assert path.stat().st_size == 100
     with pytest.raises(ValueError):
@@ -281,7 +284,8 @@ async def test_small_journal_disk_turns_read_only_before_it_fills(tmp_path: Path
     try:
         refused_at, error = await _add_until_refused(s, 1, 0)
         assert isinstance(error, ReadOnlyError), error
-        assert s.failed is None and s.read_only
+        assert s.failed is None
+        assert s.read_only
         space = s.io.disk_space(Path(s.config.journal_dir))
         assert space.free_bytes > (1 << 20)  # a whole preallocation still fits
         assert s.disk_usage().used_fraction >= s.config.disk_usage_threshold
@@ -312,7 +316,9 @@ async def test_enospc_on_preallocation_turns_read_only_instead_of_failing(
         shim = shim_of(s)
         monkeypatch.setattr(shim, "disk_space", lambda _p: faults.DiskSpace(1 << 40, 1 << 40))
         refused_at, error = await _add_until_refused(s, 1, 10)
-        assert isinstance(error, ReadOnlyError) and s.failed is None and s.read_only
+        assert isinstance(error, ReadOnlyError)
+        assert s.failed is None
+        assert s.read_only
         await check_all(s, 1, range(10))
         await check_all(s, 1, range(10, refused_at), size=ENTRY_BYTES)
         monkeypatch.undo()

@@ -56,7 +56,8 @@ async def test_deletes_only_ledgers_missing_for_two_rounds(storage: BookieStorag
     assert (await gc.run_once()).deleted == ()
     md.ids = {1}
     first = await gc.run_once()  # 2 and 3 missing once: kept (could be a listing race)
-    assert first.candidates == 2 and first.deleted == ()
+    assert first.candidates == 2
+    assert first.deleted == ()
     assert storage.ledgers() == [1, 2, 3]
     md.ids = {1, 3}  # 3 shows up again: never deleted
     second = await gc.run_once()

@@ -143,11 +143,13 @@ def test_error_response_rebuilds_the_error_class() -> None:
     (resp,) = decode_all(p.Decoder(responses=True), frame)
     assert isinstance(resp, p.ErrorResponse)
     err = resp.error()
-    assert isinstance(err, FencedError) and err.message == "ledger 3 is fenced"
+    assert isinstance(err, FencedError)
+    assert err.message == "ledger 3 is fenced"
     # An unknown code from a newer peer keeps its number.
     frame = p.encode_error(8, p.Op.READ, for_code(999, "new"))
     (resp,) = decode_all(p.Decoder(responses=True), frame)
-    assert isinstance(resp, p.ErrorResponse) and resp.code == 999
+    assert isinstance(resp, p.ErrorResponse)
+    assert resp.code == 999
     assert isinstance(resp.error(), UnknownError)
 
 
@@ -212,7 +214,8 @@ def test_malformed_meta_keeps_the_stream_in_sync() -> None:
     d.feed(bad + good)
     with pytest.raises(p.FrameBodyError) as info:
         d.next_frame()
-    assert info.value.request_id == 41 and info.value.op == p.Op.ADD
+    assert info.value.request_id == 41
+    assert info.value.op == p.Op.ADD
     assert d.next_frame() == p.InfoRequest(42)
 
 
@@ -324,7 +327,8 @@ def test_info_without_features_decodes_as_an_old_bookie() -> None:
               "free_bytes": 1, "total_bytes": 2}  # fmt: skip
     frame = p._frame(int(p.Op.INFO), p.KIND_RESPONSE, 0, 0, 9, msgpack.packb(fields), b"")
     (resp,) = decode_all(p.Decoder(responses=True), frame)
-    assert isinstance(resp, p.InfoResponse) and resp.info.features == ()
+    assert isinstance(resp, p.InfoResponse)
+    assert resp.info.features == ()
 
 
 @given(st.lists(responses, max_size=20), st.integers(1, 64))
@@ -453,7 +457,8 @@ def test_malformed_replica_check_requests_keep_the_stream(op: p.Op, meta: object
     d.feed(_frame(op=op, rid=8, meta=msgpack.packb(meta)) + good)
     with pytest.raises(p.FrameBodyError) as info:
         d.next_frame()
-    assert info.value.request_id == 8 and info.value.op == op
+    assert info.value.request_id == 8
+    assert info.value.op == op
     assert d.next_frame() == p.ListDamagedRequest(9, 0, 0)
 
 

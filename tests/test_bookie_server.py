@@ -112,11 +112,13 @@ async def test_pipelined_adds_then_reads(conn: BookieConnection) -> None:
     assert [r.payload for r in reads] == [payload(1, e) for e in range(n)]
     assert all(r.entry_id == e for e, r in enumerate(reads))
     last = await conn.read(1, -1)
-    assert last.entry_id == n - 1 and last.payload == payload(1, n - 1)
+    assert last.entry_id == n - 1
+    assert last.payload == payload(1, n - 1)
     assert await conn.list_ledgers() == (1, 2)
     assert await conn.list_entries(2) == tuple(range(10))
     info = await conn.info()
-    assert info.bookie_id == "test-bookie" and info.state == "writable"
+    assert info.bookie_id == "test-bookie"
+    assert info.state == "writable"
 
 
 async def test_errors_carry_their_codes(conn: BookieConnection) -> None:
@@ -135,7 +137,9 @@ async def test_fencing_read(conn: BookieConnection) -> None:
     with pytest.raises(UnauthorizedError):
         await conn.read(4, -1, fence=True, master_key=b"other")
     resp = await conn.read(4, -1, fence=True, master_key=KEY)
-    assert resp.entry_id == 1 and resp.payload == b"e1" and resp.lac == 0
+    assert resp.entry_id == 1
+    assert resp.payload == b"e1"
+    assert resp.lac == 0
     with pytest.raises(FencedError):
         await conn.add(4, 2, 1, KEY, b"e2")
     await conn.add(4, 2, 1, KEY, b"e2", recovery=True)
@@ -153,7 +157,8 @@ async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None
     await conn.add(5, 2, 1, KEY, b"e2")  # LAC 1 rides on entry 2
     resp = await asyncio.wait_for(poll, 5.0)
     assert resp.lac == 1
-    assert resp.next_entry_id == 1 and resp.next_entry == b"e1"
+    assert resp.next_entry_id == 1
+    assert resp.next_entry == b"e1"
     assert loop.time() - started < 5.0
 
 
@@ -250,7 +255,8 @@ async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) 
     assert loop.time() - started >= 0.25
     # previous_lac below the LAC answers at once
     resp = await conn.read_lac(6, -1, timeout_ms=10_000)
-    assert resp.lac == 0 and resp.next_entry == b"e0"
+    assert resp.lac == 0
+    assert resp.next_entry == b"e0"
 
 
 async def test_long_poll_capped_by_the_server(tmp_path: Path) -> None:
@@ -322,10 +328,12 @@ async def test_malformed_frames_leave_other_connections_healthy(
         writer.write(raw_frame(p.Op.ADD, 99, msgpack.packb(["x"])))
         writer.write(p.encode_request(p.InfoRequest(100)))
         resp = await read_response(reader)
-        assert isinstance(resp, p.ErrorResponse) and resp.request_id == 99
+        assert isinstance(resp, p.ErrorResponse)
+        assert resp.request_id == 99
         assert isinstance(resp.error(), BadRequestError)
         info = await read_response(reader)
-        assert isinstance(info, p.InfoResponse) and info.request_id == 100
+        assert isinstance(info, p.InfoResponse)
+        assert info.request_id == 100
     finally:
         writer.close()
     # 2. Garbage, a wrong version, an oversized frame: that connection is closed.
@@ -539,7 +547,8 @@ async def test_entry_checksums_fingerprint_the_stored_blobs(conn: BookieConnecti
         await conn.add(3, e, -1, KEY, payload(3, e))
     assert p.FEATURE_REPLICA_CHECK in await conn.features()
     resp = await conn.entry_checksums(3, 0, 20)
-    assert resp.last_entry_id == 20 and resp.damaged == ()
+    assert resp.last_entry_id == 20
+    assert resp.damaged == ()
     assert resp.checksums == tuple(
         p.EntryChecksum(e, crc32c.crc32c(payload(3, e)), len(payload(3, e))) for e in held
     )
@@ -547,7 +556,8 @@ async def test_entry_checksums_fingerprint_the_stored_blobs(conn: BookieConnecti
     with pytest.raises(NoLedgerError):
         await conn.entry_checksums(99, 0, 5)
     page = await conn.list_damaged()
-    assert page.damaged == () and page.next_from is None
+    assert page.damaged == ()
+    assert page.next_from is None
 
 
 async def test_entry_checksums_answer_in_bounded_parts(
@@ -557,7 +567,8 @@ async def test_entry_checksums_answer_in_bounded_parts(
         await conn.add(6, e, -1, KEY, payload(6, e))
     monkeypatch.setattr(server_module, "CHECKSUM_READ_BYTES_MAX", 1)  # one entry per answer
     resp = await conn.entry_checksums(6, 1, 4)
-    assert resp.last_entry_id == 1 and [c.entry_id for c in resp.checksums] == [1]
+    assert resp.last_entry_id == 1
+    assert [c.entry_id for c in resp.checksums] == [1]
     wide = await conn.entry_checksums(6, 0, p.CHECKSUM_RANGE_ENTRIES_MAX * 3)
     assert wide.last_entry_id == 0  # the read budget ends it after the first entry
     monkeypatch.undo()
@@ -609,7 +620,8 @@ async def test_damaged_entry_is_listed_reported_and_repaired(tmp_path: Path) -> 
         await c.add(8, 3, 2, KEY, payload(8, 3), recovery=True)
         # Served intact at once (from memory), though marked until the checkpoint.
         fixed = await c.entry_checksums(8, 3, 3)
-        assert fixed.damaged == () and fixed.checksums[0].crc32c == crc32c.crc32c(payload(8, 3))
+        assert fixed.damaged == ()
+        assert fixed.checksums[0].crc32c == crc32c.crc32c(payload(8, 3))
         await b.storage.checkpoint()
         assert (await c.list_damaged()).damaged == ()
     finally:

@@ -118,8 +118,10 @@ async def test_add_read_lac(storage: BookieStorage) -> None:
     with pytest.raises(NoEntryError):
         await storage.read_entry(1, 10)
     stats = storage.stats()
-    assert stats["adds"] == 10 and stats["journal_fsyncs"] >= 1
-    assert stats["memtable_bytes"] > 1000 and stats["memtable_hits"] == 11
+    assert stats["adds"] == 10
+    assert stats["journal_fsyncs"] >= 1
+    assert stats["memtable_bytes"] > 1000
+    assert stats["memtable_hits"] == 11
 
 
 async def test_out_of_order_entries_and_lac_is_max(storage: BookieStorage) -> None:
@@ -143,7 +145,8 @@ async def test_long_poll_wakes_on_lac_and_times_out(storage: BookieStorage) -> N
     assert (result.next_entry_id, result.next_entry) == (0, payload(1, 0))
 
     timed_out = await storage.wait_lac(1, 0, 0.05)
-    assert timed_out.lac == 0 and timed_out.next_entry is None
+    assert timed_out.lac == 0
+    assert timed_out.next_entry is None
     with pytest.raises(NoLedgerError):
         await storage.wait_lac(9, NO_ENTRY_ID, 0.01)
 
@@ -297,7 +300,8 @@ async def test_fencing_and_master_key_survive_restart(config: BookieConfig, cras
     assert await s.fence(2, KEY) == NO_ENTRY_ID
     s = await restart(s, crash=crash)
     try:
-        assert s.is_fenced(1) and s.is_fenced(2)
+        assert s.is_fenced(1)
+        assert s.is_fenced(2)
         with pytest.raises(FencedError):
             await s.add_entry(1, 6, 5, KEY, b"x")
         with pytest.raises(UnauthorizedError):
@@ -331,7 +335,8 @@ async def test_group_wait_batches_records(tmp_path: Path) -> None:
     try:
         await add_all(s, 1, range(200))
         stats = s.stats()
-        assert stats["journal_groups"] <= 3 and stats["journal_records"] == 201
+        assert stats["journal_groups"] <= 3
+        assert stats["journal_records"] == 201
         await check_all(s, 1, range(200))
     finally:
         await s.close()
@@ -461,7 +466,9 @@ async def test_memtable_backpressure(tmp_path: Path) -> None:
         )
         rejected = [r for r in results if isinstance(r, TooManyRequestsError)]
         accepted = [e for e, r in enumerate(results) if r is None]
-        assert rejected and accepted and len(rejected) + len(accepted) == 100
+        assert rejected
+        assert accepted
+        assert len(rejected) + len(accepted) == 100
         assert s.memtable_bytes <= 32 << 10
         await s.checkpoint()
         await s.add_entry(1, 100, 99, KEY, payload(1, 100, 1000))  # room again
@@ -496,7 +503,8 @@ async def test_fsync_failure_is_fatal(config: BookieConfig) -> None:
             return_exceptions=True,
         )
         assert all(isinstance(r, IOFailureError) for r in results), results
-        assert len(fatal) == 1 and isinstance(fatal[0], OSError)
+        assert len(fatal) == 1
+        assert isinstance(fatal[0], OSError)
         assert s.failed is not None
         with pytest.raises(IOFailureError):
             await s.add_entry(1, 30, 4, KEY, b"x")

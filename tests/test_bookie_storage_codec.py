@@ -57,10 +57,12 @@ def test_journal_round_trip(recs: list[JournalRecord]) -> None:
     data, _ends = _file(recs)
     assert journal.decode_file_header(data) == 7
     got, clean = _scan(data)
-    assert got == recs and clean
+    assert got == recs
+    assert clean
     # Preallocated zeros after the data end replay cleanly.
     got, clean = _scan(data + bytes(4096))
-    assert got == recs and clean
+    assert got == recs
+    assert clean
 
 
 @given(st.lists(records, min_size=1, max_size=10), st.data())
@@ -221,7 +223,8 @@ def test_append_run_rolls_exactly_where_append_does(tmp_path: Path) -> None:
     expected = _write_logs(tmp_path / "a", bytes_max, None, runs, batch=False)
     assert _write_logs(tmp_path / "b", bytes_max, None, runs, batch=True) == expected
     logs = entrylog.list_logs(tmp_path / "a")
-    assert len(logs) == 3 and entrylog.list_logs(tmp_path / "b") == logs
+    assert len(logs) == 3
+    assert entrylog.list_logs(tmp_path / "b") == logs
     for log_id in logs:
         name = entrylog.file_name(log_id)
         assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes()
@@ -308,15 +311,19 @@ def test_journal_scan_never_drops_acknowledged_records(
     try:
         found = _scan_image(bytes(flipped))
     except journal_format.JournalCorruptError as exc:
-        assert g < len(groups) - 1 and f"offset {start}" in str(exc)
+        assert g < len(groups) - 1
+        assert f"offset {start}" in str(exc)
         return
     got = [r for r, _e in found.records]
     if g == len(groups) - 1:  # the last group: a torn tail
-        assert got == flat[:k] and not found.damaged and found.end == start
+        assert got == flat[:k]
+        assert not found.damaged
+        assert found.end == start
         return
     assert got == flat[:k] + flat[k + 1 :]
     (bad,) = found.damaged
-    assert bad.offset == start and flat[k].type == ADD
+    assert bad.offset == start
+    assert flat[k].type == ADD
     assert bad.record._replace(data=flat[k].data) == flat[k]
 
 
@@ -333,7 +340,8 @@ def test_journal_scan_zeroed_block_before_acknowledged_data_is_corruption() -> N
     start = spans[-1][0]
     last[start : start + 60] = bytes(60)
     found = _scan_image(bytes(last))
-    assert len(found.records) == 5 and found.end == start  # zeros: looks like the end
+    assert len(found.records) == 5
+    assert found.end == start
 
 
 def test_journal_scan_torn_tail_in_a_rolled_file_is_corruption() -> None:
@@ -376,7 +384,8 @@ def test_journal_reads_version_1_files(tmp_path: Path) -> None:
     path = tmp_path / journal.file_name(5)
     path.write_bytes(image + bytes(100))
     result = journal.replay(tmp_path, JournalMark(5, 0))
-    assert [r for r, _e in result.records] == recs and result.tail_clean
+    assert [r for r, _e in result.records] == recs
+    assert result.tail_clean
     damaged = bytearray(image)
     damaged[journal.FILE_HEADER_BYTES + 40] ^= 1
     path.write_bytes(bytes(damaged) + bytes(100))

@@ -110,7 +110,8 @@ async def test_damage_is_logged_once_counted_and_survives_a_restart(
         assert entrylog.file_name(locs[(1, 10)].log_id) in warnings[0]
         assert f"offset {locs[(1, 10)].offset}" in warnings[0]
         stats = s.stats()
-        assert stats["damaged_entries"] == 2 and stats["checksum_failures"] >= 2
+        assert stats["damaged_entries"] == 2
+        assert stats["checksum_failures"] >= 2
         metrics = BookieMetrics()
         metrics.refresh(s.disk_usage(), stats)
         assert metrics.registry.get_sample_value("bookline_bookie_damaged_entries") == 2
@@ -179,7 +180,8 @@ async def test_recovery_add_of_a_healthy_entry_is_idempotent(tmp_path: Path) -> 
         s._cache = type(s._cache)(0)
         await check_all(s, 1, range(10), size=SIZE)
         assert await s.entries(1) == list(range(10))
-        assert s.last_add_confirmed(1) == 8 and s.damaged_entries() == []
+        assert s.last_add_confirmed(1) == 8
+        assert s.damaged_entries() == []
         s = await _restart(s)
         await check_all(s, 1, range(10), size=SIZE)
     finally:
@@ -228,7 +230,8 @@ async def test_compaction_keeps_every_healthy_entry_after_a_damaged_one(tmp_path
         config = s.config
         flipped = s._index.get(3, 20)
         torn = s._index.get(17, 5)
-        assert flipped is not None and torn is not None
+        assert flipped is not None
+        assert torn is not None
         damage_payload_at(config, flipped, COMPACT_SIZE)
         # A zeroed record header: no length to skip by, only the index knows what's next.
         faults.zero_block(log_path(config, torn), torn.offset, 8)
@@ -240,7 +243,8 @@ async def test_compaction_keeps_every_healthy_entry_after_a_damaged_one(tmp_path
         await _check_survivors(s, damaged)
         assert set(s.damaged_entries()) == damaged
         remaining = set(entrylog.list_logs(Path(config.ledgers_dir)))
-        assert flipped.log_id not in remaining and torn.log_id not in remaining
+        assert flipped.log_id not in remaining
+        assert torn.log_id not in remaining
         assert sum(before.values()) > 3 * sum(
             (Path(config.ledgers_dir) / entrylog.file_name(i)).stat().st_size for i in remaining
         )
@@ -290,7 +294,8 @@ def test_logs_rolled_but_not_synced_are_not_compaction_candidates(tmp_path: Path
     writer = entrylog.EntryLogWriter(tmp_path, entrylog.LogIds(1), 4096, lambda fd: None)
     try:
         writer.append_run(1, range(10), [bytes(1000)] * 10)
-        assert writer.log_id == 3 and writer.open_log_ids() == {1, 2, 3}
+        assert writer.log_id == 3
+        assert writer.open_log_ids() == {1, 2, 3}
         writer.sync()
         assert writer.open_log_ids() == {3}
     finally:
@@ -377,7 +382,8 @@ async def test_journal_damage_with_untrusted_ids_fails_stop(tmp_path: Path, dama
     with pytest.raises(ChecksumError) as info:
         await s.start()
     await s.abort()
-    assert path.name in str(info.value) and f"offset {start}" in str(info.value)
+    assert path.name in str(info.value)
+    assert f"offset {start}" in str(info.value)
     assert path.stat().st_size == size  # nothing was cut off
 
 

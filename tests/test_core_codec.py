@@ -100,8 +100,10 @@ def test_record_set_round_trip(
     )  # fmt: skip
     header, out, eos = decode_read_records(data, "s", 4, 9, 100)
     assert not eos
-    assert header.first_index == first_index and header.user_count == len(recs)
-    assert header.first_txid == txids[0] and header.last_txid == txids[-1]
+    assert header.first_index == first_index
+    assert header.user_count == len(recs)
+    assert header.first_txid == txids[0]
+    assert header.last_txid == txids[-1]
     assert [r.payload for r in out] == payloads
     assert [r.key for r in out] == keys
     assert [r.headers for r in out] == headers
@@ -117,12 +119,17 @@ def test_record_set_round_trip(
 def test_control_and_end_of_stream_are_never_returned() -> None:
     control = encode_control(first_index=5, bytes_before=50, last_txid=42, timestamp_ms=1)
     header, out, eos = decode_read_records(control, "s", 1, 3, 0)
-    assert out == [] and not eos and header.count == 1 and header.user_count == 0
-    assert header.last_txid == 42 and header.first_index == 5
+    assert out == []
+    assert not eos
+    assert header.count == 1
+    assert header.user_count == 0
+    assert header.last_txid == 42
+    assert header.first_index == 5
     end = encode_control(first_index=5, bytes_before=50, last_txid=42, timestamp_ms=1,
                          end_of_stream=True)  # fmt: skip
     _h, out, eos = decode_read_records(end, "s", 1, 4, 0)
-    assert out == [] and eos
+    assert out == []
+    assert eos
 
 
 def test_compression_actually_compresses_and_falls_back() -> None:

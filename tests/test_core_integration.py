@@ -71,7 +71,8 @@ async def read_n(ns: Namespace, name: str, n: int, start: object = "earliest") -
 
 async def test_write_read_info_and_reopen(ns: Namespace) -> None:
     await ns.create_stream("s")
-    assert await ns.exists("s") and await ns.list_streams() == ["s"]
+    assert await ns.exists("s")
+    assert await ns.list_streams() == ["s"]
     w = await ns.open_writer("s", "writer-a")
     first = await w.write(LogRecord(b"one", key=b"k", headers={"h": b"v"}))
     dlsns = await w.write_many([LogRecord(b"two"), LogRecord(b"three")])
@@ -84,10 +85,13 @@ async def test_write_read_info_and_reopen(ns: Namespace) -> None:
             break
         await asyncio.sleep(0.01)
         info = await ns.stream_info("s")
-    assert info.record_count == 3 and info.first_dlsn == first and info.next_sequence_id == 3
+    assert info.record_count == 3
+    assert info.first_dlsn == first
+    assert info.next_sequence_id == 3
     await w.close()
     info = await ns.stream_info("s")
-    assert info.segments[0].state == "sealed" and info.segments[0].record_count == 3
+    assert info.segments[0].state == "sealed"
+    assert info.segments[0].record_count == 3
     w2 = await ns.open_writer("s", "writer-b")
     assert w2.segment_seqno == 2  # a new owner starts a new segment
     d4 = await w2.write(LogRecord(b"four"))
@@ -98,7 +102,9 @@ async def test_write_read_info_and_reopen(ns: Namespace) -> None:
     await r.close()
     assert [x.payload for x in recs if x] == [b"one", b"two", b"three", b"four"]
     assert [x.sequence_id for x in recs if x] == [0, 1, 2, 3]
-    assert recs[0] is not None and recs[0].key == b"k" and recs[0].headers == {"h": b"v"}
+    assert recs[0] is not None
+    assert recs[0].key == b"k"
+    assert recs[0].headers == {"h": b"v"}
     records = await ns.read_entries("s", 1, 0, info.segments[0].last_entry_id)
     assert [x.payload for x in records] == [b"one", b"two", b"three"]
     await ns.delete_stream("s")
@@ -121,7 +127,8 @@ async def test_racing_writers_one_wins_other_names_owner(
         err = losers[0]
         assert isinstance(err, LockOwnedError)
         winner = winners[0]
-        assert err.owner == winner.identity and winner.identity in str(err)
+        assert err.owner == winner.identity
+        assert winner.identity in str(err)
         await winner.write(LogRecord(b"only the winner writes"))
         await winner.close()
     finally:
@@ -179,7 +186,9 @@ async def test_positioning_by_dlsn_txid_sequence_timestamp(ns: Namespace) -> Non
     r = await ns.open_reader("pos", "latest")
     tail = await w.write(LogRecord(b"new", txid=10**6))
     rec = await r.read_next(10)
-    assert rec is not None and rec.dlsn == tail and rec.payload == b"new"
+    assert rec is not None
+    assert rec.dlsn == tail
+    assert rec.payload == b"new"
     await r.close()
     await w.close()
 
@@ -233,7 +242,8 @@ async def _bulk(ns: Namespace, n: int) -> None:
         if got[i] != payload(i):
             raise AssertionError(f"record {i} differs or is out of order")
     info = await ns.stream_info("bulk")
-    assert info.record_count == n and info.size_bytes == 100 * n
+    assert info.record_count == n
+    assert info.size_bytes == 100 * n
 
 
 async def test_bulk_1m_write_many_read_back(ns: Namespace) -> None:
@@ -270,7 +280,9 @@ async def test_truncation_and_retention_delete_ledgers(ns: Namespace) -> None:
     r = await ns.open_reader("ret", StartPosition.sequence(0), skip_truncated=True)
     rec = await r.read_next(10)
     await r.close()
-    assert rec is not None and rec.sequence_id == 10_000 and rec.payload == payload(10_000)
+    assert rec is not None
+    assert rec.sequence_id == 10_000
+    assert rec.payload == payload(10_000)
     # retention by size: keeps about one sealed segment
     assert await ns.apply_retention("ret")
     left = await ns.segments("ret")
@@ -280,9 +292,11 @@ async def test_truncation_and_retention_delete_ledgers(ns: Namespace) -> None:
         with pytest.raises(NoLedgerError):
             await ns.context.ledgers.store.read(seg.ledger_id)
     info = await ns.stream_info("ret")
-    assert info.first_sequence_id > 10_000 and info.next_sequence_id == 40_000
+    assert info.first_sequence_id > 10_000
+    assert info.next_sequence_id == 40_000
     got = await read_n(ns, "ret", info.record_count)
-    assert got[-1] == payload(39_999) and len(got) == 40_000 - info.first_sequence_id
+    assert got[-1] == payload(39_999)
+    assert len(got) == 40_000 - info.first_sequence_id
     await w.close()  # type: ignore[attr-defined]
 
 

@@ -324,7 +324,8 @@ async def test_autorecovery_process_runs_until_sigterm(
             "--grace-ms", "2000"]  # fmt: skip
     try:
         missing = await asyncio.to_thread(subprocess.run, argv, capture_output=True, timeout=WAIT_S)
-        assert missing.returncode == 1 and b"NOT_FOUND (17)" in missing.stderr  # no cluster
+        assert missing.returncode == 1
+        assert b"NOT_FOUND (17)" in missing.stderr
         await md.init_cluster()
         proc = procs.spawn(argv, log_path=log)
         try:
@@ -406,7 +407,8 @@ async def test_worker_recopies_entries_to_a_live_bookie(md: MetadataClient) -> N
     assert worker.entries_repaired == 2 + 3  # 18 and 19 were intact: re-sent, harmless
     good = bookies["bookie-2"].ledgers[lid].entries
     for b in ("bookie-0", "bookie-1"):
-        assert bookies[b].ledgers[lid].entries == good and not bookies[b].damaged
+        assert bookies[b].ledgers[lid].entries == good
+        assert not bookies[b].damaged
     assert await store.read(lid) == (before, version)  # no metadata change
     assert await md.underreplicated.list() == []
     # A target that is not registered (down, or gone and not yet marked lost): retried.

@@ -77,7 +77,8 @@ async def test_write_close_read_back() -> None:
     with pytest.raises(LedgerClosedError):
         await w.add_entry(b"late")
     r = await client.open_ledger(w.ledger_id, b"pw")
-    assert r.is_closed and r.last_add_confirmed == 199
+    assert r.is_closed
+    assert r.last_add_confirmed == 199
     assert r.length == sum(len(f"e{i}") for i in range(200))
     assert await r.read(0, 199) == [f"e{i}".encode() for i in range(200)]
     assert r.metadata.custom == {"app": b"x"}
@@ -117,7 +118,8 @@ async def test_in_order_completion_with_a_slow_bookie() -> None:
     await asyncio.sleep(0.05)
     assert not f0.done() and not f1.done(), "entry 1 must not complete before entry 0"
     gate.set()
-    assert await f0 == 0 and await f1 == 1
+    assert await f0 == 0
+    assert await f1 == 1
     # LAC rides on later entries.
     await w.add_entry(b"2")
     assert bookies["bookie-0"].ledgers[w.ledger_id].lac == 1
@@ -130,10 +132,12 @@ async def test_ensemble_change_when_a_bookie_dies() -> None:
     victim = w.metadata.last_segment.bookies[1]
     bookies[victim].down = True
     rest = await asyncio.gather(*[await w.submit(b"b%d" % i) for i in range(50)])
-    assert rest == list(range(50, 100)) and first == list(range(50))
+    assert rest == list(range(50, 100))
+    assert first == list(range(50))
     assert w.ensemble_changes >= 1
     meta, _v = await store.read(w.ledger_id)
-    assert len(meta.segments) == 2 and victim not in meta.last_segment.bookies
+    assert len(meta.segments) == 2
+    assert victim not in meta.last_segment.bookies
     assert 50 <= meta.last_segment.first_entry_id <= 100  # LAC + 1 at the change
     await w.close()
     check_placement(w.metadata, bookies, list(range(100)))
@@ -158,7 +162,8 @@ async def test_basic_fencing() -> None:
     w = await client.create_ledger(password=b"pw")
     acked = [await w.add_entry(b"%d" % i) for i in range(20)]
     r = await client.open_ledger(w.ledger_id, b"pw", recover=True)
-    assert r.is_closed and r.last_add_confirmed >= acked[-1]
+    assert r.is_closed
+    assert r.last_add_confirmed >= acked[-1]
     with pytest.raises(FencedError):
         await w.add_entry(b"after fence")
     assert await r.read(0, 19) == [b"%d" % i for i in range(20)]
@@ -309,7 +314,8 @@ async def test_empty_last_ensemble_via_writer() -> None:
         if w.ensemble_changes:
             break
     meta, _v = await store.read(w.ledger_id)
-    assert len(meta.segments) == 2 and meta.last_segment.first_entry_id == 10
+    assert len(meta.segments) == 2
+    assert meta.last_segment.first_entry_id == 10
     bookies.before_add = None
     gate.set()
     recoverer = make(n=4)[0]
@@ -387,11 +393,13 @@ def test_segments_meta() -> None:
     from ledger.digest import DigestType
 
     m = LedgerMeta(1, 3, 2, 2, DigestType.CRC32C, segs)
-    assert m.ensemble_for(9) == ("a", "b", "c") and m.ensemble_for(10) == ("a", "d", "c")
+    assert m.ensemble_for(9) == ("a", "b", "c")
+    assert m.ensemble_for(10) == ("a", "d", "c")
     assert replicas_of(m, 10) == ["d", "c"]
     assert m.with_segment(10, ("e", "d", "c")).segments[-1] == Segment(10, ("e", "d", "c"))
     closed = m.closed(9, 5)
-    assert closed.state is LedgerState.CLOSED and len(closed.segments) == 1
+    assert closed.state is LedgerState.CLOSED
+    assert len(closed.segments) == 1
     _ = LedgerRecovery  # imported for API completeness
 
 
@@ -533,7 +541,8 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     assert w.lac_told < 4
     w.push_lac()
     # In flight: sent (the writer's idle fallback waits for the answers), not yet told.
-    assert w.lac_sent == 4 and w.lac_told < 4
+    assert w.lac_sent == 4
+    assert w.lac_told < 4
     for _ in range(20):
         await asyncio.sleep(0)
     assert all(bookies[b].ledgers[w.ledger_id].lac == 4 for b in ids)
@@ -598,7 +607,8 @@ async def test_close_does_not_wait_past_its_deadline_for_a_hung_replica(
     with caplog.at_level(logging.WARNING, logger="ledger.writer"):
         await w.close()
     assert 0.15 <= loop.time() - started < 2.0
-    assert w.metadata.is_closed and w.metadata.last_entry_id == 19
+    assert w.metadata.is_closed
+    assert w.metadata.last_entry_id == 19
     assert w.ensemble_changes == 0
     assert sum("not yet answered" in r.getMessage() for r in caplog.records) == 1
     r = await client.open_ledger(w.ledger_id)
@@ -640,7 +650,8 @@ async def test_recovery_with_a_dead_bookie_retrieves_every_task(
     bookies[w.metadata.last_segment.bookies[0]].down = True
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         r = await client.open_ledger(w.ledger_id, recover=True)
-        assert r.is_closed and r.last_add_confirmed == 99
+        assert r.is_closed
+        assert r.last_add_confirmed == 99
         assert await r.read(0, 99) == [b"%d" % i for i in range(100)]
         await asyncio.sleep(0.05)
         gc.collect()  # asyncio reports unretrieved task exceptions when tasks are freed

@@ -50,7 +50,8 @@ async def test_concurrent_allocators_never_collide(clients: Clients) -> None:
     ids = [i for batch in batches for i in batch]
     assert len(ids) == 4000
     assert len(set(ids)) == 4000, "duplicate ledger ids"
-    assert min(ids) >= 1 and all(b == sorted(b) for b in batches)
+    assert min(ids) >= 1
+    assert all(b == sorted(b) for b in batches)
 
 
 async def test_create_read_update_delete(md: MetadataClient) -> None:
@@ -60,7 +61,8 @@ async def test_create_read_update_delete(md: MetadataClient) -> None:
     with pytest.raises(AlreadyExistsError):
         await store.create(new_ledger(lid))
     meta, version = await store.read(lid)
-    assert meta == new_ledger(lid) and version == 0
+    assert meta == new_ledger(lid)
+    assert version == 0
     closed = meta.with_closed(last_entry_id=9, length=100)
     assert await store.update(closed, version) == 1
     with pytest.raises(BadVersionError):
@@ -92,7 +94,8 @@ async def test_twenty_concurrent_cas_exactly_one_wins(clients: Clients) -> None:
     assert winners == [version + 1]
     assert len(losers) == 19
     stored, stored_version = await writers[0].ledgers.read(42)
-    assert stored_version == version + 1 and "writer" in stored.custom_metadata
+    assert stored_version == version + 1
+    assert "writer" in stored.custom_metadata
 
 
 async def test_list_ids_across_the_hierarchy(md: MetadataClient) -> None:
@@ -113,7 +116,8 @@ async def test_watch_sees_updates_and_delete(md: MetadataClient) -> None:
         await md.ledgers.update(new_ledger(5).with_state(LedgerState.IN_RECOVERY), 0)
         await wait_for(lambda: seen[-1] is not None and seen[-1][1] == 1)
         last = seen[-1]
-        assert last is not None and last[0].state is LedgerState.IN_RECOVERY
+        assert last is not None
+        assert last[0].state is LedgerState.IN_RECOVERY
         await md.ledgers.delete(5)
         await wait_for(lambda: seen[-1] is None)
     finally:

@@ -41,10 +41,12 @@ async def test_exactly_one_owner_other_learns_who(clients: Clients) -> None:
     )
     winners = [r for r in results if r is None]
     losers = [r for r in results if isinstance(r, LockOwnedError)]
-    assert len(winners) == 1 and len(losers) == 1
+    assert len(winners) == 1
+    assert len(losers) == 1
     winner, loser = (lock_a, lock_b) if results[0] is None else (lock_b, lock_a)
     assert losers[0].owner == winner.identity
-    assert winner.state is LockState.OWNED and loser.state is LockState.UNLOCKED
+    assert winner.state is LockState.OWNED
+    assert loser.state is LockState.UNLOCKED
     winner.check_owner()
     with pytest.raises(OwnershipLostError):
         loser.check_owner()
@@ -71,7 +73,8 @@ async def test_acquire_waits_then_times_out_naming_owner(clients: Clients) -> No
     assert not pending.done()
     await holder.release()
     await pending
-    assert waiter.state is LockState.OWNED and await holder.owner() == "waiter"
+    assert waiter.state is LockState.OWNED
+    assert await holder.owner() == "waiter"
     await waiter.release()
 
 
@@ -95,7 +98,8 @@ async def test_expired_owner_is_told_lost_and_other_takes_over(
     async with asyncio.timeout(WAIT_S):
         await takeover
         await owner.lost.wait()
-    assert owner.state is LockState.LOST and states[-1] is LockState.LOST
+    assert owner.state is LockState.LOST
+    assert states[-1] is LockState.LOST
     assert await b.zk.exists(node) is None
     assert contender.state is LockState.OWNED
     # a's client opens a new session by itself; then it can see the new owner.
@@ -133,7 +137,8 @@ async def test_owner_records_and_proxies(clients: Clients, zk_connect: str) -> N
     assert err.value.owner == "http://10.0.0.1:8080"
     await b.proxies.release_owner(NS, S)  # not b's: stays
     record = await b.proxies.get_owner(NS, S)
-    assert record is not None and record.proxy_id == "p1"
+    assert record is not None
+    assert record.proxy_id == "p1"
     await expire_session(zk_connect, a.zk)
     await wait_for(lambda: a.zk.state is SessionState.CONNECTED)
     async with asyncio.timeout(WAIT_S):

@@ -133,9 +133,11 @@ def test_ledger_metadata_ensembles_and_copies() -> None:
     assert md.ensemble_for(10) == ("b1", "b4", "b3")
     assert md.write_set(11) == ("b3", "b1")
     replaced = md.with_ensemble_change(10, ("b5", "b4", "b3"))
-    assert len(replaced.ensembles) == 2 and replaced.ensemble_for(12)[0] == "b5"
+    assert len(replaced.ensembles) == 2
+    assert replaced.ensemble_for(12)[0] == "b5"
     closed = md.with_closed(last_entry_id=20, length=999)
-    assert closed.is_closed and closed.last_entry_id == 20
+    assert closed.is_closed
+    assert closed.last_entry_id == 20
     with pytest.raises(BadRequestError, match="closed"):
         closed.with_ensemble_change(21, ("b1", "b2", "b3"))
 
@@ -146,7 +148,8 @@ def test_ledger_metadata_roundtrip() -> None:
     ).with_ensemble_change(3, ("b2", "b3", "b4"))
     again = LedgerMetadata.decode(md.encode(), "/l")
     assert again == md
-    assert again.password == b"secret" and again.custom_metadata["app"] == b"x"
+    assert again.password == b"secret"
+    assert again.custom_metadata["app"] == b"x"
 
 
 def test_segment_and_stream_roundtrip() -> None:
@@ -160,7 +163,8 @@ def test_segment_and_stream_roundtrip() -> None:
     )
     seg = seg.with_truncation(TruncationState.PARTIALLY_TRUNCATED, (4, 3, 0))
     again = SegmentMetadata.decode(seg.encode(), "/s")
-    assert again == seg and again.state is SegmentState.SEALED
+    assert again == seg
+    assert again.state is SegmentState.SEALED
     rec = StreamRecord("ns", "s", StreamOptions(retention_ms=1000), 3)
     assert StreamRecord.decode(rec.encode()) == rec
     with pytest.raises(BadRequestError):

@@ -71,7 +71,8 @@ async def test_open_seal_open_next(md: MetadataClient) -> None:
     first = SegmentMetadata(seqno=1, ledger_id=10, first_txid=0, ctime_ms=1)
     await seg.open_segment(NS, S, first, max_txid=0, max_txid_version=tv)
     ((stored, sv),) = await seg.list_segments(NS, S)
-    assert stored == first and stored.state is SegmentState.IN_PROGRESS
+    assert stored == first
+    assert stored.state is SegmentState.IN_PROGRESS
     sealed = first.sealed(
         last_txid=99,
         last_entry_id=4,
@@ -145,9 +146,11 @@ async def test_subscriptions_only_move_forward(clients: Clients, md: MetadataCli
     subs = md.subscriptions
     assert await subs.read(NS, S, "reader") is None
     first = await subs.advance(NS, S, "reader", (1, 5, 0))
-    assert first.advanced and first.position == (1, 5, 0)
+    assert first.advanced
+    assert first.position == (1, 5, 0)
     back = await subs.advance(NS, S, "reader", (1, 2, 7))
-    assert not back.advanced and back.position == (1, 5, 0)
+    assert not back.advanced
+    assert back.position == (1, 5, 0)
     assert not (await subs.advance(NS, S, "reader", (1, 5, 0))).advanced
     assert (await subs.advance(NS, S, "reader", (2, 0, 0))).advanced
 

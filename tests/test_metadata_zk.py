@@ -39,7 +39,9 @@ async def test_create_get_set_delete_roundtrip(zk: ZkClient, cluster_root: str) 
     assert await zk.set(path, b"two", 0) == 1
     assert await zk.get(path) == (b"two", 1)
     stat = await zk.exists(path)
-    assert stat is not None and stat.version == 1 and stat.ephemeral_owner == 0
+    assert stat is not None
+    assert stat.version == 1
+    assert stat.ephemeral_owner == 0
     assert await zk.get_children(f"{cluster_root}/a") == ["b"]
     await zk.delete(path, 1)
     assert await zk.exists(path) is None
@@ -66,9 +68,11 @@ async def test_ephemeral_and_sequential_nodes(zk: ZkClient, cluster_root: str) -
     await zk.ensure_path(cluster_root)
     first = await zk.create(f"{cluster_root}/n-", ephemeral=True, sequence=True)
     second = await zk.create(f"{cluster_root}/n-", ephemeral=True, sequence=True)
-    assert first < second and first.startswith(f"{cluster_root}/n-")
+    assert first < second
+    assert first.startswith(f"{cluster_root}/n-")
     stat = await zk.exists(first)
-    assert stat is not None and stat.ephemeral_owner == zk.session_id != 0
+    assert stat is not None
+    assert stat.ephemeral_owner == zk.session_id != 0
 
 
 async def test_failed_transaction_applies_nothing(zk: ZkClient, cluster_root: str) -> None:

@@ -92,7 +92,8 @@ def test_ending_offsets_cannot_be_earliest() -> None:
 
 def test_sink_options() -> None:
     opts = parse_sink_options({**ZK, "topic": "out"})
-    assert opts.stream == "out" and opts.idempotent
+    assert opts.stream == "out"
+    assert opts.idempotent
 
 
 def test_resolve_range_sentinels_and_data_loss() -> None:

@@ -299,7 +299,8 @@ def test_a_retried_task_skips_the_rows_it_already_wrote(
     written = _write_rows(opts, ["value", "key"], tag, iter(reversed(rows)))
     assert written.skipped[stream] == 30
     again = _write_rows(opts, ["value", "key"], tag, iter(rows))
-    assert again.written[stream] == 0 and again.skipped[stream] == len(rows)
+    assert again.written[stream] == 0
+    assert again.skipped[stream] == len(rows)
 
     info = ns.stream_info(stream)
     assert info.next_sequence_id - info.first_sequence_id == len(rows)

@@ -218,7 +218,8 @@ async def _power_cuts(bookies: ShimBookies, runs: int, streams: int, write_s: fl
         )
     log = bookies.log_text()
     assert "storage fault shim is ON (mode 'power-cut')" in log
-    assert "JournalCorruptError" not in log and "damaged entry" not in log
+    assert "JournalCorruptError" not in log
+    assert "damaged entry" not in log
 
 
 async def test_power_cut_of_every_bookie_loses_no_acknowledged_record(
@@ -245,7 +246,8 @@ async def test_control_bookies_without_journal_fsync_lose_acknowledged_records(
         f"control (no journal fsync): {len(acked)} records acknowledged, "
         f"{len(payloads)} found after the power cut"
     )
-    assert acked and len(payloads) < max(acked) + 1
+    assert acked
+    assert len(payloads) < max(acked) + 1
 
 
 async def test_corrupt_journal_stops_the_bookie_process_with_file_and_offset(
@@ -281,4 +283,5 @@ async def test_corrupt_journal_stops_the_bookie_process_with_file_and_offset(
     assert proc.wait(timeout=60) == 3
     log = bookies.log_text()
     assert f"journal {path} is corrupt at offset {offset}" in log
-    assert "cannot start" in log and "torn tail" not in log
+    assert "cannot start" in log
+    assert "torn tail" not in log

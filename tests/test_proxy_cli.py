@@ -51,11 +51,13 @@ def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
         "line 499"
     ]
     desc = json.loads(_cli(cluster, "describe", name).stdout)
-    assert desc["record_count"] == 500 and desc["owner"]
+    assert desc["record_count"] == 500
+    assert desc["owner"]
     follow = _cli(cluster, "read", name, "--from", "seq:499", "--follow", "--limit", "1")
     assert follow.stdout.splitlines() == ["line 499"]
     bad = _cli(cluster, "write", "bad/name", stdin="x\n")
-    assert bad.returncode == 1 and "INVALID_NAME (13)" in bad.stderr
+    assert bad.returncode == 1
+    assert "INVALID_NAME (13)" in bad.stderr
     assert _cli(cluster, "delete", name).returncode == 0
     assert name not in _cli(cluster, "list").stdout.split()
 
@@ -65,7 +67,8 @@ def test_stream_write_fails_nonzero_when_writes_fail(proxy_cluster: LocalCluster
     out = _cli(
         cluster, "write", f"big-{uuid.uuid4().hex[:6]}", stdin="ok\n" + "z" * (2 << 20) + "\n"
     )
-    assert out.returncode == 1 and "TOO_LARGE" in out.stderr
+    assert out.returncode == 1
+    assert "TOO_LARGE" in out.stderr
 
 
 def _start_local(tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -102,11 +105,13 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
         cluster = tmp_path / "c" / "cluster.json"
         procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
         layout = json.loads(cluster.read_text())
-        assert "/" in layout["zk"] and layout["zookeeper"]["pid"] > 0
+        assert "/" in layout["zk"]
+        assert layout["zookeeper"]["pid"] > 0
         pids = [layout["zookeeper"]["pid"]] + [
             p["pid"] for k in ("bookies", "write_proxies", "read_proxies") for p in layout[k]
         ]
-        assert len(set(pids)) == 6 and proc.pid not in pids
+        assert len(set(pids)) == 6
+        assert proc.pid not in pids
         assert layout["write_proxies"][0]["url"].startswith("http://")
         assert layout["read_proxies"][0]["url"].startswith("http://")
         out = _cli(cluster, "write", "kept", stdin="survives a restart\n")

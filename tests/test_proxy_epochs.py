@@ -82,7 +82,8 @@ async def test_pipelined_writes_after_a_failed_request_go_on_in_order(
         written = [records[i] for i in range(200) if i not in failed]
         assert await _read_all(c, s) == [b"first", *written]
         dlsns = [r for r in results if isinstance(r, DLSN)]
-        assert dlsns == sorted(dlsns) and len(set(dlsns)) == len(dlsns)
+        assert dlsns == sorted(dlsns)
+        assert len(set(dlsns)) == len(dlsns)
         assert await c.write(s, b"last") > dlsns[-1]
 
 

@@ -104,8 +104,10 @@ async def test_streams_land_on_routed_owners_and_wrong_proxy_redirects(
     ):
         assert resp.status == 307
         body = await resp.json()
-        assert body["code"] == 32 and body["name"] == "OWNER_MOVED"
-        assert body["owner"] == owner and resp.headers["Location"].startswith(owner)
+        assert body["code"] == 32
+        assert body["name"] == "OWNER_MOVED"
+        assert body["owner"] == owner
+        assert resp.headers["Location"].startswith(owner)
 
     # A client that only knows the wrong proxy is redirected and succeeds.
     async with ProxyClient(write_urls=[wrong], config=CLIENT_CONFIG) as lost:
@@ -136,7 +138,8 @@ async def test_pipelined_requests_keep_the_write_order(proxy_cluster: LocalClust
         payloads = [b"r%04d" % i for i in range(1500)]
         futures = [c.write_nowait(s, p) for p in payloads]
         dlsns = await asyncio.gather(*futures)
-        assert dlsns == sorted(dlsns) and len(set(dlsns)) == len(dlsns)
+        assert dlsns == sorted(dlsns)
+        assert len(set(dlsns)) == len(dlsns)
         assert await _read_all(c, s) == [b"first", *payloads]
 
 
@@ -157,7 +160,8 @@ async def test_timeout_then_retry_writes_each_record_once(proxy_cluster: LocalCl
         expected = [r for batch in batches for r in batch]
         assert await _read_all(c, s) == expected
         dlsns = [d for r in results for d in r]
-        assert dlsns == sorted(dlsns) and len(set(dlsns)) == len(dlsns)
+        assert dlsns == sorted(dlsns)
+        assert len(set(dlsns)) == len(dlsns)
     async with aiohttp.ClientSession() as session:
         dups = 0.0
         for url in _wurls(proxy_cluster):
@@ -245,7 +249,8 @@ async def test_long_poll_waits_for_the_next_record(client: ProxyClient) -> None:
     assert not poll.done()
     await client.write(s, "two")
     page = await asyncio.wait_for(poll, 10)
-    assert [r.payload for r in page.records] == [b"two"] and page.next == "seq:2"
+    assert [r.payload for r in page.records] == [b"two"]
+    assert page.next == "seq:2"
 
 
 async def test_reads_by_position(client: ProxyClient) -> None:
@@ -291,7 +296,8 @@ async def test_overload_gets_429_and_loses_nothing_acknowledged(
                 if resp.status == 200:
                     acked.append(i)
                 else:
-                    assert answer["code"] == 9 and answer["name"] == "TOO_MANY_REQUESTS"
+                    assert answer["code"] == 9
+                    assert answer["name"] == "TOO_MANY_REQUESTS"
 
         await asyncio.gather(*(blast(i) for i in range(40)))
     assert statuses.get(429, 0) > 0 and statuses.get(200, 0) > 0, statuses
@@ -306,7 +312,7 @@ async def test_overload_gets_429_and_loses_nothing_acknowledged(
 
 
 @pytest.mark.parametrize(
-    "path,body,ctype,status,code",
+    ("path", "body", "ctype", "status", "code"),
     [
         ("/v1/streams/..%2Fx/records", b'{"payload":"x"}', "application/json", 400, 13),
         ("/v1/streams/.hidden/records", b'{"payload":"x"}', "application/json", 400, 13),
@@ -337,9 +343,11 @@ async def test_bad_requests_get_4xx_error_bodies(  # noqa: PLR0917 - parametrize
         ) as resp:
             answer = json.loads(await resp.read())
             assert resp.status == status, answer
-            assert answer["code"] == code and set(answer) >= {"code", "name", "message"}
+            assert answer["code"] == code
+            assert set(answer) >= {"code", "name", "message"}
         async with session.get(f"{url}/health") as resp:
-            assert resp.status == 200 and (await resp.json())["status"] == "ok"
+            assert resp.status == 200
+            assert (await resp.json())["status"] == "ok"
 
 
 async def test_read_proxy_bad_requests(proxy_cluster: LocalCluster) -> None:
@@ -354,9 +362,11 @@ async def test_read_proxy_bad_requests(proxy_cluster: LocalCluster) -> None:
                 f"{rurl}/v1/streams/x/records{query}", headers={"Accept": "application/msgpack"}
             ) as resp:
                 answer = wire.decode_body(await resp.read(), resp.headers["Content-Type"])
-                assert resp.status == status and answer["code"] == code
+                assert resp.status == status
+                assert answer["code"] == code
         async with session.get(f"{rurl}/v1/streams/no-such-{_uid()}/records") as resp:
-            assert resp.status == 404 and (await resp.json())["code"] == 17
+            assert resp.status == 404
+            assert (await resp.json())["code"] == 17
         for url in [rurl, *_wurls(proxy_cluster)]:
             async with session.get(f"{url}/openapi.json") as resp:
                 assert (await resp.json())["openapi"].startswith("3.")

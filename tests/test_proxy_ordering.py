@@ -69,7 +69,8 @@ async def test_a_gap_that_never_fills_is_refused_retriably() -> None:
     await owned.write(req(0, b"a"))
     with pytest.raises(OutOfOrderSequenceError) as info:
         await owned.write(req(5, b"x"))
-    assert info.value.retriable and writer.log == [b"a"]
+    assert info.value.retriable
+    assert writer.log == [b"a"]
     await owned.write(req(1, b"b"))  # the producer goes on in order
     assert writer.log == [b"a", b"b"]
 
@@ -78,7 +79,8 @@ async def test_retries_are_still_answered_with_their_dlsns() -> None:
     owned, writer = stream()
     dlsns, dups = await owned.write(req(0, b"a", b"b"))
     again, dups = await owned.write(req(0, b"a", b"b"))
-    assert (again, dups) == (dlsns, 2) and writer.log == [b"a", b"b"]
+    assert (again, dups) == (dlsns, 2)
+    assert writer.log == [b"a", b"b"]
 
 
 async def test_a_forgotten_producer_goes_on_after_the_wait() -> None:
@@ -86,7 +88,8 @@ async def test_a_forgotten_producer_goes_on_after_the_wait() -> None:
     next request (sequence 40) is accepted once the gap wait is over."""
     owned, writer = stream(wait_s=0.05)
     dlsns, _dups = await owned.write(req(40, b"z"))
-    assert writer.log == [b"z"] and len(dlsns) == 1
+    assert writer.log == [b"z"]
+    assert len(dlsns) == 1
 
 
 async def test_a_request_later_than_the_order_it_belongs_to_is_refused() -> None:
@@ -138,7 +141,8 @@ async def test_a_late_old_epoch_request_is_not_appended_after_the_new_epoch() ->
     with pytest.raises(ProducerFencedError):
         await owned.write(req(1, b"b"))
     retry, dups = await owned.write(req(0, b"a"))  # a written record: still answered
-    assert dups == 1 and retry == [DLSN(1, 0, 0)]
+    assert dups == 1
+    assert retry == [DLSN(1, 0, 0)]
     await newer
     assert writer.log == [b"a", b"x"]
 

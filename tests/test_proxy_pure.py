@@ -50,7 +50,9 @@ def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
     for media in (wire.JSON, wire.MSGPACK):
         raw = wire.encode_body(body, media)
         req = wire.parse_write(wire.decode_body(raw, media), records_max=10)
-        assert req.producer == "p1" and req.seq == 10 and req.epoch == 3
+        assert req.producer == "p1"
+        assert req.seq == 10
+        assert req.epoch == 3
         assert req.records == recs
 
 
@@ -89,7 +91,7 @@ def test_too_many_records_in_one_request() -> None:
 
 
 @pytest.mark.parametrize(
-    "raw,media",
+    ("raw", "media"),
     [(b"{", None), (b"[1]", None), (b"\xc1", wire.MSGPACK), (b"\x92\x01", wire.MSGPACK)],
 )
 def test_decode_body_rejects_garbage(raw: bytes, media: str | None) -> None:
@@ -108,7 +110,7 @@ def test_contiguous_batch_is_few_runs() -> None:
 
 
 @pytest.mark.parametrize(
-    "text,expected",
+    ("text", "expected"),
     [
         ("earliest", "earliest"),
         ("latest", "latest"),
@@ -134,7 +136,8 @@ def test_error_bodies_round_trip_with_owner() -> None:
     body = wire.error_body(exc)
     assert body == {"code": 32, "name": "OWNER_MOVED", "message": "moved", "owner": "http://h:1"}
     back = wire.decode_error(body, 307)
-    assert isinstance(back, OwnerMovedError) and back.owner == "http://h:1"
+    assert isinstance(back, OwnerMovedError)
+    assert back.owner == "http://h:1"
     assert isinstance(wire.decode_error({"code": 999, "message": "?"}, 500), UnknownError)
     assert isinstance(wire.decode_error({"oops": 1}, 502), UnknownError)
 
@@ -142,11 +145,13 @@ def test_error_bodies_round_trip_with_owner() -> None:
 def test_json_view_of_binary_uses_b64() -> None:
     rec = ReadRecord("s", DLSN(1, 2, 3), 4, 5, 6, b"\xff", None, {"bl.producer": b"p", "h": b"v"})
     view = record_view(rec)
-    assert "headers" in view and "bl.producer" not in view["headers"]
+    assert "headers" in view
+    assert "bl.producer" not in view["headers"]
     as_json = json.loads(wire.encode_body(view, wire.JSON))
     assert as_json["payload_b64"] == "/w=="
     back = record_from_view("s", as_json)
-    assert back.payload == b"\xff" and back.dlsn == DLSN(1, 2, 3)
+    assert back.payload == b"\xff"
+    assert back.dlsn == DLSN(1, 2, 3)
     packed = msgpack.unpackb(wire.encode_body(view, wire.MSGPACK))
     assert record_from_view("s", packed).payload == b"\xff"
 
@@ -194,7 +199,8 @@ def test_rebuild_from_log_markers_including_partial_batches() -> None:
     assert dedup.rebuild(table, log) == 3
     assert table.plan("p", 0, 0, 3).duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
     plan = table.plan("q", 0, 10, 3)
-    assert plan.duplicates == [(1, 1, 1), (1, 1, 2)] and plan.first_new_seq == 12
+    assert plan.duplicates == [(1, 1, 1), (1, 1, 2)]
+    assert plan.first_new_seq == 12
 
 
 def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
@@ -210,7 +216,8 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
     assert dedup.rebuild(table, log) == 2
     state = table.state("p")
-    assert state is not None and (state.epoch, state.last_seq) == (1, 0)
+    assert state is not None
+    assert (state.epoch, state.last_seq) == (1, 0)
     assert table.plan("p", 1, 0, 1).duplicates == [(1, 1, 0)]  # the new epoch's retry
     assert table.plan("p", 1, 1, 1) == dedup.Plan([], 0, 1)
     assert table.plan("p", 0, 0, 2).duplicates == [(1, 0, 0), (1, 0, 1)]  # written: answered
@@ -233,7 +240,9 @@ def test_limiter_refuses_over_limits_and_releases() -> None:
     lim.admit("a", 80)
     lim.release("a", 80)
     lim.release("b", 60)
-    assert lim.total_bytes == 0 and lim.total_requests == 0 and lim.rejected == 2
+    assert lim.total_bytes == 0
+    assert lim.total_requests == 0
+    assert lim.rejected == 2
 
 
 def test_openapi_document_is_current() -> None:

@@ -100,8 +100,11 @@ async def setup(
 async def test_a_clean_ledger_is_clean() -> None:
     _client, _bookies, scrubber, ledger_id = await setup()
     report = await scrubber.check_ledger(ledger_id)
-    assert report.state == "checked" and report.entries_checked == ENTRIES
-    assert report.clean and not report.counts and not report.unchecked
+    assert report.state == "checked"
+    assert report.entries_checked == ENTRIES
+    assert report.clean
+    assert not report.counts
+    assert not report.unchecked
 
 
 @pytest.mark.parametrize("write_quorum", [2, 3])
@@ -144,8 +147,10 @@ async def test_no_verified_copy_is_reported_not_repaired() -> None:
     assert report.repairs == {"bookie-0": ((7, 7),), "bookie-2": ((7, 7),)}
     bookies["bookie-1"].corrupt(ledger_id, 7)  # now no copy verifies
     report = await scrubber.check_ledger(ledger_id)
-    assert report.unrecoverable == 1 and report.samples == [7]
-    assert report.repairs == {} and not report.clean
+    assert report.unrecoverable == 1
+    assert report.samples == [7]
+    assert report.repairs == {}
+    assert not report.clean
 
 
 async def test_an_unreachable_bookie_is_not_judged() -> None:
@@ -158,7 +163,8 @@ async def test_an_unreachable_bookie_is_not_judged() -> None:
     bookies["bookie-2"].down = False
     bookies["bookie-1"].no_replica_check = True  # an old bookie
     report = await scrubber.check_ledger(ledger_id)
-    assert set(report.unchecked) == {"bookie-1"} and "upgrade" in report.unchecked["bookie-1"]
+    assert set(report.unchecked) == {"bookie-1"}
+    assert "upgrade" in report.unchecked["bookie-1"]
 
 
 async def test_open_and_deleted_ledgers_are_skipped() -> None:
@@ -167,7 +173,8 @@ async def test_open_and_deleted_ledgers_are_skipped() -> None:
     await w.add_entry(b"x")
     summary = await scrubber.check_all([closed_id, w.ledger_id, 999])
     assert (summary.ledgers_checked, summary.ledgers_skipped, summary.ledgers_gone) == (1, 1, 1)
-    assert summary.entries_checked == ENTRIES and summary.reports == []
+    assert summary.entries_checked == ENTRIES
+    assert summary.reports == []
 
 
 async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
@@ -202,4 +209,5 @@ async def test_unregistered_bookies_are_not_asked() -> None:
     _client, bookies, scrubber, ledger_id = await setup()
     bookies["bookie-2"].hung = True  # asking it would wait for the timeout
     report = await scrubber.check_ledger(ledger_id, registered=frozenset({"bookie-0", "bookie-1"}))
-    assert report.unchecked == {"bookie-2": "not registered"} and report.repairs == {}
+    assert report.unchecked == {"bookie-2": "not registered"}
+    assert report.repairs == {}

@@ -171,7 +171,9 @@ async def test_damage_found_listed_and_repaired(backend: Backend) -> None:
         await backend.add(e)
     await backend.damage(2)
     fingerprints, damaged = await checksums(backend, 0, 9)
-    assert damaged == {2} and 2 not in fingerprints and len(fingerprints) == len(HELD) - 1
+    assert damaged == {2}
+    assert 2 not in fingerprints
+    assert len(fingerprints) == len(HELD) - 1
     with pytest.raises(ChecksumError):
         await backend.transport.read(
             backend.bookie, LEDGER, 2, fence=False, master_key=b"", timeout_s=TIMEOUT_S
@@ -181,7 +183,8 @@ async def test_damage_found_listed_and_repaired(backend: Backend) -> None:
     assert await inspector.damaged_entries(backend.bookie, limit=0, timeout_s=1) == []
     await backend.add(2, recovery=True)
     fingerprints, damaged = await checksums(backend, 2, 2)
-    assert fingerprints == {2: (crc32c.crc32c(blob(2)), len(blob(2)))} and damaged == set()
+    assert fingerprints == {2: (crc32c.crc32c(blob(2)), len(blob(2)))}
+    assert damaged == set()
     answer = await backend.transport.read(
         backend.bookie, LEDGER, 2, fence=False, master_key=b"", timeout_s=TIMEOUT_S
     )

@@ -32,7 +32,8 @@ def _alive(pid: int) -> bool:
 def test_start_answer_and_stop(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk") as server:
         pid = server.pid
-        assert pid is not None and _alive(pid)
+        assert pid is not None
+        assert _alive(pid)
         assert server.port is not None
         assert four_letter_word("127.0.0.1", server.port, "ruok") == "imok"
         client = KazooClient(hosts=server.connect_string, timeout=10)

@@ -503,7 +503,8 @@ class Journal:
     def _run(self) -> None:
         loop, on_durable = self._loop, self._on_durable
         invariant(loop is not None and on_durable is not None, "journal thread without loop")
-        assert loop is not None and on_durable is not None  # for mypy; checked above
+        assert loop is not None
+        assert on_durable is not None
         buf = bytearray()
         group: list[Item] = []
         try:
