@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundation.cluster_file import read_cluster_file
 from ops import procs
 from ops.zookeeper import ZooKeeperServer
 
@@ -285,7 +286,7 @@ def bench_cluster(
     one ``args.cluster`` names, or ZooKeeper + ``bookies`` started in ``args.dir``
     (default a temporary directory named ``prefix...``) and stopped afterwards."""
     if args.cluster:
-        yield json.loads(Path(args.cluster).read_text())
+        yield read_cluster_file(args.cluster).raw
         return
     with contextlib.ExitStack() as stack:
         base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix))

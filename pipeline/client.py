@@ -16,7 +16,6 @@ sequence ids are consecutive: a hole is data loss, never silently skipped.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -100,12 +99,6 @@ def close_all() -> None:
 # client needs: threading's exit hooks run before atexit's (private API, so fall back).
 _register_exit = getattr(threading, "_register_atexit", atexit.register)
 _register_exit(close_all)
-
-
-def cluster_zk(cluster_file: str) -> tuple[str, str]:
-    """(zk, root) of a cluster.json, for messages and for tools that need them."""
-    layout = json.loads(Path(cluster_file).read_text())
-    return str(layout["zk"]), str(layout.get("root", "/bookline"))
 
 
 def select_streams(ns: SyncNamespace, opts: SourceOptions) -> list[str]:

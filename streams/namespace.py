@@ -9,12 +9,12 @@ See ``docs/core-api.md``.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.client import BookieClientPool
+from foundation.cluster_file import read_cluster_file
 from foundation.config import MetadataConfig
 from foundation.errors import AlreadyExistsError, BooklineError, NoLedgerError, NotFoundError
 from foundation.names import validate_name
@@ -138,8 +138,8 @@ class Namespace:
         cls, path: str | Path, namespace: str = "default", config: NamespaceConfig | None = None
     ) -> Namespace:
         """Open on a cluster described by a ``cluster.json`` (``bookline local``)."""
-        layout = json.loads(Path(path).read_text())
-        return await cls.open(layout["zk"], layout["root"], namespace, config)
+        cluster = read_cluster_file(path)
+        return await cls.open(cluster.zk, cluster.root, namespace, config)
 
     async def close(self) -> None:
         if self._closed:

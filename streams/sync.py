@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from foundation.errors import ClosedError
+from foundation.loopthread import LoopThread
 from metadata.streams import StreamOptions
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, StartPosition
@@ -35,36 +35,8 @@ T = TypeVar("T")
 OPEN_TIMEOUT_S = 60.0
 
 
-class _LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name="bookline-sync", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("a SyncNamespace method was called from its own loop thread")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self.loop.close()
-
-
 class SyncWriter:
-    def __init__(self, runner: _LoopThread, writer: LogWriter) -> None:
+    def __init__(self, runner: LoopThread, writer: LogWriter) -> None:
         self._run = runner
         self.writer = writer
 
@@ -122,7 +94,7 @@ class SyncWriter:
 
 
 class SyncReader:
-    def __init__(self, runner: _LoopThread, reader: LogReader) -> None:
+    def __init__(self, runner: LoopThread, reader: LogReader) -> None:
         self._run = runner
         self.reader = reader
 
@@ -155,7 +127,7 @@ class SyncReader:
 class SyncNamespace:
     """Every :class:`Namespace` method, blocking. Close it when done."""
 
-    def __init__(self, runner: _LoopThread, ns: Namespace) -> None:
+    def __init__(self, runner: LoopThread, ns: Namespace) -> None:
         self._run = runner
         self.ns = ns
         self._closed = False
@@ -168,7 +140,7 @@ class SyncNamespace:
         namespace: str = "default",
         config: NamespaceConfig | None = None,
     ) -> SyncNamespace:
-        runner = _LoopThread()
+        runner = LoopThread("bookline-sync")
         try:
             ns = runner.call(Namespace.open(zk, root, namespace, config), OPEN_TIMEOUT_S)
         except BaseException:
@@ -180,7 +152,7 @@ class SyncNamespace:
     def from_cluster_file(
         cls, path: str | Path, namespace: str = "default", config: NamespaceConfig | None = None
     ) -> SyncNamespace:
-        runner = _LoopThread()
+        runner = LoopThread("bookline-sync")
         try:
             ns = runner.call(Namespace.from_cluster_file(path, namespace, config), OPEN_TIMEOUT_S)
         except BaseException:

@@ -1,0 +1,79 @@
+"""``cluster.json``: where a cluster is, as ``bookline local`` writes it. Read it here.
+
+Schema (JSON object; readers ignore keys they don't know)::
+
+    {"zk": "127.0.0.1:2181/local",            # connect string, chroot included
+     "root": "/bookline",                      # cluster root inside it
+     "write_proxies": [{"url": "http://..."}, ...],
+     "read_proxies":  [{"url": "http://..."}, ...],
+     "bookies": [{...}], "zookeeper": {...}, "dir": "..."}   # informational
+
+Every failure is a :class:`~foundation.errors.ConfigError` that names the file and says
+what is wrong (missing, a directory, not JSON, a key missing or of the wrong type) with a
+hint, never a bare ``FileNotFoundError`` or ``JSONDecodeError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from foundation.errors import ConfigError
+
+__all__ = ["ClusterFile", "read_cluster_file"]
+
+_HINT = "is the cluster running? start one with `bookline local --dir DIR`"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFile:
+    path: str
+    zk: str
+    root: str
+    write_urls: tuple[str, ...]
+    read_urls: tuple[str, ...]
+    raw: dict[str, Any]  # the whole document, for tools that show it
+
+
+def _urls(doc: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    entries = doc.get(key, [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: '{key}' must be a list")
+    urls = []
+    for entry in entries:
+        url = entry.get("url") if isinstance(entry, dict) else None
+        if not isinstance(url, str) or not url:
+            raise ConfigError(f"{where}: every entry of '{key}' needs a 'url' string")
+        urls.append(url)
+    return tuple(urls)
+
+
+def read_cluster_file(path: str | Path) -> ClusterFile:
+    where = f"cluster file {path}"
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{where} does not exist; {_HINT}") from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(f"{where} is a directory; give the cluster.json inside it") from exc
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be read: {exc.strerror}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} is not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where} must hold a JSON object")
+    for key in ("zk", "root"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise ConfigError(f"{where}: '{key}' must be a non-empty string")
+    return ClusterFile(
+        path=str(path),
+        zk=doc["zk"],
+        root=doc["root"],
+        write_urls=_urls(doc, "write_proxies", where),
+        read_urls=_urls(doc, "read_proxies", where),
+        raw=doc,
+    )
