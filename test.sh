@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set everything up, then run linters, the type checker and the default test suite.
+# Set everything up, then run linters, the type checker, the import contract and the
+# default test suite with branch coverage (the total is printed at the end).
 #   ./test.sh                (extra arguments go to pytest, e.g. -k fencing or -m slow)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")" && pwd)"
@@ -7,7 +8,15 @@ source "$ROOT/ops/setup.sh"
 cd "$ROOT"
 echo "== ruff" && "$VENV_PY" -m ruff check . && "$VENV_PY" -m ruff format --check .
 echo "== mypy --strict" && "$VENV_PY" -m mypy
-echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache
+echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache | tail -n +12
 echo "== pytest"
 if [ $# -eq 0 ]; then set -- -m "not slow"; fi
-exec "$VENV_PY" -m pytest "$@"
+# Coverage follows the processes the tests start (bookies, proxies: coverage's
+# subprocess patch); their data files are combined when pytest ends.
+rm -f .coverage .coverage.*
+status=0
+"$VENV_PY" -m pytest --cov --cov-report= "$@" || status=$?
+if [ -f .coverage ]; then
+    echo "== branch coverage: $("$VENV_PY" -m coverage report --format=total)% of lines and branches"
+fi
+exit $status
