@@ -3,8 +3,9 @@
 Every error a user can see derives from :class:`BooklineError`. Each concrete class
 carries a numeric ``code`` that is *never reused*: the same code travels in bookie wire
 responses, in HTTP error bodies (``{code, name, message}``) and in CLI messages.
-Policy lives on the class: ``retriable`` (a retry may succeed as is), ``refresh_owner``
-(re-learn who owns the stream, then retry) and ``http_status``.
+Policy lives on the class: ``retriable`` (a retry may succeed as is) and
+``refresh_owner`` (re-learn who owns the stream, then retry). The HTTP status of each
+code is the HTTP contract's business (:mod:`httpapi.status`).
 
 ``for_code(code, message)`` rebuilds the right class from a code received over the wire;
 an unknown code becomes :class:`UnknownError` that keeps the code.
@@ -71,7 +72,6 @@ class BooklineError(Exception):
     name: ClassVar[str] = "UNKNOWN"
     retriable: ClassVar[bool] = False
     refresh_owner: ClassVar[bool] = False
-    http_status: ClassVar[int] = 500
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message or self.name)
@@ -113,7 +113,6 @@ class UnknownError(BooklineError):
 class BadRequestError(BooklineError):
     code = 2
     name = "BAD_REQUEST"
-    http_status = 400
 
 
 class IOFailureError(BooklineError):
@@ -121,25 +120,21 @@ class IOFailureError(BooklineError):
 
     code = 3
     name = "IO"
-    http_status = 500
 
 
 class NoLedgerError(BooklineError):
     code = 4
     name = "NO_LEDGER"
-    http_status = 404
 
 
 class NoEntryError(BooklineError):
     code = 5
     name = "NO_ENTRY"
-    http_status = 404
 
 
 class UnauthorizedError(BooklineError):
     code = 6
     name = "UNAUTHORIZED"
-    http_status = 403
 
 
 class FencedError(BooklineError):
@@ -147,28 +142,24 @@ class FencedError(BooklineError):
 
     code = 7
     name = "FENCED"
-    http_status = 409
 
 
 class ReadOnlyError(BooklineError):
     code = 8
     name = "READ_ONLY"
     retriable = True
-    http_status = 503
 
 
 class TooManyRequestsError(BooklineError):
     code = 9
     name = "TOO_MANY_REQUESTS"
     retriable = True
-    http_status = 429
 
 
 class TimeoutError_(BooklineError):
     code = 10
     name = "TIMEOUT"
     retriable = True
-    http_status = 504
 
 
 class ConnectionLostError(BooklineError):
@@ -177,7 +168,6 @@ class ConnectionLostError(BooklineError):
     code = 11
     name = "CONNECTION_LOST"
     retriable = True
-    http_status = 503
 
 
 class ClosedError(BooklineError):
@@ -185,19 +175,16 @@ class ClosedError(BooklineError):
 
     code = 12
     name = "CLOSED"
-    http_status = 503
 
 
 class InvalidNameError(BooklineError):
     code = 13
     name = "INVALID_NAME"
-    http_status = 400
 
 
 class ConfigError(BooklineError):
     code = 14
     name = "CONFIG"
-    http_status = 500
 
 
 class BadVersionError(BooklineError):
@@ -205,19 +192,16 @@ class BadVersionError(BooklineError):
 
     code = 15
     name = "BAD_VERSION"
-    http_status = 409
 
 
 class AlreadyExistsError(BooklineError):
     code = 16
     name = "ALREADY_EXISTS"
-    http_status = 409
 
 
 class NotFoundError(BooklineError):
     code = 17
     name = "NOT_FOUND"
-    http_status = 404
 
 
 class LockOwnedError(BooklineError):
@@ -225,7 +209,6 @@ class LockOwnedError(BooklineError):
 
     code = 18
     name = "LOCK_OWNED"
-    http_status = 409
     refresh_owner = True
 
     def __init__(self, message: str = "", *, owner: str | None = None) -> None:
@@ -238,7 +221,6 @@ class OwnershipLostError(BooklineError):
     name = "OWNERSHIP_LOST"
     retriable = True
     refresh_owner = True
-    http_status = 503
 
 
 class SessionSuspendedError(BooklineError):
@@ -247,51 +229,43 @@ class SessionSuspendedError(BooklineError):
     code = 20
     name = "SESSION_SUSPENDED"
     retriable = True
-    http_status = 503
 
 
 class ChecksumError(BooklineError):
     code = 21
     name = "CHECKSUM"
-    http_status = 500
 
 
 class TooLargeError(BooklineError):
     code = 22
     name = "TOO_LARGE"
-    http_status = 413
 
 
 class NotEnoughBookiesError(BooklineError):
     code = 23
     name = "NOT_ENOUGH_BOOKIES"
     retriable = True
-    http_status = 503
 
 
 class LedgerClosedError(BooklineError):
     code = 24
     name = "LEDGER_CLOSED"
-    http_status = 409
 
 
 class ProtocolVersionError(BooklineError):
     code = 25
     name = "PROTOCOL_VERSION"
-    http_status = 400
 
 
 class CookieMismatchError(BooklineError):
     code = 26
     name = "COOKIE_MISMATCH"
-    http_status = 500
 
 
 class DiskFullError(BooklineError):
     code = 27
     name = "DISK_FULL"
     retriable = True
-    http_status = 507
 
 
 class TruncatedError(BooklineError):
@@ -299,13 +273,11 @@ class TruncatedError(BooklineError):
 
     code = 30
     name = "TRUNCATED"
-    http_status = 410
 
 
 class EndOfStreamError(BooklineError):
     code = 31
     name = "END_OF_STREAM"
-    http_status = 410
 
 
 class OwnerMovedError(BooklineError):
@@ -315,7 +287,6 @@ class OwnerMovedError(BooklineError):
     name = "OWNER_MOVED"
     retriable = True
     refresh_owner = True
-    http_status = 307
 
     def __init__(self, message: str = "", *, owner: str | None = None) -> None:
         super().__init__(message)
@@ -327,7 +298,6 @@ class InvariantViolation(BooklineError):
 
     code = 33
     name = "INVARIANT_VIOLATION"
-    http_status = 500
 
 
 class MetadataError(BooklineError):
@@ -336,7 +306,6 @@ class MetadataError(BooklineError):
     code = 34
     name = "METADATA"
     retriable = True
-    http_status = 503
 
 
 class WriterFailedError(BooklineError):
@@ -344,7 +313,6 @@ class WriterFailedError(BooklineError):
 
     code = 35
     name = "WRITER_FAILED"
-    http_status = 500
 
 
 class OutOfRangeError(BooklineError):
@@ -353,7 +321,6 @@ class OutOfRangeError(BooklineError):
 
     code = 40
     name = "OUT_OF_RANGE"
-    http_status = 400
 
 
 class OutOfOrderSequenceError(BooklineError):
@@ -364,7 +331,6 @@ class OutOfOrderSequenceError(BooklineError):
     code = 36
     name = "OUT_OF_ORDER_SEQUENCE"
     retriable = True
-    http_status = 409
 
 
 class UnavailableError(BooklineError):
@@ -375,7 +341,6 @@ class UnavailableError(BooklineError):
     code = 41
     name = "UNAVAILABLE"
     retriable = True
-    http_status = 503
 
 
 class OutcomeUnknownError(BooklineError):
@@ -388,7 +353,6 @@ class OutcomeUnknownError(BooklineError):
     name = "OUTCOME_UNKNOWN"
     retriable = True
     refresh_owner = True
-    http_status = 503
 
 
 class ProducerFencedError(BooklineError):
@@ -401,7 +365,6 @@ class ProducerFencedError(BooklineError):
 
     code = 43
     name = "PRODUCER_FENCED"
-    http_status = 409
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

@@ -2,7 +2,7 @@
 
 * :func:`error_middleware` turns every failure into the one error body
   ``{code, name, message}`` (plus ``owner`` for OWNER_MOVED, which also gets a
-  ``Location`` header) with the class's ``http_status``; unexpected exceptions are
+  ``Location`` header) with the code's status (:mod:`httpapi.status`); unexpected exceptions are
   logged with their stack and answered 500, never swallowed;
 * :func:`respond` encodes an answer in the media type the client accepts;
 * :func:`read_body` decodes a request body (msgpack or JSON);
@@ -33,6 +33,7 @@ from foundation.errors import (
     UnknownError,
 )
 from httpapi import wire
+from httpapi.status import http_status
 
 if TYPE_CHECKING:
     from httpapi.proxy_config import ProxyConfig
@@ -73,12 +74,11 @@ def respond(request: web.Request, obj: dict[str, Any], status: int = 200) -> web
 
 def error_response(request: web.Request, exc: BooklineError) -> web.Response:
     media = wire.negotiate(request.headers.get("Accept"))
-    resp = web.Response(
-        body=wire.encode_error(exc, media), status=exc.http_status, content_type=media
-    )
+    status = http_status(exc)
+    resp = web.Response(body=wire.encode_error(exc, media), status=status, content_type=media)
     if isinstance(exc, OwnerMovedError) and exc.owner:
         resp.headers["Location"] = exc.owner.rstrip("/") + request.path_qs
-    if exc.http_status == 429:
+    if status == 429:
         resp.headers["Retry-After"] = "1"
     return resp
 
@@ -108,7 +108,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except BooklineError as exc:
-        if exc.http_status >= 500:
+        if http_status(exc) >= 500:
             log.warning("%s %s -> %s", request.method, request.path, exc)
         return error_response(request, exc)
     except web.HTTPException as exc:

@@ -12,6 +12,7 @@ from bookline import errors
 from foundation.config import MetadataConfig, load_config
 from foundation.errors import BooklineError, ConfigError, for_code
 from foundation.invariants import invariant
+from httpapi.status import HTTP_STATUS, http_status
 
 # Codes are a public contract: they go over the wire and into HTTP bodies. Changing one
 # is a breaking change, so the table is pinned here.
@@ -41,6 +42,65 @@ def test_codes_are_pinned_and_unique() -> None:
     for name, code in PINNED.items():
         assert by_name[name] == code
     assert len(set(by_name.values())) == len(by_name)
+
+
+# Every code's HTTP status is part of the HTTP API (docs/openapi.json, docs/proxies.md):
+# pinned too.
+PINNED_HTTP_STATUS = {
+    "UNKNOWN": 500,
+    "BAD_REQUEST": 400,
+    "IO": 500,
+    "NO_LEDGER": 404,
+    "NO_ENTRY": 404,
+    "UNAUTHORIZED": 403,
+    "FENCED": 409,
+    "READ_ONLY": 503,
+    "TOO_MANY_REQUESTS": 429,
+    "TIMEOUT": 504,
+    "CONNECTION_LOST": 503,
+    "CLOSED": 503,
+    "INVALID_NAME": 400,
+    "CONFIG": 500,
+    "BAD_VERSION": 409,
+    "ALREADY_EXISTS": 409,
+    "NOT_FOUND": 404,
+    "LOCK_OWNED": 409,
+    "OWNERSHIP_LOST": 503,
+    "SESSION_SUSPENDED": 503,
+    "CHECKSUM": 500,
+    "TOO_LARGE": 413,
+    "NOT_ENOUGH_BOOKIES": 503,
+    "LEDGER_CLOSED": 409,
+    "PROTOCOL_VERSION": 400,
+    "COOKIE_MISMATCH": 500,
+    "DISK_FULL": 507,
+    "TRUNCATED": 410,
+    "END_OF_STREAM": 410,
+    "OWNER_MOVED": 307,
+    "INVARIANT_VIOLATION": 500,
+    "METADATA": 503,
+    "WRITER_FAILED": 500,
+    "OUT_OF_ORDER_SEQUENCE": 409,
+    "OUT_OF_RANGE": 400,
+    "UNAVAILABLE": 503,
+    "OUTCOME_UNKNOWN": 503,
+    "PRODUCER_FENCED": 409,
+}
+
+
+def test_every_code_has_its_pinned_http_status() -> None:
+    registry = errors.registered_codes()
+    assert {cls.code for cls in HTTP_STATUS} == set(registry), "one status per code"
+    assert {cls.name: http_status(cls()) for cls in registry.values()} == PINNED_HTTP_STATUS
+
+
+def test_http_status_of_subclasses_and_rebuilt_errors() -> None:
+    class FrameBodyError(errors.BadRequestError):  # like bookie.protocol's: no code of its own
+        pass
+
+    assert http_status(FrameBodyError("short frame")) == 400  # BAD_REQUEST's code
+    assert http_status(for_code(32, "moved")) == 307
+    assert http_status(for_code(9999, "from a newer peer")) == 500
 
 
 def test_for_code_round_trip_and_unknown() -> None:
