@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from foundation.errors import ConfigError
+from foundation.quorum import check_quorum
 
 __all__ = ["LedgerConfig"]
 
@@ -76,11 +77,7 @@ class LedgerConfig:
     reads_in_flight_max: int = 64
 
     def __post_init__(self) -> None:
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise ConfigError(
-                "ledger quorums must satisfy ensemble_size >= write_quorum >= ack_quorum >= 1, "
-                f"got E={self.ensemble_size} Qw={self.write_quorum} Qa={self.ack_quorum}"
-            )
+        check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum, "ledger")
         if self.digest_type.lower() not in ("crc32c", "hmac_sha256"):
             raise ConfigError(
                 f"ledger.digest_type must be crc32c or hmac_sha256, got {self.digest_type!r}"
