@@ -7,8 +7,11 @@
   instead of growing a queue;
 * every request has a deadline (:class:`~foundation.errors.TimeoutError_`), checked by one
   sweep per connection every ``TIMEOUT_SWEEP_S`` rather than a timer per request;
-* ``add_future`` is the add path without a coroutine (what the benchmark and a ledger
-  writer with many adds in flight want); ``add`` awaits it;
+* adds go through a per-ledger handle, :meth:`BookieConnection.adder` ->
+  :class:`LedgerAdder`, binding ledger id, master key, recovery flag and deadline once;
+  its ``add(entry_id, lac, payload)`` returns a future without a coroutine or task
+  (what the benchmark and a ledger writer with many adds in flight want), its
+  ``add_callback`` calls back instead;
 * frames queued during one loop iteration go out in one ``transport.write``;
 * a broken connection fails everything pending with
   :class:`~foundation.errors.ConnectionLostError` and the next call reconnects;
@@ -43,7 +46,14 @@ from foundation.errors import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BookieClientPool", "BookieConnection", "ClientOptions", "parse_address"]
+__all__ = [
+    "AddCallback",
+    "BookieClientPool",
+    "BookieConnection",
+    "ClientOptions",
+    "LedgerAdder",
+    "parse_address",
+]
 
 # Defaults, each bounded for a reason:
 # Outstanding requests per connection: enough to keep a bookie's journal group full.
@@ -381,6 +391,22 @@ class BookieConnection:
 
     # -- public API ------------------------------------------------------------------
 
+    def adder(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        *,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> LedgerAdder:
+        """A handle for adds to ``ledger_id`` through this connection: the master key,
+        the RECOVERY flag and the deadline of each add (default: the options'
+        ``request_timeout_s``) are bound once. Cheap to make; a writer keeps one per
+        (ledger, bookie). It follows this connection through reconnects and fails like
+        it once it is closed."""
+        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
+        return LedgerAdder(self, ledger_id, master_key, recovery, deadline_s)
+
     async def add(
         self,
         ledger_id: int,
@@ -392,14 +418,9 @@ class BookieConnection:
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> None:
-        """Store one packaged entry; returns once the bookie has it fsynced.
-
-        Raises UnauthorizedError, FencedError (unless ``recovery``), ReadOnlyError,
-        TooManyRequestsError, IOFailureError, TimeoutError_, ConnectionLostError.
-        """
-        await self.add_future(
-            ledger_id, entry_id, lac, master_key, payload, recovery=recovery, timeout_s=timeout_s
-        )
+        """One add without keeping a handle: ``await self.adder(...).add(...)``."""
+        adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
+        await adder.add(entry_id, lac, payload)
 
     def add_future(
         self,
@@ -412,21 +433,11 @@ class BookieConnection:
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> asyncio.Future[None]:
-        """:meth:`add` without a coroutine: returns a future that resolves (None) once
-        the bookie has the entry fsynced, or fails with the errors :meth:`add` raises.
+        """One add without keeping a handle: ``self.adder(...).add(...)``."""
+        adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
+        return adder.add(entry_id, lac, payload)
 
-        Adds from successive calls are sent in call order. When the connection is up,
-        writable and below ``inflight_max`` the frame is queued at once (no task); else
-        a task waits for room or the connection, as :meth:`add` would.
-        """
-        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
-        wire = self._fast_wire()
-        if wire is not None:
-            rid, frame = self._add_frame(ledger_id, entry_id, lac, master_key, payload, recovery)
-            return wire.send(rid, frame, deadline_s, p.AddResponse)
-        return self._queue_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
-
-    def add_callback(  # noqa: PLR0917 - mirrors add_future
+    def add_callback(  # noqa: PLR0917 - goes once ledger/adapters.py uses adder()
         self,
         ledger_id: int,
         entry_id: int,
@@ -438,25 +449,9 @@ class BookieConnection:
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> asyncio.Task[None] | None:
-        """:meth:`add_future` calling ``callback(None)`` on success or
-        ``callback(error)`` instead of resolving a future: called directly from the
-        connection's read or timeout path (no future, no loop round trip). Returns the
-        task of the slow path (waiting for room or a connection) so the caller can
-        cancel it -- a cancelled add never calls back -- else None."""
-        deadline_s = self.options.request_timeout_s if timeout_s is None else timeout_s
-        wire = self._fast_wire()
-        if wire is not None:
-            rid, frame = self._add_frame(ledger_id, entry_id, lac, master_key, payload, recovery)
-            wire.send_to(rid, frame, deadline_s, _CallbackWaiter(callback))
-            return None
-        task = self._queue_add(ledger_id, entry_id, lac, master_key, payload, recovery, deadline_s)
-
-        def done(t: asyncio.Task[None]) -> None:
-            if not t.cancelled():
-                callback(t.exception())
-
-        task.add_done_callback(done)
-        return task
+        """Old form of ``self.adder(...).add_callback(...)``."""
+        adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
+        return adder.add_callback(entry_id, lac, payload, callback)
 
     def _fast_wire(self) -> _Wire | None:
         """The wire when an add can go out at once: connected, writable, a free in-flight
@@ -474,55 +469,24 @@ class BookieConnection:
             return wire
         return None
 
-    def _add_frame(  # noqa: PLR0917 - internal, mirrors add_future
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        recovery: bool,
-    ) -> tuple[int, bytes]:
-        """Fast path: take an in-flight slot and a request id, encode the add frame."""
+    def _take_slot(self) -> int:
+        """Fast path: take an in-flight slot (checked free by _fast_wire) and an id."""
         self._inflight += 1
-        rid = next(self._ids)
-        return rid, p.encode_add_request(
-            rid, ledger_id, entry_id, lac, master_key, payload, recovery
-        )
+        return next(self._ids)
 
-    def _queue_add(  # noqa: PLR0917 - internal, mirrors add_future
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        recovery: bool,
-        timeout_s: float,
+    def _queue_add(
+        self, encoder: p.AddEncoder, entry_id: int, lac: int, payload: bytes, timeout_s: float
     ) -> asyncio.Task[None]:
         """Slow path: a task that waits for room or the connection, behind earlier adds."""
         self._queued_adds += 1
-        return asyncio.ensure_future(
-            self._queued_add(ledger_id, entry_id, lac, master_key, payload, recovery, timeout_s)
-        )
+        return asyncio.ensure_future(self._queued_add(encoder, entry_id, lac, payload, timeout_s))
 
-    async def _queued_add(  # noqa: PLR0917 - internal, mirrors add_future
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        recovery: bool,
-        timeout_s: float,
+    async def _queued_add(
+        self, encoder: p.AddEncoder, entry_id: int, lac: int, payload: bytes, timeout_s: float
     ) -> None:
         try:
             fut = await self._start(
-                lambda rid: p.encode_add_request(
-                    rid, ledger_id, entry_id, lac, master_key, payload, recovery
-                ),
-                p.AddResponse,
-                timeout_s,
+                lambda rid: encoder.encode(rid, entry_id, lac, payload), p.AddResponse, timeout_s
             )
         finally:
             self._queued_adds -= 1
@@ -756,6 +720,76 @@ class BookieConnection:
         if self._wire is wire:
             self._wire = None
             self._features = None
+
+
+class LedgerAdder:
+    """Adds to one ledger through one :class:`BookieConnection` (see
+    :meth:`BookieConnection.adder`): ledger id, master key, RECOVERY flag and deadline
+    are bound once, each add takes ``(entry_id, lac, payload)``.
+
+    Adds from successive calls -- through any of the connection's adders -- are sent in
+    call order. When the connection is up, writable and below ``inflight_max`` the
+    frame is queued at once (no task, no coroutine); else a task waits for room or the
+    connection. The outcome arrives once the bookie has the entry fsynced: None, or
+    UnauthorizedError, FencedError (unless ``recovery``), ReadOnlyError,
+    TooManyRequestsError, IOFailureError, TimeoutError_, ConnectionLostError, ClosedError.
+    """
+
+    __slots__ = ("_conn", "_encoder", "ledger_id", "master_key", "recovery", "timeout_s")
+
+    def __init__(
+        self,
+        conn: BookieConnection,
+        ledger_id: int,
+        master_key: bytes,
+        recovery: bool,
+        timeout_s: float,
+    ) -> None:
+        self._conn = conn
+        self._encoder = p.AddEncoder(ledger_id, master_key, recovery)
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.recovery = recovery
+        self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"LedgerAdder({self._conn.address!r}, ledger {self.ledger_id})"
+
+    def add(self, entry_id: int, lac: int, payload: bytes) -> asyncio.Future[None]:
+        """Store one packaged entry: a future that resolves (None) once the bookie has
+        it fsynced, or fails with the errors above (``await`` it for the one-shot form).
+        ``lac`` is the writer's LastAddConfirmed carried by this entry."""
+        conn = self._conn
+        wire = conn._fast_wire()
+        if wire is None:
+            return conn._queue_add(self._encoder, entry_id, lac, payload, self.timeout_s)
+        rid = conn._take_slot()
+        frame = self._encoder.encode(rid, entry_id, lac, payload)
+        return wire.send(rid, frame, self.timeout_s, p.AddResponse)
+
+    def add_callback(
+        self, entry_id: int, lac: int, payload: bytes, callback: AddCallback
+    ) -> asyncio.Task[None] | None:
+        """:meth:`add` calling ``callback(None)`` on success or ``callback(error)``
+        instead of resolving a future: called directly from the connection's read or
+        timeout path (no future, no loop round trip). Returns the task of the slow path
+        (waiting for room or a connection) so the caller can cancel it -- a cancelled
+        add never calls back -- else None."""
+        conn = self._conn
+        wire = conn._fast_wire()
+        if wire is not None:
+            rid = conn._take_slot()
+            frame = self._encoder.encode(rid, entry_id, lac, payload)
+            wire.send_to(rid, frame, self.timeout_s, _CallbackWaiter(callback))
+            return None
+        task = conn._queue_add(self._encoder, entry_id, lac, payload, self.timeout_s)
+
+        def done(t: asyncio.Task[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
 
 
 class BookieClientPool:

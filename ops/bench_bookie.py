@@ -43,8 +43,9 @@ async def _closed_loop(
     conn: BookieConnection, ledger_id: int, count: int, payload: bytes, inflight: int
 ) -> list[float]:
     """Keep ``inflight`` adds outstanding: each answer starts the next add (no task or
-    coroutine per add, as the ledger layer's write path does with ``add_future``)."""
+    coroutine per add, as the ledger layer's write path does with its adders)."""
     answers = Answers(count)
+    adder = conn.adder(ledger_id, _MASTER_KEY)
     next_id = 0
     perf = time.perf_counter
 
@@ -53,7 +54,7 @@ async def _closed_loop(
         entry_id = next_id
         next_id += 1
         t0 = perf()
-        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, _MASTER_KEY, payload)
+        fut = adder.add(entry_id, entry_id - 1, payload)
         fut.add_done_callback(functools.partial(on_done, t0=t0))
 
     def on_done(fut: asyncio.Future[None], t0: float) -> None:
@@ -72,10 +73,11 @@ async def _open_loop(
     """Start adds on a fixed schedule; latency counts from the scheduled start."""
     answers = Answers(count)
     entry_ids = iter(range(count))
+    adder = conn.adder(ledger_id, _MASTER_KEY)
 
     def send(scheduled: float) -> None:
         entry_id = next(entry_ids)
-        fut = conn.add_future(ledger_id, entry_id, entry_id - 1, _MASTER_KEY, payload)
+        fut = adder.add(entry_id, entry_id - 1, payload)
         fut.add_done_callback(functools.partial(answers.record, started=scheduled))
 
     await open_loop(rate, count, send)

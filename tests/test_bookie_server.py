@@ -466,6 +466,41 @@ async def test_add_future_keeps_call_order_and_reports_errors(bookie: Bookie) ->
         await c.close()
 
 
+async def test_ledger_adder_binds_ledger_key_and_recovery(bookie: Bookie) -> None:
+    # inflight_max 8: most adds find no room and take the queued path behind the others.
+    c = BookieConnection(bookie.address, ClientOptions(inflight_max=8))
+    try:
+        adder = c.adder(12, KEY)
+        assert (adder.ledger_id, adder.master_key, adder.recovery) == (12, KEY, False)
+        assert adder.timeout_s == c.options.request_timeout_s
+        futs = [adder.add(e, e - 1, payload(12, e)) for e in range(100)]
+        outcomes: list[BaseException | None] = []
+        tasks = [adder.add_callback(e, e - 1, payload(12, e), outcomes.append)
+                 for e in range(100, 150)]  # fmt: skip
+        await asyncio.gather(*futs)
+        while len(outcomes) < 50:
+            await asyncio.sleep(0.01)
+        assert outcomes == [None] * 50
+        assert any(t is not None for t in tasks)  # some waited for room
+        assert await c.list_entries(12) == tuple(range(150))
+        (await c.read(12, 0, fence=True, master_key=KEY)).lac  # noqa: B018 - fence it
+        with pytest.raises(FencedError):
+            await adder.add(150, 149, b"x")
+        recovery = c.adder(12, KEY, recovery=True, timeout_s=2.0)
+        assert recovery.timeout_s == 2.0
+        await recovery.add(150, 149, payload(12, 150))
+        errors: list[BaseException | None] = []
+        assert c.adder(12, b"wrong key").add_callback(151, 150, b"x", errors.append) is None
+        while not errors:
+            await asyncio.sleep(0.01)
+        assert isinstance(errors[0], UnauthorizedError)
+        await c.close()
+        with pytest.raises(ClosedError):
+            await adder.add(152, 151, b"x")
+    finally:
+        await c.close()
+
+
 async def test_read_last_entry_does_not_list_entries(
     bookie: Bookie, conn: BookieConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
