@@ -182,15 +182,7 @@ class _Connection(asyncio.Protocol):
         reply = _AddReply(self, req)
         self.adds_inflight += 1
         try:
-            self._add_nowait(
-                req.ledger_id,
-                req.entry_id,
-                req.lac,
-                req.master_key,
-                req.payload,
-                req.recovery,
-                reply,
-            )
+            self._add_nowait(req, reply)
         except BooklineError as exc:  # refused before reaching the journal
             reply.set_exception(exc)
         except Exception as exc:  # a storage bug: answer IO, keep the traceback

@@ -19,6 +19,45 @@ LAST_ENTRY = -1
 NO_ENTRY_ID = -1
 
 
+class EntryAdd(Protocol):
+    """One add as storage takes it. A decoded :class:`bookie.protocol.AddRequest` is
+    one, so the server hands the request over as it is; :class:`NewEntry` is one for
+    callers without a request."""
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    @property
+    def entry_id(self) -> int: ...
+
+    @property
+    def lac(self) -> int:
+        """The writer's LastAddConfirmed, piggybacked on this entry."""
+
+    @property
+    def master_key(self) -> bytes: ...
+
+    @property
+    def payload(self) -> bytes:
+        """The packaged entry, stored as it is."""
+
+    @property
+    def recovery(self) -> bool:
+        """A recovery add: accepted on a fenced ledger and a read-only bookie."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """An :class:`EntryAdd` made by hand (``add_entry``, tests)."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    master_key: bytes
+    payload: bytes
+    recovery: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class LacResult:
     """Answer to a (long-poll) LAC read: the LAC and, when this bookie holds it, the
@@ -46,16 +85,7 @@ class Storage(Protocol):
     async def close(self) -> None:
         """Checkpoint, stop background threads, close files (clean shutdown)."""
 
-    def add_entry_nowait(  # noqa: PLR0917 - per-add hot path
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        recovery: bool,
-        done: Completion,
-    ) -> None:
+    def add_entry_nowait(self, add: EntryAdd, done: Completion) -> None:
         """:meth:`add_entry` without a coroutine: refusals are raised at once, the
         outcome after the journal fsync goes to ``done`` (on the loop thread)."""
 

@@ -59,7 +59,7 @@ from foundation.errors import (
 from foundation.invariants import invariant
 
 from . import entrylog, faults, journal
-from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, LacResult
+from .api import LAST_ENTRY, NO_ENTRY_ID, DiskUsage, EntryAdd, LacResult, NewEntry
 from .cache import ReadCache
 from .entrylog import EntryLogFiles, EntryLogWriter, Location, LogIds
 from .index import (
@@ -432,22 +432,17 @@ class BookieStorage:
     ) -> None:
         jnl = self._check_writable()
         fut = jnl.create_future()
-        self.add_entry_nowait(ledger_id, entry_id, lac, master_key, payload, recovery, fut)
+        self.add_entry_nowait(
+            NewEntry(ledger_id, entry_id, lac, master_key, payload, recovery), fut
+        )
         await fut
 
-    def add_entry_nowait(  # noqa: PLR0917 - per-add hot path: positional, no kwargs cost
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        recovery: bool,
-        done: Completion,
-    ) -> None:
+    def add_entry_nowait(self, add: EntryAdd, done: Completion) -> None:
         """:meth:`add_entry` without a coroutine: errors found now are raised now;
         ``done`` is told the outcome once the journal group is fsynced (server fast
         path: no task, no future per add)."""
+        ledger_id, entry_id, lac, payload = add.ledger_id, add.entry_id, add.lac, add.payload
+        master_key, recovery = add.master_key, add.recovery
         jnl = self._check_writable()
         # Recovery adds go through on a read-only bookie: a ledger being recovered must
         # be able to finish, or its readers stay blocked (as in BookKeeper).
