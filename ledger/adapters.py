@@ -1,9 +1,9 @@
-"""Adapters from the ledger client's interfaces (:mod:`ledger.meta`) to the real
+"""Adapters from the ledger client's interfaces (:mod:`ledger.interfaces`) to the real
 metadata layer (:mod:`metadata`, ZooKeeper) and bookie client (:mod:`bookie.client`).
 
-* :class:`ZkLedgerStore` converts :class:`metadata.ledgers.LedgerMetadata` to and from
-  :class:`ledger.meta.LedgerMeta` and maps "znode absent" to NO_LEDGER.
-* :class:`PoolTransport` (also the scrub's :class:`ledger.meta.ReplicaInspector`) resolves
+* :class:`ZkLedgerStore` keeps :class:`metadata.ledger_metadata.LedgerMetadata` in the
+  ZooKeeper store and maps "znode absent" to NO_LEDGER.
+* :class:`PoolTransport` (also the scrub's :class:`ledger.interfaces.ReplicaInspector`) resolves
   bookie ids to addresses through the bookie registry
   (cached: a bookie that just died keeps its last known address, so requests to it fail
   as connection errors, not as "unknown bookie") and bounds every request, including the
@@ -27,61 +27,24 @@ from foundation.errors import (
     NotFoundError,
     TimeoutError_,
 )
-from ledger.digest import DigestType
-from ledger.meta import ChecksumPage, LacAnswer, LedgerMeta, LedgerState, ReadAnswer, Segment
+from ledger.interfaces import ChecksumPage, LacAnswer, ReadAnswer
 from ledger.placement import BookieCandidate
 from metadata.bookies import BookieRegistry
 from metadata.client import MetadataClient
 from metadata.ledger_ids import LedgerIdAllocator
-from metadata.ledgers import LedgerMetadata, LedgerStore
-from metadata.ledgers import LedgerState as MdState
+from metadata.ledger_metadata import LedgerMetadata
+from metadata.ledgers import LedgerStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PoolTransport", "ZkLedgerStore", "connect_cluster", "from_metadata", "to_metadata"]
+__all__ = ["PoolTransport", "ZkLedgerStore", "connect_cluster"]
 
-_DIGEST_TO_MD = {DigestType.CRC32C: "crc32c", DigestType.HMAC_SHA256: "hmac"}
-_DIGEST_FROM_MD = {v: k for k, v in _DIGEST_TO_MD.items()}
 # Slack on top of a request's own deadline for the pool's connect and queueing.
 _REQUEST_SLACK_S = 1.0
 
 
-def to_metadata(meta: LedgerMeta) -> LedgerMetadata:
-    return LedgerMetadata(
-        ledger_id=meta.ledger_id,
-        ensemble_size=meta.ensemble_size,
-        write_quorum=meta.write_quorum,
-        ack_quorum=meta.ack_quorum,
-        ensembles=tuple((s.first_entry_id, s.bookies) for s in meta.segments),
-        password=meta.password,
-        digest_type=_DIGEST_TO_MD[meta.digest_type],
-        state=MdState(meta.state.value),
-        last_entry_id=meta.last_entry_id,
-        length=meta.length,
-        custom_metadata=dict(meta.custom),
-        ctime_ms=meta.ctime_ms,
-    )
-
-
-def from_metadata(md: LedgerMetadata) -> LedgerMeta:
-    return LedgerMeta(
-        ledger_id=md.ledger_id,
-        ensemble_size=md.ensemble_size,
-        write_quorum=md.write_quorum,
-        ack_quorum=md.ack_quorum,
-        digest_type=_DIGEST_FROM_MD[md.digest_type],
-        segments=tuple(Segment(first, tuple(b)) for first, b in md.ensembles),
-        state=LedgerState(md.state.value),
-        last_entry_id=md.last_entry_id,
-        length=md.length,
-        custom=dict(md.custom_metadata),
-        password=md.password,
-        ctime_ms=md.ctime_ms,
-    )
-
-
 class ZkLedgerStore:
-    """:class:`ledger.meta.MetadataStore` on ZooKeeper."""
+    """:class:`ledger.interfaces.MetadataStore` on ZooKeeper."""
 
     def __init__(
         self, ledgers: LedgerStore, registry: BookieRegistry, ids: LedgerIdAllocator
@@ -94,19 +57,18 @@ class ZkLedgerStore:
     async def next_ledger_id(self) -> int:
         return await self._ids.next_id()
 
-    async def create(self, meta: LedgerMeta) -> int:
-        return await self._ledgers.create(to_metadata(meta))
+    async def create(self, meta: LedgerMetadata) -> int:
+        return await self._ledgers.create(meta)
 
-    async def read(self, ledger_id: int) -> tuple[LedgerMeta, int]:
+    async def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         try:
-            md, version = await self._ledgers.read(ledger_id)
+            return await self._ledgers.read(ledger_id)
         except NotFoundError as exc:
             raise NoLedgerError(f"ledger {ledger_id} does not exist") from exc
-        return from_metadata(md), version
 
-    async def write(self, meta: LedgerMeta, version: int) -> int:
+    async def write(self, meta: LedgerMetadata, version: int) -> int:
         try:
-            return await self._ledgers.update(to_metadata(meta), version)
+            return await self._ledgers.update(meta, version)
         except NotFoundError as exc:
             raise NoLedgerError(f"ledger {meta.ledger_id} was deleted") from exc
 
@@ -142,7 +104,7 @@ class ZkLedgerStore:
 
 
 class PoolTransport:
-    """:class:`ledger.meta.BookieTransport` over a :class:`BookieClientPool`."""
+    """:class:`ledger.interfaces.BookieTransport` over a :class:`BookieClientPool`."""
 
     def __init__(self, pool: BookieClientPool, resolve: Callable[[str], Awaitable[str]]) -> None:
         self._pool = pool

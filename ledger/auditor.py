@@ -45,7 +45,7 @@ from foundation.errors import (
 from ledger.tasks import cancel_and_wait
 from metadata import serde
 from metadata.bookies import BookieSet
-from metadata.ledgers import LedgerMetadata
+from metadata.ledger_metadata import LedgerMetadata
 from metadata.zk import SessionState
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class Auditor:
             for meta in metas:
                 if meta is None:
                     continue
-                gone = {b for _first, ens in meta.ensembles for b in ens} - registered
+                gone = meta.all_bookies() - registered
                 for bookie in gone:
                     self._note_absent(bookie, now)
                 expired = {

@@ -39,7 +39,7 @@ from ledger.auditor import Auditor
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
-from ledger.meta import ReplicaInspector
+from ledger.interfaces import ReplicaInspector
 from ledger.replication import ListEntries, Outcome, ReplicationWorker
 from ledger.scrub import Scrubber, ScrubSummary
 from metadata.client import MetadataClient
@@ -213,7 +213,7 @@ async def ledgers_on(md: MetadataClient, bookie_id: str) -> list[int]:
     async for ledger_id in md.ledgers.iter_ledger_ids():
         with contextlib.suppress(NotFoundError):  # deleted while we scanned: not on it
             meta, _version = await md.ledgers.read(ledger_id)
-            if any(bookie_id in ens for _first, ens in meta.ensembles):
+            if bookie_id in meta.all_bookies():
                 out.append(ledger_id)
     return out
 

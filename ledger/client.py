@@ -10,8 +10,8 @@
     data = await reader.read(0, reader.last_add_confirmed)
     await client.close()
 
-Built from a :class:`~ledger.meta.MetadataStore` and a
-:class:`~ledger.meta.BookieTransport`; :meth:`LedgerClient.connect` wires the real
+Built from a :class:`~ledger.interfaces.MetadataStore` and a
+:class:`~ledger.interfaces.BookieTransport`; :meth:`LedgerClient.connect` wires the real
 ZooKeeper store and bookie connection pool (``ledger.adapters``), tests may pass the
 in-memory ones (``ledger.memory``).
 """
@@ -24,19 +24,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from foundation.errors import NoEntryError, UnauthorizedError
+from foundation.quorum import check_quorum
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
-from ledger.meta import (
-    BookieTransport,
-    LedgerMeta,
-    MetadataStore,
-    Segment,
-    validate_quorums,
-)
+from ledger.interfaces import BookieTransport, MetadataStore
 from ledger.placement import BookieHealth, choose_ensemble
 from ledger.reader import LedgerReader
 from ledger.recovery import LedgerRecovery
 from ledger.writer import LedgerWriter
+from metadata.ledger_metadata import LedgerMetadata, Segment
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +93,12 @@ class LedgerClient:
         e = cfg.ensemble_size if ensemble_size is None else ensemble_size
         qw = cfg.write_quorum if write_quorum is None else write_quorum
         qa = cfg.ack_quorum if ack_quorum is None else ack_quorum
-        validate_quorums(e, qw, qa)
+        check_quorum(e, qw, qa, "new ledger")
         dtype = DigestType.parse(cfg.digest_type if digest_type is None else digest_type)
         candidates = await self.store.writable_bookies()
         ensemble = choose_ensemble(candidates, e, avoid=self.health.avoided(), rng=self._rng)
         ledger_id = await self.store.next_ledger_id()
-        meta = LedgerMeta(
+        meta = LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=e,
             write_quorum=qw,

@@ -26,7 +26,6 @@ key (UNAUTHORIZED). The raw password never leaves the client.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import struct
@@ -36,6 +35,7 @@ import crc32c
 
 from foundation.errors import ChecksumError, ConfigError
 from foundation.invariants import invariant
+from metadata.ledger_metadata import DigestType  # part of a ledger's metadata
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",
@@ -56,27 +56,6 @@ _CRC = struct.Struct(">I")
 # but must never be equal (a bookie knows the master key; it must not be able to MAC).
 _MASTER_KEY_PREFIX = b"bookline-ledger-master-key\x00"
 _MAC_KEY_PREFIX = b"bookline-ledger-mac-key\x00"
-
-
-class DigestType(enum.IntEnum):
-    CRC32C = 0
-    HMAC_SHA256 = 1
-
-    @property
-    def digest_bytes(self) -> int:
-        return 4 if self is DigestType.CRC32C else 32
-
-    @classmethod
-    def parse(cls, value: str | int | DigestType) -> DigestType:
-        """Accept the enum, its value, or its name in any case ("crc32c", "hmac_sha256")."""
-        if isinstance(value, DigestType):
-            return value
-        try:
-            if isinstance(value, int):
-                return cls(value)
-            return cls[value.upper().replace("-", "_")]
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"unknown digest type {value!r}") from exc
 
 
 def master_key(password: bytes) -> bytes:

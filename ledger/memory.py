@@ -1,9 +1,10 @@
 """In-memory metadata store and bookies with fault injection, for protocol tests.
 
-They implement :class:`ledger.meta.MetadataStore` and :class:`ledger.meta.BookieTransport`
-with the bookie semantics the ledger client relies on: master key stored on first
-contact (UNAUTHORIZED on mismatch), fencing before reading, FENCED for normal adds to a
-fenced ledger, recovery adds pass, LAC = max piggybacked LAC, long-poll READ_LAC.
+They implement :class:`ledger.interfaces.MetadataStore` and
+:class:`ledger.interfaces.BookieTransport` with the bookie semantics the ledger client
+relies on: master key stored on first contact (UNAUTHORIZED on mismatch), fencing before
+reading, FENCED for normal adds to a fenced ledger, recovery adds pass, LAC = max
+piggybacked LAC, long-poll READ_LAC.
 
 Faults, per bookie id: ``down`` (connection refused), ``hung`` (no answer until the
 request's timeout), ``lose_fences`` (the next N fencing requests are lost: they time
@@ -39,8 +40,9 @@ from foundation.errors import (
     TimeoutError_,
     UnauthorizedError,
 )
-from ledger.meta import NO_ENTRY, ChecksumPage, LacAnswer, LedgerMeta, ReadAnswer
+from ledger.interfaces import ChecksumPage, LacAnswer, ReadAnswer
 from ledger.placement import BookieCandidate
+from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
 __all__ = ["MemoryBookie", "MemoryBookies", "MemoryMetadataStore", "candidates"]
 
@@ -49,27 +51,27 @@ class MemoryMetadataStore:
     def __init__(self, bookies: list[BookieCandidate]) -> None:
         self.bookies = list(bookies)
         self._ids = itertools.count(1)
-        self._ledgers: dict[int, tuple[LedgerMeta, int]] = {}
+        self._ledgers: dict[int, tuple[LedgerMetadata, int]] = {}
         self.writes = 0
 
     async def next_ledger_id(self) -> int:
         return next(self._ids)
 
-    async def create(self, meta: LedgerMeta) -> int:
+    async def create(self, meta: LedgerMetadata) -> int:
         await asyncio.sleep(0)
         if meta.ledger_id in self._ledgers:
             raise AlreadyExistsError(f"ledger {meta.ledger_id} exists")
         self._ledgers[meta.ledger_id] = (meta, 0)
         return 0
 
-    async def read(self, ledger_id: int) -> tuple[LedgerMeta, int]:
+    async def read(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         await asyncio.sleep(0)
         try:
             return self._ledgers[ledger_id]
         except KeyError:
             raise NoLedgerError(f"ledger {ledger_id} does not exist") from None
 
-    async def write(self, meta: LedgerMeta, version: int) -> int:
+    async def write(self, meta: LedgerMetadata, version: int) -> int:
         await asyncio.sleep(0)
         current = self._ledgers.get(meta.ledger_id)
         if current is None:

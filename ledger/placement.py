@@ -1,8 +1,9 @@
 """Where entries live: write-set math, ensemble placement and bookie health (pure).
 
 * Entry ``i`` of an ensemble of ``E`` bookies goes to positions ``(i + k) mod E`` for
-  ``k < Qw`` (:func:`write_set`). Striping spreads load; consecutive positions share
-  entries, so placement puts different racks next to each other.
+  ``k < Qw`` (:func:`write_set`, from :mod:`foundation.quorum`). Striping spreads load;
+  consecutive positions share entries, so placement puts different racks next to each
+  other.
 * :func:`choose_ensemble` picks ``E`` writable bookies, preferring ones that have not
   failed recently and spreading them round-robin over rack labels.
 * :func:`choose_replacement` picks the bookie that takes over one position in an
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from foundation.errors import NotEnoughBookiesError
-from foundation.invariants import invariant
+from foundation.quorum import write_set
 
 __all__ = [
     "BookieCandidate",
@@ -36,15 +37,6 @@ __all__ = [
 _LATENCY_EWMA_ALPHA = 0.2
 # Bookies tracked by a health table; the oldest are forgotten past it (bounded memory).
 _HEALTH_ENTRIES_MAX = 4_096
-
-
-def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
-    """Ensemble positions holding ``entry_id``: ``(entry_id + k) mod E`` for ``k < Qw``."""
-    invariant(entry_id >= 0, "write set of negative entry id %d", entry_id)
-    invariant(
-        ensemble_size >= write_quorum >= 1, "bad quorum E=%d Qw=%d", ensemble_size, write_quorum
-    )
-    return [(entry_id + k) % ensemble_size for k in range(write_quorum)]
 
 
 def write_sets_containing(position: int, ensemble_size: int, write_quorum: int) -> list[list[int]]:

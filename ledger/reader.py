@@ -27,14 +27,15 @@ from foundation.errors import (
 from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, UnpackedEntry
-from ledger.meta import NO_ENTRY, BookieTransport, LacAnswer, LedgerMeta, MetadataStore
-from ledger.placement import BookieHealth, write_set
+from ledger.interfaces import BookieTransport, LacAnswer, MetadataStore
+from ledger.placement import BookieHealth
 from ledger.speculative import speculative
 from ledger.tasks import abandon
+from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LedgerReader", "replicas_of"]
+__all__ = ["LedgerReader"]
 
 # Piggybacked entries kept for the tailing reader (bounded; the bytes of one answer are
 # bounded by LedgerConfig.long_poll_piggyback_bytes_max).
@@ -44,19 +45,13 @@ _PIGGYBACK_CACHE_MAX = 4096
 _LAC_SPECULATE_MIN_S = 0.002
 
 
-def replicas_of(meta: LedgerMeta, entry_id: int) -> list[str]:
-    """Bookies holding ``entry_id`` per metadata, in write-set order."""
-    ensemble = meta.ensemble_for(entry_id)
-    return [ensemble[p] for p in write_set(entry_id, meta.ensemble_size, meta.write_quorum)]
-
-
 class LedgerReader:
     """A read handle. Closed ledgers read up to their last entry; open ones up to the
     LAC learnt from bookies (:meth:`read_lac`, :meth:`wait_lac`, :meth:`tail`)."""
 
     def __init__(
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         version: int,
         *,
         store: MetadataStore,
@@ -86,7 +81,7 @@ class LedgerReader:
         return self._meta.ledger_id
 
     @property
-    def metadata(self) -> LedgerMeta:
+    def metadata(self) -> LedgerMetadata:
         return self._meta
 
     @property
@@ -152,7 +147,7 @@ class LedgerReader:
             return entry
 
         entry = await speculative(
-            replicas_of(self._meta, entry_id),
+            self._meta.replicas(entry_id),
             attempt,
             health=self._health,
             clock=self._clock,
@@ -265,7 +260,7 @@ class LedgerReader:
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
         wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
-        replicas = replicas_of(self._meta, previous_lac + 1)
+        replicas = list(self._meta.replicas(previous_lac + 1))
         if self._lac_source in replicas:
             replicas.remove(self._lac_source)
             replicas.insert(0, self._lac_source)
@@ -331,7 +326,7 @@ class LedgerReader:
         while len(self._piggyback) > _PIGGYBACK_CACHE_MAX:
             self._piggyback.popitem(last=False)
 
-    async def refresh_metadata(self) -> LedgerMeta:
+    async def refresh_metadata(self) -> LedgerMetadata:
         """Re-read metadata (a writer may have changed the ensemble or closed it)."""
         meta, version = await self._store.read(self.ledger_id)
         self._meta, self._version = meta, version

@@ -50,11 +50,11 @@ from foundation.errors import (
 from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, UnpackedEntry, master_key
-from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, MetadataStore
+from ledger.interfaces import BookieTransport, MetadataStore
 from ledger.placement import BookieHealth, write_set
-from ledger.reader import replicas_of
 from ledger.speculative import speculative
 from ledger.tasks import abandon, consume
+from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ _ABSENT = (NoEntryError, NoLedgerError)
 
 @dataclass(frozen=True, slots=True)
 class RecoveryResult:
-    meta: LedgerMeta
+    meta: LedgerMetadata
     version: int
     recovered_by_us: bool  # False when another opener's close won
 
@@ -124,7 +124,7 @@ class LedgerRecovery:
 
     # -- steps ---------------------------------------------------------------------
 
-    async def _find_end(self, meta: LedgerMeta) -> tuple[int, int]:
+    async def _find_end(self, meta: LedgerMetadata) -> tuple[int, int]:
         key = master_key(meta.password)
         digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         max_lac = await self._fence(meta, key)
@@ -134,7 +134,7 @@ class LedgerRecovery:
             length = (await self._read_committed(meta, digest, start)).length
         return await self._read_forward(meta, digest, key, start, length)
 
-    async def _fence(self, meta: LedgerMeta, key: bytes) -> int:
+    async def _fence(self, meta: LedgerMetadata, key: bytes) -> int:
         bookies = meta.last_segment.bookies
         e, qw, qa = meta.ensemble_size, meta.write_quorum, meta.ack_quorum
         sets = [write_set(i, e, qw) for i in range(e)]
@@ -187,7 +187,7 @@ class LedgerRecovery:
         return max_lac
 
     async def _read_committed(
-        self, meta: LedgerMeta, digest: DigestManager, entry_id: int
+        self, meta: LedgerMetadata, digest: DigestManager, entry_id: int
     ) -> UnpackedEntry:
         async def attempt(bookie: str) -> UnpackedEntry:
             ans = await self._transport.read(
@@ -202,7 +202,7 @@ class LedgerRecovery:
 
         try:
             return await speculative(
-                replicas_of(meta, entry_id),
+                meta.replicas(entry_id),
                 attempt,
                 health=self._health,
                 clock=self._clock,
@@ -217,7 +217,7 @@ class LedgerRecovery:
             ) from exc
 
     async def _read_forward(
-        self, meta: LedgerMeta, digest: DigestManager, key: bytes, start: int, length: int
+        self, meta: LedgerMetadata, digest: DigestManager, key: bytes, start: int, length: int
     ) -> tuple[int, int]:
         window_max = self._config.reads_in_flight_max
         reads: collections.deque[asyncio.Task[tuple[UnpackedEntry, bytes] | None]]
@@ -257,10 +257,10 @@ class LedgerRecovery:
         return last, length
 
     async def _recovery_read(
-        self, meta: LedgerMeta, digest: DigestManager, key: bytes, entry_id: int
+        self, meta: LedgerMetadata, digest: DigestManager, key: bytes, entry_id: int
     ) -> tuple[UnpackedEntry, bytes] | None:
         """The entry if present, None if absent (Qw - Qa + 1 say so), else raise."""
-        bookies = replicas_of(meta, entry_id)
+        bookies = meta.replicas(entry_id)
         absent_needed = meta.write_quorum - meta.ack_quorum + 1
         timeout_s = self._config.read_timeout_ms / 1000.0
         tasks = [
@@ -307,11 +307,11 @@ class LedgerRecovery:
         )
 
     async def _rewrite(
-        self, meta: LedgerMeta, key: bytes, entry: UnpackedEntry, data: bytes
+        self, meta: LedgerMetadata, key: bytes, entry: UnpackedEntry, data: bytes
     ) -> None:
         """Recovery-add the entry to its whole write set; done at Qa acks (a hung
         replica does not hold recovery up; its add finishes or times out on its own)."""
-        bookies = replicas_of(meta, entry.entry_id)
+        bookies = meta.replicas(entry.entry_id)
         timeout_s = self._config.add_timeout_ms / 1000.0
         tasks = {
             asyncio.ensure_future(

@@ -60,11 +60,10 @@ from foundation.errors import (
 )
 from foundation.invariants import invariant
 from ledger.digest import DigestManager, UnpackedEntry, master_key
-from ledger.meta import LedgerMeta, Segment
 from ledger.placement import choose_replacement
-from ledger.reader import replicas_of
 from ledger.speculative import speculative
 from ledger.tasks import cancel_and_wait
+from metadata.ledger_metadata import LedgerMetadata, Segment
 from metadata.underreplicated import EntryRanges, merge_ranges, ranges_cover
 
 if TYPE_CHECKING:
@@ -114,14 +113,14 @@ class Outcome(enum.Enum):
     FAILED = "failed"  # an error; retried after the backoff
 
 
-def segment_last(meta: LedgerMeta, index: int) -> int:
+def segment_last(meta: LedgerMetadata, index: int) -> int:
     """The last entry of segment ``index`` (< its first entry when it holds none)."""
     if index + 1 < len(meta.segments):
         return meta.segments[index + 1].first_entry_id - 1
     return meta.last_entry_id
 
 
-def fragments_to_replace(meta: LedgerMeta, lost: Iterable[str]) -> list[Fragment]:
+def fragments_to_replace(meta: LedgerMetadata, lost: Iterable[str]) -> list[Fragment]:
     """Every (segment, position) of a CLOSED ledger held by a bookie in ``lost``."""
     invariant(meta.is_closed, "ledger %d: fragments of a ledger not closed", meta.ledger_id)
     gone = set(lost)
@@ -143,7 +142,7 @@ def fragment_entries(fragment: Fragment, ensemble_size: int, write_quorum: int) 
             yield entry_id
 
 
-def with_replacement(meta: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
+def with_replacement(meta: LedgerMetadata, fragment: Fragment, replacement: str) -> LedgerMetadata:
     """``meta`` with ``replacement`` in the fragment's position of its segment."""
     seg = meta.segments[fragment.segment_index]
     bookies = list(seg.bookies)
@@ -154,7 +153,7 @@ def with_replacement(meta: LedgerMeta, fragment: Fragment, replacement: str) -> 
 
 
 def repair_plan(
-    meta: LedgerMeta, repairs: Mapping[str, EntryRanges], skip: set[str]
+    meta: LedgerMetadata, repairs: Mapping[str, EntryRanges], skip: set[str]
 ) -> dict[int, list[str]]:
     """Entry -> bookies to re-copy it to: the entries of each bookie's ranges whose write
     set includes it in ``meta`` (a CLOSED ledger), bookies in ``skip`` left out."""
@@ -407,7 +406,9 @@ class ReplicationWorker:
         self.entries_repaired += repaired
         log.info("ledger %d: %d entry copies repaired on %s", ledger_id, repaired, targets)
 
-    async def _replace(self, meta: LedgerMeta, fragment: Fragment, lost: set[str]) -> LedgerMeta:
+    async def _replace(
+        self, meta: LedgerMetadata, fragment: Fragment, lost: set[str]
+    ) -> LedgerMetadata:
         store = self._client.store
         candidates = [c for c in await store.writable_bookies() if c.bookie_id not in lost]
         ensemble = meta.segments[fragment.segment_index].bookies
@@ -442,7 +443,11 @@ class ReplicationWorker:
         return await self._swap(meta, fragment, replacement)
 
     async def _plan_holes(
-        self, meta: LedgerMeta, fragment: Fragment, survivors: list[str], plan: dict[int, list[str]]
+        self,
+        meta: LedgerMetadata,
+        fragment: Fragment,
+        survivors: list[str],
+        plan: dict[int, list[str]],
     ) -> None:
         """Add to ``plan`` the entries of the segment that surviving members of their
         write sets lack (a writer closes once Qa replicas acknowledged; the others may
@@ -460,7 +465,7 @@ class ReplicationWorker:
 
     async def _copy(
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         plan: dict[int, list[str]],
         unusable: set[str],
         *,
@@ -487,9 +492,7 @@ class ReplicationWorker:
                 return digest.verify(ans.data, entry_id), ans.data
 
             targets = plan[entry_id]
-            sources = [
-                b for b in replicas_of(meta, entry_id) if b not in unusable and b not in targets
-            ]
+            sources = [b for b in meta.replicas(entry_id) if b not in unusable and b not in targets]
             entry, data = await speculative(
                 sources,
                 attempt,
@@ -525,7 +528,7 @@ class ReplicationWorker:
         await run_bounded(sorted(plan), copy_one, self._config.entries_in_flight_max)
 
     async def _check_copy(
-        self, meta: LedgerMeta, entry_id: int, bookie: str, data: bytes, timeout_s: float
+        self, meta: LedgerMetadata, entry_id: int, bookie: str, data: bytes, timeout_s: float
     ) -> None:
         ans = await self._client.transport.read(
             bookie, meta.ledger_id, entry_id, fence=False, master_key=b"", timeout_s=timeout_s
@@ -536,7 +539,9 @@ class ReplicationWorker:
                 "other bytes after the repair"
             )
 
-    async def _swap(self, copied: LedgerMeta, fragment: Fragment, replacement: str) -> LedgerMeta:
+    async def _swap(
+        self, copied: LedgerMetadata, fragment: Fragment, replacement: str
+    ) -> LedgerMetadata:
         """CAS ``replacement`` into the fragment's place; re-read and re-apply on a lost race."""
         store = self._client.store
         for _ in range(self._client.config.metadata_cas_retries_max):

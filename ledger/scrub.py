@@ -49,9 +49,9 @@ import crc32c
 from foundation.errors import BooklineError, ChecksumError, InvariantViolation, NoLedgerError
 from foundation.invariants import invariant
 from ledger.digest import DigestManager
-from ledger.meta import ChecksumPage, Fingerprint, LedgerMeta, ReplicaInspector
-from ledger.reader import replicas_of
+from ledger.interfaces import ChecksumPage, Fingerprint, ReplicaInspector
 from ledger.replication import run_bounded, segment_last
+from metadata.ledger_metadata import LedgerMetadata
 from metadata.underreplicated import EntryRanges, merge_ranges
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class Scrubber:
             bad += [e for e in range(first, last + 1) if e not in page.fingerprints]
         return bad
 
-    async def _closed_meta(self, ledger_id: int) -> LedgerMeta | None:
+    async def _closed_meta(self, ledger_id: int) -> LedgerMetadata | None:
         try:
             meta, _version = await self._client.store.read(ledger_id)
         except NoLedgerError:
@@ -320,7 +320,7 @@ class Scrubber:
 
     async def _pages(
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         bookies: Iterable[str],
         first: int,
         last: int,
@@ -370,14 +370,14 @@ class Scrubber:
 
     async def _judge(  # noqa: PLR0917 - internal
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         entry_id: int,
         pages: Mapping[str, ChecksumPage | None],
         digest: DigestManager,
         ranges: _Ranges,
         report: LedgerReport,
     ) -> None:
-        states = {b: _state(pages[b], entry_id) for b in replicas_of(meta, entry_id)}
+        states = {b: _state(pages[b], entry_id) for b in meta.replicas(entry_id)}
         held = {s for s in states.values() if isinstance(s, tuple)}
         good: Fingerprint | None
         if len(held) == 1:
@@ -399,7 +399,7 @@ class Scrubber:
 
     async def _verified(
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         entry_id: int,
         states: Mapping[str, _State],
         digest: DigestManager,
@@ -472,9 +472,9 @@ def _state(page: ChecksumPage | None, entry_id: int) -> _State:
     return Problem.MISSING if fingerprint is None else fingerprint
 
 
-def _holds(meta: LedgerMeta, bookie: str, entry_id: int) -> bool:
+def _holds(meta: LedgerMetadata, bookie: str, entry_id: int) -> bool:
     """Metadata says ``bookie`` holds ``entry_id`` (closed ledgers: up to the end)."""
-    return 0 <= entry_id <= meta.last_entry_id and bookie in replicas_of(meta, entry_id)
+    return 0 <= entry_id <= meta.last_entry_id and bookie in meta.replicas(entry_id)
 
 
 def _sample(report: LedgerReport, entry_id: int) -> None:

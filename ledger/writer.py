@@ -63,8 +63,9 @@ from foundation.errors import (
 from foundation.invariants import invariant
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, master_key
-from ledger.meta import NO_ENTRY, BookieTransport, LedgerMeta, LedgerState, MetadataStore
+from ledger.interfaces import BookieTransport, MetadataStore
 from ledger.placement import BookieHealth, choose_replacement, write_set
+from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class LedgerWriter:
 
     def __init__(
         self,
-        meta: LedgerMeta,
+        meta: LedgerMetadata,
         version: int,
         *,
         store: MetadataStore,
@@ -212,7 +213,7 @@ class LedgerWriter:
         return self._meta.ledger_id
 
     @property
-    def metadata(self) -> LedgerMeta:
+    def metadata(self) -> LedgerMetadata:
         return self._meta
 
     @property
@@ -750,7 +751,7 @@ class LedgerWriter:
             f"{self._config.metadata_cas_retries_max} times"
         )
 
-    def _apply_new_ensemble(self, new: LedgerMeta, version: int, old: tuple[str, ...]) -> None:
+    def _apply_new_ensemble(self, new: LedgerMetadata, version: int, old: tuple[str, ...]) -> None:
         invariant(
             not self._pending or self._pending[0].entry_id >= new.last_segment.first_entry_id,
             "ledger %d: unacknowledged entry before the new segment",

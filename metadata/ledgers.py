@@ -1,184 +1,22 @@
-"""Ledger metadata: the :class:`LedgerMetadata` record and its store in ZooKeeper.
+"""The store of ledger metadata in ZooKeeper.
 
 A ledger's znode (``ledgers/L/<h4>/<h4>/<h4>/L<h4>``) holds versioned msgpack of
-:class:`LedgerMetadata`. Every change is a compare-and-set on the znode version: a
-writer changing the ensemble and a recovering reader closing the ledger can't both win,
-and the loser gets :class:`~foundation.errors.BadVersionError` (re-read and decide again).
+:class:`~metadata.ledger_metadata.LedgerMetadata` (the model and its format live
+there). Every change is a compare-and-set on the znode version: a writer changing the
+ensemble and a recovering reader closing the ledger can't both win, and the loser gets
+:class:`~foundation.errors.BadVersionError` (re-read and decide again).
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import enum
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
-from foundation.errors import BadRequestError, NotFoundError
-from metadata import serde
+from foundation.errors import NotFoundError
 from metadata.layout import Layout, ledger_id_from_hex
+from metadata.ledger_metadata import LedgerMetadata
 from metadata.zk import Watch, ZkClient
 
-KIND = "ledger"
-FORMAT_VERSION = 1
-DIGEST_TYPES = ("crc32c", "hmac")
-CUSTOM_METADATA_BYTES_MAX = 64 * 1024  # user tags, not payload
-
-
-class LedgerState(enum.Enum):
-    OPEN = "OPEN"
-    IN_RECOVERY = "IN_RECOVERY"
-    CLOSED = "CLOSED"
-
-
-Ensemble = tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerMetadata:
-    ledger_id: int
-    ensemble_size: int  # E: bookies per ensemble
-    write_quorum: int  # Qw: replicas of each entry
-    ack_quorum: int  # Qa: acks that complete an add
-    # (first entry id, bookies) in increasing first-entry order; the first starts at 0.
-    ensembles: tuple[tuple[int, Ensemble], ...]
-    password: bytes = b""  # ledger key: fences and (for hmac) keys the digest
-    digest_type: str = "crc32c"
-    state: LedgerState = LedgerState.OPEN
-    last_entry_id: int = -1  # meaningful once CLOSED
-    length: int = 0  # bytes of payload, meaningful once CLOSED
-    custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
-    ctime_ms: int = 0
-    format_version: int = FORMAT_VERSION
-
-    def __post_init__(self) -> None:
-        if self.ledger_id < 0:
-            raise BadRequestError(f"ledger id must be >= 0, got {self.ledger_id}")
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise BadRequestError(
-                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
-                f"E={self.ensemble_size} Qw={self.write_quorum} Qa={self.ack_quorum}"
-            )
-        if self.digest_type not in DIGEST_TYPES:
-            raise BadRequestError(f"digest_type must be one of {DIGEST_TYPES}")
-        if self.last_entry_id < -1 or self.length < 0:
-            raise BadRequestError("last_entry_id must be >= -1 and length >= 0")
-        self._check_ensembles()
-        custom = dict(self.custom_metadata)
-        if sum(len(k) + len(v) for k, v in custom.items()) > CUSTOM_METADATA_BYTES_MAX:
-            raise BadRequestError(f"custom metadata over {CUSTOM_METADATA_BYTES_MAX} bytes")
-        object.__setattr__(self, "custom_metadata", MappingProxyType(custom))
-
-    def _check_ensembles(self) -> None:
-        if not self.ensembles or self.ensembles[0][0] != 0:
-            raise BadRequestError("the first ensemble must start at entry 0")
-        previous = -1
-        for first, bookies in self.ensembles:
-            if first <= previous:
-                raise BadRequestError("ensemble first entry ids must increase")
-            if len(bookies) != self.ensemble_size or len(set(bookies)) != len(bookies):
-                raise BadRequestError(
-                    f"ensemble at entry {first} must have {self.ensemble_size} distinct bookies"
-                )
-            previous = first
-
-    # -- queries -------------------------------------------------------------------
-
-    @property
-    def is_closed(self) -> bool:
-        return self.state is LedgerState.CLOSED
-
-    @property
-    def current_ensemble(self) -> Ensemble:
-        return self.ensembles[-1][1]
-
-    def ensemble_for(self, entry_id: int) -> Ensemble:
-        """The bookies that store ``entry_id``."""
-        if entry_id < 0:
-            raise BadRequestError(f"entry id must be >= 0, got {entry_id}")
-        firsts = [first for first, _ in self.ensembles]
-        return self.ensembles[bisect.bisect_right(firsts, entry_id) - 1][1]
-
-    def write_set(self, entry_id: int) -> Ensemble:
-        """Bookies holding replicas of ``entry_id``: ``(entry_id + k) mod E``, k < Qw."""
-        ensemble = self.ensemble_for(entry_id)
-        return tuple(
-            ensemble[(entry_id + k) % self.ensemble_size] for k in range(self.write_quorum)
-        )
-
-    # -- copies --------------------------------------------------------------------
-
-    def with_state(self, state: LedgerState) -> LedgerMetadata:
-        return dataclasses.replace(self, state=state)
-
-    def with_closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
-        return dataclasses.replace(
-            self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length
-        )
-
-    def with_ensemble_change(self, first_entry_id: int, bookies: Ensemble) -> LedgerMetadata:
-        """New ensemble from ``first_entry_id``; replaces the last one if it starts there."""
-        kept = tuple(e for e in self.ensembles if e[0] < first_entry_id)
-        if self.is_closed:
-            raise BadRequestError(f"ledger {self.ledger_id} is closed; its ensemble is final")
-        return dataclasses.replace(self, ensembles=(*kept, (first_entry_id, tuple(bookies))))
-
-    def with_custom_metadata(self, custom: Mapping[str, bytes]) -> LedgerMetadata:
-        return dataclasses.replace(self, custom_metadata=dict(custom))
-
-    # -- serde ---------------------------------------------------------------------
-
-    def encode(self) -> bytes:
-        body: dict[str, Any] = {
-            "ledger_id": self.ledger_id,
-            "ensemble_size": self.ensemble_size,
-            "write_quorum": self.write_quorum,
-            "ack_quorum": self.ack_quorum,
-            "ensembles": [[first, list(bookies)] for first, bookies in self.ensembles],
-            "password": self.password,
-            "digest_type": self.digest_type,
-            "state": self.state.value,
-            "last_entry_id": self.last_entry_id,
-            "length": self.length,
-            "custom_metadata": dict(self.custom_metadata),
-            "ctime_ms": self.ctime_ms,
-        }
-        return serde.encode(KIND, FORMAT_VERSION, body)
-
-    @classmethod
-    def decode(cls, data: bytes, where: str = "") -> LedgerMetadata:
-        version, body = serde.decode(data, KIND, FORMAT_VERSION, where)
-        f = serde.field
-        try:
-            ensembles = tuple(
-                (int(first), tuple(str(b) for b in bookies))
-                for first, bookies in f(body, "ensembles", list, where)
-            )
-            state = LedgerState(f(body, "state", str, where))
-        except (TypeError, ValueError) as exc:
-            raise serde.MetadataFormatError(f"ledger metadata at {where} is malformed") from exc
-        return cls(
-            ledger_id=f(body, "ledger_id", int, where),
-            ensemble_size=f(body, "ensemble_size", int, where),
-            write_quorum=f(body, "write_quorum", int, where),
-            ack_quorum=f(body, "ack_quorum", int, where),
-            ensembles=ensembles,
-            password=f(body, "password", bytes, where),
-            digest_type=f(body, "digest_type", str, where),
-            state=state,
-            last_entry_id=f(body, "last_entry_id", int, where),
-            length=f(body, "length", int, where),
-            custom_metadata=f(body, "custom_metadata", dict, where),
-            ctime_ms=f(body, "ctime_ms", int, where),
-            format_version=version,
-        )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+__all__ = ["LedgerStore"]
 
 
 class LedgerStore:

@@ -23,7 +23,7 @@ from bookie.client import BookieConnection, ClientOptions
 from foundation.config import MetadataConfig
 from foundation.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
-from metadata.ledgers import LedgerMetadata
+from metadata.ledger_metadata import LedgerMetadata, Segment
 from ops import procs
 
 pytestmark = pytest.mark.integration
@@ -218,7 +218,7 @@ def _metadata(ledger_id: int, bookie_id: str) -> LedgerMetadata:
         ensemble_size=1,
         write_quorum=1,
         ack_quorum=1,
-        ensembles=((0, (bookie_id,)),),
+        segments=(Segment(0, (bookie_id,)),),
         password=KEY,
     )
 

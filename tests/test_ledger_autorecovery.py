@@ -28,9 +28,7 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.memory import MemoryBookie, MemoryBookies, MemoryMetadataStore, candidates
-from ledger.meta import LedgerMeta, LedgerState, Segment
 from ledger.placement import BookieCandidate
-from ledger.reader import replicas_of
 from ledger.replication import (
     Fragment,
     ListEntries,
@@ -43,8 +41,7 @@ from ledger.replication import (
 from metadata import serde
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
-from metadata.ledgers import LedgerMetadata
-from metadata.ledgers import LedgerState as MdState
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.serde import MetadataFormatError
 from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
 from ops import procs
@@ -76,8 +73,8 @@ WAIT_S = 45.0
 # -- pure -------------------------------------------------------------------------------
 
 
-def _meta(segments: tuple[Segment, ...], last: int, e: int = 3, qw: int = 2) -> LedgerMeta:
-    return LedgerMeta(
+def _meta(segments: tuple[Segment, ...], last: int, e: int = 3, qw: int = 2) -> LedgerMetadata:
+    return LedgerMetadata(
         ledger_id=7,
         ensemble_size=e,
         write_quorum=qw,
@@ -181,7 +178,7 @@ async def check_fully_replicated(
                 for b in meta.all_bookies():
                     held[b] = set(await pool.get(b).list_entries(ledger_id))
             for entry_id in range(meta.last_entry_id + 1 if held else 0):
-                for b in replicas_of(meta, entry_id):
+                for b in meta.replicas(entry_id):
                     assert entry_id in held[b], (ledger_id, entry_id, b)
             reader = await client.open_ledger(ledger_id, b"pw", recover=False)
             got = await reader.read(0, meta.last_entry_id)
@@ -191,7 +188,7 @@ async def check_fully_replicated(
         await pool.close()
 
 
-def most_used(metas: list[LedgerMeta]) -> str:
+def most_used(metas: list[LedgerMetadata]) -> str:
     """The bookie in most ledgers among those of the OPEN ledger (so it is covered too)."""
     counts: dict[str, int] = dict.fromkeys(metas[2].all_bookies(), 0)
     for m in metas:
@@ -267,8 +264,8 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
                 ensemble_size=2,
                 write_quorum=2,
                 ack_quorum=1,
-                ensembles=((0, ("ghost:1", "ghost:2")),),
-                state=MdState.CLOSED,
+                segments=(Segment(0, ("ghost:1", "ghost:2")),),
+                state=LedgerState.CLOSED,
                 last_entry_id=9,
             )
         )

@@ -28,7 +28,7 @@ from ledger.adapters import ZkLedgerStore
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, master_key
-from ledger.reader import LedgerReader, replicas_of
+from ledger.reader import LedgerReader
 from ops import procs
 
 pytestmark = pytest.mark.integration
@@ -324,8 +324,8 @@ async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
                 for c in conns.values():
                     await c.close()
             for e in range(n):
-                live = [b for b in replicas_of(meta, e) if b in held and e in held[b]]
-                named_dead = victim.bookie_id in replicas_of(meta, e)
+                live = [b for b in meta.replicas(e) if b in held and e in held[b]]
+                named_dead = victim.bookie_id in meta.replicas(e)
                 assert len(live) + (1 if named_dead else 0) >= meta.ack_quorum, (e, live)
                 if e >= meta.last_segment.first_entry_id:
                     assert len(live) >= meta.ack_quorum, (e, live)

@@ -24,9 +24,8 @@ from foundation.errors import (
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.memory import MemoryBookies, MemoryMetadataStore, candidates
-from ledger.meta import LedgerMeta, LedgerState, Segment
-from ledger.reader import replicas_of
 from ledger.recovery import LedgerRecovery
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 
 FAST = LedgerConfig(
     add_timeout_ms=300,
@@ -47,12 +46,10 @@ def make(
     return LedgerClient(store, bookies, config, rng=random.Random(seed)), store, bookies
 
 
-def check_placement(meta: LedgerMeta, bookies: MemoryBookies, acked: list[int]) -> None:
+def check_placement(meta: LedgerMetadata, bookies: MemoryBookies, acked: list[int]) -> None:
     """Every acknowledged entry is on >= Qa bookies that metadata names for it."""
     for e in acked:
-        holders = [
-            b for b in replicas_of(meta, e) if e in bookies[b].ledgers[meta.ledger_id].entries
-        ]
+        holders = [b for b in meta.replicas(e) if e in bookies[b].ledgers[meta.ledger_id].entries]
         assert len(holders) >= meta.ack_quorum, (e, holders, meta.segments)
 
 
@@ -392,10 +389,17 @@ def test_segments_meta() -> None:
     segs = (Segment(0, ("a", "b", "c")), Segment(10, ("a", "d", "c")))
     from ledger.digest import DigestType
 
-    m = LedgerMeta(1, 3, 2, 2, DigestType.CRC32C, segs)
+    m = LedgerMetadata(
+        ledger_id=1,
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        digest_type=DigestType.CRC32C,
+        segments=segs,
+    )
     assert m.ensemble_for(9) == ("a", "b", "c")
     assert m.ensemble_for(10) == ("a", "d", "c")
-    assert replicas_of(m, 10) == ["d", "c"]
+    assert m.replicas(10) == ("d", "c")
     assert m.with_segment(10, ("e", "d", "c")).segments[-1] == Segment(10, ("e", "d", "c"))
     closed = m.closed(9, 5)
     assert closed.state is LedgerState.CLOSED
@@ -481,7 +485,7 @@ async def test_silent_replica_long_poll_asks_the_others(
     await w.add_entry(b"0")
     await w.add_entry(b"1")
     r = await client.open_ledger(w.ledger_id, recover=False)
-    first = replicas_of(w.metadata, r.last_add_confirmed + 1)[0]
+    first = w.metadata.replicas(r.last_add_confirmed + 1)[0]
     bookies[first].hung = True
     asked = _count_lac_polls(monkeypatch)
     previous = r.last_add_confirmed
@@ -515,7 +519,7 @@ async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
             await asyncio.sleep(0)
         lac = await r.wait_lac(lac, 1_000)
     assert lac == 5
-    first = replicas_of(w.metadata, lac + 1)[0]
+    first = w.metadata.replicas(lac + 1)[0]
     sticky = r._lac_source if r._lac_source is not None else first
     bookies[sticky].hung = True
     poll = asyncio.ensure_future(r.wait_lac(lac, 1_000))
@@ -587,7 +591,7 @@ async def test_close_waits_for_every_replica_of_the_last_entries() -> None:
     await w.close()
     assert w.metadata.is_closed
     for e in range(50):
-        for b in replicas_of(w.metadata, e):
+        for b in w.metadata.replicas(e):
             assert e in bookies[b].ledgers[w.ledger_id].entries, (e, b)
 
 

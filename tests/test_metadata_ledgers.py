@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
 
 from foundation.errors import AlreadyExistsError, BadVersionError, LockOwnedError, NotFoundError
 from metadata import MetadataClient
-from metadata.ledgers import LedgerMetadata, LedgerState
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from tests.metadata_support import Clients, metadata_clients, wait_for
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def new_ledger(ledger_id: int) -> LedgerMetadata:
         ensemble_size=3,
         write_quorum=3,
         ack_quorum=2,
-        ensembles=((0, ("b1", "b2", "b3")),),
+        segments=(Segment(0, ("b1", "b2", "b3")),),
         password=b"pw",
         ctime_ms=1,
     )
@@ -63,7 +64,7 @@ async def test_create_read_update_delete(md: MetadataClient) -> None:
     meta, version = await store.read(lid)
     assert meta == new_ledger(lid)
     assert version == 0
-    closed = meta.with_closed(last_entry_id=9, length=100)
+    closed = meta.closed(last_entry_id=9, length=100)
     assert await store.update(closed, version) == 1
     with pytest.raises(BadVersionError):
         await store.update(meta.with_state(LedgerState.IN_RECOVERY), version)
@@ -82,7 +83,7 @@ async def test_twenty_concurrent_cas_exactly_one_wins(clients: Clients) -> None:
 
     async def attempt(i: int) -> int | BaseException:
         store = writers[i % len(writers)].ledgers
-        changed = meta.with_custom_metadata({"writer": str(i).encode()})
+        changed = dataclasses.replace(meta, custom={"writer": str(i).encode()})
         try:
             return await store.update(changed, version)
         except BadVersionError as exc:
@@ -95,7 +96,7 @@ async def test_twenty_concurrent_cas_exactly_one_wins(clients: Clients) -> None:
     assert len(losers) == 19
     stored, stored_version = await writers[0].ledgers.read(42)
     assert stored_version == version + 1
-    assert "writer" in stored.custom_metadata
+    assert "writer" in stored.custom
 
 
 async def test_list_ids_across_the_hierarchy(md: MetadataClient) -> None:

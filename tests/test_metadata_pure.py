@@ -9,7 +9,7 @@ from foundation.errors import BadRequestError, ConfigError, InvalidNameError, Pr
 from metadata import serde
 from metadata.bookies import BookieInfo, Cookie
 from metadata.layout import Layout, ledger_id_hex, seqno_from_name, seqno_name
-from metadata.ledgers import LedgerMetadata, LedgerState
+from metadata.ledger_metadata import DigestType, LedgerMetadata, LedgerState, Segment
 from metadata.segments import SegmentMetadata, SegmentState, TruncationState
 from metadata.streams import StreamOptions, StreamRecord
 
@@ -20,7 +20,7 @@ def ledger(**kw: object) -> LedgerMetadata:
         "ensemble_size": 3,
         "write_quorum": 2,
         "ack_quorum": 2,
-        "ensembles": ((0, ("b1", "b2", "b3")),),
+        "segments": (Segment(0, ("b1", "b2", "b3")),),
         "password": b"secret",
     }
     base.update(kw)
@@ -122,34 +122,44 @@ def test_ledger_metadata_validates_quorums() -> None:
         with pytest.raises(BadRequestError, match="ensemble_size >= write_quorum"):
             ledger(ensemble_size=e, write_quorum=qw, ack_quorum=qa)
     with pytest.raises(BadRequestError, match="distinct"):
-        ledger(ensembles=((0, ("b1", "b1", "b3")),))
+        ledger(segments=(Segment(0, ("b1", "b1", "b3")),))
     with pytest.raises(BadRequestError, match="digest_type"):
         ledger(digest_type="md5")
 
 
 def test_ledger_metadata_ensembles_and_copies() -> None:
-    md = ledger().with_ensemble_change(10, ("b1", "b4", "b3"))
+    md = ledger().with_segment(10, ("b1", "b4", "b3"))
     assert md.ensemble_for(9) == ("b1", "b2", "b3")
     assert md.ensemble_for(10) == ("b1", "b4", "b3")
-    assert md.write_set(11) == ("b3", "b1")
-    replaced = md.with_ensemble_change(10, ("b5", "b4", "b3"))
-    assert len(replaced.ensembles) == 2
+    assert md.replicas(11) == ("b3", "b1")
+    replaced = md.with_segment(10, ("b5", "b4", "b3"))
+    assert len(replaced.segments) == 2
     assert replaced.ensemble_for(12)[0] == "b5"
-    closed = md.with_closed(last_entry_id=20, length=999)
+    with pytest.raises(BadRequestError, match="before the last"):
+        md.with_segment(5, ("b1", "b2", "b3"))
+    closed = md.closed(last_entry_id=20, length=999)
     assert closed.is_closed
     assert closed.last_entry_id == 20
     with pytest.raises(BadRequestError, match="closed"):
-        closed.with_ensemble_change(21, ("b1", "b2", "b3"))
+        closed.with_segment(21, ("b1", "b2", "b3"))
+    # Closing drops trailing segments that hold no entry.
+    assert ledger().with_segment(10, ("b1", "b4", "b3")).closed(9, 5).segments == (
+        Segment(0, ("b1", "b2", "b3")),
+    )
 
 
 def test_ledger_metadata_roundtrip() -> None:
     md = ledger(
-        state=LedgerState.IN_RECOVERY, custom_metadata={"app": b"x"}, ctime_ms=5
-    ).with_ensemble_change(3, ("b2", "b3", "b4"))
+        state=LedgerState.IN_RECOVERY,
+        custom={"app": b"x"},
+        ctime_ms=5,
+        digest_type=DigestType.HMAC_SHA256,
+    ).with_segment(3, ("b2", "b3", "b4"))
     again = LedgerMetadata.decode(md.encode(), "/l")
     assert again == md
     assert again.password == b"secret"
-    assert again.custom_metadata["app"] == b"x"
+    assert again.custom["app"] == b"x"
+    assert again.digest_type is DigestType.HMAC_SHA256
 
 
 def test_segment_and_stream_roundtrip() -> None:

@@ -16,10 +16,9 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.memory import MemoryBookies, MemoryMetadataStore, candidates
-from ledger.meta import LedgerMeta, LedgerState, Segment
-from ledger.reader import replicas_of
 from ledger.replication import repair_plan
 from ledger.scrub import Problem, Scrubber
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.underreplicated import merge_ranges, ranges_cover
 
 FAST = LedgerConfig(
@@ -58,7 +57,7 @@ def test_merged_ranges_cover_what_they_merged(raw: list[tuple[int, int]], limit:
 
 def test_repair_plan_follows_the_write_sets() -> None:
     # E=3, Qw=2: entry i on positions i%3, (i+1)%3; "c" moved to position 1 at entry 10.
-    meta = LedgerMeta(
+    meta = LedgerMetadata(
         ledger_id=5,
         ensemble_size=3,
         write_quorum=2,
@@ -70,8 +69,8 @@ def test_repair_plan_follows_the_write_sets() -> None:
     )
     plan = repair_plan(meta, {"c": ((0, 30),), "a": ((3, 4),), "z": ((0, 5),)}, skip={"z"})
     for entry_id, targets in plan.items():
-        assert all(t in replicas_of(meta, entry_id) for t in targets)
-    wanted_c = [e for e in range(21) if "c" in replicas_of(meta, e)]
+        assert all(t in meta.replicas(entry_id) for t in targets)
+    wanted_c = [e for e in range(21) if "c" in meta.replicas(e)]
     assert sorted(e for e, t in plan.items() if "c" in t) == wanted_c  # never past the end
     # 3 is on positions 0 and 1, 4 on 1 and 2: only 3 is on "a" (position 0).
     assert [e for e, t in plan.items() if "a" in t] == [3]
@@ -180,7 +179,7 @@ async def test_open_and_deleted_ledgers_are_skipped() -> None:
 async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     client, bookies, scrubber, ledger_id = await setup(write_quorum=2)
     meta, _v = await client.store.read(ledger_id)
-    on_0 = [e for e in range(ENTRIES) if "bookie-0" in replicas_of(meta, e)]
+    on_0 = [e for e in range(ENTRIES) if "bookie-0" in meta.replicas(e)]
     bookies["bookie-0"].corrupt(ledger_id, on_0[0], detected=True)
     bookies["bookie-0"].corrupt(ledger_id, on_0[1], detected=True)
     bookies["bookie-0"].damaged.add((ledger_id + 100, 1))  # a ledger gone from metadata
@@ -194,7 +193,7 @@ async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     bk0.marks_until_checkpoint = True
     with pytest.raises(ChecksumError):
         await bookies.read("bookie-0", ledger_id, on_0[0], fence=False, master_key=b"", timeout_s=1)
-    source = next(b for b in replicas_of(meta, on_0[0]) if b != "bookie-0")
+    source = next(b for b in meta.replicas(on_0[0]) if b != "bookie-0")
     data = bookies[source].ledgers[ledger_id].entries[on_0[0]]
     key = bk0.ledgers[ledger_id].key
     await bookies.add("bookie-0", ledger_id, on_0[0], -1, key, data, recovery=True, timeout_s=1)

@@ -1,4 +1,4 @@
-"""The scrub's view of a bookie (:class:`ledger.meta.ReplicaInspector`) behaves the same
+"""The scrub's view of a bookie (:class:`ledger.interfaces.ReplicaInspector`) behaves the same
 on the in-memory bookies the protocol tests use and on a real bookie server (storage
 engine, wire protocol, ``ledger.adapters.PoolTransport``), so scrub tests against the
 fakes say something about the real thing."""
@@ -19,8 +19,8 @@ from bookie.storage import entrylog, faults
 from foundation.errors import BadRequestError, ChecksumError
 from ledger.adapters import PoolTransport
 from ledger.digest import DigestManager, DigestType, master_key
+from ledger.interfaces import BookieTransport, ReplicaInspector
 from ledger.memory import MemoryBookies
-from ledger.meta import BookieTransport, ReplicaInspector
 from tests.test_bookie_server import Bookie, bookie_config, start_bookie, stop_bookie
 
 LEDGER = 4

@@ -29,7 +29,6 @@ from foundation.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts
 from ledger.client import LedgerClient
 from ledger.digest import DigestManager
-from ledger.reader import replicas_of
 from ops import procs
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
 
@@ -165,7 +164,7 @@ async def replicas_on(client: LedgerClient, ids: list[int], bookie: str) -> int:
     count = 0
     for ledger_id in ids:
         meta, _v = await client.store.read(ledger_id)
-        count += sum(bookie in replicas_of(meta, e) for e in range(meta.last_entry_id + 1))
+        count += sum(bookie in meta.replicas(e) for e in range(meta.last_entry_id + 1))
     return count
 
 
@@ -178,7 +177,7 @@ async def unverified_replicas(client: LedgerClient, ids: list[int]) -> list[tupl
             meta, _v = await client.store.read(ledger_id)
             digest = DigestManager(ledger_id, meta.digest_type, meta.password)
             for entry_id in range(meta.last_entry_id + 1):
-                for bookie in replicas_of(meta, entry_id):
+                for bookie in meta.replicas(entry_id):
                     try:
                         resp = await pool.get(bookie).read(ledger_id, entry_id)
                         digest.verify(resp.payload, entry_id)
