@@ -31,6 +31,7 @@ __all__ = [
     "DiskFullError",
     "EndOfStreamError",
     "FencedError",
+    "GroupNotEmptyError",
     "IOFailureError",
     "InvalidNameError",
     "InvariantViolation",
@@ -39,6 +40,7 @@ __all__ = [
     "MetadataError",
     "NoEntryError",
     "NoLedgerError",
+    "NotAssignedError",
     "NotEnoughBookiesError",
     "NotFoundError",
     "OutOfOrderSequenceError",
@@ -50,6 +52,7 @@ __all__ = [
     "ProtocolVersionError",
     "ReadOnlyError",
     "SessionSuspendedError",
+    "StaleGenerationError",
     "TimeoutError_",
     "TooLargeError",
     "TooManyRequestsError",
@@ -365,6 +368,34 @@ class ProducerFencedError(BooklineError):
 
     code = 43
     name = "PRODUCER_FENCED"
+
+
+class StaleGenerationError(BooklineError):
+    """A consumer group member spoke for a generation the group has left behind (a
+    membership change happened), or for a member the group no longer knows (its session
+    expired, or a restart of the same static member replaced it). Retriable by joining
+    again: a live member learns the new generation and assignment; a replaced one gets a
+    new member id. A member paused and replaced can thus never commit over its
+    successor."""
+
+    code = 44
+    name = "STALE_GENERATION"
+    retriable = True
+
+
+class NotAssignedError(BooklineError):
+    """An offset commit for a partition the group does not give this member now."""
+
+    code = 45
+    name = "NOT_ASSIGNED"
+
+
+class GroupNotEmptyError(BooklineError):
+    """An operation that needs a group without live members (resetting its offsets,
+    deleting it), as Kafka refuses them: the members would overwrite it at once."""
+
+    code = 46
+    name = "GROUP_NOT_EMPTY"
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

@@ -26,6 +26,7 @@ from foundation.errors import (
     DiskFullError,
     EndOfStreamError,
     FencedError,
+    GroupNotEmptyError,
     InvalidNameError,
     InvariantViolation,
     IOFailureError,
@@ -34,6 +35,7 @@ from foundation.errors import (
     MetadataError,
     NoEntryError,
     NoLedgerError,
+    NotAssignedError,
     NotEnoughBookiesError,
     NotFoundError,
     OutcomeUnknownError,
@@ -45,6 +47,7 @@ from foundation.errors import (
     ProtocolVersionError,
     ReadOnlyError,
     SessionSuspendedError,
+    StaleGenerationError,
     TimeoutError_,
     TooLargeError,
     TooManyRequestsError,
@@ -79,6 +82,9 @@ HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     LedgerClosedError: 409,
     OutOfOrderSequenceError: 409,  # ...except this one: resend in order
     ProducerFencedError: 409,
+    StaleGenerationError: 409,  # ...nor this one: join the group again first
+    NotAssignedError: 409,
+    GroupNotEmptyError: 409,
     TruncatedError: 410,
     EndOfStreamError: 410,
     TooLargeError: 413,
