@@ -160,7 +160,7 @@ class _Connection(asyncio.Protocol):
             error = TooManyRequestsError(
                 f"more than {self._inflight_max} requests in flight on this connection"
             )
-            self.write(p.encode_error(req.request_id, _op_of(req), error))
+            self.write(p.encode_error(req.request_id, p.op_of(req), error))
             return
         if type(req) is p.AddRequest:
             self._add_fast(req)
@@ -398,24 +398,6 @@ def _is_fatal(req: p.Request, exc: BooklineError) -> bool:
     return type(req) is p.AddRequest or (type(req) is p.ReadRequest and req.fence)
 
 
-def _op_of(req: p.Request) -> p.Op:
-    return _REQUEST_OPS[type(req)]
-
-
-_REQUEST_OPS: Final[Mapping[type, p.Op]] = {
-    p.AddRequest: p.Op.ADD,
-    p.ReadRequest: p.Op.READ,
-    p.ReadLacRequest: p.Op.READ_LAC,
-    p.InfoRequest: p.Op.INFO,
-    p.ListLedgersRequest: p.Op.LIST_LEDGERS,
-    p.ListEntriesRequest: p.Op.LIST_ENTRIES,
-    p.WriteLacRequest: p.Op.WRITE_LAC,
-    p.ListDamagedRequest: p.Op.LIST_DAMAGED,
-    p.EntryChecksumsRequest: p.Op.ENTRY_CHECKSUMS,
-}
-_OP_NAMES: Final = {t: op.name for t, op in _REQUEST_OPS.items()}
-
-
 class BookieServer:
     """Serves one :class:`Storage` over TCP. ``start()``, then ``stop()``; watch
     :attr:`failed` for a fatal storage error."""
@@ -616,7 +598,7 @@ class BookieServer:
     async def _handle(self, req: p.Request) -> bytes:
         """Run one request; always returns a response frame (OK or error)."""
         started = time.perf_counter()
-        op = _OP_NAMES[type(req)]
+        op = p.op_of(req).name
         status = "OK"
         try:
             frame = await self._execute(req)
@@ -624,14 +606,14 @@ class BookieServer:
             status = exc.name
             if _is_fatal(req, exc):
                 self.fail(exc)
-            frame = p.encode_error(req.request_id, _op_of(req), exc)
+            frame = p.encode_error(req.request_id, p.op_of(req), exc)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a storage bug: answer IO, keep the traceback
             log.exception("storage failed on %s", op)
             status = "IO"
             frame = p.encode_error(
-                req.request_id, _op_of(req), IOFailureError(f"{type(exc).__name__}: {exc}")
+                req.request_id, p.op_of(req), IOFailureError(f"{type(exc).__name__}: {exc}")
             )
         self.metrics.observe_request(op, status, time.perf_counter() - started)
         return frame
