@@ -8,12 +8,21 @@ one request or response of one op.
   lengths, request id), CRC32C, op codes; what is refused and what closes a connection;
 * ``messages.py`` -- one dataclass per request and response;
 * ``ops.py``      -- the table of ops: each op's meta layout, checks and codecs, the
-  optional features (WRITE_LAC, LAC_ENTRIES, REPLICA_CHECK), ``encode_*``;
+  optional features (WRITE_LAC, LAC_ENTRIES, REPLICA_CHECK);
+* ``codec.py``    -- frames encoded and decoded through that table (``encode_*``);
 * ``decoder.py``  -- the incremental :class:`Decoder` (``feed``, ``next_frame``).
 """
 
 from __future__ import annotations
 
+from .codec import (
+    AddEncoder,
+    encode_add_response,
+    encode_error,
+    encode_request,
+    encode_response,
+    op_of,
+)
 from .decoder import Decoder
 from .frames import (
     FLAG_FENCE,
@@ -62,12 +71,6 @@ from .ops import (
     FEATURE_REPLICA_CHECK,
     FEATURE_WRITE_LAC,
     MASTER_KEY_BYTES_MAX,
-    AddEncoder,
-    encode_add_response,
-    encode_error,
-    encode_request,
-    encode_response,
-    op_of,
 )
 
 # The frame encoder's name before the package split (the protocol tests build frames

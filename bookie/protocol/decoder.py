@@ -14,6 +14,7 @@ import crc32c
 
 from foundation.errors import BadRequestError, BooklineError, ProtocolVersionError, TooLargeError
 
+from .codec import decode_request, decode_response
 from .frames import (
     ADD_OK_PREFIX,
     ADD_OK_TAIL,
@@ -31,7 +32,6 @@ from .frames import (
     NeedData,
 )
 from .messages import Request, Response
-from .ops import decode_request, decode_response
 
 
 class Decoder:

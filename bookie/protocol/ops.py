@@ -72,25 +72,13 @@ import itertools
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-import crc32c
 import msgpack
 
-from foundation.errors import BooklineError, UnknownError
-
 from .frames import (
-    CRC,
     FLAG_FENCE,
     FLAG_RECOVERY,
-    HEADER,
-    KIND_REQUEST,
-    KIND_RESPONSE,
-    MAGIC,
-    OP_ADD,
-    OPS,
-    PROTOCOL_VERSION,
     FrameBodyError,
     Op,
-    encode_frame,
 )
 from .messages import (
     AddRequest,
@@ -99,7 +87,6 @@ from .messages import (
     EntryChecksum,
     EntryChecksumsRequest,
     EntryChecksumsResponse,
-    ErrorResponse,
     InfoRequest,
     InfoResponse,
     ListDamagedRequest,
@@ -136,7 +123,7 @@ FEATURE_LAC_ENTRIES: Final = "lac_entries"
 # INFO ``features`` entry of a bookie that serves LIST_DAMAGED and ENTRY_CHECKSUMS.
 FEATURE_REPLICA_CHECK: Final = "replica_check"
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+pack_meta = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 Meta = list[Any]
 
 
@@ -195,7 +182,7 @@ def _ascending(items: list[Any]) -> bool:
     return all(a < b for a, b in itertools.pairwise(items))
 
 
-def _bad(rid: int, op: int, what: str) -> FrameBodyError:
+def bad_meta(rid: int, op: int, what: str) -> FrameBodyError:
     return FrameBodyError(f"malformed {Op(op).name} request: {what}", request_id=rid, op=op)
 
 
@@ -209,12 +196,12 @@ def _add_request(r: AddRequest) -> tuple[int, Meta, bytes]:
 
 def _add_request_of(rid: int, flags: int, m: Meta, payload: bytes) -> AddRequest:
     if len(m) != 4:
-        raise _bad(rid, Op.ADD, "expected [ledger_id, entry_id, lac, master_key]")
+        raise bad_meta(rid, Op.ADD, "expected [ledger_id, entry_id, lac, master_key]")
     ledger_id, entry_id, lac, key = m
     if not (_is_id(ledger_id) and _is_id(entry_id) and _is_eid(lac) and _is_key(key)):
-        raise _bad(rid, Op.ADD, "field types or ranges")
+        raise bad_meta(rid, Op.ADD, "field types or ranges")
     if flags & FLAG_FENCE:
-        raise _bad(rid, Op.ADD, "FENCE flag on ADD")
+        raise bad_meta(rid, Op.ADD, "FENCE flag on ADD")
     return AddRequest(rid, ledger_id, entry_id, lac, key, payload, bool(flags & FLAG_RECOVERY))
 
 
@@ -224,7 +211,7 @@ def _add_response(r: AddResponse) -> tuple[Meta, bytes]:
 
 def _add_response_of(rid: int, m: Meta, _payload: bytes) -> AddResponse:
     if len(m) != 2 or not (_is_id(m[0]) and _is_id(m[1])):
-        raise _bad(rid, Op.ADD, "expected [ledger_id, entry_id]")
+        raise bad_meta(rid, Op.ADD, "expected [ledger_id, entry_id]")
     return AddResponse(rid, m[0], m[1])
 
 
@@ -238,10 +225,10 @@ def _read_request(r: ReadRequest) -> tuple[int, Meta, bytes]:
 
 def _read_request_of(rid: int, flags: int, m: Meta, _payload: bytes) -> ReadRequest:
     if len(m) != 3:
-        raise _bad(rid, Op.READ, "expected [ledger_id, entry_id, master_key]")
+        raise bad_meta(rid, Op.READ, "expected [ledger_id, entry_id, master_key]")
     ledger_id, entry_id, key = m
     if not (_is_id(ledger_id) and _is_eid(entry_id) and _is_key(key)):
-        raise _bad(rid, Op.READ, "field types or ranges")
+        raise bad_meta(rid, Op.READ, "field types or ranges")
     return ReadRequest(rid, ledger_id, entry_id, bool(flags & FLAG_FENCE), key)
 
 
@@ -251,7 +238,7 @@ def _read_response(r: ReadResponse) -> tuple[Meta, bytes]:
 
 def _read_response_of(rid: int, m: Meta, payload: bytes) -> ReadResponse:
     if len(m) != 3 or not (_is_id(m[0]) and _is_id(m[1]) and _is_eid(m[2])):
-        raise _bad(rid, Op.READ, "expected [ledger_id, entry_id, lac]")
+        raise bad_meta(rid, Op.READ, "expected [ledger_id, entry_id, lac]")
     return ReadResponse(rid, m[0], m[1], m[2], payload)
 
 
@@ -267,7 +254,9 @@ def _read_lac_request(r: ReadLacRequest) -> tuple[int, Meta, bytes]:
 
 def _read_lac_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ReadLacRequest:
     if len(m) not in (3, 4):
-        raise _bad(rid, Op.READ_LAC, "expected [ledger_id, previous_lac, timeout_ms(, bytes_max)]")
+        raise bad_meta(
+            rid, Op.READ_LAC, "expected [ledger_id, previous_lac, timeout_ms(, bytes_max)]"
+        )
     ledger_id, previous_lac, timeout_ms = m[:3]
     bytes_max = m[3] if len(m) == 4 else 0
     if not (
@@ -277,7 +266,7 @@ def _read_lac_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> Rea
         and _is_u32(bytes_max)
         and (len(m) == 3 or bytes_max > 0)
     ):
-        raise _bad(rid, Op.READ_LAC, "field types or ranges")
+        raise bad_meta(rid, Op.READ_LAC, "field types or ranges")
     return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms, bytes_max)
 
 
@@ -294,15 +283,15 @@ def _read_lac_response(r: ReadLacResponse) -> tuple[Meta, bytes]:
 def _read_lac_response_of(rid: int, m: Meta, payload: bytes) -> ReadLacResponse:
     op = Op.READ_LAC
     if len(m) not in (3, 4) or not (_is_id(m[0]) and _is_eid(m[1])):
-        raise _bad(rid, op, "expected [ledger_id, lac, next_entry_id(, lengths)]")
+        raise bad_meta(rid, op, "expected [ledger_id, lac, next_entry_id(, lengths)]")
     if len(m) == 4:
         return _read_lac_run(rid, m, payload)
     if m[2] is None:
         if payload:
-            raise _bad(rid, op, "payload without next_entry_id")
+            raise bad_meta(rid, op, "payload without next_entry_id")
         return ReadLacResponse(rid, m[0], m[1], None, None)
     if not _is_id(m[2]):
-        raise _bad(rid, op, "next_entry_id")
+        raise bad_meta(rid, op, "next_entry_id")
     return ReadLacResponse(rid, m[0], m[1], m[2], payload)
 
 
@@ -311,15 +300,15 @@ def _read_lac_run(rid: int, m: Meta, payload: bytes) -> ReadLacResponse:
     op = Op.READ_LAC
     ledger_id, lac, first_id, lengths = m
     if not (type(lengths) is list and all(type(n) is int and n >= 0 for n in lengths)):
-        raise _bad(rid, op, "lengths")
+        raise bad_meta(rid, op, "lengths")
     if sum(lengths) != len(payload):
-        raise _bad(rid, op, "lengths do not add up to the payload")
+        raise bad_meta(rid, op, "lengths do not add up to the payload")
     if first_id is None:
         if lengths:
-            raise _bad(rid, op, "entries without next_entry_id")
+            raise bad_meta(rid, op, "entries without next_entry_id")
         return ReadLacResponse(rid, ledger_id, lac, None, None, (), True)
     if not _is_id(first_id) or not lengths or first_id + len(lengths) - 1 > lac:
-        raise _bad(rid, op, "next_entry_id or entries past the LAC")
+        raise bad_meta(rid, op, "next_entry_id or entries past the LAC")
     entries = []
     pos = 0
     for n in lengths:
@@ -337,7 +326,7 @@ def _info_request(_r: InfoRequest) -> tuple[int, Meta, bytes]:
 
 def _info_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> InfoRequest:
     if m:
-        raise _bad(rid, Op.INFO, "expected []")
+        raise bad_meta(rid, Op.INFO, "expected []")
     return InfoRequest(rid)
 
 
@@ -357,7 +346,7 @@ def _info_response(r: InfoResponse) -> tuple[dict[str, Any], bytes]:
 
 def _info_response_of(rid: int, m: Any, _payload: bytes) -> InfoResponse:
     if type(m) is not dict:
-        raise _bad(rid, Op.INFO, "INFO response must be a map")
+        raise bad_meta(rid, Op.INFO, "INFO response must be a map")
     try:
         info = BookieInfo(
             bookie_id=str(m["bookie_id"]),
@@ -368,7 +357,7 @@ def _info_response_of(rid: int, m: Any, _payload: bytes) -> InfoResponse:
             features=tuple(str(f) for f in m.get("features", ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise _bad(rid, Op.INFO, f"INFO fields: {exc}") from exc
+        raise bad_meta(rid, Op.INFO, f"INFO fields: {exc}") from exc
     return InfoResponse(rid, info)
 
 
@@ -381,7 +370,7 @@ def _list_ledgers_request(_r: ListLedgersRequest) -> tuple[int, Meta, bytes]:
 
 def _list_ledgers_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ListLedgersRequest:
     if m:
-        raise _bad(rid, Op.LIST_LEDGERS, "expected []")
+        raise bad_meta(rid, Op.LIST_LEDGERS, "expected []")
     return ListLedgersRequest(rid)
 
 
@@ -391,7 +380,7 @@ def _list_ledgers_response(r: ListLedgersResponse) -> tuple[Meta, bytes]:
 
 def _list_ledgers_response_of(rid: int, m: Meta, _payload: bytes) -> ListLedgersResponse:
     if len(m) != 1 or not _is_id_list(m[0]):
-        raise _bad(rid, Op.LIST_LEDGERS, "expected [[ledger_id, ...]]")
+        raise bad_meta(rid, Op.LIST_LEDGERS, "expected [[ledger_id, ...]]")
     return ListLedgersResponse(rid, tuple(m[0]))
 
 
@@ -404,7 +393,7 @@ def _list_entries_request(r: ListEntriesRequest) -> tuple[int, Meta, bytes]:
 
 def _list_entries_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ListEntriesRequest:
     if len(m) != 1 or not _is_id(m[0]):
-        raise _bad(rid, Op.LIST_ENTRIES, "expected [ledger_id]")
+        raise bad_meta(rid, Op.LIST_ENTRIES, "expected [ledger_id]")
     return ListEntriesRequest(rid, m[0])
 
 
@@ -414,7 +403,7 @@ def _list_entries_response(r: ListEntriesResponse) -> tuple[Meta, bytes]:
 
 def _list_entries_response_of(rid: int, m: Meta, _payload: bytes) -> ListEntriesResponse:
     if len(m) != 2 or not _is_id(m[0]) or not _is_id_list(m[1]):
-        raise _bad(rid, Op.LIST_ENTRIES, "expected [ledger_id, [entry_id, ...]]")
+        raise bad_meta(rid, Op.LIST_ENTRIES, "expected [ledger_id, [entry_id, ...]]")
     return ListEntriesResponse(rid, m[0], tuple(m[1]))
 
 
@@ -427,10 +416,10 @@ def _write_lac_request(r: WriteLacRequest) -> tuple[int, Meta, bytes]:
 
 def _write_lac_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> WriteLacRequest:
     if len(m) != 3:
-        raise _bad(rid, Op.WRITE_LAC, "expected [ledger_id, lac, master_key]")
+        raise bad_meta(rid, Op.WRITE_LAC, "expected [ledger_id, lac, master_key]")
     ledger_id, lac, key = m
     if not (_is_id(ledger_id) and _is_eid(lac) and _is_key(key)):
-        raise _bad(rid, Op.WRITE_LAC, "field types or ranges")
+        raise bad_meta(rid, Op.WRITE_LAC, "field types or ranges")
     return WriteLacRequest(rid, ledger_id, lac, key)
 
 
@@ -440,7 +429,7 @@ def _write_lac_response(r: WriteLacResponse) -> tuple[Meta, bytes]:
 
 def _write_lac_response_of(rid: int, m: Meta, _payload: bytes) -> WriteLacResponse:
     if len(m) != 2 or not (_is_id(m[0]) and _is_eid(m[1])):
-        raise _bad(rid, Op.WRITE_LAC, "expected [ledger_id, lac]")
+        raise bad_meta(rid, Op.WRITE_LAC, "expected [ledger_id, lac]")
     return WriteLacResponse(rid, m[0], m[1])
 
 
@@ -453,7 +442,7 @@ def _list_damaged_request(r: ListDamagedRequest) -> tuple[int, Meta, bytes]:
 
 def _list_damaged_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ListDamagedRequest:
     if len(m) != 2 or not (_is_id(m[0]) and _is_id(m[1])):
-        raise _bad(rid, Op.LIST_DAMAGED, "expected [from_ledger_id, from_entry_id]")
+        raise bad_meta(rid, Op.LIST_DAMAGED, "expected [from_ledger_id, from_entry_id]")
     return ListDamagedRequest(rid, m[0], m[1])
 
 
@@ -465,15 +454,15 @@ def _list_damaged_response(r: ListDamagedResponse) -> tuple[Meta, bytes]:
 def _list_damaged_response_of(rid: int, m: Meta, _payload: bytes) -> ListDamagedResponse:
     op = Op.LIST_DAMAGED
     if len(m) != 2 or type(m[0]) is not list or not all(_is_pair(x) for x in m[0]):
-        raise _bad(rid, op, "expected [[[ledger_id, entry_id], ...], next]")
+        raise bad_meta(rid, op, "expected [[[ledger_id, entry_id], ...], next]")
     pairs = [(x[0], x[1]) for x in m[0]]
     if len(pairs) > DAMAGED_PAGE_ENTRIES_MAX or not _ascending(pairs):
-        raise _bad(rid, op, "damaged pairs not ascending or too many")
+        raise bad_meta(rid, op, "damaged pairs not ascending or too many")
     nxt = m[1]
     if nxt is None:
         return ListDamagedResponse(rid, tuple(pairs), None)
     if not _is_pair(nxt) or (pairs and (nxt[0], nxt[1]) <= pairs[-1]):
-        raise _bad(rid, op, "next must be a pair after the page")
+        raise bad_meta(rid, op, "next must be a pair after the page")
     return ListDamagedResponse(rid, tuple(pairs), (nxt[0], nxt[1]))
 
 
@@ -489,9 +478,9 @@ def _entry_checksums_request_of(
 ) -> EntryChecksumsRequest:
     op = Op.ENTRY_CHECKSUMS
     if len(m) != 3 or not (_is_id(m[0]) and _is_id(m[1]) and _is_id(m[2])):
-        raise _bad(rid, op, "expected [ledger_id, first_entry_id, last_entry_id]")
+        raise bad_meta(rid, op, "expected [ledger_id, first_entry_id, last_entry_id]")
     if m[1] > m[2]:
-        raise _bad(rid, op, "first_entry_id after last_entry_id")
+        raise bad_meta(rid, op, "first_entry_id after last_entry_id")
     return EntryChecksumsRequest(rid, m[0], m[1], m[2])
 
 
@@ -503,22 +492,22 @@ def _entry_checksums_response(r: EntryChecksumsResponse) -> tuple[Meta, bytes]:
 def _entry_checksums_response_of(rid: int, m: Meta, _payload: bytes) -> EntryChecksumsResponse:
     op = Op.ENTRY_CHECKSUMS
     if len(m) != 4 or not (_is_id(m[0]) and _is_id(m[1])):
-        raise _bad(rid, op, "expected [ledger_id, last_entry_id, [[id, crc, len], ...], [id]]")
+        raise bad_meta(rid, op, "expected [ledger_id, last_entry_id, [[id, crc, len], ...], [id]]")
     ledger_id, last, sums, damaged = m
     if type(sums) is not list or not all(
         type(x) is list and len(x) == 3 and _is_id(x[0]) and _is_u32(x[1]) and _is_u32(x[2])
         for x in sums
     ):
-        raise _bad(rid, op, "checksums must be [entry_id, crc32c, length] triples")
+        raise bad_meta(rid, op, "checksums must be [entry_id, crc32c, length] triples")
     if not _is_id_list(damaged):
-        raise _bad(rid, op, "damaged must be entry ids")
+        raise bad_meta(rid, op, "damaged must be entry ids")
     ids = [x[0] for x in sums]
     if len(ids) + len(damaged) > CHECKSUM_RANGE_ENTRIES_MAX:
-        raise _bad(rid, op, "more entries than one answer may cover")
+        raise bad_meta(rid, op, "more entries than one answer may cover")
     if not (_ascending(ids) and _ascending(damaged)) or set(ids) & set(damaged):
-        raise _bad(rid, op, "entry ids not ascending or listed twice")
+        raise bad_meta(rid, op, "entry ids not ascending or listed twice")
     if (ids and ids[-1] > last) or (damaged and damaged[-1] > last):
-        raise _bad(rid, op, "entries past last_entry_id")
+        raise bad_meta(rid, op, "entries past last_entry_id")
     checksums = tuple(EntryChecksum(x[0], x[1], x[2]) for x in sums)
     return EntryChecksumsResponse(rid, ledger_id, last, checksums, tuple(damaged))
 
@@ -554,113 +543,6 @@ TABLE: Final = (
             _entry_checksums_response, _entry_checksums_response_of),
 )
 # fmt: on
-_BY_OP: Final[dict[int, OpCodec]] = {int(c.op): c for c in TABLE}
-_BY_REQUEST: Final[dict[type, OpCodec]] = {c.request: c for c in TABLE}
-_BY_RESPONSE: Final[dict[type, OpCodec]] = {c.response: c for c in TABLE}
-
-
-def op_of(req: Request) -> Op:
-    """The op of a request message."""
-    return _BY_REQUEST[type(req)].op
-
-
-# --- encoding -------------------------------------------------------------------------------
-
-
-def encode_request(req: Request) -> bytes:
-    """One request frame. The payload is copied once, into the frame, and never packed."""
-    codec = _BY_REQUEST.get(type(req))
-    if codec is None:
-        raise TypeError(f"not a request: {req!r}")
-    flags, meta, payload = codec.encode_request(req)
-    return encode_frame(codec.op, KIND_REQUEST, flags, 0, req.request_id, _packb(meta), payload)
-
-
-def encode_response(resp: Response) -> bytes:
-    """One response frame (OK or error)."""
-    if type(resp) is ErrorResponse:
-        if not 0 < resp.code <= 0xFFFF:
-            raise ValueError(f"error response needs a non-zero u16 code, got {resp.code}")
-        meta = _packb([resp.message])
-        return encode_frame(resp.op, KIND_RESPONSE, 0, resp.code, resp.request_id, meta, b"")
-    codec = _BY_RESPONSE.get(type(resp))
-    if codec is None:
-        raise TypeError(f"not a response: {resp!r}")
-    fields, payload = codec.encode_response(resp)
-    meta = _packb(fields)
-    return encode_frame(codec.op, KIND_RESPONSE, 0, 0, resp.request_id, meta, payload)
-
-
-def encode_error(request_id: int, op: int, error: BooklineError) -> bytes:
-    """An error response frame carrying ``error``'s stable code and message."""
-    code = error.original_code if isinstance(error, UnknownError) else error.code
-    op_value = Op(op) if op in OPS else Op.INFO
-    return encode_response(ErrorResponse(request_id, op_value, code, error.message))
-
-
-class AddEncoder:
-    """ADD request frames of one ledger: ledger id, master key and the RECOVERY flag are
-    bound once, so the per-entry call takes only what changes (a client's hot path).
-    Same bytes as ``encode_request(AddRequest(...))``."""
-
-    __slots__ = ("_flags", "_ledger_id", "_master_key")
-
-    def __init__(self, ledger_id: int, master_key: bytes, recovery: bool) -> None:
-        self._ledger_id = ledger_id
-        self._master_key = master_key
-        self._flags = FLAG_RECOVERY if recovery else 0
-
-    def encode(self, request_id: int, entry_id: int, lac: int, payload: bytes) -> bytes:
-        meta = _packb([self._ledger_id, entry_id, lac, self._master_key])
-        return encode_frame(OP_ADD, KIND_REQUEST, self._flags, 0, request_id, meta, payload)
-
-
-def encode_add_response(request_id: int, ledger_id: int, entry_id: int) -> bytes:
-    """An OK ADD response frame without building an :class:`AddResponse` (the bookie's
-    per-entry path); same bytes as ``encode_response(AddResponse(...))``."""
-    meta = _packb([ledger_id, entry_id])
-    header = HEADER.pack(
-        MAGIC, PROTOCOL_VERSION, OP_ADD, KIND_RESPONSE, 0, 0, len(meta), len(meta), request_id
-    )
-    crc = crc32c.crc32c(meta, crc32c.crc32c(header))
-    return b"".join((header, CRC.pack(crc), meta))
-
-
-# --- decoding -------------------------------------------------------------------------------
-
-
-def _unpack_meta(meta: bytes, rid: int, op: int) -> Any:
-    try:
-        return msgpack.unpackb(meta, raw=False, strict_map_key=True)
-    # ValueError covers truncated data, ExtraData, FormatError and StackError.
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise FrameBodyError(f"undecodable meta: {exc}", request_id=rid, op=op) from exc
-
-
-def decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) -> Request:
-    """The request in a frame whose header and CRC checked out (``op`` is known)."""
-    m = _unpack_meta(meta, rid, op)
-    if type(m) is not list:
-        raise _bad(rid, op, "meta is not an array")
-    codec = _BY_OP[op]
-    if payload and not codec.request_payload:
-        raise _bad(rid, op, "unexpected payload")
-    stray = flags & ~codec.request_flags
-    if stray & FLAG_RECOVERY:
-        raise _bad(rid, op, "RECOVERY flag is for ADD only")
-    if stray:
-        raise _bad(rid, op, "flags are for ADD and READ only")
-    return codec.decode_request(rid, flags, m, payload)
-
-
-def decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes) -> Response:
-    """The response in a frame whose header and CRC checked out (``op`` is known)."""
-    m = _unpack_meta(meta, rid, op)
-    if status != 0:
-        if type(m) is not list or len(m) != 1 or type(m[0]) is not str or payload:
-            raise _bad(rid, op, "error response must be [message]")
-        return ErrorResponse(rid, Op(op), status, m[0])
-    codec = _BY_OP[op]
-    if not codec.response_map and type(m) is not list:
-        raise _bad(rid, op, "meta is not an array")
-    return codec.decode_response(rid, m, payload)
+BY_OP: Final[dict[int, OpCodec]] = {int(c.op): c for c in TABLE}
+BY_REQUEST: Final[dict[type, OpCodec]] = {c.request: c for c in TABLE}
+BY_RESPONSE: Final[dict[type, OpCodec]] = {c.response: c for c in TABLE}
