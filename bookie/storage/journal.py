@@ -1,16 +1,9 @@
 """The bookie journal: append-only, checksummed records, group-committed by one thread.
 
-The file and record formats, and how a file is read back (torn tail, damaged entry or
-corruption), are in :mod:`bookie.storage.journal_format`; this module writes them and
-replays a directory. Besides the journal files there is the mark::
-
-    mark file  journal.mark  (in the ledgers directory: it states what entry logs + index
-               already hold; written to a temp file, fsynced, renamed, dir fsynced)
-      magic b"BKLM" | version u16 | file_id u64 | offset u64 | crc32c u32 (over the rest)
-
-Replay stops at a torn tail, and the engine cuts it off with :func:`truncate_tail`
-before any new record is appended; damaged entries in acknowledged data are replayed
-around and reported; other corruption raises JournalCorruptError.
+The file, record and mark formats, and how a file is read back (torn tail, damaged
+entry or corruption), are in :mod:`bookie.storage.journal_format`; replaying a
+directory, cutting a torn tail and the mark file are in
+:mod:`bookie.storage.journal_files`. This module is the writer: :class:`Journal`.
 
 Threading: producers call :meth:`Journal.submit` on the event loop thread; the journal
 thread takes everything queued (bounded by bytes and wait), writes it in one ``pwrite``,
@@ -26,51 +19,59 @@ import collections
 import contextlib
 import errno
 import logging
-import mmap
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-import crc32c
+from foundation.errors import ClosedError, IOFailureError, ReadOnlyError
+from foundation.invariants import invariant
 
-from bookie.storage.faults import REAL_IO, FileIO
-from bookie.storage.files import list_numbered, numbered_name
-from bookie.storage.journal_format import (
+from .faults import REAL_IO, FileIO
+from .journal_files import (
+    ReplayResult,
+    file_name,
+    fsync_dir,
+    list_files,
+    read_mark,
+    replay,
+    truncate_tail,
+    write_mark,
+)
+from .journal_format import (
     ADD,
     FENCE,
     FILE_HEADER_BYTES,
     HEADER_BYTES,
-    LEGACY_FILE_VERSION,
     MASTER_KEY,
     RECORD_BYTES_MAX,
     DamagedRecord,
     JournalCorruptError,
+    JournalMark,
     JournalRecord,
     decode_file_header,
+    decode_mark,
     encode_file_header,
     encode_into,
+    encode_mark,
     encode_record,
-    file_version,
     iter_records,
-    scan,
 )
-from foundation.errors import ChecksumError, ClosedError, IOFailureError, ReadOnlyError
-from foundation.invariants import invariant
 
 log = logging.getLogger(__name__)
 
-# Format names re-exported: callers know the journal, not how it is split in modules.
+# Format and file names re-exported: callers know the journal, not how it is split in
+# modules.
 __all__ = [
     "ADD",
     "FENCE",
     "FILE_HEADER_BYTES",
     "MASTER_KEY",
     "RECORD_BYTES_MAX",
+    "SPACE_MARGIN_BYTES",
     "Completion",
     "DamagedRecord",
     "Journal",
@@ -94,7 +95,6 @@ __all__ = [
     "write_mark",
 ]
 
-FILE_SUFFIX = ".journal"
 # Bytes per record besides its data, for group accounting.
 _RECORD_OVERHEAD_BYTES = HEADER_BYTES
 # Room the journal keeps free beyond its next preallocation: while read-only, recovery
@@ -108,135 +108,6 @@ Clock = Callable[[], float]
 class JournalFullError(ReadOnlyError):
     """No room on the journal disk for a group: its records are refused (READ_ONLY);
     nothing acknowledged is at stake, so the journal keeps going."""
-
-
-class JournalMark(NamedTuple):
-    """A position in the journal: everything before it is covered by a checkpoint."""
-
-    file_id: int
-    offset: int
-
-
-# --- files ----------------------------------------------------------------------------
-
-
-def file_name(file_id: int) -> str:
-    return numbered_name(file_id, FILE_SUFFIX)
-
-
-def list_files(directory: Path) -> list[int]:
-    return list_numbered(directory, FILE_SUFFIX)
-
-
-def fsync_dir(directory: Path, fsync: Fsync) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@dataclass(slots=True)
-class ReplayResult:
-    records: list[tuple[JournalRecord, int]] = field(default_factory=list)
-    # (file id, record) of damaged entries in acknowledged data, replayed around.
-    damaged: list[tuple[int, DamagedRecord]] = field(default_factory=list)
-    last_file_id: int = -1
-    # Where the last file's good data ends; the engine truncates the tail there.
-    tail_end: int = 0
-    tail_clean: bool = True
-
-
-def replay(directory: Path, mark: JournalMark) -> ReplayResult:
-    """Every record at or after ``mark``, in order (blocking: run before the thread).
-
-    Stops at a torn tail of the last file (reported, not raised); reports damaged
-    entries it replayed around; raises JournalCorruptError (naming file and offset) for
-    damage it cannot work around (see journal_format.py).
-    """
-    result = ReplayResult()
-    ids = [i for i in list_files(directory) if i >= mark.file_id]
-    for n, file_id in enumerate(ids):
-        last = n == len(ids) - 1
-        path = directory / file_name(file_id)
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(FILE_HEADER_BYTES)
-            version = file_version(head)
-            if version is None or decode_file_header(head) != file_id:
-                if not last:
-                    raise JournalCorruptError(f"journal {path} has a bad header")
-                result.last_file_id, result.tail_end, result.tail_clean = file_id, 0, False
-                break
-            start = mark.offset if file_id == mark.file_id else FILE_HEADER_BYTES
-            start = max(start, FILE_HEADER_BYTES)
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
-                found = scan(image, start, size, name=str(path), last=last,
-                             legacy=version == LEGACY_FILE_VERSION)  # fmt: skip
-        result.records += found.records
-        result.damaged += [(file_id, d) for d in found.damaged]
-        result.last_file_id, result.tail_end, result.tail_clean = file_id, found.end, found.clean
-    return result
-
-
-def truncate_tail(directory: Path, file_id: int, end: int, fsync: Fsync,
-                  io: FileIO = REAL_IO) -> None:  # fmt: skip
-    """Cut a journal file at ``end`` (deleting it when even its header is torn)."""
-    path = directory / file_name(file_id)
-    if end < FILE_HEADER_BYTES:
-        path.unlink()
-        fsync_dir(directory, fsync)
-        return
-    fd = io.open(path, os.O_RDWR)
-    try:
-        io.ftruncate(fd, end)
-        fsync(fd)
-    finally:
-        io.close(fd)
-
-
-_MARK = struct.Struct(">4sHQQ")
-MARK_MAGIC = b"BKLM"
-MARK_VERSION = 1
-MARK_FILE = "journal.mark"
-
-
-def encode_mark(mark: JournalMark) -> bytes:
-    body = _MARK.pack(MARK_MAGIC, MARK_VERSION, mark.file_id, mark.offset)
-    return body + crc32c.crc32c(body).to_bytes(4, "big")
-
-
-def decode_mark(data: bytes) -> JournalMark:
-    body = data[: _MARK.size]
-    if len(data) != _MARK.size + 4 or crc32c.crc32c(body) != int.from_bytes(data[-4:], "big"):
-        raise ChecksumError("journal mark file is torn or corrupt")
-    magic, version, file_id, offset = _MARK.unpack(body)
-    if magic != MARK_MAGIC or version != MARK_VERSION:
-        raise ChecksumError(f"journal mark has magic {magic!r} version {version}")
-    return JournalMark(file_id, offset)
-
-
-def read_mark(directory: Path) -> JournalMark | None:
-    try:
-        data = (directory / MARK_FILE).read_bytes()
-    except FileNotFoundError:
-        return None
-    return decode_mark(data)
-
-
-def write_mark(directory: Path, mark: JournalMark, fsync: Fsync,
-               io: FileIO = REAL_IO) -> None:  # fmt: skip
-    """Persist the mark atomically: temp file, fsync, rename, fsync the directory."""
-    tmp = directory / (MARK_FILE + ".tmp")
-    fd = io.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        data = encode_mark(mark)
-        invariant(io.pwrite(fd, data, 0) == len(data), "short write of the journal mark")
-        fsync(fd)
-    finally:
-        io.close(fd)
-    os.replace(tmp, directory / MARK_FILE)
-    fsync_dir(directory, fsync)
 
 
 # --- the group-commit thread ----------------------------------------------------------

@@ -42,6 +42,13 @@ Reading a file (:func:`scan`), a bad spot is
 
 Damage inside the last group cannot be told from a torn write -- nothing on disk proves
 that group's fsync returned -- so it is a torn tail, as in BookKeeper.
+
+The mark (:class:`JournalMark`: where replay starts; everything before it is in entry
+logs + index) has a file of its own, written by a checkpoint::
+
+    mark file  journal.mark  (in the ledgers directory: it states what entry logs + index
+               already hold; written to a temp file, fsynced, renamed, dir fsynced)
+      magic b"BKLM" | version u16 | file_id u64 | offset u64 | crc32c u32 (over the rest)
 """
 
 from __future__ import annotations
@@ -95,6 +102,13 @@ class JournalRecord(NamedTuple):
 
 class JournalCorruptError(ChecksumError):
     """Acknowledged journal data is damaged in a way replay cannot work around."""
+
+
+class JournalMark(NamedTuple):
+    """A position in the journal: everything before it is covered by a checkpoint."""
+
+    file_id: int
+    offset: int
 
 
 # --- codec --------------------------------------------------------------------------
@@ -317,3 +331,25 @@ def _later_group(buf: Image, after: int, size: int, bad_pos: int,
         if step.kind == GOOD and step.group_start > bad_pos:
             return pos
     return None
+
+
+# --- the mark -------------------------------------------------------------------------
+
+_MARK = struct.Struct(">4sHQQ")
+MARK_MAGIC = b"BKLM"
+MARK_VERSION = 1
+
+
+def encode_mark(mark: JournalMark) -> bytes:
+    body = _MARK.pack(MARK_MAGIC, MARK_VERSION, mark.file_id, mark.offset)
+    return body + crc32c.crc32c(body).to_bytes(4, "big")
+
+
+def decode_mark(data: bytes) -> JournalMark:
+    body = data[: _MARK.size]
+    if len(data) != _MARK.size + 4 or crc32c.crc32c(body) != int.from_bytes(data[-4:], "big"):
+        raise ChecksumError("journal mark file is torn or corrupt")
+    magic, version, file_id, offset = _MARK.unpack(body)
+    if magic != MARK_MAGIC or version != MARK_VERSION:
+        raise ChecksumError(f"journal mark has magic {magic!r} version {version}")
+    return JournalMark(file_id, offset)
