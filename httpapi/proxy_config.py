@@ -1,4 +1,5 @@
-"""Settings both proxies share: identity, listening address, ZooKeeper and namespace.
+"""Settings both proxies share: identity, listening address, ZooKeeper and namespace;
+and how a read proxy's registration is told from a write proxy's (``READ_PROXY_PREFIX``).
 
 :class:`ProxyConfig` is the base of ``ReadProxyConfig`` and ``WriteProxyConfig``; each
 names its TOML section in ``SECTION`` (also the prefix of its error messages) and adds
@@ -8,13 +9,16 @@ its own checks in ``__post_init__`` after :meth:`ProxyConfig.check_common`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from foundation.config import MetadataConfig
 from foundation.errors import ConfigError
 from foundation.names import validate_name
 
 MiB = 1024 * 1024
+# Read proxies register as ``proxies/read@<id>`` beside the write proxies'
+# ``proxies/<id>``, so clients discovering them in ZooKeeper tell the two apart.
+READ_PROXY_PREFIX: Final = "read@"
 
 
 @dataclass(frozen=True, slots=True)

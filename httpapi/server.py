@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
@@ -166,11 +166,13 @@ def proxy_app(
     requests: Counter,
     on_status: Callable[[int], None] | None = None,
     client_max_size: int = _CLIENT_BODY_BYTES_MAX_DEFAULT,
+    middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """An application with what every proxy serves: request counting, the one error
-    body, ``/health``, ``/metrics`` and ``/openapi.json``. The caller adds its API."""
+    body, ``/health``, ``/metrics`` and ``/openapi.json``. The caller adds its API, and
+    may add ``middlewares`` that run inside those two, next to the handlers."""
     app = web.Application(
-        middlewares=[count_middleware(requests, on_status), error_middleware],
+        middlewares=[count_middleware(requests, on_status), error_middleware, *middlewares],
         client_max_size=client_max_size,
     )
     app.router.add_get("/health", health)

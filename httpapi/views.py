@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from foundation.errors import BadRequestError
+from httpapi.positions import parse_dlsn
+from httpapi.wire import get_bytes
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 
@@ -52,9 +55,6 @@ def record_view(rec: ReadRecord) -> dict[str, Any]:
 
 
 def record_from_view(stream: str, obj: Any) -> ReadRecord:
-    from foundation.errors import BadRequestError
-    from httpapi.wire import get_bytes, parse_dlsn
-
     if not isinstance(obj, dict):
         raise BadRequestError("a record must be an object")
     try:

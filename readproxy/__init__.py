@@ -3,6 +3,8 @@ txid, time), long-poll and WebSocket tails, with shared per-stream feeds (one co
 reader per hot stream, a bounded cache of recent records) so many tailers of one
 stream cost one bookie read per entry.
 
-Modules: ``config``, ``metrics``, ``feeds`` (feeds + private reader pool), ``app``
-(HTTP routes), ``main`` (CLI).
+Modules: ``config``, ``metrics``, ``frames`` (records packed once; pages and tail
+frames, sans-I/O), ``feeds`` (shared feeds), ``readers`` (private reader pool),
+``pages`` (reads by position over both), ``tail`` (one WebSocket tail), ``app`` (HTTP
+routes and lifecycle), ``main`` (CLI).
 """

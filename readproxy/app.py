@@ -5,9 +5,10 @@ Routes:
 * ``GET /v1/streams/{name}/records?from=POS&limit=N&wait_ms=MS`` -- a page of records
   from ``POS`` (earliest, latest, ``s:e:s``, ``seq:N``, ``txid:N``, ``time:MS``);
   ``wait_ms > 0`` makes it a long poll (answers as soon as one record is there) and
-  serves it from the stream's shared feed;
+  serves it from the stream's shared feed (:mod:`readproxy.pages`);
 * ``GET /v1/streams/{name}/tail?from=POS`` -- WebSocket; binary msgpack frames
-  ``{"records": [...], "next": "seq:N"}`` (text JSON frames with ``format=json``);
+  ``{"records": [...], "next": "seq:N"}`` (text JSON frames with ``format=json``;
+  :mod:`readproxy.tail`);
 * ``GET /v1/streams``, ``GET /v1/streams/{name}``, ``/health``, ``/metrics``,
   ``/openapi.json``.
 """
@@ -16,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-import msgpack
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from foundation.errors import (
     BadRequestError,
@@ -32,14 +31,18 @@ from foundation.errors import (
 )
 from foundation.names import validate_name
 from httpapi import wire
+from httpapi.positions import parse_position
+from httpapi.proxy_config import READ_PROXY_PREFIX
 from httpapi.server import cancel_task, proxy_app, respond, start_site
-from httpapi.views import info_view, record_view
+from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
 from readproxy.config import ReadProxyConfig
-from readproxy.feeds import CachedRecord, Feed, FeedRegistry, ReaderPool, pack_record
+from readproxy.feeds import FeedRegistry
+from readproxy.frames import page_body
 from readproxy.metrics import ReadProxyMetrics
-from streams.dlsn import DLSN, StartPosition
-from streams.records import ReadRecord
+from readproxy.pages import Pages
+from readproxy.readers import ReaderPool
+from readproxy.tail import serve_tail
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -47,44 +50,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_PROXY_PREFIX = "read@"  # registration id prefix: proxies/read@<id>
+__all__ = ["ReadProxy"]
+
 # How often idle private readers are closed.
-REAP_INTERVAL_S = 2.0
-# A WebSocket tail re-checks its client and feed at least this often while waiting.
-WS_WAIT_SLICE_S = 1.0
-
-_PACKER_KEYS = (msgpack.packb("records"), msgpack.packb("next"))
-
-
-def _frame(items: list[CachedRecord], next_pos: str) -> bytes:
-    """msgpack ``{"records": [...], "next": ...}`` from records packed once each."""
-    head = msgpack.Packer().pack_array_header(len(items))
-    return b"".join(
-        (
-            b"\x82",
-            _PACKER_KEYS[0],
-            head,
-            *(i.packed for i in items),
-            _PACKER_KEYS[1],
-            msgpack.packb(next_pos),
-        )
-    )
-
-
-def _to_start(pos: wire.Position) -> StartPosition:
-    if pos.kind == "earliest":
-        return StartPosition.earliest()
-    if pos.kind == "latest":
-        return StartPosition.latest()
-    if pos.kind == "dlsn":
-        assert pos.dlsn is not None
-        return StartPosition.dlsn(DLSN(*pos.dlsn))
-    assert pos.value is not None
-    if pos.kind == "seq":
-        return StartPosition.sequence(pos.value)
-    if pos.kind == "txid":
-        return StartPosition.txid(pos.value)
-    return StartPosition.timestamp(pos.value)
+REAP_INTERVAL_S: Final = 2.0
+# Largest message a tailing client may send (it only sends pings and close frames).
+WS_CLIENT_MESSAGE_BYTES_MAX: Final = 64 * 1024
+# WebSocket ping interval: a silent dead client is noticed within about twice this.
+WS_HEARTBEAT_S: Final = 20.0
 
 
 class ReadProxy:
@@ -96,9 +69,14 @@ class ReadProxy:
         self._md: MetadataClient | None = None
         self._feeds: FeedRegistry | None = None
         self._pool: ReaderPool | None = None
+        self._pages: Pages | None = None
         self._runner: web.AppRunner | None = None
         self._reap_task: asyncio.Task[None] | None = None
         self._websockets: set[web.WebSocketResponse] = set()
+
+    @property
+    def registration_id(self) -> str:
+        return READ_PROXY_PREFIX + self.config.proxy_id
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -116,17 +94,18 @@ class ReadProxy:
         self._feeds = FeedRegistry(self._ns, cfg, self.metrics)
         self._feeds.start()
         self._pool = ReaderPool(self._ns, cfg, self.metrics)
+        self._pages = Pages(self._ns, self._feeds, self._pool, cfg, self.metrics)
         self._runner, self.url = await start_site(self.build_app(), cfg)
-        # One ZooKeeper session per proxy: the core's. The owner records then live and
-        # die with the same session as the writer locks.
+        # One ZooKeeper session per proxy: the core's. The registration then lives and
+        # dies with the same session as the readers.
         self._md = self._ns.context.md
-        await self._md.proxies.register(ProxyInfo(READ_PROXY_PREFIX + cfg.proxy_id, self.url, 0.0))
+        await self._md.proxies.register(ProxyInfo(self.registration_id, self.url, 0.0))
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(REAP_INTERVAL_S)
-            await self.pool.reap()
+            await self.pages.pool.reap()
 
     async def stop(self) -> None:
         await cancel_task(self._reap_task)
@@ -140,7 +119,7 @@ class ReadProxy:
             await self._pool.close()
         if self._md is not None:
             with contextlib.suppress(BooklineError):
-                await self._md.proxies.unregister(READ_PROXY_PREFIX + self.config.proxy_id)
+                await self._md.proxies.unregister(self.registration_id)
         if self._ns is not None:
             await self._ns.close()
 
@@ -151,16 +130,10 @@ class ReadProxy:
         return self._ns
 
     @property
-    def feeds(self) -> FeedRegistry:
-        if self._feeds is None:
+    def pages(self) -> Pages:
+        if self._pages is None:
             raise ClosedError("read proxy not started")
-        return self._feeds
-
-    @property
-    def pool(self) -> ReaderPool:
-        if self._pool is None:
-            raise ClosedError("read proxy not started")
-        return self._pool
+        return self._pages
 
     def build_app(self) -> web.Application:
         app = proxy_app(
@@ -176,14 +149,15 @@ class ReadProxy:
     # -- plain routes ----------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
+        feeds = self.pages.feeds
         return respond(
             request,
             {
                 "status": "ok",
                 "proxy_id": self.config.proxy_id,
                 "url": self.url,
-                "feeds": len(self.feeds.feeds),
-                "cache_bytes": self.feeds.cache_bytes,
+                "feeds": len(feeds.feeds),
+                "cache_bytes": feeds.cache_bytes,
                 "websockets": len(self._websockets),
             },
         )
@@ -197,193 +171,46 @@ class ReadProxy:
 
     # -- reads -----------------------------------------------------------------------
 
-    def _query_int(self, request: web.Request, key: str, default: int, hi: int) -> int:
-        raw = request.query.get(key)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError as exc:
-            raise BadRequestError(f"query parameter {key} must be an integer") from exc
-        if not 0 <= value <= hi:
-            raise BadRequestError(f"query parameter {key} must be within 0..{hi}")
-        return value
-
-    async def _resolve_seq(self, name: str, pos: wire.Position) -> int | None:
-        """The position as a sequence id, when that is cheap to know."""
-        if pos.kind == "seq":
-            return pos.value
-        feed = self.feeds.get(name)
-        if pos.kind == "latest":
-            if feed is not None:
-                return feed.next_seq
-            info = await self.ns.stream_info(name)
-            return int(info.next_sequence_id)
-        if pos.kind == "dlsn" and feed is not None:
-            assert pos.dlsn is not None
-            return feed.seq_of(DLSN(*pos.dlsn))
-        return None
-
-    async def read_page(
-        self, name: str, pos: wire.Position, limit: int, wait_s: float
-    ) -> tuple[list[CachedRecord] | list[ReadRecord], str]:
-        """Records from ``pos`` and where to continue."""
-        cfg = self.config
-        follow = wait_s > 0
-        seq = await self._resolve_seq(name, pos)
-        if seq is not None:
-            feed = self.feeds.get(name)
-            if feed is None and (follow or pos.kind == "latest"):
-                feed = await self.feeds.open(name, seq)
-            if feed is not None and feed.covers(seq):
-                items = feed.slice(seq, limit, cfg.read_bytes_max)
-                if not items and follow and await feed.wait_beyond(seq, wait_s):
-                    items = feed.slice(seq, limit, cfg.read_bytes_max)
-                self.metrics.served_records.labels("feed").inc(len(items))
-                return items, f"seq:{seq + len(items)}"
-            start = StartPosition.sequence(seq)
-        else:
-            start = _to_start(pos)
-        timeout = wait_s if follow else cfg.range_read_timeout_ms / 1000
-        recs = await self.pool.read(name, start, limit, timeout)
-        self.metrics.served_records.labels("private").inc(len(recs))
-        if recs:
-            nxt = recs[-1].sequence_id + 1
-            if follow and len(recs) < limit and self.feeds.get(name) is None:
-                await self.feeds.open(name, nxt)  # this reader reached the head
-            return recs, f"seq:{nxt}"
-        return recs, f"seq:{seq}" if seq is not None else str(pos)
-
     async def read(self, request: web.Request) -> web.Response:
         cfg = self.config
         name = validate_name(request.match_info["name"], "stream name")
-        pos = wire.parse_position(request.query.get("from"))
-        limit = self._query_int(request, "limit", 100, cfg.read_records_max) or 1
-        wait_ms = self._query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
-        items, nxt = await self.read_page(name, pos, limit, wait_ms / 1000)
+        pos = parse_position(request.query.get("from"))
+        limit = _query_int(request, "limit", 100, cfg.read_records_max) or 1
+        wait_ms = _query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
+        items, nxt = await self.pages.read_page(name, pos, limit, wait_ms / 1000)
         media = wire.negotiate(request.headers.get("Accept"))
-        if media == wire.MSGPACK:
-            packed = [i if isinstance(i, CachedRecord) else pack_record(i) for i in items]
-            body = _frame(packed, nxt)
-        else:
-            views = [record_view(i.record if isinstance(i, CachedRecord) else i) for i in items]
-            body = wire.encode_body({"records": views, "next": nxt}, media)
-        return web.Response(body=body, content_type=media)
-
-    # -- WebSocket tail ----------------------------------------------------------------
+        return web.Response(body=page_body(items, nxt, media), content_type=media)
 
     async def tail(self, request: web.Request) -> web.StreamResponse:
-        cfg = self.config
         name = validate_name(request.match_info["name"], "stream name")
-        pos = wire.parse_position(request.query.get("from", "latest"))
+        pos = parse_position(request.query.get("from", "latest"))
         as_json = request.query.get("format") == "json"
-        if len(self._websockets) >= cfg.websockets_max:
+        if len(self._websockets) >= self.config.websockets_max:
             raise TooManyRequestsError(f"{len(self._websockets)} WebSocket tails; the limit")
         if not await self.ns.exists(name):  # 404 before upgrading (ZooKeeper only)
             raise NotFoundError(f"stream {name} does not exist")
-        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=64 * 1024)
+        ws = web.WebSocketResponse(
+            heartbeat=WS_HEARTBEAT_S, max_msg_size=WS_CLIENT_MESSAGE_BYTES_MAX
+        )
         await ws.prepare(request)
         self._websockets.add(ws)
         self.metrics.websockets.set(len(self._websockets))
-        watcher = asyncio.get_running_loop().create_task(_drain_client(ws))
         try:
-            await self._tail_loop(ws, name, pos, as_json)
-        except BooklineError as exc:
-            if not ws.closed:
-                await ws.send_str(json.dumps({"error": exc.to_dict()}))
-                await ws.close(code=1011, message=exc.name.encode())
-        except ConnectionResetError:
-            pass  # the client went away mid-send: nothing to tell it
+            await serve_tail(ws, self.pages, name, pos, as_json)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             self._websockets.discard(ws)
             self.metrics.websockets.set(len(self._websockets))
-            if not ws.closed:
-                await ws.close()
         return ws
 
-    async def _tail_loop(
-        self, ws: web.WebSocketResponse, name: str, pos: wire.Position, as_json: bool
-    ) -> None:
-        cfg = self.config
-        frame_max = cfg.ws_frame_records_max
-        seq = await self._resolve_seq(name, pos)
-        if seq is None:
-            # A txid/time/DLSN/earliest start: a first private page finds the sequence id.
-            start = _to_start(pos)
-            recs = await self.pool.read(name, start, frame_max, cfg.range_read_timeout_ms / 1000)
-            if recs:
-                seq = recs[-1].sequence_id + 1
-                await self._send(ws, [pack_record(r) for r in recs], seq, as_json, "private")
-            else:
-                info = await self.ns.stream_info(name)
-                seq = (
-                    int(info.next_sequence_id)
-                    if pos.kind != "earliest"
-                    else int(
-                        info.first_sequence_id
-                        if info.first_sequence_id is not None
-                        else info.next_sequence_id
-                    )
-                )
-        feed: Feed = await self.feeds.open(name, seq)
-        feed.subscribers += 1
-        self.metrics.subscribers.inc()
-        try:
-            while not ws.closed:
-                if self.feeds.get(name) is not feed:
-                    feed.subscribers -= 1
-                    feed = await self.feeds.open(name, seq)
-                    feed.subscribers += 1
-                if seq < feed.first_seq:
-                    recs = await self.pool.read(
-                        name, StartPosition.sequence(seq), frame_max, WS_WAIT_SLICE_S
-                    )
-                    if recs:
-                        seq = recs[-1].sequence_id + 1
-                        await self._send(
-                            ws, [pack_record(r) for r in recs], seq, as_json, "private"
-                        )
-                    continue
-                items = feed.slice(seq, frame_max, cfg.read_bytes_max)
-                if items:
-                    seq += len(items)
-                    await self._send(ws, items, seq, as_json, "feed")
-                else:
-                    await feed.wait_beyond(seq, WS_WAIT_SLICE_S)
-        finally:
-            feed.subscribers -= 1
-            self.metrics.subscribers.dec()
 
-    async def _send(
-        self,
-        ws: web.WebSocketResponse,
-        items: list[CachedRecord],
-        next_seq: int,
-        as_json: bool,
-        path: str,
-    ) -> None:
-        if as_json:
-            await ws.send_str(
-                json.dumps(
-                    wire._to_json(
-                        {
-                            "records": [record_view(i.record) for i in items],
-                            "next": f"seq:{next_seq}",
-                        }
-                    )
-                )
-            )
-        else:
-            await ws.send_bytes(_frame(items, f"seq:{next_seq}"))
-        self.metrics.served_records.labels(path).inc(len(items))
-
-
-async def _drain_client(ws: web.WebSocketResponse) -> None:
-    """Read (and ignore) what the client sends, so pings and close frames are handled."""
-    async for msg in ws:
-        if msg.type is WSMsgType.ERROR:
-            log.info("websocket client error: %s", ws.exception())
-            break
+def _query_int(request: web.Request, key: str, default: int, hi: int) -> int:
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise BadRequestError(f"query parameter {key} must be an integer") from exc
+    if not 0 <= value <= hi:
+        raise BadRequestError(f"query parameter {key} must be within 0..{hi}")
+    return value

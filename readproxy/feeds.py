@@ -5,8 +5,8 @@ A :class:`Feed` reads a stream forward from some sequence id with one core
 ring (by records and bytes), each with its msgpack encoding made once. Every tailing
 client of that stream -- long polls and WebSockets alike -- is served from the ring, so
 N tailers cost one bookie read per entry instead of N. A client behind the ring's start
-catches up with a private reader (:class:`ReaderPool`) and joins the feed once it
-reaches the ring.
+catches up with a private reader (:class:`~readproxy.readers.ReaderPool`) and joins the
+feed once it reaches the ring. Records are packed by :mod:`readproxy.frames`.
 
 Positions inside the read proxy are sequence ids (contiguous per stream).
 """
@@ -19,15 +19,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import msgpack
-
 from foundation.errors import BooklineError, ClosedError, TooManyRequestsError
-from httpapi.views import record_view
 from readproxy.config import ReadProxyConfig
+from readproxy.frames import CachedRecord, pack_record
 from readproxy.metrics import ReadProxyMetrics
+from readproxy.readers import close_quietly
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
 
@@ -37,26 +35,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Feed", "FeedRegistry"]
+
 # Records one pump read takes from the core reader at once.
 PUMP_BATCH_RECORDS = 1_000
 # The pump's long poll; only bounds how fast an idle feed notices it should close.
 PUMP_WAIT_S = 1.0
 # After a core reader error the feed retries this often (bookies/ZK come back).
 PUMP_RETRY_S = 0.5
-
-
-@dataclass(slots=True)
-class CachedRecord:
-    record: ReadRecord
-    packed: bytes  # msgpack of the record's view, made once for every subscriber
-
-    @property
-    def size(self) -> int:
-        return len(self.packed)
-
-
-def pack_record(rec: ReadRecord) -> CachedRecord:
-    return CachedRecord(rec, msgpack.packb(record_view(rec), use_bin_type=True))
 
 
 class Feed:
@@ -155,7 +141,7 @@ class Feed:
                     log.warning("feed %s: reader failed (%s); reopening", self.name, exc)
                     self.error = exc
                     if reader is not None:
-                        await _close_quietly(reader)
+                        await close_quietly(reader)
                         reader = None
                     await asyncio.sleep(PUMP_RETRY_S)
                     continue
@@ -164,7 +150,7 @@ class Feed:
                     self._append(recs)
         finally:
             if reader is not None:
-                await _close_quietly(reader)
+                await close_quietly(reader)
 
     def _append(self, recs: list[ReadRecord]) -> None:
         entries = 0
@@ -223,13 +209,6 @@ class Feed:
         self._on_bytes(-self.bytes)
         self.ring.clear()
         self.bytes = 0
-
-
-async def _close_quietly(reader: LogReader) -> None:
-    try:
-        await reader.close()
-    except BooklineError as exc:
-        log.warning("closing a reader of %s: %s", reader.stream, exc)
 
 
 class FeedRegistry:
@@ -301,83 +280,3 @@ class FeedRegistry:
                 await self._reaper
         for name in list(self.feeds):
             await self.close_feed(name)
-
-
-class ReaderPool:
-    """Private readers for range reads and catch-up, kept between pages: the reader a
-    page ended with is found again by ``(stream, next sequence id)``."""
-
-    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
-        self.ns = ns
-        self.cfg = config
-        self.metrics = metrics
-        self._idle: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
-            collections.OrderedDict()
-        )
-        self.busy = 0
-
-    async def read(
-        self, name: str, start: StartPosition, records_max: int, timeout_s: float
-    ) -> list[ReadRecord]:
-        key = (name, start.value) if start.kind.value == "sequence" else None
-        entry = self._idle.pop(key, None) if key is not None else None
-        if entry is None and self.busy + len(self._idle) >= self.cfg.private_readers_max:
-            await self._close_oldest()
-            if self.busy >= self.cfg.private_readers_max:
-                raise TooManyRequestsError("every private reader of this proxy is busy")
-        self.busy += 1
-        try:
-            reader = (
-                entry[0]
-                if entry is not None
-                else await self.ns.open_reader(
-                    name, start, skip_truncated=start.kind.value == "earliest"
-                )
-            )
-            try:
-                recs = await reader.read_many(records_max, timeout_s=timeout_s)
-            except BaseException:
-                await _close_quietly(reader)
-                raise
-        finally:
-            self.busy -= 1
-        self._count(recs)
-        if recs:
-            self._park((name, recs[-1].sequence_id + 1), reader)
-        elif key is not None:
-            self._park(key, reader)
-        else:
-            await _close_quietly(reader)
-        return recs
-
-    def _count(self, recs: list[ReadRecord]) -> None:
-        if not recs:
-            return
-        entries = len({(r.dlsn.segment_seqno, r.dlsn.entry_id) for r in recs})
-        self.metrics.core_records.labels("private").inc(len(recs))
-        self.metrics.core_entries.labels("private").inc(entries)
-
-    def _park(self, key: tuple[str, int], reader: LogReader) -> None:
-        old = self._idle.pop(key, None)
-        self._idle[key] = (reader, time.monotonic())
-        if old is not None:
-            asyncio.get_running_loop().create_task(_close_quietly(old[0]))
-        self.metrics.private_readers.set(len(self._idle))
-
-    async def _close_oldest(self) -> None:
-        if self._idle:
-            _key, (reader, _t) = self._idle.popitem(last=False)
-            await _close_quietly(reader)
-            self.metrics.private_readers.set(len(self._idle))
-
-    async def reap(self) -> None:
-        cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
-        for key, (reader, t) in list(self._idle.items()):
-            if t < cutoff:
-                del self._idle[key]
-                await _close_quietly(reader)
-        self.metrics.private_readers.set(len(self._idle))
-
-    async def close(self) -> None:
-        while self._idle:
-            await self._close_oldest()

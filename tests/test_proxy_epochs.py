@@ -19,12 +19,13 @@ import aiohttp
 import pytest
 
 from foundation.errors import BadRequestError, BooklineError
-from httpapi import wire
+from httpapi import writes
 from ops import procs
 from ops.local import LocalCluster
 from streams.dlsn import DLSN
 from tests.test_proxy_integration import _metric, _read_all, _rurl, _wurls
-from thinclient.client import ClientConfig, ProxyClient, _rendezvous
+from thinclient.client import ClientConfig, ProxyClient
+from thinclient.routing import rendezvous
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ CONFIG = ClientConfig(
     batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000, retry_deadline_ms=5_000
 )
 # Reserved header names are refused by the proxy (400): a batch that fails for good.
-BAD = wire.WireRecord(b"bad", headers={"bl.forged": b"1"})
+BAD = writes.WireRecord(b"bad", headers={"bl.forged": b"1"})
 
 
 def _uid() -> str:
@@ -72,7 +73,7 @@ async def test_pipelined_writes_after_a_failed_request_go_on_in_order(
     s = f"epoch-pipe-{_uid()}"
     async with _client(proxy_cluster, config) as c:
         await c.write(s, b"first")
-        records: list[bytes | wire.WireRecord] = [b"r%03d" % i for i in range(200)]
+        records: list[bytes | writes.WireRecord] = [b"r%03d" % i for i in range(200)]
         records[60] = BAD
         futures = [c.write_nowait(s, r) for r in records]
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -97,7 +98,7 @@ async def test_a_retry_across_a_failover_after_an_epoch_bump_writes_nothing_twic
     s = f"fault-epoch-{_uid()}"  # fault-*: the proxies stall new writes' answers 1.5 s
     urls = _wurls(proxy_cluster)
     victim = next(p for p in proxy_cluster.write_proxies
-                  if p.extra["url"] == _rendezvous(s, urls))  # fmt: skip
+                  if p.extra["url"] == rendezvous(s, urls))  # fmt: skip
     survivor = next(u for u in urls if u != victim.extra["url"])
     config = dataclasses.replace(CONFIG, retry_deadline_ms=30_000)
     async with _client(proxy_cluster, config) as c, aiohttp.ClientSession() as http:

@@ -22,7 +22,8 @@ from httpapi import wire
 from ops import procs
 from ops.local import LocalCluster
 from streams.dlsn import DLSN
-from thinclient.client import ClientConfig, ProxyClient, _rendezvous
+from thinclient.client import ClientConfig, ProxyClient
+from thinclient.routing import rendezvous
 
 pytestmark = pytest.mark.integration
 
@@ -89,12 +90,12 @@ async def test_streams_land_on_routed_owners_and_wrong_proxy_redirects(
     for s in streams:
         assert await client.write(s, f"first {s}") == DLSN(1, 0, 0) or True
     for s in streams:
-        assert await client.owner(s) == _rendezvous(s, urls)
+        assert await client.owner(s) == rendezvous(s, urls)
     assert len({await client.owner(s) for s in streams}) == 2, "both proxies own some"
 
     # Raw request to the wrong proxy: 307 with the error body naming the owner.
     s = streams[0]
-    owner = _rendezvous(s, urls)
+    owner = rendezvous(s, urls)
     wrong = next(u for u in urls if u != owner)
     async with (
         aiohttp.ClientSession() as session,
@@ -397,7 +398,7 @@ async def test_kill9_owner_writes_continue_exactly_once(
     await asyncio.sleep(2.0)
     victim = proxy_cluster.write_proxies[0]
     victim_url = victim.extra["url"]
-    owned = [s for s in streams if _rendezvous(s, urls) == victim_url]
+    owned = [s for s in streams if rendezvous(s, urls) == victim_url]
     assert owned, "the victim owns some streams"
     before = {s: len(acked[s]) for s in owned}
     procs.kill9(victim.proc)

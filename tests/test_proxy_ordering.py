@@ -9,11 +9,11 @@ from typing import Any, cast
 import pytest
 
 from foundation.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
-from httpapi.wire import WriteRequest
+from httpapi.writes import WriteRequest
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 from writeproxy.dedup import DedupTable
-from writeproxy.streams import OwnedStream
+from writeproxy.owned import OwnedStream
 
 
 class FakeWriter:

@@ -18,11 +18,11 @@ from typing import Any, cast
 import pytest
 
 from foundation.errors import BooklineError, WriterFailedError
-from httpapi.wire import WriteRequest
+from httpapi.writes import WriteRequest
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 from writeproxy import dedup
-from writeproxy.streams import OwnedStream
+from writeproxy.owned import OwnedStream
 
 
 @dataclass

@@ -22,7 +22,7 @@ from foundation.errors import (
     UnknownError,
 )
 from foundation.limits import RECORD_BYTES_MAX, record_bytes
-from httpapi import wire
+from httpapi import positions, wire, writes
 from httpapi.openapi import build_document
 from httpapi.views import record_from_view, record_view
 from streams.dlsn import DLSN
@@ -43,13 +43,13 @@ def test_negotiate_prefers_msgpack_only_when_asked() -> None:
 
 def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
     recs = [
-        wire.WireRecord(b"a"),
-        wire.WireRecord(b"\xff\x00", key=b"k", headers={"h": b"v"}, txid=7),
+        writes.WireRecord(b"a"),
+        writes.WireRecord(b"\xff\x00", key=b"k", headers={"h": b"v"}, txid=7),
     ]
-    body = wire.write_body(recs, "p1", 10, 3)
+    body = writes.write_body(recs, "p1", 10, 3)
     for media in (wire.JSON, wire.MSGPACK):
         raw = wire.encode_body(body, media)
-        req = wire.parse_write(wire.decode_body(raw, media), records_max=10)
+        req = writes.parse_write(wire.decode_body(raw, media), records_max=10)
         assert req.producer == "p1"
         assert req.seq == 10
         assert req.epoch == 3
@@ -57,10 +57,10 @@ def test_json_and_msgpack_bodies_carry_the_same_write() -> None:
 
 
 def test_crc_mismatch_is_a_bad_request() -> None:
-    body = wire.write_body([wire.WireRecord(b"abc")], None, None)
+    body = writes.write_body([writes.WireRecord(b"abc")], None, None)
     body["crc"] ^= 1
     with pytest.raises(BadRequestError, match="checksum"):
-        wire.parse_write(body, records_max=10)
+        writes.parse_write(body, records_max=10)
 
 
 @pytest.mark.parametrize(
@@ -82,12 +82,12 @@ def test_crc_mismatch_is_a_bad_request() -> None:
 )
 def test_malformed_writes_are_bad_requests(body: dict[str, Any]) -> None:
     with pytest.raises(BadRequestError):
-        wire.parse_write(body, records_max=10)
+        writes.parse_write(body, records_max=10)
 
 
 def test_too_many_records_in_one_request() -> None:
     with pytest.raises(BadRequestError, match="at most 2"):
-        wire.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
+        writes.parse_write({"payloads": ["a", "b", "c"]}, records_max=2)
 
 
 @pytest.mark.parametrize(
@@ -101,12 +101,12 @@ def test_decode_body_rejects_garbage(raw: bytes, media: str | None) -> None:
 
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 5), st.integers(0, 5)), max_size=50))
 def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
-    assert wire.decode_runs(wire.encode_runs(dlsns)) == dlsns
+    assert writes.decode_runs(writes.encode_runs(dlsns)) == dlsns
 
 
 def test_contiguous_batch_is_few_runs() -> None:
     dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
-    assert wire.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
+    assert writes.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
 
 
 @pytest.mark.parametrize(
@@ -122,13 +122,13 @@ def test_contiguous_batch_is_few_runs() -> None:
     ],
 )
 def test_positions(text: str, expected: str) -> None:
-    assert str(wire.parse_position(text)) == expected
+    assert str(positions.parse_position(text)) == expected
 
 
 @pytest.mark.parametrize("text", ["seq:x", "1:2", "foo", "seq:-1", "1:-2:3"])
 def test_bad_positions(text: str) -> None:
     with pytest.raises(BadRequestError):
-        wire.parse_position(text)
+        positions.parse_position(text)
 
 
 def test_error_bodies_round_trip_with_owner() -> None:
@@ -207,7 +207,7 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     """The epoch travels in the batch marker (absent = 0, as in logs from before
     epochs), so a new owner knows which epoch of a producer is current."""
     assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
-    assert wire.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
+    assert writes.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
     log = [
         _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
         _Rec((1, 0, 1), None),
@@ -261,7 +261,7 @@ def test_the_proxy_and_the_client_use_the_one_record_limit() -> None:
     UTF-8 bytes, as limits.record_bytes counts them)."""
     assert WriteProxyConfig().record_bytes_max == RECORD_BYTES_MAX
     assert ClientConfig().record_bytes_max == RECORD_BYTES_MAX
-    rec = wire.WireRecord(b"v" * 10, key=b"k", headers={"größe": b"12"})
+    rec = writes.WireRecord(b"v" * 10, key=b"k", headers={"größe": b"12"})
     assert rec.size_bytes == record_bytes(rec.payload, rec.key, rec.headers)
     with pytest.raises(ConfigError, match="record_bytes_max"):
         WriteProxyConfig(record_bytes_max=RECORD_BYTES_MAX + 1)

@@ -4,5 +4,10 @@ core writer, de-duplicates retried writes by producer id and sequence number (al
 across failover), and answers 429 when its per-stream or per-proxy limits are reached.
 
 Modules: ``config`` (settings), ``limits`` (admission), ``dedup`` (producer table,
-pure), ``streams`` (ownership + write path), ``app`` (HTTP routes), ``main`` (CLI).
+pure), ``owned`` (one owned stream's write path: producer order, retries, the append),
+``ownership`` (acquiring and dropping streams), ``faults`` (the test-only stall
+middleware), ``metrics``, ``app`` (HTTP routes), ``main`` (CLI).
+
+A write goes straight down: ``app`` -> ``owned`` -> the core writer
+(:mod:`streams.writer`) -> ledgers -> bookies.
 """

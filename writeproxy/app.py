@@ -32,7 +32,8 @@ from foundation.errors import (
     UnavailableError,
 )
 from foundation.names import validate_name
-from httpapi import wire
+from httpapi import wire, writes
+from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
 from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
@@ -40,9 +41,10 @@ from metadata.zk import SessionState
 from streams.dlsn import DLSN
 from streams.records import RECORD_OVERHEAD_BYTES
 from writeproxy.config import WriteProxyConfig
+from writeproxy.faults import fault_middlewares
 from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
-from writeproxy.streams import Ownership
+from writeproxy.ownership import Ownership
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -83,7 +85,6 @@ class WriteProxy:
         self._runner: web.AppRunner | None = None
         self._load_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._stalls_left = config.fault_stall_writes
         self.metrics.bind_gauges(
             lambda: float(len(self._ownership.owned) if self._ownership else 0),
             lambda: float(self.limiter.total_bytes),
@@ -101,7 +102,7 @@ class WriteProxy:
         core_overrides: dict[str, Any] = {
             "session_timeout_ms": cfg.session_timeout_ms,
             # Admission keeps a stream's pending bytes under half of this, so the core
-            # writer never makes a batch wait for room (see streams.OwnedStream).
+            # writer never makes a batch wait for room (see writeproxy.owned).
             "pending_bytes_max": 2 * cfg.stream_inflight_bytes_max,
         }
         if cfg.writer_flush_interval_ms:
@@ -210,6 +211,7 @@ class WriteProxy:
             requests=self.metrics.requests,
             on_status=self._count_status,
             client_max_size=self.config.request_bytes_max,
+            middlewares=fault_middlewares(self.config),  # none unless a test asks
         )
         p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
@@ -282,7 +284,7 @@ class WriteProxy:
         admitted = size
         try:
             body = await read_body(request)
-            req = wire.parse_write(body, records_max=cfg.request_records_max)
+            req = writes.parse_write(body, records_max=cfg.request_records_max)
             largest = req.record_bytes_max
             if largest > cfg.record_bytes_max:
                 raise TooLargeError(f"record of {largest} bytes; at most {cfg.record_bytes_max}")
@@ -294,19 +296,10 @@ class WriteProxy:
             dlsns, dups = await stream.write(req)
         finally:
             self.limiter.release(name, admitted)
-        written = len(dlsns) - dups
-        self.metrics.records_written.inc(written)
+        self.metrics.records_written.inc(len(dlsns) - dups)
         self.metrics.duplicates.inc(dups)
-        if self._stalls_left > 0 and written and name.startswith(cfg.fault_stall_stream_prefix):
-            self._stalls_left -= 1
-            log.warning("fault hook: stalling a durable write's answer %d ms", cfg.fault_stall_ms)
-            await asyncio.sleep(cfg.fault_stall_ms / 1000)
         media = wire.negotiate(request.headers.get("Accept"))
-        answer = wire.write_answer(dlsns, media)
-        if dups:
-            answer["duplicates"] = dups
-        if len(dlsns) == 1 and media == wire.JSON:
-            answer["dlsn"] = str(dlsns[0])
+        answer = writes.write_answer(dlsns, media, dups)
         return web.Response(body=wire.encode_body(answer, media), content_type=media)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
@@ -329,7 +322,7 @@ class WriteProxy:
         text = body.get("dlsn")
         if not isinstance(text, str):
             raise BadRequestError("truncate needs {'dlsn': 'seg:entry:slot'}")
-        dlsn = DLSN(*wire.parse_dlsn(text))
+        dlsn = DLSN(*parse_dlsn(text))
         stream = await self.ownership.get(name)
         await stream.writer.truncate(dlsn)
         return respond(request, {"truncated_before": str(dlsn)})

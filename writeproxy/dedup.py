@@ -31,7 +31,7 @@ from typing import Protocol, cast
 
 from foundation.errors import OutcomeUnknownError, ProducerFencedError
 from foundation.invariants import invariant
-from httpapi.wire import (
+from httpapi.writes import (
     PRODUCER_COUNT_HEADER,
     PRODUCER_EPOCH_HEADER,
     PRODUCER_HEADER,

@@ -1,0 +1,315 @@
+"""Writes over HTTP: the write request, its records and its answer. Sans-I/O.
+
+Write request (``POST /v1/streams/{name}/records``)::
+
+    {"producer": str?,          # producer id (idempotence); omit for fire-and-forget
+     "epoch": int?,             # the producer's epoch on this stream (default 0)
+     "seq": int?,               # sequence number of the first record (required with producer)
+     "payloads": [bytes, ...]   # plain records, or:
+     "records": [{"payload": bytes, "key": bytes?, "headers": {str: bytes}?,
+                  "txid": int?}, ...],
+     "crc": int?}               # CRC32C of all payloads concatenated (msgpack clients)
+
+Record ``i`` of the request has producer sequence ``seq + i`` within ``epoch``. A producer
+bumps its epoch after a batch failed for good and starts again at sequence 0; the proxy
+then refuses older epochs of it (PRODUCER_FENCED) -- see docs/proxies.md. The answer
+carries the records' DLSNs: JSON ``{"dlsns": ["seg:entry:slot", ...]}``, msgpack
+``{"runs": [[seg, entry, first_slot, count], ...]}`` (consecutive slots of one entry
+collapse into one run; a 1000-record batch is a handful of runs), plus ``"duplicates":
+n`` when the first ``n`` records were retries (and ``"dlsn"`` for one record in JSON).
+
+The write proxy marks each producer batch in the log with ``bl.*`` record headers
+(below), which is why clients may not use that prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import crc32c
+
+from foundation.errors import BadRequestError
+from foundation.limits import record_bytes
+from httpapi.positions import DlsnTuple, format_dlsn, parse_dlsn
+from httpapi.wire import MSGPACK, get_bytes, get_int
+
+__all__ = [
+    "EPOCH_MAX",
+    "PRODUCER_COUNT_HEADER",
+    "PRODUCER_EPOCH_HEADER",
+    "PRODUCER_HEADER",
+    "PRODUCER_SEQ_HEADER",
+    "WireRecord",
+    "WriteRequest",
+    "answer_dlsns",
+    "decode_runs",
+    "encode_runs",
+    "parse_write",
+    "payloads_crc",
+    "write_answer",
+    "write_body",
+]
+
+
+# Record headers the write proxy adds to the first record of each producer batch so a
+# new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
+PRODUCER_HEADER: Final = "bl.producer"
+PRODUCER_SEQ_HEADER: Final = "bl.seq"
+PRODUCER_COUNT_HEADER: Final = "bl.count"
+# The batch's producer epoch (4 bytes big-endian), present when it is not 0.
+PRODUCER_EPOCH_HEADER: Final = "bl.epoch"
+
+# A producer id is a client-chosen token (uuid4 hex); bounded so a table entry is small.
+PRODUCER_CHARS_MAX: Final = 64
+# Producer sequences are unsigned 63-bit (JSON-safe enough and fits msgpack int64).
+SEQ_MAX: Final = (1 << 63) - 1
+# Producer epochs fit the 4-byte header; a client that runs out takes a new producer id.
+EPOCH_MAX: Final = (1 << 31) - 1
+TXID_MAX: Final = (1 << 63) - 1
+# Headers per record and their sizes: metadata, not a second payload.
+HEADERS_PER_RECORD_MAX: Final = 32
+HEADER_KEY_CHARS_MAX: Final = 128
+
+
+# -- records ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WireRecord:
+    """A record to write, as a request carries it."""
+
+    payload: bytes
+    key: bytes | None = None
+    headers: dict[str, bytes] | None = None
+    txid: int | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        """The size every record limit counts (:func:`foundation.limits.record_bytes`)."""
+        return record_bytes(self.payload, self.key, self.headers)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"payload": self.payload}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.headers:
+            out["headers"] = self.headers
+        if self.txid is not None:
+            out["txid"] = self.txid
+        return out
+
+
+def _headers(value: Any) -> dict[str, bytes] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > HEADERS_PER_RECORD_MAX:
+        raise BadRequestError(f"headers must be an object of at most {HEADERS_PER_RECORD_MAX}")
+    out: dict[str, bytes] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not k or len(k) > HEADER_KEY_CHARS_MAX:
+            raise BadRequestError(f"header names must be 1..{HEADER_KEY_CHARS_MAX} characters")
+        if k.startswith("bl."):
+            raise BadRequestError(f"header {k!r}: the prefix 'bl.' is reserved")
+        if isinstance(v, bytes):
+            out[k] = v
+        elif isinstance(v, str):
+            out[k] = v.encode("utf-8")
+        else:
+            raise BadRequestError(f"header {k!r} must be bytes or text")
+    return out
+
+
+def _record(obj: Any) -> WireRecord:
+    if not isinstance(obj, dict):
+        raise BadRequestError("each record must be an object")
+    payload = get_bytes(obj, "payload", required=True)
+    assert payload is not None  # required=True
+    return WireRecord(
+        payload=payload,
+        key=get_bytes(obj, "key"),
+        headers=_headers(obj.get("headers")),
+        txid=get_int(obj, "txid", 0, TXID_MAX),
+    )
+
+
+class WriteRequest:
+    """A validated write. A plain ``payloads`` body keeps its list of payloads
+    (``payloads``) and makes :class:`WireRecord` objects only if asked (``records``):
+    the write proxy's fast path hands the payloads to the writer directly."""
+
+    __slots__ = ("_records", "epoch", "payloads", "producer", "seq")
+
+    def __init__(
+        self,
+        producer: str | None,
+        seq: int | None,
+        records: list[WireRecord] | None = None,
+        payloads: list[bytes] | None = None,
+        epoch: int = 0,
+    ) -> None:
+        if (records is None) == (payloads is None):
+            raise BadRequestError("a write request has records or payloads, not both")
+        self.producer = producer
+        self.seq = seq
+        self.epoch = epoch
+        self._records = records
+        self.payloads = payloads
+
+    @property
+    def records(self) -> list[WireRecord]:
+        if self._records is None:
+            assert self.payloads is not None  # one of the two, checked above
+            self._records = [WireRecord(p) for p in self.payloads]
+        return self._records
+
+    @property
+    def count(self) -> int:
+        return len(self.payloads) if self.payloads is not None else len(self.records)
+
+    @property
+    def size_bytes(self) -> int:
+        if self.payloads is not None:
+            return sum(map(len, self.payloads))
+        return sum(r.size_bytes for r in self.records)
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest record's size."""
+        if self.payloads is not None:
+            return max(map(len, self.payloads), default=0)
+        return max((r.size_bytes for r in self.records), default=0)
+
+
+def payloads_crc(payloads: Iterable[bytes]) -> int:
+    """CRC32C of the payloads concatenated (one C call over the joined bytes)."""
+    return int(crc32c.crc32c(b"".join(payloads)))
+
+
+def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
+    """Validate a write body (one record or a batch) into a :class:`WriteRequest`."""
+    producer = obj.get("producer")
+    if producer is not None and (
+        not isinstance(producer, str) or not 0 < len(producer) <= PRODUCER_CHARS_MAX
+    ):
+        raise BadRequestError(f"producer must be a string of 1..{PRODUCER_CHARS_MAX} characters")
+    seq = get_int(obj, "seq", 0, SEQ_MAX)
+    if producer is not None and seq is None:
+        raise BadRequestError("a producer id needs a sequence number 'seq'")
+    epoch = get_int(obj, "epoch", 0, EPOCH_MAX) or 0
+    if epoch and producer is None:
+        raise BadRequestError("an epoch belongs to a producer id")
+    if "payloads" in obj:
+        raw = obj["payloads"]
+        if not isinstance(raw, list):
+            raise BadRequestError("payloads must be a list")
+        payloads: list[bytes] = raw
+        if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
+            payloads = [_payload(p) for p in raw]
+        return _checked(
+            WriteRequest(producer, seq, payloads=payloads, epoch=epoch), obj, records_max
+        )
+    elif "records" in obj:
+        raw = obj["records"]
+        if not isinstance(raw, list):
+            raise BadRequestError("records must be a list")
+        records = [_record(r) for r in raw]
+    elif "payload" in obj or "payload_b64" in obj:
+        records = [_record(obj)]
+    else:
+        raise BadRequestError("a write needs 'payload', 'payloads' or 'records'")
+    return _checked(WriteRequest(producer, seq, records=records, epoch=epoch), obj, records_max)
+
+
+def _payload(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise BadRequestError("each payload must be bytes or text")
+
+
+def _checked(req: WriteRequest, obj: Mapping[str, Any], records_max: int) -> WriteRequest:
+    count, seq = req.count, req.seq
+    if not count:
+        raise BadRequestError("a write needs at least one record")
+    if count > records_max:
+        raise BadRequestError(f"{count} records in one request; at most {records_max}")
+    if seq is not None and seq + count - 1 > SEQ_MAX:
+        raise BadRequestError("sequence numbers overflow")
+    crc = get_int(obj, "crc", 0, 0xFFFFFFFF)
+    if crc is not None:
+        payloads = req.payloads if req.payloads is not None else [r.payload for r in req.records]
+        if crc != payloads_crc(payloads):
+            raise BadRequestError("payload checksum mismatch (crc)")
+    return req
+
+
+def write_body(
+    records: Sequence[WireRecord], producer: str | None, seq: int | None, epoch: int = 0
+) -> dict[str, Any]:
+    """The client side of :func:`parse_write` (compact form when records are plain)."""
+    body: dict[str, Any] = {}
+    if producer is not None:
+        body["producer"] = producer
+        body["seq"] = seq
+        if epoch:
+            body["epoch"] = epoch
+    if all(r.key is None and not r.headers and r.txid is None for r in records):
+        payloads = [r.payload for r in records]
+        body["payloads"] = payloads
+    else:
+        payloads = [r.payload for r in records]
+        body["records"] = [r.to_wire() for r in records]
+    body["crc"] = payloads_crc(payloads)
+    return body
+
+
+# -- DLSN runs (compact batch answers) --------------------------------------------------
+
+
+def encode_runs(dlsns: Iterable[DlsnTuple]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    last: list[int] | None = None
+    for seg, entry, slot in dlsns:
+        if last is not None and last[0] == seg and last[1] == entry and last[2] + last[3] == slot:
+            last[3] += 1
+        else:
+            last = [seg, entry, slot, 1]
+            runs.append(last)
+    return runs
+
+
+def decode_runs(runs: Any) -> list[DlsnTuple]:
+    if not isinstance(runs, list):
+        raise BadRequestError("runs must be a list")
+    out: list[DlsnTuple] = []
+    for run in runs:
+        if not isinstance(run, list) or len(run) != 4:
+            raise BadRequestError("each run is [segment, entry, first_slot, count]")
+        seg, entry, slot, count = run
+        out.extend((seg, entry, slot + i) for i in range(count))
+    return out
+
+
+def write_answer(dlsns: Sequence[DlsnTuple], media: str, duplicates: int = 0) -> dict[str, Any]:
+    """The answer to a write whose first ``duplicates`` records were retries."""
+    if media == MSGPACK:
+        answer: dict[str, Any] = {"runs": encode_runs(dlsns)}
+    else:
+        answer = {"dlsns": [format_dlsn(d) for d in dlsns]}
+    if duplicates:
+        answer["duplicates"] = duplicates
+    if len(dlsns) == 1 and media != MSGPACK:
+        answer["dlsn"] = format_dlsn(dlsns[0])
+    return answer
+
+
+def answer_dlsns(obj: Mapping[str, Any]) -> list[DlsnTuple]:
+    if "runs" in obj:
+        return decode_runs(obj["runs"])
+    raw = obj.get("dlsns")
+    if not isinstance(raw, list):
+        raise BadRequestError("answer carries neither runs nor dlsns")
+    return [parse_dlsn(d) for d in raw]

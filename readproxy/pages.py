@@ -1,0 +1,106 @@
+"""Pages of records by position, from a stream's shared feed when it covers the
+position, else from a private reader (:class:`Pages`). No HTTP here.
+
+Positions inside the read proxy are sequence ids: a start (earliest, latest, DLSN,
+``seq:N``, ``txid:N``, ``time:MS``) is turned into one when that is cheap (``seq``,
+``latest``, a DLSN inside a feed's ring); otherwise a private reader seeks it and the
+page's last record tells the next sequence id.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from httpapi.positions import Position
+from readproxy.config import ReadProxyConfig
+from readproxy.feeds import FeedRegistry
+from readproxy.frames import CachedRecord
+from readproxy.metrics import ReadProxyMetrics
+from readproxy.readers import ReaderPool
+from streams.dlsn import DLSN, StartPosition
+from streams.records import ReadRecord
+
+if TYPE_CHECKING:
+    from streams.namespace import Namespace
+
+__all__ = ["Pages", "to_start"]
+
+
+def to_start(pos: Position) -> StartPosition:
+    if pos.kind == "earliest":
+        return StartPosition.earliest()
+    if pos.kind == "latest":
+        return StartPosition.latest()
+    if pos.kind == "dlsn":
+        assert pos.dlsn is not None
+        return StartPosition.dlsn(DLSN(*pos.dlsn))
+    assert pos.value is not None
+    if pos.kind == "seq":
+        return StartPosition.sequence(pos.value)
+    if pos.kind == "txid":
+        return StartPosition.txid(pos.value)
+    return StartPosition.timestamp(pos.value)
+
+
+class Pages:
+    """Reads by position over one proxy's feeds and private readers."""
+
+    def __init__(
+        self,
+        ns: Namespace,
+        feeds: FeedRegistry,
+        pool: ReaderPool,
+        config: ReadProxyConfig,
+        metrics: ReadProxyMetrics,
+    ) -> None:
+        self.ns = ns
+        self.feeds = feeds
+        self.pool = pool
+        self.config = config
+        self.metrics = metrics
+
+    async def resolve_seq(self, name: str, pos: Position) -> int | None:
+        """The position as a sequence id, when that is cheap to know."""
+        if pos.kind == "seq":
+            return pos.value
+        feed = self.feeds.get(name)
+        if pos.kind == "latest":
+            if feed is not None:
+                return feed.next_seq
+            info = await self.ns.stream_info(name)
+            return int(info.next_sequence_id)
+        if pos.kind == "dlsn" and feed is not None:
+            assert pos.dlsn is not None
+            return feed.seq_of(DLSN(*pos.dlsn))
+        return None
+
+    async def read_page(
+        self, name: str, pos: Position, limit: int, wait_s: float
+    ) -> tuple[list[CachedRecord] | list[ReadRecord], str]:
+        """Records from ``pos`` and where to continue; ``wait_s > 0`` long-polls (from
+        the stream's feed, opened for it)."""
+        cfg = self.config
+        follow = wait_s > 0
+        seq = await self.resolve_seq(name, pos)
+        if seq is not None:
+            feed = self.feeds.get(name)
+            if feed is None and (follow or pos.kind == "latest"):
+                feed = await self.feeds.open(name, seq)
+            if feed is not None and feed.covers(seq):
+                items = feed.slice(seq, limit, cfg.read_bytes_max)
+                if not items and follow and await feed.wait_beyond(seq, wait_s):
+                    items = feed.slice(seq, limit, cfg.read_bytes_max)
+                self.metrics.served_records.labels("feed").inc(len(items))
+                return items, f"seq:{seq + len(items)}"
+            start = StartPosition.sequence(seq)
+        else:
+            start = to_start(pos)
+        timeout = wait_s if follow else cfg.range_read_timeout_ms / 1000
+        recs = await self.pool.read(name, start, limit, timeout)
+        self.metrics.served_records.labels("private").inc(len(recs))
+        if recs:
+            nxt = recs[-1].sequence_id + 1
+            if follow and len(recs) < limit and self.feeds.get(name) is None:
+                await self.feeds.open(name, nxt)  # this reader reached the head
+            return recs, f"seq:{nxt}"
+        return recs, f"seq:{seq}" if seq is not None else str(pos)

@@ -1,0 +1,114 @@
+"""Private readers of one read proxy (:class:`ReaderPool`): range reads, and catch-up
+for a client behind a feed's ring. A reader is kept between pages, found again by
+``(stream, next sequence id)``, so paging through a stream reuses one core reader; idle
+ones are closed after ``private_reader_idle_ms``, and at most ``private_readers_max``
+exist (then 429)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from foundation.errors import BooklineError, TooManyRequestsError
+from readproxy.config import ReadProxyConfig
+from readproxy.metrics import ReadProxyMetrics
+from streams.dlsn import StartPosition
+from streams.records import ReadRecord
+
+if TYPE_CHECKING:
+    from streams.namespace import Namespace
+    from streams.reader import LogReader
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReaderPool", "close_quietly"]
+
+
+async def close_quietly(reader: LogReader) -> None:
+    try:
+        await reader.close()
+    except BooklineError as exc:
+        log.warning("closing a reader of %s: %s", reader.stream, exc)
+
+
+class ReaderPool:
+    """Private readers for range reads and catch-up, kept between pages: the reader a
+    page ended with is found again by ``(stream, next sequence id)``."""
+
+    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
+        self.ns = ns
+        self.cfg = config
+        self.metrics = metrics
+        self._idle: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
+            collections.OrderedDict()
+        )
+        self.busy = 0
+
+    async def read(
+        self, name: str, start: StartPosition, records_max: int, timeout_s: float
+    ) -> list[ReadRecord]:
+        key = (name, start.value) if start.kind.value == "sequence" else None
+        entry = self._idle.pop(key, None) if key is not None else None
+        if entry is None and self.busy + len(self._idle) >= self.cfg.private_readers_max:
+            await self._close_oldest()
+            if self.busy >= self.cfg.private_readers_max:
+                raise TooManyRequestsError("every private reader of this proxy is busy")
+        self.busy += 1
+        try:
+            reader = (
+                entry[0]
+                if entry is not None
+                else await self.ns.open_reader(
+                    name, start, skip_truncated=start.kind.value == "earliest"
+                )
+            )
+            try:
+                recs = await reader.read_many(records_max, timeout_s=timeout_s)
+            except BaseException:
+                await close_quietly(reader)
+                raise
+        finally:
+            self.busy -= 1
+        self._count(recs)
+        if recs:
+            self._park((name, recs[-1].sequence_id + 1), reader)
+        elif key is not None:
+            self._park(key, reader)
+        else:
+            await close_quietly(reader)
+        return recs
+
+    def _count(self, recs: list[ReadRecord]) -> None:
+        if not recs:
+            return
+        entries = len({(r.dlsn.segment_seqno, r.dlsn.entry_id) for r in recs})
+        self.metrics.core_records.labels("private").inc(len(recs))
+        self.metrics.core_entries.labels("private").inc(entries)
+
+    def _park(self, key: tuple[str, int], reader: LogReader) -> None:
+        old = self._idle.pop(key, None)
+        self._idle[key] = (reader, time.monotonic())
+        if old is not None:
+            asyncio.get_running_loop().create_task(close_quietly(old[0]))
+        self.metrics.private_readers.set(len(self._idle))
+
+    async def _close_oldest(self) -> None:
+        if self._idle:
+            _key, (reader, _t) = self._idle.popitem(last=False)
+            await close_quietly(reader)
+            self.metrics.private_readers.set(len(self._idle))
+
+    async def reap(self) -> None:
+        cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
+        for key, (reader, t) in list(self._idle.items()):
+            if t < cutoff:
+                del self._idle[key]
+                await close_quietly(reader)
+        self.metrics.private_readers.set(len(self._idle))
+
+    async def close(self) -> None:
+        while self._idle:
+            await self._close_oldest()

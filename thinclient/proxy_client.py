@@ -1,0 +1,195 @@
+""":class:`ProxyClient`: the thin client's asyncio face, over its parts.
+
+``routing`` (which proxy), ``transport`` (HTTP, retries, redirects), ``producer``
+(batched idempotent writes with epochs), ``reads`` (pages and tails); this module
+holds the lifecycle, the write calls, stream management and the read calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from foundation.cluster_file import read_cluster_file
+from foundation.errors import ConfigError, TooManyRequestsError
+from httpapi import wire
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
+from thinclient import reads
+from thinclient.config import ClientConfig
+from thinclient.producer import Producer
+from thinclient.reads import ReadPage, stream_path
+from thinclient.records import RecordLike, as_records, size_of
+from thinclient.routing import ProxyDirectory
+from thinclient.transport import Transport
+
+__all__ = ["ProxyClient"]
+
+
+class ProxyClient:
+    """``async with ProxyClient(write_urls=[...], read_urls=[...]) as c: ...``"""
+
+    def __init__(
+        self,
+        *,
+        write_urls: Sequence[str] = (),
+        read_urls: Sequence[str] = (),
+        zk: str | None = None,
+        root: str = "/bookline",
+        config: ClientConfig | None = None,
+        producer_id: str | None = None,
+    ) -> None:
+        if not write_urls and not read_urls and zk is None:
+            raise ConfigError("ProxyClient needs proxy URLs or a ZooKeeper connect string")
+        self.config = config or ClientConfig()
+        self.producer_id = producer_id or uuid.uuid4().hex
+        rng = random.Random()  # backoff jitter and read proxy choice
+        self._proxies = ProxyDirectory(
+            self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
+        )
+        self._transport = Transport(self.config, self._proxies, rng)
+        self._producer = Producer(self.config, self._transport, self.producer_id)
+        self._closed = False
+
+    @classmethod
+    def from_cluster_file(
+        cls, path: str | Path, *, config: ClientConfig | None = None, use_zk: bool = False
+    ) -> ProxyClient:
+        """Proxies from a ``cluster.json`` (``bookline local``); ``use_zk`` discovers
+        them from the cluster's ZooKeeper instead. ConfigError when the file is missing
+        or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
+        cluster = read_cluster_file(path)
+        if use_zk:
+            return cls(zk=cluster.zk, root=cluster.root, config=config)
+        return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, config=config)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> ProxyClient:
+        self._transport.open()
+        await self._proxies.connect()
+        return self
+
+    async def close(self) -> None:
+        """Wait for queued writes (bounded by their retry deadline), then close."""
+        if self._closed:
+            return
+        await self._producer.drain()
+        self._closed = self._producer.closed = True
+        await self._transport.close()
+        await self._proxies.close()
+
+    async def __aenter__(self) -> ProxyClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        return self._transport.session
+
+    @property
+    def retries(self) -> int:
+        """Requests sent again after a retriable error (since the client was made)."""
+        return self._transport.retries
+
+    @property
+    def redirects(self) -> int:
+        """OWNER_MOVED redirects followed."""
+        return self._transport.redirects
+
+    def route(self, stream: str) -> str:
+        """The write proxy a request for ``stream`` goes to now."""
+        return self._proxies.route(stream)
+
+    # -- writes ---------------------------------------------------------------------
+
+    def write_nowait(self, stream: str, record: RecordLike) -> asyncio.Future[DLSN]:
+        """Queue one record; the future resolves to its DLSN once durable."""
+        rec = as_records([record])
+        if not self._producer.has_room(size_of(rec[0])):
+            raise TooManyRequestsError("client buffer full; await write() instead")
+        fut: asyncio.Future[DLSN] = self._producer.enqueue(stream, rec, True).fut
+        return fut
+
+    async def write(self, stream: str, record: RecordLike) -> DLSN:
+        rec = as_records([record])
+        await self._producer.wait_room(size_of(rec[0]))
+        result: DLSN = await self._producer.enqueue(stream, rec, True).fut
+        return result
+
+    def write_many_nowait(
+        self, stream: str, records: Sequence[RecordLike]
+    ) -> asyncio.Future[list[DLSN]]:
+        recs = as_records(records)
+        if not self._producer.has_room(sum(map(size_of, recs))):
+            raise TooManyRequestsError("client buffer full; await write_many() instead")
+        fut: asyncio.Future[list[DLSN]] = self._producer.enqueue(stream, recs, False).fut
+        return fut
+
+    async def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
+        """Write records in order; their DLSNs once all are durable."""
+        recs = as_records(records)
+        await self._producer.wait_room(sum(map(size_of, recs)))
+        result: list[DLSN] = await self._producer.enqueue(stream, recs, False).fut
+        return result
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is answered."""
+        await self._producer.flush()
+
+    # -- stream management ---------------------------------------------------------------
+
+    async def create_stream(self, name: str) -> None:
+        body = wire.encode_body({"name": name}, wire.MSGPACK)
+        await self._transport.call("POST", f"{wire.API_PREFIX}/streams", body)
+
+    async def list_streams(self) -> list[str]:
+        obj = await self._transport.call("GET", f"{wire.API_PREFIX}/streams", None)
+        return list(obj.get("streams", []))
+
+    async def describe(self, name: str) -> dict[str, Any]:
+        return await self._transport.call("GET", stream_path(name), None)
+
+    async def delete_stream(self, name: str) -> None:
+        await self._transport.call("DELETE", stream_path(name), None, stream=name)
+        self._proxies.forget_owner(name)
+
+    async def truncate(self, name: str, dlsn: DLSN) -> None:
+        body = wire.encode_body({"dlsn": str(dlsn)}, wire.MSGPACK)
+        await self._transport.call("POST", stream_path(name, "/truncate"), body, stream=name)
+
+    async def release(self, name: str) -> None:
+        await self._transport.call("POST", stream_path(name, "/release"), None, stream=name)
+        self._proxies.forget_owner(name)
+
+    async def heartbeat(self, name: str) -> dict[str, Any]:
+        return await self._transport.call(
+            "POST", stream_path(name, "/heartbeat"), None, stream=name
+        )
+
+    async def owner(self, name: str) -> str | None:
+        obj = await self._transport.call("GET", stream_path(name, "/owner"), None)
+        owner = obj.get("owner")
+        return owner if isinstance(owner, str) else None
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def read(
+        self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
+    ) -> ReadPage:
+        """A page of records from ``start`` (earliest, latest, ``s:e:s``, ``seq:N``,
+        ``txid:N``, ``time:MS``); ``wait_ms`` long-polls for the first record."""
+        return await reads.read_page(self._transport, stream, start, limit, wait_ms)
+
+    def tail(self, stream: str, start: str = "latest") -> AsyncGenerator[ReadRecord, None]:
+        """Every record from ``start`` on, following the stream (WebSocket), across
+        read proxy failures (it resumes where it stopped)."""
+        return reads.tail(self._transport, stream, start)

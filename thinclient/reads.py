@@ -1,0 +1,86 @@
+"""The thin client's reads: a page of records from a read proxy, and a WebSocket tail
+that follows a stream across read proxy failures (it resumes where it stopped)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+import aiohttp
+
+from foundation.errors import BadRequestError
+from httpapi import wire
+from httpapi.positions import parse_position
+from httpapi.views import record_from_view
+from streams.records import ReadRecord
+from thinclient.transport import Transport
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ReadPage", "read_page", "stream_path", "tail"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPage:
+    records: list[ReadRecord]
+    next: str  # position to continue from ("seq:N")
+
+
+def stream_path(stream: str, suffix: str = "") -> str:
+    return f"{wire.API_PREFIX}/streams/{stream}{suffix}"
+
+
+async def read_page(
+    transport: Transport, stream: str, start: str, limit: int, wait_ms: int
+) -> ReadPage:
+    """A page of records from ``start``; ``wait_ms`` long-polls for the first record."""
+    parse_position(start)  # fail early on a bad position
+    query = f"?from={start}&limit={limit}&wait_ms={wait_ms}"
+    timeout = transport.config.request_timeout_ms / 1000 + wait_ms / 1000
+    obj = await transport.call(
+        "GET", stream_path(stream, "/records") + query, None, read=True, timeout_s=timeout
+    )
+    raw = obj.get("records")
+    if not isinstance(raw, list):
+        raise BadRequestError("read answer without records")
+    return ReadPage([record_from_view(stream, r) for r in raw], str(obj.get("next", start)))
+
+
+async def tail(transport: Transport, stream: str, start: str) -> AsyncGenerator[ReadRecord, None]:
+    """Every record from ``start`` on, following the stream over a WebSocket; a broken
+    tail resumes on a read proxy (backoff with full jitter) at the next position."""
+    parse_position(start)
+    cfg = transport.config
+    proxies = transport.directory
+    position = start
+    backoff = cfg.backoff_initial_ms / 1000
+    while True:
+        url = proxies.read_url()
+        ws_url = url.replace("http", "ws", 1) + stream_path(stream, "/tail") + f"?from={position}"
+        try:
+            async with transport.session.ws_connect(ws_url, heartbeat=30.0, max_msg_size=0) as ws:
+                backoff = cfg.backoff_initial_ms / 1000
+                async for msg in ws:
+                    if msg.type is aiohttp.WSMsgType.BINARY:
+                        obj = wire.decode_body(msg.data, wire.MSGPACK)
+                    elif msg.type is aiohttp.WSMsgType.TEXT:
+                        obj = wire.decode_body(msg.data.encode(), wire.JSON)
+                    else:
+                        break
+                    if "error" in obj:
+                        raise wire.decode_error(obj["error"], 500)
+                    for r in obj.get("records", []):
+                        yield record_from_view(stream, r)
+                    position = str(obj.get("next", position))
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status < 500:
+                raise BadRequestError(f"tail of {stream} refused: HTTP {exc.status}") from exc
+            proxies.mark_down(url)
+        except (aiohttp.ClientError, OSError) as exc:
+            log.info("tail of %s via %s broke (%s); resuming at %s", stream, url, exc, position)
+            proxies.mark_down(url)
+        await asyncio.sleep(transport.rng.uniform(0, backoff))
+        backoff = min(backoff * 2, cfg.backoff_max_ms / 1000)
+        await proxies.discover(force=True)

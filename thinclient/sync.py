@@ -1,0 +1,103 @@
+""":class:`SyncProxyClient`: the thin client's blocking face, a :class:`ProxyClient` on
+a private event loop thread (:class:`foundation.loopthread.LoopThread`, the one the
+core library's ``SyncNamespace`` uses), for threads without an event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from foundation.cluster_file import read_cluster_file
+from foundation.loopthread import LoopThread
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
+from thinclient.proxy_client import ProxyClient
+from thinclient.reads import ReadPage
+from thinclient.records import RecordLike
+
+__all__ = ["SyncProxyClient"]
+
+
+class SyncProxyClient:
+    """Blocking facade: the calls of :class:`ProxyClient`, each run on the loop thread.
+    Takes ProxyClient's keyword arguments."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._loop = LoopThread(name="bookline-proxy-client")
+        try:
+            self._client: ProxyClient = self._loop.call(self._make(kwargs))
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @staticmethod
+    async def _make(kwargs: dict[str, Any]) -> ProxyClient:
+        return await ProxyClient(**kwargs).start()
+
+    @classmethod
+    def from_cluster_file(cls, path: str | Path, **kwargs: Any) -> SyncProxyClient:
+        """The proxies a ``cluster.json`` lists (``bookline local``); ConfigError when
+        it is missing or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
+        cluster = read_cluster_file(path)
+        return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, **kwargs)
+
+    def write(self, stream: str, record: RecordLike) -> DLSN:
+        return self._loop.call(self._client.write(stream, record))
+
+    def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
+        return self._loop.call(self._client.write_many(stream, records))
+
+    def write_async(self, stream: str, record: RecordLike) -> concurrent.futures.Future[DLSN]:
+        """Pipelined: a concurrent.futures.Future resolving to the DLSN."""
+        return asyncio.run_coroutine_threadsafe(self._client.write(stream, record), self._loop.loop)
+
+    def flush(self) -> None:
+        self._loop.call(self._client.flush())
+
+    def read(
+        self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
+    ) -> ReadPage:
+        return self._loop.call(self._client.read(stream, start, limit, wait_ms))
+
+    def tail(self, stream: str, start: str = "latest") -> Iterator[ReadRecord]:
+        agen = self._client.tail(stream, start)
+
+        async def step() -> ReadRecord:
+            return await agen.__anext__()
+
+        try:
+            while True:
+                yield self._loop.call(step())
+        except StopAsyncIteration:
+            return
+        finally:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call(agen.aclose())
+
+    def create_stream(self, name: str) -> None:
+        self._loop.call(self._client.create_stream(name))
+
+    def list_streams(self) -> list[str]:
+        return self._loop.call(self._client.list_streams())
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return self._loop.call(self._client.describe(name))
+
+    def delete_stream(self, name: str) -> None:
+        self._loop.call(self._client.delete_stream(name))
+
+    def close(self) -> None:
+        try:
+            self._loop.call(self._client.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> SyncProxyClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

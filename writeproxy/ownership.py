@@ -1,0 +1,270 @@
+"""Stream ownership of one write proxy (:class:`Ownership`): acquiring and dropping.
+
+Owning a stream takes two things, in this order:
+
+1. the **owner record** ``owners/<ns>/<stream>`` (ephemeral, this proxy's session):
+   what other proxies read to redirect clients here;
+2. the stream's **writer lock**, by opening the core library's writer, which also
+   recovers and seals the previous owner's last segment (fencing it) and starts a new
+   segment.
+
+Then the de-duplication table is rebuilt from the stream's tail (:mod:`writeproxy.dedup`)
+and the stream is served by an :class:`~writeproxy.owned.OwnedStream`. A stream whose
+writer fails (lost lock, bookies gone) is dropped: the writer is closed, the record
+released, and the next request acquires it again from scratch, so the table is always
+rebuilt from what the log really holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from foundation.errors import (
+    AlreadyExistsError,
+    BooklineError,
+    LockOwnedError,
+    NotFoundError,
+    OwnerMovedError,
+    OwnershipLostError,
+    TooManyRequestsError,
+    UnavailableError,
+)
+from writeproxy import dedup
+from writeproxy.config import WriteProxyConfig
+from writeproxy.owned import OwnedStream
+
+if TYPE_CHECKING:
+    from metadata.client import MetadataClient
+    from streams.namespace import Namespace
+    from streams.writer import LogWriter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Ownership"]
+
+# Entries read per request while scanning a stream's tail on takeover.
+SCAN_ENTRIES_PER_READ = 64
+# Streams being acquired at once (each costs ZooKeeper round trips and a recovery).
+ACQUIRES_CONCURRENT_MAX = 32
+
+
+class Ownership:
+    """The streams this proxy owns, acquiring and dropping them."""
+
+    def __init__(
+        self,
+        config: WriteProxyConfig,
+        ns: Namespace,
+        md: MetadataClient,
+        address: str,
+        *,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.ns = ns
+        self.md = md
+        self.address = address
+        self.owned: dict[str, OwnedStream] = {}
+        self._acquiring: dict[str, asyncio.Future[OwnedStream]] = {}
+        self._acquire_slots = asyncio.Semaphore(ACQUIRES_CONCURRENT_MAX)
+        self._on_change = on_change or (lambda: None)
+        self._closing = False
+        self._drops: set[asyncio.Task[None]] = set()
+        self.acquisitions = 0
+        self.takeover_scan_records = 0
+
+    @property
+    def identity(self) -> str:
+        return f"{self.config.proxy_id}@{self.address}"
+
+    async def get(self, name: str) -> OwnedStream:
+        """The owned stream, acquiring it when nobody owns it; OwnerMovedError if
+        another proxy does."""
+        stream = self.owned.get(name)
+        if stream is not None and stream.failed is None:
+            return stream
+        if stream is not None:
+            await self.drop(name)
+        pending = self._acquiring.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if self._closing:
+            # Retriable: the client retries, and reaches the stream's next owner.
+            raise UnavailableError("write proxy is shutting down; retry")
+        if len(self.owned) >= self.config.streams_owned_max:
+            raise TooManyRequestsError(
+                f"this proxy owns {len(self.owned)} streams, its limit; try another proxy"
+            )
+        fut: asyncio.Future[OwnedStream] = asyncio.get_running_loop().create_future()
+        self._acquiring[name] = fut
+        try:
+            async with self._acquire_slots:
+                owned = await asyncio.wait_for(
+                    self._acquire(name), self.config.acquire_timeout_ms / 1000
+                )
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: concurrent waiters re-raise it themselves
+            raise
+        else:
+            fut.set_result(owned)
+            return owned
+        finally:
+            del self._acquiring[name]
+
+    async def owner_of(self, name: str) -> str | None:
+        """Address of the proxy owning ``name`` (ours included), or None."""
+        if name in self.owned:
+            return self.address
+        record = await self.md.proxies.get_owner(self.config.namespace, name)
+        return None if record is None else record.address
+
+    async def _acquire(self, name: str) -> OwnedStream:
+        ns_name = self.config.namespace
+        record = await self.md.proxies.get_owner(ns_name, name)
+        if record is not None and record.session_id != self.md.zk.session_id:
+            if record.address == self.address:
+                # An earlier process of this proxy (restarted within its session's
+                # timeout) still holds it: not a redirect to ourselves; retry shortly.
+                raise OwnershipLostError(
+                    f"{name} is held by a previous session of this proxy until it expires"
+                )
+            raise OwnerMovedError(f"{name} is owned by {record.address}", owner=record.address)
+        if not await self.ns.exists(name):
+            if not self.config.auto_create_streams:
+                raise NotFoundError(f"stream {name} does not exist")
+            with contextlib.suppress(AlreadyExistsError):  # created concurrently: fine
+                await self.ns.create_stream(name)
+        try:
+            await self.md.proxies.claim_owner(ns_name, name, self.config.proxy_id, self.address)
+        except LockOwnedError as exc:
+            raise OwnerMovedError(f"{name} is owned by {exc.owner}", owner=exc.owner) from exc
+        try:
+            writer = await self.ns.open_writer(name, identity=self.identity)
+        except LockOwnedError as exc:
+            await self._release_record(name)
+            # Someone holds the lock without an owner record: a crashed proxy whose
+            # session has not expired yet, or a direct core writer. Retriable.
+            raise OwnershipLostError(
+                f"{name}: writer lock held by {exc.owner}; retry shortly"
+            ) from exc
+        except BaseException:
+            await self._release_record(name)
+            raise
+        try:
+            table = await self._rebuild_table(name)
+        except BaseException:
+            await _close_writer(writer, name)
+            await self._release_record(name)
+            raise
+        owned = OwnedStream(name, writer, table, self.config.reorder_wait_ms / 1000.0)
+        self.owned[name] = owned
+        self.acquisitions += 1
+        self._on_change()
+        log.info("acquired stream %s (%d producers remembered)", name, len(table))
+        return owned
+
+    async def _rebuild_table(self, name: str) -> dedup.DedupTable:
+        cfg = self.config
+        table = dedup.DedupTable(cfg.dedup_batches_per_producer, cfg.dedup_producers_max)
+        records = await self._scan_tail(name)
+        self.takeover_scan_records += len(records)
+        dedup.rebuild(table, records)
+        return table
+
+    async def _scan_tail(self, name: str) -> list[Any]:
+        """The stream's most recent records (oldest first) within the dedup window."""
+        cfg = self.config
+        horizon_ms = int(time.time() * 1000) - cfg.dedup_window_ms
+        chunks: list[list[Any]] = []
+        total = 0
+        for seg in reversed(await self.ns.segments(name)):
+            if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
+                continue
+            last = seg.last_entry_id
+            while last >= 0:
+                first = max(0, last - SCAN_ENTRIES_PER_READ + 1)
+                recs = await self.ns.read_entries(name, seg.seqno, first, last)
+                chunks.append(list(recs))
+                total += len(recs)
+                if total >= cfg.dedup_scan_records_max or (
+                    recs and recs[0].timestamp_ms < horizon_ms
+                ):
+                    return [r for chunk in reversed(chunks) for r in chunk]
+                last = first - 1
+        return [r for chunk in reversed(chunks) for r in chunk]
+
+    async def _release_record(self, name: str) -> None:
+        try:
+            await self.md.proxies.release_owner(self.config.namespace, name)
+        except BooklineError as exc:  # the session may be gone; then so is the record
+            log.warning("stream %s: could not release owner record: %s", name, exc)
+
+    async def drop(self, name: str) -> None:
+        """Stop owning ``name``: close its writer, release the record."""
+        owned = self.owned.pop(name, None)
+        if owned is None:
+            return
+        await _close_writer(owned.writer, name)
+        await self._release_record(name)
+        self._on_change()
+        log.info("released stream %s", name)
+
+    def drop_soon(self, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.drop(name))
+        self._drops.add(task)
+        task.add_done_callback(self._drops.discard)
+
+    def drop_all_soon(self) -> None:
+        """The session that held our records is gone: so is every stream."""
+        for name in list(self.owned):
+            self.owned[name].failed = self.owned[name].failed or OwnershipLostError("session lost")
+            self.drop_soon(name)
+
+    def abort_all(self) -> None:
+        """Shutting down: new acquisitions are refused, and every owned stream answers
+        its waiting and in-flight requests now (:meth:`OwnedStream.abort`)."""
+        self._closing = True
+        if self.owned:
+            log.info("shutting down: answering the requests of %d streams", len(self.owned))
+        for stream in self.owned.values():
+            stream.abort(UnavailableError("write proxy is shutting down"))
+
+    async def close(self, writers_timeout_s: float) -> None:
+        """Stop owning everything (shutdown): owner records are released first (quick),
+        then the writers are closed concurrently for at most ``writers_timeout_s`` -- a
+        writer whose bookies are down never finishes; the caller then closes the
+        ZooKeeper session, which releases its lock, and the next owner recovers."""
+        self.abort_all()
+        streams = list(self.owned.items())
+        self.owned.clear()
+        await asyncio.gather(*(self._release_record(name) for name, _s in streams))
+        closes = [asyncio.ensure_future(_close_writer(s.writer, name)) for name, s in streams]
+        closes.extend(self._drops)
+        if not closes:
+            return
+        done, pending = await asyncio.wait(closes, timeout=writers_timeout_s)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("closing a writer failed", exc_info=task.exception())
+        if pending:
+            log.warning(
+                "%d writers not closed within %.1f s (bookies down?); their locks "
+                "go with the ZooKeeper session",
+                len(pending),
+                writers_timeout_s,
+            )
+            for task in pending:
+                task.cancel()
+
+
+async def _close_writer(writer: LogWriter, name: str) -> None:
+    try:
+        await writer.close()
+    except BooklineError as exc:  # a failed writer may fail to close; the lock still goes
+        log.warning("stream %s: closing its writer: %s", name, exc)
