@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from bookie.client import BookieClientPool, BookieConnection, ClientOptions
+from bookie.client import BookieClientPool, BookieConnection, ClientOptions, LedgerAdder
 from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_REPLICA_CHECK, FEATURE_WRITE_LAC
 from foundation.config import MetadataConfig
 from foundation.errors import (
@@ -27,7 +27,7 @@ from foundation.errors import (
     NotFoundError,
     TimeoutError_,
 )
-from ledger.interfaces import ChecksumPage, LacAnswer, ReadAnswer
+from ledger.interfaces import AddCallback, ChecksumPage, LacAnswer, ReadAnswer
 from ledger.placement import BookieCandidate
 from metadata.bookies import BookieRegistry
 from metadata.client import MetadataClient
@@ -109,7 +109,7 @@ class PoolTransport:
     def __init__(self, pool: BookieClientPool, resolve: Callable[[str], Awaitable[str]]) -> None:
         self._pool = pool
         self._resolve = resolve
-        # Bookie id -> its connection, once resolved: lets add_future stay synchronous.
+        # Bookie id -> its connection, once resolved: lets add_callback stay synchronous.
         self._conns: dict[str, BookieConnection] = {}
 
     async def _conn(self, bookie: str) -> BookieConnection:
@@ -117,85 +117,28 @@ class PoolTransport:
         self._conns[bookie] = conn
         return conn
 
-    async def _bounded(self, bookie: str, timeout_s: float, coro: Awaitable[None]) -> None:
-        async with _answer_within(bookie, "answer", timeout_s):
-            await coro
-
-    async def add(  # noqa: PLR0917 - mirrors the wire request
-        self,
-        bookie: str,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        data: bytes,
-        *,
-        recovery: bool,
-        timeout_s: float,
-    ) -> None:
-        conn = await self._conn(bookie)
-        await self._bounded(
-            bookie,
-            timeout_s,
-            conn.add(
-                ledger_id,
-                entry_id,
-                lac,
-                master_key,
-                data,
-                recovery=recovery,
-                timeout_s=timeout_s,
-            ),
-        )
-
-    def add_callback(  # noqa: PLR0917 - mirrors the wire request
-        self,
-        bookie: str,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        data: bytes,
-        callback: Callable[[BaseException | None], None],
-        *,
-        recovery: bool,
-        timeout_s: float,
-    ) -> asyncio.Future[None] | None:
-        """The writer's hot path: no coroutine or task once the bookie's connection is
-        known (the connection's deadline sweep bounds the request, and its slow path --
-        waiting for room or a reconnect -- is bounded by the other requests' deadlines
-        and the connect timeout)."""
+    def known_conn(self, bookie: str) -> BookieConnection | None:
+        """The bookie's open connection if it was resolved already, else None."""
         conn = self._conns.get(bookie)
-        if conn is not None and not conn.closed:
-            return conn.add_callback(
-                ledger_id,
-                entry_id,
-                lac,
-                master_key,
-                data,
-                callback,
-                recovery=recovery,
-                timeout_s=timeout_s,
-            )
-        task = asyncio.ensure_future(
-            self.add(
-                bookie,
-                ledger_id,
-                entry_id,
-                lac,
-                master_key,
-                data,
-                recovery=recovery,
-                timeout_s=timeout_s,
-            )
+        return None if conn is None or conn.closed else conn
+
+    def adder(
+        self,
+        bookie: str,
+        ledger_id: int,
+        master_key: bytes,
+        *,
+        recovery: bool = False,
+        timeout_s: float,
+    ) -> _PoolAdder:
+        return _PoolAdder(
+            self,
+            bookie,
+            ledger_id=ledger_id,
+            master_key=master_key,
+            recovery=recovery,
+            timeout_s=timeout_s,
         )
-
-        def done(t: asyncio.Future[None]) -> None:
-            if not t.cancelled():
-                callback(t.exception())
-
-        task.add_done_callback(done)
-        return task
 
     async def read(
         self,
@@ -288,6 +231,76 @@ class PoolTransport:
                 out.extend(page.damaged)
                 start = page.next_from
         return out[:limit]
+
+
+class _PoolAdder:
+    """:class:`ledger.interfaces.EntryAdder` over the pool: a
+    :class:`bookie.client.LedgerAdder` on the bookie's connection, made again when the
+    bookie's connection changed (resolved anew, or reconnected after the pool closed
+    one)."""
+
+    __slots__ = (
+        "_adder",
+        "_bookie",
+        "_conn",
+        "_key",
+        "_ledger_id",
+        "_recovery",
+        "_timeout_s",
+        "_transport",
+    )
+
+    def __init__(
+        self,
+        transport: PoolTransport,
+        bookie: str,
+        *,
+        ledger_id: int,
+        master_key: bytes,
+        recovery: bool,
+        timeout_s: float,
+    ) -> None:
+        self._transport = transport
+        self._bookie = bookie
+        self._ledger_id = ledger_id
+        self._key = master_key
+        self._recovery = recovery
+        self._timeout_s = timeout_s
+        self._conn: BookieConnection | None = None
+        self._adder: LedgerAdder | None = None
+
+    def _on(self, conn: BookieConnection) -> LedgerAdder:
+        adder = self._adder
+        if adder is None or conn is not self._conn:
+            adder = conn.adder(
+                self._ledger_id, self._key, recovery=self._recovery, timeout_s=self._timeout_s
+            )
+            self._conn, self._adder = conn, adder
+        return adder
+
+    async def add(self, entry_id: int, lac: int, data: bytes) -> None:
+        adder = self._on(await self._transport._conn(self._bookie))
+        async with _answer_within(self._bookie, "answer", self._timeout_s):
+            await adder.add(entry_id, lac, data)
+
+    def add_callback(
+        self, entry_id: int, lac: int, data: bytes, callback: AddCallback
+    ) -> asyncio.Future[None] | None:
+        """The writer's hot path: no coroutine or task once the bookie's connection is
+        known (the connection's deadline sweep bounds the request, and its slow path --
+        waiting for room or a reconnect -- is bounded by the other requests' deadlines
+        and the connect timeout)."""
+        conn = self._transport.known_conn(self._bookie)
+        if conn is not None:
+            return self._on(conn).add_callback(entry_id, lac, data, callback)
+        task = asyncio.ensure_future(self.add(entry_id, lac, data))
+
+        def done(t: asyncio.Future[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
 
 
 @contextlib.asynccontextmanager

@@ -104,7 +104,7 @@ def make_scrubber(
     client: LedgerClient, inspector: ReplicaInspector, config: AutorecoveryConfig
 ) -> Scrubber:
     return Scrubber(
-        client,
+        client.env,
         inspector,
         page_entries=config.replica_check_page_entries,
         ledgers_in_flight_max=config.replica_check_ledgers_in_flight_max,

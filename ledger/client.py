@@ -13,7 +13,9 @@
 Built from a :class:`~ledger.interfaces.MetadataStore` and a
 :class:`~ledger.interfaces.BookieTransport`; :meth:`LedgerClient.connect` wires the real
 ZooKeeper store and bookie connection pool (``ledger.adapters``), tests may pass the
-in-memory ones (``ledger.memory``).
+in-memory ones (``ledger.memory``). The client bundles them with its settings, bookie
+health, clock and randomness in one :class:`~ledger.env.LedgerEnv`, which every writer,
+reader and recovery it opens shares.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from foundation.errors import NoEntryError, UnauthorizedError
 from foundation.quorum import check_quorum
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
+from ledger.env import LedgerEnv
 from ledger.interfaces import BookieTransport, MetadataStore
 from ledger.placement import BookieHealth, choose_ensemble
 from ledger.reader import LedgerReader
@@ -50,13 +53,24 @@ class LedgerClient:
         rng: random.Random | None = None,
         on_close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self.config = config or LedgerConfig()
-        self.store = store
-        self.transport = transport
-        self._clock = clock
-        self._rng = rng or random.Random()
-        self.health = BookieHealth(self.config.placement_avoid_ms, clock)
+        self.env = LedgerEnv.create(store, transport, config, clock=clock, rng=rng)
         self._on_close = on_close
+
+    @property
+    def config(self) -> LedgerConfig:
+        return self.env.config
+
+    @property
+    def store(self) -> MetadataStore:
+        return self.env.store
+
+    @property
+    def transport(self) -> BookieTransport:
+        return self.env.transport
+
+    @property
+    def health(self) -> BookieHealth:
+        return self.env.health
 
     @classmethod
     async def connect(
@@ -96,7 +110,7 @@ class LedgerClient:
         check_quorum(e, qw, qa, "new ledger")
         dtype = DigestType.parse(cfg.digest_type if digest_type is None else digest_type)
         candidates = await self.store.writable_bookies()
-        ensemble = choose_ensemble(candidates, e, avoid=self.health.avoided(), rng=self._rng)
+        ensemble = choose_ensemble(candidates, e, avoid=self.health.avoided(), rng=self.env.rng)
         ledger_id = await self.store.next_ledger_id()
         meta = LedgerMetadata(
             ledger_id=ledger_id,
@@ -111,16 +125,7 @@ class LedgerClient:
         )
         version = await self.store.create(meta)
         log.info("created ledger %d on %s (E=%d Qw=%d Qa=%d)", ledger_id, ensemble, e, qw, qa)
-        return LedgerWriter(
-            meta,
-            version,
-            store=self.store,
-            transport=self.transport,
-            config=cfg,
-            health=self.health,
-            rng=self._rng,
-            clock=self._clock,
-        )
+        return LedgerWriter(meta, version, self.env)
 
     async def open_ledger(
         self, ledger_id: int, password: bytes = b"", *, recover: bool = True
@@ -128,28 +133,13 @@ class LedgerClient:
         """Open for reading. ``recover=True`` fences any writer and closes the ledger at
         its true end first; ``recover=False`` reads what is confirmed and can tail."""
         if recover:
-            result = await LedgerRecovery(
-                ledger_id,
-                store=self.store,
-                transport=self.transport,
-                config=self.config,
-                health=self.health,
-                clock=self._clock,
-            ).run(password)
+            result = await LedgerRecovery(ledger_id, self.env).run(password)
             meta, version = result.meta, result.version
         else:
             meta, version = await self.store.read(ledger_id)
             if meta.password != password:
                 raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
-        reader = LedgerReader(
-            meta,
-            version,
-            store=self.store,
-            transport=self.transport,
-            config=self.config,
-            health=self.health,
-            clock=self._clock,
-        )
+        reader = LedgerReader(meta, version, self.env)
         if not meta.is_closed:
             try:
                 await reader.read_lac()

@@ -5,8 +5,9 @@ shared with the store and autorecovery).
 
 * :class:`MetadataStore` -- create / read / compare-and-set / delete ledger metadata,
   ledger ids and writable bookies (adapted to :mod:`metadata` in ``ledger.adapters``).
-* :class:`BookieTransport` -- add / read / fence / read-LAC on one bookie by id (adapted
-  to :mod:`bookie.client` in ``ledger.adapters``).
+* :class:`BookieTransport` -- add (through a per-ledger :class:`EntryAdder`) / read /
+  fence / read-LAC on one bookie by id (adapted to :mod:`bookie.client` in
+  ``ledger.adapters``).
 * :class:`ReplicaInspector` -- what the autorecovery scrub asks a bookie: fingerprints of
   the entries it stores and the entries it found damaged.
 
@@ -17,7 +18,7 @@ Keeping these narrow lets the protocol logic run against in-memory fakes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,8 +26,10 @@ from ledger.placement import BookieCandidate
 from metadata.ledger_metadata import LedgerMetadata
 
 __all__ = [
+    "AddCallback",
     "BookieTransport",
     "ChecksumPage",
+    "EntryAdder",
     "Fingerprint",
     "LacAnswer",
     "MetadataStore",
@@ -72,40 +75,42 @@ class MetadataStore(Protocol):
     async def writable_bookies(self) -> list[BookieCandidate]: ...
 
 
+# The outcome of one add, handed to an add callback: None, or the error add() raises.
+AddCallback = Callable[[BaseException | None], None]
+
+
+class EntryAdder(Protocol):
+    """Adds to one ledger on one bookie (:meth:`BookieTransport.adder`): the ledger id,
+    master key, RECOVERY flag and timeout are bound once; each add takes only
+    ``(entry_id, lac, data)``. Adds through the adders of one bookie leave in call
+    order."""
+
+    def add(self, entry_id: int, lac: int, data: bytes) -> Awaitable[None]:
+        """Store one packaged entry (``lac``: the writer's LAC it carries); done once
+        the bookie has it durably, or raising the bookie's error."""
+
+    def add_callback(
+        self, entry_id: int, lac: int, data: bytes, callback: AddCallback
+    ) -> asyncio.Future[None] | None:
+        """:meth:`add` without a coroutine (the writer's hot path): ``callback`` gets
+        None or the error :meth:`add` would raise. Returns a future to cancel (then no
+        callback) when the add had to wait in a task, else None."""
+
+
 class BookieTransport(Protocol):
     """Requests to one bookie, named by bookie id. Non-OK answers raise
     :mod:`foundation.errors` classes; every call honours ``timeout_s``."""
 
-    async def add(  # noqa: PLR0917 - mirrors the wire request
+    def adder(
         self,
         bookie: str,
         ledger_id: int,
-        entry_id: int,
-        lac: int,
         master_key: bytes,
-        data: bytes,
         *,
-        recovery: bool,
+        recovery: bool = False,
         timeout_s: float,
-    ) -> None: ...
-
-    def add_callback(  # noqa: PLR0917 - mirrors the wire request
-        self,
-        bookie: str,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        data: bytes,
-        callback: Callable[[BaseException | None], None],
-        *,
-        recovery: bool,
-        timeout_s: float,
-    ) -> asyncio.Future[None] | None:
-        """:meth:`add` without a coroutine (the writer's hot path): ``callback`` gets
-        None or the error :meth:`add` would raise. Adds to one bookie leave in call
-        order. Returns a future to cancel (then no callback) when the add had to wait
-        in a task, else None."""
+    ) -> EntryAdder:
+        """A handle for adds to ``ledger_id`` on ``bookie`` (cheap: no request)."""
 
     async def read(
         self,

@@ -40,11 +40,11 @@ from foundation.errors import (
     TimeoutError_,
     UnauthorizedError,
 )
-from ledger.interfaces import ChecksumPage, LacAnswer, ReadAnswer
+from ledger.interfaces import AddCallback, ChecksumPage, LacAnswer, ReadAnswer
 from ledger.placement import BookieCandidate
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
-__all__ = ["MemoryBookie", "MemoryBookies", "MemoryMetadataStore", "candidates"]
+__all__ = ["MemoryAdder", "MemoryBookie", "MemoryBookies", "MemoryMetadataStore", "candidates"]
 
 
 class MemoryMetadataStore:
@@ -181,63 +181,22 @@ class MemoryBookies:
             raise TimeoutError_(f"bookie {bookie_id} did not answer within {timeout_s}s")
         return bk
 
-    async def add(  # noqa: PLR0917 - mirrors the wire request
+    def adder(
         self,
         bookie: str,
         ledger_id: int,
-        entry_id: int,
-        lac: int,
         master_key: bytes,
-        data: bytes,
         *,
-        recovery: bool,
+        recovery: bool = False,
         timeout_s: float,
-    ) -> None:
-        bk = await self._enter(bookie, timeout_s)
-        if self.before_add is not None:
-            res = self.before_add(bookie, ledger_id, entry_id, recovery)
-            if asyncio.iscoroutine(res):
-                await res
-        if bk.down:
-            raise ConnectionLostError(f"bookie {bookie} went down")
-        st = bk.state(ledger_id, master_key)
-        if st.fenced and not recovery:
-            raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
-        if recovery or not bk.is_damaged(ledger_id, entry_id):
-            st.entries[entry_id] = data
-        if recovery:
-            bk.repaired(ledger_id, entry_id)  # replaced by a verified copy
-        if lac > st.lac:
-            st.lac = lac
-            bk.lac_changed.set()
-
-    def add_callback(  # noqa: PLR0917 - mirrors the wire request
-        self,
-        bookie: str,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        data: bytes,
-        callback: Callable[[BaseException | None], None],
-        *,
-        recovery: bool,
-        timeout_s: float,
-    ) -> asyncio.Future[None] | None:
-        return _call_back(
-            asyncio.ensure_future(
-                self.add(
-                    bookie,
-                    ledger_id,
-                    entry_id,
-                    lac,
-                    master_key,
-                    data,
-                    recovery=recovery,
-                    timeout_s=timeout_s,
-                )
-            ),
-            callback,
+    ) -> MemoryAdder:
+        return MemoryAdder(
+            bookies=self,
+            bookie=bookie,
+            ledger_id=ledger_id,
+            key=master_key,
+            recovery=recovery,
+            timeout_s=timeout_s,
         )
 
     async def read(
@@ -365,15 +324,48 @@ class MemoryBookies:
         return bk
 
 
-def _call_back(
-    task: asyncio.Future[None], callback: Callable[[BaseException | None], None]
-) -> asyncio.Future[None]:
-    def done(t: asyncio.Future[None]) -> None:
-        if not t.cancelled():
-            callback(t.exception())
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryAdder:
+    """Adds to one ledger on one in-memory bookie (an :class:`EntryAdder`)."""
 
-    task.add_done_callback(done)
-    return task
+    bookies: MemoryBookies
+    bookie: str
+    ledger_id: int
+    key: bytes
+    recovery: bool
+    timeout_s: float
+
+    async def add(self, entry_id: int, lac: int, data: bytes) -> None:
+        bk = await self.bookies._enter(self.bookie, self.timeout_s)
+        ledger_id, recovery = self.ledger_id, self.recovery
+        if self.bookies.before_add is not None:
+            res = self.bookies.before_add(self.bookie, ledger_id, entry_id, recovery)
+            if asyncio.iscoroutine(res):
+                await res
+        if bk.down:
+            raise ConnectionLostError(f"bookie {self.bookie} went down")
+        st = bk.state(ledger_id, self.key)
+        if st.fenced and not recovery:
+            raise FencedError(f"ledger {ledger_id} is fenced on {self.bookie}")
+        if recovery or not bk.is_damaged(ledger_id, entry_id):
+            st.entries[entry_id] = data
+        if recovery:
+            bk.repaired(ledger_id, entry_id)  # replaced by a verified copy
+        if lac > st.lac:
+            st.lac = lac
+            bk.lac_changed.set()
+
+    def add_callback(
+        self, entry_id: int, lac: int, data: bytes, callback: AddCallback
+    ) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(self.add(entry_id, lac, data))
+
+        def done(t: asyncio.Future[None]) -> None:
+            if not t.cancelled():
+                callback(t.exception())
+
+        task.add_done_callback(done)
+        return task
 
 
 def candidates(n: int, racks: int = 0) -> list[BookieCandidate]:

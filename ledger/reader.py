@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from foundation.errors import (
     BooklineError,
@@ -25,11 +24,9 @@ from foundation.errors import (
     TimeoutError_,
 )
 from foundation.invariants import invariant
-from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, UnpackedEntry
-from ledger.interfaces import BookieTransport, LacAnswer, MetadataStore
-from ledger.placement import BookieHealth
-from ledger.speculative import speculative
+from ledger.env import LedgerEnv
+from ledger.interfaces import LacAnswer
 from ledger.tasks import abandon
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
@@ -49,24 +46,10 @@ class LedgerReader:
     """A read handle. Closed ledgers read up to their last entry; open ones up to the
     LAC learnt from bookies (:meth:`read_lac`, :meth:`wait_lac`, :meth:`tail`)."""
 
-    def __init__(
-        self,
-        meta: LedgerMetadata,
-        version: int,
-        *,
-        store: MetadataStore,
-        transport: BookieTransport,
-        config: LedgerConfig,
-        health: BookieHealth,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, meta: LedgerMetadata, version: int, env: LedgerEnv) -> None:
         self._meta = meta
         self._version = version
-        self._store = store
-        self._transport = transport
-        self._config = config
-        self._health = health
-        self._clock = clock
+        self._env = env
         self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         self._lac = meta.last_entry_id if meta.is_closed else NO_ENTRY
         self._piggyback: collections.OrderedDict[int, bytes] = collections.OrderedDict()
@@ -134,25 +117,21 @@ class LedgerReader:
             return cached
 
         async def attempt(bookie: str) -> UnpackedEntry:
-            ans = await self._transport.read(
+            ans = await self._env.transport.read(
                 bookie,
                 self.ledger_id,
                 entry_id,
                 fence=False,
                 master_key=b"",
-                timeout_s=self._config.read_timeout_ms / 1000.0,
+                timeout_s=self._env.read_timeout_s,
             )
             entry = self._digest.verify(ans.data, entry_id)
             self._advance_lac(ans.lac)
             return entry
 
-        entry = await speculative(
+        entry = await self._env.speculative(
             self._meta.replicas(entry_id),
             attempt,
-            health=self._health,
-            clock=self._clock,
-            first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
-            max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
             what=f"read of ledger {self.ledger_id} entry {entry_id}",
             needed=needed,
         )
@@ -202,7 +181,7 @@ class LedgerReader:
                         nxt += 1
                         yield entry
                         continue
-                while nxt <= last and len(window) < self._config.reads_in_flight_max:
+                while nxt <= last and len(window) < self._env.config.reads_in_flight_max:
                     needed: asyncio.Future[None] = loop.create_future()
                     task = asyncio.ensure_future(self.read_unpacked(nxt, needed=needed))
                     window.append((task, needed))
@@ -224,22 +203,12 @@ class LedgerReader:
             return self._meta.last_entry_id
 
         async def attempt(bookie: str) -> LacAnswer:
-            return await self._transport.read_lac(
-                bookie,
-                self.ledger_id,
-                NO_ENTRY,
-                0,
-                timeout_s=self._config.read_timeout_ms / 1000.0,
+            return await self._env.transport.read_lac(
+                bookie, self.ledger_id, NO_ENTRY, 0, timeout_s=self._env.read_timeout_s
             )
 
-        ans = await speculative(
-            list(self._meta.last_segment.bookies),
-            attempt,
-            health=self._health,
-            clock=self._clock,
-            first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
-            max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
-            what=f"LAC read of ledger {self.ledger_id}",
+        ans = await self._env.speculative(
+            self._meta.last_segment.bookies, attempt, what=f"LAC read of ledger {self.ledger_id}"
         )
         self._advance_lac(ans.lac)
         return self._lac
@@ -259,26 +228,26 @@ class LedgerReader:
         that falls behind loses the tail within a few milliseconds."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
-        wait_ms = self._config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
+        wait_ms = self._env.config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
         replicas = list(self._meta.replicas(previous_lac + 1))
         if self._lac_source in replicas:
             replicas.remove(self._lac_source)
             replicas.insert(0, self._lac_source)
-        timeout_s = self._config.read_timeout_ms / 1000.0 + wait_ms / 1000.0
-        piggyback = self._config.long_poll_piggyback_bytes_max
+        timeout_s = self._env.read_timeout_s + wait_ms / 1000.0
+        piggyback = self._env.config.long_poll_piggyback_bytes_max
 
         def ask(bookie: str) -> asyncio.Future[LacAnswer]:
-            return asyncio.ensure_future(self._transport.read_lac(
+            return asyncio.ensure_future(self._env.transport.read_lac(
                 bookie, self.ledger_id, previous_lac, wait_ms,
                 timeout_s=timeout_s, piggyback_bytes_max=piggyback,
             ))  # fmt: skip
 
         asked = {ask(replicas[0]): replicas[0]}
         later = replicas[1:]
-        speculate_s = self._config.long_poll_speculative_ms / 1000.0
+        speculate_s = self._env.config.long_poll_speculative_ms / 1000.0
         if self._lac_wait_s is not None:
             speculate_s = min(speculate_s, max(_LAC_SPECULATE_MIN_S, 4 * self._lac_wait_s))
-        started = self._clock()
+        started = self._env.clock()
         errors: list[BooklineError] = []
         try:
             pending: set[asyncio.Future[LacAnswer]] = set(asked)
@@ -300,7 +269,7 @@ class LedgerReader:
                     self._advance_lac(ans.lac)
                     if self._lac > previous_lac:
                         self._lac_source = asked[task]
-                        waited = self._clock() - started
+                        waited = self._env.clock() - started
                         last = self._lac_wait_s
                         self._lac_wait_s = waited if last is None else 0.8 * last + 0.2 * waited
                         return self._lac
@@ -328,7 +297,7 @@ class LedgerReader:
 
     async def refresh_metadata(self) -> LedgerMetadata:
         """Re-read metadata (a writer may have changed the ensemble or closed it)."""
-        meta, version = await self._store.read(self.ledger_id)
+        meta, version = await self._env.store.read(self.ledger_id)
         self._meta, self._version = meta, version
         if meta.is_closed:
             self._lac = meta.last_entry_id
@@ -353,7 +322,7 @@ class LedgerReader:
                 # Bookies that have not seen the ledger yet, or are briefly unreachable:
                 # pause one speculative step so the loop cannot spin.
                 log.debug("ledger %d: long poll failed: %s", self.ledger_id, exc)
-                await asyncio.sleep(self._config.speculative_read_max_timeout_ms / 1000.0)
+                await asyncio.sleep(self._env.config.speculative_read_max_timeout_ms / 1000.0)
                 lac = before
             if lac <= before:
                 # No progress within a long poll: maybe the ensemble changed or the

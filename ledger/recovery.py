@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from foundation.errors import (
@@ -48,12 +46,11 @@ from foundation.errors import (
     UnauthorizedError,
 )
 from foundation.invariants import invariant
-from ledger.config import LedgerConfig
+from foundation.quorum import write_set
 from ledger.digest import DigestManager, UnpackedEntry, master_key
-from ledger.interfaces import BookieTransport, MetadataStore
-from ledger.placement import BookieHealth, write_set
-from ledger.speculative import speculative
-from ledger.tasks import abandon, consume
+from ledger.env import LedgerEnv
+from ledger.interfaces import ReadAnswer
+from ledger.tasks import abandon, gather_answers
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)
@@ -73,41 +70,29 @@ class RecoveryResult:
 class LedgerRecovery:
     """One recovery of one ledger (use once)."""
 
-    def __init__(
-        self,
-        ledger_id: int,
-        *,
-        store: MetadataStore,
-        transport: BookieTransport,
-        config: LedgerConfig,
-        health: BookieHealth,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, ledger_id: int, env: LedgerEnv) -> None:
         self._ledger_id = ledger_id
-        self._store = store
-        self._transport = transport
-        self._config = config
-        self._health = health
-        self._clock = clock
+        self._env = env
 
     async def run(self, password: bytes) -> RecoveryResult:
-        for _attempt in range(self._config.metadata_cas_retries_max):
-            meta, version = await self._store.read(self._ledger_id)
+        store, retries = self._env.store, self._env.config.metadata_cas_retries_max
+        for _attempt in range(retries):
+            meta, version = await store.read(self._ledger_id)
             if meta.password != password:
                 raise UnauthorizedError(f"wrong password for ledger {self._ledger_id}")
             if meta.is_closed:
                 return RecoveryResult(meta, version, recovered_by_us=False)
             if meta.state is LedgerState.OPEN:
-                marked = dataclasses.replace(meta, state=LedgerState.IN_RECOVERY)
+                marked = meta.with_state(LedgerState.IN_RECOVERY)
                 try:
-                    version = await self._store.write(marked, version)
+                    version = await store.write(marked, version)
                 except BadVersionError:
                     continue  # the writer changed the ensemble, or another opener marked it
                 meta = marked
             last_entry_id, length = await self._find_end(meta)
             closed = meta.closed(last_entry_id, length)
             try:
-                version = await self._store.write(closed, version)
+                version = await store.write(closed, version)
             except BadVersionError:
                 continue  # another recovery closed it (or re-marked): re-read and adopt
             log.info(
@@ -118,8 +103,7 @@ class LedgerRecovery:
             )
             return RecoveryResult(closed, version, recovered_by_us=True)
         raise MetadataError(
-            f"ledger {self._ledger_id}: recovery lost the metadata CAS "
-            f"{self._config.metadata_cas_retries_max} times"
+            f"ledger {self._ledger_id}: recovery lost the metadata CAS {retries} times"
         )
 
     # -- steps ---------------------------------------------------------------------
@@ -135,47 +119,39 @@ class LedgerRecovery:
         return await self._read_forward(meta, digest, key, start, length)
 
     async def _fence(self, meta: LedgerMetadata, key: bytes) -> int:
+        """Fence the last ensemble (step 2); return the highest LAC a bookie reported."""
         bookies = meta.last_segment.bookies
         e, qw, qa = meta.ensemble_size, meta.write_quorum, meta.ack_quorum
         sets = [write_set(i, e, qw) for i in range(e)]
-        timeout_s = self._config.fence_timeout_ms / 1000.0
-        tasks = {
-            asyncio.ensure_future(
-                self._transport.read(
-                    b, meta.ledger_id, NO_ENTRY, fence=True, master_key=key, timeout_s=timeout_s
-                )
-            ): pos
-            for pos, b in enumerate(bookies)
-        }
+        timeout_s = self._env.config.fence_timeout_ms / 1000.0
         fenced: set[int] = set()
         max_lac = NO_ENTRY
 
         def enough() -> bool:
             return all(sum(1 for p in ws if p not in fenced) < qa for ws in sets)
 
-        pending = set(tasks)
-        try:
-            while pending and not enough():
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    pos = tasks[task]
-                    exc = task.exception()
-                    if exc is None:
-                        fenced.add(pos)
-                        max_lac = max(max_lac, task.result().lac)
-                    elif isinstance(exc, _ABSENT):
-                        fenced.add(pos)  # fenced; holds no entry, so its LAC is -1
-                    elif isinstance(exc, UnauthorizedError):
-                        raise exc
-                    elif isinstance(exc, BooklineError):
-                        log.warning(
-                            "ledger %d: fencing %s failed: %s", meta.ledger_id, bookies[pos], exc
-                        )
-                        self._health.record_failure(bookies[pos])
-                    else:
-                        raise exc
-        finally:
-            abandon(tasks)  # answers not needed any more; retrieve every outcome
+        def judge(pos: int, outcome: ReadAnswer | BooklineError) -> bool:
+            nonlocal max_lac
+            if isinstance(outcome, ReadAnswer):
+                fenced.add(pos)
+                max_lac = max(max_lac, outcome.lac)
+            elif isinstance(outcome, _ABSENT):
+                fenced.add(pos)  # fenced; holds no entry, so its LAC is -1
+            elif isinstance(outcome, UnauthorizedError):
+                raise outcome
+            else:
+                log.warning(
+                    "ledger %d: fencing %s failed: %s", meta.ledger_id, bookies[pos], outcome
+                )
+                self._env.health.record_failure(bookies[pos])
+            return enough()
+
+        def fence(bookie: str) -> Awaitable[ReadAnswer]:
+            return self._env.transport.read(
+                bookie, meta.ledger_id, NO_ENTRY, fence=True, master_key=key, timeout_s=timeout_s
+            )
+
+        await gather_answers({pos: fence(b) for pos, b in enumerate(bookies)}, judge)
         if not enough():
             raise NotEnoughBookiesError(
                 f"ledger {meta.ledger_id}: fenced only {sorted(bookies[p] for p in fenced)} of "
@@ -190,24 +166,20 @@ class LedgerRecovery:
         self, meta: LedgerMetadata, digest: DigestManager, entry_id: int
     ) -> UnpackedEntry:
         async def attempt(bookie: str) -> UnpackedEntry:
-            ans = await self._transport.read(
+            ans = await self._env.transport.read(
                 bookie,
                 meta.ledger_id,
                 entry_id,
                 fence=False,
                 master_key=b"",
-                timeout_s=self._config.read_timeout_ms / 1000.0,
+                timeout_s=self._env.read_timeout_s,
             )
             return digest.verify(ans.data, entry_id)
 
         try:
-            return await speculative(
+            return await self._env.speculative(
                 meta.replicas(entry_id),
                 attempt,
-                health=self._health,
-                clock=self._clock,
-                first_timeout_s=self._config.speculative_read_first_timeout_ms / 1000.0,
-                max_timeout_s=self._config.speculative_read_max_timeout_ms / 1000.0,
                 what=f"recovery read of committed entry {entry_id} of ledger {meta.ledger_id}",
             )
         except NoEntryError as exc:
@@ -219,7 +191,7 @@ class LedgerRecovery:
     async def _read_forward(
         self, meta: LedgerMetadata, digest: DigestManager, key: bytes, start: int, length: int
     ) -> tuple[int, int]:
-        window_max = self._config.reads_in_flight_max
+        window_max = self._env.config.reads_in_flight_max
         reads: collections.deque[asyncio.Task[tuple[UnpackedEntry, bytes] | None]]
         reads = collections.deque()
         rewrites: collections.deque[asyncio.Task[None]] = collections.deque()
@@ -260,45 +232,41 @@ class LedgerRecovery:
         self, meta: LedgerMetadata, digest: DigestManager, key: bytes, entry_id: int
     ) -> tuple[UnpackedEntry, bytes] | None:
         """The entry if present, None if absent (Qw - Qa + 1 say so), else raise."""
-        bookies = meta.replicas(entry_id)
         absent_needed = meta.write_quorum - meta.ack_quorum + 1
-        timeout_s = self._config.read_timeout_ms / 1000.0
-        tasks = [
-            asyncio.ensure_future(
-                self._transport.read(
-                    b, meta.ledger_id, entry_id, fence=True, master_key=key, timeout_s=timeout_s
-                )
-            )
-            for b in bookies
-        ]
+        timeout_s = self._env.read_timeout_s
         absent = 0
+        found: tuple[UnpackedEntry, bytes] | None = None
         errors: list[BooklineError] = []
-        pending = set(tasks)
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    exc = task.exception()
-                    if isinstance(exc, _ABSENT):
-                        absent += 1
-                        if absent >= absent_needed:
-                            return None
-                    elif isinstance(exc, UnauthorizedError):
-                        raise exc
-                    elif isinstance(exc, BooklineError):
-                        errors.append(exc)
-                    elif exc is not None:
-                        raise exc
-                    else:
-                        ans = task.result()
-                        try:
-                            return digest.verify(ans.data, entry_id), ans.data
-                        except ChecksumError as bad:
-                            errors.append(bad)
-        finally:
-            # An early answer leaves other replicas' reads running or finished (a dead
-            # bookie's error among them): cancel them and retrieve every outcome.
-            abandon(tasks)
+
+        def judge(_bookie: str, outcome: ReadAnswer | BooklineError) -> bool:
+            nonlocal absent, found
+            if found is not None or absent >= absent_needed:
+                return True  # decided by an earlier answer of the same batch
+            if isinstance(outcome, _ABSENT):
+                absent += 1
+            elif isinstance(outcome, UnauthorizedError):
+                raise outcome
+            elif isinstance(outcome, BooklineError):
+                errors.append(outcome)
+            else:
+                try:
+                    found = digest.verify(outcome.data, entry_id), outcome.data
+                except ChecksumError as bad:
+                    errors.append(bad)
+            return found is not None or absent >= absent_needed
+
+        # An early answer leaves other replicas' reads running or finished (a dead
+        # bookie's error among them): they are cancelled and every outcome retrieved.
+        def read(bookie: str) -> Awaitable[ReadAnswer]:
+            return self._env.transport.read(
+                bookie, meta.ledger_id, entry_id, fence=True, master_key=key, timeout_s=timeout_s
+            )
+
+        await gather_answers({b: read(b) for b in meta.replicas(entry_id)}, judge)
+        if found is not None:
+            return found
+        if absent >= absent_needed:
+            return None
         raise TimeoutError_(
             f"ledger {meta.ledger_id}: recovery cannot tell whether entry {entry_id} exists "
             f"({absent} NO_ENTRY of {absent_needed} needed; errors: "
@@ -311,45 +279,30 @@ class LedgerRecovery:
     ) -> None:
         """Recovery-add the entry to its whole write set; done at Qa acks (a hung
         replica does not hold recovery up; its add finishes or times out on its own)."""
-        bookies = meta.replicas(entry.entry_id)
-        timeout_s = self._config.add_timeout_ms / 1000.0
-        tasks = {
-            asyncio.ensure_future(
-                self._transport.add(
-                    b,
-                    meta.ledger_id,
-                    entry.entry_id,
-                    entry.lac,
-                    key,
-                    data,
-                    recovery=True,
-                    timeout_s=timeout_s,
-                )
-            ): b
-            for b in bookies
-        }
         acks = 0
         errors: list[str] = []
-        pending = set(tasks)
-        try:
-            while pending and acks < meta.ack_quorum:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    exc = task.exception()
-                    if exc is None:
-                        acks += 1
-                    elif isinstance(exc, BooklineError):
-                        errors.append(f"{tasks[task]}: {exc}")
-                    else:
-                        raise exc
-        finally:
-            # Slower replicas' adds finish on their own (also when this is cancelled);
-            # every outcome is retrieved.
-            for task in tasks:
-                if task.done():
-                    consume(task)
-                else:
-                    task.add_done_callback(self._log_late_rewrite)
+
+        def judge(bookie: str, outcome: BooklineError | None) -> bool:
+            nonlocal acks
+            if outcome is None:
+                acks += 1
+            else:
+                errors.append(f"{bookie}: {outcome}")
+            return acks >= meta.ack_quorum
+
+        def add(bookie: str) -> Awaitable[None]:
+            adder = self._env.transport.adder(
+                bookie, meta.ledger_id, key, recovery=True, timeout_s=self._env.add_timeout_s
+            )
+            return adder.add(entry.entry_id, entry.lac, data)
+
+        # Slower replicas' adds finish on their own (also when this is cancelled); every
+        # outcome is retrieved.
+        await gather_answers(
+            {b: add(b) for b in meta.replicas(entry.entry_id)},
+            judge,
+            leave_running=self._log_late_rewrite,
+        )
         if acks < meta.ack_quorum:
             raise NotEnoughBookiesError(
                 f"ledger {meta.ledger_id}: recovery add of entry {entry.entry_id} reached "

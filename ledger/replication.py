@@ -42,7 +42,7 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from foundation.errors import (
@@ -60,10 +60,16 @@ from foundation.errors import (
 )
 from foundation.invariants import invariant
 from ledger.digest import DigestManager, UnpackedEntry, master_key
+from ledger.fragments import (
+    Fragment,
+    fragment_entries,
+    fragments_to_replace,
+    repair_plan,
+    with_replacement,
+)
 from ledger.placement import choose_replacement
-from ledger.speculative import speculative
-from ledger.tasks import cancel_and_wait
-from metadata.ledger_metadata import LedgerMetadata, Segment
+from ledger.tasks import run_bounded
+from metadata.ledger_metadata import LedgerMetadata
 from metadata.underreplicated import EntryRanges, merge_ranges, ranges_cover
 
 if TYPE_CHECKING:
@@ -73,17 +79,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "Fragment",
-    "ListEntries",
-    "Outcome",
-    "ReplicationWorker",
-    "fragment_entries",
-    "fragments_to_replace",
-    "repair_plan",
-    "run_bounded",
-    "segment_last",
-]
+__all__ = ["ListEntries", "Outcome", "ReplicationWorker"]
 
 # Entry ids a bookie holds for a ledger (empty when it holds none); None: no listing,
 # so holes on surviving replicas are not looked for.
@@ -94,118 +90,12 @@ _BACKOFF_ENTRIES_MAX = 100_000
 _PASSES_MAX = 5
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Fragment:
-    """The entries one bookie holds in one ensemble segment."""
-
-    segment_index: int
-    first_entry_id: int  # the segment's first entry
-    last_entry_id: int  # the segment's last entry, inclusive (< first: segment is empty)
-    position: int  # the bookie's index in the segment's ensemble
-    bookie: str
-
-
 class Outcome(enum.Enum):
     REPLICATED = "replicated"  # repaired and the item cleared
     GONE = "gone"  # the item or the ledger disappeared; nothing to do
     DEFERRED = "deferred"  # OPEN ledger within its grace period
     CLAIMED = "claimed"  # another worker holds the claim
     FAILED = "failed"  # an error; retried after the backoff
-
-
-def segment_last(meta: LedgerMetadata, index: int) -> int:
-    """The last entry of segment ``index`` (< its first entry when it holds none)."""
-    if index + 1 < len(meta.segments):
-        return meta.segments[index + 1].first_entry_id - 1
-    return meta.last_entry_id
-
-
-def fragments_to_replace(meta: LedgerMetadata, lost: Iterable[str]) -> list[Fragment]:
-    """Every (segment, position) of a CLOSED ledger held by a bookie in ``lost``."""
-    invariant(meta.is_closed, "ledger %d: fragments of a ledger not closed", meta.ledger_id)
-    gone = set(lost)
-    out: list[Fragment] = []
-    for index, seg in enumerate(meta.segments):
-        for position, bookie in enumerate(seg.bookies):
-            if bookie in gone:
-                out.append(
-                    Fragment(index, seg.first_entry_id, segment_last(meta, index), position, bookie)
-                )
-    return out
-
-
-def fragment_entries(fragment: Fragment, ensemble_size: int, write_quorum: int) -> Iterator[int]:
-    """Entry ids of the fragment's segment whose write set includes its position:
-    entry ``i`` is on positions ``(i + k) mod E`` for ``k < Qw``."""
-    for entry_id in range(fragment.first_entry_id, fragment.last_entry_id + 1):
-        if (fragment.position - entry_id) % ensemble_size < write_quorum:
-            yield entry_id
-
-
-def with_replacement(meta: LedgerMetadata, fragment: Fragment, replacement: str) -> LedgerMetadata:
-    """``meta`` with ``replacement`` in the fragment's position of its segment."""
-    seg = meta.segments[fragment.segment_index]
-    bookies = list(seg.bookies)
-    bookies[fragment.position] = replacement
-    segments = list(meta.segments)
-    segments[fragment.segment_index] = Segment(seg.first_entry_id, tuple(bookies))
-    return dataclasses.replace(meta, segments=tuple(segments))
-
-
-def repair_plan(
-    meta: LedgerMetadata, repairs: Mapping[str, EntryRanges], skip: set[str]
-) -> dict[int, list[str]]:
-    """Entry -> bookies to re-copy it to: the entries of each bookie's ranges whose write
-    set includes it in ``meta`` (a CLOSED ledger), bookies in ``skip`` left out."""
-    invariant(meta.is_closed, "ledger %d: repair plan of a ledger not closed", meta.ledger_id)
-    plan: dict[int, list[str]] = {}
-    for bookie, ranges in sorted(repairs.items()):
-        if bookie in skip:
-            continue
-        for index, seg in enumerate(meta.segments):
-            if bookie not in seg.bookies:
-                continue
-            frag = Fragment(
-                index,
-                seg.first_entry_id,
-                segment_last(meta, index),
-                seg.bookies.index(bookie),
-                bookie,
-            )
-            for first, last in ranges:
-                part = dataclasses.replace(
-                    frag,
-                    first_entry_id=max(first, frag.first_entry_id),
-                    last_entry_id=min(last, frag.last_entry_id),
-                )
-                for entry_id in fragment_entries(part, meta.ensemble_size, meta.write_quorum):
-                    plan.setdefault(entry_id, []).append(bookie)
-    return plan
-
-
-async def run_bounded(
-    items: Iterable[int], fn: Callable[[int], Awaitable[None]], limit: int
-) -> None:
-    """``fn(item)`` for every item, at most ``limit`` at once; the first error cancels
-    the rest and is raised."""
-    running: set[asyncio.Task[None]] = set()
-
-    async def settle_one() -> None:
-        nonlocal running
-        done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-        errors = [exc for task in done if (exc := task.exception()) is not None]
-        if errors:
-            raise errors[0]
-
-    try:
-        for item in items:
-            if len(running) >= limit:
-                await settle_one()
-            running.add(asyncio.ensure_future(fn(item)))
-        while running:
-            await settle_one()
-    finally:
-        await cancel_and_wait(running)  # also the outcomes of siblings of a failure
 
 
 class ReplicationWorker:
@@ -227,6 +117,7 @@ class ReplicationWorker:
         self._md = md
         self._list_entries = list_entries
         self._client = client
+        self._env = client.env
         self._config = config
         self.worker_id = worker_id
         self._clock = clock
@@ -320,7 +211,7 @@ class ReplicationWorker:
 
     async def _repair(self, ledger_id: int) -> Outcome:
         ur = self._md.underreplicated
-        store = self._client.store
+        store = self._env.store
         try:
             item = await ur.get(ledger_id)
         except NotFoundError:
@@ -375,7 +266,7 @@ class ReplicationWorker:
         raise BadVersionError(f"ledger {ledger_id}: its work item kept changing during repair")
 
     async def _replace_all(self, ledger_id: int, lost: set[str]) -> None:
-        meta, _version = await self._client.store.read(ledger_id)
+        meta, _version = await self._env.store.read(ledger_id)
         invariant(meta.is_closed, "ledger %d: repairing a ledger that is not closed", ledger_id)
         for fragment in fragments_to_replace(meta, lost):
             meta = await self._replace(meta, fragment, lost)
@@ -388,7 +279,7 @@ class ReplicationWorker:
         """Re-copy each live bookie's repair entries to it (see the module, step 4)."""
         if not repairs:
             return
-        meta, _version = await self._client.store.read(ledger_id)
+        meta, _version = await self._env.store.read(ledger_id)
         plan = repair_plan(meta, repairs, lost)
         if not plan:
             return
@@ -409,7 +300,7 @@ class ReplicationWorker:
     async def _replace(
         self, meta: LedgerMetadata, fragment: Fragment, lost: set[str]
     ) -> LedgerMetadata:
-        store = self._client.store
+        store = self._env.store
         candidates = [c for c in await store.writable_bookies() if c.bookie_id not in lost]
         ensemble = meta.segments[fragment.segment_index].bookies
         replacement = choose_replacement(
@@ -417,7 +308,7 @@ class ReplicationWorker:
             ensemble,
             fragment.position,
             meta.write_quorum,
-            avoid=self._client.health.avoided() | lost,
+            avoid=self._env.health.avoided() | lost,
             racks={c.bookie_id: c.rack for c in candidates},
             rng=self._rng,
         )
@@ -474,14 +365,14 @@ class ReplicationWorker:
         """For each entry, read it from a replica that holds it and recovery-add it to
         each target bookie; with ``read_back``, then check each target serves exactly
         the bytes written (ChecksumError otherwise)."""
-        cfg = self._client.config
+        env = self._env
         digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
         key = master_key(meta.password)
-        read_timeout_s = cfg.read_timeout_ms / 1000.0
+        read_timeout_s = env.read_timeout_s
 
         async def copy_one(entry_id: int) -> None:
             async def attempt(bookie: str) -> tuple[UnpackedEntry, bytes]:
-                ans = await self._client.transport.read(
+                ans = await env.transport.read(
                     bookie,
                     meta.ledger_id,
                     entry_id,
@@ -493,29 +384,19 @@ class ReplicationWorker:
 
             targets = plan[entry_id]
             sources = [b for b in meta.replicas(entry_id) if b not in unusable and b not in targets]
-            entry, data = await speculative(
+            entry, data = await env.speculative(
                 sources,
                 attempt,
-                health=self._client.health,
-                clock=self._clock,
-                first_timeout_s=cfg.speculative_read_first_timeout_ms / 1000.0,
-                max_timeout_s=cfg.speculative_read_max_timeout_ms / 1000.0,
                 what=f"re-replication read of ledger {meta.ledger_id} entry {entry_id}",
             )
+            adders = [
+                env.transport.adder(
+                    target, meta.ledger_id, key, recovery=True, timeout_s=env.add_timeout_s
+                )
+                for target in targets
+            ]
             results = await asyncio.gather(
-                *(
-                    self._client.transport.add(
-                        target,
-                        meta.ledger_id,
-                        entry_id,
-                        entry.lac,
-                        key,
-                        data,
-                        recovery=True,
-                        timeout_s=cfg.add_timeout_ms / 1000.0,
-                    )
-                    for target in targets
-                ),
+                *(adder.add(entry_id, entry.lac, data) for adder in adders),
                 return_exceptions=True,  # every add settles before we report the first error
             )
             for result in results:
@@ -530,7 +411,7 @@ class ReplicationWorker:
     async def _check_copy(
         self, meta: LedgerMetadata, entry_id: int, bookie: str, data: bytes, timeout_s: float
     ) -> None:
-        ans = await self._client.transport.read(
+        ans = await self._env.transport.read(
             bookie, meta.ledger_id, entry_id, fence=False, master_key=b"", timeout_s=timeout_s
         )
         if ans.data != data:
@@ -543,8 +424,8 @@ class ReplicationWorker:
         self, copied: LedgerMetadata, fragment: Fragment, replacement: str
     ) -> LedgerMetadata:
         """CAS ``replacement`` into the fragment's place; re-read and re-apply on a lost race."""
-        store = self._client.store
-        for _ in range(self._client.config.metadata_cas_retries_max):
+        store = self._env.store
+        for _ in range(self._env.config.metadata_cas_retries_max):
             meta, version = await store.read(copied.ledger_id)
             invariant(
                 meta.is_closed and meta.last_entry_id == copied.last_entry_id,
@@ -582,5 +463,5 @@ class ReplicationWorker:
             return new
         raise MetadataError(
             f"ledger {copied.ledger_id}: re-replication lost the metadata CAS "
-            f"{self._client.config.metadata_cas_retries_max} times"
+            f"{self._env.config.metadata_cas_retries_max} times"
         )

@@ -42,20 +42,19 @@ import dataclasses
 import enum
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import crc32c
 
 from foundation.errors import BooklineError, ChecksumError, InvariantViolation, NoLedgerError
 from foundation.invariants import invariant
 from ledger.digest import DigestManager
+from ledger.env import LedgerEnv
+from ledger.fragments import segment_last
 from ledger.interfaces import ChecksumPage, Fingerprint, ReplicaInspector
-from ledger.replication import run_bounded, segment_last
+from ledger.tasks import run_bounded
 from metadata.ledger_metadata import LedgerMetadata
 from metadata.underreplicated import EntryRanges, merge_ranges
-
-if TYPE_CHECKING:
-    from ledger.client import LedgerClient
 
 log = logging.getLogger(__name__)
 
@@ -162,23 +161,23 @@ class _Ranges:
 
 
 class Scrubber:
-    """Checks ledgers' replicas through ``inspector``; reads copies to verify through
-    ``client`` (its transport, digest rules and timeouts)."""
+    """Checks ledgers' replicas through ``inspector``; reads metadata and the copies to
+    verify through ``env`` (its store, transport and timeouts)."""
 
     def __init__(
         self,
-        client: LedgerClient,
+        env: LedgerEnv,
         inspector: ReplicaInspector,
         *,
         page_entries: int,
         ledgers_in_flight_max: int,
     ) -> None:
         invariant(page_entries > 0 and ledgers_in_flight_max > 0, "scrub limits must be > 0")
-        self._client = client
+        self._env = env
         self._inspector = inspector
         self._page_entries = page_entries
         self._ledgers_in_flight_max = ledgers_in_flight_max
-        self._timeout_s = client.config.read_timeout_ms / 1000.0
+        self._timeout_s = env.read_timeout_s
         self.entries_checked = 0  # over the scrubber's life (logs, tests)
 
     # -- many ledgers ----------------------------------------------------------------
@@ -273,7 +272,7 @@ class Scrubber:
 
     async def _closed_meta(self, ledger_id: int) -> LedgerMetadata | None:
         try:
-            meta, _version = await self._client.store.read(ledger_id)
+            meta, _version = await self._env.store.read(ledger_id)
         except NoLedgerError:
             return None
         return meta if meta.is_closed else None
@@ -285,7 +284,7 @@ class Scrubber:
     ) -> LedgerReport:
         report = LedgerReport(ledger_id)
         try:
-            meta, _version = await self._client.store.read(ledger_id)
+            meta, _version = await self._env.store.read(ledger_id)
         except NoLedgerError:
             report.state = "gone"
             return report
@@ -415,7 +414,7 @@ class Scrubber:
         undecided = False
         for fingerprint, bookie in holders.items():
             try:
-                answer = await self._client.transport.read(
+                answer = await self._env.transport.read(
                     bookie,
                     meta.ledger_id,
                     entry_id,

@@ -27,17 +27,10 @@ from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts,
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
+from ledger.fragments import Fragment, fragment_entries, fragments_to_replace, with_replacement
 from ledger.memory import MemoryBookie, MemoryBookies, MemoryMetadataStore, candidates
 from ledger.placement import BookieCandidate
-from ledger.replication import (
-    Fragment,
-    ListEntries,
-    Outcome,
-    ReplicationWorker,
-    fragment_entries,
-    fragments_to_replace,
-    with_replacement,
-)
+from ledger.replication import ListEntries, Outcome, ReplicationWorker
 from metadata import serde
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient

@@ -230,8 +230,8 @@ async def test_fencing_survives_rolling_restart(cluster: Cluster) -> None:
             conn = BookieConnection(bk.bookie_id)
             try:
                 with pytest.raises(FencedError):
-                    await conn.add(w.ledger_id, entry, end, master_key(b"rr"),
-                                   digest.package(entry, end, length + 1, b"x"))  # fmt: skip
+                    adder = conn.adder(w.ledger_id, master_key(b"rr"))
+                    await adder.add(entry, end, digest.package(entry, end, length + 1, b"x"))
             finally:
                 await conn.close()
         with pytest.raises(FencedError):
@@ -433,7 +433,7 @@ async def test_lost_fence_message(cluster: Cluster) -> None:
         conn = BookieConnection(lonely.bookie_id)
         try:
             with pytest.raises(FencedError):
-                await conn.add(w.ledger_id, 20, 19, master_key(b"k"), b"sneaky")
+                await conn.adder(w.ledger_id, master_key(b"k")).add(20, 19, b"sneaky")
         finally:
             await conn.close()
         with pytest.raises(FencedError):

@@ -204,9 +204,7 @@ async def test_parallel_recoveries_agree() -> None:
     for i in range(30):
         await w.add_entry(b"%d" % i)
     pending = [await w.submit(b"tail%d" % i) for i in range(10)]  # in flight at the fence
-    openers = [make()[0] for _ in range(10)]
-    for o in openers:
-        o.store, o.transport = store, client.transport
+    openers = [LedgerClient(store, client.transport, FAST) for _ in range(10)]
     readers = await asyncio.gather(*(o.open_ledger(w.ledger_id) for o in openers))
     ends = {r.last_add_confirmed for r in readers}
     assert len(ends) == 1, ends
@@ -315,8 +313,7 @@ async def test_empty_last_ensemble_via_writer() -> None:
     assert meta.last_segment.first_entry_id == 10
     bookies.before_add = None
     gate.set()
-    recoverer = make(n=4)[0]
-    recoverer.store, recoverer.transport = store, bookies
+    recoverer = LedgerClient(store, bookies, FAST)
     r = await recoverer.open_ledger(w.ledger_id)
     assert r.last_add_confirmed in (9, 10)
     assert await r.read(0, 9) == [b"%d" % i for i in range(10)]
@@ -569,7 +566,7 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
 async def test_explicit_lac_never_passes_what_a_bookie_holds() -> None:
     _client, _store, bookies = make()
     bk = bookies["bookie-0"]
-    await bookies.add("bookie-0", 1, 0, -1, b"k", b"e0", recovery=False, timeout_s=1)
+    await bookies.adder("bookie-0", 1, b"k", timeout_s=1).add(0, -1, b"e0")
     assert await bookies.write_lac("bookie-0", 1, 7, b"k", timeout_s=1)
     assert bk.ledgers[1].lac == 0
 

@@ -15,8 +15,8 @@ from foundation.errors import ChecksumError
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
+from ledger.fragments import repair_plan
 from ledger.memory import MemoryBookies, MemoryMetadataStore, candidates
-from ledger.replication import repair_plan
 from ledger.scrub import Problem, Scrubber
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.underreplicated import merge_ranges, ranges_cover
@@ -92,7 +92,7 @@ async def setup(
     await w.close()
     for bk in bookies.bookies.values():
         bk.checksum_page_entries_max = 7  # answers in parts: the scrub pages through
-    scrubber = Scrubber(client, bookies, page_entries=page_entries, ledgers_in_flight_max=2)
+    scrubber = Scrubber(client.env, bookies, page_entries=page_entries, ledgers_in_flight_max=2)
     return client, bookies, scrubber, w.ledger_id
 
 
@@ -196,7 +196,9 @@ async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     source = next(b for b in meta.replicas(on_0[0]) if b != "bookie-0")
     data = bookies[source].ledgers[ledger_id].entries[on_0[0]]
     key = bk0.ledgers[ledger_id].key
-    await bookies.add("bookie-0", ledger_id, on_0[0], -1, key, data, recovery=True, timeout_s=1)
+    await bookies.adder("bookie-0", ledger_id, key, recovery=True, timeout_s=1).add(
+        on_0[0], -1, data
+    )
     assert (ledger_id, on_0[0]) in bk0.damaged
     repairs, _unchecked = await scrubber.damaged_repairs(["bookie-0"])
     assert repairs == {ledger_id: {"bookie-0": ((on_0[1], on_0[1]),)}}

@@ -60,9 +60,8 @@ class MemoryBackend:
         self.transport: BookieTransport = self._bookies
 
     async def add(self, entry_id: int, *, recovery: bool = False) -> None:
-        await self._bookies.add(
-            "b", LEDGER, entry_id, -1, KEY, blob(entry_id), recovery=recovery, timeout_s=1
-        )
+        adder = self._bookies.adder("b", LEDGER, KEY, recovery=recovery, timeout_s=1)
+        await adder.add(entry_id, -1, blob(entry_id))
 
     async def damage(self, entry_id: int) -> None:
         self._bookies["b"].corrupt(LEDGER, entry_id, detected=True)
@@ -90,10 +89,10 @@ class RealBackend:
         return self.server.address
 
     async def add(self, entry_id: int, *, recovery: bool = False) -> None:
-        await self.transport.add(
-            self.bookie, LEDGER, entry_id, -1, KEY, blob(entry_id), recovery=recovery,
-            timeout_s=TIMEOUT_S,
-        )  # fmt: skip
+        adder = self.transport.adder(
+            self.bookie, LEDGER, KEY, recovery=recovery, timeout_s=TIMEOUT_S
+        )
+        await adder.add(entry_id, -1, blob(entry_id))
 
     async def damage(self, entry_id: int) -> None:
         storage = self.server.storage

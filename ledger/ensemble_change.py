@@ -1,0 +1,68 @@
+"""Ensemble change: replace the writer's failed bookies and record the new segment.
+
+When a bookie of the current ensemble fails or times out, the writer pauses
+completions and calls :func:`change_ensemble`: each failed position gets a replacement
+(:func:`~ledger.placement.choose_replacement`: never a member, healthy and rack-aware
+when possible), and a new segment starting at LAC + 1 -- every entry before it
+completed, so it is where metadata already says -- is compare-and-set into the ledger
+metadata. Only then does the writer re-send its unacknowledged entries to the new
+bookies, so metadata always names the bookies an entry really lives on.
+
+A lost CAS re-reads the metadata: a ledger no longer OPEN was recovered by another
+client (FENCED: the writer stops); changed segments mean a second writer (fail stop);
+otherwise the change is tried again on the new version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+
+from foundation.errors import BadVersionError, FencedError, MetadataError, WriterFailedError
+from ledger.env import LedgerEnv
+from ledger.placement import choose_replacement
+from metadata.ledger_metadata import LedgerMetadata, LedgerState
+
+__all__ = ["change_ensemble"]
+
+
+async def change_ensemble(
+    env: LedgerEnv, meta: LedgerMetadata, version: int, failed: Set[str], start: int
+) -> tuple[LedgerMetadata, int]:
+    """``meta`` (at ``version``) with a new last segment from ``start`` in which every
+    bookie of ``failed`` is replaced, as stored; and its new version.
+
+    Raises NotEnoughBookiesError (no replacement), FencedError (the ledger is no longer
+    OPEN), WriterFailedError (the segments changed under the writer), MetadataError
+    (the CAS was lost ``metadata_cas_retries_max`` times)."""
+    ledger_id, segments = meta.ledger_id, meta.segments
+    retries = env.config.metadata_cas_retries_max
+    for _attempt in range(retries):
+        if meta.state is not LedgerState.OPEN:
+            raise FencedError(
+                f"ledger {ledger_id} is {meta.state.value}: recovered by another client"
+            )
+        new = meta.with_segment(start, await _replace(env, meta, failed))
+        try:
+            return new, await env.store.write(new, version)
+        except BadVersionError:
+            meta, version = await env.store.read(ledger_id)
+            if meta.state is LedgerState.OPEN and meta.segments != segments:
+                raise WriterFailedError(
+                    f"ledger {ledger_id}: ensembles changed under the writer"
+                ) from None
+    raise MetadataError(f"ledger {ledger_id}: ensemble change lost the CAS {retries} times")
+
+
+async def _replace(env: LedgerEnv, meta: LedgerMetadata, failed: Set[str]) -> list[str]:
+    """The last segment's bookies with a replacement for every failed one."""
+    candidates = await env.store.writable_bookies()
+    racks = {c.bookie_id: c.rack for c in candidates}
+    avoid = env.health.avoided() | failed
+    usable = [c for c in candidates if c.bookie_id not in failed]
+    ensemble = list(meta.last_segment.bookies)
+    for pos, bookie in enumerate(ensemble):
+        if bookie in failed:
+            ensemble[pos] = choose_replacement(
+                usable, ensemble, pos, meta.write_quorum, avoid=avoid, racks=racks, rng=env.rng
+            )
+    return ensemble
