@@ -6,118 +6,35 @@ every ``*_async`` result into an asyncio future completed with
 Blocking kazoo calls that have no async form (start, stop, close) run in the default
 executor.
 
-This module owns the translation of kazoo's exceptions into Bookline's error hierarchy
-(``__cause__`` keeps the kazoo original) and the session state seen by the rest of the
-code: CONNECTED, SUSPENDED ("stop acting as owner until reconnected") and LOST
-("the session and its ephemeral nodes are gone"). Watches are one-shot in ZooKeeper;
-:class:`Watch` re-arms them and delivers the latest snapshot into the loop.
+Session states, znode stats and the translation of kazoo's exceptions are
+:mod:`metadata.zk_boundary`'s; re-arming watches are :mod:`metadata.zk_watch`'s (both
+re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kazoo import exceptions as kex
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from foundation.errors import (
-    AlreadyExistsError,
-    BadRequestError,
-    BadVersionError,
-    BooklineError,
-    ClosedError,
-    MetadataError,
-    NotFoundError,
-    SessionSuspendedError,
-)
+from foundation.errors import ClosedError, MetadataError, NotFoundError
+from metadata.zk_boundary import FROM_KAZOO, SessionState, Stat, translate
+from metadata.zk_watch import Watch
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+__all__ = ["SessionState", "Stat", "Transaction", "Watch", "ZkClient"]
 
 # Each listener sees every state change; a slow listener must not hold up the others.
 LISTENERS_MAX = 10_000
-
-
-class SessionState(enum.Enum):
-    """What the ZooKeeper session means to whoever acts on it."""
-
-    CONNECTED = "CONNECTED"
-    SUSPENDED = "SUSPENDED"  # connection lost, session may survive: stop acting as owner
-    LOST = "LOST"  # session expired or closed: its ephemeral nodes are gone
-
-
-_FROM_KAZOO = {
-    KazooState.CONNECTED: SessionState.CONNECTED,
-    KazooState.SUSPENDED: SessionState.SUSPENDED,
-    KazooState.LOST: SessionState.LOST,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Stat:
-    """The parts of a znode's stat Bookline uses."""
-
-    version: int  # data version, the compare-and-set token
-    cversion: int  # children version
-    ephemeral_owner: int  # session id owning an ephemeral node, 0 for persistent ones
-    num_children: int
-    ctime_ms: int
-    mtime_ms: int
-
-    @classmethod
-    def from_kazoo(cls, stat: ZnodeStat) -> Stat:
-        return cls(
-            version=stat.version,
-            cversion=stat.cversion,
-            ephemeral_owner=stat.ephemeralOwner,
-            num_children=stat.numChildren,
-            ctime_ms=stat.ctime,
-            mtime_ms=stat.mtime,
-        )
-
-
-def translate(exc: BaseException, path: str = "") -> BooklineError:
-    """Map a kazoo exception to the Bookline error that says who failed."""
-    where = f" at {path}" if path else ""
-    if isinstance(exc, BooklineError):
-        return exc
-    if isinstance(exc, kex.NoNodeError):
-        err: BooklineError = NotFoundError(f"znode{where} does not exist")
-    elif isinstance(exc, kex.NodeExistsError):
-        err = AlreadyExistsError(f"znode{where} already exists")
-    elif isinstance(exc, kex.BadVersionError):
-        err = BadVersionError(f"znode{where} changed since it was read (stale version)")
-    elif isinstance(exc, kex.NotEmptyError):
-        err = BadRequestError(f"znode{where} still has children")
-    elif isinstance(exc, kex.ConnectionClosedError | kex.ZookeeperStoppedError):
-        err = ClosedError(f"the ZooKeeper client was closed{where}")
-    elif isinstance(exc, kex.SessionExpiredError):
-        err = MetadataError(f"ZooKeeper session expired{where}")
-    elif isinstance(exc, kex.ConnectionLoss | kex.OperationTimeoutError | KazooTimeoutError):
-        err = SessionSuspendedError(f"connection to ZooKeeper lost{where}; outcome unknown")
-    else:
-        err = MetadataError(f"ZooKeeper failed{where}: {type(exc).__name__}: {exc}")
-    err.__cause__ = exc
-    return err
-
-
-@contextlib.contextmanager
-def translating(path: str = "") -> Iterator[None]:
-    """Translate kazoo exceptions raised inside the block (for synchronous kazoo calls)."""
-    try:
-        yield
-    except (kex.KazooException, KazooTimeoutError) as exc:
-        raise translate(exc, path) from exc
 
 
 class ZkClient:
@@ -211,7 +128,7 @@ class ZkClient:
 
     def _on_kazoo_state(self, kstate: Any) -> None:
         # Called on kazoo's connection thread: hand over to the loop, never block here.
-        self.call_in_loop(self._dispatch_state, _FROM_KAZOO[kstate])
+        self.call_in_loop(self._dispatch_state, FROM_KAZOO[kstate])
 
     def _dispatch_state(self, state: SessionState) -> None:
         if state is self._state:
@@ -426,109 +343,3 @@ class Transaction:
                 raise translate(res, f"{path} (transaction rolled back)") from res
             out.append(res.version if isinstance(res, ZnodeStat) else res)
         return out
-
-
-class Watch(Generic[T]):
-    """A re-arming ZooKeeper watch delivering the latest snapshot into the loop.
-
-    Deliver to ``callback`` (called in the loop), or iterate ``async for snap in watch``:
-    iteration yields the newest snapshot since the last one taken (intermediate ones are
-    coalesced, which bounds memory). Re-reads after reconnecting from a lost session,
-    whose watches ZooKeeper forgets.
-    """
-
-    def __init__(
-        self,
-        client: ZkClient,
-        read: Callable[[Callable[[Any], None]], Any],
-        callback: Callable[[T], None] | None,
-    ) -> None:
-        self._client = client
-        self._read = read
-        self._callback = callback
-        self._cancelled = False
-        self._rearm_pending = False
-        self._latest: T | None = None
-        self._has_new = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._error: BaseException | None = None
-        self._lost_before = False
-        self._unarmed = False  # a re-read failed while disconnected
-
-    async def start(self) -> T:
-        """Arm the watch; return (and deliver) the first snapshot."""
-        self._client.add_state_listener(self._on_state)
-        snapshot: T = await self._read(self._on_zk_event)
-        self._deliver(snapshot)
-        return snapshot
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        self._client.remove_state_listener(self._on_state)
-        if self._task is not None:
-            self._task.cancel()
-        self._has_new.set()  # wake iterators so they can stop
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def _on_zk_event(self, _event: Any) -> None:
-        # kazoo's callback thread.
-        self._client.call_in_loop(self._schedule_rearm)
-
-    def _on_state(self, state: SessionState) -> None:
-        if state is SessionState.LOST:
-            self._lost_before = True
-        elif state is SessionState.CONNECTED and (self._lost_before or self._unarmed):
-            self._lost_before = self._unarmed = False
-            self._schedule_rearm()
-
-    def _schedule_rearm(self) -> None:
-        if self._cancelled or self._rearm_pending:
-            return
-        self._rearm_pending = True
-        self._task = asyncio.get_running_loop().create_task(self._rearm())
-
-    async def _rearm(self) -> None:
-        self._rearm_pending = False
-        try:
-            snapshot: T = await self._read(self._on_zk_event)
-        except (SessionSuspendedError, MetadataError) as exc:
-            # The read failed, so no watch is registered: re-read on the next CONNECTED.
-            self._unarmed = True
-            log.warning("watch re-read failed, will retry on reconnect: %s", exc)
-            return
-        except ClosedError:
-            self.cancel()
-            return
-        except BooklineError as exc:
-            self._error = exc
-            self._has_new.set()
-            log.error("watch stopped: %s", exc)
-            return
-        self._deliver(snapshot)
-
-    def _deliver(self, snapshot: T) -> None:
-        if self._cancelled:
-            return
-        self._latest = snapshot
-        self._has_new.set()
-        if self._callback is not None:
-            try:
-                self._callback(snapshot)
-            except Exception:
-                log.exception("watch callback %r failed", self._callback)
-
-    def __aiter__(self) -> AsyncIterator[T]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[T]:
-        while True:
-            await self._has_new.wait()
-            self._has_new.clear()
-            if self._error is not None:
-                raise self._error
-            if self._cancelled:
-                return
-            yield self._latest  # type: ignore[misc]  # set before _has_new
