@@ -11,6 +11,7 @@ import dataclasses
 
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
+from foundation.quorum import check_quorum
 from ledger.config import LedgerConfig
 
 __all__ = ["NamespaceConfig"]
@@ -72,10 +73,7 @@ class NamespaceConfig:
     ledger: LedgerConfig = dataclasses.field(default_factory=LedgerConfig)
 
     def __post_init__(self) -> None:
-        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
-            raise ConfigError(
-                "core quorums must satisfy ensemble_size >= write_quorum >= ack_quorum >= 1"
-            )
+        check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum, "core")
         if self.digest.lower() not in _DIGESTS:
             raise ConfigError(f"core.digest must be crc32c or hmac, got {self.digest!r}")
         if self.compression.lower() not in ("none", "lz4", "zstd"):

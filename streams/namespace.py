@@ -28,7 +28,8 @@ from streams.config import NamespaceConfig
 from streams.context import CoreContext
 from streams.dlsn import DLSN, StartPosition
 from streams.reader import LogReader
-from streams.records import ReadRecord, decode_header, decode_read_records
+from streams.records import ReadRecord
+from streams.recordset import decode_header, decode_read_records
 from streams.retention import apply_retention
 from streams.seek import first_readable, resolve_start
 from streams.writer import LogWriter

@@ -41,7 +41,8 @@ from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
 from streams.dlsn import DLSN
-from streams.records import ReadRecord, RecordSetHeader, decode_verified, verify_record_set
+from streams.records import ReadRecord
+from streams.recordset import RecordSetHeader, decode_verified, verify_record_set
 from streams.seek import first_readable
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
 from streams.dlsn import DLSN, PositionKind, StartPosition
-from streams.records import RecordSetHeader, decode_header, decode_read_records
+from streams.recordset import RecordSetHeader, decode_header, decode_read_records
 
 __all__ = ["first_readable", "resolve_start"]
 

@@ -14,15 +14,17 @@ from foundation.errors import (
     BadRequestError,
     BooklineError,
     ChecksumError,
+    ConfigError,
     InvariantViolation,
     TooLargeError,
 )
 from metadata.segments import SegmentMetadata, SegmentState, TruncationState
 from metadata.streams import StreamOptions
+from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, PositionKind, StartPosition
-from streams.records import (
+from streams.records import Compression
+from streams.recordset import (
     HEADER_BYTES,
-    Compression,
     decode_header,
     decode_read_records,
     encode_control,
@@ -215,3 +217,9 @@ def test_retention_point_age_and_size() -> None:
     assert retention_point(segs, StreamOptions(retention_ms=1000), now_ms=500) is None
     assert retention_point(segs, StreamOptions(retention_bytes=150), now_ms=0) == DLSN(3, 0, 0)
     assert retention_point(segs, StreamOptions(retention_bytes=1000), now_ms=0) is None
+
+
+def test_namespace_config_checks_quorums_with_the_shared_rule() -> None:
+    with pytest.raises(ConfigError, match=r"core: quorums must satisfy .* got E=3 Qw=2 Qa=3"):
+        NamespaceConfig(ensemble_size=3, write_quorum=2, ack_quorum=3)
+    assert NamespaceConfig(ensemble_size=1, write_quorum=1, ack_quorum=1).ack_quorum == 1

@@ -193,6 +193,24 @@ async def test_positioning_by_dlsn_txid_sequence_timestamp(ns: Namespace) -> Non
     await w.close()
 
 
+async def test_segment_rolls_by_age_on_the_injected_clock(ns: Namespace) -> None:
+    """A segment's age is read from the namespace's clock: no waiting for real time."""
+    await ns.create_stream("age", StreamOptions(segment_rollover_ms=60_000))
+    clock = [5_000_000]
+    ns.context.clock_ms = lambda: clock[0]
+    w = await ns.open_writer("age")
+    first = await w.write(LogRecord(b"a"))
+    clock[0] += 59_999
+    assert (await w.write(LogRecord(b"b"))).segment_seqno == first.segment_seqno
+    clock[0] += 1
+    rolled = await w.write(LogRecord(b"c"))
+    assert rolled.segment_seqno == first.segment_seqno + 1
+    await w.close()
+    segments = await ns.segments("age")
+    assert [(s.state, s.record_count) for s in segments] == [("sealed", 2), ("sealed", 1)]
+    assert segments[1].ctime_ms == 5_060_000
+
+
 async def test_tailing_reader_across_segment_rolls(ns: Namespace) -> None:
     await ns.create_stream("tail", StreamOptions(segment_rollover_bytes=20_000))
     w = await ns.open_writer("tail")
@@ -360,7 +378,7 @@ async def test_end_of_stream_survives_a_writer_that_did_not_seal(
     async def crash(_next: object) -> None:
         raise ConnectionLostError("writer died before sealing")
 
-    monkeypatch.setattr(w, "_seal_current", crash)
+    monkeypatch.setattr(w._segments, "seal", crash)
     with pytest.raises(ConnectionLostError):
         await w.mark_end_of_stream()
     with pytest.raises(EndOfStreamError):

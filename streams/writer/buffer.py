@@ -1,0 +1,166 @@
+"""The records of one ledger entry-to-be and what waits on them (pure, no I/O).
+
+The writer fills one :class:`RecordBuffer`; the sender cuts it off, encodes it as one
+record set and, once the entry is acknowledged, :meth:`RecordBuffer.resolve` hands every
+waiter its DLSN (or :meth:`RecordBuffer.fail` the writer's error). A control record or
+the end-of-stream marker travels as a buffer without records.
+
+Shape, for the hot path: one object per *entry* holding parallel lists -- payloads,
+txids, timestamps, and keys/headers only once a record has any -- never an object per
+record. A single write's waiter is its bare future, a write_many's one ``(batch,
+count)`` per slice; the slices cover the records in order, so slots follow from the
+counts. A writer with tens of thousands of records in flight thus keeps few objects
+alive per record for the cyclic GC to walk (docs/architecture.md, "Garbage collector").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from foundation.errors import BooklineError
+from streams.dlsn import DLSN
+from streams.records import LogRecord
+
+__all__ = ["Batch", "RecordBuffer", "Waiter", "chained", "consume"]
+
+# Builds a DLSN (a tuple subclass) without a Python-level call.
+_NEW_DLSN = tuple.__new__
+
+
+class Batch:
+    """The caller's side of one write_many: resolves once all its records are durable."""
+
+    __slots__ = ("dlsns", "future", "remaining")
+
+    def __init__(self, future: asyncio.Future[list[DLSN]], count: int) -> None:
+        self.future = future
+        self.remaining = count
+        self.dlsns: list[DLSN] = []
+
+
+# What waits on a slice of an entry: a single write's future (one record) or a
+# write_many's (batch, record count).
+Waiter = asyncio.Future[DLSN] | tuple[Batch, int]
+
+
+class RecordBuffer:
+    """User records of one entry-to-be (parallel lists), or a control/end-of-stream set."""
+
+    __slots__ = (
+        "control",
+        "done",
+        "headers",
+        "keys",
+        "nbytes",
+        "payloads",
+        "timestamps",
+        "txids",
+        "waiters",
+    )
+
+    def __init__(self, done: asyncio.Future[None], control: str = "") -> None:
+        self.payloads: list[bytes] = []
+        self.txids: list[int] = []
+        self.timestamps: list[int] = []
+        # None until a record has a key or headers (the fast path encodes without them).
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[dict[str, bytes] | None] | None = None
+        self.waiters: list[Waiter] = []  # in slot order, covering every record
+        self.nbytes = 0  # the records' bytes, framing included (RECORD_OVERHEAD_BYTES each)
+        self.done = done  # resolves once the entry is acknowledged (fails with the writer)
+        self.control = control  # "": user records; "control" or "eos": none
+
+    def append_one(
+        self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int
+    ) -> None:
+        """One record of a single write; ``fut`` gets its DLSN."""
+        if (record.key is not None or record.headers is not None) and self.keys is None:
+            self._start_extras()
+        self.payloads.append(record.payload)
+        self.txids.append(txid)
+        self.timestamps.append(now)
+        if self.keys is not None and self.headers is not None:
+            self.keys.append(record.key)
+            self.headers.append(record.headers)
+        self.waiters.append(fut)
+        self.nbytes += size
+
+    def append_many(  # noqa: PLR0917 - the hot path is called positionally
+        self,
+        records: Sequence[LogRecord],
+        payloads: list[bytes],
+        txids: list[int],
+        now: int,
+        batch: Batch,
+        i: int,
+        j: int,
+        nbytes: int,
+        extras: bool,
+    ) -> None:
+        """Records ``[i, j)`` of a write_many, ``nbytes`` with their framing; ``extras``:
+        some record of the call has a key or headers."""
+        if extras and self.keys is None:
+            self._start_extras()
+        self.payloads.extend(payloads[i:j])
+        self.txids.extend(txids[i:j])
+        self.timestamps.extend([now] * (j - i))
+        if self.keys is not None and self.headers is not None:
+            self.keys.extend(r.key for r in records[i:j])
+            self.headers.extend(r.headers for r in records[i:j])
+        self.waiters.append((batch, j - i))
+        self.nbytes += nbytes
+
+    def _start_extras(self) -> None:
+        self.keys = [None] * len(self.payloads)
+        self.headers = [None] * len(self.payloads)
+
+    def resolve(self, seqno: int, entry_id: int) -> int:
+        """The entry is acknowledged: every waiter gets its records' DLSNs. Returns the
+        number of slots the waiters covered (the caller checks it is every record)."""
+        slot = 0
+        for waiter in self.waiters:
+            if type(waiter) is tuple:
+                batch, n = waiter
+                batch.dlsns.extend(
+                    [_NEW_DLSN(DLSN, (seqno, entry_id, s)) for s in range(slot, slot + n)]
+                )
+                batch.remaining -= n
+                if batch.remaining == 0 and not batch.future.done():
+                    batch.future.set_result(batch.dlsns)
+                slot += n
+            else:
+                assert isinstance(waiter, asyncio.Future)
+                if not waiter.done():
+                    waiter.set_result(_NEW_DLSN(DLSN, (seqno, entry_id, slot)))
+                slot += 1
+        return slot
+
+    def fail(self, error: BooklineError) -> None:
+        """Every waiter and ``done`` raise ``error`` (chained)."""
+        for waiter in self.waiters:
+            fut = waiter[0].future if isinstance(waiter, tuple) else waiter
+            _fail_future(fut, error)
+        _fail_future(self.done, error)
+
+
+def chained(error: BooklineError) -> BooklineError:
+    """A fresh exception of the same type and message, caused by ``error``: each caller
+    gets its own traceback rather than sharing (and growing) one object's."""
+    err = type(error).__new__(type(error))
+    BooklineError.__init__(err, error.message)
+    err.__cause__ = error
+    return err
+
+
+def consume(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's exception retrieved (the caller may have stopped waiting)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _fail_future(fut: asyncio.Future[Any], error: BooklineError) -> None:
+    if not fut.done():
+        fut.set_exception(chained(error))
+        fut.add_done_callback(consume)

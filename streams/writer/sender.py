@@ -1,0 +1,331 @@
+"""A writer's pipe: the record buffer, cut into entries and transmitted in order.
+
+Cutting (adaptive flush): the buffer becomes one entry when it reaches
+``buffer_bytes_max``, on flush, or -- while fewer than ``_IDLE_PIPE_ENTRIES`` entries
+are in flight or queued -- at the next loop iteration; else ``flush_interval_ms`` after
+its first record or as soon as the pipe drains. An idle writer sends at once, a busy
+one batches.
+
+Sending: one task encodes the queued entries as record sets and submits them in order
+on the current segment's ledger, rolling the segment first when it is due. Entries
+complete in order and resolve their waiters to DLSNs once the ack quorum has them. The
+first failed entry fails the pipe: every waiting, queued and later call raises
+``WriterFailedError`` (cause chained) -- nothing is retried behind the caller's back,
+so nothing can be reordered or silently dropped. While the stream's lock is in doubt
+(``owned`` cleared: a suspended ZooKeeper session) nothing is transmitted.
+
+Readers' LAC: every entry carries the LAC to its bookies. When the pipe empties -- an
+entry was acknowledged and nothing else is in flight or waiting -- the ledger's
+*explicit LAC* (``LedgerWriter.push_lac``, the bookies' WRITE_LAC op) tells them the new
+LAC at once, so a tailing reader never waits for a later entry that may not come; while
+entries keep flowing, the next one tells them instead and no WRITE_LAC is spent. For
+bookies without that op, a control record is still written when idle
+``control_interval_ms`` after an acknowledged entry that no entry or explicit LAC has
+told them about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+from foundation.errors import BooklineError, WriterFailedError
+from foundation.invariants import invariant
+from ledger.writer import LedgerWriter
+from streams.config import NamespaceConfig
+from streams.dlsn import DLSN
+from streams.records import RECORD_OVERHEAD_BYTES, Compression, LogRecord
+from streams.recordset import encode_control, encode_record_set
+from streams.writer.buffer import RecordBuffer, consume
+from streams.writer.segments import Segments, SegmentState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Sender"]
+
+# Entries in flight (or queued for the sender) below which the pipe counts as idle:
+# a write is transmitted at the next loop iteration instead of after the flush timer.
+_IDLE_PIPE_ENTRIES = 2
+
+
+class Sender:
+    """The buffer, the queue of cut entries and the entries in flight of one writer.
+    ``now_ms`` is the writer's clock (record timestamps never go back)."""
+
+    def __init__(
+        self, stream: str, cfg: NamespaceConfig, segments: Segments, now_ms: Callable[[], int]
+    ) -> None:
+        self._stream = stream
+        self._cfg = cfg
+        self._buffer_bytes_max = cfg.buffer_bytes_max
+        self._compression = Compression.parse(cfg.compression)
+        self._segments = segments
+        self._now_ms = now_ms
+        self._loop = asyncio.get_running_loop()
+        self.buffer = RecordBuffer(self._loop.create_future())  # records not yet cut
+        self._timer: asyncio.Handle | None = None  # the adaptive flush
+        self._outbox: collections.deque[RecordBuffer] = collections.deque()  # cut, not sent
+        self._inflight: collections.deque[RecordBuffer] = collections.deque()  # submitted
+        self._task: asyncio.Task[None] | None = None  # the send loop, while it has work
+        self.last_out: RecordBuffer | None = None  # the newest cut entry (flush waits on it)
+        # Bytes accepted (buffered, queued or in flight) and not yet acknowledged; ``room``
+        # is set whenever an acknowledgement lowered them.
+        self.pending_bytes = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self.owned = asyncio.Event()  # cleared while the stream's lock is in doubt
+        self._control_timer: asyncio.TimerHandle | None = None
+        self._control_stopped = False  # closing or ending: no control record any more
+        self._carried_lac = -1  # LAC the newest submitted entry carries
+        self.error: BooklineError | None = None  # the first failure, for good
+        self.last_dlsn: DLSN | None = None  # of the last acknowledged user record
+
+    # -- buffering and cutting ---------------------------------------------------------
+
+    def add(
+        self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int
+    ) -> None:
+        """Buffer one record of a single write (the writer validated it)."""
+        limit = self._buffer_bytes_max
+        if self.buffer.nbytes + size > limit:
+            self.cut()
+        buf = self.buffer
+        buf.append_one(record, txid, now, fut, size)
+        self.pending_bytes += size
+        if buf.nbytes >= limit:
+            self.cut()
+        elif self._timer is None:
+            self.arm_timer()
+
+    def arm_timer(self) -> None:
+        """Adaptive flush: while the pipe is nearly idle, transmit at the next loop
+        iteration (records written in this one still join the entry); while entries
+        are in flight, let the buffer grow for up to ``flush_interval_ms`` -- or until
+        the pipe drains (:meth:`_on_entry_done` cuts then)."""
+        if self._timer is None and self.buffer.payloads:
+            if len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES:
+                self._timer = self._loop.call_soon(self._on_timer)
+            else:
+                delay = self._cfg.flush_interval_ms / 1000.0
+                self._timer = self._loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.error is None and self.buffer.payloads:
+            self.cut()
+
+    def cut(self) -> None:
+        """Move the buffer into the outbox as one entry-to-be and wake the sender."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.buffer.payloads:
+            return
+        out = self.buffer
+        self.buffer = RecordBuffer(self._loop.create_future())
+        self._enqueue(out)
+
+    def enqueue_marker(self, kind: str) -> RecordBuffer:
+        """Queue a control record (``"control"``) or the end-of-stream marker (``"eos"``)."""
+        out = RecordBuffer(self._loop.create_future(), kind)
+        self._enqueue(out)
+        return out
+
+    def _enqueue(self, out: RecordBuffer) -> None:
+        self._outbox.append(out)
+        self.last_out = out
+        if self._task is None:
+            self._task = self._loop.create_task(self._send_loop())
+
+    # -- sending -----------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        try:
+            while self._outbox and self.error is None:
+                if not self.owned.is_set():
+                    await self.owned.wait()
+                    continue
+                seg = self._segments.current
+                invariant(seg is not None, "sender without a segment")
+                assert seg is not None
+                out = self._outbox[0]
+                if out.control == "control" and seg.sealing:
+                    self._outbox.popleft()  # the seal tells readers the end anyway
+                    if not out.done.done():
+                        out.done.set_result(None)
+                    continue
+                if out.control == "" and self._segments.roll_due(seg):
+                    self._cancel_control_timer()
+                    await self._segments.roll()
+                    self._carried_lac = -1
+                    continue
+                self._outbox.popleft()
+                await self._submit(seg, out)
+        except BooklineError as exc:
+            self.fail(exc)
+        except Exception as exc:
+            self.fail(WriterFailedError(f"writer of {self._stream} crashed: {exc!r}"), exc)
+            raise
+        finally:
+            self._task = None
+
+    async def _submit(self, seg: SegmentState, out: RecordBuffer) -> None:
+        if out.control:
+            payload = encode_control(
+                first_index=seg.records,
+                bytes_before=seg.bytes,
+                last_txid=seg.last_txid,
+                timestamp_ms=self._now_ms(),
+                end_of_stream=out.control == "eos",
+            )
+            count, nbytes, first_txid = 1, 0, -1
+        else:
+            count = len(out.payloads)
+            nbytes = out.nbytes - count * RECORD_OVERHEAD_BYTES
+            payload = encode_record_set(
+                out.payloads, out.txids, out.timestamps,
+                first_index=seg.records, bytes_before=seg.bytes, last_txid=out.txids[-1],
+                keys=out.keys, headers=out.headers, compression=self._compression,
+            )  # fmt: skip
+            first_txid = out.txids[0]
+        ledger = seg.ledger
+        self._carried_lac = ledger.last_add_confirmed
+        fut = ledger.submit_nowait(payload)  # the common case: no coroutine
+        if fut is None:
+            fut = await ledger.submit(payload)  # at the ledger's in-flight bound: wait
+        if not out.control:
+            seg.records += count
+            seg.bytes += nbytes
+            seg.last_txid = out.txids[-1]
+            if seg.first_txid < 0:
+                seg.first_txid = first_txid
+        seg.last_slot = count - 1
+        self._inflight.append(out)
+        fut.add_done_callback(functools.partial(self._on_entry_done, out, seg.meta.seqno, ledger))
+
+    def _on_entry_done(
+        self, out: RecordBuffer, seqno: int, ledger: LedgerWriter, fut: asyncio.Future[int]
+    ) -> None:
+        head = self._inflight.popleft() if self._inflight else None
+        invariant(head is out, "entries of %s completed out of order", self._stream)
+        self.pending_bytes -= out.nbytes
+        self.room.set()
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None or self.error is not None:
+            cause = exc if isinstance(exc, BaseException) else self.error
+            err = self.error or WriterFailedError(
+                f"writer of {self._stream}: entry failed: {cause!r}"
+            )
+            err.__cause__ = err.__cause__ or cause
+            self.fail(err)
+            out.fail(err)
+            return
+        entry_id = fut.result()
+        slots = out.resolve(seqno, entry_id)
+        invariant(
+            slots == len(out.payloads), "waiters of an entry of %s miss records", self._stream
+        )
+        if slots:
+            self.last_dlsn = DLSN(seqno, entry_id, slots - 1)
+        if not out.done.done():
+            out.done.set_result(None)
+        if (
+            self.buffer.payloads
+            and len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES
+            and self.error is None
+        ):
+            self.cut()  # the pipe drained: send what waited for it now
+        if not out.control:
+            # Tailing readers learn this LAC from the next entry, which carries it --
+            # or, once nothing else is in flight or waiting to be sent, from an explicit
+            # LAC. Pushed after the sender had its turn: bookies an entry reached in
+            # the meantime need no WRITE_LAC (ledger.push_lac skips them). Under load
+            # this saves a request and an answer per bookie and entry.
+            if not (self._inflight or self._outbox or self.buffer.payloads):
+                self._loop.call_soon(ledger.push_lac)
+            self._schedule_control()
+
+    # -- control records ---------------------------------------------------------------
+
+    def _schedule_control(self) -> None:
+        """Fallback for bookies without explicit LAC: a control record once idle.
+        One timer at a time; it re-checks when it fires, and any later completion arms
+        it again, so the last completion is always followed by a check."""
+        if self._control_timer is None:
+            self._control_timer = self._loop.call_later(
+                self._cfg.control_interval_ms / 1000.0, self._maybe_control
+            )
+
+    def _maybe_control(self) -> None:
+        self._control_timer = None
+        seg = self._segments.current
+        if self.error or self._control_stopped or seg is None or seg.sealing:
+            return
+        if self._outbox or self.buffer.payloads or self._inflight:
+            return  # a coming entry carries the LAC anyway
+        ledger = seg.ledger
+        lac = ledger.last_add_confirmed
+        if max(self._carried_lac, ledger.lac_told) >= lac:
+            return  # the newest entry or an explicit LAC already told the bookies
+        if ledger.lac_sent >= lac:
+            # Explicit LACs are on their way (on a busy machine their answers can take
+            # longer than this timer): look again once they answered. A control record
+            # now would be a whole replicated add -- a journal fsync on every bookie --
+            # to say what they are about to know; at 200 records/s that was one entry
+            # in seven. A push that fails leaves lac_told behind, and the next look
+            # sends the control record.
+            self._schedule_control()
+            return
+        self.enqueue_marker("control").done.add_done_callback(consume)
+
+    def stop_control(self) -> None:
+        """The writer is closing or ending: no control record may follow (readers and
+        the next writer look for the end-of-stream marker in the last entry)."""
+        self._control_stopped = True
+        self._cancel_control_timer()
+
+    def _cancel_control_timer(self) -> None:
+        if self._control_timer is not None:
+            self._control_timer.cancel()
+            self._control_timer = None
+
+    # -- failing and stopping ----------------------------------------------------------
+
+    def fail(self, error: BooklineError, cause: BaseException | None = None) -> None:
+        """Fail the pipe for good: every buffered, queued and in-flight record raises."""
+        if self.error is not None:
+            return
+        if cause is not None and error.__cause__ is None:
+            error.__cause__ = cause
+        self.error = error
+        log.warning("writer of %s failed: %s", self._stream, error)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._cancel_control_timer()
+        self.owned.set()
+        self.room.set()
+        for out in list(self._inflight) + list(self._outbox):
+            out.fail(error)
+        self._outbox.clear()
+        self.buffer.fail(error)
+        self.buffer = RecordBuffer(self._loop.create_future())
+
+    async def drain(self) -> None:
+        """Wait until the send loop has submitted everything queued."""
+        if self._task is not None:
+            await self._task
+
+    async def stop(self) -> None:
+        """Cancel the send loop and the timers (the writer is released)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BooklineError):
+                await self._task
+        if self._timer is not None:
+            self._timer.cancel()
+        self._cancel_control_timer()

@@ -1,0 +1,372 @@
+"""The single writer of a log stream: what :meth:`Namespace.open_writer` returns.
+
+Opening takes the stream's exclusive ZooKeeper lock (or fails with
+``LockOwnedError(owner=)``), then :class:`~streams.writer.segments.Segments` recovers
+the previous segment -- fencing any old writer -- and opens this writer's own.
+
+Writing validates each record (size, txid, timestamp) and hands it to the
+:class:`~streams.writer.sender.Sender`, which batches records into entries and
+transmits them in order; futures resolve to DLSNs once an entry is acknowledged by the
+ack quorum. The first failure fails the writer for good (``WriterFailedError``, cause
+chained; ``OwnershipLostError`` when the lock is lost); a suspended ZooKeeper session
+pauses transmits until the lock is confirmed again. Here too: flush, truncation, the
+end-of-stream marker, close, and the stream's retention policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Sequence
+
+from foundation.errors import (
+    BadRequestError,
+    BooklineError,
+    ClosedError,
+    EndOfStreamError,
+    OutOfRangeError,
+    OwnershipLostError,
+    TooLargeError,
+    TooManyRequestsError,
+)
+from foundation.limits import RECORD_BYTES_MAX, record_bytes
+from metadata.ownership import LockState, StreamLock
+from metadata.streams import StreamOptions
+from streams.context import CoreContext
+from streams.dlsn import DLSN
+from streams.records import RECORD_OVERHEAD_BYTES, LogRecord
+from streams.retention import apply_retention, truncate_before
+from streams.writer.buffer import Batch, chained
+from streams.writer.segments import Segments
+from streams.writer.sender import Sender
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LogWriter", "default_identity"]
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class LogWriter:
+    """Use from one event loop. Open with :meth:`Namespace.open_writer`."""
+
+    def __init__(
+        self,
+        ctx: CoreContext,
+        stream: str,
+        lock: StreamLock,
+        options: StreamOptions,
+    ) -> None:
+        self._ctx = ctx
+        self._cfg = ctx.config
+        self.stream = stream
+        self._lock = lock
+        self._options = options
+        self._loop = asyncio.get_running_loop()
+        self._segments = Segments(ctx, stream, lock, options, self._failure)
+        self._sender = Sender(stream, ctx.config, self._segments, self._now)
+        self._retention_task: asyncio.Task[None] | None = None
+        self._ended = False
+        self._ending = False  # the end-of-stream marker is queued: nothing may follow it
+        self._closed = False
+        self._last_txid = -1
+        self._last_ts = 0
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        ctx: CoreContext,
+        stream: str,
+        identity: str | None = None,
+        *,
+        lock_timeout_s: float | None = None,
+    ) -> LogWriter:
+        record, _version = await ctx.md.streams.get_stream(ctx.namespace, stream)
+        lock = ctx.md.stream_lock(ctx.namespace, stream, identity or default_identity())
+        if lock_timeout_s is None:
+            await lock.try_acquire()
+        else:
+            await lock.acquire(lock_timeout_s)
+        writer = cls(ctx, stream, lock, record.options)
+        try:
+            await writer._start()
+        except BaseException:
+            await writer._segments.abort_open()
+            await lock.release()
+            raise
+        return writer
+
+    async def _start(self) -> None:
+        self._lock.add_listener(self._on_lock_state)
+        self._sender.owned.set()
+        self._last_txid = await self._segments.open()
+        assert self._segments.current is not None
+        self._last_ts = self._segments.current.opened_ms
+        self._retention_task = asyncio.ensure_future(self._retention_loop())
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def last_dlsn(self) -> DLSN | None:
+        """The DLSN of the last acknowledged record (None before the first)."""
+        return self._sender.last_dlsn
+
+    @property
+    def last_txid(self) -> int:
+        return self._last_txid
+
+    @property
+    def identity(self) -> str:
+        return self._lock.identity
+
+    @property
+    def segment_seqno(self) -> int:
+        return self._segments.seqno
+
+    @property
+    def failed(self) -> BooklineError | None:
+        return self._sender.error
+
+    def _failure(self) -> BooklineError | None:
+        return self._sender.error
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _check(self) -> None:
+        error = self._sender.error
+        if error is not None:
+            raise chained(error)
+        if self._closed:
+            raise ClosedError(f"writer of {self.stream} was closed")
+        if self._ended or self._ending:
+            raise EndOfStreamError(f"stream {self.stream} was marked ended")
+
+    def _txid_for(self, txid: int | None, now_ms: int) -> int:
+        if txid is None:
+            return max(now_ms, self._last_txid)
+        if txid < self._last_txid:
+            raise BadRequestError(
+                f"txid {txid} is below the stream's last txid {self._last_txid} "
+                "(txids must not decrease)"
+            )
+        return txid
+
+    def write_nowait(self, record: LogRecord) -> asyncio.Future[DLSN]:
+        """Buffer ``record``; the future resolves to its DLSN once durable. Order is
+        kept across write_nowait/write/write_many calls."""
+        self._check()
+        if record.key is None and record.headers is None:
+            user = len(record.payload)
+        else:
+            user = record_bytes(record.payload, record.key, record.headers)
+        if user > RECORD_BYTES_MAX:
+            raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
+        size = user + RECORD_OVERHEAD_BYTES
+        sender = self._sender
+        if sender.pending_bytes + size > self._cfg.pending_bytes_max:
+            raise TooManyRequestsError(f"writer of {self.stream}: too many bytes pending")
+        now = self._now()
+        txid = self._txid_for(record.txid, now)
+        fut: asyncio.Future[DLSN] = self._loop.create_future()
+        sender.add(record, txid, now, fut, size)
+        self._last_txid = txid
+        return fut
+
+    async def write(self, record: LogRecord) -> DLSN:
+        await self._wait_room(len(record.payload) + RECORD_OVERHEAD_BYTES)
+        return await self.write_nowait(record)
+
+    async def write_many(self, records: Sequence[LogRecord]) -> list[DLSN]:
+        """Append many records in order; resolves to their DLSNs once all are durable."""
+        self._check()
+        n = len(records)
+        if n == 0:
+            return []
+        now = self._now()
+        payloads = [r.payload for r in records]
+        extras = any(r.key is not None or r.headers is not None for r in records)
+        if extras:
+            user = [record_bytes(r.payload, r.key, r.headers) for r in records]
+        else:
+            user = list(map(len, payloads))
+        largest = max(user)
+        if largest > RECORD_BYTES_MAX:
+            raise TooLargeError(f"record of {largest} bytes; at most {RECORD_BYTES_MAX}")
+        sizes = [u + RECORD_OVERHEAD_BYTES for u in user]
+        txids = self._txids_many(records, now)
+        self._last_txid = txids[-1]
+        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
+        batch = Batch(fut, n)
+        sender = self._sender
+        limit = self._cfg.buffer_bytes_max
+        i = 0
+        while i < n:
+            await self._wait_room(sizes[i])
+            self._check()
+            buffered = sender.buffer.nbytes
+            j, used = i, buffered
+            while j < n and used + sizes[j] <= limit:
+                used += sizes[j]
+                j += 1
+            if j == i:
+                if buffered:
+                    sender.cut()
+                    continue
+                # A record bigger than a whole buffer is an entry of its own.
+                j, used = i + 1, sizes[i]
+            sender.buffer.append_many(records, payloads, txids, now, batch, i, j,
+                                      used - buffered, extras)  # fmt: skip
+            sender.pending_bytes += used - buffered
+            if j < n or used >= limit:
+                sender.cut()
+            i = j
+        sender.arm_timer()
+        return await fut
+
+    def _txids_many(self, records: Sequence[LogRecord], now: int) -> list[int]:
+        default = max(now, self._last_txid)
+        txids = [default if r.txid is None else r.txid for r in records]
+        if any(r.txid is not None for r in records):
+            last = self._last_txid
+            for t in txids:
+                if t < last:
+                    raise BadRequestError(f"txid {t} is below {last} (txids must not decrease)")
+                last = t
+            # records without a txid after ones with a larger txid take that txid
+            running = self._last_txid
+            for k, t in enumerate(txids):
+                running = max(running, t)
+                txids[k] = running
+        return txids
+
+    def _now(self) -> int:
+        now = max(self._ctx.clock_ms(), self._last_ts)  # timestamps never go back
+        self._last_ts = now
+        return now
+
+    async def _wait_room(self, size: int) -> None:
+        sender = self._sender
+        while sender.pending_bytes + size > self._cfg.pending_bytes_max and sender.pending_bytes:
+            self._check()
+            sender.room.clear()
+            await sender.room.wait()
+        self._check()
+
+    # -- failing -----------------------------------------------------------------------
+
+    def _on_lock_state(self, state: LockState) -> None:
+        if state is LockState.OWNED:
+            self._sender.owned.set()
+        elif state is LockState.SUSPENDED:
+            self._sender.owned.clear()  # hold transmits until the lock is confirmed ours
+        elif state is LockState.LOST and not self._closed:
+            self._sender.fail(OwnershipLostError(f"writer of {self.stream} lost the stream's lock"))
+
+    # -- flush, truncate, end, close -------------------------------------------------
+
+    async def flush(self) -> None:
+        """Transmit what is buffered and wait until everything written so far is durable."""
+        self._check()
+        self._sender.cut()
+        out = self._sender.last_out
+        if out is not None:
+            await asyncio.shield(out.done)
+        self._check()
+
+    async def truncate(self, dlsn: DLSN) -> bool:
+        """Mark everything before ``dlsn`` truncated and delete the segments (and their
+        ledgers) that lie wholly before it. Returns whether anything changed.
+
+        Everything written before the call is made durable first; a point past its end
+        (:meth:`durable_end`) raises OutOfRangeError and changes nothing, since such a
+        point would hide records written later."""
+        await self.flush()
+        point = DLSN(*dlsn)
+        async with self._segments.meta_lock:
+            self._lock.check_owner()
+            end = self.durable_end()
+            if point > end:
+                raise OutOfRangeError(
+                    f"truncation point {point} of {self.stream} is beyond the durable end "
+                    f"{end} (the position after the last acknowledged record)"
+                )
+            changed = await truncate_before(self._ctx, self.stream, point, end)
+        return changed
+
+    def durable_end(self) -> DLSN:
+        """The position just after the last acknowledged record: the next record goes
+        at or after it. Before this writer acknowledged anything, the start of its own
+        segment (every segment before it is sealed)."""
+        last = self.last_dlsn
+        if last is None:
+            return DLSN(self.segment_seqno, 0, 0)
+        return DLSN(last.segment_seqno, last.entry_id + 1, 0)
+
+    async def mark_end_of_stream(self) -> None:
+        """Write the end-of-stream marker and seal the segment; later writes raise
+        EndOfStreamError and readers end with it."""
+        await self.flush()
+        self._check()
+        # From here no write and no control record may be queued behind the marker:
+        # readers and the next writer look for it in the segment's last entry.
+        self._ending = True
+        self._sender.stop_control()
+        out = self._sender.enqueue_marker("eos")
+        await asyncio.shield(out.done)
+        self._ended = True
+        await self._segments.seal(None)
+
+    async def close(self) -> None:
+        """Flush, seal the segment, release the lock. Idempotent; after a failure it
+        only releases what it holds (the next writer recovers the segment)."""
+        if self._closed:
+            return
+        try:
+            if self._sender.error is None and not (self._ended or self._ending):
+                try:
+                    await self.flush()
+                    self._closed = True
+                    self._sender.stop_control()
+                    await self._sender.drain()
+                    await self._segments.seal(None)
+                except BooklineError as exc:
+                    log.warning("closing writer of %s: %s; next writer recovers", self.stream, exc)
+        finally:
+            self._closed = True
+            await self._release()
+
+    async def _release(self) -> None:
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BooklineError):
+                await self._retention_task
+        await self._sender.stop()
+        await self._segments.release()
+        await self._lock.release()
+
+    async def __aenter__(self) -> LogWriter:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- retention ---------------------------------------------------------------------
+
+    async def _retention_loop(self) -> None:
+        if self._options.retention_ms is None and self._options.retention_bytes is None:
+            return
+        interval_s = self._cfg.retention_check_interval_ms / 1000.0
+        while not self._closed and self._sender.error is None:
+            await asyncio.sleep(interval_s)
+            try:
+                async with self._segments.meta_lock:
+                    await apply_retention(self._ctx, self.stream, self._options, self.durable_end())
+            except BooklineError as exc:
+                log.warning("retention of %s failed (will retry): %s", self.stream, exc)
