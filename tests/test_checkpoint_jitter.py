@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from bookie.config import BookieConfig
-from bookie.storage.engine import FIRST_CHECKPOINT_SPREAD, BookieStorage, checkpoint_delays_s
+from bookie.storage.checkpoint import FIRST_CHECKPOINT_SPREAD, checkpoint_delays_s
+from bookie.storage.engine import BookieStorage
 from foundation.errors import ConfigError
 
 KEY = b"jitter-key"

@@ -139,6 +139,17 @@ def decode_record(data: bytes | memoryview) -> tuple[int, int, bytes]:
     return ledger_id, entry_id, bytes(data[RECORD_HEADER_BYTES:])
 
 
+def decode_expected(record: bytes | memoryview, ledger_id: int, entry_id: int) -> bytes:
+    """The payload of one whole record that must hold ``ledger_id/entry_id``;
+    ChecksumError when it is bad or holds another entry."""
+    rec_ledger, rec_entry, payload = decode_record(record)
+    if (rec_ledger, rec_entry) != (ledger_id, entry_id):
+        raise ChecksumError(
+            f"entry log record holds {rec_ledger}/{rec_entry}, not {ledger_id}/{entry_id}"
+        )
+    return payload
+
+
 def split_records(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     """Decode back-to-back whole records (a read-ahead run)."""
     pos = 0
@@ -220,6 +231,11 @@ class LogIds:
     def __init__(self, next_id: int) -> None:
         self._next = next_id
         self._lock = threading.Lock()
+
+    def continue_from(self, next_id: int) -> None:
+        """Allocate from ``next_id`` on (at start, once the logs on disk are known)."""
+        with self._lock:
+            self._next = next_id
 
     def allocate(self) -> int:
         with self._lock:

@@ -76,3 +76,60 @@ class MemTable:
             entries = self._ledgers[ledger_id]
             entry_ids = sorted(entries)
             yield ledger_id, entry_ids, [entries[entry_id] for entry_id in entry_ids]
+
+
+class MemTables:
+    """The active memtable, the frozen ones a checkpoint is flushing (readable until the
+    index points at their entries), and the bytes of adds still in the journal (counted
+    against the memtable limit before they arrive)."""
+
+    __slots__ = ("active", "frozen", "frozen_bytes", "reserved_bytes")
+
+    def __init__(self) -> None:
+        self.active = MemTable()
+        self.frozen: list[MemTable] = []
+        self.frozen_bytes = 0
+        self.reserved_bytes = 0
+
+    @property
+    def used_bytes(self) -> int:
+        """What counts against ``memtable_bytes_max``."""
+        return self.active.bytes + self.frozen_bytes + self.reserved_bytes
+
+    @property
+    def entries(self) -> int:
+        return len(self.active) + sum(len(t) for t in self.frozen)
+
+    def get(self, ledger_id: int, entry_id: int) -> bytes | None:
+        payload = self.active.get(ledger_id, entry_id)
+        if payload is None:
+            for table in self.frozen:
+                payload = table.get(ledger_id, entry_id)
+                if payload is not None:
+                    break
+        return payload
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id held in memory for the ledger, -1 if none."""
+        last = self.active.last_entry_id(ledger_id)
+        for table in self.frozen:
+            last = max(last, table.last_entry_id(ledger_id))
+        return last
+
+    def entry_ids(self, ledger_id: int) -> set[int]:
+        ids = set(self.active.entry_ids(ledger_id))
+        for table in self.frozen:
+            ids.update(table.entry_ids(ledger_id))
+        return ids
+
+    def freeze(self) -> MemTable:
+        """Swap in a fresh active table; the old one is frozen until :meth:`release`."""
+        frozen, self.active = self.active, MemTable()
+        self.frozen.append(frozen)
+        self.frozen_bytes += frozen.bytes
+        return frozen
+
+    def release(self, frozen: MemTable) -> None:
+        """A frozen table's entries are indexed now: stop serving them from memory."""
+        self.frozen.remove(frozen)
+        self.frozen_bytes -= frozen.bytes
