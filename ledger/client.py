@@ -13,7 +13,7 @@
 Built from a :class:`~ledger.interfaces.MetadataStore` and a
 :class:`~ledger.interfaces.BookieTransport`; :meth:`LedgerClient.connect` wires the real
 ZooKeeper store and bookie connection pool (``ledger.adapters``), tests may pass the
-in-memory ones (``ledger.memory``). The client bundles them with its settings, bookie
+in-memory ones (``ledger.testing``). The client bundles them with its settings, bookie
 health, clock and randomness in one :class:`~ledger.env.LedgerEnv`, which every writer,
 reader and recovery it opens shares.
 """

@@ -12,7 +12,7 @@ shared with the store and autorecovery).
   the entries it stores and the entries it found damaged.
 
 Keeping these narrow lets the protocol logic run against in-memory fakes
-(``ledger.memory``) with injected faults, and against real processes unchanged.
+(``ledger.testing``) with injected faults, and against real processes unchanged.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.fragments import Fragment, fragment_entries, fragments_to_replace, with_replacement
-from ledger.memory import MemoryBookie, MemoryBookies, MemoryMetadataStore, candidates
 from ledger.placement import BookieCandidate
 from ledger.replication import ListEntries, Outcome, ReplicationWorker
+from ledger.testing import MemoryBookie, MemoryBookies, MemoryMetadataStore, candidates
 from metadata import serde
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
@@ -392,7 +392,8 @@ async def test_worker_recopies_entries_to_a_live_bookie(md: MetadataClient) -> N
     await md.underreplicated.mark(
         lid, repair_entries={"bookie-1": [(4, 5)], "bookie-0": [(17, 19)]}
     )
-    worker = ReplicationWorker(md, client, dataclasses.replace(FAST, retry_backoff_ms=0), "w")
+    now = [0.0]  # the worker's injected clock: its backoff passes without sleeping
+    worker = ReplicationWorker(md, client, FAST, "w", clock=lambda: now[0])
     assert await worker.run_once() == {lid: Outcome.REPLICATED}
     assert worker.entries_repaired == 2 + 3  # 18 and 19 were intact: re-sent, harmless
     good = bookies["bookie-2"].ledgers[lid].entries
@@ -405,6 +406,8 @@ async def test_worker_recopies_entries_to_a_live_bookie(md: MetadataClient) -> N
     await md.underreplicated.mark(lid, repair_entries={"bookie-2": [(0, 0)]})
     assert await worker.run_once() == {lid: Outcome.FAILED}
     assert await md.underreplicated.list() == [lid]
+    assert await worker.run_once() == {}  # backing off: not tried again yet
+    now[0] += FAST.retry_backoff_ms / 1000.0
     # Once it is marked lost, its fragments move; its repair entries are moot.
     await md.bookies.register(BookieInfo("bookie-3", "bookie-3"))
     store.bookies.append(BookieCandidate("bookie-3", ""))

@@ -1,5 +1,7 @@
 """The ledger protocol (writes, ensemble changes, fencing, recovery, speculative reads)
-against in-memory bookies and metadata with injected faults. Fast and deterministic."""
+against in-memory bookies and metadata with injected faults, on virtual time
+(:mod:`tests.virtual_time`: the loop's clock is the client's injected clock; waits,
+timeouts and slow or hung bookies cost no wall-clock time). Fast and deterministic."""
 
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from foundation.errors import (
 )
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
-from ledger.memory import MemoryBookies, MemoryMetadataStore, candidates
 from ledger.recovery import LedgerRecovery
+from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
+from tests.virtual_time import loop_clock, virtual_time
 
 FAST = LedgerConfig(
     add_timeout_ms=300,
@@ -43,7 +46,8 @@ def make(
     cands = candidates(n)
     store = MemoryMetadataStore(cands)
     bookies = MemoryBookies([c.bookie_id for c in cands])
-    return LedgerClient(store, bookies, config, rng=random.Random(seed)), store, bookies
+    client = LedgerClient(store, bookies, config, clock=loop_clock(), rng=random.Random(seed))
+    return client, store, bookies
 
 
 def check_placement(meta: LedgerMetadata, bookies: MemoryBookies, acked: list[int]) -> None:
@@ -63,6 +67,7 @@ def record_ack(acked: list[int]) -> Callable[[asyncio.Future[int]], None]:
     return on_done
 
 
+@virtual_time
 async def test_write_close_read_back() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger(password=b"pw", custom={"app": b"x"})
@@ -84,6 +89,7 @@ async def test_write_close_read_back() -> None:
     check_placement(r.metadata, bookies, list(range(200)))
 
 
+@virtual_time
 async def test_validation_and_access() -> None:
     client, _store, _bookies = make()
     with pytest.raises(Exception, match="quorum"):
@@ -100,6 +106,7 @@ async def test_validation_and_access() -> None:
         await client.open_ledger(w.ledger_id, b"pw")
 
 
+@virtual_time
 async def test_in_order_completion_with_a_slow_bookie() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=3)
@@ -122,6 +129,7 @@ async def test_in_order_completion_with_a_slow_bookie() -> None:
     assert bookies["bookie-0"].ledgers[w.ledger_id].lac == 1
 
 
+@virtual_time
 async def test_ensemble_change_when_a_bookie_dies() -> None:
     client, store, bookies = make(n=4)
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
@@ -142,6 +150,7 @@ async def test_ensemble_change_when_a_bookie_dies() -> None:
     assert await r.read(0, 99) == [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
 
 
+@virtual_time
 async def test_writer_fails_when_no_replacement() -> None:
     config = dataclasses.replace(FAST, ensemble_change_retries_max=1)
     client, _store, bookies = make(n=3, config=config)
@@ -154,6 +163,7 @@ async def test_writer_fails_when_no_replacement() -> None:
         await w.add_entry(b"fails fast after")
 
 
+@virtual_time
 async def test_basic_fencing() -> None:
     client, _store, _bookies = make()
     w = await client.create_ledger(password=b"pw")
@@ -169,6 +179,7 @@ async def test_basic_fencing() -> None:
     assert meta.last_entry_id == r.last_add_confirmed
 
 
+@virtual_time
 async def test_recovery_while_writer_streams() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger()
@@ -186,7 +197,8 @@ async def test_recovery_while_writer_streams() -> None:
             await asyncio.sleep(0)
 
     task = asyncio.ensure_future(stream())
-    await asyncio.sleep(0.05)
+    while len(acked) < 100:  # recover while the writer is well under way
+        await asyncio.sleep(0)
     r = await client.open_ledger(w.ledger_id, recover=True)
     await task
     await asyncio.sleep(0.01)
@@ -198,13 +210,14 @@ async def test_recovery_while_writer_streams() -> None:
     check_placement(r.metadata, bookies, acked)
 
 
+@virtual_time
 async def test_parallel_recoveries_agree() -> None:
     client, store, _bookies = make()
     w = await client.create_ledger()
     for i in range(30):
         await w.add_entry(b"%d" % i)
     pending = [await w.submit(b"tail%d" % i) for i in range(10)]  # in flight at the fence
-    openers = [LedgerClient(store, client.transport, FAST) for _ in range(10)]
+    openers = [LedgerClient(store, client.transport, FAST, clock=loop_clock()) for _ in range(10)]
     readers = await asyncio.gather(*(o.open_ledger(w.ledger_id) for o in openers))
     ends = {r.last_add_confirmed for r in readers}
     assert len(ends) == 1, ends
@@ -212,6 +225,7 @@ async def test_parallel_recoveries_agree() -> None:
     await asyncio.gather(*pending, return_exceptions=True)
 
 
+@virtual_time
 async def test_fencing_with_a_hung_bookie() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
@@ -224,6 +238,7 @@ async def test_fencing_with_a_hung_bookie() -> None:
         await w.add_entry(b"x")
 
 
+@virtual_time
 async def test_fencing_fails_rather_than_guess() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
@@ -235,6 +250,7 @@ async def test_fencing_fails_rather_than_guess() -> None:
 
 
 @pytest.mark.parametrize("reads_fence", [True, False], ids=["fixed", "defect"])
+@virtual_time
 async def test_lost_fence_message(reads_fence: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """One bookie never receives the fence. Recovery declares entry 5 absent from two
     NO_ENTRY answers while the copy on b0 answers slowly; the writer's delayed add of
@@ -278,6 +294,7 @@ async def test_lost_fence_message(reads_fence: bool, monkeypatch: pytest.MonkeyP
         assert acknowledged, "the defect variant should lose an acknowledged entry"
 
 
+@virtual_time
 async def test_empty_last_ensemble() -> None:
     """Last segment starts at 10 on bookies that never got an entry (LAC -1 there)."""
     client, store, bookies = make(n=6)
@@ -294,6 +311,7 @@ async def test_empty_last_ensemble() -> None:
     assert await r.read(0, 9) == [b"%d" % i for i in range(10)]
 
 
+@virtual_time
 async def test_empty_last_ensemble_via_writer() -> None:
     client, store, bookies = make(n=4)
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=3)
@@ -313,13 +331,14 @@ async def test_empty_last_ensemble_via_writer() -> None:
     assert meta.last_segment.first_entry_id == 10
     bookies.before_add = None
     gate.set()
-    recoverer = LedgerClient(store, bookies, FAST)
+    recoverer = LedgerClient(store, bookies, FAST, clock=loop_clock())
     r = await recoverer.open_ledger(w.ledger_id)
     assert r.last_add_confirmed in (9, 10)
     assert await r.read(0, 9) == [b"%d" % i for i in range(10)]
     await asyncio.gather(fut, return_exceptions=True)
 
 
+@virtual_time
 async def test_speculative_read_skips_a_hung_replica() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger()
@@ -335,6 +354,7 @@ async def test_speculative_read_skips_a_hung_replica() -> None:
     assert loop.time() - started < 5 * FAST.read_timeout_ms / 1000.0
 
 
+@virtual_time
 async def test_tailing_reader_follows_the_writer() -> None:
     client, _store, _bookies = make()
     w = await client.create_ledger()
@@ -353,6 +373,7 @@ async def test_tailing_reader_follows_the_writer() -> None:
     assert got == [b"%d" % i for i in range(30)]
 
 
+@virtual_time
 async def test_randomized_faults_never_lose_acknowledged_entries() -> None:
     seed = int(os.environ.get("LEDGER_TEST_SEED", random.randrange(2**32)))
     print(f"seed={seed}")
@@ -405,6 +426,7 @@ def test_segments_meta() -> None:
 
 
 @pytest.mark.parametrize(("piggyback", "reads_expected"), [(256 << 10, 0), (0, 4)])
+@virtual_time
 async def test_tail_reader_gets_a_run_of_entries_from_one_poll(
     monkeypatch: pytest.MonkeyPatch, piggyback: int, reads_expected: int
 ) -> None:
@@ -450,6 +472,7 @@ def _count_lac_polls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return asked
 
 
+@virtual_time
 async def test_busy_tail_long_polls_one_replica_per_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -471,6 +494,7 @@ async def test_busy_tail_long_polls_one_replica_per_round(
     assert len(set(asked[1:])) == 1, asked  # sticks to the replica that answers
 
 
+@virtual_time
 async def test_silent_replica_long_poll_asks_the_others(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -500,6 +524,7 @@ async def test_silent_replica_long_poll_asks_the_others(
     assert asked[0] != first, asked
 
 
+@virtual_time
 async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
     """Once long polls have been answering fast, a first replica that goes silent is
     given 4x their wait (at least 2 ms), not the whole ``long_poll_speculative_ms``."""
@@ -530,6 +555,7 @@ async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
     await w.close()
 
 
+@virtual_time
 async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     """push_lac tells the bookies the LAC without a later entry; a bookie without the
     op is skipped, so lac_told stays at NO_ENTRY and the caller keeps its fallback."""
@@ -563,17 +589,10 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     await w.close()
 
 
-async def test_explicit_lac_never_passes_what_a_bookie_holds() -> None:
-    _client, _store, bookies = make()
-    bk = bookies["bookie-0"]
-    await bookies.adder("bookie-0", 1, b"k", timeout_s=1).add(0, -1, b"e0")
-    assert await bookies.write_lac("bookie-0", 1, 7, b"k", timeout_s=1)
-    assert bk.ledgers[1].lac == 0
-
-
 # -- close waits for full replication (bounded) ----------------------------------------
 
 
+@virtual_time
 async def test_close_waits_for_every_replica_of_the_last_entries() -> None:
     client, _store, bookies = make()
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
@@ -592,6 +611,7 @@ async def test_close_waits_for_every_replica_of_the_last_entries() -> None:
             assert e in bookies[b].ledgers[w.ledger_id].entries, (e, b)
 
 
+@virtual_time
 async def test_close_does_not_wait_past_its_deadline_for_a_hung_replica(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -616,6 +636,7 @@ async def test_close_does_not_wait_past_its_deadline_for_a_hung_replica(
     assert await r.read(0, 19) == [b"%d" % i for i in range(20)]  # from the Qa replicas
 
 
+@virtual_time
 async def test_submit_nowait_refuses_beyond_the_in_flight_bound() -> None:
     config = dataclasses.replace(FAST, adds_in_flight_max=4)
     client, _store, bookies = make(config=config)
@@ -642,6 +663,7 @@ async def test_submit_nowait_refuses_beyond_the_in_flight_bound() -> None:
 # -- no task is left with an unretrieved exception -------------------------------------
 
 
+@virtual_time
 async def test_recovery_with_a_dead_bookie_retrieves_every_task(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -1,5 +1,6 @@
 """The replica check without processes: the work-item range format, the worker's repair
-plan, and the scrub's judgement against in-memory bookies with injected damage."""
+plan, and the scrub's judgement against in-memory bookies with injected damage (on
+virtual time, :mod:`tests.virtual_time`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.fragments import repair_plan
-from ledger.memory import MemoryBookies, MemoryMetadataStore, candidates
 from ledger.scrub import Problem, Scrubber
+from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.underreplicated import merge_ranges, ranges_cover
+from tests.virtual_time import loop_clock, virtual_time
 
 FAST = LedgerConfig(
     add_timeout_ms=300,
@@ -84,7 +86,9 @@ async def setup(
 ) -> tuple[LedgerClient, MemoryBookies, Scrubber, int]:
     cands = candidates(3)
     bookies = MemoryBookies([c.bookie_id for c in cands])
-    client = LedgerClient(MemoryMetadataStore(cands), bookies, FAST, rng=random.Random(1))
+    client = LedgerClient(
+        MemoryMetadataStore(cands), bookies, FAST, clock=loop_clock(), rng=random.Random(1)
+    )
     w = await client.create_ledger(
         ensemble_size=3, write_quorum=write_quorum, ack_quorum=2, password=b"pw"
     )
@@ -96,6 +100,7 @@ async def setup(
     return client, bookies, scrubber, w.ledger_id
 
 
+@virtual_time
 async def test_a_clean_ledger_is_clean() -> None:
     _client, _bookies, scrubber, ledger_id = await setup()
     report = await scrubber.check_ledger(ledger_id)
@@ -107,6 +112,7 @@ async def test_a_clean_ledger_is_clean() -> None:
 
 
 @pytest.mark.parametrize("write_quorum", [2, 3])
+@virtual_time
 async def test_missing_entries_become_one_range_per_run(write_quorum: int) -> None:
     client, bookies, scrubber, ledger_id = await setup(write_quorum)
     meta, _v = await client.store.read(ledger_id)
@@ -123,6 +129,7 @@ async def test_missing_entries_become_one_range_per_run(write_quorum: int) -> No
     assert sorted(plan) == held[5:]
 
 
+@virtual_time
 async def test_damaged_and_silently_changed_copies() -> None:
     _client, bookies, scrubber, ledger_id = await setup()
     bookies["bookie-0"].corrupt(ledger_id, 3, detected=True)  # the bookie noticed
@@ -135,6 +142,7 @@ async def test_damaged_and_silently_changed_copies() -> None:
     assert report.repairs == {"bookie-0": ((3, 3),), "bookie-2": ((40, 40),)}
 
 
+@virtual_time
 async def test_no_verified_copy_is_reported_not_repaired() -> None:
     _client, bookies, scrubber, ledger_id = await setup()
     bookies["bookie-0"].corrupt(ledger_id, 7)
@@ -152,6 +160,7 @@ async def test_no_verified_copy_is_reported_not_repaired() -> None:
     assert not report.clean
 
 
+@virtual_time
 async def test_an_unreachable_bookie_is_not_judged() -> None:
     _client, bookies, scrubber, ledger_id = await setup()
     bookies["bookie-2"].down = True
@@ -166,6 +175,7 @@ async def test_an_unreachable_bookie_is_not_judged() -> None:
     assert "upgrade" in report.unchecked["bookie-1"]
 
 
+@virtual_time
 async def test_open_and_deleted_ledgers_are_skipped() -> None:
     client, _bookies, scrubber, closed_id = await setup()
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"p")
@@ -176,6 +186,7 @@ async def test_open_and_deleted_ledgers_are_skipped() -> None:
     assert summary.reports == []
 
 
+@virtual_time
 async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     client, bookies, scrubber, ledger_id = await setup(write_quorum=2)
     meta, _v = await client.store.read(ledger_id)
@@ -206,6 +217,7 @@ async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     assert (ledger_id, on_0[0]) not in bk0.damaged
 
 
+@virtual_time
 async def test_unregistered_bookies_are_not_asked() -> None:
     _client, bookies, scrubber, ledger_id = await setup()
     bookies["bookie-2"].hung = True  # asking it would wait for the timeout

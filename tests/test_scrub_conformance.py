@@ -20,7 +20,7 @@ from foundation.errors import BadRequestError, ChecksumError
 from ledger.adapters import PoolTransport
 from ledger.digest import DigestManager, DigestType, master_key
 from ledger.interfaces import BookieTransport, ReplicaInspector
-from ledger.memory import MemoryBookies
+from ledger.testing import MemoryBookies
 from tests.test_bookie_server import Bookie, bookie_config, start_bookie, stop_bookie
 
 LEDGER = 4

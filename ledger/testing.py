@@ -1,6 +1,9 @@
-"""In-memory metadata store and bookies with fault injection, for protocol tests.
+"""Test support (never imported by production code): an in-memory metadata store and
+in-memory bookies with fault injection, for the ledger protocol tests.
 
-They implement :class:`ledger.interfaces.MetadataStore` and
+``tests/test_ledger_conformance.py`` runs one suite against these fakes and against the
+real adapters (ZooKeeper and bookie processes), so what protocol tests show with the
+fakes holds for the real thing. They implement :class:`ledger.interfaces.MetadataStore` and
 :class:`ledger.interfaces.BookieTransport` with the bookie semantics the ledger client
 relies on: master key stored on first contact (UNAUTHORIZED on mismatch), fencing before
 reading, FENCED for normal adds to a fenced ledger, recovery adds pass, LAC = max
