@@ -302,7 +302,9 @@ class Scrubber:
                 end = min(last, start + self._page_entries - 1)
                 pages = await self._pages(meta, seg.bookies, start, end, report)
                 for entry_id in range(start, end + 1):
-                    await self._judge(meta, entry_id, pages, digest, ranges, report)
+                    await self._judge(
+                        meta, entry_id, pages, digest=digest, ranges=ranges, report=report
+                    )
         report.repairs = ranges.finish()
         report.entries_checked = meta.last_entry_id + 1
         self.entries_checked += report.entries_checked
@@ -367,11 +369,12 @@ class Scrubber:
             start = page.last_entry_id + 1
         return ChecksumPage(last, fingerprints, frozenset(damaged))
 
-    async def _judge(  # noqa: PLR0917 - internal
+    async def _judge(
         self,
         meta: LedgerMetadata,
         entry_id: int,
         pages: Mapping[str, ChecksumPage | None],
+        *,
         digest: DigestManager,
         ranges: _Ranges,
         report: LedgerReport,
