@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from bookie import protocol as p
-from bookie import server as server_module
+from bookie import server_requests as server_module
 from bookie.client import BookieConnection, ClientOptions
 from bookie.config import BookieConfig
 from bookie.server import BookieServer

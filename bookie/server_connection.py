@@ -1,0 +1,351 @@
+"""One client connection on the bookie server: frames in, answers out.
+
+Frames are decoded by the sans-I/O :class:`bookie.protocol.Decoder`; responses go back
+in completion order, matched by request id, and those finished in one loop iteration
+leave in one ``writelines``. ADD, the hot path, runs without a task: storage queues the
+journal record and an :class:`_AddReply` encodes the response when the group's fsync is
+done. A READ_LAC long poll waits without a task too (:class:`_LacPoll`). Every other
+request runs as its own task (server_requests.py).
+
+Limits: at most ``inflight_requests_per_connection_max`` requests (ADDs and polls
+included) run per connection, more are answered TOO_MANY_REQUESTS at once (no queue
+grows); a malformed frame whose boundaries are intact is answered BAD_REQUEST, one that
+breaks the stream closes this connection only; a client that does not read its
+responses stops being read (transport flow control).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol, cast
+
+from bookie import protocol as p
+from bookie.config import BookieConfig
+from bookie.metrics import BookieMetrics
+from bookie.server_requests import encode_lac_answer, is_fatal, piggyback_bytes
+from bookie.storage.api import Storage
+from foundation.errors import (
+    BooklineError,
+    InvariantViolation,
+    IOFailureError,
+    TooManyRequestsError,
+)
+from foundation.invariants import invariant
+
+log = logging.getLogger(__name__)
+
+
+class Host(Protocol):
+    """What a connection needs from the server that accepted it."""
+
+    config: BookieConfig
+    storage: Storage
+    metrics: BookieMetrics
+    # Shutting down: connections stop reading requests.
+    draining: bool
+    # Set on a fatal storage error: nothing more is acknowledged.
+    failed: asyncio.Event
+    # Longest wait of a READ_LAC long poll.
+    long_poll_cap_s: float
+    # Every open connection (a connection adds and removes itself).
+    connections: set[ServerConnection]
+
+    def fail(self, exc: BaseException) -> None:
+        """Fatal storage error: stop serving."""
+
+    def handle(self, req: p.Request) -> Coroutine[Any, Any, bytes]:
+        """Run a request (in a task); its response frame."""
+
+
+class ServerConnection(asyncio.Protocol):
+    """The server side of one client connection."""
+
+    def __init__(self, server: Host) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._decoder = p.Decoder(responses=False, frame_bytes_max=server.config.frame_bytes_max)
+        self._inflight_max = server.config.inflight_requests_per_connection_max
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.tasks: dict[asyncio.Task[bytes], p.Request] = {}
+        # ADDs on the fast path (no task): handed to storage, not yet answered.
+        self.adds_inflight = 0
+        self._add_nowait = server.storage.add_entry_nowait
+        # READ_LAC long polls waiting without a task (see _LacPoll).
+        self.polls: set[_LacPoll] = set()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.closed = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.peer = str(transport.get_extra_info("peername"))
+        self._server.connections.add(self)
+        self._server.metrics.connection_opened()
+        if self._server.draining:
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._server.connections.discard(self)
+        self._server.metrics.connection_closed()
+        # Nobody will read the answer; long polls would otherwise linger for a minute.
+        for poll in list(self.polls):
+            poll.cancel()
+        for task, req in list(self.tasks.items()):
+            if type(req) is p.ReadLacRequest:
+                task.cancel()
+        if exc is not None:
+            log.debug("connection %s lost: %s", self.peer, exc)
+
+    def pause_writing(self) -> None:
+        # The client is not reading its responses: stop reading its requests.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self._server.draining:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self._decoder
+        try:
+            decoder.feed(data)
+            while True:
+                try:
+                    req = decoder.next_frame()
+                except p.FrameBodyError as exc:
+                    self._server.metrics.bad_frame(fatal=False)
+                    log.info("bad request from %s: %s", self.peer, exc.message)
+                    self.write(p.encode_error(exc.request_id, exc.op, exc))
+                    continue
+                if req is p.NEED_DATA:
+                    return
+                self._dispatch(cast(p.Request, req))
+        except BooklineError as exc:
+            # Frame boundaries are lost: this connection is done, the others are not.
+            self._server.metrics.bad_frame(fatal=True)
+            log.warning("closing connection %s: %s", self.peer, exc)
+            self.close()
+
+    # -- requests --------------------------------------------------------------------
+
+    def _dispatch(self, req: p.Request) -> None:
+        if self._server.failed.is_set():
+            return  # fatal storage error: acknowledge nothing more
+        if len(self.tasks) + self.adds_inflight + len(self.polls) >= self._inflight_max:
+            self._server.metrics.request_rejected()
+            error = TooManyRequestsError(
+                f"more than {self._inflight_max} requests in flight on this connection"
+            )
+            self.write(p.encode_error(req.request_id, p.op_of(req), error))
+            return
+        if type(req) is p.AddRequest:
+            self._add_fast(req)
+            return
+        if type(req) is p.ReadLacRequest:
+            _LacPoll(self, req).start()
+            return
+        self.spawn(req)
+
+    def spawn(self, req: p.Request) -> None:
+        """Handle ``req`` in a task of its own, answering when it ends."""
+        task = self._loop.create_task(self._server.handle(req))
+        self.tasks[task] = req
+        task.add_done_callback(self._task_done)
+
+    def _add_fast(self, req: p.AddRequest) -> None:
+        """ADD without a task: storage queues the journal record and tells the reply
+        object once the group is fsynced; it encodes the response into the write buffer."""
+        reply = _AddReply(self, req)
+        self.adds_inflight += 1
+        try:
+            self._add_nowait(req, reply)
+        except BooklineError as exc:  # refused before reaching the journal
+            reply.set_exception(exc)
+        except Exception as exc:  # a storage bug: answer IO, keep the traceback
+            log.exception("storage failed on ADD")
+            reply.set_exception(IOFailureError(f"{type(exc).__name__}: {exc}"))
+
+    def _task_done(self, task: asyncio.Task[bytes]) -> None:
+        self.tasks.pop(task, None)
+        if task.cancelled():
+            return  # connection gone or shutting down: no one to answer
+        exc = task.exception()
+        if exc is not None:  # handle() answers errors itself; this is a bug in it
+            log.error("request handler failed on %s", self.peer, exc_info=exc)
+            self.close()
+            return
+        self.write(task.result())
+
+    def write(self, frame: bytes) -> None:
+        if self.closed or self._server.failed.is_set():
+            return
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.closed or self.transport is None or not out:
+            return
+        # One writev for every response finished in this loop iteration.
+        self.transport.writelines(out)
+
+    def close(self) -> None:
+        """Flush what is queued, then close."""
+        if self.closed:
+            return
+        self._flush()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent responses (fatal error)."""
+        self.closed = True
+        self._out.clear()
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class _AddReply:
+    """Completion of one fast-path ADD (see :class:`bookie.storage.journal.Completion`):
+    answers on the connection and records the request metric, on the loop thread."""
+
+    __slots__ = ("_conn", "_done", "_req", "_started")
+
+    def __init__(self, conn: ServerConnection, req: p.AddRequest) -> None:
+        self._conn = conn
+        self._req = req
+        self._started = time.perf_counter()
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _result: None, /) -> None:
+        self._finish()
+        req = self._req
+        conn = self._conn
+        conn._server.metrics.observe_request("ADD", "OK", time.perf_counter() - self._started)
+        conn.write(p.encode_add_response(req.request_id, req.ledger_id, req.entry_id))
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._finish()
+        req = self._req
+        server = self._conn._server
+        if isinstance(exception, BooklineError):
+            error = exception
+        else:  # the journal only sets BooklineErrors; anything else is a bug, answer IO
+            log.error("ADD failed with a non-Bookline error", exc_info=exception)
+            error = IOFailureError(f"{type(exception).__name__}: {exception}")
+        server.metrics.observe_request("ADD", error.name, time.perf_counter() - self._started)
+        if is_fatal(req, error):
+            server.fail(error)
+        self._conn.write(p.encode_error(req.request_id, p.Op.ADD, error))
+
+    def _finish(self) -> None:
+        invariant(not self._done, "ADD %d answered twice", self._req.request_id)
+        self._done = True
+        self._conn.adds_inflight -= 1
+
+
+class _LacPoll:
+    """A READ_LAC long poll without a task: storage calls :meth:`set_result` when the
+    ledger's LAC moves (see ``Storage.watch_lac``), a timer ends the wait, and the
+    answer -- with the entries that follow, from memory -- is encoded into the
+    connection's write buffer in that same callback. An entry that must come from disk
+    is read by an ordinary task (READ_LAC with no wait)."""
+
+    __slots__ = ("_bytes_max", "_conn", "_done", "_req", "_started", "_timer")
+
+    def __init__(self, conn: ServerConnection, req: p.ReadLacRequest) -> None:
+        self._conn = conn
+        self._req = req
+        self._started = time.perf_counter()
+        self._timer: asyncio.TimerHandle | None = None
+        self._done = False
+        self._bytes_max = piggyback_bytes(req, conn._server.config.frame_bytes_max)
+
+    def start(self) -> None:
+        req = self._req
+        timeout_s = min(req.timeout_ms / 1000.0, self._conn._server.long_poll_cap_s)
+        if timeout_s > 0:
+            self._timer = self._conn._loop.call_later(timeout_s, self._expire)
+        self._conn.polls.add(self)
+        self._answer(expired=timeout_s <= 0)
+
+    # Completion, as storage's LAC watchers are told
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, _result: None, /) -> None:
+        if not self._done:
+            self._answer(expired=False)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        if not self._done:
+            self._reply_error(exception)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if not self._done:
+            self._conn._server.storage.unwatch_lac(self._req.ledger_id, self)
+            self._answer(expired=True)
+
+    def cancel(self) -> None:
+        """The connection is gone: stop waiting, answer nothing."""
+        if not self._done:
+            self._conn._server.storage.unwatch_lac(self._req.ledger_id, self)
+            self._finish()
+
+    def _answer(self, *, expired: bool) -> None:
+        req = self._req
+        storage = self._conn._server.storage
+        try:
+            result = storage.lac_answer_nowait(req.ledger_id, req.previous_lac, self._bytes_max)
+            if not expired and result is not None and result.lac <= req.previous_lac:
+                storage.watch_lac(req.ledger_id, self)  # not past the reader's yet
+                return
+        except Exception as exc:
+            self._reply_error(exc)
+            return
+        if result is None:  # the next entry is on disk: read it in a task
+            self._finish()
+            self._conn.spawn(dataclasses.replace(req, timeout_ms=0))
+            return
+        self._finish()
+        frame = encode_lac_answer(req, result)
+        self._conn._server.metrics.observe_request(
+            "READ_LAC", "OK", time.perf_counter() - self._started
+        )
+        self._conn.write(frame)
+
+    def _reply_error(self, exc: BaseException) -> None:
+        self._finish()
+        if isinstance(exc, BooklineError):
+            error = exc
+        else:  # a storage bug: answer IO, keep the traceback
+            log.error("storage failed on READ_LAC", exc_info=exc)
+            error = IOFailureError(f"{type(exc).__name__}: {exc}")
+        server = self._conn._server
+        server.metrics.observe_request("READ_LAC", error.name, time.perf_counter() - self._started)
+        if isinstance(error, InvariantViolation):
+            server.fail(error)
+        self._conn.write(p.encode_error(self._req.request_id, p.Op.READ_LAC, error))
+
+    def _finish(self) -> None:
+        self._done = True
+        self._conn.polls.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
