@@ -117,7 +117,8 @@ class BookieConnection:
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> None:
-        """One add without keeping a handle: ``await self.adder(...).add(...)``."""
+        """One add without keeping a handle: ``await self.adder(...).add(...)`` (a
+        writer with many adds keeps the :class:`LedgerAdder` instead)."""
         adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
         await adder.add(entry_id, lac, payload)
 
@@ -135,22 +136,6 @@ class BookieConnection:
         """One add without keeping a handle: ``self.adder(...).add(...)``."""
         adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
         return adder.add(entry_id, lac, payload)
-
-    def add_callback(  # noqa: PLR0917 - goes once ledger/adapters.py uses adder()
-        self,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        master_key: bytes,
-        payload: bytes,
-        callback: AddCallback,
-        *,
-        recovery: bool = False,
-        timeout_s: float | None = None,
-    ) -> asyncio.Task[None] | None:
-        """Old form of ``self.adder(...).add_callback(...)``."""
-        adder = self.adder(ledger_id, master_key, recovery=recovery, timeout_s=timeout_s)
-        return adder.add_callback(entry_id, lac, payload, callback)
 
     def _fast_wire(self) -> Wire | None:
         """The wire when an add can go out at once: connected, writable, a free in-flight
