@@ -18,7 +18,8 @@ from foundation.errors import BooklineError, ChecksumError, IOFailureError
 
 from . import entrylog
 from .damage import DamageLog
-from .entrylog import EntryLogFiles, EntryLogWriter, Location
+from .entrylog import EntryLogFiles, EntryLogWriter
+from .entrylog_format import Location, decode_expected
 from .index import DAMAGE_COMPACTION, Damage, Index
 from .state import StorageStats
 from .workers import Worker
@@ -133,7 +134,7 @@ class Compactor:
             try:
                 if len(record) != loc.length:
                     raise ChecksumError(f"record cut short at {len(record)} of {loc.length} B")
-                entrylog.decode_expected(record, ledger_id, entry_id)
+                decode_expected(record, ledger_id, entry_id)
             except ChecksumError as exc:
                 damaged.append((ledger_id, entry_id, loc, str(exc)))
                 continue

@@ -14,7 +14,7 @@ import logging
 import threading
 
 from . import entrylog, journal_files
-from .entrylog import Location
+from .entrylog_format import Location
 from .index import DAMAGE_JOURNAL, DAMAGE_SOURCES, Damage, Index
 from .state import StorageStats
 

@@ -1,26 +1,11 @@
 """Entry logs: interleaved, append-only files that hold checkpointed entries.
 
-On-disk layout (all integers big-endian)::
-
-    entry log file  <log_id:016x>.log
-      header   24 bytes: magic b"BKLE" | version u16 | flags u16 | log_id u64 |
-                         reserved u32 | crc32c u32 (over the 20 bytes before it)
-      records  back to back
-
-    record
-      crc32c    u32  over every byte after this field: length .. end of payload
-      length    u32  bytes after this field (RECORD_HEADER_BYTES - 8 + payload)
-      version   u8   RECORD_VERSION
-      ledger_id u64
-      entry_id  u64
-      payload
-
-The index maps (ledger, entry) to a :class:`Location` = (log id, record offset, record
-length). A read validates length, checksum, version, ledger id and entry id before it
-returns a payload, so a stale location (a compacted, deleted or reused file) can never
-yield the wrong entry. Logs are written by a checkpoint (sorted by ledger, entry) or by
-compaction, fsynced before the index references them, and rolled past a size limit.
-All methods block: call them on executor threads, never on the event loop.
+The file and record formats are in :mod:`bookie.storage.entrylog_format`; this module
+handles the files: shared read handles (:class:`EntryLogFiles`), log ids
+(:class:`LogIds`), the writer (:class:`EntryLogWriter`) and the scan compaction reads a
+log with (:class:`LogScan`). Logs are written by a checkpoint (sorted by ledger, entry)
+or by compaction, fsynced before the index references them, and rolled past a size
+limit. All methods block: call them on executor threads, never on the event loop.
 
 A checkpoint writes tens of thousands of records while the event loop waits for the GIL,
 so it uses :meth:`EntryLogWriter.append_run`: one pass per ledger, headers packed and
@@ -32,47 +17,64 @@ bytes as :meth:`EntryLogWriter.append`, which stays the simple reference.
 from __future__ import annotations
 
 import os
-import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
 import crc32c
 
-from bookie.storage.faults import REAL_IO, FileIO
-from bookie.storage.files import list_numbered, numbered_name
 from foundation.errors import ChecksumError
 from foundation.invariants import invariant
 
-FILE_MAGIC = b"BKLE"
-FILE_VERSION = 1
-RECORD_VERSION = 1
-FILE_SUFFIX = ".log"
+from .entrylog_format import (
+    CRC,
+    FILE_HEADER_BYTES,
+    RECORD_BYTES_MAX,
+    RECORD_HEADER,
+    RECORD_HEADER_BYTES,
+    RECORD_TAIL,
+    RECORD_VERSION,
+    Location,
+    decode_expected,
+    decode_record,
+    encode_file_header,
+    encode_into,
+    group_runs,
+    split_records,
+)
+from .faults import REAL_IO, FileIO
+from .files import list_numbered, numbered_name
 
-_FILE_HEADER = struct.Struct(">4sHHQI")
-FILE_HEADER_BYTES = _FILE_HEADER.size + 4
-_RECORD_HEADER = struct.Struct(">IIBQQ")
-RECORD_HEADER_BYTES = _RECORD_HEADER.size
-# The header after its crc field (length .. entry id), packed first by append_run so the
-# crc can be computed over it and the payload without copying either.
-_RECORD_TAIL = struct.Struct(">IBQQ")
-_CRC = struct.Struct(">I")
+# Format names re-exported: callers know entry logs, not how they are split in modules.
+__all__ = [
+    "FILE_HEADER_BYTES",
+    "RECORD_HEADER_BYTES",
+    "AppendedRun",
+    "EntryLogFiles",
+    "EntryLogWriter",
+    "Location",
+    "LogIds",
+    "LogScan",
+    "decode_expected",
+    "decode_record",
+    "encode_into",
+    "file_name",
+    "group_runs",
+    "list_logs",
+    "read_record",
+    "scan",
+    "split_records",
+]
+
+FILE_SUFFIX = ".log"
 # Buffers per pwritev call: Linux refuses more than IOV_MAX (1024); two per record.
 _IOV_BUFFERS_MAX = 1024
 # Flush buffers are written to the file in chunks of about this size.
 _WRITE_CHUNK_BYTES = 4 << 20
-# A length above this can only be garbage (bigger than any frame a bookie accepts).
-RECORD_BYTES_MAX = 64 << 20
 
 Fsync = Callable[[int], None]
-
-
-class Location(NamedTuple):
-    log_id: int
-    offset: int
-    length: int
 
 
 class AppendedRun(NamedTuple):
@@ -105,58 +107,6 @@ def file_name(log_id: int) -> str:
 
 def list_logs(directory: Path) -> list[int]:
     return list_numbered(directory, FILE_SUFFIX)
-
-
-def encode_file_header(log_id: int) -> bytes:
-    head = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, 0, log_id, 0)
-    return head + crc32c.crc32c(head).to_bytes(4, "big")
-
-
-def encode_into(out: bytearray, ledger_id: int, entry_id: int, payload: bytes) -> int:
-    """Append one record to ``out``; return its length."""
-    invariant(entry_id >= 0, "entry id %d stored in an entry log", entry_id)
-    length = RECORD_HEADER_BYTES - 8 + len(payload)
-    head = _RECORD_HEADER.pack(0, length, RECORD_VERSION, ledger_id, entry_id)
-    crc = crc32c.crc32c(payload, crc32c.crc32c(memoryview(head)[4:]))
-    start = len(out)
-    out += head
-    out += payload
-    out[start : start + 4] = crc.to_bytes(4, "big")
-    return length + 8
-
-
-def decode_record(data: bytes | memoryview) -> tuple[int, int, bytes]:
-    """(ledger, entry, payload) of one whole record; ChecksumError when it is bad."""
-    if len(data) < RECORD_HEADER_BYTES:
-        raise ChecksumError("entry log record shorter than its header")
-    crc, length, version, ledger_id, entry_id = _RECORD_HEADER.unpack_from(data)
-    if length + 8 != len(data):
-        raise ChecksumError("entry log record length mismatch")
-    if crc32c.crc32c(memoryview(data)[4:]) != crc:
-        raise ChecksumError("entry log record checksum mismatch")
-    if version != RECORD_VERSION:
-        raise ChecksumError(f"entry log record version {version} unknown")
-    return ledger_id, entry_id, bytes(data[RECORD_HEADER_BYTES:])
-
-
-def decode_expected(record: bytes | memoryview, ledger_id: int, entry_id: int) -> bytes:
-    """The payload of one whole record that must hold ``ledger_id/entry_id``;
-    ChecksumError when it is bad or holds another entry."""
-    rec_ledger, rec_entry, payload = decode_record(record)
-    if (rec_ledger, rec_entry) != (ledger_id, entry_id):
-        raise ChecksumError(
-            f"entry log record holds {rec_ledger}/{rec_entry}, not {ledger_id}/{entry_id}"
-        )
-    return payload
-
-
-def split_records(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """Decode back-to-back whole records (a read-ahead run)."""
-    pos = 0
-    while pos < len(data):
-        (length,) = struct.unpack_from(">I", data, pos + 4)
-        yield decode_record(memoryview(data)[pos : pos + 8 + length])
-        pos += 8 + length
 
 
 class EntryLogFiles:
@@ -342,7 +292,7 @@ class EntryLogWriter:
         costs two struct packs, two crc32c calls and one small concatenation. Like
         :meth:`append`, a log grows past ``bytes_max`` by at most one record.
         """
-        pack_tail, pack_crc, crc = _RECORD_TAIL.pack, _CRC.pack, crc32c.crc32c
+        pack_tail, pack_crc, crc = RECORD_TAIL.pack, CRC.pack, crc32c.crc32c
         version, fixed = RECORD_VERSION, RECORD_HEADER_BYTES - 8
         fd, limit = self._fd, self._bytes_max
         begin = pos = chunk_pos = self._size
@@ -495,7 +445,7 @@ class LogScan:
             f.seek(pos)
             while pos + RECORD_HEADER_BYTES <= size:
                 head = f.read(RECORD_HEADER_BYTES)
-                _crc, length, _v, _ledger, _entry = _RECORD_HEADER.unpack(head)
+                _crc, length, _v, _ledger, _entry = RECORD_HEADER.unpack(head)
                 if length < RECORD_HEADER_BYTES - 8 or length > RECORD_BYTES_MAX:
                     self.bad_offset = pos
                     return
@@ -521,20 +471,3 @@ def read_record(directory: Path, loc: Location) -> bytes:
     """The bytes at ``loc`` (short when the file is); blocking, for compaction."""
     with (directory / file_name(loc.log_id)).open("rb") as f:
         return os.pread(f.fileno(), loc.length, loc.offset)
-
-
-def group_runs(locs: Iterable[tuple[int, Location]]) -> list[tuple[Location, list[int]]]:
-    """Merge locations that are adjacent in the same log into one read each.
-
-    Input: (entry id, location) in entry order. Output: (run location, entry ids).
-    """
-    runs: list[tuple[Location, list[int]]] = []
-    for entry_id, loc in locs:
-        if runs:
-            run, ids = runs[-1]
-            if run.log_id == loc.log_id and run.offset + run.length == loc.offset:
-                runs[-1] = (Location(run.log_id, run.offset, run.length + loc.length), ids)
-                ids.append(entry_id)
-                continue
-        runs.append((loc, [entry_id]))
-    return runs

@@ -44,7 +44,8 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from foundation.errors import ChecksumError, IOFailureError
 
-from .entrylog import AppendedRun, Location
+from .entrylog import AppendedRun
+from .entrylog_format import Location
 
 _E = b"E"
 _S = b"S"

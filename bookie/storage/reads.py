@@ -14,11 +14,11 @@ from typing import Final
 
 from foundation.errors import ChecksumError, NoEntryError
 
-from . import entrylog
 from .api import LAST_ENTRY
 from .cache import ReadCache
 from .damage import DamageLog
-from .entrylog import EntryLogFiles, Location
+from .entrylog import EntryLogFiles
+from .entrylog_format import Location, decode_expected, group_runs, split_records
 from .index import DAMAGE_READ, TOMBSTONE, Damage, Index
 from .memtable import MemTables
 from .state import Ledgers, StorageStats
@@ -117,7 +117,7 @@ class EntryReads:
                     f"entry {ledger_id}/{entry_id} is damaged on this bookie (awaiting repair)"
                 )
             wanted = self._with_read_ahead(ledger_id, entry_id, loc)
-            found, bad = self._read_runs(ledger_id, entrylog.group_runs(wanted), dict(wanted))
+            found, bad = self._read_runs(ledger_id, group_runs(wanted), dict(wanted))
             for bad_id, bad_loc, reason in bad:
                 self._damage.record(
                     ledger_id,
@@ -176,7 +176,7 @@ class EntryReads:
                 start = loc.offset - run.offset
                 try:
                     record = data[start : start + loc.length]
-                    out.append((want, entrylog.decode_expected(record, ledger_id, want)))
+                    out.append((want, decode_expected(record, ledger_id, want)))
                 except ChecksumError as exc:
                     bad.append((want, loc, str(exc)))
         return out, bad
@@ -186,7 +186,7 @@ def _run_intact(data: bytes, run: Location, ledger_id: int, ids: list[int], out:
     """Decode a whole run into ``out`` when every record in it is the one expected.
     A short read is a cut-off log (indexed logs never shrink): damage."""
     try:
-        records = list(entrylog.split_records(data)) if len(data) == run.length else []
+        records = list(split_records(data)) if len(data) == run.length else []
         intact = len(records) == len(ids) and all(
             rec[0] == ledger_id and rec[1] == want for rec, want in zip(records, ids, strict=True)
         )
