@@ -5,7 +5,7 @@ per-entry fast paths of the client and the server (same bytes as the table's).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import crc32c
 import msgpack
@@ -113,15 +113,21 @@ def decode_request(op: int, flags: int, rid: int, meta: bytes, payload: bytes) -
     m = _unpack_meta(meta, rid, op)
     if type(m) is not list:
         raise bad_meta(rid, op, "meta is not an array")
-    codec = BY_OP[op]
-    if payload and not codec.request_payload:
+    takes_payload, flags_handled, decode = _REQUEST_DECODING[op]
+    if payload and not takes_payload:
         raise bad_meta(rid, op, "unexpected payload")
-    stray = flags & ~codec.request_flags
-    if stray & FLAG_RECOVERY:
-        raise bad_meta(rid, op, "RECOVERY flag is for ADD only")
+    stray = flags & ~flags_handled
     if stray:
+        if stray & FLAG_RECOVERY:
+            raise bad_meta(rid, op, "RECOVERY flag is for ADD only")
         raise bad_meta(rid, op, "flags are for ADD and READ only")
-    return codec.decode_request(rid, flags, m, payload)
+    return decode(rid, flags, m, payload)
+
+
+# What decode_request needs of each op's row, as a plain tuple (it runs per request).
+_REQUEST_DECODING: Final = {
+    op: (c.request_payload, c.request_flags, c.decode_request) for op, c in BY_OP.items()
+}
 
 
 def decode_response(op: int, status: int, rid: int, meta: bytes, payload: bytes) -> Response:

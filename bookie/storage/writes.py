@@ -63,6 +63,7 @@ class EntryWrites:
         self._counters = counters
         self._writable = writable
         self._flush_wanted = flush_wanted
+        self._bytes_max = config.memtable_bytes_max
         # The end of the last durable group handed back (what a checkpoint covers).
         self.durable_mark = JournalMark(0, 0)
 
@@ -86,7 +87,8 @@ class EntryWrites:
         if len(payload) > PAYLOAD_BYTES_MAX or len(master_key) > MASTER_KEY_BYTES_MAX:
             raise BadRequestError(f"payload ({len(payload)} B) or master key too large")
         size = len(payload) + ENTRY_OVERHEAD_BYTES
-        if self._mem.used_bytes + size > self._config.memtable_bytes_max:
+        mem = self._mem  # MemTables.used_bytes, inline: this runs per add
+        if mem.active.bytes + mem.frozen_bytes + mem.reserved_bytes + size > self._bytes_max:
             self._counters.adds_rejected_too_many += 1
             self._flush_wanted.set()
             raise TooManyRequestsError("bookie memtable is full; retry later")
@@ -94,7 +96,7 @@ class EntryWrites:
         if st.fenced and not recovery:
             raise FencedError(f"ledger {ledger_id} is fenced")
         jnl.submit((ADD, ledger_id, entry_id, lac, payload, done))
-        self._mem.reserved_bytes += size
+        mem.reserved_bytes += size
         if lac > st.explicit_lac:
             # The LAC an add carries counts as an explicit LAC at once (the writer then
             # needs no WRITE_LAC for it): applied up to the entries durable here, the
