@@ -66,7 +66,9 @@ STATUS_UNKNOWN: Final = 500
 HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     # 3xx: go elsewhere (the client follows at once).
     OwnerMovedError: 307,  # the owner's URL in the body's 'owner' and in Location
-    # 4xx: the request's fault; resending it unchanged does not help...
+    # 4xx: refused for the request's own reasons. Whether a retry may succeed is the
+    # error class's ``retriable`` (OUT_OF_ORDER_SEQUENCE, STALE_GENERATION and
+    # TOO_MANY_REQUESTS are), not the status.
     BadRequestError: 400,
     InvalidNameError: 400,
     ProtocolVersionError: 400,
@@ -80,16 +82,16 @@ HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     AlreadyExistsError: 409,
     LockOwnedError: 409,
     LedgerClosedError: 409,
-    OutOfOrderSequenceError: 409,  # ...except this one: resend in order
+    OutOfOrderSequenceError: 409,  # resend in order
     ProducerFencedError: 409,
-    StaleGenerationError: 409,  # ...nor this one: join the group again first
+    StaleGenerationError: 409,  # join the group again first
     NotAssignedError: 409,
     GroupNotEmptyError: 409,
     TruncatedError: 410,
     EndOfStreamError: 410,
     TooLargeError: 413,
     TooManyRequestsError: 429,  # with Retry-After
-    # 5xx: the server's side; the 503s are retriable.
+    # 5xx: the server's side (the 503s are retriable, CLOSED excepted).
     UnknownError: 500,
     IOFailureError: 500,
     ConfigError: 500,
