@@ -62,3 +62,59 @@ def is_valid_name(name: object) -> bool:
     except InvalidNameError:
         return False
     return True
+
+
+# -- internal stream names -----------------------------------------------------------
+# Streams Bookline creates for topics and groups carry ``~``, which is outside the
+# user-name alphabet, so no user stream can ever collide with one:
+#   partition p of topic t     ->  "t~p"
+#   the log of consumer group g ->  "g~group"
+INTERNAL_SEPARATOR = "~"
+GROUP_STREAM_SUFFIX = "group"
+# Partitions per topic: each is a stream with its own writer, lock and segments.
+PARTITIONS_MAX = 10_000
+
+
+def partition_stream(topic: str, partition: int) -> str:
+    validate_name(topic, "topic")
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidNameError(f"partition must be an int, got {partition!r}")
+    if not 0 <= partition < PARTITIONS_MAX:
+        raise InvalidNameError(f"partition {partition} is outside 0..{PARTITIONS_MAX - 1}")
+    return f"{topic}{INTERNAL_SEPARATOR}{partition}"
+
+
+def group_stream(group: str) -> str:
+    return f"{validate_name(group, 'group')}{INTERNAL_SEPARATOR}{GROUP_STREAM_SUFFIX}"
+
+
+def parse_internal(name: str) -> tuple[str, str, int | None] | None:
+    """``("partition", topic, p)`` or ``("group", group, None)`` for an internal stream
+    name, None for a user stream name (or anything else)."""
+    base, sep, tail = name.rpartition(INTERNAL_SEPARATOR)
+    if not sep or not is_valid_name(base):
+        return None
+    if tail == GROUP_STREAM_SUFFIX:
+        return ("group", base, None)
+    if tail.isascii() and tail.isdigit() and (tail == "0" or not tail.startswith("0")):
+        p = int(tail)
+        if p < PARTITIONS_MAX:
+            return ("partition", base, p)
+    return None
+
+
+def validate_stream_name(name: object, kind: str = "stream") -> str:
+    """A stream name as stored: a user name, or an internal one (a topic's partition,
+    a group's log). User-facing APIs use :func:`validate_name` instead."""
+    if isinstance(name, str) and INTERNAL_SEPARATOR in name:
+        if parse_internal(name) is None:
+            raise InvalidNameError(
+                f"{kind} {name!r} contains {INTERNAL_SEPARATOR!r}, which only partition and "
+                "group streams use"
+            )
+        return name
+    return validate_name(name, kind)
+
+
+def is_internal(name: str) -> bool:
+    return parse_internal(name) is not None

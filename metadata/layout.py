@@ -16,10 +16,14 @@
     <root>/streams/<ns>                       namespace record
     <root>/streams/<ns>/<stream>              stream record (options)
         maxtxid  segments/<seqno19>  lock/<member-seq>  subscribers/<name>
+    <root>/topics/<ns>/<topic>                topic record (partitions, options); its
+                                              partitions are the streams <topic>~<p>
     <root>/owners/<ns>/<stream>               ephemeral: which proxy owns the stream
     <root>/proxies/<proxy>                    ephemeral: write proxy address and load
 
-Every name from a user or a peer is checked with :func:`foundation.names.validate_name`.
+Every name from a user or a peer is checked with :func:`foundation.names.validate_name`;
+stream names with :func:`~foundation.names.validate_stream_name`, which also accepts the
+internal ``t~p`` (topic partitions) and ``g~group`` (group logs).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from foundation.errors import BadRequestError, ConfigError
-from foundation.names import validate_name
+from foundation.names import validate_name, validate_stream_name
 
 LAYOUT_VERSION = 1
 LEDGER_ID_MAX = (1 << 63) - 1  # signed 64-bit, like BookKeeper's Java longs
@@ -156,7 +160,7 @@ class Layout:
         return f"{self.namespaces}/{validate_name(ns, 'namespace')}"
 
     def stream(self, ns: str, stream: str) -> str:
-        return f"{self.namespace(ns)}/{validate_name(stream, 'stream')}"
+        return f"{self.namespace(ns)}/{validate_stream_name(stream)}"
 
     def max_txid(self, ns: str, stream: str) -> str:
         return f"{self.stream(ns, stream)}/maxtxid"
@@ -176,6 +180,17 @@ class Layout:
     def subscriber(self, ns: str, stream: str, name: str) -> str:
         return f"{self.subscribers(ns, stream)}/{validate_name(name, 'subscriber')}"
 
+    # topics
+    @property
+    def topic_namespaces(self) -> str:
+        return self._p("topics")
+
+    def topics(self, ns: str) -> str:
+        return f"{self.topic_namespaces}/{validate_name(ns, 'namespace')}"
+
+    def topic(self, ns: str, topic: str) -> str:
+        return f"{self.topics(ns)}/{validate_name(topic, 'topic')}"
+
     # serving
     @property
     def owners(self) -> str:
@@ -183,7 +198,7 @@ class Layout:
 
     def owner(self, ns: str, stream: str) -> str:
         ns = validate_name(ns, "namespace")
-        return f"{self.owners}/{ns}/{validate_name(stream, 'stream')}"
+        return f"{self.owners}/{ns}/{validate_stream_name(stream)}"
 
     @property
     def proxies(self) -> str:
@@ -202,6 +217,7 @@ class Layout:
             self.underreplicated_root,
             self.underreplicated_locks,
             self.namespaces,
+            self.topic_namespaces,
             self.owners,
             self.proxies,
         ]

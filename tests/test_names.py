@@ -91,3 +91,35 @@ def test_error_messages_say_why() -> None:
         validate_name("a\x00")
     with pytest.raises(InvalidNameError, match="separator"):
         validate_name("a/b")
+
+
+def test_internal_stream_names_for_topics_and_groups() -> None:
+    from foundation.names import (
+        group_stream,
+        is_internal,
+        parse_internal,
+        partition_stream,
+        validate_stream_name,
+    )
+
+    assert partition_stream("orders", 3) == "orders~3"
+    assert group_stream("billing") == "billing~group"
+    assert parse_internal("orders~3") == ("partition", "orders", 3)
+    assert parse_internal("a~b~12") is None  # the topic part must be a valid name
+    assert parse_internal("billing~group") == ("group", "billing", None)
+    for bad in ("orders~03", "orders~", "~3", "orders~x", "orders~99999", "orders"):
+        assert parse_internal(bad) is None, bad
+    assert validate_stream_name("orders~3") == "orders~3"
+    assert validate_stream_name("plain") == "plain"
+    assert is_internal("orders~0")
+    assert not is_internal("orders")
+    for bad in ("orders~03", "x~y", "~group"):
+        with pytest.raises(InvalidNameError):
+            validate_stream_name(bad)
+    # users can never name a stream like an internal one
+    with pytest.raises(InvalidNameError):
+        validate_name("orders~3")
+    with pytest.raises(InvalidNameError):
+        partition_stream("orders", -1)
+    with pytest.raises(InvalidNameError):
+        partition_stream("bad/topic", 0)
