@@ -17,9 +17,12 @@ from typing import Any
 import pytest
 
 from foundation.errors import (
+    ConfigError,
     FencedError,
     LedgerClosedError,
     NoEntryError,
+    NoLedgerError,
+    NotEnoughBookiesError,
     TooLargeError,
     UnauthorizedError,
 )
@@ -92,7 +95,7 @@ async def test_write_close_read_back() -> None:
 @virtual_time
 async def test_validation_and_access() -> None:
     client, _store, _bookies = make()
-    with pytest.raises(Exception, match="quorum"):
+    with pytest.raises(ConfigError, match="quorum"):
         await client.create_ledger(ensemble_size=2, write_quorum=3)
     w = await client.create_ledger(password=b"pw", digest_type="hmac_sha256")
     with pytest.raises(TooLargeError):
@@ -102,7 +105,7 @@ async def test_validation_and_access() -> None:
         await client.open_ledger(w.ledger_id, b"wrong")
     await w.close()
     await client.delete_ledger(w.ledger_id)
-    with pytest.raises(Exception, match="does not exist"):
+    with pytest.raises(NoLedgerError, match="does not exist"):
         await client.open_ledger(w.ledger_id, b"pw")
 
 
@@ -157,9 +160,9 @@ async def test_writer_fails_when_no_replacement() -> None:
     w = await client.create_ledger()
     await w.add_entry(b"ok")
     bookies["bookie-0"].down = True
-    with pytest.raises(Exception, match="no writable bookie outside"):
+    with pytest.raises(NotEnoughBookiesError, match="no writable bookie outside"):
         await w.add_entry(b"no room")
-    with pytest.raises(Exception, match="no writable bookie outside"):
+    with pytest.raises(NotEnoughBookiesError, match="no writable bookie outside"):
         await w.add_entry(b"fails fast after")
 
 
@@ -245,7 +248,7 @@ async def test_fencing_fails_rather_than_guess() -> None:
     await w.add_entry(b"x")
     for b in w.metadata.last_segment.bookies[:2]:
         bookies[b].hung = True
-    with pytest.raises(Exception, match="unfenced"):
+    with pytest.raises(NotEnoughBookiesError, match="unfenced"):
         await client.open_ledger(w.ledger_id)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import PySparkException
 
 from streams.dlsn import DLSN
 from streams.records import LogRecord
@@ -156,7 +157,7 @@ def test_truncated_range_fails_or_is_skipped_per_fail_on_data_loss(
     assert ns.stream_info(stream).first_sequence_id == SEGMENT_RECORDS
 
     explicit = f'{{"{stream}": 0}}'
-    with pytest.raises(Exception, match="failOnDataLoss") as info:
+    with pytest.raises(PySparkException, match="failOnDataLoss") as info:
         _read(spark, conn, stream=stream, startingOffsets=explicit).collect()
     assert "TRUNCATED" in str(info.value)
 

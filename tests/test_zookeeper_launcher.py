@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 
 import ops.zookeeper as zkmod
 from ops import procs
-from ops.zookeeper import ZooKeeperServer, four_letter_word
+from ops.zookeeper import ZooKeeperError, ZooKeeperServer, four_letter_word
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def test_failed_start_kills_process(tmp_path: Path) -> None:
         old = zkmod.START_TIMEOUT_S
         zkmod.START_TIMEOUT_S = 15.0
         try:
-            with pytest.raises(Exception, match="ZooKeeper"):
+            with pytest.raises(ZooKeeperError, match="ZooKeeper"):
                 server.start()
         finally:
             zkmod.START_TIMEOUT_S = old
