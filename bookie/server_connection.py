@@ -316,7 +316,7 @@ class _LacPoll:
             if not expired and result is not None and result.lac <= req.previous_lac:
                 storage.watch_lac(req.ledger_id, self)  # not past the reader's yet
                 return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered to the client with its code
             self._reply_error(exc)
             return
         if result is None:  # the next entry is on disk: read it in a task

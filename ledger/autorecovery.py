@@ -190,7 +190,7 @@ class Autorecovery:
                 await task
             except asyncio.CancelledError:
                 pass  # what we asked for
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - collected, raised together below
                 errors.append(exc)
         if self._on_stop is not None:
             closer, self._on_stop = self._on_stop, None

@@ -165,7 +165,7 @@ class ZkClient:
                 return  # the awaiting coroutine was cancelled
             try:
                 fut.set_result(res.get_nowait())
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - handed to the awaiting coroutine
                 fut.set_exception(exc)
 
         def on_done(res: Any) -> None:

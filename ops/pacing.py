@@ -91,7 +91,7 @@ class _Schedule:
                 scheduled = self.start + self.sent * self.interval
                 self.sent += 1
                 self._send(scheduled)
-        except BaseException as exc:  # handed to the awaiting caller, not swallowed
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
             self.finished.set_exception(exc)
             return
         if self.sent == self.count:

@@ -41,7 +41,7 @@ class Clients:
         for md in self._open:
             try:
                 await md.close()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every session closed; first error raised
                 errors.append(exc)
         self._open.clear()
         if errors:

@@ -84,7 +84,7 @@ def test_fsync_error_drops_the_unsynced_writes(tmp_path: Path) -> None:
     try:
         shim.pwrite(fd, b"lost", 0)
         shim.fail_fsync(errno.EIO)
-        with pytest.raises(OSError) as info:
+        with pytest.raises(OSError, match=r"Errno 5\]") as info:
             fsync(fd)
         assert info.value.errno == errno.EIO
         shim.fail_fsync(None)
@@ -102,10 +102,10 @@ def test_simulated_disk_size_and_ballast(tmp_path: Path) -> None:
     fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         shim.fallocate(fd, 0, 10 << 10)  # fits
-        with pytest.raises(OSError) as info:
+        with pytest.raises(OSError, match=r"Errno 28\]") as info:
             shim.fallocate(fd, 0, 100 << 10)
         assert info.value.errno == errno.ENOSPC
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match=r"Errno 28\]"):
             shim.pwrite(fd, bytes(100 << 10), 0)
         ballast.unlink()
         shim.fallocate(fd, 0, 100 << 10)
@@ -120,7 +120,7 @@ def test_control_file_steers_a_running_shim(tmp_path: Path) -> None:
     try:
         fsync(fd)
         (tmp_path / faults.CONTROL_FILE).write_text('fsync_error = "EIO"\ndisk_bytes_max = 4096\n')
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match=r"Errno 5\]"):
             fsync(fd)
         assert shim.disk_space(tmp_path).total_bytes == 4096
         (tmp_path / faults.CONTROL_FILE).unlink()
@@ -141,7 +141,7 @@ def test_offline_damage_helpers(tmp_path: Path) -> None:
     assert data[4200] == 4200 % 16
     faults.truncate(path, 100)
     assert path.stat().st_size == 100
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="has no byte at offset 100"):
         faults.flip_bit(path, 100)
 
 

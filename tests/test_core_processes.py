@@ -135,8 +135,8 @@ if __name__ != "__main__":
             writer_procs.append(old)
             old.wait_acks(1500)
             os.kill(old.proc.pid, signal.SIGKILL)
-            old.proc.wait(10)
-            time.sleep(0.2)
+            await asyncio.to_thread(old.proc.wait, 10)
+            await asyncio.sleep(0.2)
             acked = old.acks()
             segs_before = await ns.segments("s")
             assert segs_before[-1].state == "in_progress"  # killed mid-segment
@@ -167,7 +167,7 @@ if __name__ != "__main__":
             writer_procs.append(old)
             old.wait_acks(500)
             os.kill(old.proc.pid, signal.SIGSTOP)
-            time.sleep(0.3)  # let acks written before the stop reach our pipe reader
+            await asyncio.sleep(0.3)  # let acks written before the stop reach our pipe reader
             acked_before = len(old.acks())
             # Takes over once the paused writer's session expires; recovery fences it.
             w = await ns.open_writer("s", "new-writer", lock_timeout_s=30)

@@ -125,8 +125,8 @@ def test_reusing_a_code_is_refused() -> None:
 
 
 def test_invariant_survives_optimisation_flag() -> None:
+    newer, older = 3, 5
     with pytest.raises(errors.InvariantViolation, match="entry 3 after 5"):
-        newer, older = 3, 5
         invariant(newer > older, "entry %d after %d", newer, older)
     invariant(True, "never formatted %d")
 
@@ -158,6 +158,6 @@ def test_load_config_rejects_unknown_and_bad_values(tmp_path: Path) -> None:
         load_config(BookieConfig, overrides={"port": "eighty"})
     with pytest.raises(ConfigError, match="disk thresholds"):
         load_config(BookieConfig, overrides={"disk_usage_lwm": 0.99, "disk_usage_threshold": 0.9})
+    (tmp_path / "bad.toml").write_text("[bookie\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
-        (tmp_path / "bad.toml").write_text("[bookie\n")
         load_config(BookieConfig, path=tmp_path / "bad.toml")

@@ -229,8 +229,8 @@ async def test_fencing_survives_rolling_restart(cluster: Cluster) -> None:
             # The old writer's add, straight to the restarted bookie: still fenced.
             conn = BookieConnection(bk.bookie_id)
             try:
+                adder = conn.adder(w.ledger_id, master_key(b"rr"))
                 with pytest.raises(FencedError):
-                    adder = conn.adder(w.ledger_id, master_key(b"rr"))
                     await adder.add(entry, end, digest.package(entry, end, length + 1, b"x"))
             finally:
                 await conn.close()

@@ -111,8 +111,8 @@ async def test_producers_in_flight_only_are_tracked() -> None:
     assert owned._next_pos == {}
     assert len(writer.log) == 50
     await owned.write(req(1, b"y", producer="p7"))  # still ordered through the table
+    owned._reorder_wait_s = 0.02
     with pytest.raises(OutOfOrderSequenceError):
-        owned._reorder_wait_s = 0.02
         await owned.write(req(5, b"z", producer="p7"))
 
 
