@@ -5,6 +5,7 @@ delays all run on the loop's clock, which is also the injected clock."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from ledger.placement import BookieHealth
 from ledger.speculative import LATENCY_MULTIPLE, speculative
@@ -33,7 +34,7 @@ class Replicas:
         return [b for b, _t in self.asked]
 
 
-async def ask(replicas: Replicas, h: BookieHealth, **kw: object) -> str:
+async def ask(replicas: Replicas, h: BookieHealth, **kw: Any) -> str:
     return await speculative(
         ["a", "b", "c"],
         replicas.attempt,
@@ -43,7 +44,7 @@ async def ask(replicas: Replicas, h: BookieHealth, **kw: object) -> str:
         max_timeout_s=1.0,
         what="test",
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 @virtual_time

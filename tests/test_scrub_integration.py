@@ -353,7 +353,9 @@ async def test_one_flipped_bit_in_one_replica(quick_cluster: ScrubCluster) -> No
         # A scrub finds it (and reports nothing else).
         code, report = await scrub_cli(c, "--ledger", str(lid))
         assert code == 3 and report["damaged"] == 1 and report["missing"] == 0, report
-        (ledger_report,) = report["ledgers"]  # type: ignore[misc]
+        ledgers = report["ledgers"]
+        assert isinstance(ledgers, list)
+        (ledger_report,) = ledgers
         assert ledger_report["bookies"] == {
             victim.bookie_id: {"missing": 0, "damaged": 1, "mismatched": 0, "ranges": [[42, 42]]}
         }

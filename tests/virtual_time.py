@@ -27,7 +27,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _JumpingSelector(selectors.DefaultSelector):
     """Polls instead of waiting for a timer; the time it would have waited is skipped."""
 
     def __init__(self, advance: Callable[[float], None]) -> None:
