@@ -22,7 +22,8 @@ class LedgerConfig:
     write_quorum: int = 3
     # Ack quorum Qa: acks needed before an entry counts as written.
     ack_quorum: int = 2
-    # "crc32c" (detects corruption) or "hmac_sha256" (also stops forgery without the password).
+    # "crc32c" (detects corruption) or "hmac" (also stops forgery without the password;
+    # "hmac_sha256" is accepted too). The same names as [core] digest_type and the metadata.
     digest_type: str = "crc32c"
 
     # --- timeouts -------------------------------------------------------------------
@@ -78,9 +79,9 @@ class LedgerConfig:
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum, "ledger")
-        if self.digest_type.lower() not in ("crc32c", "hmac_sha256"):
+        if self.digest_type.lower() not in ("crc32c", "hmac", "hmac_sha256"):
             raise ConfigError(
-                f"ledger.digest_type must be crc32c or hmac_sha256, got {self.digest_type!r}"
+                f"ledger.digest_type must be crc32c or hmac, got {self.digest_type!r}"
             )
         positive = (
             "add_timeout_ms",

@@ -78,12 +78,16 @@ class DigestType(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: str | int | DigestType) -> DigestType:
-        """Accept the enum, its value, or its name in any case ("crc32c", "hmac_sha256")."""
+        """Accept the enum, its value, or its name in any case: "crc32c", or "hmac" (the
+        stored name; "hmac_sha256" too). Every config and the metadata use these names."""
         if isinstance(value, DigestType):
             return value
         try:
             if isinstance(value, int):
                 return cls(value)
+            by_stored_name = _DIGEST_BY_NAME.get(value.lower())
+            if by_stored_name is not None:
+                return by_stored_name
             return cls[value.upper().replace("-", "_")]
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"unknown digest type {value!r}") from exc

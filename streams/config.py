@@ -13,12 +13,12 @@ from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 from foundation.quorum import check_quorum
 from ledger.config import LedgerConfig
+from metadata.ledger_metadata import DigestType
 
 __all__ = ["NamespaceConfig"]
 
 # A record set's header, one record's framing and the ledger digest fit well inside this.
 _RECORD_SET_FRAMING_BYTES_MAX = 64 << 10
-_DIGESTS = {"crc32c": "crc32c", "hmac": "hmac_sha256", "hmac_sha256": "hmac_sha256"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,7 +29,8 @@ class NamespaceConfig:
     write_quorum: int = 3
     ack_quorum: int = 2
     # Entry digest: "crc32c" (corruption) or "hmac" (also forgery, keyed by the password).
-    digest: str = "crc32c"
+    # The same name and values as [ledger] digest_type and the ledger metadata.
+    digest_type: str = "crc32c"
     # Ledger password: fences writers that do not know it; readers need it too.
     password: str = "bookline"
     # Record-set compression: "none", "lz4" or "zstd".
@@ -74,8 +75,12 @@ class NamespaceConfig:
 
     def __post_init__(self) -> None:
         check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum, "core")
-        if self.digest.lower() not in _DIGESTS:
-            raise ConfigError(f"core.digest must be crc32c or hmac, got {self.digest!r}")
+        try:
+            DigestType.parse(self.digest_type)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"core.digest_type must be crc32c or hmac, got {self.digest_type!r}"
+            ) from exc
         if self.compression.lower() not in ("none", "lz4", "zstd"):
             raise ConfigError(f"core.compression must be none, lz4 or zstd: {self.compression!r}")
         if self.ledger.entry_bytes_max < RECORD_BYTES_MAX + _RECORD_SET_FRAMING_BYTES_MAX:
@@ -105,8 +110,8 @@ class NamespaceConfig:
             raise ConfigError("core.pending_bytes_max must be >= buffer_bytes_max")
 
     @property
-    def ledger_digest(self) -> str:
-        return _DIGESTS[self.digest.lower()]
+    def ledger_digest(self) -> DigestType:
+        return DigestType.parse(self.digest_type)
 
     @property
     def password_bytes(self) -> bytes:

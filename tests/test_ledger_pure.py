@@ -194,3 +194,19 @@ def test_config_validation() -> None:
         LedgerConfig(speculative_read_first_timeout_ms=100, speculative_read_max_timeout_ms=10)
     with pytest.raises(ConfigError):
         LedgerConfig(digest_type="md5")
+
+
+def test_one_digest_vocabulary_for_every_config_and_the_metadata() -> None:
+    from metadata.ledger_metadata import DigestType
+    from streams.config import NamespaceConfig
+
+    for name in ("crc32c", "CRC32C"):
+        assert DigestType.parse(name) is DigestType.CRC32C
+    for name in ("hmac", "hmac_sha256", "HMAC"):
+        assert DigestType.parse(name) is DigestType.HMAC_SHA256
+        assert LedgerConfig(digest_type=name).digest_type == name
+        assert NamespaceConfig(digest_type=name).ledger_digest is DigestType.HMAC_SHA256
+    with pytest.raises(ConfigError, match="core.digest_type"):
+        NamespaceConfig(digest_type="md5")
+    with pytest.raises(ConfigError, match="ledger.digest_type"):
+        LedgerConfig(digest_type="md5")
