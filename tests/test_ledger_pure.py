@@ -206,7 +206,7 @@ def test_one_digest_vocabulary_for_every_config_and_the_metadata() -> None:
         assert DigestType.parse(name) is DigestType.HMAC_SHA256
         assert LedgerConfig(digest_type=name).digest_type == name
         assert NamespaceConfig(digest_type=name).ledger_digest is DigestType.HMAC_SHA256
-    with pytest.raises(ConfigError, match="core.digest_type"):
+    with pytest.raises(ConfigError, match=r"core\.digest_type"):
         NamespaceConfig(digest_type="md5")
-    with pytest.raises(ConfigError, match="ledger.digest_type"):
+    with pytest.raises(ConfigError, match=r"ledger\.digest_type"):
         LedgerConfig(digest_type="md5")
