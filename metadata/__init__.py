@@ -12,7 +12,8 @@ compare-and-set on znode versions; multi-step changes are single ZooKeeper trans
   ``ledgers`` -- its store; ``ledger_ids`` -- id allocation; ``underreplicated`` --
   autorecovery work items.
 * ``cluster``, ``bookies``, ``proxies``, ``streams``, ``segments``, ``ownership``,
-  ``subscriptions`` -- the other stores.
+  ``subscriptions``, ``topics`` (a topic's record and its partition streams) -- the
+  other stores.
 """
 
 from metadata.client import MetadataClient

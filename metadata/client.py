@@ -16,6 +16,7 @@ from metadata.proxies import ProxyRegistry
 from metadata.segments import SegmentStore
 from metadata.streams import StreamStore
 from metadata.subscriptions import SubscriptionStore
+from metadata.topics import TopicStore
 from metadata.underreplicated import UnderreplicationStore
 from metadata.zk import ZkClient
 
@@ -37,6 +38,7 @@ class MetadataClient:
         self.ledgers = LedgerStore(self.zk, self.layout)
         self.underreplicated = UnderreplicationStore(self.zk, self.layout)
         self.streams = StreamStore(self.zk, self.layout)
+        self.topics = TopicStore(self.zk, self.layout, self.streams)
         self.segments = SegmentStore(self.zk, self.layout)
         self.subscriptions = SubscriptionStore(self.zk, self.layout)
         self.proxies = ProxyRegistry(self.zk, self.layout)

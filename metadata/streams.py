@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import cast
 
-from foundation.errors import BadRequestError, NotFoundError
+from foundation.errors import AlreadyExistsError, BadRequestError, NotFoundError
+from foundation.names import is_internal
+from foundation.quorum import check_quorum
 from metadata import serde
 from metadata.layout import Layout
-from metadata.zk import ZkClient
+from metadata.zk import Transaction, ZkClient
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +36,33 @@ class StreamOptions:
     retention_bytes: int | None = None  # keep at most this many bytes of sealed segments
     segment_rollover_bytes: int | None = None  # roll a segment past this size
     segment_rollover_ms: int | None = None  # roll a segment past this age
+    # The stream's ledgers' quorums (all three or none; None: the namespace config's).
+    ensemble_size: int | None = None
+    write_quorum: int | None = None
+    ack_quorum: int | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value <= 0
+            ):
                 raise BadRequestError(f"stream option {f.name} must be a positive int or None")
+        quorums = (self.ensemble_size, self.write_quorum, self.ack_quorum)
+        if any(q is not None for q in quorums):
+            if None in quorums:
+                raise BadRequestError(
+                    "stream options ensemble_size, write_quorum and ack_quorum go together"
+                )
+            e, w, a = cast("tuple[int, int, int]", quorums)
+            check_quorum(e, w, a, "stream options", error=BadRequestError)
+
+    @property
+    def quorums(self) -> tuple[int, int, int] | None:
+        """``(ensemble, write, ack)`` when the stream sets its own, else None."""
+        if self.ensemble_size is None or self.write_quorum is None or self.ack_quorum is None:
+            return None
+        return (self.ensemble_size, self.write_quorum, self.ack_quorum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +123,7 @@ class StreamStore:
             serde.encode(NAMESPACE_KIND, FORMAT_VERSION, body),
             makepath=True,
         )
+        await self._zk.ensure_path(self._layout.topics(ns))
 
     async def namespace_exists(self, ns: str) -> bool:
         return await self._zk.exists(self._layout.namespace(ns)) is not None
@@ -125,20 +150,43 @@ class StreamStore:
         """Create a stream with all its children in one transaction.
 
         NotFoundError if the namespace does not exist, AlreadyExistsError if the
-        stream does."""
+        stream does -- or, for a user stream name, a topic of that name does (checked in
+        the same transaction: the topic's path is created and deleted in it)."""
         record = StreamRecord(ns, stream, options or StreamOptions(), ctime_ms)
         L = self._layout
         if not await self.namespace_exists(ns):
             raise NotFoundError(f"namespace {ns!r} does not exist")
-        tx = self._zk.transaction()
+        guard = not is_internal(stream)  # internal names can't be topic names
+        for attempt in (1, 2):
+            tx = self._zk.transaction()
+            self.add_create_ops(tx, record)
+            if guard:
+                tx.create(L.topic(ns, stream)).delete(L.topic(ns, stream))
+            try:
+                await tx.commit()
+                break
+            except AlreadyExistsError as exc:
+                if guard and await self._zk.exists(L.topic(ns, stream)) is not None:
+                    raise AlreadyExistsError(
+                        f"{ns}/{stream} is a topic; a stream can't have the same name"
+                    ) from exc
+                raise
+            except NotFoundError:
+                if not guard or attempt == 2 or await self._zk.exists(L.topics(ns)) is not None:
+                    raise
+                await self._zk.ensure_path(L.topics(ns))  # a namespace from before topics
+        log.info("created stream %s/%s", ns, stream)
+        return record
+
+    def add_create_ops(self, tx: Transaction, record: StreamRecord) -> None:
+        """Add the creation of a stream and its children to ``tx`` (topics create their
+        partition streams in their own transactions with this)."""
+        L, ns, stream = self._layout, record.namespace, record.stream
         tx.create(L.stream(ns, stream), record.encode())
         tx.create(L.max_txid(ns, stream), encode_max_txid(NO_TXID))
         tx.create(L.segments(ns, stream))
         tx.create(L.lock(ns, stream))
         tx.create(L.subscribers(ns, stream))
-        await tx.commit()
-        log.info("created stream %s/%s", ns, stream)
-        return record
 
     async def stream_exists(self, ns: str, stream: str) -> bool:
         return await self._zk.exists(self._layout.stream(ns, stream)) is not None

@@ -74,6 +74,10 @@ class Segments:
         self._failed = failed
         self._rollover_bytes = options.segment_rollover_bytes or self._cfg.segment_rollover_bytes
         self._rollover_ms = options.segment_rollover_ms or self._cfg.segment_rollover_ms
+        # The stream's own quorums (a topic's partitions carry the topic's), else the
+        # namespace's.
+        cfg = self._cfg
+        self._quorums = options.quorums or (cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)
         self.current: SegmentState | None = None
         self._next_ledger: asyncio.Task[LedgerWriter] | None = None  # created in advance
         # Held while segment metadata is rewritten (seal, truncation, retention).
@@ -210,10 +214,11 @@ class Segments:
 
     async def _create_ledger(self) -> LedgerWriter:
         cfg = self._cfg
+        ensemble, write, ack = self._quorums
         return await self._ctx.ledgers.create_ledger(
-            ensemble_size=cfg.ensemble_size,
-            write_quorum=cfg.write_quorum,
-            ack_quorum=cfg.ack_quorum,
+            ensemble_size=ensemble,
+            write_quorum=write,
+            ack_quorum=ack,
             password=cfg.password_bytes,
             digest_type=cfg.ledger_digest,
             custom={"stream": f"{self._ctx.namespace}/{self._stream}".encode()},

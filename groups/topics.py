@@ -1,0 +1,212 @@
+"""Topic administration on the core library (:class:`TopicAdmin`).
+
+A topic is N partition streams ``t~0 .. t~N-1`` (:func:`foundation.names.partition_stream`)
+plus its record in ZooKeeper (:mod:`metadata.topics`); a partition's offsets are its
+stream's sequence ids (0, 1, 2, ... across segments), so a partition's *end offset* is
+the stream's next sequence id and its *start offset* the first one still readable.
+
+::
+
+    admin = TopicAdmin(ns)
+    await admin.create_topic("orders", 6, retention_ms=7 * 86_400_000)
+    await admin.alter_partitions("orders", 12)        # grow only
+    info = await admin.describe_topic("orders")       # TopicInfo: partitions, offsets
+    ends = await admin.end_offsets("orders")          # [next offset of p0, p1, ...]
+    await admin.delete_topic("orders")
+
+The write proxy's topic routes and ``bookline topic`` are built on this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from foundation.errors import NotFoundError
+from foundation.names import parse_internal, partition_stream, validate_name
+from metadata.streams import StreamOptions
+from metadata.topics import TopicRecord, check_partitions
+from streams.namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PartitionInfo", "TopicAdmin", "TopicInfo"]
+
+# Partitions described (bookie reads of their LAC) at once.
+DESCRIBE_CONCURRENCY: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    stream: str  # "t~p"
+    start_offset: int  # the oldest offset still readable (after retention/truncation)
+    end_offset: int  # the offset the next record gets (= records ever written)
+    size_bytes: int  # payload bytes still stored
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    partitions: list[PartitionInfo]
+    options: StreamOptions
+    ctime_ms: int
+
+    @property
+    def record_count(self) -> int:
+        return sum(p.end_offset - p.start_offset for p in self.partitions)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.partitions)
+
+
+class TopicAdmin:
+    """Topics of one :class:`~streams.namespace.Namespace` (uses its ZooKeeper session)."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self._ns = ns
+        self._topics = ns.context.md.topics
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_rollover_bytes: int | None = None,
+        segment_rollover_ms: int | None = None,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+    ) -> TopicRecord:
+        """Create a topic of ``partitions`` partition streams. Quorums not given are
+        the namespace config's (stored with the topic, so they hold for its life).
+        BAD_REQUEST for a bad count or option, INVALID_NAME, ALREADY_EXISTS (a topic or
+        a stream of that name)."""
+        validate_name(name, "topic")
+        check_partitions(partitions)
+        options = self.options(
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            segment_rollover_bytes=segment_rollover_bytes,
+            segment_rollover_ms=segment_rollover_ms,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+        )
+        ns = self._ns
+        return await self._topics.create_topic(
+            ns.name, name, partitions, options, ns.context.clock_ms()
+        )
+
+    def options(
+        self,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_rollover_bytes: int | None = None,
+        segment_rollover_ms: int | None = None,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+    ) -> StreamOptions:
+        """The partition streams' options; quorums not given come from the namespace
+        config when any is given (StreamOptions checks E >= Qw >= Qa)."""
+        quorums = (ensemble_size, write_quorum, ack_quorum)
+        if any(q is not None for q in quorums):
+            cfg = self._ns.config
+            ensemble_size = cfg.ensemble_size if ensemble_size is None else ensemble_size
+            write_quorum = cfg.write_quorum if write_quorum is None else write_quorum
+            ack_quorum = cfg.ack_quorum if ack_quorum is None else ack_quorum
+        return StreamOptions(
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            segment_rollover_bytes=segment_rollover_bytes,
+            segment_rollover_ms=segment_rollover_ms,
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+        )
+
+    async def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
+        """Grow the topic to ``partitions`` (BAD_REQUEST to shrink or for 0)."""
+        validate_name(name, "topic")
+        return await self._topics.alter_partitions(self._ns.name, name, partitions)
+
+    async def get_topic(self, name: str) -> TopicRecord:
+        """The topic's record (partition count, options); NOT_FOUND if there is none."""
+        validate_name(name, "topic")
+        record, _version = await self._topics.get_topic(self._ns.name, name)
+        return record
+
+    async def partitions(self, name: str) -> int:
+        return (await self.get_topic(name)).partitions
+
+    async def list_topics(self) -> list[str]:
+        return sorted(await self._topics.list_topics(self._ns.name))
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete the topic: its record first (producers then get NOT_FOUND), then its
+        partition streams and their ledgers. A delete that stopped halfway leaves
+        partition streams without a record; deleting again removes them."""
+        validate_name(name, "topic")
+        ns = self._ns
+        try:
+            record = await self._topics.delete_topic(ns.name, name)
+            streams = record.partition_names()
+        except NotFoundError:
+            streams = await self._leftovers(name)
+            if not streams:
+                raise
+            log.info("topic %s/%s: removing %d leftover partitions", ns.name, name, len(streams))
+        for stream in streams:
+            try:
+                await ns.delete_stream(stream)
+            except NotFoundError:
+                log.debug("partition stream %s already gone", stream)
+
+    async def _leftovers(self, name: str) -> list[str]:
+        out = []
+        for stream in await self._ns.list_streams():
+            parsed = parse_internal(stream)
+            if parsed is not None and parsed[0] == "partition" and parsed[1] == name:
+                out.append(stream)
+        return out
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with every partition's start and end offsets and size."""
+        record = await self.get_topic(name)
+        limit = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+        async def one(p: int) -> PartitionInfo:
+            stream = partition_stream(name, p)
+            async with limit:
+                info = await self._ns.stream_info(stream)
+            return PartitionInfo(
+                partition=p,
+                stream=stream,
+                start_offset=info.first_sequence_id,
+                end_offset=info.next_sequence_id,
+                size_bytes=info.size_bytes,
+                segments=len(info.segments),
+            )
+
+        parts = await asyncio.gather(*(one(p) for p in range(record.partitions)))
+        return TopicInfo(name, list(parts), record.options, record.ctime_ms)
+
+    async def end_offsets(self, name: str, partitions: int | None = None) -> list[int]:
+        """Each partition's end offset (the offset its next record gets), partition 0
+        first; ``partitions`` saves reading the record when the caller knows it."""
+        count = partitions if partitions is not None else await self.partitions(name)
+        limit = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+        async def one(p: int) -> int:
+            async with limit:
+                return await self._ns.end_offset(partition_stream(name, p))
+
+        return list(await asyncio.gather(*(one(p) for p in range(count))))

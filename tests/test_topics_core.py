@@ -1,0 +1,144 @@
+"""Topics on the core library: admin (metadata in real ZooKeeper, partitions as streams
+on three real bookie processes), offsets from the writer, and the core producer."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bookline import LogRecord, Namespace, NamespaceConfig, StreamOptions
+from foundation.errors import (
+    AlreadyExistsError,
+    BadRequestError,
+    InvalidNameError,
+    NotFoundError,
+)
+from groups.topics import TopicAdmin
+from metadata.topics import PARTITIONS_PER_TRANSACTION
+from tests.conftest import BookieCluster
+
+pytestmark = pytest.mark.integration
+
+_names = itertools.count()
+CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
+
+
+@pytest.fixture
+async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
+    n = await Namespace.open(
+        bookie_cluster.zk, bookie_cluster.root, f"tp{os.getpid()}-{next(_names)}", CONFIG
+    )
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+async def test_topic_create_describe_grow_delete(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    record = await admin.create_topic("orders", 3, retention_ms=60_000, write_quorum=2)
+    assert record.partitions == 3
+    assert record.options.retention_ms == 60_000
+    assert record.options.quorums == (3, 2, 2)  # the rest from the namespace config
+    assert await admin.list_topics() == ["orders"]
+    assert await ns.list_streams() == ["orders~0", "orders~1", "orders~2"]
+    assert (await ns.stream_options("orders~1")).quorums == (3, 2, 2)
+
+    w = await ns.open_writer("orders~1")
+    await w.write_many([LogRecord(b"a"), LogRecord(b"b")])
+    await w.close()
+    assert await admin.end_offsets("orders") == [0, 2, 0]
+    info = await admin.describe_topic("orders")
+    assert [(p.partition, p.start_offset, p.end_offset) for p in info.partitions] == [
+        (0, 0, 0),
+        (1, 0, 2),
+        (2, 0, 0),
+    ]
+    assert info.record_count == 2
+
+    grown = await admin.alter_partitions("orders", 5)
+    assert grown.partitions == 5
+    assert grown.options == record.options  # new partitions get the topic's options
+    assert (await ns.stream_options("orders~4")).retention_ms == 60_000
+    assert await admin.end_offsets("orders") == [0, 2, 0, 0, 0]
+    assert (await admin.alter_partitions("orders", 5)).partitions == 5  # same: no-op
+
+    await admin.delete_topic("orders")
+    assert await admin.list_topics() == []
+    assert await ns.list_streams() == []
+    with pytest.raises(NotFoundError):
+        await admin.describe_topic("orders")
+    with pytest.raises(NotFoundError):
+        await admin.delete_topic("orders")
+
+
+async def test_topic_bad_input_changes_nothing(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    for bad in (0, -1, 10_001, True, "3"):
+        with pytest.raises(BadRequestError):
+            await admin.create_topic("t", bad)  # type: ignore[arg-type]
+    for name in ("", "a/b", "t~0", "..", "a b", ".hidden"):
+        with pytest.raises(InvalidNameError):
+            await admin.create_topic(name, 1)
+    with pytest.raises(BadRequestError):
+        await admin.create_topic("t", 1, ensemble_size=2, write_quorum=3)
+    assert await admin.list_topics() == []
+    assert await ns.list_streams() == []
+
+    await admin.create_topic("t", 4)
+    before = await ns.list_streams()
+    for shrink in (3, 1, 0):
+        with pytest.raises(BadRequestError):
+            await admin.alter_partitions("t", shrink)
+    with pytest.raises(NotFoundError):
+        await admin.alter_partitions("nope", 2)
+    with pytest.raises(AlreadyExistsError, match="already exists"):
+        await admin.create_topic("t", 8)
+    assert (await admin.get_topic("t")).partitions == 4
+    assert await ns.list_streams() == before
+
+
+async def test_topic_and_stream_names_never_collide(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    await ns.create_stream("events")
+    with pytest.raises(AlreadyExistsError, match="is a stream"):
+        await admin.create_topic("events", 2)
+    assert await admin.list_topics() == []
+    await admin.create_topic("clicks", 2)
+    with pytest.raises(AlreadyExistsError, match="is a topic"):
+        await ns.create_stream("clicks")
+    with pytest.raises(InvalidNameError):
+        await ns.create_stream("clicks~0")  # users never create partition streams
+    assert await ns.list_streams() == ["clicks~0", "clicks~1", "events"]
+
+
+async def test_topic_grows_in_steps_past_one_transaction(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    n = PARTITIONS_PER_TRANSACTION + 5
+    await admin.create_topic("wide", n)
+    assert (await admin.get_topic("wide")).partitions == n
+    assert len(await ns.list_streams()) == n
+    await admin.delete_topic("wide")
+    assert await ns.list_streams() == []
+
+
+async def test_half_deleted_topic_is_finished_by_delete(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    await admin.create_topic("half", 2)
+    await ns.context.md.topics.delete_topic(ns.name, "half")  # the record only
+    with pytest.raises(AlreadyExistsError, match="earlier topic"):
+        await admin.create_topic("half", 2)
+    await admin.delete_topic("half")  # removes the leftover partition streams
+    await admin.create_topic("half", 2)
+    assert await ns.list_streams() == ["half~0", "half~1"]
+
+
+async def test_stream_options_quorums_go_together() -> None:
+    with pytest.raises(BadRequestError):
+        StreamOptions(ensemble_size=3)
+    with pytest.raises(BadRequestError):
+        StreamOptions(ensemble_size=2, write_quorum=3, ack_quorum=2)
+    assert StreamOptions(ensemble_size=3, write_quorum=3, ack_quorum=2).quorums == (3, 3, 2)
