@@ -1,6 +1,8 @@
 """Ledger recovery: fence the writer out, find the true end, close the ledger.
 
-Opening a ledger another writer may still hold (issue 4 item 5; DESIGN.md section 4):
+Opening a ledger another writer may still hold (BookKeeper's recovery, with the two fixes a TLA+
+model of its protocol found: fence until no write set can reach Qa, and call an entry absent
+only when Qw - Qa + 1 bookies say so):
 
 1. **IN_RECOVERY.** Compare-and-set the metadata from OPEN to IN_RECOVERY. From then on
    the writer's ensemble changes lose their CAS and the writer stops, so the last
