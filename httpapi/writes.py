@@ -17,6 +17,11 @@ carries the records' DLSNs: JSON ``{"dlsns": ["seg:entry:slot", ...]}``, msgpack
 ``{"runs": [[seg, entry, first_slot, count], ...]}`` (consecutive slots of one entry
 collapse into one run; a 1000-record batch is a handful of runs), plus ``"duplicates":
 n`` when the first ``n`` records were retries (and ``"dlsn"`` for one record in JSON).
+It also carries their *offsets* (sequence ids in the stream: 0, 1, 2, ... across
+segments; a topic partition's offsets): JSON ``"offsets": [n, ...]`` (and ``"offset"``
+for one record), msgpack ``"offset_runs": [[first, count], ...]`` (consecutive offsets
+collapse; a request's new records are consecutive, retries answered from the proxy's
+table carry their original offsets).
 
 The write proxy marks each producer batch in the log with ``bl.*`` record headers
 (below), which is why clients may not use that prefix.
@@ -44,7 +49,10 @@ __all__ = [
     "WireRecord",
     "WriteRequest",
     "answer_dlsns",
+    "answer_offsets",
+    "decode_offset_runs",
     "decode_runs",
+    "encode_offset_runs",
     "encode_runs",
     "parse_write",
     "payloads_crc",
@@ -293,16 +301,52 @@ def decode_runs(runs: Any) -> list[DlsnTuple]:
     return out
 
 
-def write_answer(dlsns: Sequence[DlsnTuple], media: str, duplicates: int = 0) -> dict[str, Any]:
+def encode_offset_runs(offsets: Iterable[int]) -> list[list[int]]:
+    """``[[first, count], ...]``: consecutive offsets collapse into one run."""
+    runs: list[list[int]] = []
+    last: list[int] | None = None
+    for offset in offsets:
+        if last is not None and last[0] + last[1] == offset:
+            last[1] += 1
+        else:
+            last = [offset, 1]
+            runs.append(last)
+    return runs
+
+
+def decode_offset_runs(runs: Any) -> list[int]:
+    if not isinstance(runs, list):
+        raise BadRequestError("offset_runs must be a list")
+    out: list[int] = []
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 2 and all(type(x) is int for x in run)):
+            raise BadRequestError("each offset run is [first, count]")
+        first, count = run
+        out.extend(range(first, first + count))
+    return out
+
+
+def write_answer(
+    dlsns: Sequence[DlsnTuple],
+    media: str,
+    duplicates: int = 0,
+    offsets: Sequence[int] | None = None,
+) -> dict[str, Any]:
     """The answer to a write whose first ``duplicates`` records were retries."""
     if media == MSGPACK:
         answer: dict[str, Any] = {"runs": encode_runs(dlsns)}
+        if offsets is not None:
+            answer["offset_runs"] = encode_offset_runs(offsets)
     else:
         answer = {"dlsns": [format_dlsn(d) for d in dlsns]}
+        if offsets is not None:
+            answer["offsets"] = list(offsets)
     if duplicates:
         answer["duplicates"] = duplicates
     if len(dlsns) == 1 and media != MSGPACK:
         answer["dlsn"] = format_dlsn(dlsns[0])
+        if offsets is not None:
+            answer["offset"] = offsets[0]
     return answer
 
 
@@ -313,3 +357,15 @@ def answer_dlsns(obj: Mapping[str, Any]) -> list[DlsnTuple]:
     if not isinstance(raw, list):
         raise BadRequestError("answer carries neither runs nor dlsns")
     return [parse_dlsn(d) for d in raw]
+
+
+def answer_offsets(obj: Mapping[str, Any]) -> list[int] | None:
+    """The records' offsets of a write answer (None from a proxy that sends none)."""
+    if "offset_runs" in obj:
+        return decode_offset_runs(obj["offset_runs"])
+    raw = obj.get("offsets")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(type(x) is int for x in raw):
+        raise BadRequestError("offsets must be a list of integers")
+    return raw

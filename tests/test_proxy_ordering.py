@@ -24,11 +24,12 @@ class FakeWriter:
         self.log: list[bytes] = []
         self.ack_delay_s = ack_delay_s
 
-    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
         first = len(self.log)
         self.log.extend(r.payload for r in records)
         await asyncio.sleep(self.ack_delay_s)
-        return [DLSN(1, first + i, 0) for i in range(len(records))]
+        n = len(records)
+        return [DLSN(1, first + i, 0) for i in range(n)], list(range(first, first + n))
 
 
 def stream(wait_s: float = 1.0, ack_delay_s: float = 0.01) -> tuple[OwnedStream, FakeWriter]:
@@ -77,9 +78,9 @@ async def test_a_gap_that_never_fills_is_refused_retriably() -> None:
 
 async def test_retries_are_still_answered_with_their_dlsns() -> None:
     owned, writer = stream()
-    dlsns, dups = await owned.write(req(0, b"a", b"b"))
-    again, dups = await owned.write(req(0, b"a", b"b"))
-    assert (again, dups) == (dlsns, 2)
+    dlsns, offsets, dups = await owned.write(req(0, b"a", b"b"))
+    again, again_offsets, dups = await owned.write(req(0, b"a", b"b"))
+    assert (again, again_offsets, dups) == (dlsns, offsets, 2)
     assert writer.log == [b"a", b"b"]
 
 
@@ -87,7 +88,7 @@ async def test_a_forgotten_producer_goes_on_after_the_wait() -> None:
     """After a takeover whose log scan did not reach the producer's last write, its
     next request (sequence 40) is accepted once the gap wait is over."""
     owned, writer = stream(wait_s=0.05)
-    dlsns, _dups = await owned.write(req(40, b"z"))
+    dlsns, _offsets, _dups = await owned.write(req(40, b"z"))
     assert writer.log == [b"z"]
     assert len(dlsns) == 1
 
@@ -140,7 +141,7 @@ async def test_a_late_old_epoch_request_is_not_appended_after_the_new_epoch() ->
     await asyncio.sleep(0.01)  # handed to the writer, not acknowledged yet
     with pytest.raises(ProducerFencedError):
         await owned.write(req(1, b"b"))
-    retry, dups = await owned.write(req(0, b"a"))  # a written record: still answered
+    retry, _offsets, dups = await owned.write(req(0, b"a"))  # a written record: still answered
     assert dups == 1
     assert retry == [DLSN(1, 0, 0)]
     await newer

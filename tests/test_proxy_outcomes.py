@@ -30,6 +30,7 @@ class _Logged:
     dlsn: tuple[int, int, int]
     headers: dict[str, bytes] | None
     payload: bytes
+    sequence_id: int = 0
 
 
 class PartlyDurableWriter:
@@ -42,10 +43,12 @@ class PartlyDurableWriter:
         self.segment = segment
         self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
         entry = len(self.log)
         for slot, r in enumerate(records[: self.durable]):
-            self.log.append(_Logged((self.segment, entry, slot), r.headers, r.payload))
+            self.log.append(
+                _Logged((self.segment, entry, slot), r.headers, r.payload, len(self.log))
+            )
         await self.failure
         raise AssertionError("unreachable: the writer fails")
 
@@ -58,13 +61,16 @@ class HealthyWriter:
         self.log = log
         self.segment = segment
 
-    async def write_many(self, records: list[LogRecord]) -> list[DLSN]:
+    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
         entry = len({d.dlsn[1] for d in self.log if d.dlsn[0] == self.segment})
-        out = []
+        out, offsets = [], []
         for slot, r in enumerate(records):
-            self.log.append(_Logged((self.segment, entry, slot), r.headers, r.payload))
+            offsets.append(len(self.log))
+            self.log.append(
+                _Logged((self.segment, entry, slot), r.headers, r.payload, len(self.log))
+            )
             out.append(DLSN(self.segment, entry, slot))
-        return out
+        return out, offsets
 
 
 def _table(log: list[_Logged] | None = None) -> dedup.DedupTable:
@@ -101,9 +107,10 @@ async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_fr
     # retry is answered with the ten original positions and writes only the eleventh.
     log = writer.log
     owned2 = OwnedStream("s", cast(Any, HealthyWriter(log, 2)), _table(log), reorder_wait_s=0.5)
-    dlsns, dups = await owned2.write(_req(0, payloads))
+    dlsns, offsets, dups = await owned2.write(_req(0, payloads))
     assert dups == 10
     assert dlsns == [DLSN(1, 0, i) for i in range(10)] + [DLSN(2, 0, 0)]
+    assert offsets == list(range(11))  # the ten originals' offsets, then the new one
     assert [r.payload for r in log] == payloads
 
 
@@ -112,7 +119,7 @@ async def test_a_forgotten_sequence_is_not_a_definite_failure() -> None:
     the log: not a definite 400."""
     table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
     for b in range(5):
-        table.record("p", 0, b, [(1, b, 0)])
+        table.record("p", 0, b, [(1, b, 0)], [b])
     with pytest.raises(BooklineError) as info:
         table.plan("p", 0, 0, 1)
     assert info.value.retriable and info.value.name == "OUTCOME_UNKNOWN", info.value

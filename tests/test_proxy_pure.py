@@ -163,26 +163,32 @@ def test_dedup_answers_retries_with_original_dlsns() -> None:
     table = dedup.DedupTable(batches_per_producer=4, producers_max=10)
     plan = table.plan("p", 0, 0, 3)
     assert plan == dedup.Plan([], 0, 0)
-    table.record("p", 0, 0, [(1, 0, 0), (1, 0, 1), (1, 0, 2)])
-    assert table.plan("p", 0, 0, 3) == dedup.Plan([(1, 0, 0), (1, 0, 1), (1, 0, 2)], 3, 3)
+    table.record("p", 0, 0, [(1, 0, 0), (1, 0, 1), (1, 0, 2)], [7, 8, 9])
+    assert table.plan("p", 0, 0, 3) == dedup.Plan(
+        [(1, 0, 0), (1, 0, 1), (1, 0, 2)], 3, 3, [7, 8, 9]
+    )
     # A retry that overlaps: the first two are old, the rest new.
-    assert table.plan("p", 0, 1, 4) == dedup.Plan([(1, 0, 1), (1, 0, 2)], 2, 3)
+    assert table.plan("p", 0, 1, 4) == dedup.Plan([(1, 0, 1), (1, 0, 2)], 2, 3, [8, 9])
     assert table.plan("q", 0, 0, 1) == dedup.Plan([], 0, 0)
 
 
 def test_dedup_forgets_old_batches_and_says_so() -> None:
     table = dedup.DedupTable(batches_per_producer=2, producers_max=10)
     for b in range(5):
-        table.record("p", 0, b, [(1, b, 0)])
+        table.record("p", 0, b, [(1, b, 0)], [b])
     with pytest.raises(OutcomeUnknownError, match="may or may not be in the log"):
         table.plan("p", 0, 0, 1)
     assert table.plan("p", 0, 4, 1).duplicates == [(1, 4, 0)]
 
 
 class _Rec:
+    _next_offset = 0
+
     def __init__(self, dlsn: tuple[int, int, int], headers: dict[str, bytes] | None) -> None:
         self.dlsn = dlsn
         self.headers = headers
+        self.sequence_id = _Rec._next_offset  # records of one test's log: 0, 1, 2, ...
+        _Rec._next_offset += 1
 
 
 def test_rebuild_from_log_markers_including_partial_batches() -> None:
@@ -197,7 +203,10 @@ def test_rebuild_from_log_markers_including_partial_batches() -> None:
     ]
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
     assert dedup.rebuild(table, log) == 3
-    assert table.plan("p", 0, 0, 3).duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
+    first = log[0].sequence_id
+    plan_p = table.plan("p", 0, 0, 3)
+    assert plan_p.duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
+    assert plan_p.offsets == [first, first + 1, first + 5]
     plan = table.plan("q", 0, 10, 3)
     assert plan.duplicates == [(1, 1, 1), (1, 1, 2)]
     assert plan.first_new_seq == 12

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline import LogRecord, Namespace, NamespaceConfig, StreamOptions
+from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
 from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -142,3 +142,24 @@ async def test_stream_options_quorums_go_together() -> None:
     with pytest.raises(BadRequestError):
         StreamOptions(ensemble_size=2, write_quorum=3, ack_quorum=2)
     assert StreamOptions(ensemble_size=3, write_quorum=3, ack_quorum=2).quorums == (3, 3, 2)
+
+
+async def test_writer_offsets_are_sequence_ids_across_segment_rolls(ns: Namespace) -> None:
+    await ns.create_stream("rolls", StreamOptions(segment_rollover_bytes=1500))
+    w = await ns.open_writer("rolls")
+    offsets: list[int] = []
+    for b in range(10):
+        batch = [LogRecord(b"%03d-%03d" % (b, i) + b"x" * 92) for i in range(20)]
+        _dlsns, got = await w.write_many_offsets(batch)
+        offsets += got
+    await w.close()
+    assert offsets == list(range(200))
+    assert len(await ns.segments("rolls")) > 3
+    reader = await ns.open_reader("rolls", StartPosition.sequence(137))
+    rec = await reader.read_next(timeout_s=5)
+    await reader.close()
+    assert rec is not None and rec.sequence_id == 137 and rec.payload.startswith(b"006-017")
+    w2 = await ns.open_writer("rolls")  # a new writer (new segment) goes on from 200
+    assert (await w2.write_many_offsets([LogRecord(b"next")]))[1] == [200]
+    assert await ns.end_offset("rolls") == 201
+    await w2.close()

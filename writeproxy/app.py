@@ -293,13 +293,13 @@ class WriteProxy:
                 self.limiter.grow(name, cost - admitted)
                 admitted = cost
             stream = await self.ownership.get(name)
-            dlsns, dups = await stream.write(req)
+            dlsns, offsets, dups = await stream.write(req)
         finally:
             self.limiter.release(name, admitted)
         self.metrics.records_written.inc(len(dlsns) - dups)
         self.metrics.duplicates.inc(dups)
         media = wire.negotiate(request.headers.get("Accept"))
-        answer = writes.write_answer(dlsns, media, dups)
+        answer = writes.write_answer(dlsns, media, dups, offsets)
         return web.Response(body=wire.encode_body(answer, media), content_type=media)
 
     async def heartbeat(self, request: web.Request) -> web.Response:

@@ -2,9 +2,11 @@
 
 A request carries ``(producer, epoch, seq)``; its record ``i`` has sequence ``seq + i``
 within the epoch. Per stream and producer the proxy remembers the current epoch, the
-highest sequence written in it and the DLSNs of the last few batches (of any epoch). A
-record whose sequence is at or below the highest written is a retry: it is not written
-again and its original DLSN is answered.
+highest sequence written in it and the DLSNs and offsets (sequence ids in the stream) of
+the last few batches (of any epoch). A record whose sequence is at or below the highest
+written is a retry: it is not written again and its original DLSN and offset are
+answered. A batch's records are consecutive in the stream, so its offsets are kept as a
+``range`` (no object per record).
 
 Epochs (Kafka's KIP-360): a producer whose batch failed for good cannot fill the hole
 it left in its sequence, so it bumps its epoch and starts again at 0. A newer epoch
@@ -50,6 +52,9 @@ class HasHeaders(Protocol):
     def dlsn(self) -> DlsnT: ...
 
     @property
+    def sequence_id(self) -> int: ...
+
+    @property
     def headers(self) -> dict[str, bytes] | None: ...
 
 
@@ -92,25 +97,29 @@ def parse_marker(headers: dict[str, bytes] | None) -> Marker | None:
 class ProducerState:
     epoch: int = 0
     last_seq: int = -1  # the highest sequence written in ``epoch``
-    # (epoch, first_seq, dlsns) of recent batches, oldest first; older epochs' too, so a
-    # late retry of a batch that was written is still answered with its positions.
-    batches: deque[tuple[int, int, list[DlsnT]]] = field(default_factory=deque)
+    # (epoch, first_seq, dlsns, offsets) of recent batches, oldest first; older epochs'
+    # too, so a late retry of a batch that was written is still answered with its
+    # positions.
+    batches: deque[tuple[int, int, list[DlsnT], Sequence[int]]] = field(default_factory=deque)
 
-    def dlsn_of(self, epoch: int, seq: int) -> DlsnT | None:
-        for e, first, dlsns in reversed(self.batches):
+    def position_of(self, epoch: int, seq: int) -> tuple[DlsnT, int] | None:
+        """The DLSN and offset of sequence ``seq`` of ``epoch``, if remembered."""
+        for e, first, dlsns, offsets in reversed(self.batches):
             if e == epoch and first <= seq < first + len(dlsns):
-                return dlsns[seq - first]
+                return dlsns[seq - first], offsets[seq - first]
         return None
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to do with a request: answer ``duplicates`` for its first records, write
-    the rest (``write_from`` onwards), their first sequence being ``first_new_seq``."""
+    """What to do with a request: answer ``duplicates`` (DLSNs, and ``offsets``) for its
+    first records, write the rest (``write_from`` onwards), their first sequence being
+    ``first_new_seq``."""
 
     duplicates: list[DlsnT]
     write_from: int
     first_new_seq: int
+    offsets: list[int] = field(default_factory=list)  # the duplicates' offsets
 
 
 class DedupTable:
@@ -137,9 +146,10 @@ class DedupTable:
             return Plan([], 0, seq)
         self._producers.move_to_end(producer)
         dups: list[DlsnT] = []
+        offsets: list[int] = []
         for s in range(seq, min(seq + count, state.last_seq + 1)):
-            dlsn = state.dlsn_of(epoch, s)
-            if dlsn is None:
+            position = state.position_of(epoch, s)
+            if position is None:
                 # At or below the highest sequence written, but older than the batches
                 # remembered: whether it is in the log is not known here (a producer
                 # whose history was forgotten may have skipped it), so not a definite
@@ -148,8 +158,9 @@ class DedupTable:
                     f"producer {producer} sequence {s} is older than the batches this "
                     "proxy remembers: it may or may not be in the log"
                 )
-            dups.append(dlsn)
-        return Plan(dups, len(dups), seq + len(dups))
+            dups.append(position[0])
+            offsets.append(position[1])
+        return Plan(dups, len(dups), seq + len(dups), offsets)
 
     def plan_fenced(
         self, producer: str, epoch: int, seq: int, count: int, current_epoch: int
@@ -157,18 +168,30 @@ class DedupTable:
         """A request of an epoch older than ``current_epoch`` (written or on its way to
         the writer): all duplicates, or refused -- never written after the newer epoch."""
         state = self._producers.get(producer)
-        dups = [] if state is None else [state.dlsn_of(epoch, s) for s in range(seq, seq + count)]
-        if state is None or None in dups:
+        found = (
+            [] if state is None else [state.position_of(epoch, s) for s in range(seq, seq + count)]
+        )
+        if state is None or None in found:
             raise ProducerFencedError(
                 f"producer {producer} epoch {epoch} is fenced by its epoch {current_epoch}: "
                 f"sequences {seq}..{seq + count - 1} are not written by this request nor "
                 "will be (what an earlier attempt wrote keeps its position)"
             )
-        return Plan(cast("list[DlsnT]", dups), count, seq + count)
+        positions = cast("list[tuple[DlsnT, int]]", found)
+        return Plan([d for d, _o in positions], count, seq + count, [o for _d, o in positions])
 
-    def record(self, producer: str, epoch: int, first_seq: int, dlsns: Sequence[DlsnT]) -> None:
+    def record(
+        self,
+        producer: str,
+        epoch: int,
+        first_seq: int,
+        dlsns: Sequence[DlsnT],
+        offsets: Sequence[int],
+    ) -> None:
+        """Remember a batch written: its records' DLSNs and offsets, in order."""
         if not dlsns:
             return
+        invariant(len(offsets) == len(dlsns), "batch of %s: offsets miss records", producer)
         state = self._producers.get(producer)
         if state is None:
             state = self._producers[producer] = ProducerState(epoch)
@@ -176,7 +199,7 @@ class DedupTable:
                 self._producers.popitem(last=False)
         else:
             self._producers.move_to_end(producer)
-        state.batches.append((epoch, first_seq, list(dlsns)))
+        state.batches.append((epoch, first_seq, list(dlsns), _compact(offsets)))
         while len(state.batches) > self._batches_max:
             state.batches.popleft()
         if epoch < state.epoch:
@@ -201,6 +224,7 @@ def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
     batches = 0
     current: Marker | None = None
     dlsns: list[DlsnT] = []
+    offsets: list[int] = []
 
     def close() -> None:
         nonlocal batches
@@ -209,7 +233,7 @@ def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
             # A producer's epochs never go back in the log (older ones are fenced before
             # the writer); skip anything that would, and what is already recorded.
             if state is None or (current.epoch, current.seq) > (state.epoch, state.last_seq):
-                table.record(current.producer, current.epoch, current.seq, dlsns)
+                table.record(current.producer, current.epoch, current.seq, dlsns, offsets)
                 batches += 1
 
     for rec in records:
@@ -217,13 +241,26 @@ def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
         if marker is not None:
             close()
             current, dlsns = marker, [tuple(rec.dlsn)]  # type: ignore[list-item]
+            offsets = [rec.sequence_id]
         elif current is not None and len(dlsns) < current.count:
             dlsns.append(tuple(rec.dlsn))  # type: ignore[arg-type]
+            offsets.append(rec.sequence_id)
         else:
             close()
-            current, dlsns = None, []
+            current, dlsns, offsets = None, [], []
         if current is not None and len(dlsns) == current.count:
             close()
-            current, dlsns = None, []
+            current, dlsns, offsets = None, [], []
     close()
     return batches
+
+
+def _compact(offsets: Sequence[int]) -> Sequence[int]:
+    """Offsets of one batch as a ``range`` when consecutive (they are, unless the writer
+    interleaved another call): one object instead of one per record."""
+    if isinstance(offsets, range) or not offsets:
+        return offsets
+    first, last = offsets[0], offsets[-1]
+    if last - first == len(offsets) - 1:
+        return range(first, last + 1)
+    return list(offsets)

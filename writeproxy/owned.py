@@ -89,11 +89,13 @@ class OwnedStream:
             self._aborted.set_result(None)
         self._seq_moved.set()
 
-    async def write(self, req: WriteRequest) -> tuple[list[DLSN], int]:
-        """Write ``req``'s new records; answer every record's DLSN and the count of
-        records that were retries (not written again)."""
+    async def write(self, req: WriteRequest) -> tuple[list[DLSN], list[int], int]:
+        """Write ``req``'s new records; answer every record's DLSN and offset (sequence
+        id in the stream) and the count of records that were retries (not written
+        again: answered with their original positions)."""
         if req.producer is None or req.seq is None:
-            return await self._append(_log_records(req, 0), None, 0, 0), 0
+            dlsns, offsets = await self._append(_log_records(req, 0), None, 0, 0)
+            return dlsns, offsets, 0
         producer, epoch, seq, count = req.producer, req.epoch, req.seq, req.count
         fenced_by = await self._wait_turn(producer, epoch, seq, seq + count)
         if fenced_by is None:
@@ -102,7 +104,7 @@ class OwnedStream:
             plan = self.table.plan_fenced(producer, epoch, seq, count, fenced_by)
         new = _log_records(req, plan.write_from)
         if not new:
-            return [DLSN(*d) for d in plan.duplicates], len(plan.duplicates)
+            return [DLSN(*d) for d in plan.duplicates], plan.offsets, len(plan.duplicates)
         pending = _Pending(epoch, plan.first_new_seq, seq + count)
         self._pending.setdefault(producer, []).append(pending)
         # From here to the writer's append nothing suspends, so a request woken by this
@@ -111,8 +113,8 @@ class OwnedStream:
         self._seq_moved.set()
         self._seq_moved = asyncio.Event()
         try:
-            dlsns = await self._append(new, producer, epoch, plan.first_new_seq)
-            self.table.record(producer, epoch, plan.first_new_seq, dlsns)
+            dlsns, offsets = await self._append(new, producer, epoch, plan.first_new_seq)
+            self.table.record(producer, epoch, plan.first_new_seq, dlsns, offsets)
         finally:
             pending.done.set()
             waiting = self._pending[producer]
@@ -128,7 +130,8 @@ class OwnedStream:
                     # this map stays as small as the producers in flight. (A range of a
                     # refused batch is kept: later requests must not wait for it.)
                     del self._next_pos[producer]
-        return [DLSN(*d) for d in plan.duplicates] + dlsns, len(plan.duplicates)
+        dups = plan.duplicates
+        return [DLSN(*d) for d in dups] + dlsns, plan.offsets + offsets, len(dups)
 
     def _expected(self, producer: str) -> Pos | None:
         """The producer's next position, or None for a producer not seen yet."""
@@ -223,7 +226,7 @@ class OwnedStream:
 
     async def _append(
         self, batch: list[LogRecord], producer: str | None, epoch: int, first_seq: int
-    ) -> list[DLSN]:
+    ) -> tuple[list[DLSN], list[int]]:
         if self.failed is not None:
             raise self._not_written()
         if producer is not None:
@@ -237,7 +240,7 @@ class OwnedStream:
         # writer; tasks take their first step in the order they are created, and a
         # producer's next request creates its task only after passing _wait_turn,
         # which is after this one: the stream keeps the producer's order.
-        write = asyncio.ensure_future(self.writer.write_many(batch))
+        write = asyncio.ensure_future(self.writer.write_many_offsets(batch))
         try:
             await asyncio.wait((write, self._aborted), return_when=asyncio.FIRST_COMPLETED)
         except BaseException as exc:  # cancelled: the batch's outcome is not learned

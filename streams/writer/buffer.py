@@ -2,7 +2,9 @@
 
 The writer fills one :class:`RecordBuffer`; the sender cuts it off, encodes it as one
 record set and, once the entry is acknowledged, :meth:`RecordBuffer.resolve` hands every
-waiter its DLSN (or :meth:`RecordBuffer.fail` the writer's error). A control record or
+waiter its DLSN -- and a write_many that asked for them its records' offsets (sequence
+ids: the entry's ``first_offset`` + slot; user records of an entry have consecutive
+slots) -- or :meth:`RecordBuffer.fail` the writer's error. A control record or
 the end-of-stream marker travels as a buffer without records.
 
 Shape, for the hot path: one object per *entry* holding parallel lists -- payloads,
@@ -30,14 +32,18 @@ _NEW_DLSN = tuple.__new__
 
 
 class Batch:
-    """The caller's side of one write_many: resolves once all its records are durable."""
+    """The caller's side of one write_many: resolves once all its records are durable.
+    With ``offsets``, their sequence ids (offsets) are collected too."""
 
-    __slots__ = ("dlsns", "future", "remaining")
+    __slots__ = ("dlsns", "future", "offsets", "remaining")
 
-    def __init__(self, future: asyncio.Future[list[DLSN]], count: int) -> None:
+    def __init__(
+        self, future: asyncio.Future[list[DLSN]], count: int, *, offsets: bool = False
+    ) -> None:
         self.future = future
         self.remaining = count
         self.dlsns: list[DLSN] = []
+        self.offsets: list[int] | None = [] if offsets else None
 
 
 # What waits on a slice of an entry: a single write's future (one record) or a
@@ -51,6 +57,7 @@ class RecordBuffer:
     __slots__ = (
         "control",
         "done",
+        "first_offset",
         "headers",
         "keys",
         "nbytes",
@@ -71,6 +78,9 @@ class RecordBuffer:
         self.nbytes = 0  # the records' bytes, framing included (RECORD_OVERHEAD_BYTES each)
         self.done = done  # resolves once the entry is acknowledged (fails with the writer)
         self.control = control  # "": user records; "control" or "eos": none
+        # Sequence id (offset) of the first record, set when the entry is submitted:
+        # its segment's start sequence id + the user records before it in the segment.
+        self.first_offset = -1
 
     def append_one(
         self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int
@@ -126,6 +136,9 @@ class RecordBuffer:
                 batch.dlsns.extend(
                     [_NEW_DLSN(DLSN, (seqno, entry_id, s)) for s in range(slot, slot + n)]
                 )
+                if batch.offsets is not None:
+                    first = self.first_offset + slot
+                    batch.offsets.extend(range(first, first + n))
                 batch.remaining -= n
                 if batch.remaining == 0 and not batch.future.done():
                     batch.future.set_result(batch.dlsns)

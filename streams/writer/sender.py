@@ -192,6 +192,7 @@ class Sender:
                 keys=out.keys, headers=out.headers, compression=self._compression,
             )  # fmt: skip
             first_txid = out.txids[0]
+            out.first_offset = seg.meta.start_sequence_id + seg.records
         ledger = seg.ledger
         self._carried_lac = ledger.last_add_confirmed
         fut = ledger.submit_nowait(payload)  # the common case: no coroutine

@@ -185,10 +185,34 @@ class LogWriter:
 
     async def write_many(self, records: Sequence[LogRecord]) -> list[DLSN]:
         """Append many records in order; resolves to their DLSNs once all are durable."""
+        if not records:
+            self._check()
+            return []
+        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
+        await self._append_many(records, Batch(fut, len(records)))
+        return await fut
+
+    async def write_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[list[DLSN], list[int]]:
+        """:meth:`write_many` that also answers the records' offsets: their sequence ids
+        in the stream (0, 1, 2, ... across segments), known when their entries are
+        acknowledged. Consecutive unless another write call interleaved while this one
+        waited for room (``pending_bytes_max``)."""
+        if not records:
+            self._check()
+            return [], []
+        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
+        batch = Batch(fut, len(records), offsets=True)
+        await self._append_many(records, batch)
+        dlsns = await fut
+        assert batch.offsets is not None
+        return dlsns, batch.offsets
+
+    async def _append_many(self, records: Sequence[LogRecord], batch: Batch) -> None:
+        """Buffer ``records`` (non-empty) for ``batch``, cutting entries as they fill."""
         self._check()
         n = len(records)
-        if n == 0:
-            return []
         now = self._now()
         payloads = [r.payload for r in records]
         extras = any(r.key is not None or r.headers is not None for r in records)
@@ -202,8 +226,6 @@ class LogWriter:
         sizes = [u + RECORD_OVERHEAD_BYTES for u in user]
         txids = self._txids_many(records, now)
         self._last_txid = txids[-1]
-        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
-        batch = Batch(fut, n)
         sender = self._sender
         limit = self._cfg.buffer_bytes_max
         i = 0
@@ -228,7 +250,6 @@ class LogWriter:
                 sender.cut()
             i = j
         sender.arm_timer()
-        return await fut
 
     def _txids_many(self, records: Sequence[LogRecord], now: int) -> list[int]:
         default = max(now, self._last_txid)
