@@ -5,6 +5,7 @@ stream cost one bookie read per entry.
 
 Modules: ``config``, ``metrics``, ``frames`` (records packed once; pages and tail
 frames, sans-I/O), ``feeds`` (shared feeds), ``readers`` (private reader pool),
-``pages`` (reads by position over both), ``tail`` (one WebSocket tail), ``app`` (HTTP
-routes and lifecycle), ``main`` (CLI).
+``pages`` (reads by position over both), ``tail`` (one WebSocket tail), ``topics``
+(topic partitions by offset, for consumers), ``subscriptions`` (core subscriptions over
+HTTP), ``app`` (HTTP routes and lifecycle), ``main`` (CLI).
 """

@@ -9,6 +9,10 @@ Routes:
 * ``GET /v1/streams/{name}/tail?from=POS`` -- WebSocket; binary msgpack frames
   ``{"records": [...], "next": "seq:N"}`` (text JSON frames with ``format=json``;
   :mod:`readproxy.tail`);
+* ``GET /v1/topics/{t}/partitions/{p}/records?offset=N&limit=M&wait_ms=MS`` -- a topic
+  partition by offset, for consumers (:mod:`readproxy.topics`);
+* ``GET|POST|DELETE /v1/streams/{name}/subscriptions[/{sub}]`` -- core subscriptions
+  (:mod:`readproxy.subscriptions`);
 * ``GET /v1/streams``, ``GET /v1/streams/{name}``, ``/health``, ``/metrics``,
   ``/openapi.json``.
 """
@@ -23,7 +27,6 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from foundation.errors import (
-    BadRequestError,
     BooklineError,
     ClosedError,
     NotFoundError,
@@ -36,6 +39,7 @@ from httpapi.proxy_config import READ_PROXY_PREFIX
 from httpapi.server import cancel_task, proxy_app, respond, start_site
 from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
+from readproxy import subscriptions, topics
 from readproxy.config import ReadProxyConfig
 from readproxy.feeds import FeedRegistry
 from readproxy.frames import page_body
@@ -43,6 +47,7 @@ from readproxy.metrics import ReadProxyMetrics
 from readproxy.pages import Pages
 from readproxy.readers import ReaderPool
 from readproxy.tail import serve_tail
+from readproxy.topics import query_int
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -144,6 +149,8 @@ class ReadProxy:
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
         app.router.add_get(f"{p}/streams/{{name}}/records", self.read)
         app.router.add_get(f"{p}/streams/{{name}}/tail", self.tail)
+        topics.add_routes(app, lambda: self.pages)
+        subscriptions.add_routes(app, lambda: self.ns)
         return app
 
     # -- plain routes ----------------------------------------------------------------
@@ -175,8 +182,8 @@ class ReadProxy:
         cfg = self.config
         name = validate_name(request.match_info["name"], "stream name")
         pos = parse_position(request.query.get("from"))
-        limit = _query_int(request, "limit", 100, cfg.read_records_max) or 1
-        wait_ms = _query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
+        limit = query_int(request, "limit", 100, cfg.read_records_max) or 1
+        wait_ms = query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
         items, nxt = await self.pages.read_page(name, pos, limit, wait_ms / 1000)
         media = wire.negotiate(request.headers.get("Accept"))
         return web.Response(body=page_body(items, nxt, media), content_type=media)
@@ -201,16 +208,3 @@ class ReadProxy:
             self._websockets.discard(ws)
             self.metrics.websockets.set(len(self._websockets))
         return ws
-
-
-def _query_int(request: web.Request, key: str, default: int, hi: int) -> int:
-    raw = request.query.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise BadRequestError(f"query parameter {key} must be an integer") from exc
-    if not 0 <= value <= hi:
-        raise BadRequestError(f"query parameter {key} must be within 0..{hi}")
-    return value

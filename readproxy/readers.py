@@ -10,6 +10,7 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from foundation.errors import BooklineError, TooManyRequestsError
@@ -48,8 +49,17 @@ class ReaderPool:
         self.busy = 0
 
     async def read(
-        self, name: str, start: StartPosition, records_max: int, timeout_s: float
+        self,
+        name: str,
+        start: StartPosition,
+        records_max: int,
+        timeout_s: float,
+        *,
+        before_open: Callable[[], Awaitable[None]] | None = None,
     ) -> list[ReadRecord]:
+        """Up to ``records_max`` records from ``start``, by the reader a previous page
+        ended at when there is one; ``before_open`` runs (and may raise) only when a
+        new reader has to be opened (a check that one kept between pages needs not)."""
         key = (name, start.value) if start.kind.value == "sequence" else None
         entry = self._idle.pop(key, None) if key is not None else None
         if entry is None and self.busy + len(self._idle) >= self.cfg.private_readers_max:
@@ -58,6 +68,8 @@ class ReaderPool:
                 raise TooManyRequestsError("every private reader of this proxy is busy")
         self.busy += 1
         try:
+            if entry is None and before_open is not None:
+                await before_open()
             reader = (
                 entry[0]
                 if entry is not None
@@ -84,7 +96,8 @@ class ReaderPool:
     def _count(self, recs: list[ReadRecord]) -> None:
         if not recs:
             return
-        entries = len({(r.dlsn.segment_seqno, r.dlsn.entry_id) for r in recs})
+        # A ReadRecord is a tuple: [1] segment seqno, [2] entry id (no DLSN built).
+        entries = len({(r[1], r[2]) for r in recs})
         self.metrics.core_records.labels("private").inc(len(recs))
         self.metrics.core_entries.labels("private").inc(entries)
 

@@ -12,14 +12,26 @@ import aiohttp
 
 from foundation.errors import BadRequestError
 from httpapi import wire
-from httpapi.positions import parse_position
+from httpapi.partitions import PartitionRow, decode_page
+from httpapi.positions import format_dlsn, parse_dlsn, parse_position
 from httpapi.views import record_from_view
+from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReadPage", "read_page", "stream_path", "tail"]
+__all__ = [
+    "PartitionPage",
+    "commit_subscription",
+    "list_subscribers",
+    "partition_offset",
+    "read_page",
+    "read_partition",
+    "read_subscription",
+    "stream_path",
+    "tail",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +96,67 @@ async def tail(transport: Transport, stream: str, start: str) -> AsyncGenerator[
         await asyncio.sleep(transport.rng.uniform(0, backoff))
         backoff = min(backoff * 2, cfg.backoff_max_ms / 1000)
         await proxies.discover(force=True)
+
+
+# -- topic partitions by offset, and core subscriptions (issue 14) ----------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPage:
+    """Records of one topic partition: ``rows`` are ``(offset, timestamp_ms, key,
+    value, headers)`` with contiguous offsets (:mod:`httpapi.partitions`)."""
+
+    rows: list[PartitionRow]
+    next_offset: int  # where the next page starts
+
+
+async def read_partition(
+    transport: Transport, topic: str, partition: int, offset: int, *, limit: int, wait_ms: int
+) -> PartitionPage:
+    """Records of partition ``partition`` of ``topic`` from ``offset`` (a read proxy's
+    ``/v1/topics/{t}/partitions/{p}/records``); ``wait_ms`` long-polls at the end.
+    OutOfRangeError when ``offset`` is past the end or truncated."""
+    path = (
+        f"{wire.API_PREFIX}/topics/{topic}/partitions/{partition}/records"
+        f"?offset={offset}&limit={limit}&wait_ms={wait_ms}"
+    )
+    timeout = transport.config.request_timeout_ms / 1000 + wait_ms / 1000
+    obj = await transport.call("GET", path, None, read=True, timeout_s=timeout)
+    rows, nxt = decode_page(obj)
+    return PartitionPage(rows, nxt)
+
+
+async def partition_offset(transport: Transport, topic: str, partition: int, at: str) -> int:
+    """``at`` = ``earliest`` (the first offset kept), ``latest`` (the end offset) or
+    ``time:MS`` (the first record written at or after MS; the end offset if none)."""
+    path = f"{wire.API_PREFIX}/topics/{topic}/partitions/{partition}/offsets?at={at}"
+    obj = await transport.call("GET", path, None, read=True)
+    offset = obj.get("offset")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise BadRequestError(f"offset lookup answer without an offset: {obj!r}")
+    return offset
+
+
+def _subscription_path(stream: str, subscriber: str | None = None) -> str:
+    return stream_path(stream, "/subscriptions" + (f"/{subscriber}" if subscriber else ""))
+
+
+async def read_subscription(transport: Transport, stream: str, subscriber: str) -> DLSN | None:
+    """A core subscription's committed position (None: it never committed)."""
+    obj = await transport.call("GET", _subscription_path(stream, subscriber), None, read=True)
+    raw = obj.get("dlsn")
+    return None if raw is None else DLSN(*parse_dlsn(str(raw)))
+
+
+async def commit_subscription(
+    transport: Transport, stream: str, subscriber: str, dlsn: DLSN
+) -> bool:
+    """Advance a core subscription to ``dlsn``; False when it was already there or past."""
+    body = wire.encode_body({"dlsn": format_dlsn(dlsn)}, wire.MSGPACK)
+    obj = await transport.call("POST", _subscription_path(stream, subscriber), body, read=True)
+    return bool(obj.get("advanced"))
+
+
+async def list_subscribers(transport: Transport, stream: str) -> list[str]:
+    obj = await transport.call("GET", _subscription_path(stream), None, read=True)
+    return [str(s) for s in obj.get("subscribers", [])]

@@ -1,0 +1,403 @@
+"""Where a consumer's records come from: one partition read by offset, two ways.
+
+* :class:`CoreFetchers` -- straight from the bookies with the core library: one
+  :class:`~streams.reader.LogReader` per partition stream ``t~p`` (speculative reads,
+  read-ahead), reopened only when the consumer seeks;
+* :class:`ProxyFetchers` -- through a read proxy with the thin client
+  (``GET /v1/topics/{t}/partitions/{p}/records``, long polls at the end).
+
+Both answer :class:`ConsumerRecord` batches and the same offset lookups (earliest,
+latest, first offset at or after a time). :class:`PartitionFetch` runs one partition's
+fetch loop into a bounded buffer that ``GroupConsumer.poll`` takes from.
+
+Offsets are the partition stream's sequence ids: contiguous, so a batch from offset
+``o`` holds ``o, o+1, ...`` (checked). An offset past the end or before the first one
+kept raises OutOfRangeError (the consumer then applies ``auto_offset_reset``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from foundation.errors import (
+    BadRequestError,
+    BooklineError,
+    ClosedError,
+    NotFoundError,
+    OutOfRangeError,
+    TruncatedError,
+)
+from foundation.invariants import invariant
+from foundation.names import partition_stream
+from groups.assignors import TopicPartition
+from httpapi.partitions import PartitionRow, user_headers
+from streams.dlsn import StartPosition
+from streams.records import ReadRecord
+from thinclient import reads
+
+if TYPE_CHECKING:
+    from streams.namespace import Namespace
+    from streams.reader import LogReader
+    from thinclient.transport import Transport
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ConsumerRecord",
+    "CoreFetchers",
+    "Fetchers",
+    "PartitionFetch",
+    "PartitionSource",
+    "ProxyFetchers",
+    "check_offset",
+    "offset_at",
+    "parse_at",
+]
+
+# Builds records without a Python-level __init__ per record.
+_new = tuple.__new__
+# Back-off after a fetch failed for a reason that may pass (a proxy or bookie away).
+FETCH_RETRY_INITIAL_S: Final = 0.1
+FETCH_RETRY_MAX_S: Final = 2.0
+# A first record after a time is looked for this long (an empty stream answers "end").
+TIME_LOOKUP_WAIT_S: Final = 0.5
+
+
+class ConsumerRecord(tuple[Any, ...]):
+    """One record as a consumer sees it: ``topic, partition, offset, key, value,
+    headers, timestamp_ms``. A tuple underneath (built in C, cheap to keep) compared by
+    value; ``headers`` is None when the record has none."""
+
+    __slots__ = ()
+
+    def __new__(  # noqa: PLR0917 - the record's field order
+        cls,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        headers: dict[str, bytes] | None = None,
+        timestamp_ms: int = 0,
+    ) -> ConsumerRecord:
+        return _new(cls, (topic, partition, offset, key, value, headers, timestamp_ms))
+
+    @property
+    def topic(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def partition(self) -> int:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def offset(self) -> int:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def key(self) -> bytes | None:
+        return self[3]  # type: ignore[no-any-return]
+
+    @property
+    def value(self) -> bytes:
+        return self[4]  # type: ignore[no-any-return]
+
+    @property
+    def headers(self) -> dict[str, bytes] | None:
+        return self[5]  # type: ignore[no-any-return]
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self[6]  # type: ignore[no-any-return]
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self[0], self[1])
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerRecord({self[0]}/{self[1]}@{self[2]}, key={self[3]!r}, "
+            f"value={self[4][:32]!r}{'...' if len(self[4]) > 32 else ''})"
+        )
+
+
+def records_from_core(
+    topic: str, partition: int, recs: Sequence[ReadRecord]
+) -> list[ConsumerRecord]:
+    # A ReadRecord is a tuple: [4] sequence id, [6] timestamp, [7] payload, [8] key,
+    # [9] headers (indexes skip the property calls: this runs per record).
+    return [
+        _new(
+            ConsumerRecord,
+            (topic, partition, r[4], r[8], r[7], user_headers(r[9]) if r[9] else None, r[6]),
+        )
+        for r in recs
+    ]
+
+
+def records_from_rows(
+    topic: str, partition: int, rows: Sequence[PartitionRow]
+) -> list[ConsumerRecord]:
+    return [_new(ConsumerRecord, (topic, partition, o, k, v, h, ts)) for o, ts, k, v, h in rows]
+
+
+def _check_contiguous(tp: TopicPartition, offset: int, recs: Sequence[ConsumerRecord]) -> None:
+    if recs:
+        invariant(
+            recs[0][2] == offset and recs[-1][2] == offset + len(recs) - 1,
+            "%s/%d: a fetch from offset %d returned offsets %d..%d for %d records",
+            tp[0], tp[1], offset, recs[0][2], recs[-1][2], len(recs),
+        )  # fmt: skip
+
+
+# -- offset lookups on the core library (the read proxy serves the same) ----------------
+
+
+def parse_at(at: str) -> tuple[str, int]:
+    """``earliest`` | ``latest`` | ``time:MS`` -> (kind, ms)."""
+    if at in ("earliest", "latest"):
+        return at, 0
+    kind, _, raw = at.partition(":")
+    if kind == "time" and raw.isascii() and raw.isdigit():
+        return "time", int(raw)
+    raise BadRequestError(f"offset lookup {at!r}: expected earliest, latest or time:MS")
+
+
+async def check_offset(ns: Namespace, topic: str, partition: int, offset: int) -> None:
+    """NotFoundError for a missing partition; OutOfRangeError for an offset past the
+    end offset or before the first offset still kept."""
+    name = partition_stream(topic, partition)
+    if not await ns.exists(name):
+        raise NotFoundError(f"topic {topic} has no partition {partition} (or does not exist)")
+    info = await ns.stream_info(name)
+    if offset > info.next_sequence_id:
+        raise OutOfRangeError(
+            f"offset {offset} of {topic}/{partition} is past its end offset {info.next_sequence_id}"
+        )
+    if offset < info.first_sequence_id:
+        raise OutOfRangeError(
+            f"offset {offset} of {topic}/{partition} was truncated; the first offset "
+            f"kept is {info.first_sequence_id}"
+        )
+
+
+async def offset_at(ns: Namespace, topic: str, partition: int, at: str) -> int:
+    """The partition's first offset still kept (``earliest``), its end offset
+    (``latest``: the offset the next record gets), or the offset of its first record
+    written at or after ``time:MS`` (the end offset when there is none yet)."""
+    kind, ms = parse_at(at)
+    name = partition_stream(topic, partition)
+    if not await ns.exists(name):
+        raise NotFoundError(f"topic {topic} has no partition {partition} (or does not exist)")
+    if kind == "latest":
+        return await ns.end_offset(name)
+    if kind == "earliest":
+        return int((await ns.stream_info(name)).first_sequence_id)
+    end = await ns.end_offset(name)
+    reader = await ns.open_reader(name, StartPosition.timestamp(ms), skip_truncated=True)
+    try:
+        recs = await reader.read_many(1, timeout_s=TIME_LOOKUP_WAIT_S)
+    finally:
+        with contextlib.suppress(BooklineError):
+            await reader.close()
+    return recs[0].sequence_id if recs and recs[0].sequence_id < end else end
+
+
+# -- sources ------------------------------------------------------------------------------
+
+
+class PartitionSource(Protocol):
+    async def read(self, offset: int, records_max: int, wait_s: float) -> list[ConsumerRecord]:
+        """Records from ``offset`` (contiguous); waits up to ``wait_s`` for the first."""
+
+    async def close(self) -> None: ...
+
+
+class Fetchers(Protocol):
+    """How a consumer reads partitions and looks offsets up."""
+
+    def source(self, tp: TopicPartition) -> PartitionSource: ...
+
+    async def offset_at(self, tp: TopicPartition, at: str) -> int: ...
+
+
+class _CoreSource:
+    """One partition through a core reader, kept open while reads follow each other."""
+
+    def __init__(self, ns: Namespace, tp: TopicPartition) -> None:
+        self._ns = ns
+        self._tp = tp
+        self._name = partition_stream(*tp)
+        self._reader: LogReader | None = None
+        self._next = -1  # the offset the reader is at
+
+    async def read(self, offset: int, records_max: int, wait_s: float) -> list[ConsumerRecord]:
+        topic, partition = self._tp
+        if self._reader is None or offset != self._next:
+            await self.close()
+            await check_offset(self._ns, topic, partition, offset)
+            self._reader = await self._ns.open_reader(self._name, StartPosition.sequence(offset))
+            self._next = offset
+        try:
+            recs = await self._reader.read_many(records_max, timeout_s=wait_s)
+        except TruncatedError as exc:
+            await self.close()
+            raise OutOfRangeError(f"{topic}/{partition} at {offset}: {exc.message}") from exc
+        out = records_from_core(topic, partition, recs)
+        _check_contiguous(self._tp, offset, out)
+        self._next = offset + len(out)
+        return out
+
+    async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(BooklineError):
+                await reader.close()
+
+
+class CoreFetchers:
+    """Partitions read straight from the bookies through ``ns`` (the core library)."""
+
+    def __init__(self, ns: Namespace) -> None:
+        self.ns = ns
+
+    def source(self, tp: TopicPartition) -> PartitionSource:
+        return _CoreSource(self.ns, tp)
+
+    async def offset_at(self, tp: TopicPartition, at: str) -> int:
+        return await offset_at(self.ns, tp[0], tp[1], at)
+
+
+class _ProxySource:
+    def __init__(self, transport: Transport, tp: TopicPartition) -> None:
+        self._transport = transport
+        self._tp = tp
+
+    async def read(self, offset: int, records_max: int, wait_s: float) -> list[ConsumerRecord]:
+        topic, partition = self._tp
+        page = await reads.read_partition(
+            self._transport, topic, partition, offset,
+            limit=records_max, wait_ms=int(wait_s * 1000),
+        )  # fmt: skip
+        out = records_from_rows(topic, partition, page.rows)
+        _check_contiguous(self._tp, offset, out)
+        return out
+
+    async def close(self) -> None:
+        return None
+
+
+class ProxyFetchers:
+    """Partitions read through the read proxies (the thin client's transport)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    def source(self, tp: TopicPartition) -> PartitionSource:
+        return _ProxySource(self.transport, tp)
+
+    async def offset_at(self, tp: TopicPartition, at: str) -> int:
+        return await reads.partition_offset(self.transport, tp[0], tp[1], at)
+
+
+# -- one partition's fetch loop ------------------------------------------------------------
+
+
+class PartitionFetch:
+    """Fetches one partition from ``offset`` into a bounded buffer of batches, one
+    read in flight, until closed. ``take`` hands records to ``poll``; ``wake`` is called
+    whenever records (or an error) arrive. A failure that may pass is retried with
+    back-off; OUT_OF_RANGE (and NOT_FOUND) stop the loop and wait in ``error`` for the
+    consumer."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        source: PartitionSource,
+        offset: int,
+        *,
+        fetch_records_max: int,
+        buffered_records_max: int,
+        fetch_wait_s: float,
+        wake: Callable[[], None],
+    ) -> None:
+        self.tp = tp
+        self.source = source
+        self.fetch_offset = offset  # the offset the next read starts at
+        self.batches: collections.deque[list[ConsumerRecord]] = collections.deque()
+        self.buffered = 0
+        # Why fetching stopped: OUT_OF_RANGE or NOT_FOUND for the consumer to act on,
+        # or a bug (anything not a BooklineError), which poll raises.
+        self.error: BaseException | None = None
+        self._fetch_records_max = fetch_records_max
+        self._buffered_records_max = buffered_records_max
+        self._wait_s = fetch_wait_s
+        self._wake = wake
+        self._room = asyncio.Event()
+        self._room.set()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except Exception as exc:
+            log.exception("fetch of %s/%d failed", *self.tp)
+            self.error = exc
+            self._wake()
+
+    async def _loop(self) -> None:
+        backoff = FETCH_RETRY_INITIAL_S
+        while True:
+            await self._room.wait()
+            want = min(self._fetch_records_max, self._buffered_records_max - self.buffered)
+            try:
+                recs = await self.source.read(self.fetch_offset, max(1, want), self._wait_s)
+            except (OutOfRangeError, NotFoundError) as exc:
+                self.error = exc
+                self._wake()
+                return
+            except ClosedError:
+                return
+            except BooklineError as exc:
+                log.warning("fetch of %s/%d at %d failed (%s); retrying", *self.tp,
+                            self.fetch_offset, exc)  # fmt: skip
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, FETCH_RETRY_MAX_S)
+                continue
+            backoff = FETCH_RETRY_INITIAL_S
+            if recs:
+                self.batches.append(recs)
+                self.buffered += len(recs)
+                self.fetch_offset += len(recs)
+                if self.buffered >= self._buffered_records_max:
+                    self._room.clear()
+                self._wake()
+
+    def take(self, records_max: int) -> list[ConsumerRecord]:
+        """Up to ``records_max`` buffered records, oldest first."""
+        out: list[ConsumerRecord] = []
+        while self.batches and len(out) < records_max:
+            batch = self.batches[0]
+            room = records_max - len(out)
+            if len(batch) <= room:
+                out.extend(self.batches.popleft())
+            else:
+                out.extend(batch[:room])
+                self.batches[0] = batch[room:]
+        self.buffered -= len(out)
+        if self.buffered < self._buffered_records_max:
+            self._room.set()
+        return out
+
+    async def close(self) -> None:
+        """Stop fetching and drop what is buffered (the source stays open)."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self.batches.clear()
+        self.buffered = 0

@@ -1,0 +1,194 @@
+"""Consumers' read path: partition pages by offset through the read proxy (and the same
+lookups on the core library), core subscriptions over HTTP, and the two fetchers.
+
+Pure tests of the page codec first; then the shared proxy cluster (ZooKeeper, 3
+bookies, 2 write proxies, a read proxy, each a process)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import msgpack
+import pytest
+
+from bookline import LogRecord, Namespace, NamespaceConfig
+from foundation.errors import NotFoundError, OutOfRangeError
+from groups.fetchers import ConsumerRecord, CoreFetchers, PartitionFetch, ProxyFetchers
+from groups.topics import TopicAdmin
+from httpapi import wire
+from httpapi.partitions import decode_page, encode_page, rows_of
+from ops.local import LocalCluster
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
+from thinclient import reads
+from thinclient.client import ClientConfig, ProxyClient
+
+CLIENT_CONFIG = ClientConfig(proxy_down_ms=1_000, retry_deadline_ms=20_000)
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+# -- pure ----------------------------------------------------------------------------------
+
+
+def test_page_codec_both_media() -> None:
+    recs = [
+        ReadRecord("t~0", DLSN(1, 0, 0), 7, 1, 100, b"v0", None, {"bl.producer": b"p"}),
+        ReadRecord("t~0", DLSN(1, 0, 1), 8, 2, 101, b"\xff", b"k", {"h": b"x", "bl.seq": b"1"}),
+    ]
+    rows = rows_of(recs)
+    assert rows == [(7, 100, None, b"v0", None), (8, 101, b"k", b"\xff", {"h": b"x"})]
+    packed = encode_page(rows, 9, wire.MSGPACK)
+    assert decode_page(msgpack.unpackb(packed)) == ([list(r) for r in rows], 9)
+    as_json = wire.decode_body(encode_page(rows, 9, wire.JSON), wire.JSON)
+    assert as_json["records"][1]["value_b64"] == "/w=="  # not UTF-8: base64
+    assert decode_page(as_json) == (rows, 9)
+    assert decode_page({"rows": [], "next_offset": 3}) == ([], 3)
+
+
+def test_consumer_record_is_a_cheap_tuple() -> None:
+    r = ConsumerRecord("t", 2, 41, b"k", b"v", {"h": b"1"}, 99)
+    assert (r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms) == (
+        "t", 2, 41, b"k", b"v", {"h": b"1"}, 99,
+    )  # fmt: skip
+    assert r.tp == ("t", 2)
+    assert r == ConsumerRecord("t", 2, 41, b"k", b"v", {"h": b"1"}, 99)
+    assert "t/2@41" in repr(r)
+
+
+# -- the read proxy ---------------------------------------------------------------------
+
+
+@pytest.fixture
+async def ns(proxy_cluster: LocalCluster) -> AsyncIterator[Namespace]:
+    n = await Namespace.open(
+        proxy_cluster.zk_connect, "/bookline", "default", NamespaceConfig(session_timeout_ms=4000)
+    )
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+@pytest.fixture
+async def client(proxy_cluster: LocalCluster) -> AsyncIterator[ProxyClient]:
+    c = ProxyClient.from_cluster_file(proxy_cluster.dir / "cluster.json", config=CLIENT_CONFIG)
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def _topic(ns: Namespace, partitions: int, counts: list[int]) -> str:
+    """A new topic with ``counts[p]`` records ``p-i`` (key ``k{i%3}``) in partition p."""
+    topic = f"t{_uid()}"
+    await TopicAdmin(ns).create_topic(topic, partitions)
+    for p, n in enumerate(counts):
+        if n:
+            w = await ns.open_writer(f"{topic}~{p}")
+            await w.write_many(
+                [LogRecord(f"{p}-{i}".encode(), key=f"k{i % 3}".encode()) for i in range(n)]
+            )
+            await w.close()
+    return topic
+
+
+@pytest.mark.integration
+async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: ProxyClient) -> None:
+    topic = await _topic(ns, 2, [250, 0])
+    transport = client._transport
+    page = await reads.read_partition(transport, topic, 0, 0, limit=100, wait_ms=0)
+    assert [r[0] for r in page.rows] == list(range(100))
+    assert page.rows[5][3] == b"0-5" and page.rows[5][2] == b"k2"
+    assert page.next_offset == 100
+    # Paging on by the next offset reuses the proxy's reader; the end is an empty page.
+    seen = [r[3] for r in page.rows]
+    offset = page.next_offset
+    while True:
+        page = await reads.read_partition(transport, topic, 0, offset, limit=64, wait_ms=0)
+        if not page.rows:
+            break
+        seen.extend(r[3] for r in page.rows)
+        offset = page.next_offset
+    assert seen == [f"0-{i}".encode() for i in range(250)]
+    assert offset == 250
+    # Lookups.
+    assert await reads.partition_offset(transport, topic, 0, "earliest") == 0
+    assert await reads.partition_offset(transport, topic, 0, "latest") == 250
+    assert await reads.partition_offset(transport, topic, 1, "latest") == 0
+    later = f"time:{int(time.time() * 1000) + 60_000}"
+    assert await reads.partition_offset(transport, topic, 0, later) == 250
+    assert await reads.partition_offset(transport, topic, 0, "time:0") == 0
+    # Past the end: OUT_OF_RANGE; no such partition: NOT_FOUND.
+    with pytest.raises(OutOfRangeError):
+        await reads.read_partition(transport, topic, 0, 251, limit=10, wait_ms=0)
+    with pytest.raises(NotFoundError):
+        await reads.read_partition(transport, topic, 7, 0, limit=10, wait_ms=0)
+    # A long poll at the end answers as soon as a record is written.
+    poll = asyncio.ensure_future(
+        reads.read_partition(transport, topic, 1, 0, limit=10, wait_ms=10_000)
+    )
+    await asyncio.sleep(0.5)
+    assert not poll.done()
+    w = await ns.open_writer(f"{topic}~1")
+    t0 = time.monotonic()
+    await w.write(LogRecord(b"late", headers={"h": b"1"}))
+    page = await asyncio.wait_for(poll, 10)
+    assert time.monotonic() - t0 < 5
+    assert [list(r) for r in page.rows] == [[0, page.rows[0][1], None, b"late", {"h": b"1"}]]
+    await w.close()
+
+
+@pytest.mark.integration
+async def test_fetchers_core_and_proxy_agree(ns: Namespace, client: ProxyClient) -> None:
+    topic = await _topic(ns, 1, [3000])
+    woke = asyncio.Event()
+    for fetchers in (CoreFetchers(ns), ProxyFetchers(client._transport)):
+        source = fetchers.source((topic, 0))
+        fetch = PartitionFetch(
+            (topic, 0), source, 1000, fetch_records_max=700, buffered_records_max=1500,
+            fetch_wait_s=0.2, wake=woke.set,
+        )  # fmt: skip
+        got: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2000 and time.monotonic() < deadline:
+            if not fetch.buffered:
+                await asyncio.wait_for(woke.wait(), 10)
+            woke.clear()
+            assert fetch.buffered <= 1500 + 700
+            got.extend(fetch.take(333))
+        assert [r.offset for r in got] == list(range(1000, 3000))
+        assert got[0].value == b"0-1000" and got[0].key == b"k1" and got[0].topic == topic
+        await fetch.close()
+        await source.close()
+        assert await fetchers.offset_at((topic, 0), "latest") == 3000
+        # A fetch past the end stops with OUT_OF_RANGE for the consumer to act on.
+        bad = PartitionFetch(
+            (topic, 0), fetchers.source((topic, 0)), 3001, fetch_records_max=10,
+            buffered_records_max=10, fetch_wait_s=0.1, wake=woke.set,
+        )  # fmt: skip
+        await asyncio.wait_for(woke.wait(), 10)
+        woke.clear()
+        assert isinstance(bad.error, OutOfRangeError)
+        await bad.close()
+
+
+@pytest.mark.integration
+async def test_subscriptions_over_http(ns: Namespace, client: ProxyClient) -> None:
+    stream = f"s{_uid()}"
+    await ns.create_stream(stream)
+    t = client._transport
+    assert await reads.read_subscription(t, stream, "app") is None
+    assert await reads.commit_subscription(t, stream, "app", DLSN(1, 5, 0)) is True
+    assert await reads.commit_subscription(t, stream, "app", DLSN(1, 2, 0)) is False
+    assert await reads.read_subscription(t, stream, "app") == DLSN(1, 5, 0)
+    assert await ns.committed(stream, "app") == DLSN(1, 5, 0)  # the core's own record
+    assert await reads.list_subscribers(t, stream) == ["app"]
+    with pytest.raises(NotFoundError):
+        await reads.read_subscription(t, f"missing{_uid()}", "app")
