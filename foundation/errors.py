@@ -60,6 +60,7 @@ __all__ = [
     "UnauthorizedError",
     "UnavailableError",
     "UnknownError",
+    "UnknownPartitionError",
     "WriterFailedError",
     "for_code",
     "registered_codes",
@@ -396,6 +397,15 @@ class GroupNotEmptyError(BooklineError):
 
     code = 46
     name = "GROUP_NOT_EMPTY"
+
+
+class UnknownPartitionError(NotFoundError):
+    """A record sent to a partition the topic does not have (an explicit partition >=
+    its partition count). Nothing was written. A producer refreshes the topic's
+    partition count once before it reports this (the topic may have grown)."""
+
+    code = 47
+    name = "UNKNOWN_PARTITION"
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

@@ -55,6 +55,7 @@ from foundation.errors import (
     UnauthorizedError,
     UnavailableError,
     UnknownError,
+    UnknownPartitionError,
     WriterFailedError,
 )
 
@@ -77,6 +78,7 @@ HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     NoLedgerError: 404,
     NoEntryError: 404,
     NotFoundError: 404,
+    UnknownPartitionError: 404,  # a partition >= the topic's count
     FencedError: 409,
     BadVersionError: 409,
     AlreadyExistsError: 409,

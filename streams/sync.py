@@ -132,6 +132,12 @@ class SyncNamespace:
         self.ns = ns
         self._closed = False
 
+    @property
+    def runner(self) -> LoopThread:
+        """The private loop everything runs on (facades built on this namespace, such
+        as ``groups.producer.SyncTopicProducer``, run there too)."""
+        return self._run
+
     @classmethod
     def open(
         cls,

@@ -3,6 +3,7 @@ on three real bookie processes), offsets from the writer, and the core producer.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator
@@ -15,7 +16,10 @@ from foundation.errors import (
     BadRequestError,
     InvalidNameError,
     NotFoundError,
+    UnknownPartitionError,
 )
+from groups.partitioner import partition_for_key
+from groups.producer import ProducerConfig, SyncTopicProducer, TopicProducer
 from groups.topics import TopicAdmin
 from metadata.topics import PARTITIONS_PER_TRANSACTION
 from tests.conftest import BookieCluster
@@ -163,3 +167,44 @@ async def test_writer_offsets_are_sequence_ids_across_segment_rolls(ns: Namespac
     assert (await w2.write_many_offsets([LogRecord(b"next")]))[1] == [200]
     assert await ns.end_offset("rolls") == 201
     await w2.close()
+
+
+async def test_core_producer_keys_offsets_sticky_and_unknown_partition(ns: Namespace) -> None:
+    admin = TopicAdmin(ns)
+    await admin.create_topic("orders", 4)
+    async with TopicProducer(ns, config=ProducerConfig(batch_bytes_max=500)) as producer:
+        keys = [b"customer-%d" % i for i in range(40)]
+        sent = await asyncio.gather(*(producer.send("orders", b"v", key=k) for k in keys))
+        assert [p for p, _o in sent] == [partition_for_key(k, 4) for k in keys]
+        for p in range(4):  # per partition, offsets 0, 1, 2, ... in send order
+            offsets = [o for q, o in sent if q == p]
+            assert offsets == list(range(len(offsets)))
+        again = await producer.send("orders", "v", key="customer-3")
+        assert again[0] == partition_for_key(b"customer-3", 4)
+        # Unkeyed: sticky batches, cut at 500 bytes, spread over every partition.
+        unkeyed = await producer.send_many("orders", [b"u" * 100] * 200)
+        assert {p for p, _o in unkeyed} == {0, 1, 2, 3}
+        assert await producer.send("orders", b"x", partition=2) == (
+            2,
+            len([1 for p, _o in [*sent, again, *unkeyed] if p == 2]),
+        )
+        with pytest.raises(UnknownPartitionError):
+            await producer.send("orders", b"x", partition=4)
+        await admin.alter_partitions("orders", 6)  # the refresh on an unknown one sees it
+        assert await producer.send("orders", b"x", partition=5) == (5, 0)
+        with pytest.raises(BadRequestError):
+            await producer.send("orders", b"x", headers={"bl.seq": b"1"})
+        with pytest.raises(NotFoundError):
+            await producer.send("missing", b"x")
+    ends = await admin.end_offsets("orders")
+    assert sum(ends) == 40 + 1 + 200 + 1 + 1
+
+
+def test_sync_core_producer(bookie_cluster: BookieCluster) -> None:
+    from bookline.sync import SyncNamespace
+
+    with SyncNamespace.open(bookie_cluster.zk, bookie_cluster.root, "tps-sync", CONFIG) as ns:
+        ns.runner.call(TopicAdmin(ns.ns).create_topic("s", 2))
+        with SyncTopicProducer(ns) as producer:
+            assert producer.send("s", b"a", key=b"k") == (partition_for_key(b"k", 2), 0)
+            assert producer.send_many("s", [b"b", b"c"], partition=1)[-1][0] == 1

@@ -32,14 +32,12 @@ _NEW_DLSN = tuple.__new__
 
 
 class Batch:
-    """The caller's side of one write_many: resolves once all its records are durable.
-    With ``offsets``, their sequence ids (offsets) are collected too."""
+    """The caller's side of one write_many: resolves once all its records are durable,
+    to their DLSNs -- or, with ``offsets``, to ``(dlsns, offsets)``."""
 
     __slots__ = ("dlsns", "future", "offsets", "remaining")
 
-    def __init__(
-        self, future: asyncio.Future[list[DLSN]], count: int, *, offsets: bool = False
-    ) -> None:
+    def __init__(self, future: asyncio.Future[Any], count: int, *, offsets: bool = False) -> None:
         self.future = future
         self.remaining = count
         self.dlsns: list[DLSN] = []
@@ -141,7 +139,10 @@ class RecordBuffer:
                     batch.offsets.extend(range(first, first + n))
                 batch.remaining -= n
                 if batch.remaining == 0 and not batch.future.done():
-                    batch.future.set_result(batch.dlsns)
+                    offsets = batch.offsets
+                    batch.future.set_result(
+                        batch.dlsns if offsets is None else (batch.dlsns, offsets)
+                    )
                 slot += n
             else:
                 assert isinstance(waiter, asyncio.Future)

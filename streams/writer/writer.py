@@ -199,15 +199,22 @@ class LogWriter:
         in the stream (0, 1, 2, ... across segments), known when their entries are
         acknowledged. Consecutive unless another write call interleaved while this one
         waited for room (``pending_bytes_max``)."""
+        return await (await self.append_many_offsets(records))
+
+    async def append_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+        """Buffer ``records`` in order -- waiting for room like :meth:`write_many` --
+        and return a future of ``(dlsns, offsets)`` that resolves once they are durable.
+        Awaiting each call before making the next keeps a caller's batches in order
+        and consecutive without waiting for their acknowledgements (pipelining)."""
+        fut: asyncio.Future[tuple[list[DLSN], list[int]]] = self._loop.create_future()
         if not records:
             self._check()
-            return [], []
-        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
-        batch = Batch(fut, len(records), offsets=True)
-        await self._append_many(records, batch)
-        dlsns = await fut
-        assert batch.offsets is not None
-        return dlsns, batch.offsets
+            fut.set_result(([], []))
+            return fut
+        await self._append_many(records, Batch(fut, len(records), offsets=True))
+        return fut
 
     async def _append_many(self, records: Sequence[LogRecord], batch: Batch) -> None:
         """Buffer ``records`` (non-empty) for ``batch``, cutting entries as they fill."""
