@@ -10,6 +10,7 @@ Routes (all bodies msgpack or JSON, errors ``{code, name, message}``):
 * ``GET    /v1/streams/{name}/owner``      who owns it
 * ``GET|DELETE /v1/streams/{name}``        describe / delete
 * ``GET|POST /v1/streams``                 list / create ``{"name": ...}``
+* ``/v1/groups/...``                       consumer group coordinators (``writeproxy.groups``)
 * ``GET /health``, ``GET /metrics``, ``GET /openapi.json``
 """
 
@@ -42,6 +43,7 @@ from streams.dlsn import DLSN
 from streams.records import RECORD_OVERHEAD_BYTES
 from writeproxy.config import WriteProxyConfig
 from writeproxy.faults import fault_middlewares
+from writeproxy.groups import register_group_routes
 from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
 from writeproxy.ownership import Ownership
@@ -223,6 +225,7 @@ class WriteProxy:
         app.router.add_post(f"{p}/streams/{{name}}/truncate", self.truncate)
         app.router.add_post(f"{p}/streams/{{name}}/release", self.release)
         app.router.add_get(f"{p}/streams/{{name}}/owner", self.owner)
+        register_group_routes(app, self)  # consumer group coordinators (writeproxy/groups.py)
         return app
 
     def _count_status(self, status: int) -> None:

@@ -2,9 +2,59 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from groups.coordinator import GroupStats
+
+
+class GroupCollector(Collector):
+    """The consumer groups this proxy coordinates, read at scrape time from the
+    coordinators' cached offsets (no I/O on a scrape):
+
+    * ``bookline_group_lag_records{group,topic,partition}`` -- end offset minus the
+      committed offset (minus the start offset when nothing is committed);
+    * ``bookline_group_members{group}``, ``bookline_group_generation{group}``;
+    * ``bookline_group_rebalances_total{group}`` -- generation bumps since this proxy
+      took the group over (a counter that starts again on the next coordinator).
+    """
+
+    def __init__(self, source: Callable[[], Iterable[GroupStats]]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily(
+            "bookline_group_lag_records",
+            "Records not yet consumed: end offset - committed offset",
+            labels=["group", "topic", "partition"],
+        )
+        members = GaugeMetricFamily(
+            "bookline_group_members", "Live members of the group", labels=["group"]
+        )
+        generation = GaugeMetricFamily(
+            "bookline_group_generation", "The group's generation", labels=["group"]
+        )
+        rebalances = CounterMetricFamily(
+            "bookline_group_rebalances",
+            "Generation bumps since this proxy coordinates the group",
+            labels=["group"],
+        )
+        for stats in self._source():
+            g = stats.group
+            members.add_metric([g], stats.members)
+            generation.add_metric([g], stats.generation)
+            rebalances.add_metric([g], stats.rebalances)
+            for (topic, p), value in sorted(stats.lag.items()):
+                lag.add_metric([g, topic, str(p)], value)
+        yield from (lag, members, generation, rebalances)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # no samples at registration: the families depend on the groups
 
 
 class WriteProxyMetrics:
@@ -41,6 +91,10 @@ class WriteProxyMetrics:
         self.inflight_requests = Gauge(
             "bookline_writeproxy_inflight_requests", "Write requests in flight", registry=r
         )
+
+    def bind_groups(self, source: Callable[[], Iterable[GroupStats]]) -> None:
+        """Export the coordinated groups (:class:`GroupCollector`); once per proxy."""
+        self.registry.register(GroupCollector(source))
 
     def bind_gauges(
         self,

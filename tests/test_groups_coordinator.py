@@ -1,0 +1,405 @@
+"""The group log's codec and the coordinator's protocol, in process: a fake log writer
+(records kept in memory, durability on the next loop turn) and fake topics, with an
+injected clock. No ZooKeeper, no bookies; the real writer and processes are in
+tests/test_groups_coordinator_*.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+
+import pytest
+
+from foundation.errors import (
+    BadRequestError,
+    ChecksumError,
+    GroupNotEmptyError,
+    NotAssignedError,
+    NotFoundError,
+    OutcomeUnknownError,
+    OutOfRangeError,
+    OwnershipLostError,
+    ProtocolVersionError,
+    StaleGenerationError,
+    WriterFailedError,
+)
+from groups import log as group_log
+from groups.assignors import TopicPartition
+from groups.coordinator import CoordinatorConfig, GroupCoordinator
+from groups.state import GroupState
+from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetRequest
+from streams.dlsn import DLSN
+from streams.records import LogRecord
+
+SESSION = 6_000
+
+
+class FakeLog:
+    """Records in memory; each becomes durable on the next loop turn (or fails)."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+        self.first = 0  # truncated before this index
+        self.fail_with: Exception | None = None
+
+    def write_nowait(self, record: LogRecord) -> asyncio.Future[DLSN]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[DLSN] = loop.create_future()
+        self.payloads.append(record.payload)
+        if self.fail_with is not None:
+            loop.call_soon(fut.set_exception, self.fail_with)
+        else:
+            loop.call_soon(fut.set_result, DLSN(1, len(self.payloads) - 1, 0))
+        return fut
+
+    async def truncate(self, dlsn: DLSN) -> bool:
+        self.first = dlsn.entry_id
+        return True
+
+    def records(self) -> list[group_log.GroupRecord]:
+        return [group_log.decode(p) for p in self.payloads[self.first :]]
+
+    def kinds(self) -> list[str]:
+        return [type(r).__name__ for r in self.records()]
+
+
+class FakeTopics:
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.counts = dict(counts)
+        self.ends: dict[TopicPartition, int] = {}
+        self.starts: dict[TopicPartition, int] = {}
+        self.end_reads = 0
+
+    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
+        return {t: self.counts[t] for t in topics if t in self.counts}
+
+    async def end_offset(self, tp: TopicPartition) -> int:
+        self.end_reads += 1
+        return self.ends.get(tp, 0)
+
+    async def start_offset(self, tp: TopicPartition) -> int:
+        return self.starts.get(tp, 0)
+
+    async def offset_for_time(self, tp: TopicPartition, ms: int) -> int:
+        return ms // 1000  # one record per second from offset 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+def fakes() -> tuple[FakeLog, FakeTopics, Clock]:
+    return FakeLog(), FakeTopics({"t": 4, "u": 2}), Clock()
+
+
+def _coord(
+    fakes: tuple[FakeLog, FakeTopics, Clock], config: CoordinatorConfig | None = None
+) -> GroupCoordinator:
+    wlog, topics, clock = fakes
+    return GroupCoordinator("g", wlog, topics, config=config, clock_ms=clock)
+
+
+def _join(topics: tuple[str, ...] = ("t",), **kw: object) -> JoinRequest:
+    args: dict[str, object] = {"session_timeout_ms": SESSION, **kw}
+    return JoinRequest(topics=topics, **args)  # type: ignore[arg-type]
+
+
+def _replayed(wlog: FakeLog) -> tuple[GroupState, group_log.Replayed]:
+    state = GroupState("g")
+    return state, group_log.replay(state, wlog.records(), 0)
+
+
+# -- the codec ---------------------------------------------------------------------------
+
+
+def test_every_record_kind_round_trips() -> None:
+    g = GroupState("g", {"t": 2})
+    g.join(0, member_id=None, instance_id="i", topics=["t"], assignor="range",
+           session_timeout_ms=SESSION)  # fmt: skip
+    offsets = {("t", 0): 5, ("t", 1): 0, ("x", 7): 2**40}
+    records: list[group_log.GroupRecord] = [
+        group_log.Snapshot(g.snapshot()),
+        group_log.Commit(3, "m-1", offsets),
+        group_log.Reset(offsets),
+        group_log.Deleted(),
+        group_log.Full(g.snapshot(), offsets),
+    ]
+    for record in records:
+        assert group_log.decode(group_log.encode(record)) == record
+
+
+def test_damaged_or_foreign_records_are_refused_before_decoding() -> None:
+    good = group_log.encode(group_log.Reset({("t", 0): 1}))
+    flipped = good[:-1] + bytes([good[-1] ^ 1])
+    with pytest.raises(ChecksumError, match="checksum"):
+        group_log.decode(flipped)
+    with pytest.raises(ChecksumError, match="magic"):
+        group_log.decode(b"XYZ" + good[3:])
+    with pytest.raises(ChecksumError, match="short"):
+        group_log.decode(good[:5])
+    with pytest.raises(ProtocolVersionError, match="format 2"):
+        group_log.decode(good[:3] + b"\x02" + good[4:])
+    import crc32c
+    import msgpack
+
+    body = msgpack.packb({"k": "future-kind"})
+    header = b"BLG\x01" + crc32c.crc32c(body).to_bytes(4, "big")
+    with pytest.raises(ProtocolVersionError, match="future-kind"):
+        group_log.decode(header + body)
+    body = msgpack.packb({"k": "commit", "gen": -1, "member": "m", "offsets": {}})
+    header = b"BLG\x01" + crc32c.crc32c(body).to_bytes(4, "big")
+    with pytest.raises(ChecksumError, match="malformed"):
+        group_log.decode(header + body)
+
+
+# -- membership --------------------------------------------------------------------------
+
+
+async def test_join_heartbeat_and_a_second_member_with_cooperative_handoff(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, _topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join())
+    assert (a.generation, a.partitions) == (1, frozenset(("t", p) for p in range(4)))
+    assert c.exists and wlog.kinds() == ["Snapshot"]
+    await c.heartbeat(HeartbeatRequest(a.member_id, 1, a.partitions))  # consuming them
+    b = await c.join(_join())
+    assert b.generation == 2 and b.partitions == frozenset()  # a still owns them
+    with pytest.raises(StaleGenerationError):
+        await c.heartbeat(HeartbeatRequest(a.member_id, 1, a.partitions))
+    again = await c.join(_join(member_id=a.member_id, owned=a.partitions))
+    assert again.generation == 2 and again.member_id == a.member_id
+    kept = again.partitions
+    assert len(kept) == 2
+    await c.heartbeat(HeartbeatRequest(a.member_id, 2, kept))  # gave the others up
+    gen, got = await c.heartbeat(HeartbeatRequest(b.member_id, 2, frozenset()))
+    assert gen == 2 and got == frozenset(("t", p) for p in range(4)) - kept
+    assert c.rebalances == 2
+    assert wlog.kinds() == ["Snapshot", "Snapshot"]  # heartbeats and rejoins log nothing
+
+
+async def test_bad_joins_change_nothing(fakes: tuple[FakeLog, FakeTopics, Clock]) -> None:
+    wlog, _topics, _clock = fakes
+    c = _coord(fakes)
+    await c.join(_join())
+    before = c.state.snapshot()
+    for req, match in [
+        (_join(assignor="sticky-ish"), "unknown assignor 'sticky-ish'"),
+        (_join(("nope",)), "unknown topic"),
+        (_join(session_timeout_ms=10), "session timeout"),
+        (_join(assignor="range"), "uses the 'cooperative-sticky' assignor"),
+    ]:
+        with pytest.raises(BadRequestError, match=match):
+            await c.join(req)
+    assert c.state.snapshot() == before and len(wlog.payloads) == 1
+
+
+async def test_static_member_restart_takes_its_place_without_a_rebalance(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, _topics, _clock = fakes
+    c = _coord(fakes)
+    first = await c.join(_join(instance_id="host-1"))
+    second = await c.join(_join(instance_id="host-1"))
+    assert second.generation == first.generation and second.member_id != first.member_id
+    assert second.partitions == first.partitions
+    with pytest.raises(StaleGenerationError):  # the old incarnation is fenced
+        await c.commit(CommitRequest(first.member_id, first.generation, {("t", 0): 0}))
+    assert len(wlog.payloads) == 2  # the new member id is logged
+    state, _r = _replayed(wlog)
+    assert set(state.members) == {second.member_id}
+
+
+async def test_sessions_expire_on_the_injected_clock(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, _topics, clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join())
+    b = await c.join(_join())
+    clock.ms += SESSION - 1
+    await c.heartbeat(HeartbeatRequest(b.member_id, 2, frozenset()))
+    assert await c.expire_due() == []
+    clock.ms += 2
+    assert await c.expire_due() == [a.member_id]
+    assert c.state.generation == 3 and list(c.state.members) == [b.member_id]
+    assert wlog.kinds()[-1] == "Snapshot"
+    with pytest.raises(StaleGenerationError, match="join again"):
+        await c.heartbeat(HeartbeatRequest(a.member_id, 3, frozenset()))
+
+
+async def test_a_grown_topic_rebalances_on_refresh(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    _wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join())
+    topics.counts["t"] = 6
+    await c.refresh()
+    assert c.state.generation == a.generation + 1
+    _gen, got = await c.heartbeat(HeartbeatRequest(a.member_id, c.state.generation, a.partitions))
+    assert got == frozenset(("t", p) for p in range(6))
+    topics.counts["t"] = 3  # never shrinks: kept, with a warning
+    await c.refresh()
+    assert c.state.partitions["t"] == 6
+
+
+# -- offsets -----------------------------------------------------------------------------
+
+
+async def test_commits_are_checked_and_durable_before_the_answer(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join())
+    b = await c.join(_join(("u",)))
+    a = await c.join(_join(member_id=a.member_id, owned=a.partitions))
+    topics.ends[("t", 0)] = 10
+    await c.commit(CommitRequest(a.member_id, a.generation, {("t", 0): 10}))
+    assert c.committed() == {("t", 0): 10} and wlog.kinds()[-1] == "Commit"
+    n = len(wlog.payloads)
+    refused: list[tuple[CommitRequest, type[Exception], str]] = [
+        (CommitRequest(a.member_id, 1, {("t", 0): 1}), StaleGenerationError, "stale"),
+        (CommitRequest("who", a.generation, {("t", 0): 1}), StaleGenerationError, "not in"),
+        (CommitRequest(a.member_id, a.generation, {("u", 0): 1}), NotAssignedError, "u"),
+        (
+            CommitRequest(a.member_id, a.generation, {("t", 0): 11}),
+            OutOfRangeError,
+            "end offset 10",
+        ),
+    ]
+    for req, err, match in refused:
+        with pytest.raises(err, match=match):
+            await c.commit(req)
+    assert len(wlog.payloads) == n and c.committed() == {("t", 0): 10}
+    # Beyond the cached end: the end is read again before the commit is refused.
+    topics.ends[("t", 0)] = 15
+    reads = topics.end_reads
+    await c.commit(CommitRequest(a.member_id, a.generation, {("t", 0): 15}))
+    assert topics.end_reads == reads + 1
+    await c.commit(CommitRequest(a.member_id, a.generation, {("t", 0): 12}))  # cached: no read
+    assert topics.end_reads == reads + 1 and c.committed()[("t", 0)] == 12
+    assert b.member_id in c.state.members
+
+
+async def test_lag_before_and_after_commits(fakes: tuple[FakeLog, FakeTopics, Clock]) -> None:
+    _wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join(("u",)))
+    topics.ends.update({("u", 0): 100, ("u", 1): 40})
+    topics.starts[("u", 1)] = 10  # retention dropped 0..9
+    d = await c.describe()
+    lags = {(p["topic"], p["partition"]): p["lag"] for p in d["partitions"]}
+    assert lags == {("u", 0): 100, ("u", 1): 30} and d["lag"] == 130
+    assert d["state"] == "stable" and d["members"][0]["member_id"] == a.member_id
+    await c.commit(CommitRequest(a.member_id, a.generation, {("u", 0): 60, ("u", 1): 40}))
+    assert c.stats().lag == {("u", 0): 40, ("u", 1): 0}
+    d = await c.describe()
+    assert [p["committed"] for p in d["partitions"]] == [60, 40] and d["lag"] == 40
+
+
+async def test_reset_is_refused_while_members_live(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join(("u",)))
+    topics.ends.update({("u", 0): 100, ("u", 1): 40})
+    topics.starts.update({("u", 0): 5})
+    n = len(wlog.payloads)
+    with pytest.raises(GroupNotEmptyError, match="live member"):
+        await c.reset(ResetRequest("earliest"))
+    with pytest.raises(GroupNotEmptyError):
+        await c.delete()
+    assert len(wlog.payloads) == n
+    await c.leave(a.member_id)
+    assert await c.reset(ResetRequest("earliest")) == {("u", 0): 5, ("u", 1): 0}
+    assert await c.reset(ResetRequest("latest", topics=("u",))) == {("u", 0): 100, ("u", 1): 40}
+    assert await c.reset(ResetRequest("offset", 20)) == {("u", 0): 20, ("u", 1): 20}
+    assert await c.reset(ResetRequest("datetime", 7_500)) == {("u", 0): 7, ("u", 1): 7}
+    n = len(wlog.payloads)
+    with pytest.raises(OutOfRangeError, match="beyond"):
+        await c.reset(ResetRequest("offset", 41))
+    with pytest.raises(NotFoundError, match="nope"):
+        await c.reset(ResetRequest("earliest", topics=("nope",)))
+    assert len(wlog.payloads) == n and c.committed() == {("u", 0): 7, ("u", 1): 7}
+
+
+# -- the log: replay, compaction, failures, delete --------------------------------------
+
+
+async def test_replay_rebuilds_the_state_the_coordinator_had(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    topics.ends.update({(t, p): 50 for t in "tu" for p in range(4)})
+    a = await c.join(_join(("t", "u")))
+    b = await c.join(_join(("t",), instance_id="s"))
+    a = await c.join(_join(("t", "u"), member_id=a.member_id, owned=a.partitions))
+    await c.commit(CommitRequest(a.member_id, a.generation, dict.fromkeys(a.partitions, 7)))
+    await c.leave(b.member_id)  # static: stays
+    state, replayed = _replayed(wlog)
+    assert replayed.records == len(wlog.payloads) and not replayed.deleted
+    assert state.snapshot() == c.state.snapshot() and state.offsets == c.state.offsets
+
+
+async def test_compaction_writes_a_full_record_and_truncates_before_it(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    c = _coord(fakes, CoordinatorConfig(compact_records=5))
+    topics.ends.update({("t", p): 1000 for p in range(4)})
+    a = await c.join(_join())
+    for i in range(12):
+        await c.commit(CommitRequest(a.member_id, a.generation, {("t", i % 4): i}))
+        await asyncio.sleep(0)  # the compaction task runs between requests
+    await asyncio.sleep(0.01)
+    assert wlog.first > 0 and wlog.kinds()[0] == "Full"
+    assert len(wlog.records()) <= 6
+    state, replayed = _replayed(wlog)
+    assert state.offsets == c.state.offsets and state.snapshot() == c.state.snapshot()
+    assert replayed.since_full < 5
+
+
+async def test_a_failed_log_write_fails_the_coordinator(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    failures: list[BaseException] = []
+    c = GroupCoordinator("g", wlog, topics, clock_ms=fakes[2], on_fail=failures.append)
+    topics.ends[("t", 0)] = 5
+    a = await c.join(_join())
+    wlog.fail_with = WriterFailedError("bookies gone")
+    with pytest.raises(OutcomeUnknownError, match="log write failed"):
+        await c.commit(CommitRequest(a.member_id, a.generation, {("t", 0): 5}))
+    assert not c.usable and len(failures) == 1
+    with pytest.raises(OwnershipLostError, match="failed; retry"):
+        await c.heartbeat(HeartbeatRequest(a.member_id, a.generation, a.partitions))
+
+
+async def test_delete_logs_the_deletion_and_replay_sees_no_group(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    topics.ends[("t", 0)] = 5
+    a = await c.join(_join())
+    await c.commit(CommitRequest(a.member_id, a.generation, {("t", 0): 5}))
+    await c.leave(a.member_id)
+    generation = c.state.generation
+    await c.delete()
+    assert wlog.kinds()[-1] == "Deleted" and not c.usable
+    state, replayed = _replayed(wlog)
+    assert replayed.deleted and state.offsets == {} and state.members == {}
+    assert state.generation == generation  # kept: no old member passes for a new one
+    fresh = _coord(fakes)
+    with pytest.raises(NotFoundError):
+        await fresh.describe()
