@@ -11,7 +11,9 @@ import sys
 from typing import Any
 
 from foundation.errors import registered_codes
+from foundation.names import PARTITIONS_MAX
 from foundation.version import __version__
+from httpapi.topics import OPTION_FIELDS as TOPIC_OPTION_FIELDS
 
 _BYTES = {
     "type": "string",
@@ -99,6 +101,17 @@ def _schemas() -> dict[str, Any]:
                     "type": "integer",
                     "description": "leading records recognised as retries",
                 },
+                "offsets": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "JSON answers: each record's offset (sequence id)",
+                },
+                "offset": {"type": "integer", "description": "JSON, one record: its offset"},
+                "offset_runs": {
+                    "type": "array",
+                    "description": "msgpack answers: [first_offset, count] per run",
+                    "items": {"type": "array", "items": {"type": "integer"}},
+                },
             },
         },
         "Record": {
@@ -132,6 +145,7 @@ def _schemas() -> dict[str, Any]:
             "additionalProperties": True,
         },
         "Object": {"type": "object", "additionalProperties": True},
+        **_topic_schemas(),
     }
 
 
@@ -245,6 +259,7 @@ def build_document() -> dict[str, Any]:
             },
         },
     }
+    paths.update(_topic_paths())
     return {
         "openapi": "3.0.3",
         "info": {
@@ -260,6 +275,139 @@ def build_document() -> dict[str, Any]:
         "components": {
             "schemas": _schemas(),
             "responses": {"Error": {"description": "an error", "content": _content("Error")}},
+        },
+    }
+
+
+# -- topics (writeproxy/topics.py, httpapi/topics.py) -----------------------------------
+
+
+def _topic_schemas() -> dict[str, Any]:
+    positive = {"type": "integer", "minimum": 1}
+    options = {f: positive for f in TOPIC_OPTION_FIELDS}
+    partitions = {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX}
+    return {
+        "TopicCreate": {
+            "type": "object",
+            "required": ["name", "partitions"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "maxLength": 200},
+                "partitions": partitions,
+                **options,
+            },
+        },
+        "TopicAlter": {
+            "type": "object",
+            "required": ["partitions"],
+            "additionalProperties": False,
+            "description": "grow only: a smaller count is BAD_REQUEST",
+            "properties": {"partitions": partitions},
+        },
+        "Topic": {
+            "type": "object",
+            "required": ["name", "partitions", "options", "ctime_ms"],
+            "properties": {
+                "name": {"type": "string"},
+                "partitions": partitions,
+                "options": {"type": "object", "properties": options},
+                "ctime_ms": {"type": "integer"},
+            },
+        },
+        "TopicList": {
+            "type": "object",
+            "properties": {"topics": {"type": "array", "items": {"type": "string"}}},
+        },
+        "TopicPartitions": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "partitions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "partition": {"type": "integer"},
+                            "stream": {"type": "string", "description": "'topic~partition'"},
+                            "start_offset": {"type": "integer"},
+                            "end_offset": {
+                                "type": "integer",
+                                "description": "the offset the next record gets",
+                            },
+                            "size_bytes": {"type": "integer"},
+                            "segments": {"type": "integer"},
+                            "owner": {"type": "string", "nullable": True},
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def _topic_paths() -> dict[str, Any]:
+    topic = {
+        "name": "topic",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "maxLength": 200},
+        "description": "topic name",
+    }
+    partition = {
+        "name": "partition",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "partition number (stream 'topic~partition')",
+    }
+    t = "/v1/topics/{topic}"
+    return {
+        "/v1/topics": {
+            "get": {
+                "summary": "list topics (write proxy)",
+                "responses": {"200": _ok("TopicList"), **_errors(503)},
+            },
+            "post": {
+                "summary": "create a topic and its partition streams (write proxy)",
+                "requestBody": {"required": True, "content": _content("TopicCreate")},
+                "responses": {"201": _ok("Topic", "created"), **_errors(400, 409, 503)},
+            },
+        },
+        t: {
+            "parameters": [topic],
+            "get": {
+                "summary": "the topic's partition count and options",
+                "responses": {"200": _ok("Topic"), **_errors(400, 404)},
+            },
+            "patch": {
+                "summary": "grow the partition count (never shrinks)",
+                "requestBody": {"required": True, "content": _content("TopicAlter")},
+                "responses": {"200": _ok("Topic"), **_errors(400, 404, 409)},
+            },
+            "delete": {
+                "summary": "delete the topic, its partition streams and their ledgers",
+                "responses": {"200": _ok("Object"), **_errors(400, 404)},
+            },
+        },
+        f"{t}/partitions": {
+            "parameters": [topic],
+            "get": {
+                "summary": "every partition's start and end offsets, size and owner",
+                "responses": {"200": _ok("TopicPartitions"), **_errors(400, 404)},
+            },
+        },
+        f"{t}/partitions/{{partition}}/records": {
+            "parameters": [topic, partition],
+            "post": {
+                "summary": "write to a partition (as a stream write; the answer's offsets "
+                "are the partition's); UNKNOWN_PARTITION (47) for a partition the topic "
+                "does not have",
+                "requestBody": {"required": True, "content": _content("WriteRequest")},
+                "responses": {
+                    "200": _ok("WriteAnswer", "durable"),
+                    **_errors(307, 400, 404, 409, 413, 429, 503),
+                },
+            },
         },
     }
 

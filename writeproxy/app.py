@@ -10,6 +10,7 @@ Routes (all bodies msgpack or JSON, errors ``{code, name, message}``):
 * ``GET    /v1/streams/{name}/owner``      who owns it
 * ``GET|DELETE /v1/streams/{name}``        describe / delete
 * ``GET|POST /v1/streams``                 list / create ``{"name": ...}``
+* ``/v1/topics...``                         topics and partition writes (writeproxy/topics.py)
 * ``/v1/groups/...``                       consumer group coordinators (``writeproxy.groups``)
 * ``GET /health``, ``GET /metrics``, ``GET /openapi.json``
 """
@@ -47,6 +48,7 @@ from writeproxy.groups import register_group_routes
 from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
 from writeproxy.ownership import Ownership
+from writeproxy.topics import register_topic_routes
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -225,6 +227,7 @@ class WriteProxy:
         app.router.add_post(f"{p}/streams/{{name}}/truncate", self.truncate)
         app.router.add_post(f"{p}/streams/{{name}}/release", self.release)
         app.router.add_get(f"{p}/streams/{{name}}/owner", self.owner)
+        register_topic_routes(app, self)  # topics and their partitions (writeproxy/topics.py)
         register_group_routes(app, self)  # consumer group coordinators (writeproxy/groups.py)
         return app
 
@@ -277,7 +280,10 @@ class WriteProxy:
             raise OwnerMovedError(f"{name} is owned by {owner}", owner=owner)
 
     async def write(self, request: web.Request) -> web.Response:
-        name = _stream(request)
+        return await self.write_stream(request, _stream(request))
+
+    async def write_stream(self, request: web.Request, name: str) -> web.Response:
+        """A write to stream ``name`` (a topic partition's too: writeproxy.topics)."""
         cfg = self.config
         size = request.content_length or 0
         if size > cfg.request_bytes_max:

@@ -1,0 +1,126 @@
+"""Topics over HTTP: the admin bodies and their answers (write proxy). Sans-I/O.
+
+Routes (write proxy; msgpack or JSON; errors ``{code, name, message}``)::
+
+    POST   /v1/topics                         create  {"name", "partitions", options...}
+    GET    /v1/topics                         list    -> {"topics": [name, ...]}
+    GET    /v1/topics/{t}                     the topic's record (cheap: one ZooKeeper read)
+    GET    /v1/topics/{t}/partitions          every partition's offsets, size and owner
+    PATCH  /v1/topics/{t}                     grow    {"partitions": N}
+    DELETE /v1/topics/{t}
+    POST   /v1/topics/{t}/partitions/{p}/records   a write to partition stream "t~p"
+
+Options (all optional, positive integers): ``retention_ms``, ``retention_bytes``,
+``segment_rollover_bytes``, ``segment_rollover_ms``, ``ensemble_size``,
+``write_quorum``, ``ack_quorum`` (quorums not given are the proxy's defaults). A body
+with any other field is refused (BAD_REQUEST), as are 0 or more than
+``PARTITIONS_MAX`` partitions and a smaller count in ``PATCH`` -- nothing is changed.
+
+A topic answers ``{"name", "partitions": N, "options": {...}, "ctime_ms"}``; its
+partitions ``{"name", "partitions": [{"partition", "stream", "start_offset",
+"end_offset", "size_bytes", "segments", "owner"}, ...]}`` (offsets are the partition
+stream's sequence ids; ``end_offset`` is the offset of the next record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from foundation.errors import BadRequestError
+from foundation.names import PARTITIONS_MAX, validate_name
+from httpapi.wire import get_int
+
+__all__ = [
+    "OPTION_FIELDS",
+    "TopicCreate",
+    "parse_alter",
+    "parse_create",
+    "parse_partition",
+    "parse_topic_view",
+    "topic_view",
+]
+
+# Topic options as the create body names them (and StreamOptions does).
+OPTION_FIELDS: Final = (
+    "retention_ms",
+    "retention_bytes",
+    "segment_rollover_bytes",
+    "segment_rollover_ms",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+)
+_OPTION_MAX: Final = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreate:
+    name: str
+    partitions: int
+    options: dict[str, int]  # only the options given
+
+
+def _only(body: Mapping[str, Any], allowed: set[str], what: str) -> None:
+    if not isinstance(body, Mapping):
+        raise BadRequestError(f"a {what} body is an object")
+    extra = sorted(set(body) - allowed)
+    if extra:
+        raise BadRequestError(f"unknown field(s) in a {what}: {', '.join(map(str, extra))}")
+
+
+def _partitions(body: Mapping[str, Any]) -> int:
+    if "partitions" not in body:
+        raise BadRequestError("a partition count 'partitions' is required")
+    count = get_int(body, "partitions", 1, PARTITIONS_MAX)
+    assert count is not None  # present, checked above
+    return count
+
+
+def parse_create(body: Mapping[str, Any]) -> TopicCreate:
+    _only(body, {"name", "partitions", *OPTION_FIELDS}, "topic creation")
+    name = validate_name(body.get("name"), "topic")
+    partitions = _partitions(body)
+    options: dict[str, int] = {}
+    for f in OPTION_FIELDS:
+        value = get_int(body, f, 1, _OPTION_MAX)
+        if value is not None:
+            options[f] = value
+    return TopicCreate(name, partitions, options)
+
+
+def parse_alter(body: Mapping[str, Any]) -> int:
+    """The new partition count of a ``PATCH`` (the only field that may change)."""
+    _only(body, {"partitions"}, "topic change")
+    return _partitions(body)
+
+
+def parse_partition(text: str) -> int:
+    """A partition number from a path (decimal, no sign or leading zeros)."""
+    if not (text.isascii() and text.isdigit()) or (text != "0" and text.startswith("0")):
+        raise BadRequestError(f"partition {text!r} is not a partition number")
+    p = int(text)
+    if p >= PARTITIONS_MAX:
+        raise BadRequestError(f"partition {p} is beyond {PARTITIONS_MAX - 1}")
+    return p
+
+
+def topic_view(
+    name: str, partitions: int, options: Mapping[str, int | None], ctime_ms: int
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "partitions": partitions,
+        "options": {k: v for k, v in options.items() if v is not None},
+        "ctime_ms": ctime_ms,
+    }
+
+
+def parse_topic_view(obj: Mapping[str, Any]) -> tuple[str, int]:
+    """``(name, partitions)`` of a topic answer (the client's side)."""
+    name = obj.get("name")
+    count = obj.get("partitions")
+    if not isinstance(name, str) or type(count) is not int or count < 1:
+        raise BadRequestError("a topic answer carries 'name' and 'partitions'")
+    return name, count
