@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from foundation.errors import BooklineError
 from foundation.version import __version__
-from ops import bench, cli_autorecovery, cli_bookie, cli_pipeline, cli_stream
+from ops import bench, cli_autorecovery, cli_bookie, cli_group, cli_pipeline, cli_stream
 from ops.local import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     readproxy_main.add_parser(sub)
     cli_stream.register(sub)
     cli_pipeline.register(sub)
+    cli_group.register(sub)
     return parser
 
 
