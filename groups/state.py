@@ -186,9 +186,7 @@ class GroupState:
         self.assignor = assignor
         if rebalanced:
             self._rebalance()
-        return JoinResult(
-            member.member_id, self.generation, self.partitions_now(member), rebalanced
-        )
+        return JoinResult(member.member_id, self.generation, self._hand_over(member), rebalanced)
 
     def heartbeat(
         self, now_ms: int, member_id: str, generation: int, owned: Iterable[TopicPartition]
@@ -198,7 +196,7 @@ class GroupState:
         # A member can only give partitions up between heartbeats, never take new ones
         # without being told: what it reports beyond what it held is ignored.
         member.owned = set(owned) & (member.owned | self.partitions_now(member))
-        return self.partitions_now(member)
+        return self._hand_over(member)
 
     def leave(self, member_id: str) -> bool:
         """A member leaves (closing its consumer). A static member stays until its
@@ -345,6 +343,15 @@ class GroupState:
                 f"{self.generation}); join again with member id {member_id}"
             )
         return member
+
+    def _hand_over(self, member: Member) -> frozenset[TopicPartition]:
+        """What ``member`` may consume now, counted as owned by it from this answer on:
+        it starts consuming them on receipt, so until it reports otherwise no other
+        member may be handed them (a member that joins before this one's next heartbeat
+        must not get them too)."""
+        now = self.partitions_now(member)
+        member.owned |= now
+        return now
 
     def _rebalance(self) -> None:
         self.generation += 1

@@ -15,8 +15,10 @@ import msgpack
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig
-from foundation.errors import NotFoundError, OutOfRangeError
+from foundation.errors import NotFoundError, OutOfRangeError, StaleGenerationError
+from groups.consumer import ConsumerConfig, GroupConsumer
 from groups.fetchers import ConsumerRecord, CoreFetchers, PartitionFetch, ProxyFetchers
+from groups.state import GroupState
 from groups.topics import TopicAdmin
 from httpapi import wire
 from httpapi.partitions import decode_page, encode_page, rows_of
@@ -59,6 +61,25 @@ def test_consumer_record_is_a_cheap_tuple() -> None:
     assert r.tp == ("t", 2)
     assert r == ConsumerRecord("t", 2, 41, b"k", b"v", {"h": b"1"}, 99)
     assert "t/2@41" in repr(r)
+
+
+def test_partitions_handed_over_count_as_owned_until_reported() -> None:
+    """A member starts consuming what an answer hands it: a second member joining
+    before the first one's next heartbeat must not be handed the same partitions."""
+    state = GroupState("g", {"t": 4})
+    join = {"instance_id": None, "topics": ["t"], "assignor": "cooperative-sticky",
+            "session_timeout_ms": 3000}  # fmt: skip
+    a = state.join(0, member_id=None, **join)  # type: ignore[arg-type]
+    assert a.partitions == {("t", p) for p in range(4)}
+    b = state.join(1, member_id=None, **join)  # type: ignore[arg-type]
+    assert b.partitions == frozenset()
+    with pytest.raises(StaleGenerationError):
+        state.heartbeat(2, a.member_id, a.generation, a.partitions)
+    a2 = state.join(3, member_id=a.member_id, owned=a.partitions, **join)  # type: ignore[arg-type]
+    assert len(a2.partitions) == 2
+    assert state.heartbeat(4, b.member_id, b.generation, ()) == frozenset()  # not yet released
+    state.heartbeat(5, a.member_id, a2.generation, a2.partitions)  # a released two
+    assert state.heartbeat(6, b.member_id, b.generation, ()) == a.partitions - a2.partitions
 
 
 # -- the read proxy ---------------------------------------------------------------------
@@ -192,3 +213,69 @@ async def test_subscriptions_over_http(ns: Namespace, client: ProxyClient) -> No
     assert await reads.list_subscribers(t, stream) == ["app"]
     with pytest.raises(NotFoundError):
         await reads.read_subscription(t, f"missing{_uid()}", "app")
+
+
+# -- GroupConsumer on the real coordinator (members in this process) ----------------------
+
+FAST = ConsumerConfig(
+    session_timeout_ms=3_000,
+    auto_offset_reset="earliest",
+    auto_commit_interval_ms=200,
+    fetch_wait_ms=200,
+)
+
+
+async def _consumer(
+    cluster: LocalCluster, group: str, topic: str, via: str = "proxy", **kwargs: object
+) -> GroupConsumer:
+    config = kwargs.pop("config", FAST)
+    assert isinstance(config, ConsumerConfig)
+    return await GroupConsumer.from_cluster_file(
+        cluster.dir / "cluster.json", group, [topic], via=via, config=config,
+        client_config=CLIENT_CONFIG, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+async def _drain(
+    consumers: list[GroupConsumer], want: int, timeout_s: float = 30
+) -> list[ConsumerRecord]:
+    got: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for c in consumers:
+            got.extend(await c.poll(timeout_s=0.05))
+    return got
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("via", ["proxy", "core"])
+async def test_group_reads_everything_once_and_commits(
+    proxy_cluster: LocalCluster, ns: Namespace, via: str
+) -> None:
+    topic = await _topic(ns, 4, [100, 50, 0, 75])
+    group = f"g{_uid()}"
+    consumers = [await _consumer(proxy_cluster, group, topic, via) for _ in range(2)]
+    try:
+        got = await _drain(consumers, 225)
+        assert sorted((r.partition, r.offset) for r in got) == sorted(
+            [(0, i) for i in range(100)] + [(1, i) for i in range(50)] + [(3, i) for i in range(75)]
+        )
+        owners = [c.assignment() for c in consumers]
+        assert owners[0] | owners[1] == {(topic, p) for p in range(4)}
+        assert not owners[0] & owners[1]
+        # Per partition, in offset order.
+        for p in range(4):
+            offsets = [r.offset for r in got if r.partition == p]
+            assert offsets == sorted(offsets)
+        for c in consumers:
+            await c.commit()
+        assert await consumers[0].committed((topic, 0)) == 100
+        assert await consumers[0].committed((topic, 2)) == 0  # its position, committed
+        c0 = consumers[0]
+        tp = sorted(c0.assignment())[0]
+        c0.seek(tp, 10)
+        again = await _drain([c0], 1)
+        assert again[0].tp == tp and again[0].offset == 10
+    finally:
+        for c in consumers:
+            await c.close()
