@@ -146,6 +146,7 @@ def _schemas() -> dict[str, Any]:
         },
         "Object": {"type": "object", "additionalProperties": True},
         **_topic_schemas(),
+        **_group_schemas(),
     }
 
 
@@ -260,6 +261,7 @@ def build_document() -> dict[str, Any]:
         },
     }
     paths.update(_topic_paths())
+    paths.update(_group_paths())
     return {
         "openapi": "3.0.3",
         "info": {
@@ -409,6 +411,225 @@ def _topic_paths() -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+# -- consumer groups (writeproxy/groups.py, groups/wire.py) -----------------------------
+
+
+def _group_schemas() -> dict[str, Any]:
+    name = {"type": "string", "maxLength": 200}
+    tp = {
+        "type": "array",
+        "description": "[topic, partition]",
+        "items": {"oneOf": [name, {"type": "integer", "minimum": 0}]},
+        "minItems": 2,
+        "maxItems": 2,
+    }
+    offset = {
+        "type": "array",
+        "description": "[topic, partition, offset] (the next offset to consume)",
+        "items": {"oneOf": [name, {"type": "integer", "minimum": 0}]},
+        "minItems": 3,
+        "maxItems": 3,
+    }
+    tps = {"type": "array", "items": tp}
+    offsets = {"type": "array", "items": offset}
+    member_id = {"type": "string", "maxLength": 256}
+    generation = {"type": "integer", "minimum": 0}
+
+    def strict(required: list[str], properties: dict[str, Any], text: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "required": required,
+            "additionalProperties": False,
+            "description": text,
+            "properties": properties,
+        }
+
+    return {
+        "GroupJoin": strict(
+            ["topics"],
+            {
+                "member_id": member_id,
+                "instance_id": {**name, "description": "static membership (KIP-345)"},
+                "topics": {"type": "array", "items": name, "minItems": 1, "maxItems": 100},
+                "assignor": {
+                    "type": "string",
+                    "enum": ["cooperative-sticky", "range", "roundrobin"],
+                    "default": "cooperative-sticky",
+                },
+                "session_timeout_ms": {
+                    "type": "integer",
+                    "minimum": 1_000,
+                    "maximum": 300_000,
+                    "default": 10_000,
+                },
+                "owned": tps,
+            },
+            "join, or re-join with member_id after STALE_GENERATION",
+        ),
+        "GroupJoinAnswer": {
+            "type": "object",
+            "properties": {
+                "member_id": member_id,
+                "generation": generation,
+                "assignment": {**tps, "description": "the partitions to consume now"},
+                "heartbeat_interval_ms": {"type": "integer"},
+            },
+        },
+        "GroupHeartbeat": strict(
+            ["member_id", "generation"],
+            {"member_id": member_id, "generation": generation, "owned": tps},
+            "owned: what the member consumes now (revoked partitions left out)",
+        ),
+        "GroupHeartbeatAnswer": {
+            "type": "object",
+            "properties": {"generation": generation, "assignment": tps},
+        },
+        "GroupCommit": strict(
+            ["member_id", "generation", "offsets"],
+            {"member_id": member_id, "generation": generation, "offsets": offsets},
+            "answered once durable in the group's log; OUT_OF_RANGE beyond a partition's "
+            "end, NOT_ASSIGNED for a partition the member does not hold",
+        ),
+        "GroupLeave": strict(["member_id"], {"member_id": member_id}, "a member leaves"),
+        "GroupReset": strict(
+            ["to"],
+            {
+                "to": {"type": "string", "enum": ["earliest", "latest", "offset", "datetime"]},
+                "value": {
+                    "type": "integer",
+                    "description": "offset, or ms since the epoch for datetime",
+                },
+                "topics": {"type": "array", "items": name},
+            },
+            "refused with GROUP_NOT_EMPTY while the group has live members",
+        ),
+        "GroupOffsets": {"type": "object", "properties": {"offsets": offsets}},
+        "GroupList": {
+            "type": "object",
+            "properties": {"groups": {"type": "array", "items": name}},
+        },
+        "Group": {
+            "type": "object",
+            "properties": {
+                "group": name,
+                "state": {"type": "string", "enum": ["empty", "stable", "rebalancing"]},
+                "generation": generation,
+                "assignor": {"type": "string", "nullable": True},
+                "coordinator": {"type": "string", "description": "the hosting proxy's URL"},
+                "lag": {"type": "integer", "description": "sum over the partitions"},
+                "members": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "member_id": member_id,
+                            "instance_id": {**name, "nullable": True},
+                            "topics": {"type": "array", "items": name},
+                            "session_timeout_ms": {"type": "integer"},
+                            "assignment": {**tps, "description": "target"},
+                            "consuming": {**tps, "description": "now (handoffs pending)"},
+                            "owned": {**tps, "description": "as last reported"},
+                        },
+                    },
+                },
+                "partitions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "topic": name,
+                            "partition": {"type": "integer"},
+                            "member_id": {**member_id, "nullable": True},
+                            "committed": {"type": "integer", "nullable": True},
+                            "start": {"type": "integer", "nullable": True},
+                            "end": {"type": "integer", "nullable": True},
+                            "lag": {
+                                "type": "integer",
+                                "nullable": True,
+                                "description": "end - committed (end - start without a commit)",
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+def _group_paths() -> dict[str, Any]:
+    group = {
+        "name": "group",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "maxLength": 200},
+        "description": "consumer group name (its coordinator owns the stream 'group~group')",
+    }
+    g = "/v1/groups/{group}"
+
+    def post(summary: str, body: str, answer: str, *statuses: int) -> dict[str, Any]:
+        return {
+            "parameters": [group],
+            "post": {
+                "summary": summary,
+                "requestBody": {"required": True, "content": _content(body)},
+                "responses": {"200": _ok(answer), **_errors(307, 400, 404, *statuses, 503)},
+            },
+        }
+
+    return {
+        "/v1/groups": {
+            "get": {
+                "summary": "the namespace's consumer groups (any write proxy)",
+                "responses": {"200": _ok("GroupList"), **_errors(503)},
+            },
+        },
+        g: {
+            "parameters": [group],
+            "get": {
+                "summary": "describe: members, generation, committed offsets, end offsets, lag "
+                "(the coordinator; 307 elsewhere)",
+                "responses": {"200": _ok("Group"), **_errors(307, 400, 404, 503)},
+            },
+            "delete": {
+                "summary": "delete the group and its offsets; GROUP_NOT_EMPTY (46) while "
+                "members live",
+                "responses": {"200": _ok("Object"), **_errors(307, 400, 404, 409, 503)},
+            },
+        },
+        f"{g}/offsets": {
+            "parameters": [group],
+            "get": {
+                "summary": "committed offsets (not generation-checked)",
+                "responses": {"200": _ok("GroupOffsets"), **_errors(307, 400, 404, 503)},
+            },
+        },
+        f"{g}/join": post(
+            "join the group (creates it); BAD_REQUEST for an unknown assignor or topic",
+            "GroupJoin",
+            "GroupJoinAnswer",
+        ),
+        f"{g}/heartbeat": post(
+            "keep the session; learn the assignment; STALE_GENERATION (44) -> join again",
+            "GroupHeartbeat",
+            "GroupHeartbeatAnswer",
+            409,
+        ),
+        f"{g}/commit": post(
+            "commit offsets; STALE_GENERATION (44), NOT_ASSIGNED (45), OUT_OF_RANGE (40)",
+            "GroupCommit",
+            "Object",
+            409,
+        ),
+        f"{g}/leave": post("leave the group", "GroupLeave", "Object"),
+        f"{g}/reset-offsets": post(
+            "reset committed offsets; GROUP_NOT_EMPTY (46) while members live",
+            "GroupReset",
+            "GroupOffsets",
+            409,
+        ),
     }
 
 
