@@ -52,7 +52,7 @@ from foundation.errors import (
 from foundation.limits import record_bytes
 from foundation.loopthread import LoopThread
 from foundation.names import partition_stream
-from groups.partitioner import StickyPartitioner, partition_for_key
+from foundation.partitioner import StickyPartitioner, partition_for_key
 from groups.topics import TopicAdmin
 from streams.dlsn import DLSN
 from streams.namespace import Namespace

@@ -40,6 +40,9 @@ class ClientConfig:
     requests_in_flight_per_stream: int = 5
     # Re-list proxies from ZooKeeper at most this often.
     discovery_refresh_ms: int = 2_000
+    # A topic's partition count is read again when older than this (and at once when a
+    # partition turns out not to exist), so a topic's growth is picked up.
+    topic_metadata_max_age_ms: int = 30_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -53,6 +56,7 @@ class ClientConfig:
             "record_bytes_max",
             "connections_per_proxy",
             "requests_in_flight_per_stream",
+            "topic_metadata_max_age_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"client.{name} must be positive")

@@ -23,6 +23,7 @@ import asyncio
 import collections
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from httpapi import wire, writes
 from streams.dlsn import DLSN
 from thinclient.config import ClientConfig
 from thinclient.records import as_record, size_of
+from thinclient.topics import records_path
 from thinclient.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,8 @@ __all__ = ["Chunk", "Producer"]
 
 @dataclass(slots=True)
 class Chunk:
-    """One ``write``/``write_many`` call's records, waiting for their DLSNs in ``fut``."""
+    """One ``write``/``write_many``/``send`` call's records, waiting in ``fut`` for
+    their DLSNs -- or, with ``offsets``, their offsets (sequence ids in the stream)."""
 
     # Plain payloads (the fast path: no WireRecord per record) or full records.
     records: list[bytes] | list[writes.WireRecord]
@@ -54,6 +57,7 @@ class Chunk:
     size: int
     fut: asyncio.Future[Any]
     single: bool
+    offsets: bool = False
 
 
 @dataclass
@@ -80,12 +84,21 @@ class _Sender:
 
 
 class Producer:
-    """Every stream's sender, and the bytes they hold (``buffered``)."""
+    """Every stream's sender, and the bytes they hold (``buffered``). ``on_batch(stream)``
+    is called whenever a request is cut from a stream's queue (the topic router moves
+    unkeyed records to another partition then)."""
 
-    def __init__(self, config: ClientConfig, transport: Transport, producer_id: str) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        transport: Transport,
+        producer_id: str,
+        on_batch: Callable[[str], None] | None = None,
+    ) -> None:
         self.config = config
         self.transport = transport
         self.producer_id = producer_id
+        self._on_batch = on_batch
         self.closed = False
         self._senders: dict[str, _Sender] = {}
         self._buffered = 0
@@ -94,9 +107,15 @@ class Producer:
     # -- queueing ------------------------------------------------------------------
 
     def enqueue(
-        self, stream: str, records: list[bytes] | list[writes.WireRecord], single: bool
+        self,
+        stream: str,
+        records: list[bytes] | list[writes.WireRecord],
+        single: bool,
+        *,
+        offsets: bool = False,
     ) -> Chunk:
-        """Queue ``records`` for ``stream``; the chunk's future gets their DLSN(s)."""
+        """Queue ``records`` for ``stream``; the chunk's future gets their DLSN(s), or
+        with ``offsets`` their offset(s)."""
         if self.closed:
             raise ClosedError("ProxyClient was closed")
         if not records:
@@ -111,7 +130,7 @@ class Producer:
         if sender is None:
             sender = self._senders[stream] = _Sender(stream, self.producer_id)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        chunk = Chunk(records, sender.queued, size, fut, single)
+        chunk = Chunk(records, sender.queued, size, fut, single, offsets)
         sender.queued += 1
         sender.queue.append(chunk)
         self._buffered += size
@@ -157,6 +176,8 @@ class Producer:
                 while (sender.queue and not sender.abandoning
                        and len(window) < cfg.requests_in_flight_per_stream):  # fmt: skip
                     batch, size = self._next_batch(sender.queue)
+                    if self._on_batch is not None:
+                        self._on_batch(sender.stream)
                     seq = sender.next_seq
                     sender.next_seq += sum(len(c.records) for c in batch)
                     window.add(loop.create_task(
@@ -238,7 +259,7 @@ class Producer:
             obj = writes.write_body(list(map(as_record, items)), sender.producer, seq, epoch)
         records = items
         body = wire.encode_body(obj, wire.MSGPACK)
-        path = f"{wire.API_PREFIX}/streams/{stream}/records"
+        path = records_path(stream)
 
         def hole(error: BooklineError) -> bool:
             # Refused for the gap a failed request of this epoch left: never written, and
@@ -251,6 +272,11 @@ class Producer:
             dlsns = [DLSN(*d) for d in writes.answer_dlsns(answer)]
             if len(dlsns) != len(records):
                 raise BadRequestError(f"{len(dlsns)} DLSNs for {len(records)} records")
+            offsets: list[int] | None = None
+            if any(c.offsets for c in batch):
+                offsets = writes.answer_offsets(answer)
+                if offsets is None or len(offsets) != len(records):
+                    raise BadRequestError("the write answer lacks the records' offsets")
         except BooklineError as exc:
             if hole(exc):
                 sender.parked.extend(batch)
@@ -265,6 +291,7 @@ class Producer:
         for c in batch:
             n = len(c.records)
             if not c.fut.done():
-                c.fut.set_result(dlsns[pos] if c.single else dlsns[pos : pos + n])
+                got: list[Any] = offsets if c.offsets and offsets is not None else dlsns
+                c.fut.set_result(got[pos] if c.single else got[pos : pos + n])
             pos += n
         return False

@@ -1,8 +1,9 @@
 """:class:`ProxyClient`: the thin client's asyncio face, over its parts.
 
 ``routing`` (which proxy), ``transport`` (HTTP, retries, redirects), ``producer``
-(batched idempotent writes with epochs), ``reads`` (pages and tails); this module
-holds the lifecycle, the write calls, stream management and the read calls.
+(batched idempotent writes with epochs), ``topics`` (partition counts and choice, topic
+admin), ``reads`` (pages and tails); this module holds the lifecycle, the write and
+send calls, stream and topic management and the read calls.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import random
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
 from foundation.cluster_file import read_cluster_file
-from foundation.errors import ConfigError, TooManyRequestsError
+from foundation.errors import ConfigError, NotFoundError, TooManyRequestsError
+from foundation.names import partition_stream
 from httpapi import wire
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -25,8 +27,9 @@ from thinclient import reads
 from thinclient.config import ClientConfig
 from thinclient.producer import Producer
 from thinclient.reads import ReadPage, stream_path
-from thinclient.records import RecordLike, as_records, size_of
+from thinclient.records import RecordLike, Records, as_records, key_of, keyed, one, size_of
 from thinclient.routing import ProxyDirectory
+from thinclient.topics import TopicRouter, topic_path
 from thinclient.transport import Transport
 
 __all__ = ["ProxyClient"]
@@ -54,7 +57,10 @@ class ProxyClient:
             self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
         )
         self._transport = Transport(self.config, self._proxies, rng)
-        self._producer = Producer(self.config, self._transport, self.producer_id)
+        self._topics = TopicRouter(self.config, self._transport, rng)
+        self._producer = Producer(
+            self.config, self._transport, self.producer_id, on_batch=self._topics.batch_cut
+        )
         self._closed = False
 
     @classmethod
@@ -111,18 +117,32 @@ class ProxyClient:
 
     # -- writes ---------------------------------------------------------------------
 
-    def write_nowait(self, stream: str, record: RecordLike) -> asyncio.Future[DLSN]:
+    def write_nowait(
+        self,
+        stream: str,
+        record: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+    ) -> asyncio.Future[DLSN]:
         """Queue one record; the future resolves to its DLSN once durable."""
-        rec = as_records([record])
-        if not self._producer.has_room(size_of(rec[0])):
+        rec = keyed(record, key, headers)
+        if not self._producer.has_room(size_of(rec)):
             raise TooManyRequestsError("client buffer full; await write() instead")
-        fut: asyncio.Future[DLSN] = self._producer.enqueue(stream, rec, True).fut
+        fut: asyncio.Future[DLSN] = self._producer.enqueue(stream, one(rec), True).fut
         return fut
 
-    async def write(self, stream: str, record: RecordLike) -> DLSN:
-        rec = as_records([record])
-        await self._producer.wait_room(size_of(rec[0]))
-        result: DLSN = await self._producer.enqueue(stream, rec, True).fut
+    async def write(
+        self,
+        stream: str,
+        record: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+    ) -> DLSN:
+        """Write one record (bytes, str, WireRecord or LogRecord; ``key=`` and
+        ``headers=`` beside a plain value); its DLSN once durable."""
+        rec = keyed(record, key, headers)
+        await self._producer.wait_room(size_of(rec))
+        result: DLSN = await self._producer.enqueue(stream, one(rec), True).fut
         return result
 
     def write_many_nowait(
@@ -144,6 +164,133 @@ class ProxyClient:
     async def flush(self) -> None:
         """Wait until everything queued so far is answered."""
         await self._producer.flush()
+
+    # -- topics: producing --------------------------------------------------------------
+
+    async def send(
+        self,
+        topic: str,
+        value: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+        partition: int | None = None,
+    ) -> tuple[int, int]:
+        """Send one record to ``topic``; ``(partition, offset)`` once it is durable.
+        Keyed: Kafka's partition for the key; unkeyed: sticky batches spread over the
+        partitions; ``partition=`` picks one (UNKNOWN_PARTITION if it does not exist).
+        Per partition, records keep their order and retries never duplicate them."""
+        rec = keyed(value, key, headers)
+        await self._producer.wait_room(size_of(rec))
+        for attempt in (1, 2):
+            count = self._topics.cached(topic) or await self._topics.partitions(topic)
+            if partition is None:
+                p = self._topics.choose(topic, count, key_of(rec))
+            else:
+                p = await self._topics.check_partition(topic, partition, count)
+            chunk = self._producer.enqueue(partition_stream(topic, p), one(rec), True, offsets=True)
+            try:
+                return p, await chunk.fut
+            except NotFoundError:  # UNKNOWN_PARTITION included: nothing was written
+                self._topics.forget(topic)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def send_many(
+        self, topic: str, records: Sequence[RecordLike], partition: int | None = None
+    ) -> list[tuple[int, int]]:
+        """Send records (keys and headers inside WireRecords or LogRecords) to
+        ``topic``; each one's ``(partition, offset)`` once all are durable."""
+        recs = as_records(records)
+        await self._producer.wait_room(sum(map(size_of, recs)))
+        out: list[tuple[int, int] | None] = [None] * len(recs)
+        todo = list(range(len(recs)))
+        for attempt in (1, 2):
+            count = self._topics.cached(topic) or await self._topics.partitions(topic)
+            groups: dict[int, list[int]] = {}
+            if partition is not None:
+                p = await self._topics.check_partition(topic, partition, count)
+                groups[p] = todo
+            else:
+                choose = self._topics.choose
+                for i in todo:
+                    groups.setdefault(choose(topic, count, key_of(recs[i])), []).append(i)
+            chunks = [
+                (p, idx, self._producer.enqueue(
+                    partition_stream(topic, p), _pick(recs, idx), False, offsets=True))
+                for p, idx in groups.items()
+            ]  # fmt: skip
+            await asyncio.wait([c.fut for _p, _i, c in chunks])
+            todo, missing = [], None
+            for p, idx, chunk in chunks:
+                error = chunk.fut.exception()
+                if isinstance(error, NotFoundError) and attempt == 1:
+                    todo.extend(idx)  # not written: route again with fresh metadata
+                    missing = error
+                elif error is not None:
+                    raise error
+                else:
+                    for i, offset in zip(idx, chunk.fut.result(), strict=True):
+                        out[i] = (p, offset)
+            if missing is None:
+                return out  # type: ignore[return-value]
+            self._topics.forget(topic)
+            todo.sort()
+        raise AssertionError("unreachable")
+
+    async def partitions_for(self, topic: str, *, refresh: bool = False) -> int:
+        """The topic's partition count (cached for ``topic_metadata_max_age_ms``)."""
+        return await self._topics.partitions(topic, refresh=refresh)
+
+    # -- topics: management ---------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_rollover_bytes: int | None = None,
+        segment_rollover_ms: int | None = None,
+        ensemble_size: int | None = None,
+        write_quorum: int | None = None,
+        ack_quorum: int | None = None,
+    ) -> dict[str, Any]:
+        """Create a topic; its record ``{name, partitions, options, ctime_ms}``."""
+        options = {
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+            "segment_rollover_bytes": segment_rollover_bytes,
+            "segment_rollover_ms": segment_rollover_ms,
+            "ensemble_size": ensemble_size,
+            "write_quorum": write_quorum,
+            "ack_quorum": ack_quorum,
+        }
+        result: dict[str, Any] = await self._topics.create(name, partitions, options)
+        return result
+
+    async def list_topics(self) -> list[str]:
+        obj = await self._transport.call("GET", f"{wire.API_PREFIX}/topics", None)
+        return list(obj.get("topics", []))
+
+    async def describe_topic(self, name: str) -> dict[str, Any]:
+        """``{name, partitions, options, ctime_ms}``."""
+        return await self._transport.call("GET", topic_path(name), None)
+
+    async def topic_partitions(self, name: str) -> list[dict[str, Any]]:
+        """Each partition's ``start_offset``, ``end_offset``, ``size_bytes``,
+        ``segments``, ``stream`` and ``owner``."""
+        obj = await self._transport.call("GET", topic_path(name, "/partitions"), None)
+        return list(obj.get("partitions", []))
+
+    async def alter_topic(self, name: str, partitions: int) -> dict[str, Any]:
+        """Grow the topic to ``partitions`` (BAD_REQUEST to shrink)."""
+        result: dict[str, Any] = await self._topics.alter(name, partitions)
+        return result
+
+    async def delete_topic(self, name: str) -> None:
+        await self._topics.delete(name)
 
     # -- stream management ---------------------------------------------------------------
 
@@ -193,3 +340,7 @@ class ProxyClient:
         """Every record from ``start`` on, following the stream (WebSocket), across
         read proxy failures (it resumes where it stopped)."""
         return reads.tail(self._transport, stream, start)
+
+
+def _pick(records: Records, idx: list[int]) -> Records:
+    return cast("Records", [records[i] for i in idx])

@@ -1,5 +1,6 @@
-"""What the thin client accepts as a record: ``bytes``, ``str`` or a
-:class:`~httpapi.writes.WireRecord` (key, headers, txid). Pure.
+"""What the thin client accepts as a record: ``bytes``, ``str``, a
+:class:`~httpapi.writes.WireRecord` or the core library's
+:class:`~streams.records.LogRecord` (key, headers, txid). Pure.
 
 Plain ``bytes`` stay ``bytes`` all the way to the request body (no object per record:
 the common case is fast); anything else becomes a WireRecord.
@@ -11,23 +12,52 @@ from collections.abc import Sequence
 from typing import cast
 
 from httpapi.writes import WireRecord
+from streams.records import LogRecord
 
-__all__ = ["RecordLike", "as_record", "as_records", "size_of"]
+__all__ = ["RecordLike", "Records", "as_record", "as_records", "key_of", "keyed", "one", "size_of"]
 
-RecordLike = bytes | str | WireRecord
+RecordLike = bytes | str | WireRecord | LogRecord
+# What a request is made of: plain payloads (the fast path), or full records.
+Records = list[bytes] | list[WireRecord]
+
+
+def one(record: bytes | WireRecord) -> Records:
+    return cast("Records", [record])
 
 
 def as_record(value: RecordLike) -> WireRecord:
     if isinstance(value, WireRecord):
         return value
+    if isinstance(value, LogRecord):
+        return WireRecord(value.payload, value.key, value.headers, value.txid)
     if isinstance(value, str):
         return WireRecord(value.encode())
     if isinstance(value, bytes | bytearray | memoryview):
         return WireRecord(bytes(value))
-    raise TypeError(f"a record is bytes, str or WireRecord, not {type(value).__name__}")
+    raise TypeError(f"a record is bytes, str, WireRecord or LogRecord, not {type(value).__name__}")
 
 
-def as_records(values: Sequence[RecordLike]) -> list[bytes] | list[WireRecord]:
+def keyed(
+    value: RecordLike, key: bytes | str | None, headers: dict[str, bytes | str] | None
+) -> bytes | WireRecord:
+    """One record from a value and the ``key=``/``headers=`` given beside it (text is
+    UTF-8); a plain value stays plain bytes."""
+    if key is None and headers is None:
+        return value if type(value) is bytes else as_record(value)
+    if isinstance(value, WireRecord | LogRecord):
+        raise TypeError("give key and headers inside the record, not beside it")
+    rec = as_record(value)
+    k = key.encode() if isinstance(key, str) else key
+    h = None if headers is None else {n: v.encode() if isinstance(v, str) else v
+                                      for n, v in headers.items()}  # fmt: skip
+    return WireRecord(rec.payload, k, h)
+
+
+def key_of(record: bytes | WireRecord) -> bytes | None:
+    return None if type(record) is bytes else record.key  # type: ignore[union-attr]
+
+
+def as_records(values: Sequence[RecordLike]) -> Records:
     """Plain bytes stay a list of payloads (the common case, no object per record)."""
     if all(type(v) is bytes for v in values):
         return cast("list[bytes]", list(values))

@@ -45,8 +45,14 @@ class SyncProxyClient:
         cluster = read_cluster_file(path)
         return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, **kwargs)
 
-    def write(self, stream: str, record: RecordLike) -> DLSN:
-        return self._loop.call(self._client.write(stream, record))
+    def write(
+        self,
+        stream: str,
+        record: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+    ) -> DLSN:
+        return self._loop.call(self._client.write(stream, record, key, headers))
 
     def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
         return self._loop.call(self._client.write_many(stream, records))
@@ -57,6 +63,58 @@ class SyncProxyClient:
 
     def flush(self) -> None:
         self._loop.call(self._client.flush())
+
+    # -- topics --------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+        partition: int | None = None,
+    ) -> tuple[int, int]:
+        """``(partition, offset)`` once the record is durable."""
+        return self._loop.call(self._client.send(topic, value, key, headers, partition))
+
+    def send_async(
+        self,
+        topic: str,
+        value: RecordLike,
+        key: bytes | str | None = None,
+        headers: dict[str, bytes | str] | None = None,
+        partition: int | None = None,
+    ) -> concurrent.futures.Future[tuple[int, int]]:
+        """Pipelined: a concurrent.futures.Future of ``(partition, offset)``."""
+        return asyncio.run_coroutine_threadsafe(
+            self._client.send(topic, value, key, headers, partition), self._loop.loop
+        )
+
+    def send_many(
+        self, topic: str, records: Sequence[RecordLike], partition: int | None = None
+    ) -> list[tuple[int, int]]:
+        return self._loop.call(self._client.send_many(topic, records, partition))
+
+    def partitions_for(self, topic: str) -> int:
+        return self._loop.call(self._client.partitions_for(topic))
+
+    def create_topic(self, name: str, partitions: int, **options: int | None) -> dict[str, Any]:
+        return self._loop.call(self._client.create_topic(name, partitions, **options))
+
+    def list_topics(self) -> list[str]:
+        return self._loop.call(self._client.list_topics())
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        return self._loop.call(self._client.describe_topic(name))
+
+    def topic_partitions(self, name: str) -> list[dict[str, Any]]:
+        return self._loop.call(self._client.topic_partitions(name))
+
+    def alter_topic(self, name: str, partitions: int) -> dict[str, Any]:
+        return self._loop.call(self._client.alter_topic(name, partitions))
+
+    def delete_topic(self, name: str) -> None:
+        self._loop.call(self._client.delete_topic(name))
 
     def read(
         self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
