@@ -36,22 +36,23 @@ import copy
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from foundation.errors import (
-    AlreadyExistsError,
     BadRequestError,
     BooklineError,
     ConfigError,
     NotFoundError,
     OutcomeUnknownError,
-    OutOfRangeError,
     OwnershipLostError,
+    SessionSuspendedError,
 )
-from foundation.names import group_stream, partition_stream
+from foundation.names import group_stream
 from groups import log as group_log
 from groups.assignors import ASSIGNORS, TopicPartition, assignor_names
+from groups.coordinator_store import read_group_log
+from groups.partition_offsets import PartitionOffsets, TopicView, gather_bounded
 from groups.state import (
     SESSION_TIMEOUT_MS_MAX,
     SESSION_TIMEOUT_MS_MIN,
@@ -59,7 +60,7 @@ from groups.state import (
     JoinResult,
 )
 from groups.wire import OFFSET_MAX, CommitRequest, HeartbeatRequest, JoinRequest, ResetRequest
-from streams.dlsn import DLSN, StartPosition
+from streams.dlsn import DLSN
 from streams.records import LogRecord
 
 if TYPE_CHECKING:
@@ -69,25 +70,16 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CoordinatorConfig",
-    "CoreTopics",
     "GroupCoordinator",
     "GroupLogWriter",
     "GroupStats",
     "TopicView",
     "check_join",
-    "ensure_group_log",
-    "read_group_log",
 ]
 
-# Entries read per request while replaying a group log.
-REPLAY_ENTRIES_PER_READ: Final = 64
-# Partitions whose offsets are read at once (each costs a ZooKeeper read and a LAC read).
-OFFSET_READS_CONCURRENT: Final = 16
 # Partitions a group keeps offsets for: a ``full`` record holds them all and must stay
 # well under the 1 MiB record limit (~10 bytes per partition plus topic names).
 GROUP_PARTITIONS_MAX: Final = 50_000
-# A reset to a datetime waits this long for the first record at or after it.
-TIME_LOOKUP_WAIT_S: Final = 1.0
 
 T = TypeVar("T")
 
@@ -120,22 +112,6 @@ class GroupLogWriter(Protocol):
     async def truncate(self, dlsn: DLSN) -> bool: ...
 
 
-class TopicView(Protocol):
-    """Topic metadata and partition offsets, as the coordinator needs them."""
-
-    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
-        """Partition counts of the topics that exist (the others are left out)."""
-        ...
-
-    async def end_offset(self, tp: TopicPartition) -> int: ...
-
-    async def start_offset(self, tp: TopicPartition) -> int: ...
-
-    async def offset_for_time(self, tp: TopicPartition, ms: int) -> int:
-        """The first offset whose record's timestamp is >= ``ms`` (the end if none)."""
-        ...
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class GroupStats:
     """What the metrics show of one group (from cached offsets; no I/O)."""
@@ -149,14 +125,6 @@ class GroupStats:
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-@dataclasses.dataclass(slots=True)
-class _Offsets:
-    end: int
-    end_at_ms: int
-    start: int | None = None
-    start_at_ms: int = 0
 
 
 class GroupCoordinator:
@@ -187,10 +155,11 @@ class GroupCoordinator:
         self._last: asyncio.Future[DLSN] | None = None
         self._since_full = 0
         self._compacting: asyncio.Task[None] | None = None
-        self._offsets: dict[TopicPartition, _Offsets] = {}
+        self.offsets = PartitionOffsets(topics, clock_ms)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._unserved = False  # the health check failed since the last success
         self._warned_shrunk: set[str] = set()
 
     # -- loading and lifecycle -----------------------------------------------------------
@@ -292,6 +261,9 @@ class GroupCoordinator:
         """Expire members whose session ran out (the timer calls this)."""
         self._check()
         now = self._clock()
+        due = self.state.next_deadline_ms()
+        if due is None or due >= now:
+            return []  # nothing to expire: no copy of the state
         gone, fut = self._mutate(lambda s: s.expire(now))
         if gone:
             log.info("group %s: sessions expired: %s", self.group, ", ".join(gone))
@@ -305,11 +277,11 @@ class GroupCoordinator:
         self._check()
         # Membership, generation and assignment first: no I/O for a refused commit.
         self.state.check_commit(req.member_id, req.generation, req.offsets, lambda tp: OFFSET_MAX)
-        beyond = [tp for tp, o in req.offsets.items() if o > self._cached_end(tp)]
+        beyond = [tp for tp, o in req.offsets.items() if o > self.offsets.end(tp)]
         if beyond:
-            await self._read_offsets(beyond, max_age_ms=0, start=False)
+            await self.offsets.read(beyond, max_age_ms=0)
             self._check()
-        self.state.check_commit(req.member_id, req.generation, req.offsets, self._cached_end)
+        self.state.check_commit(req.member_id, req.generation, req.offsets, self.offsets.end)
         self._check_tracked(req.offsets)
         fut = self._append(group_log.Commit(req.generation, req.member_id, dict(req.offsets)))
         self.state.apply_commit(req.offsets)
@@ -336,11 +308,14 @@ class GroupCoordinator:
         if unknown:
             raise NotFoundError(f"unknown topic(s) {', '.join(unknown)}")
         tps = [(t, p) for t in topics for p in range(counts[t])]
-        targets = dict(await _gather(tps, lambda tp: self._reset_target(tp, req)))
-        await self._read_offsets(tps, max_age_ms=0, start=False)
+        values = await gather_bounded(
+            tps, lambda tp: self.offsets.reset_target(tp, req.to, req.value)
+        )
+        targets = dict(zip(tps, values, strict=True))
+        await self.offsets.read(tps, max_age_ms=0)
         self._check()
         self.state.require_empty("reset its offsets")  # a member may have joined meanwhile
-        self.state.reset_offsets(targets, self._cached_end)
+        self.state.reset_offsets(targets, self.offsets.end)
         self._check_tracked(targets)
         fut = self._append(group_log.Reset(targets))
         self.exists = True
@@ -367,7 +342,7 @@ class GroupCoordinator:
         self._check()
         self._require_exists()
         tps = self._tracked()
-        await self._read_offsets(tps, max_age_ms=0, start=True)
+        await self.offsets.read(tps, max_age_ms=0, wants_start=lambda tp: True)
         s = self.state
         partitions = []
         for tp in tps:
@@ -378,8 +353,8 @@ class GroupCoordinator:
                     "partition": tp[1],
                     "member_id": None if holder is None else holder.member_id,
                     "committed": s.offsets.get(tp),
-                    "start": self._offsets[tp].start if tp in self._offsets else None,
-                    "end": self._offsets[tp].end if tp in self._offsets else None,
+                    "start": self.offsets.start(tp),
+                    "end": self.offsets.cached_end(tp),
                     "lag": self._lag(tp),
                 }
             )
@@ -419,18 +394,43 @@ class GroupCoordinator:
         if topics:
             counts = await self._topics.partition_counts(topics)
             self._check()
-            _changed, fut = self._mutate(lambda s: s.set_partitions(self._grown(s, counts)))
-            await self._durable(fut)
-        await self._read_offsets(self._tracked(), self.config.offsets_max_age_ms, start=True)
+            grown = self._grown(self.state, counts)
+            if grown:
+                _changed, fut = self._mutate(lambda s: s.set_partitions(grown))
+                await self._durable(fut)
+        # Start offsets only where lag needs them (nothing committed).
+        await self.offsets.read(
+            self._tracked(),
+            self.config.offsets_max_age_ms,
+            wants_start=lambda tp: tp not in self.state.offsets,
+        )
 
     # -- internals: state changes and the log ------------------------------------------
 
     def _check(self) -> None:
+        """Refuse to serve unless this coordinator may: not failed nor closed, and the
+        host's health check passes (its stream still owned, its session connected). A
+        lost stream fails it for good; after a spell of not serving (a suspended
+        session), every member gets a fresh session, as after a failover: none could
+        heartbeat meanwhile."""
         if self.failed is not None:
             raise OwnershipLostError(f"coordinator of group {self.group} failed; retry")
         if self._closed:
             raise OwnershipLostError(f"coordinator of group {self.group} closed; retry")
-        self._health()
+        try:
+            self._health()
+        except OwnershipLostError as exc:
+            self._fail(exc)
+            raise
+        except BooklineError:
+            self._unserved = True
+            raise
+        if self._unserved:
+            self._unserved = False
+            now = self._clock()
+            for m in self.state.members.values():
+                m.deadline_ms = max(m.deadline_ms, now + m.session_timeout_ms)
+            log.info("group %s: serving again; members get fresh sessions", self.group)
 
     def _require_exists(self) -> None:
         if not self.exists:
@@ -550,58 +550,8 @@ class GroupCoordinator:
         tps.update(s.offsets)
         return sorted(tps)
 
-    def _cached_end(self, tp: TopicPartition) -> int:
-        cached = self._offsets.get(tp)
-        return -1 if cached is None else cached.end
-
     def _lag(self, tp: TopicPartition) -> int | None:
-        cached = self._offsets.get(tp)
-        if cached is None:
-            return None
-        committed = self.state.offsets.get(tp)
-        base = committed if committed is not None else cached.start
-        return None if base is None else max(0, cached.end - base)
-
-    async def _read_offsets(
-        self, tps: Iterable[TopicPartition], max_age_ms: int, *, start: bool
-    ) -> None:
-        """Refresh the cached end (and with ``start``, the start) offsets older than
-        ``max_age_ms``; partitions whose stream is gone are left out."""
-        now = self._clock()
-
-        async def one(tp: TopicPartition) -> None:
-            cached = self._offsets.get(tp)
-            want_start = start and tp not in self.state.offsets
-            if cached is None or now - cached.end_at_ms >= max_age_ms:
-                end = await self._topics.end_offset(tp)
-                cached = self._offsets.setdefault(tp, _Offsets(end, now))
-                cached.end, cached.end_at_ms = end, now
-            if want_start and (cached.start is None or now - cached.start_at_ms >= max_age_ms):
-                cached.start, cached.start_at_ms = await self._topics.start_offset(tp), now
-
-        async def guarded(tp: TopicPartition) -> None:
-            try:
-                await one(tp)
-            except NotFoundError:
-                self._offsets.pop(tp, None)
-
-        await _gather(list(tps), guarded)
-
-    async def _reset_target(self, tp: TopicPartition, req: ResetRequest) -> int:
-        if req.to == "earliest":
-            return await self._topics.start_offset(tp)
-        if req.to == "latest":
-            return await self._topics.end_offset(tp)
-        assert req.value is not None
-        if req.to == "datetime":
-            return await self._topics.offset_for_time(tp, req.value)
-        end = await self._topics.end_offset(tp)
-        if req.value > end:
-            raise OutOfRangeError(
-                f"offset {req.value} of {tp[0]}/{tp[1]} is beyond the partition's end offset {end}"
-            )
-        # Below the first readable offset means "from the oldest record kept".
-        return max(req.value, await self._topics.start_offset(tp))
+        return self.offsets.lag(tp, self.state.offsets.get(tp))
 
     # -- internals: timers --------------------------------------------------------------
 
@@ -618,6 +568,8 @@ class GroupCoordinator:
                 return
             try:
                 await self.expire_due()
+            except SessionSuspendedError:
+                continue  # the host's session is back soon, or lost (then we fail)
             except BooklineError as exc:
                 log.warning("group %s: expiring sessions: %s", self.group, exc)
 
@@ -628,6 +580,8 @@ class GroupCoordinator:
                 return
             try:
                 await self.refresh()
+            except SessionSuspendedError:
+                continue
             except BooklineError as exc:
                 log.warning("group %s: refreshing partitions and offsets: %s", self.group, exc)
 
@@ -650,92 +604,3 @@ async def check_join(req: JoinRequest, topics: TopicView) -> dict[str, int]:
     if unknown:
         raise BadRequestError(f"unknown topic(s) {', '.join(unknown)}")
     return counts
-
-
-async def _gather(
-    items: list[TopicPartition], fn: Callable[[TopicPartition], Any]
-) -> list[tuple[TopicPartition, Any]]:
-    """``fn`` over ``items``, at most OFFSET_READS_CONCURRENT at once; (item, result)."""
-    limit = asyncio.Semaphore(OFFSET_READS_CONCURRENT)
-
-    async def one(tp: TopicPartition) -> tuple[TopicPartition, Any]:
-        async with limit:
-            return tp, await fn(tp)
-
-    return list(await asyncio.gather(*(one(tp) for tp in items)))
-
-
-# -- the log stream ----------------------------------------------------------------------
-
-
-async def ensure_group_log(ns: Namespace, group: str) -> bool:
-    """Create the group's log stream unless it exists; True if this call created it."""
-    name = group_stream(group)
-    if await ns.exists(name):
-        return False
-    ctx = ns.context
-    try:
-        # Namespace.create_stream takes user names only; the group log is internal.
-        await ctx.md.streams.create_stream(ns.name, name, None, ctime_ms=ctx.clock_ms())
-    except AlreadyExistsError:
-        return False
-    return True
-
-
-async def read_group_log(
-    ns: Namespace, name: str, state: GroupState, now_ms: int
-) -> group_log.Replayed:
-    """Replay the log stream ``name`` into ``state``, from its first readable record to
-    its end as of now (the caller holds the writer, so the end does not move)."""
-    replayed = group_log.Replayed()
-    for seg in await ns.segments(name):
-        if seg.truncated or seg.last_entry_id < 0:
-            continue
-        first = seg.min_active_dlsn.entry_id if seg.min_active_dlsn is not None else 0
-        for lo in range(first, seg.last_entry_id + 1, REPLAY_ENTRIES_PER_READ):
-            hi = min(lo + REPLAY_ENTRIES_PER_READ - 1, seg.last_entry_id)
-            records = await ns.read_entries(name, seg.seqno, lo, hi)
-            group_log.replay(
-                state,
-                (group_log.decode(r.payload, f"{name} at {r.dlsn}") for r in records),
-                now_ms,
-                replayed,
-            )
-    return replayed
-
-
-class CoreTopics:
-    """:class:`TopicView` on the core library: topic records and partition streams."""
-
-    def __init__(self, ns: Namespace) -> None:
-        from groups.topics import TopicAdmin
-
-        self._ns = ns
-        self._admin = TopicAdmin(ns)
-
-    async def partition_counts(self, topics: Collection[str]) -> dict[str, int]:
-        async def one(topic: str) -> tuple[str, int | None]:
-            try:
-                return topic, await self._admin.partitions(topic)
-            except NotFoundError:
-                return topic, None
-
-        pairs = await asyncio.gather(*(one(t) for t in sorted(set(topics))))
-        return {t: n for t, n in pairs if n is not None}
-
-    async def end_offset(self, tp: TopicPartition) -> int:
-        return await self._ns.end_offset(partition_stream(*tp))
-
-    async def start_offset(self, tp: TopicPartition) -> int:
-        return (await self._ns.stream_info(partition_stream(*tp))).first_sequence_id
-
-    async def offset_for_time(self, tp: TopicPartition, ms: int) -> int:
-        name = partition_stream(*tp)
-        reader = await self._ns.open_reader(name, StartPosition.timestamp(ms), skip_truncated=True)
-        try:
-            record = await reader.read_next(timeout_s=TIME_LOOKUP_WAIT_S)
-        finally:
-            await reader.close()
-        if record is None or record.timestamp_ms < ms:
-            return await self.end_offset(tp)
-        return record.sequence_id

@@ -12,6 +12,7 @@ import pytest
 
 from foundation.errors import (
     BadRequestError,
+    BooklineError,
     ChecksumError,
     GroupNotEmptyError,
     NotAssignedError,
@@ -20,6 +21,7 @@ from foundation.errors import (
     OutOfRangeError,
     OwnershipLostError,
     ProtocolVersionError,
+    SessionSuspendedError,
     StaleGenerationError,
     WriterFailedError,
 )
@@ -403,3 +405,33 @@ async def test_delete_logs_the_deletion_and_replay_sees_no_group(
     fresh = _coord(fakes)
     with pytest.raises(NotFoundError):
         await fresh.describe()
+
+
+async def test_members_get_fresh_sessions_after_the_coordinator_could_not_serve(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    """A suspended ZooKeeper session stops the coordinator answering; nobody could
+    heartbeat meanwhile, so nobody is expired for it. A lost stream fails it for good."""
+    wlog, topics, clock = fakes
+    sick: list[BooklineError] = []
+    failures: list[BaseException] = []
+
+    def health() -> None:
+        if sick:
+            raise sick[0]
+
+    c = GroupCoordinator("g", wlog, topics, clock_ms=clock, health=health, on_fail=failures.append)
+    a = await c.join(_join())
+    sick.append(SessionSuspendedError("ZooKeeper session not connected"))
+    clock.ms += SESSION * 2
+    with pytest.raises(SessionSuspendedError):
+        await c.heartbeat(HeartbeatRequest(a.member_id, a.generation, a.partitions))
+    with pytest.raises(SessionSuspendedError):
+        await c.expire_due()
+    sick.clear()
+    assert await c.expire_due() == []  # fresh sessions from now
+    assert list(c.state.members) == [a.member_id] and c.usable
+    sick.append(OwnershipLostError("its log stream was dropped"))
+    with pytest.raises(OwnershipLostError):
+        await c.heartbeat(HeartbeatRequest(a.member_id, a.generation, a.partitions))
+    assert c.failed is not None and len(failures) == 1

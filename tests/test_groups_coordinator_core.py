@@ -15,12 +15,8 @@ import pytest
 
 from foundation.errors import LockOwnedError
 from foundation.names import group_stream, partition_stream
-from groups.coordinator import (
-    CoordinatorConfig,
-    CoreTopics,
-    GroupCoordinator,
-    ensure_group_log,
-)
+from groups.coordinator import CoordinatorConfig, GroupCoordinator
+from groups.coordinator_store import CoreTopics, ensure_group_log
 from groups.topics import TopicAdmin
 from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetRequest
 from streams.config import NamespaceConfig

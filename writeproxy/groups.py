@@ -35,17 +35,12 @@ from foundation.errors import (
     OwnerMovedError,
     OwnershipLostError,
     SessionSuspendedError,
+    UnavailableError,
 )
 from foundation.names import group_stream, parse_internal, validate_name
 from groups import wire
-from groups.coordinator import (
-    CoordinatorConfig,
-    CoreTopics,
-    GroupCoordinator,
-    GroupStats,
-    check_join,
-    ensure_group_log,
-)
+from groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupStats, check_join
+from groups.coordinator_store import CoreTopics, ensure_group_log
 from httpapi.server import read_body, respond
 from httpapi.wire import API_PREFIX
 from metadata.zk import SessionState
@@ -107,7 +102,11 @@ class GroupRoutes:
         self.host.metrics.bind_groups(self.stats)
 
     def stats(self) -> list[GroupStats]:
-        return [h.coord.stats() for h in self.hosted.values() if h.coord.usable]
+        """The groups this proxy coordinates now (for the metrics)."""
+        try:
+            return [h.coord.stats() for g, h in self.hosted.items() if self._current(g, h)]
+        except UnavailableError:  # starting or stopping: no groups
+            return []
 
     # -- routes ------------------------------------------------------------------------
 
@@ -285,8 +284,12 @@ class GroupRoutes:
             hosted = self.hosted.get(group)
             await self._discard(group)
             name = group_stream(group)
-            if hosted is not None and self.host.ownership.owned.get(name) is hosted.owned:
-                await self.host.ownership.drop(name)
+            try:
+                ownership = self.host.ownership
+            except UnavailableError:
+                return  # stopping: the proxy releases every stream itself
+            if hosted is not None and ownership.owned.get(name) is hosted.owned:
+                await ownership.drop(name)
 
         task = asyncio.get_running_loop().create_task(drop())
         self._drops.add(task)
