@@ -17,7 +17,7 @@ build one straight on a core :class:`~streams.writer.LogWriter`.
 * **Timers**: members whose session ran out are expired at ``state.next_deadline_ms()``
   (a generation bump, logged); partition counts of subscribed topics are re-read every
   ``refresh_interval_ms`` (a grown topic rebalances), and with them the end offsets
-  behind lag and the metrics.
+  behind lag and the metrics (``idle_refresh_interval_ms`` for a group without members).
 * **Commit checks**: a commit beyond a partition's cached end offset re-reads the end
   once before it is refused with OUT_OF_RANGE.
 * **Compaction**: every ``compact_records`` records a ``full`` record (state and all
@@ -94,6 +94,9 @@ class CoordinatorConfig:
     offsets_max_age_ms: int = 1_000
     # Partition counts (a grown topic rebalances) and lag are refreshed this often.
     refresh_interval_ms: int = 2_000
+    # ... and this often for a group without members (its lag still matters: it grows
+    # while the consumers are down), so a proxy hosting many idle groups reads little.
+    idle_refresh_interval_ms: int = 15_000
     # The expiry timer wakes at least this often (a deadline moved earlier by a join
     # wakes it at once).
     expiry_check_max_ms: int = 1_000
@@ -574,10 +577,17 @@ class GroupCoordinator:
                 log.warning("group %s: expiring sessions: %s", self.group, exc)
 
     async def _refresh_loop(self) -> None:
+        last = self._clock()
         while self._serving():
             await asyncio.sleep(self.config.refresh_interval_ms / 1000)
             if not self._serving():
                 return
+            if (
+                not self.state.members
+                and self._clock() - last < self.config.idle_refresh_interval_ms
+            ):
+                continue
+            last = self._clock()
             try:
                 await self.refresh()
             except SessionSuspendedError:

@@ -435,3 +435,27 @@ async def test_members_get_fresh_sessions_after_the_coordinator_could_not_serve(
     with pytest.raises(OwnershipLostError):
         await c.heartbeat(HeartbeatRequest(a.member_id, a.generation, a.partitions))
     assert c.failed is not None and len(failures) == 1
+
+
+async def test_the_timers_expire_sessions_and_pick_up_grown_topics() -> None:
+    """start(): the expiry timer at the next deadline, the refresh timer re-reading
+    partition counts (real monotonic clock, short intervals)."""
+    wlog, topics = FakeLog(), FakeTopics({"t": 2})
+    config = CoordinatorConfig(refresh_interval_ms=50, expiry_check_max_ms=100)
+    c = GroupCoordinator("g", wlog, topics, config=config)
+    c.start()
+    try:
+        a = await c.join(_join(session_timeout_ms=1_000))
+        topics.counts["t"] = 3
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if c.state.partitions["t"] == 3:
+                break
+        assert c.state.generation == a.generation + 1  # grown: rebalanced
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if not c.state.members:
+                break
+        assert not c.state.members and c.state.generation == a.generation + 2
+    finally:
+        await c.close()

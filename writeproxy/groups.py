@@ -156,8 +156,9 @@ class GroupRoutes:
     async def reset_offsets(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_reset(await read_body(request))
-        # Kafka lets an operator set a new group's offsets before its consumers start.
-        coord = await self.coordinator(group, create=True)
+        # Kafka lets an operator set a new group's offsets before its consumers start
+        # (naming the topics: a new group knows none).
+        coord = await self.coordinator(group, create=req.topics is not None)
         offsets = await coord.reset(req)
         return respond(request, {"offsets": wire.offsets_to_wire(offsets)})
 
