@@ -105,9 +105,11 @@ class ConsumerConfig:
     auto_commit_interval_ms: int = 5_000
     # Missing heartbeats this long expires the member [session.timeout.ms].
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
-    # Heartbeats at most this far apart; None: the coordinator's, a third of the
-    # session [heartbeat.interval.ms].
-    heartbeat_interval_ms: int | None = None
+    # Heartbeats at most this far apart (the coordinator's interval, a third of the
+    # session, when that is shorter; None: always the coordinator's)
+    # [heartbeat.interval.ms]. A member learns of a rebalance at its next heartbeat,
+    # so this bounds how long a rebalance waits for the members that give partitions up.
+    heartbeat_interval_ms: int | None = 1_000
     # Heartbeats this often while a rebalance is under way (hand-offs land this fast).
     rebalance_heartbeat_ms: int = 100
     # A revocation the application does not poll for within this long is finished in

@@ -14,7 +14,16 @@ from collections.abc import Callable, Sequence
 
 from foundation.errors import BooklineError
 from foundation.version import __version__
-from ops import bench, cli_autorecovery, cli_bookie, cli_group, cli_pipeline, cli_stream
+from ops import (
+    bench,
+    cli_autorecovery,
+    cli_bookie,
+    cli_consume,
+    cli_group,
+    cli_pipeline,
+    cli_stream,
+)
+from ops.cli_topic import register as register_topic
 from ops.local import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
@@ -63,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     writeproxy_main.add_parser(sub)
     readproxy_main.add_parser(sub)
     cli_stream.register(sub)
+    register_topic(sub)  # `topic ...` and `produce` (ops/cli_topic.py)
     cli_pipeline.register(sub)
     cli_group.register(sub)
+    cli_consume.register(sub)
     return parser
 
 
