@@ -2,7 +2,8 @@
 
 ``--cluster DIR/cluster.json`` (or ``BOOKLINE_CLUSTER``) says where the proxies are.
 
-* ``create|list|describe|delete NAME`` -- via a write proxy;
+* ``create|list|describe|delete NAME`` -- via a write proxy; ``list`` leaves out the
+  streams Bookline makes for topics and groups (``t~p``, ``g~group``) unless ``--all``;
 * ``write NAME`` -- one record per stdin line, through the write proxy; prints the last
   DLSN; exits 1 if any write failed;
 * ``read NAME [--from earliest|latest|DLSN|seq:N|txid:N|time:MS] [--limit N]
@@ -19,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import BooklineError, ConfigError
-from foundation.names import validate_name
+from foundation.names import is_internal, validate_name
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
@@ -51,7 +52,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return q
 
     add("create", "create a stream")
-    add("list", "list streams", with_name=False)
+    ls = add("list", "list streams", with_name=False)
+    ls.add_argument(
+        "--all", action="store_true", help="also topic partitions (t~p) and group logs (g~group)"
+    )
     add("describe", "segments, counts, positions and owner of a stream")
     add("delete", "delete a stream and its data")
     add("write", "write stdin lines as records; prints the last DLSN")
@@ -88,7 +92,8 @@ async def _main(args: argparse.Namespace) -> int:
             print(f"created {args.name}")
         elif op == "list":
             for name in await client.list_streams():
-                print(name)
+                if args.all or not is_internal(name):
+                    print(name)
         elif op == "describe":
             print(json.dumps(await client.describe(args.name), indent=2, default=str))
         elif op == "delete":
