@@ -24,7 +24,6 @@ from ops import (
     cli_stream,
 )
 from ops.cli_topic import register as register_topic
-from ops.cli_topic import register as register_topic
 from ops.local import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
@@ -72,7 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(sub)
     writeproxy_main.add_parser(sub)
     readproxy_main.add_parser(sub)
-    register_topic(sub)  # `topic ...` and `produce` (ops/cli_topic.py)
     cli_stream.register(sub)
     register_topic(sub)  # `topic ...` and `produce` (ops/cli_topic.py)
     cli_pipeline.register(sub)
