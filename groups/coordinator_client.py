@@ -192,6 +192,7 @@ class CoordinatorClient:
             raw,
             stream=group_stream(group),
             give_up=_give_up(retry_deadline_ms),
+            avoid_on_timeout=True,  # a hung coordinator's group moves to another proxy
         )
 
 

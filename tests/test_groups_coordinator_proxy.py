@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -185,6 +187,39 @@ async def test_group_routes_errors_lag_metrics_and_cli(
     assert g not in await cc.list_groups()
     with pytest.raises(NotFoundError):
         await cc.describe(g)
+
+
+# -- a paused coordinator (SIGSTOP) is replaced, and fenced when it wakes -------------
+
+
+async def test_a_paused_coordinator_is_replaced_and_cannot_commit_when_it_wakes(
+    proxy_cluster: LocalCluster, client: ProxyClient, ns: Namespace
+) -> None:
+    cc = CoordinatorClient.of(client)
+    topic = await _topic(ns, [20])
+    g = f"zombie-{_uid()}"
+    a = await cc.join(g, [topic], session_timeout_ms=SESSION_MS)
+    await cc.heartbeat(g, a.member_id, a.generation, a.assignment)
+    await cc.commit(g, a.member_id, a.generation, {(topic, 0): 5})
+    old = (await cc.describe(g))["coordinator"]
+    paused = next(p for p in proxy_cluster.write_proxies if p.extra["url"] == old)
+    os.kill(paused.proc.pid, signal.SIGSTOP)
+    try:
+        # The member goes on through another proxy once the paused one's session expired.
+        h = await cc.heartbeat(g, a.member_id, a.generation, a.assignment)
+        await cc.commit(g, a.member_id, h.generation, {(topic, 0): 8})
+        assert (await cc.describe(g))["coordinator"] != old
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+    # The old coordinator wakes believing it still coordinates: its commit must fail
+    # (its writer is fenced, its session gone), never overwrite its successor's.
+    body = {"member_id": a.member_id, "generation": h.generation, "offsets": [[topic, 0, 6]]}
+    url = old + group_path(g, "/commit")
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
+        answer = await resp.json()
+        assert resp.status != 200, answer
+    assert await cc.offsets(g) == {(topic, 0): 8}
+    await cc.leave(g, a.member_id)
 
 
 # -- failover (last: it kills a proxy and restarts it) ---------------------------------

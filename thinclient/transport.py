@@ -100,9 +100,13 @@ class Transport:
         read: bool = False,
         timeout_s: float | None = None,
         give_up: Callable[[BooklineError], bool] | None = None,
+        avoid_on_timeout: bool = False,
     ) -> dict[str, Any]:
         """One logical request: routed, redirected and retried until the deadline (or
-        until ``give_up(error)`` says a retriable error is not worth retrying)."""
+        until ``give_up(error)`` says a retriable error is not worth retrying).
+        ``avoid_on_timeout``: a timeout also avoids that proxy for ``proxy_down_ms``, as
+        a refused connection does -- for small, quick requests (a group coordinator's)
+        that time out only on a hung proxy, whose streams another proxy takes over."""
         cfg = self.config
         proxies = self.directory
         deadline = time.monotonic() + cfg.retry_deadline_ms / 1000
@@ -127,7 +131,7 @@ class Transport:
                     else ConnectionLostError(f"{method} {target}{path}: {exc}")
                 )
                 error.__cause__ = exc
-                if not isinstance(exc, TimeoutError):
+                if avoid_on_timeout or not isinstance(exc, TimeoutError):
                     proxies.mark_down(target)
                     await proxies.discover(force=True)
                 if stream is not None:
