@@ -459,3 +459,29 @@ async def test_the_timers_expire_sessions_and_pick_up_grown_topics() -> None:
         assert not c.state.members and c.state.generation == a.generation + 2
     finally:
         await c.close()
+
+
+def test_cli_group_parses_targets_and_prints_partitions_as_ranges() -> None:
+    import argparse
+
+    from ops import cli_group
+
+    assert cli_group.parse_datetime_ms("2026-01-31T12:00:00Z") == 1_769_860_800_000
+    assert cli_group.parse_datetime_ms("2026-01-31T13:00:00+01:00") == 1_769_860_800_000
+    assert cli_group.parse_datetime_ms("1700000000000") == 1_700_000_000_000
+    with pytest.raises(BadRequestError, match="ISO 8601"):
+        cli_group.parse_datetime_ms("yesterday")
+    flags = {"to_earliest": False, "to_latest": False, "to_offset": None, "to_datetime": None}
+    assert cli_group.reset_target(argparse.Namespace(**{**flags, "to_offset": 7})) == (
+        "offset",
+        7,
+    )
+    with pytest.raises(BadRequestError, match="negative"):
+        cli_group.reset_target(argparse.Namespace(**{**flags, "to_offset": -1}))
+    assert cli_group.reset_target(argparse.Namespace(**{**flags, "to_latest": True})) == (
+        "latest",
+        None,
+    )
+    tps: list[list[object]] = [["t", 5], ["t", 0], ["t", 1], ["t", 2], ["u", 3]]
+    assert cli_group._tps(tps) == "t:0-2,5 u:3"
+    assert cli_group._tps([]) == "-"
