@@ -189,6 +189,56 @@ async def test_group_routes_errors_lag_metrics_and_cli(
         await cc.describe(g)
 
 
+async def _lag_everywhere(cluster: LocalCluster, cc: CoordinatorClient, g: str) -> list[int]:
+    """The group's total lag as HTTP, the CLI and the metrics (after describe refreshed
+    the coordinator's offsets) show it."""
+    d = await cc.describe(g)
+    run = await _cli(cluster, "describe", g, "--json")
+    assert run.returncode == 0, run.stderr
+    total = 0.0
+    for p in d["partitions"]:
+        labels = {"group": g, "topic": p["topic"], "partition": str(p["partition"])}
+        total += await _metric(d["coordinator"], "bookline_group_lag_records", labels) or 0.0
+    return [d["lag"], json.loads(run.stdout)["lag"], int(total)]
+
+
+async def test_lag_before_and_after_a_group_consumer_consumed(
+    proxy_cluster: LocalCluster, ns: Namespace
+) -> None:
+    """Acceptance: lag is right before and after consumption, in HTTP, CLI and metrics
+    (a real GroupConsumer reading through the read proxy, committing through the
+    coordinator)."""
+    from groups.consumer import ConsumerConfig, GroupConsumer
+
+    topic = await _topic(ns, [9, 6])
+    g = f"lag-{_uid()}"
+    urls = _wurls(proxy_cluster)
+    rurls = [p.extra["url"] for p in proxy_cluster.read_proxies]
+    async with ProxyClient(write_urls=urls, read_urls=rurls, config=CLIENT_CONFIG) as client:
+        cc = CoordinatorClient.of(client)
+        config = ConsumerConfig(auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = GroupConsumer(g, [topic], client=client, config=config)
+        await consumer.start()
+        try:
+            assert await _lag_everywhere(proxy_cluster, cc, g) == [15, 15, 15]
+            got = 0
+            for _ in range(100):
+                got += len(await consumer.poll(timeout_s=0.2))
+                if got >= 15:
+                    break
+            assert got == 15
+            await consumer.commit()
+            assert await _lag_everywhere(proxy_cluster, cc, g) == [0, 0, 0]
+            writer = await ns.open_writer(partition_stream(topic, 1))
+            try:
+                await writer.write_many([LogRecord(b"more") for _ in range(4)])
+            finally:
+                await writer.close()
+            assert await _lag_everywhere(proxy_cluster, cc, g) == [4, 4, 4]
+        finally:
+            await consumer.close()
+
+
 # -- a paused coordinator (SIGSTOP) is replaced, and fenced when it wakes -------------
 
 
