@@ -15,8 +15,14 @@ import msgpack
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig
-from foundation.errors import NotFoundError, OutOfRangeError, StaleGenerationError
+from foundation.errors import (
+    NotAssignedError,
+    NotFoundError,
+    OutOfRangeError,
+    StaleGenerationError,
+)
 from groups.consumer import ConsumerConfig, GroupConsumer
+from groups.consumer_sync import SyncGroupConsumer
 from groups.fetchers import ConsumerRecord, CoreFetchers, PartitionFetch, ProxyFetchers
 from groups.state import GroupState
 from groups.topics import TopicAdmin
@@ -46,7 +52,8 @@ def test_page_codec_both_media() -> None:
     rows = rows_of(recs)
     assert rows == [(7, 100, None, b"v0", None), (8, 101, b"k", b"\xff", {"h": b"x"})]
     packed = encode_page(rows, 9, wire.MSGPACK)
-    assert decode_page(msgpack.unpackb(packed)) == ([list(r) for r in rows], 9)
+    unpacked_rows, nxt = decode_page(msgpack.unpackb(packed))
+    assert ([tuple(r) for r in unpacked_rows], nxt) == (rows, 9)
     as_json = wire.decode_body(encode_page(rows, 9, wire.JSON), wire.JSON)
     assert as_json["records"][1]["value_b64"] == "/w=="  # not UTF-8: base64
     assert decode_page(as_json) == (rows, 9)
@@ -260,6 +267,10 @@ async def test_group_reads_everything_once_and_commits(
         assert sorted((r.partition, r.offset) for r in got) == sorted(
             [(0, i) for i in range(100)] + [(1, i) for i in range(50)] + [(3, i) for i in range(75)]
         )
+        deadline = time.monotonic() + 15  # the hand-off to the second member settles
+        while len(consumers[0].assignment() | consumers[1].assignment()) < 4:
+            assert time.monotonic() < deadline
+            assert await _drain(consumers, 1, timeout_s=0.2) == []
         owners = [c.assignment() for c in consumers]
         assert owners[0] | owners[1] == {(topic, p) for p in range(4)}
         assert not owners[0] & owners[1]
@@ -279,3 +290,98 @@ async def test_group_reads_everything_once_and_commits(
     finally:
         for c in consumers:
             await c.close()
+
+
+@pytest.mark.integration
+async def test_lag_before_and_after_consumption(proxy_cluster: LocalCluster, ns: Namespace) -> None:
+    topic = await _topic(ns, 3, [40, 0, 25])
+    group = f"g{_uid()}"
+    c = await _consumer(proxy_cluster, group, topic, "core")
+    try:
+        cc = c._coordinator
+        desc = await cc.describe(group)
+        assert desc["lag"] == 65  # nothing committed: end - start
+        assert {p["partition"]: p["lag"] for p in desc["partitions"]} == {0: 40, 1: 0, 2: 25}
+        got = await _drain([c], 65)
+        assert len(got) == 65
+        await c.commit()
+        assert (await cc.describe(group))["lag"] == 0
+        w = await ns.open_writer(f"{topic}~1")
+        await w.write_many([LogRecord(b"x")] * 7)
+        await w.close()
+        desc = await cc.describe(group)
+        assert {p["partition"]: p["lag"] for p in desc["partitions"]} == {0: 0, 1: 7, 2: 0}
+    finally:
+        await c.close()
+
+
+@pytest.mark.integration
+async def test_pause_resume_seek_and_offset_reset(
+    proxy_cluster: LocalCluster, ns: Namespace
+) -> None:
+    topic = await _topic(ns, 2, [30, 30])
+    group = f"g{_uid()}"
+    latest = ConsumerConfig(session_timeout_ms=3_000, auto_offset_reset="latest", fetch_wait_ms=200)
+    c = await _consumer(proxy_cluster, group, topic, config=latest)
+    try:
+        assert await c.poll(timeout_s=1.0) == []  # latest: nothing old
+        tp0, tp1 = (topic, 0), (topic, 1)
+        assert c.assignment() == {tp0, tp1}
+        assert c.position(tp0) == 30
+        c.seek_to_beginning([tp0])
+        c.pause([tp1])
+        c.seek(tp1, 5)
+        got = await _drain([c], 30, timeout_s=10)
+        assert {r.tp for r in got} == {tp0} and [r.offset for r in got] == list(range(30))
+        assert c.paused() == {tp1}
+        c.resume([tp1])
+        got = await _drain([c], 25, timeout_s=10)
+        assert [r.offset for r in got] == list(range(5, 30))
+        c.seek_to_timestamp(int(time.time() * 1000) + 60_000)  # after everything: the end
+        assert await c.poll(timeout_s=0.5) == []
+        assert c.position(tp0) == 30
+        with pytest.raises(NotAssignedError):
+            await c.commit({(topic, 9): 1})
+        await c.commit({tp0: 12})
+        assert await c.committed(tp0) == 12
+        # Past the end: OUT_OF_RANGE from the fetch, reset to the policy (latest).
+        c.seek(tp0, 500)
+        assert await c.poll(timeout_s=1.0) == []
+        assert c.position(tp0) == 30
+    finally:
+        await c.close()
+
+
+@pytest.mark.integration
+def test_sync_consumer_runs_callbacks_in_the_polling_thread(proxy_cluster: LocalCluster) -> None:
+    import threading
+
+    topic = asyncio.run(_sync_topic(proxy_cluster))
+    calls: list[tuple[str, list[tuple[str, int]], str]] = []
+    consumer: SyncGroupConsumer
+
+    def on_assign(tps: list[tuple[str, int]]) -> None:
+        calls.append(("assign", tps, threading.current_thread().name))
+        consumer.seek(tps[0], 3)  # the consumer may be used from its callbacks
+
+    def on_revoke(tps: list[tuple[str, int]]) -> None:
+        calls.append(("revoke", tps, threading.current_thread().name))
+        consumer.commit()
+
+    consumer = SyncGroupConsumer.from_cluster_file(
+        proxy_cluster.dir / "cluster.json", f"g{_uid()}", [topic], config=FAST,
+        client_config=CLIENT_CONFIG, on_assign=on_assign, on_revoke=on_revoke,
+    )  # fmt: skip
+    with consumer:
+        got: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 7 and time.monotonic() < deadline:
+            got.extend(consumer.poll(timeout_s=0.2))
+        assert [r.offset for r in got] == list(range(3, 10))
+    me = threading.current_thread().name
+    assert calls == [("assign", [(topic, 0)], me), ("revoke", [(topic, 0)], me)]
+
+
+async def _sync_topic(cluster: LocalCluster) -> str:
+    async with await Namespace.open(cluster.zk_connect, "/bookline", "default") as n:
+        return await _topic(n, 1, [10])
