@@ -17,7 +17,7 @@ from typing import Final
 
 from foundation.errors import BadRequestError
 
-__all__ = ["StickyPartitioner", "murmur2", "partition_for_key", "to_positive"]
+__all__ = ["StickyPartitioner", "key_hash", "murmur2", "partition_for_key", "to_positive"]
 
 _SEED: Final = 0x9747B28C
 _M: Final = 0x5BD1E995
@@ -25,36 +25,46 @@ _R: Final = 24
 _MASK32: Final = 0xFFFFFFFF
 
 
-def _signed32(x: int) -> int:
-    x &= _MASK32
-    return x - (1 << 32) if x & 0x80000000 else x
+# Unpackers of n little-endian 32-bit words, made once: the per-key hot path then costs
+# one C call for all of a key's words (keys longer than this unpack with a new format).
+_WORDS_CACHED = 64
+_UNPACK_WORDS = [struct.Struct(f"<{n}I").unpack_from for n in range(_WORDS_CACHED + 1)]
+
+
+def _murmur2_u32(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` as an unsigned 32-bit value. Masking once per step is
+    enough: the low 32 bits of ``a * M ^ b * M`` depend only on those of ``a`` and
+    ``b``."""
+    length = len(data)
+    m, mask = _M, _MASK32
+    h = _SEED ^ length
+    blocks = length >> 2
+    if blocks:
+        if blocks <= _WORDS_CACHED:
+            words = _UNPACK_WORDS[blocks](data)
+        else:
+            words = struct.unpack_from(f"<{blocks}I", data)
+        for word in words:
+            k = (word * m) & mask
+            h = ((h * m) ^ ((k ^ (k >> _R)) * m)) & mask
+    rest = length & 3
+    if rest:
+        base = blocks << 2
+        # Java's switch falls through: 3 bytes mix in byte 2, then 1, then 0.
+        if rest == 3:
+            h ^= data[base + 2] << 16
+        if rest >= 2:
+            h ^= data[base + 1] << 8
+        h = ((h ^ data[base]) * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    return h ^ (h >> 15)
 
 
 def murmur2(data: bytes) -> int:
     """Kafka's ``Utils.murmur2``: a signed 32-bit MurmurHash2 of ``data``."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK32
-    blocks = length // 4
-    for (word,) in struct.iter_unpack("<I", data[: blocks * 4]):
-        k = (word * _M) & _MASK32
-        k ^= k >> _R
-        k = (k * _M) & _MASK32
-        h = (h * _M) & _MASK32
-        h ^= k
-    tail = data[blocks * 4 :]
-    rest = len(tail)
-    # Java's switch falls through: 3 bytes mix in byte 2, then 1, then 0.
-    if rest == 3:
-        h ^= tail[2] << 16
-    if rest >= 2:
-        h ^= tail[1] << 8
-    if rest >= 1:
-        h ^= tail[0]
-        h = (h * _M) & _MASK32
-    h ^= h >> 13
-    h = (h * _M) & _MASK32
-    h ^= h >> 15
-    return _signed32(h)
+    h = _murmur2_u32(data)
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def to_positive(number: int) -> int:
@@ -62,11 +72,17 @@ def to_positive(number: int) -> int:
     return number & 0x7FFFFFFF
 
 
+def key_hash(key: bytes) -> int:
+    """``toPositive(murmur2(key))``: the key's partition is this modulo the count (a
+    producer may keep it per key: it does not depend on the partition count)."""
+    return _murmur2_u32(key) & 0x7FFFFFFF
+
+
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner picks for ``key``."""
     if partitions <= 0:
         raise BadRequestError(f"a topic has at least one partition, not {partitions}")
-    return to_positive(murmur2(key)) % partitions
+    return (_murmur2_u32(key) & 0x7FFFFFFF) % partitions
 
 
 class StickyPartitioner:

@@ -83,6 +83,11 @@ def _schemas() -> dict[str, Any]:
                 "seq": {"type": "integer", "minimum": 0},
                 "payload": _BYTES,
                 "payloads": {"type": "array", "items": _BYTES},
+                "keys": {
+                    "type": "array",
+                    "items": {**_BYTES, "nullable": True},
+                    "description": "with payloads: one key (or null) per payload",
+                },
                 "records": {"type": "array", "items": record_in},
                 "crc": {"type": "integer", "description": "CRC32C of all payloads"},
             },

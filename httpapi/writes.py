@@ -5,10 +5,14 @@ Write request (``POST /v1/streams/{name}/records``)::
     {"producer": str?,          # producer id (idempotence); omit for fire-and-forget
      "epoch": int?,             # the producer's epoch on this stream (default 0)
      "seq": int?,               # sequence number of the first record (required with producer)
-     "payloads": [bytes, ...]   # plain records, or:
+     "payloads": [bytes, ...]   # plain records,
+     "keys": [bytes | null, ...]?   # with payloads: their keys (as many as payloads)
      "records": [{"payload": bytes, "key": bytes?, "headers": {str: bytes}?,
-                  "txid": int?}, ...],
+                  "txid": int?}, ...],   # or full records
      "crc": int?}               # CRC32C of all payloads concatenated (msgpack clients)
+
+``payloads`` + ``keys`` is the compact form of keyed records without headers or txids
+(what a topic producer sends): two flat lists, no map per record.
 
 Record ``i`` of the request has producer sequence ``seq + i`` within ``epoch``. A producer
 bumps its epoch after a batch failed for good and starts again at sequence 0; the proxy
@@ -48,6 +52,7 @@ __all__ = [
     "PRODUCER_SEQ_HEADER",
     "WireRecord",
     "WriteRequest",
+    "answer_count",
     "answer_dlsns",
     "answer_offsets",
     "decode_offset_runs",
@@ -143,11 +148,11 @@ def _record(obj: Any) -> WireRecord:
 
 
 class WriteRequest:
-    """A validated write. A plain ``payloads`` body keeps its list of payloads
-    (``payloads``) and makes :class:`WireRecord` objects only if asked (``records``):
-    the write proxy's fast path hands the payloads to the writer directly."""
+    """A validated write. A ``payloads`` body keeps its list of payloads (``payloads``,
+    and ``keys`` when it has them) and makes :class:`WireRecord` objects only if asked
+    (``records``): the write proxy's fast path hands them to the writer directly."""
 
-    __slots__ = ("_records", "epoch", "payloads", "producer", "seq")
+    __slots__ = ("_records", "epoch", "keys", "payloads", "producer", "seq")
 
     def __init__(
         self,
@@ -156,20 +161,28 @@ class WriteRequest:
         records: list[WireRecord] | None = None,
         payloads: list[bytes] | None = None,
         epoch: int = 0,
+        *,
+        keys: list[bytes | None] | None = None,
     ) -> None:
         if (records is None) == (payloads is None):
             raise BadRequestError("a write request has records or payloads, not both")
+        if keys is not None and (payloads is None or len(keys) != len(payloads)):
+            raise BadRequestError("keys go with payloads, one each")
         self.producer = producer
         self.seq = seq
         self.epoch = epoch
         self._records = records
         self.payloads = payloads
+        self.keys = keys
 
     @property
     def records(self) -> list[WireRecord]:
         if self._records is None:
             assert self.payloads is not None  # one of the two, checked above
-            self._records = [WireRecord(p) for p in self.payloads]
+            if self.keys is None:
+                self._records = [WireRecord(p) for p in self.payloads]
+            else:
+                self._records = list(map(WireRecord, self.payloads, self.keys))
         return self._records
 
     @property
@@ -179,15 +192,22 @@ class WriteRequest:
     @property
     def size_bytes(self) -> int:
         if self.payloads is not None:
-            return sum(map(len, self.payloads))
+            keys = 0 if self.keys is None else sum(len(k) for k in self.keys if k)
+            return sum(map(len, self.payloads)) + keys
         return sum(r.size_bytes for r in self.records)
 
     @property
     def record_bytes_max(self) -> int:
         """The largest record's size."""
         if self.payloads is not None:
-            return max(map(len, self.payloads), default=0)
+            if self.keys is None:
+                return max(map(len, self.payloads), default=0)
+            return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
         return max((r.size_bytes for r in self.records), default=0)
+
+
+def _key_and_payload_bytes(payload: bytes, key: bytes | None) -> int:
+    return len(payload) + (len(key) if key else 0)
 
 
 def payloads_crc(payloads: Iterable[bytes]) -> int:
@@ -208,6 +228,8 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
     epoch = get_int(obj, "epoch", 0, EPOCH_MAX) or 0
     if epoch and producer is None:
         raise BadRequestError("an epoch belongs to a producer id")
+    if "keys" in obj and "payloads" not in obj:
+        raise BadRequestError("keys go with payloads (records carry their own keys)")
     if "payloads" in obj:
         raw = obj["payloads"]
         if not isinstance(raw, list):
@@ -215,8 +237,9 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         payloads: list[bytes] = raw
         if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
             payloads = [_payload(p) for p in raw]
+        keys = _keys(obj.get("keys"), len(payloads))
         return _checked(
-            WriteRequest(producer, seq, payloads=payloads, epoch=epoch), obj, records_max
+            WriteRequest(producer, seq, payloads=payloads, epoch=epoch, keys=keys), obj, records_max
         )
     elif "records" in obj:
         raw = obj["records"]
@@ -228,6 +251,17 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
     else:
         raise BadRequestError("a write needs 'payload', 'payloads' or 'records'")
     return _checked(WriteRequest(producer, seq, records=records, epoch=epoch), obj, records_max)
+
+
+def _keys(raw: object, count: int) -> list[bytes | None] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != count:
+        raise BadRequestError("keys must be a list with one key (or null) per payload")
+    keys: list[bytes | None] = raw
+    if not all(type(k) is bytes or k is None for k in raw):  # text or junk
+        keys = [None if k is None else _payload(k) for k in raw]
+    return keys
 
 
 def _payload(value: object) -> bytes:
@@ -264,9 +298,11 @@ def write_body(
         body["seq"] = seq
         if epoch:
             body["epoch"] = epoch
-    if all(r.key is None and not r.headers and r.txid is None for r in records):
-        payloads = [r.payload for r in records]
+    payloads = [r.payload for r in records]
+    if all(not r.headers and r.txid is None for r in records):
         body["payloads"] = payloads
+        if any(r.key is not None for r in records):
+            body["keys"] = [r.key for r in records]
     else:
         payloads = [r.payload for r in records]
         body["records"] = [r.to_wire() for r in records]
@@ -357,6 +393,20 @@ def answer_dlsns(obj: Mapping[str, Any]) -> list[DlsnTuple]:
     if not isinstance(raw, list):
         raise BadRequestError("answer carries neither runs nor dlsns")
     return [parse_dlsn(d) for d in raw]
+
+
+def answer_count(obj: Mapping[str, Any]) -> int:
+    """How many records a write answer answers (without building their DLSNs)."""
+    if "runs" in obj:
+        runs = obj["runs"]
+        if not isinstance(runs, list) or not all(isinstance(r, list) and len(r) == 4
+                                                 for r in runs):  # fmt: skip
+            raise BadRequestError("each run is [segment, entry, first_slot, count]")
+        return sum(r[3] for r in runs)
+    raw = obj.get("dlsns")
+    if not isinstance(raw, list):
+        raise BadRequestError("answer carries neither runs nor dlsns")
+    return len(raw)
 
 
 def answer_offsets(obj: Mapping[str, Any]) -> list[int] | None:

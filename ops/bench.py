@@ -56,6 +56,12 @@ def _run_proxy(args: argparse.Namespace) -> dict[str, Any]:
     return bench_proxy.run(args)
 
 
+def _run_produce(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_produce
+
+    return bench_produce.run(args)
+
+
 def _run_core(args: argparse.Namespace) -> dict[str, Any]:
     from ops import bench_core
 
@@ -86,6 +92,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ops.bench_proxy import add_arguments as proxy_arguments
 
     proxy_arguments(add("proxy", _run_proxy, "thin client through one write proxy + read proxy"))
+    from ops.bench_produce import add_arguments as produce_arguments
+
+    produce_arguments(
+        add("produce", _run_produce, "keyed sends to a topic through the thin client")
+    )
 
     for name, runner, what in (
         ("bookie", _run_bookie, "adds to one bookie from one pipelined client"),

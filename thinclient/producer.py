@@ -25,7 +25,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from foundation.errors import (
     BadRequestError,
@@ -43,7 +43,10 @@ from thinclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Chunk", "Producer"]
+__all__ = ["Chunk", "Producer", "check_sizes"]
+
+# Builds a DLSN (a tuple subclass) without a Python-level call per record.
+_NEW_DLSN = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -83,6 +86,12 @@ class _Sender:
     task: asyncio.Task[None] | None = None
 
 
+def check_sizes(sizes: list[int], record_bytes_max: int) -> None:
+    """TOO_LARGE, before anything is queued, for a record over the limit."""
+    if sizes and max(sizes) > record_bytes_max:
+        raise TooLargeError(f"record of {max(sizes)} bytes; at most {record_bytes_max}")
+
+
 class Producer:
     """Every stream's sender, and the bytes they hold (``buffered``). ``on_batch(stream)``
     is called whenever a request is cut from a stream's queue (the topic router moves
@@ -113,19 +122,19 @@ class Producer:
         single: bool,
         *,
         offsets: bool = False,
+        size: int | None = None,
     ) -> Chunk:
         """Queue ``records`` for ``stream``; the chunk's future gets their DLSN(s), or
-        with ``offsets`` their offset(s)."""
+        with ``offsets`` their offset(s). ``size``: their total size, when the caller
+        computed it and checked every record against ``record_bytes_max``."""
         if self.closed:
             raise ClosedError("ProxyClient was closed")
         if not records:
             raise BadRequestError("nothing to write")
-        sizes = list(map(size_of, records))
-        if max(sizes) > self.config.record_bytes_max:
-            raise TooLargeError(
-                f"record of {max(sizes)} bytes; at most {self.config.record_bytes_max}"
-            )
-        size = sum(sizes)
+        if size is None:
+            sizes = list(map(size_of, records))
+            check_sizes(sizes, self.config.record_bytes_max)
+            size = sum(sizes)
         sender = self._senders.get(stream)
         if sender is None:
             sender = self._senders[stream] = _Sender(stream, self.producer_id)
@@ -256,7 +265,11 @@ class Producer:
             if epoch:
                 obj["epoch"] = epoch
         else:
-            obj = writes.write_body(list(map(as_record, items)), sender.producer, seq, epoch)
+            if all(type(r) is writes.WireRecord for r in items):
+                recs = cast("list[writes.WireRecord]", items)
+            else:
+                recs = list(map(as_record, items))
+            obj = writes.write_body(recs, sender.producer, seq, epoch)
         records = items
         body = wire.encode_body(obj, wire.MSGPACK)
         path = records_path(stream)
@@ -269,9 +282,13 @@ class Producer:
 
         try:
             answer = await self.transport.call("POST", path, body, stream=stream, give_up=hole)
-            dlsns = [DLSN(*d) for d in writes.answer_dlsns(answer)]
-            if len(dlsns) != len(records):
-                raise BadRequestError(f"{len(dlsns)} DLSNs for {len(records)} records")
+            # DLSN objects only for calls that want them (sends want offsets).
+            dlsns: list[DLSN] = []
+            if not all(c.offsets for c in batch):
+                dlsns = [_NEW_DLSN(DLSN, d) for d in writes.answer_dlsns(answer)]
+            answered = len(dlsns) if dlsns else writes.answer_count(answer)
+            if answered != len(records):
+                raise BadRequestError(f"{answered} positions for {len(records)} records")
             offsets: list[int] | None = None
             if any(c.offsets for c in batch):
                 offsets = writes.answer_offsets(answer)

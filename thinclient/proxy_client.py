@@ -25,7 +25,7 @@ from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient import reads
 from thinclient.config import ClientConfig
-from thinclient.producer import Producer
+from thinclient.producer import Producer, check_sizes
 from thinclient.reads import ReadPage, stream_path
 from thinclient.records import RecordLike, Records, as_records, key_of, keyed, one, size_of
 from thinclient.routing import ProxyDirectory
@@ -202,28 +202,29 @@ class ProxyClient:
         """Send records (keys and headers inside WireRecords or LogRecords) to
         ``topic``; each one's ``(partition, offset)`` once all are durable."""
         recs = as_records(records)
-        await self._producer.wait_room(sum(map(size_of, recs)))
+        sizes = list(map(size_of, recs))
+        check_sizes(sizes, self.config.record_bytes_max)
+        await self._producer.wait_room(sum(sizes))
         out: list[tuple[int, int] | None] = [None] * len(recs)
         todo = list(range(len(recs)))
         for attempt in (1, 2):
             count = self._topics.cached(topic) or await self._topics.partitions(topic)
-            groups: dict[int, list[int]] = {}
             if partition is not None:
-                p = await self._topics.check_partition(topic, partition, count)
-                groups[p] = todo
+                groups = {await self._topics.check_partition(topic, partition, count): todo}
             else:
-                choose = self._topics.choose
-                for i in todo:
-                    groups.setdefault(choose(topic, count, key_of(recs[i])), []).append(i)
-            chunks = [
-                (p, idx, self._producer.enqueue(
-                    partition_stream(topic, p), _pick(recs, idx), False, offsets=True))
-                for p, idx in groups.items()
-            ]  # fmt: skip
+                groups = self._topics.group(topic, count, recs, todo)
+            chunks = []
+            for p, idx in groups.items():
+                stream = partition_stream(topic, p)
+                size = sum([sizes[i] for i in idx])
+                chunk = self._producer.enqueue(
+                    stream, _pick(recs, idx), False, offsets=True, size=size
+                )
+                chunks.append((p, idx, chunk))
             await asyncio.wait([c.fut for _p, _i, c in chunks])
             todo, missing = [], None
-            for p, idx, chunk in chunks:
-                error = chunk.fut.exception()
+            errors = [c.fut.exception() for _p, _i, c in chunks]  # every one retrieved
+            for (p, idx, chunk), error in zip(chunks, errors, strict=True):
                 if isinstance(error, NotFoundError) and attempt == 1:
                     todo.extend(idx)  # not written: route again with fresh metadata
                     missing = error

@@ -66,4 +66,9 @@ def as_records(values: Sequence[RecordLike]) -> Records:
 
 def size_of(record: bytes | WireRecord) -> int:
     """The size every record limit counts (:func:`foundation.limits.record_bytes`)."""
-    return len(record) if type(record) is bytes else record.size_bytes  # type: ignore[union-attr]
+    if type(record) is bytes:
+        return len(record)
+    assert isinstance(record, WireRecord)
+    if record.headers is None:  # the common keyed record: no call per part
+        return len(record.payload) + (0 if record.key is None else len(record.key))
+    return record.size_bytes

@@ -21,18 +21,23 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from foundation.errors import BadRequestError, UnknownPartitionError
 from foundation.names import parse_internal, validate_name
-from foundation.partitioner import StickyPartitioner, partition_for_key
+from foundation.partitioner import StickyPartitioner, key_hash
 from httpapi import topics as topic_wire
 from httpapi import wire
+from httpapi.writes import WireRecord
 from thinclient.config import ClientConfig
 from thinclient.transport import Transport
 
 __all__ = ["TopicRouter", "records_path", "topic_path"]
+
+# Keys whose hash is remembered (a key's murmur2 costs ~1 us in Python, a lookup ~0.05):
+# keyed workloads send the same keys again and again. Forgotten all at once when full.
+KEY_HASHES_MAX = 65_536
 
 
 def topic_path(topic: str, suffix: str = "") -> str:
@@ -58,6 +63,7 @@ class TopicRouter:
         self._sticky = StickyPartitioner(rng)
         self._counts: dict[str, tuple[int, float]] = {}  # topic -> (partitions, read at)
         self._lookups: dict[str, asyncio.Future[int]] = {}
+        self._hashes: dict[bytes, int] = {}  # key -> toPositive(murmur2(key))
 
     # -- metadata ----------------------------------------------------------------------
 
@@ -113,9 +119,44 @@ class TopicRouter:
 
     def choose(self, topic: str, count: int, key: bytes | None) -> int:
         """Keyed: Kafka's partition for the key; unkeyed: the sticky partition."""
-        if key is not None:
-            return partition_for_key(key, count)
-        return self._sticky.partition(topic, count)
+        if key is None:
+            return self._sticky.partition(topic, count)
+        h = self._hashes.get(key)
+        if h is None:
+            h = self._remember(key)
+        return h % count
+
+    def _remember(self, key: bytes) -> int:
+        hashes = self._hashes
+        if len(hashes) >= KEY_HASHES_MAX:
+            hashes.clear()
+        h = hashes[key] = key_hash(key)
+        return h
+
+    def group(
+        self, topic: str, count: int, records: Sequence[bytes | WireRecord], todo: Iterable[int]
+    ) -> dict[int, list[int]]:
+        """Records ``todo`` (indexes) by partition, in order within each (one loop, no
+        call per record for a key seen before)."""
+        hashes = self._hashes
+        by: dict[int, list[int]] = {}
+        sticky = -1
+        for i in todo:
+            r = records[i]
+            key = None if type(r) is bytes else r.key  # type: ignore[union-attr]
+            if key is None:
+                if sticky < 0:
+                    sticky = self._sticky.partition(topic, count)
+                p = sticky
+            else:
+                h = hashes.get(key)
+                p = (self._remember(key) if h is None else h) % count
+            members = by.get(p)
+            if members is None:
+                by[p] = [i]
+            else:
+                members.append(i)
+        return by
 
     def batch_cut(self, stream: str) -> None:
         """The client cut a request from ``stream``'s queue: when that is the topic's

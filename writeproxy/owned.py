@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -284,5 +285,8 @@ def _log_records(req: WriteRequest, start: int) -> list[LogRecord]:
     """The request's records from ``start`` on, as the writer takes them (straight from
     the payload list for a plain ``payloads`` body)."""
     if req.payloads is not None:
-        return list(map(LogRecord, req.payloads[start:]))
+        if req.keys is None:
+            return list(map(LogRecord, req.payloads[start:]))
+        no_txids = itertools.repeat(None)
+        return list(map(LogRecord, req.payloads[start:], no_txids, req.keys[start:]))
     return [LogRecord(r.payload, r.txid, r.key, r.headers) for r in req.records[start:]]
