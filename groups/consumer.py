@@ -108,8 +108,10 @@ class ConsumerConfig:
     # Heartbeats at most this far apart (the coordinator's interval, a third of the
     # session, when that is shorter; None: always the coordinator's)
     # [heartbeat.interval.ms]. A member learns of a rebalance at its next heartbeat,
-    # so this bounds how long a rebalance waits for the members that give partitions up.
-    heartbeat_interval_ms: int | None = 1_000
+    # so a rebalance waits for the last member giving partitions up to heartbeat: about
+    # 3/4 of this with 3 such members (bench consume: p50 0.9 s at 1 s, see
+    # docs/benchmarks.md). A heartbeat is one small request; Kafka's default is 3 s.
+    heartbeat_interval_ms: int | None = 500
     # Heartbeats this often while a rebalance is under way (hand-offs land this fast).
     rebalance_heartbeat_ms: int = 100
     # A revocation the application does not poll for within this long is finished in

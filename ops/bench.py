@@ -62,6 +62,12 @@ def _run_produce(args: argparse.Namespace) -> dict[str, Any]:
     return bench_produce.run(args)
 
 
+def _run_consume(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_consume
+
+    return bench_consume.run(args)
+
+
 def _run_core(args: argparse.Namespace) -> dict[str, Any]:
     from ops import bench_core
 
@@ -92,6 +98,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ops.bench_proxy import add_arguments as proxy_arguments
 
     proxy_arguments(add("proxy", _run_proxy, "thin client through one write proxy + read proxy"))
+    from ops.bench_consume import add_arguments as consume_arguments
+
+    consume_arguments(add("consume", _run_consume, "consumer groups: core, read proxy, rebalance"))
     from ops.bench_produce import add_arguments as produce_arguments
 
     produce_arguments(
