@@ -8,6 +8,8 @@ client).
 """
 
 from foundation.version import __version__
+from groups.producer import ProducerConfig, SyncTopicProducer, TopicProducer
+from groups.topics import PartitionInfo, TopicAdmin, TopicInfo
 from metadata.streams import StreamOptions
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, StartPosition
@@ -27,6 +29,8 @@ __all__ = [
     "LogWriter",
     "Namespace",
     "NamespaceConfig",
+    "PartitionInfo",
+    "ProducerConfig",
     "ProxyClient",
     "ReadRecord",
     "SegmentInfo",
@@ -35,5 +39,9 @@ __all__ = [
     "StreamOptions",
     "SyncNamespace",
     "SyncProxyClient",
+    "SyncTopicProducer",
+    "TopicAdmin",
+    "TopicInfo",
+    "TopicProducer",
     "__version__",
 ]

@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Namespace", "SegmentInfo", "StreamInfo"]
 
+# Rounds of fencing a stream before its deletion: each finds the in-progress segments a
+# writer opened since the last (a roll), which takes far longer than a round.
+FENCE_ROUNDS_MAX = 5
+
 
 @dataclass(frozen=True, slots=True)
 class SegmentInfo:
@@ -183,7 +187,11 @@ class Namespace:
         return record.options
 
     async def delete_stream(self, name: str) -> None:
-        """Delete the stream and its segments' ledgers (a writer still open fails)."""
+        """Delete the stream and its segments' ledgers. Its in-progress segments are
+        fenced first (:meth:`fence`): a writer still open, here or in another process,
+        fails at its next add instead of acknowledging records into a deleted stream --
+        or into a new stream of the same name."""
+        await self.fence(name)
         for seg, _v in await self._ctx.segments(name):
             self._ctx.forget_ledger(seg.ledger_id)
             try:
@@ -191,6 +199,27 @@ class Namespace:
             except NoLedgerError:
                 log.debug("ledger %d already gone", seg.ledger_id)
         await self._ctx.md.streams.delete_stream(self.name, name)
+
+    async def fence(self, name: str) -> int:
+        """Recover (fence at the bookies) the ledgers of the stream's in-progress
+        segments, so whatever writer holds them can get no more entries acknowledged;
+        returns how many were fenced. Looks again after each round: a writer that rolled
+        meanwhile has a newer in-progress segment (bounded by FENCE_ROUNDS_MAX)."""
+        fenced: set[int] = set()
+        password = self._ctx.config.password_bytes
+        for _round in range(FENCE_ROUNDS_MAX):
+            todo = [seg for seg, _v in await self._ctx.segments(name)
+                    if not seg.is_sealed and seg.truncation is not TruncationState.TRUNCATED
+                    and seg.ledger_id not in fenced]  # fmt: skip
+            if not todo:
+                break
+            for seg in todo:
+                try:
+                    await self._ctx.ledgers.open_ledger(seg.ledger_id, password, recover=True)
+                except NoLedgerError:
+                    log.debug("ledger %d of %s already gone", seg.ledger_id, name)
+                fenced.add(seg.ledger_id)
+        return len(fenced)
 
     async def segments(self, name: str) -> list[SegmentInfo]:
         """Segments oldest first; the in-progress one with its confirmed counters."""

@@ -171,8 +171,15 @@ async def test_core_api_examples_run(
 # -- checking the signature listings -------------------------------------------------
 
 # The objects the listings' variables name (core-api.md: ``ns = await Namespace.open``,
-# ``w = await ns.open_writer``, ``r = await ns.open_reader``).
-RECEIVERS: dict[str, Any] = {"ns": Namespace, "w": LogWriter, "r": LogReader}
+# ``w = await ns.open_writer``, ``r = await ns.open_reader``, the topic admin and
+# producer).
+RECEIVERS: dict[str, Any] = {
+    "ns": Namespace,
+    "w": LogWriter,
+    "r": LogReader,
+    "admin": bookline.TopicAdmin,  # admin = TopicAdmin(ns), producer = TopicProducer(ns)
+    "producer": bookline.TopicProducer,
+}
 
 # A documented default the code spells differently: how the code's default means it.
 EQUIVALENT_DEFAULTS: dict[tuple[str, str], Callable[[Any], Any]] = {

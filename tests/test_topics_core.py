@@ -17,6 +17,7 @@ from foundation.errors import (
     InvalidNameError,
     NotFoundError,
     UnknownPartitionError,
+    WriterFailedError,
 )
 from groups.partitioner import partition_for_key
 from groups.producer import ProducerConfig, SyncTopicProducer, TopicProducer
@@ -208,3 +209,17 @@ def test_sync_core_producer(bookie_cluster: BookieCluster) -> None:
         with SyncTopicProducer(ns) as producer:
             assert producer.send("s", b"a", key=b"k") == (partition_for_key(b"k", 2), 0)
             assert producer.send_many("s", [b"b", b"c"], partition=1)[-1][0] == 1
+
+
+async def test_deleting_a_stream_fences_a_writer_still_writing_it(ns: Namespace) -> None:
+    """Acknowledged == durable also across a delete and re-create of the name: the old
+    writer's ledger is fenced before the delete, so it can acknowledge nothing more."""
+    await ns.create_stream("doomed")
+    w = await ns.open_writer("doomed")
+    await w.write(LogRecord(b"before"))
+    await ns.delete_stream("doomed")
+    await ns.create_stream("doomed")
+    with pytest.raises(WriterFailedError):
+        await w.write(LogRecord(b"after"))
+    await w.close()
+    assert await ns.end_offset("doomed") == 0

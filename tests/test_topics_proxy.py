@@ -262,6 +262,26 @@ async def test_offsets_continue_across_segment_rolls(client: ProxyClient, core: 
     assert [int(p[:4]) for p in payloads] == list(range(200))
 
 
+async def test_deleted_and_recreated_topic_starts_afresh_on_every_proxy(
+    proxy_cluster: LocalCluster, client: ProxyClient, core: Namespace
+) -> None:
+    """Partitions owned by both proxies; the topic deleted through one of them and
+    created again: every partition takes writes from offset 0 into the new streams."""
+    t = f"again-{_uid()}"
+    urls = _wurls(proxy_cluster)
+    await client.create_topic(t, 6)
+    owners = {rendezvous(partition_stream(t, p), urls) for p in range(6)}
+    assert len(owners) == 2, "both proxies own some partitions"
+    for p in range(6):
+        assert await client.send(t, b"old", partition=p) == (p, 0)
+    async with ProxyClient(write_urls=urls[:1], config=CLIENT_CONFIG) as one:
+        await one.delete_topic(t)
+        await one.create_topic(t, 6)
+    for p in range(6):
+        assert await client.send(t, b"new-%d" % p, partition=p) == (p, 0)
+        assert await _partition_payloads(core, partition_stream(t, p)) == [b"new-%d" % p]
+
+
 # -- failover (last: it kills a proxy and restarts it) ------------------------------------
 
 
