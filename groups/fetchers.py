@@ -340,6 +340,7 @@ class PartitionFetch:
         self._wake = wake
         self._room = asyncio.Event()
         self._room.set()
+        self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -352,8 +353,13 @@ class PartitionFetch:
 
     async def _loop(self) -> None:
         backoff = FETCH_RETRY_INITIAL_S
-        while True:
+        # The flag as well as the cancellation: asyncio.wait_for (deep in a read) can
+        # swallow a cancel that races its own completion, and a loop that went on to
+        # wait for room nobody makes any more would never end.
+        while not self.stopped():
             await self._room.wait()
+            if self.stopped():
+                return
             want = min(self._fetch_records_max, self._buffered_records_max - self.buffered)
             try:
                 recs = await self.source.read(self.fetch_offset, max(1, want), self._wait_s)
@@ -370,13 +376,16 @@ class PartitionFetch:
                 backoff = min(backoff * 2, FETCH_RETRY_MAX_S)
                 continue
             backoff = FETCH_RETRY_INITIAL_S
-            if recs:
+            if recs and not self.stopped():
                 self.batches.append(recs)
                 self.buffered += len(recs)
                 self.fetch_offset += len(recs)
                 if self.buffered >= self._buffered_records_max:
                     self._room.clear()
                 self._wake()
+
+    def stopped(self) -> bool:
+        return self._closed
 
     def take(self, records_max: int) -> list[ConsumerRecord]:
         """Up to ``records_max`` buffered records, oldest first."""
@@ -396,6 +405,8 @@ class PartitionFetch:
 
     async def close(self) -> None:
         """Stop fetching and drop what is buffered (the source stays open)."""
+        self._closed = True
+        self._room.set()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

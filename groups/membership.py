@@ -243,6 +243,11 @@ class Membership:
             except BooklineError as exc:
                 log.warning("group %s: heartbeat of %s failed: %s", self.group, self.member_id, exc)
                 await asyncio.sleep(HEARTBEAT_RETRY_S)
+            except Exception:
+                # A bug must not silently end the heartbeats (the member would be
+                # expired while its application goes on polling): say it, go on.
+                log.exception("group %s: heartbeat of %s crashed", self.group, self.member_id)
+                await asyncio.sleep(HEARTBEAT_RETRY_S)
 
     async def heartbeat(self) -> None:
         """One heartbeat; STALE_GENERATION makes the member join again."""

@@ -152,6 +152,7 @@ def _schemas() -> dict[str, Any]:
         "Object": {"type": "object", "additionalProperties": True},
         **_topic_schemas(),
         **_group_schemas(),
+        **_consumer_schemas(),
     }
 
 
@@ -267,6 +268,9 @@ def build_document() -> dict[str, Any]:
     }
     paths.update(_topic_paths())
     paths.update(_group_paths())
+    for path, item in _consumer_paths().items():  # a path may have a write route already
+        for key, value in item.items():
+            paths.setdefault(path, {}).setdefault(key, value)
     return {
         "openapi": "3.0.3",
         "info": {
@@ -641,6 +645,131 @@ def _group_paths() -> dict[str, Any]:
 def main() -> int:
     sys.stdout.write(json.dumps(build_document(), indent=2) + "\n")
     return 0
+
+
+# -- consumers: partitions by offset, subscriptions (readproxy/topics.py, subscriptions.py)
+
+
+def _consumer_schemas() -> dict[str, Any]:
+    return {
+        "PartitionPage": {
+            "type": "object",
+            "required": ["next_offset"],
+            "description": "msgpack answers carry 'rows' ([offset, ts, key|nil, value, "
+            "headers|nil] per record), JSON answers 'records'; offsets are contiguous "
+            "from the asked one",
+            "properties": {
+                "rows": {"type": "array", "items": {"type": "array"}},
+                "records": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["offset", "ts", "value"],
+                        "properties": {
+                            "offset": {"type": "integer"},
+                            "ts": {"type": "integer", "description": "ms since the epoch"},
+                            "key": _BYTES,
+                            "value": _BYTES,
+                            "headers": {"type": "object", "additionalProperties": _BYTES},
+                        },
+                    },
+                },
+                "next_offset": {"type": "integer", "description": "where the next page starts"},
+            },
+        },
+        "PartitionOffset": {
+            "type": "object",
+            "required": ["offset"],
+            "properties": {"offset": {"type": "integer"}},
+        },
+        "Subscription": {
+            "type": "object",
+            "properties": {
+                "subscriber": {"type": "string"},
+                "dlsn": {**_DLSN, "nullable": True, "description": "null: never committed"},
+            },
+        },
+        "SubscriptionCommit": {
+            "type": "object",
+            "required": ["dlsn"],
+            "properties": {"dlsn": _DLSN},
+        },
+        "SubscriptionAdvanced": {
+            "type": "object",
+            "properties": {
+                "advanced": {"type": "boolean", "description": "false: already there or past"},
+                "dlsn": _DLSN,
+            },
+        },
+        "SubscriberList": {
+            "type": "object",
+            "properties": {"subscribers": {"type": "array", "items": {"type": "string"}}},
+        },
+    }
+
+
+def _consumer_paths() -> dict[str, Any]:
+    topic = {"name": "topic", "in": "path", "required": True, "description": "topic name",
+             "schema": {"type": "string", "maxLength": 200}}  # fmt: skip
+    partition = {"name": "partition", "in": "path", "required": True,
+                 "schema": {"type": "integer", "minimum": 0},
+                 "description": "partition number (stream 'topic~partition')"}  # fmt: skip
+    sub = {"name": "sub", "in": "path", "required": True,
+           "schema": {"type": "string", "maxLength": 200}, "description": "subscriber"}  # fmt: skip
+    query = [
+        {"name": "offset", "in": "query", "required": True, "schema": {"type": "integer"}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "default": 500}},
+        {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "default": 0}},
+    ]
+    p = "/v1/topics/{topic}/partitions/{partition}"
+    s = "/v1/streams/{name}/subscriptions"
+    return {
+        f"{p}/records": {
+            "parameters": [topic, partition],
+            "get": {
+                "summary": "read a partition from an offset (read proxy); wait_ms > 0 "
+                "long-polls at the end; OUT_OF_RANGE (40) past the end offset or before "
+                "the first offset kept",
+                "parameters": query,
+                "responses": {"200": _ok("PartitionPage"), **_errors(400, 404, 429)},
+            },
+        },
+        f"{p}/offsets": {
+            "parameters": [topic, partition],
+            "get": {
+                "summary": "the first offset kept (at=earliest), the end offset "
+                "(at=latest) or the first record's at or after a time (at=time:MS) "
+                "(read proxy)",
+                "parameters": [
+                    {"name": "at", "in": "query", "schema": {"type": "string", "default": "latest"}}
+                ],
+                "responses": {"200": _ok("PartitionOffset"), **_errors(400, 404)},
+            },
+        },
+        s: {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the stream's core subscriptions (read proxy)",
+                "responses": {"200": _ok("SubscriberList"), **_errors(400, 404)},
+            },
+        },
+        f"{s}/{{sub}}": {
+            "parameters": [_NAME, sub],
+            "get": {
+                "summary": "a subscription's committed position (read proxy)",
+                "responses": {"200": _ok("Subscription"), **_errors(400, 404)},
+            },
+            "post": {
+                "summary": "advance a subscription (positions only move forward)",
+                "requestBody": {"required": True, "content": _content("SubscriptionCommit")},
+                "responses": {"200": _ok("SubscriptionAdvanced"), **_errors(400, 404)},
+            },
+            "delete": {
+                "summary": "forget a subscription",
+                "responses": {"200": _ok("Object"), **_errors(400, 404)},
+            },
+        },
+    }
 
 
 if __name__ == "__main__":

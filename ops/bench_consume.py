@@ -259,7 +259,8 @@ async def _phase(
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while not await _settled(cc, group, args.consumers, len(ends)):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"group {group} did not settle")
+                desc = await cc.describe(group)
+                raise TimeoutError(f"group {group} did not settle: {desc['members']}")
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)  # every member has run its callbacks
         for w in workers:
