@@ -14,14 +14,27 @@ Layout (control flow in the callers, pure leaves):
 * :mod:`pipeline.sink`     - batch and streaming writers, exactly once per batch id;
 * :mod:`pipeline.examples` - the access-log example pipeline (``bookline pipeline demo``).
 
+The top-level module :mod:`pyspark_bookline` registers the format by itself in Spark
+4 when Bookline is installed regularly (or shipped as the zip of ``bookline pipeline
+package``); see the README's "Spark pipeline" section for running on a cluster.
+
 This ``__init__`` imports no pyspark, so the CLI and the pure tests stay light.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-__all__ = ["DATA_SOURCE_NAME", "data_source_class", "register"]
+__all__ = ["DATA_SOURCE_NAME", "PACKAGES", "data_source_class", "register"]
+
+# The import packages a Spark worker needs to run the data source (their third-party
+# dependencies are the executors' business: see the README).
+PACKAGES = ("foundation", "metadata", "bookie", "ledger", "streams", "pipeline",
+            "pyspark_bookline")  # fmt: skip
 
 DATA_SOURCE_NAME = "bookline"
 
@@ -34,4 +47,25 @@ def data_source_class() -> type[Any]:
 
 def register(spark: Any) -> None:
     """Register the ``bookline`` format on ``spark`` (a SparkSession); idempotent."""
+    ship_wheels(spark)
     spark.dataSource.register(data_source_class())
+
+
+def ship_wheels(spark: Any) -> list[str]:
+    """Make ``--py-files bookline-*.whl`` work: Spark puts only the ``.zip``, ``.egg``
+    and ``.jar`` files of ``spark.submit.pyFiles`` on its Python workers' path, so a
+    wheel (a zip) is shipped again under a ``.zip`` name. Returns what was added."""
+    sc = spark.sparkContext
+    shipped = getattr(sc, "_bookline_wheels", None)
+    if shipped is None:
+        shipped = []
+        for raw in sc.getConf().get("spark.submit.pyFiles", "").split(","):
+            path = Path(urlparse(raw).path if raw.startswith("file:") else raw)
+            if path.suffix != ".whl" or not path.is_file():
+                continue
+            copy = Path(tempfile.mkdtemp(prefix="bookline-whl-")) / f"{path.stem}.zip"
+            shutil.copyfile(path, copy)
+            sc.addPyFile(str(copy))
+            shipped.append(str(copy))
+        sc._bookline_wheels = shipped
+    return list(shipped)

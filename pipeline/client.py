@@ -31,8 +31,8 @@ from foundation.errors import (
     TruncatedError,
 )
 from foundation.invariants import invariant
-from pipeline.options import ConnectionOptions, SourceOptions
-from pipeline.planning import SegmentView, Slice, StreamView
+from pipeline.options import ConnectionOptions, Selection, namespace_config
+from pipeline.planning import SegmentView, Slice, StreamView, TopicPartition
 from streams.records import ReadRecord
 
 if TYPE_CHECKING:
@@ -44,9 +44,10 @@ __all__ = [
     "close_all",
     "namespace_for",
     "read_slice",
-    "select_streams",
+    "select_partitions",
     "sequence_at_timestamp",
     "snapshot",
+    "topic_partitions",
 ]
 
 # One read_entries call asks for about this many records: large enough to amortise the
@@ -62,15 +63,22 @@ _namespaces: dict[ConnectionOptions, SyncNamespace] = {}
 
 
 def _open(conn: ConnectionOptions) -> SyncNamespace:
+    """Open without creating anything: a wrong root or namespace is a NotFoundError
+    (readers and writers never write metadata they were not asked to)."""
     from streams.sync import SyncNamespace
 
+    config = namespace_config(conn)
     if conn.cluster is not None:
         path = Path(conn.cluster)
         if not path.is_file():
             raise NotFoundError(f"cluster file {path} does not exist (option 'cluster')")
-        return SyncNamespace.from_cluster_file(str(path), namespace=conn.namespace)
+        return SyncNamespace.from_cluster_file(
+            str(path), namespace=conn.namespace, config=config, create=False
+        )
     assert conn.zk is not None  # ConnectionOptions checks exactly one is given
-    return SyncNamespace.open(zk=conn.zk, root=conn.root, namespace=conn.namespace)
+    return SyncNamespace.open(
+        zk=conn.zk, root=conn.root, namespace=conn.namespace, config=config, create=False
+    )
 
 
 def namespace_for(conn: ConnectionOptions) -> SyncNamespace:
@@ -101,19 +109,72 @@ _register_exit = getattr(threading, "_register_atexit", atexit.register)
 _register_exit(close_all)
 
 
-def select_streams(ns: SyncNamespace, opts: SourceOptions) -> list[str]:
-    """The streams a read selects: the named ones (must exist) or the pattern's matches."""
-    if opts.pattern is not None:
-        return sorted(s for s in ns.list_streams() if opts.matches(s))
-    existing = set(ns.list_streams())
-    missing = [s for s in opts.streams if s not in existing]
-    if missing:
-        raise NotFoundError(f"stream(s) {', '.join(missing)} do not exist")
-    return list(opts.streams)
+def topic_partitions(ns: SyncNamespace, topic: str) -> int | None:
+    """The partition count of ``topic``; None when no topic has that name."""
+    md = ns.ns.context.md
+    try:
+        record, _version = ns.runner.call(md.topics.get_topic(ns.ns.name, topic))
+    except NotFoundError:
+        return None
+    return int(record.partitions)
+
+
+def _list_topics(ns: SyncNamespace) -> list[str]:
+    md = ns.ns.context.md
+    try:
+        return sorted(ns.runner.call(md.topics.list_topics(ns.ns.name)))
+    except NotFoundError:
+        return []
+
+
+def _topic_or_stream(ns: SyncNamespace, name: str, streams: set[str]) -> list[TopicPartition]:
+    from foundation.names import partition_stream
+
+    count = topic_partitions(ns, name)
+    if count is not None:
+        return [TopicPartition(name, p, partition_stream(name, p)) for p in range(count)]
+    if name in streams:
+        return [TopicPartition(name, 0, name)]
+    raise NotFoundError(f"no topic or stream named {name!r} in namespace {ns.ns.name!r}")
+
+
+def select_partitions(ns: SyncNamespace, sel: Selection) -> list[TopicPartition]:
+    """The partitions a read selects, sorted: every partition of the named topics (a
+    plain stream is a one-partition topic), the assigned ones, the named streams, or
+    the matches of a pattern (new topics, partitions and streams show up on the next
+    call: that is how streaming reads pick them up)."""
+    from foundation.names import is_internal
+
+    streams = set(ns.list_streams())
+    out: list[TopicPartition] = []
+    if sel.kind == "streams":
+        missing = [s for s in sel.names if s not in streams]
+        if missing:
+            raise NotFoundError(f"stream(s) {', '.join(missing)} do not exist")
+        out = [TopicPartition.of_stream(s) for s in sel.names]
+    elif sel.kind == "stream_pattern":
+        out = [TopicPartition.of_stream(s) for s in streams if sel.matches(s)]
+    elif sel.kind == "topics":
+        out = [tp for name in sel.names for tp in _topic_or_stream(ns, name, streams)]
+    elif sel.kind == "topic_pattern":
+        names = [t for t in _list_topics(ns) if sel.matches(t)]
+        names += [s for s in streams if not is_internal(s) and sel.matches(s)]
+        out = [tp for name in names for tp in _topic_or_stream(ns, name, streams)]
+    else:
+        for topic, parts in sel.assign:
+            have = _topic_or_stream(ns, topic, streams)
+            unknown = sorted(set(parts) - {tp.partition for tp in have})
+            if unknown:
+                raise NotFoundError(
+                    f"option 'assign': {topic!r} has no partition(s) {unknown} (it has {len(have)})"
+                )
+            out += [tp for tp in have if tp.partition in parts]
+    return sorted(set(out))
 
 
 def snapshot(ns: SyncNamespace, stream: str) -> StreamView:
     """A planning snapshot of ``stream`` (segments read after the info: never fewer)."""
+    tp = TopicPartition.of_stream(stream)
     info = ns.stream_info(stream)
     segments = ns.segments(stream)
     views = tuple(
@@ -132,11 +193,13 @@ def snapshot(ns: SyncNamespace, stream: str) -> StreamView:
         first_sequence_id=info.first_sequence_id,
         next_sequence_id=info.next_sequence_id,
         segments=views,
+        topic=tp.topic,
+        partition=tp.partition,
     )
 
 
-def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int:
-    """Sequence id of the first record written at or after ``ts_ms`` (else the end)."""
+def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int | None:
+    """Sequence id of the first record written at or after ``ts_ms``; None if none is."""
     from streams.dlsn import StartPosition
 
     end = ns.stream_info(stream).next_sequence_id
@@ -146,7 +209,7 @@ def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int:
     finally:
         reader.close()
     if rec is None or rec.sequence_id >= end:
-        return end
+        return None
     return rec.sequence_id
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from foundation.errors import BadRequestError, TruncatedError
 from pipeline.options import EARLIEST, LATEST
@@ -30,11 +31,64 @@ __all__ = [
     "SegmentView",
     "Slice",
     "StreamView",
+    "TopicPartition",
     "cap_end_offsets",
+    "decode_offsets",
+    "encode_offsets",
     "plan_slices",
     "records_per_slice",
     "resolve_range",
 ]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    """One partition a read selected: partition ``p`` of topic ``t`` is the stream
+    ``t~p``; a plain stream ``s`` is partition 0 of a topic named ``s``."""
+
+    topic: str
+    partition: int
+    stream: str
+
+    @classmethod
+    def of_stream(cls, stream: str) -> TopicPartition:
+        from foundation.names import parse_internal
+
+        parsed = parse_internal(stream)
+        if parsed is not None and parsed[0] == "partition" and parsed[2] is not None:
+            return cls(parsed[1], parsed[2], stream)
+        return cls(stream, 0, stream)
+
+    @property
+    def is_topic_partition(self) -> bool:
+        return self.topic != self.stream
+
+
+def encode_offsets(offsets: Mapping[TopicPartition, int]) -> dict[str, Any]:
+    """Streaming offsets as Kafka writes them, ``{"t": {"0": 23}}``; a plain stream is
+    ``{"s": 23}`` (so the two never collide)."""
+    out: dict[str, Any] = {}
+    for tp in sorted(offsets):
+        if tp.is_topic_partition:
+            out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+        else:
+            out[tp.stream] = int(offsets[tp])
+    return out
+
+
+def decode_offsets(data: Mapping[str, Any]) -> dict[str, int]:
+    """Offsets of :func:`encode_offsets` (or Bookline's earlier flat ``{"s": n}``) as
+    ``{stream name: sequence id}``."""
+    from foundation.names import partition_stream
+
+    out: dict[str, int] = {}
+    for name, value in data.items():
+        if isinstance(value, Mapping):
+            for p, v in value.items():
+                out[partition_stream(name, int(p))] = int(v)
+        else:
+            out[name] = int(value)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +110,9 @@ class StreamView:
     first_sequence_id: int
     next_sequence_id: int
     segments: tuple[SegmentView, ...]
+    # The topic and partition the stream is (a plain stream: itself, partition 0).
+    topic: str = ""
+    partition: int = 0
 
     def segment_ranges(self) -> list[tuple[SegmentView, int, int]]:
         """Each segment with the half-open sequence-id range it holds, oldest first."""
@@ -85,6 +142,9 @@ class Slice:
     last_entry_id: int
     # Fail (True) or skip (False) when the slice turns out truncated at read time.
     fail_on_data_loss: bool = True
+    # The topic and partition of the stream (the rows' topic/partition columns).
+    topic: str = ""
+    partition: int = 0
 
     @property
     def record_count(self) -> int:
@@ -127,7 +187,12 @@ def resolve_range(
         raise BadRequestError(
             f"stream {view.name!r}: endingOffsets {hi} is beyond the end of the stream ({nxt})"
         )
-    return lo, max(lo, hi)
+    if lo > hi:
+        raise BadRequestError(
+            f"stream {view.name!r}: the start ({lo}) is after the end ({hi}); check "
+            "startingOffsets/endingOffsets (or the timestamps)"
+        )
+    return lo, hi
 
 
 def records_per_slice(total_records: int, min_partitions: int | None, max_records: int) -> int:
@@ -178,6 +243,8 @@ def plan_slices(
                         entry_hint=_entry_hint(seg, seg_lo, piece),
                         last_entry_id=seg.last_entry_id,
                         fail_on_data_loss=fail_on_data_loss,
+                        topic=view.topic or view.name,
+                        partition=view.partition,
                     )
                 )
     return slices

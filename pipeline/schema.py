@@ -1,18 +1,26 @@
 """The data source's row schema and the conversion of records into rows.
 
-Read schema (``headers`` only with ``includeHeaders``, the default)::
+Read schema: Kafka's, so a job written for Spark's Kafka connector runs with only the
+format and connection options changed, then Bookline's own columns::
 
-    stream string, key binary, value binary, headers map<string,binary>,
-    dlsn string, sequence_id bigint, txid bigint, timestamp timestamp
+    key binary, value binary, topic string, partition int, offset bigint,
+    timestamp timestamp, timestampType int,
+    headers array<struct<key:string,value:binary>>      -- only with includeHeaders
+    stream string, dlsn string, sequence_id bigint, txid bigint
 
-``dlsn`` is the core's ``"seg:entry:slot"`` text; ``timestamp`` is the writer's wall
-clock (``ReadRecord.timestamp_ms``). Read tasks yield either Python tuples or Arrow
-record batches; both are built here from the same records so they cannot drift. The
-Arrow schema must equal what pyspark derives from the Spark schema (it checks), so the
-arrow types below mirror ``to_arrow_schema(schema, timezone="UTC")``.
+``topic``/``partition`` name the topic partition (a plain stream is partition 0 of a
+"topic" with its name); ``offset`` = ``sequence_id``; ``timestamp`` is the writer's wall
+clock (``ReadRecord.timestamp_ms``), ``timestampType`` 0 (Kafka's CreateTime); ``dlsn`` is
+the core's ``"seg:entry:slot"``. The sink's exactly-once tag header (:data:`TAG_HEADER`)
+is never shown, so a stream written by Spark can be copied with its headers.
+
+Read tasks yield either Python tuples or Arrow record batches; both are built here from
+the same records so they cannot drift. The Arrow schema must equal what pyspark derives
+from the Spark schema (it checks): the caller passes ``to_arrow_schema(schema)``.
 
 Write schema: ``value`` (binary or string, required), optional ``key`` (binary or
-string), ``headers`` (map<string,binary|string>), ``stream`` / ``topic`` (string).
+string), ``headers`` (Kafka's ``array<struct<key,value>>`` or ``map<string,binary|
+string>``), ``topic`` (string), ``partition`` (int), ``stream`` (string).
 """
 
 from __future__ import annotations
@@ -26,87 +34,86 @@ from streams.records import ReadRecord
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from pipeline.planning import Slice
+
 __all__ = [
     "SINK_COLUMNS",
-    "arrow_schema",
+    "TAG_HEADER",
     "read_schema_ddl",
     "records_to_arrow",
     "records_to_tuples",
+    "visible_headers",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+# The header that tags every record a Spark sink task writes (pipeline.sink); reads
+# hide it, and the sink replaces one found in the rows it writes.
+TAG_HEADER = "bookline.spark"
 # Columns a DataFrame written to Bookline may have; anything else is an error.
-SINK_COLUMNS = frozenset({"value", "key", "headers", "stream", "topic"})
+SINK_COLUMNS = frozenset({"value", "key", "headers", "stream", "topic", "partition"})
+# Kafka's timestampType: 0 = CreateTime (set by the writer), 1 = LogAppendTime.
+TIMESTAMP_TYPE_CREATE = 0
 
 
-def read_schema_ddl(include_headers: bool = True) -> str:
-    headers = "headers map<string,binary>, " if include_headers else ""
+def read_schema_ddl(include_headers: bool = False) -> str:
+    headers = "headers array<struct<key:string,value:binary>>, " if include_headers else ""
     return (
-        "stream string, key binary, value binary, "
-        f"{headers}dlsn string, sequence_id bigint, txid bigint, timestamp timestamp"
+        "key binary, value binary, topic string, partition int, offset bigint, "
+        f"timestamp timestamp, timestampType int, {headers}"
+        "stream string, dlsn string, sequence_id bigint, txid bigint"
     )
 
 
+def visible_headers(headers: dict[str, bytes] | None) -> list[tuple[str, bytes]] | None:
+    """A record's headers as Kafka's list of (key, value), the sink's tag left out;
+    None when there are none (as Kafka's connector gives)."""
+    if not headers:
+        return None
+    out = [(k, v) for k, v in headers.items() if k != TAG_HEADER]
+    return out or None
+
+
 def records_to_tuples(
-    records: Iterable[ReadRecord], include_headers: bool = True
+    records: Iterable[ReadRecord], sl: Slice, include_headers: bool = False
 ) -> Iterator[tuple[Any, ...]]:
+    topic, partition = sl.topic or sl.stream, sl.partition
     for r in records:
         ts = _EPOCH + dt.timedelta(milliseconds=r.timestamp_ms)
+        head = (r.key, r.payload, topic, partition, r.sequence_id, ts, TIMESTAMP_TYPE_CREATE)
+        tail = (r.stream, str(r.dlsn), r.sequence_id, r.txid)
         if include_headers:
-            yield (r.stream, r.key, r.payload, r.headers, str(r.dlsn), r.sequence_id, r.txid, ts)
+            yield (*head, visible_headers(r.headers), *tail)
         else:
-            yield (r.stream, r.key, r.payload, str(r.dlsn), r.sequence_id, r.txid, ts)
-
-
-def arrow_schema(include_headers: bool = True) -> pa.Schema:
-    import pyarrow as pa
-
-    fields = [
-        pa.field("stream", pa.string()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-    ]
-    if include_headers:
-        fields.append(
-            pa.field(
-                "headers",
-                pa.map_(pa.field("key", pa.string(), nullable=False), pa.binary()),
-            )
-        )
-    fields += [
-        pa.field("dlsn", pa.string()),
-        pa.field("sequence_id", pa.int64()),
-        pa.field("txid", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    ]
-    return pa.schema(fields)
+            yield (*head, *tail)
 
 
 def records_to_arrow(
-    records: Sequence[ReadRecord], schema: pa.Schema, include_headers: bool = True
+    records: Sequence[ReadRecord], sl: Slice, schema: pa.Schema, include_headers: bool = False
 ) -> pa.RecordBatch:
-    """One record batch of ``records`` in ``schema`` (from :func:`arrow_schema`)."""
+    """One record batch of ``records`` (all of slice ``sl``) in ``schema``."""
     import pyarrow as pa
 
+    n = len(records)
+    seqs = pa.array([r.sequence_id for r in records], pa.int64())
     columns: list[pa.Array] = [
-        pa.array([r.stream for r in records], pa.string()),
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.payload for r in records], pa.binary()),
-    ]
-    if include_headers:
-        headers_type = schema.field("headers").type
-        columns.append(
-            pa.array(
-                [None if r.headers is None else list(r.headers.items()) for r in records],
-                headers_type,
-            )
-        )
-    columns += [
-        pa.array([str(r.dlsn) for r in records], pa.string()),
-        pa.array([r.sequence_id for r in records], pa.int64()),
-        pa.array([r.txid for r in records], pa.int64()),
+        pa.repeat(pa.scalar(sl.topic or sl.stream, pa.string()), n),
+        pa.repeat(pa.scalar(sl.partition, pa.int32()), n),
+        seqs,
         pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(
             pa.timestamp("us", tz="UTC")
         ),
+        pa.repeat(pa.scalar(TIMESTAMP_TYPE_CREATE, pa.int32()), n),
+    ]
+    if include_headers:
+        columns.append(
+            pa.array([visible_headers(r.headers) for r in records], schema.field("headers").type)
+        )
+    columns += [
+        pa.repeat(pa.scalar(sl.stream, pa.string()), n),
+        pa.array([str(r.dlsn) for r in records], pa.string()),
+        seqs,
+        pa.array([r.txid for r in records], pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -1,35 +1,48 @@
 """Batch and streaming writes of the ``bookline`` data source, exactly once per batch id.
 
-Each row becomes one record: ``value`` (required) is the payload; ``key``, ``headers``
-and ``stream`` / ``topic`` (the target; else the ``stream`` / ``topic`` option) are
-optional. Strings are written as UTF-8.
+Rows (Arrow record batches from Spark) become records: ``value`` (required) is the
+payload; ``key``, ``headers`` (Kafka's ``array<struct<key,value>>`` or a map) are
+optional. The target of a row, first match wins: its ``stream`` column; its ``topic``
+column or the ``topic`` option -- partition ``p`` of a topic is the stream ``t~p``, ``p``
+from the ``partition`` column, else Kafka's murmur2 of the key
+(``partition_for_key``), else of the value (deterministic, so a replayed row goes to the
+same partition); a name that is a plain stream is one partition -- ; the ``stream``
+option. Missing plain streams are created (``createStreams``). A task keeps one writer
+per target stream for its whole partition, so interleaved rows cost no more than
+sorted ones; it never waits for a lock while holding another (it releases what it
+holds first), so two tasks cannot deadlock.
 
-Exactly once. Spark re-runs a task after a failure and replays a whole micro-batch
-after a restart, so a task may find its rows already (partly) written. Every record a
-task writes carries the header ``bookline.spark`` = ``"<query>:<batch>:<partition>"``
-(the query id is stable across restarts from a checkpoint; a batch write uses a fresh
-id and batch 0, or the options ``writeId`` and ``batchId`` - what ``foreachBatch``
-should pass, so a replayed micro-batch is skipped). Writes to a stream are serialised
-by its single-writer lock, and a task holds the lock while it checks what is there and
-writes:
+Exactly once, whatever the partitioning of a replay. Every record carries the header
+``bookline.spark`` = ``"<query>:<batch>:<run>:<partition>"``: the query id (stable
+across restarts from a checkpoint; a batch write uses a fresh id and batch 0, or the
+options ``writeId``/``batchId``, which is what ``foreachBatch`` should pass), the batch,
+the *run* (a fresh id per driver-side writer: a restart is a new run) and the Spark
+partition. Per (query, target stream) one *sink marker* (the subscription
+``spark-sink.<query>``) points at the last record of the last batch the driver
+committed; before a query's first write to a stream it is set at the stream's end.
 
-1. A *sink marker* per (query, partition, stream) - a subscription named
-   ``spark-sink.<query>.<partition>`` - points at the last record of the last task that
-   *completed* (before the first batch: at the stream's end, or before every record of
-   an empty stream). If that record's tag says batch >= ours, the batch is already
-   written: skip every row.
-2. Otherwise the records after the marker are scanned for our tag; their digests
-   (key, value, headers) form a multiset, and a row whose digest is in it is skipped
-   once. This covers a task that died after writing some or all rows but before moving
-   the marker, and does not depend on the replayed rows coming in the same order.
-3. After writing, the marker moves to our last tagged record.
+1. *Batch done*: the marker's record is tagged with this query and a batch >= ours (the
+   driver died after committing the batch to us but before Spark logged it): skip
+   every row; no writer is opened.
+2. Otherwise, holding the stream's writer lock, the task reads the records after the
+   marker tagged with this query and batch, up to the first record of the current run:
+   those of *earlier runs* form a multiset W of content digests (key, value, headers
+   without the tag); on a retried attempt it also collects its own earlier attempt's
+   records (same run and partition), skipped first. A row whose digest is in W is
+   skipped (once per copy) and counted in the commit message.
+3. The driver's commit adds the counts up per stream: a digest skipped more often than
+   W holds it (rows with equal content spread over several tasks of the new layout)
+   is written again, copying W's record, so the stream ends with exactly the batch's
+   multiset of rows; then it moves the marker to the batch's last record. A driver that
+   dies during that leaves a state the next run resolves the same way.
 
-Costs and limits: step 2 reads the records written since this partition's previous
-batch (usually one batch of all partitions); the first batch of a query on an existing
-stream starts from the stream's end (the marker is set before writing). Speculative
-execution (two live attempts of one task) is not supported. A partition holding rows
-for several streams writes them in runs, releasing a stream's lock between runs, so
-two tasks never wait on each other's locks; repartition by stream for fewer switches.
+One-shot batch writes (no ``writeId``) delete their markers at commit or abort.
+Limits: speculative execution (two live attempts of one task) is not supported; a
+zombie task of a dead driver writing after the new run started is not detected.
+Costs: a task scans the records written after the marker only up to the first one of
+its own run (nothing in steady state), and a retried attempt its partition's records.
+Every task that writes to a stream opens a writer, and a writer is a segment (the
+core's single writer per stream): for long-lived writers write through the proxies.
 """
 
 from __future__ import annotations
@@ -44,8 +57,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
-    DataSourceStreamWriter,
-    DataSourceWriter,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
@@ -53,15 +66,19 @@ from pyspark.sql.types import StructType
 from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
+    BooklineError,
     LockOwnedError,
+    NotFoundError,
 )
 from pipeline import client
 from pipeline.options import SinkOptions, parse_sink_options
-from pipeline.schema import SINK_COLUMNS
+from pipeline.schema import SINK_COLUMNS, TAG_HEADER
 from streams.dlsn import DLSN
 from streams.records import LogRecord, ReadRecord
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from streams.sync import SyncNamespace
 
 log = logging.getLogger(__name__)
@@ -70,12 +87,11 @@ __all__ = [
     "TAG_HEADER",
     "BooklineBatchWriter",
     "BooklineStreamWriter",
+    "Tag",
     "check_sink_schema",
     "parse_sink_options",
 ]
 
-# The header that tags every record a Spark task writes: "<query>:<batch>:<partition>".
-TAG_HEADER = "bookline.spark"
 # Spark's task-local properties naming the streaming query and micro-batch.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -83,9 +99,12 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 WRITE_BATCH_RECORDS = 2_000
 # Entries per read_entries call while scanning for already-written rows.
 SCAN_BATCH_ENTRIES = 256
-# Sink marker of a (query, partition) that started on an empty stream: before every
-# record (segment seqnos start at 1), so it never names a record of ours.
+# Sink marker of a query that started on an empty stream: before every record
+# (segment seqnos start at 1), so it never names a record of ours.
 BEFORE_ALL = DLSN(0, 0, 0)
+# The partition field of records the driver writes when it repairs a replay.
+DRIVER_PARTITION = -1
+MARKER_PREFIX = "spark-sink."
 
 
 def check_sink_schema(schema: StructType, overwrite: bool) -> None:
@@ -104,7 +123,9 @@ def check_sink_schema(schema: StructType, overwrite: bool) -> None:
 def _bytes(value: object, column: str) -> bytes | None:
     if value is None:
         return None
-    if isinstance(value, bytes | bytearray | memoryview):
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -112,14 +133,22 @@ def _bytes(value: object, column: str) -> bytes | None:
 
 
 def _headers(value: object) -> dict[str, bytes]:
+    """A row's headers (a map, or Kafka's list of key/value structs) without our tag: a
+    tag copied from a Spark-written stream is replaced by this write's."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise BadRequestError(f"column 'headers' must be a map, got {type(value).__name__}")
+    if isinstance(value, dict):
+        items: Iterable[tuple[object, object]] = value.items()
+    elif isinstance(value, list):
+        items = [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in value]
+    else:
+        raise BadRequestError("column 'headers' must be a map or an array of key/value structs")
     out: dict[str, bytes] = {}
-    for k, v in value.items():
+    for k, v in items:
+        if k is None:
+            raise BadRequestError("column 'headers': a header needs a key")
         if k == TAG_HEADER:
-            raise BadRequestError(f"header {TAG_HEADER!r} is reserved for exactly-once writes")
+            continue
         b = _bytes(v, "headers")
         out[str(k)] = b if b is not None else b""
     return out
@@ -141,62 +170,45 @@ def digest(key: bytes | None, payload: bytes, headers: dict[str, bytes] | None) 
 class Tag:
     query: str
     batch: int
+    run: str
     partition: int
 
     def encode(self) -> bytes:
-        return f"{self.query}:{self.batch}:{self.partition}".encode()
+        return f"{self.query}:{self.batch}:{self.run}:{self.partition}".encode()
 
     @classmethod
     def decode(cls, raw: bytes | None) -> Tag | None:
         if raw is None:
             return None
         try:
-            query, batch, partition = raw.decode().rsplit(":", 2)
-            return cls(query, int(batch), int(partition))
+            query, batch, run, partition = raw.decode().rsplit(":", 3)
+            return cls(query, int(batch), run, int(partition))
         except (UnicodeDecodeError, ValueError):
-            return None  # a header somebody else set; not ours
+            return None  # a header somebody else set (or an older format); not ours
 
-    def subscriber(self) -> str:
-        return f"spark-sink.{self.query}.{self.partition}"
-
-
-@dataclass
-class _StreamState:
-    """What one task attempt knows about one target stream."""
-
-    stream: str
-    skip_all: bool = False
-    already: collections.Counter[bytes] = field(default_factory=collections.Counter)
-    last_tagged: DLSN | None = None
-    written: int = 0
-    skipped: int = 0
+    @property
+    def marker(self) -> str:
+        return marker_name(self.query)
 
 
-@dataclass
-class BooklineCommitMessage(WriterCommitMessage):
-    written: dict[str, int]
-    skipped: dict[str, int]
+def marker_name(query: str) -> str:
+    return f"{MARKER_PREFIX}{query}"
 
 
-def _open_writer(ns: SyncNamespace, stream: str, identity: str, wait_ms: int) -> Any:
-    """Open the stream's writer, waiting up to ``wait_ms`` for a lock another task holds
-    (or a crashed task's ZooKeeper session holds until it expires)."""
-    try:
-        return ns.open_writer(stream, identity=identity, lock_timeout_s=wait_ms / 1000.0)
-    except LockOwnedError as exc:
-        raise LockOwnedError(
-            f"stream {stream!r}: writer lock still held by {exc.owner!r} after {wait_ms} ms "
-            "(option lockWaitMs)",
-            owner=exc.owner,
-        ) from exc
+def _tag_of(rec: ReadRecord) -> Tag | None:
+    return Tag.decode((rec.headers or {}).get(TAG_HEADER))
+
+
+def _content(rec: ReadRecord) -> bytes:
+    return digest(rec.key, rec.payload, rec.headers)
+
+
+# -- reading what is there -------------------------------------------------------------
 
 
 def _records_after(ns: SyncNamespace, stream: str, marker: DLSN) -> Iterator[ReadRecord]:
-    """Every readable record at or after ``marker``, straight from the segments.
-
-    The caller holds the writer lock, so the segments before the writer's own are sealed
-    and their last entries final: the walk ends without waiting for anything.
-    """
+    """Every readable record after ``marker``, straight from the segments (sealed ones
+    up to their last entry, the in-progress one up to its LAC)."""
     for seg in ns.segments(stream):
         if seg.seqno < marker.segment_seqno or seg.truncated or seg.last_entry_id < 0:
             continue
@@ -206,152 +218,344 @@ def _records_after(ns: SyncNamespace, stream: str, marker: DLSN) -> Iterator[Rea
         for lo in range(first, seg.last_entry_id + 1, SCAN_BATCH_ENTRIES):
             hi = min(seg.last_entry_id, lo + SCAN_BATCH_ENTRIES - 1)
             for rec in ns.read_entries(stream, seg.seqno, lo, hi):
-                if rec.dlsn >= marker:
+                if rec.dlsn > marker:
                     yield rec
 
 
-def _scan(ns: SyncNamespace, state: _StreamState, tag: Tag) -> None:
-    """Steps 1 and 2 of the module docstring (the caller holds the writer lock)."""
-    marker = ns.committed(state.stream, tag.subscriber())
+def _record_at(ns: SyncNamespace, stream: str, dlsn: DLSN) -> ReadRecord | None:
+    if dlsn == BEFORE_ALL:
+        return None
+    try:
+        recs = ns.read_entries(stream, dlsn.segment_seqno, dlsn.entry_id, dlsn.entry_id)
+    except BooklineError as exc:  # truncated, deleted: then it tells nothing
+        log.debug("%s: sink marker %s unreadable: %s", stream, dlsn, exc)
+        return None
+    return next((r for r in recs if r.dlsn == dlsn), None)
+
+
+def batch_done(ns: SyncNamespace, stream: str, tag: Tag) -> bool:
+    """Step 1: the marker names a record of this query with a batch >= ours."""
+    marker = ns.committed(stream, tag.marker)
     if marker is None:
-        # First batch of this (query, partition) here: nothing of ours can be there yet.
-        # Later scans start at today's end (BEFORE_ALL on an empty stream).
-        end = ns.stream_info(state.stream).last_dlsn
-        ns.commit(state.stream, tag.subscriber(), end if end is not None else BEFORE_ALL)
-        return
-    for rec in _records_after(ns, state.stream, marker):
-        found = Tag.decode((rec.headers or {}).get(TAG_HEADER))
-        if found is None:
+        return False
+    rec = _record_at(ns, stream, marker)
+    found = _tag_of(rec) if rec is not None else None
+    return found is not None and found.query == tag.query and found.batch >= tag.batch
+
+
+@dataclass
+class Found:
+    """What step 2 found after the marker: earlier runs' records of our batch (W) and
+    our own earlier attempt's."""
+
+    prior: collections.Counter[bytes] = field(default_factory=collections.Counter)
+    prior_records: dict[bytes, ReadRecord] = field(default_factory=dict)
+    own: collections.Counter[bytes] = field(default_factory=collections.Counter)
+    last: DLSN | None = None  # the last record of our batch seen
+
+
+def scan(ns: SyncNamespace, stream: str, tag: Tag, *, whole: bool, keep: bool = False) -> Found:
+    """Step 2 (the caller holds the writer lock). ``whole``: do not stop at the first
+    record of the current run (a retried attempt looks for its own records)."""
+    found = Found()
+    marker = ns.committed(stream, tag.marker)
+    if marker is None:
+        # The query's first write here: nothing of it can be there yet. Later scans
+        # start at today's end (BEFORE_ALL on an empty stream).
+        end = ns.stream_info(stream).last_dlsn
+        ns.commit(stream, tag.marker, end if end is not None else BEFORE_ALL)
+        return found
+    for rec in _records_after(ns, stream, marker):
+        t = _tag_of(rec)
+        if t is None or t.query != tag.query or t.batch != tag.batch:
             continue
-        if (
-            rec.dlsn == marker
-            and (found.query, found.partition) == (tag.query, tag.partition)
-            and found.batch >= tag.batch
-        ):
-            state.skip_all = True
-            return
-        if found == tag:
-            state.already[digest(rec.key, rec.payload, rec.headers)] += 1
-            state.last_tagged = rec.dlsn
+        found.last = rec.dlsn
+        if t.run != tag.run:
+            d = _content(rec)
+            found.prior[d] += 1
+            if keep:
+                found.prior_records.setdefault(d, rec)
+        elif t.partition == tag.partition:
+            found.own[_content(rec)] += 1
+        elif not whole:
+            break  # the current run's records follow; earlier runs' come before them
+    return found
+
+
+# -- one task ----------------------------------------------------------------------
+
+
+@dataclass
+class _StreamState:
+    """What one task attempt knows about one target stream."""
+
+    stream: str
+    writer: Any = None
+    checked: bool = False  # steps 1-2 done
+    skip_all: bool = False
+    found: Found = field(default_factory=Found)
+    prior_skips: collections.Counter[bytes] = field(default_factory=collections.Counter)
+    pending: list[LogRecord] = field(default_factory=list)
+    last: DLSN | None = None  # our last written record, or the last of the batch seen
+    written: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class BooklineCommitMessage(WriterCommitMessage):
+    # The task's query and run (the driver's commit runs in a writer of its own).
+    query: str
+    run: str
+    written: dict[str, int]
+    skipped: dict[str, int]
+    # Per stream: the last record of the batch the task wrote or saw.
+    last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # Per stream: rows skipped because an earlier run wrote them (digest -> count).
+    prior_skips: dict[str, dict[bytes, int]] = field(default_factory=dict)
+
+
+class _Router:
+    """A row's target stream (see the module docstring); topic metadata cached."""
+
+    def __init__(self, ns: SyncNamespace, opts: SinkOptions) -> None:
+        self.ns = ns
+        self.opts = opts
+        self._partitions: dict[str, int | None] = {}
+
+    def _count(self, topic: str) -> int | None:
+        if topic not in self._partitions:
+            self._partitions[topic] = client.topic_partitions(self.ns, topic)
+        return self._partitions[topic]
+
+    def target(
+        self, stream: object, topic: object, partition: object, key: bytes | None, value: bytes
+    ) -> str:
+        from foundation.names import partition_stream, validate_stream_name
+        from foundation.partitioner import murmur2, partition_for_key, to_positive
+
+        if stream is not None:
+            return validate_stream_name(stream)
+        name = topic if topic is not None else self.opts.topic
+        if name is None:
+            if self.opts.stream is None:
+                raise BadRequestError("no target: add a 'topic' or 'stream' column or option")
+            return self.opts.stream
+        if not isinstance(name, str):
+            raise BadRequestError(f"column 'topic' must be a string, got {name!r}")
+        count = self._count(name)
+        if count is None:  # a plain stream: one partition
+            if partition not in (None, 0):
+                raise BadRequestError(
+                    f"{name!r} is a stream, not a topic: no partition {partition}"
+                )
+            return validate_stream_name(name)
+        if partition is not None:
+            if not isinstance(partition, int) or not 0 <= partition < count:
+                raise BadRequestError(f"topic {name!r} has no partition {partition!r} ({count})")
+            p = partition
+        elif key is not None:
+            p = partition_for_key(key, count)
+        else:
+            p = to_positive(murmur2(value)) % count
+        return partition_stream(name, p)
 
 
 class _TaskWrite:
-    """One task attempt writing its rows in per-stream runs (see module docstring)."""
+    """One task attempt: one writer per target stream (see the module docstring)."""
 
-    def __init__(self, opts: SinkOptions, columns: Sequence[str], tag: Tag) -> None:
+    def __init__(self, opts: SinkOptions, tag: Tag, attempt: int) -> None:
         self.opts = opts
-        self.columns = set(columns)
         self.tag = tag
+        self.attempt = attempt
         self.ns = client.namespace_for(opts.connection)
+        self.router = _Router(self.ns, opts)
         self.states: dict[str, _StreamState] = {}
-        self.writer: Any = None
-        self.current: _StreamState | None = None
-        self.pending: list[LogRecord] = []
+        self.identity = f"spark:{tag.encode().decode()}"
 
-    def _target(self, row: Any) -> str:
-        for column in ("stream", "topic"):
-            if column in self.columns and row[column] is not None:
-                return client.check_stream_name(row[column])
-        if self.opts.stream is None:
-            raise BadRequestError("no target stream: add a 'stream' column or option")
-        return self.opts.stream
+    # -- locks and checks ----------------------------------------------------------
 
     def _ensure_stream(self, stream: str) -> None:
-        if not self.opts.create_streams:
+        if self.ns.exists(stream):
             return
-        if not self.ns.exists(stream):
-            # Another task may create it first: that is fine, it exists either way.
-            with contextlib.suppress(AlreadyExistsError):
-                self.ns.create_stream(stream)
+        if not self.opts.create_streams:
+            raise NotFoundError(f"stream {stream!r} does not exist (createStreams=false)")
+        from foundation.names import is_internal
 
-    def _switch(self, stream: str) -> _StreamState:
-        self._flush()
-        self._close_writer()
+        if is_internal(stream):
+            raise NotFoundError(f"topic partition {stream!r} does not exist")
+        with contextlib.suppress(AlreadyExistsError):  # another task was first: fine
+            self.ns.create_stream(stream)
+
+    def _open(self, state: _StreamState) -> None:
+        """Take the stream's writer: at once if free, else release every writer we hold
+        and then wait (a task never waits while holding a lock: no deadlock)."""
+        try:
+            state.writer = self.ns.open_writer(state.stream, identity=self.identity)
+            return
+        except LockOwnedError:
+            pass
+        self._release_all()
+        try:
+            state.writer = self.ns.open_writer(
+                state.stream,
+                identity=self.identity,
+                lock_timeout_s=self.opts.lock_wait_ms / 1000.0,
+            )
+        except LockOwnedError as exc:
+            raise LockOwnedError(
+                f"stream {state.stream!r}: writer lock still held by {exc.owner!r} after "
+                f"{self.opts.lock_wait_ms} ms (option lockWaitMs)",
+                owner=exc.owner,
+            ) from exc
+
+    def _check(self, state: _StreamState) -> None:
+        """Steps 1 and 2, once per stream and attempt; opens the writer unless done."""
+        state.checked = True
+        if not self.opts.idempotent:
+            self._open(state)
+            return
+        self._ensure_stream(state.stream)
+        if batch_done(self.ns, state.stream, self.tag):
+            state.skip_all = True
+            return
+        self._open(state)
+        if batch_done(self.ns, state.stream, self.tag):  # again, now that we hold it
+            state.skip_all = True
+            self._close(state)
+            return
+        state.found = scan(self.ns, state.stream, self.tag, whole=self.attempt > 0)
+        state.last = state.found.last
+
+    # -- rows ------------------------------------------------------------------------
+
+    def add(self, stream: str, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> None:
         state = self.states.get(stream)
         if state is None:
-            self._ensure_stream(stream)
-        self.writer = _open_writer(
-            self.ns, stream, f"spark:{self.tag.encode().decode()}", self.opts.lock_wait_ms
-        )
-        if state is None:
-            state = _StreamState(stream)
-            if self.opts.idempotent:
-                _scan(self.ns, state, self.tag)
-            self.states[stream] = state
-        self.current = state
-        return state
-
-    def _flush(self) -> None:
-        if not self.pending:
-            return
-        state = self.current
-        assert state is not None
-        assert self.writer is not None
-        dlsns: list[DLSN] = self.writer.write_many(self.pending)
-        state.written += len(self.pending)
-        state.last_tagged = dlsns[-1]
-        self.pending = []
-
-    def _close_writer(self) -> None:
-        if self.writer is not None:
-            writer, self.writer = self.writer, None
-            writer.close()
-
-    def add(self, row: Any) -> None:
-        stream = self._target(row)
-        state = self.current
-        if state is None or state.stream != stream:
-            state = self._switch(stream)
-        key = _bytes(row["key"], "key") if "key" in self.columns else None
-        value = _bytes(row["value"], "value")
-        if value is None:
-            raise BadRequestError("column 'value' must not be null")
-        headers = _headers(row["headers"]) if "headers" in self.columns else {}
+            state = self.states[stream] = _StreamState(stream)
+            if self.opts.create_streams and not self.opts.idempotent:
+                self._ensure_stream(stream)
+        if not state.checked:
+            self._check(state)
         if state.skip_all:
             state.skipped += 1
             return
-        if self.opts.idempotent:
+        found = state.found
+        if found.own or found.prior:
             d = digest(key, value, headers)
-            if state.already[d] > 0:
-                state.already[d] -= 1
+            if found.own[d] > 0:
+                found.own[d] -= 1
+                state.skipped += 1
+                return
+            if found.prior[d] > 0:
+                found.prior[d] -= 1
+                state.prior_skips[d] += 1
                 state.skipped += 1
                 return
         headers[TAG_HEADER] = self.tag.encode()
-        self.pending.append(LogRecord(value, key=key, headers=headers))
-        if len(self.pending) >= WRITE_BATCH_RECORDS:
-            self._flush()
+        state.pending.append(LogRecord(value, key=key, headers=headers))
+        if len(state.pending) >= WRITE_BATCH_RECORDS:
+            self._flush(state)
+
+    def _flush(self, state: _StreamState) -> None:
+        if not state.pending:
+            return
+        if state.writer is None:
+            self._open(state)
+        dlsns: list[DLSN] = state.writer.write_many(state.pending)
+        state.written += len(state.pending)
+        state.last = dlsns[-1]
+        state.pending = []
+
+    def _close(self, state: _StreamState) -> None:
+        if state.writer is not None:
+            writer, state.writer = state.writer, None
+            writer.close()
+
+    def _release_all(self) -> None:
+        for state in self.states.values():
+            if state.writer is not None:
+                self._flush(state)
+                self._close(state)
 
     def finish(self) -> BooklineCommitMessage:
         try:
-            self._flush()
-        finally:
-            self._close_writer()
-        if self.opts.idempotent:
             for state in self.states.values():
-                if state.last_tagged is not None:
-                    self.ns.commit(state.stream, self.tag.subscriber(), state.last_tagged)
+                self._flush(state)
+        finally:
+            self.abandon()
+        states = self.states.values()
         return BooklineCommitMessage(
-            written={s.stream: s.written for s in self.states.values()},
-            skipped={s.stream: s.skipped for s in self.states.values()},
+            query=self.tag.query,
+            run=self.tag.run,
+            written={s.stream: s.written for s in states},
+            skipped={s.stream: s.skipped for s in states},
+            last={s.stream: tuple(s.last) for s in states if s.last is not None},  # type: ignore[misc]
+            prior_skips={s.stream: dict(s.prior_skips) for s in states if s.prior_skips},
         )
 
     def abandon(self) -> None:
-        """The task failed: release the lock; what was written is found by the retry."""
-        self.pending = []
-        self._close_writer()
+        """Release every lock; what was written is found by a retry or a replay."""
+        for state in self.states.values():
+            state.pending = []
+            try:
+                self._close(state)
+            except BooklineError as exc:
+                log.warning("closing the writer of %s failed: %s", state.stream, exc)
 
 
-def _write_rows(
-    opts: SinkOptions, columns: Sequence[str], tag: Tag, rows: Iterable[Any]
+def _columns(batch: pa.RecordBatch) -> dict[str, list[Any]]:
+    return {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+
+
+def write_batches(
+    opts: SinkOptions, tag: Tag, batches: Iterable[pa.RecordBatch], attempt: int = 0
 ) -> BooklineCommitMessage:
-    task = _TaskWrite(opts, columns, tag)
+    """One task: every row of ``batches`` to its target, exactly once for ``tag``."""
+    task = _TaskWrite(opts, tag, attempt)
     try:
-        for row in rows:
-            task.add(row)
+        for batch in batches:
+            cols = _columns(batch)
+            n = batch.num_rows
+            values = cols["value"]
+            keys = cols.get("key") or [None] * n
+            heads = cols.get("headers") or [None] * n
+            streams, topics, parts = (cols.get(c) for c in ("stream", "topic", "partition"))
+            fixed = None
+            if streams is None and topics is None and parts is None and opts.topic is None:
+                fixed = task.router.target(None, None, None, None, b"")
+            for i in range(n):
+                value = _bytes(values[i], "value")
+                if value is None:
+                    raise BadRequestError("column 'value' must not be null")
+                key = _bytes(keys[i], "key")
+                target = fixed or task.router.target(
+                    None if streams is None else streams[i],
+                    None if topics is None else topics[i],
+                    None if parts is None else parts[i],
+                    key,
+                    value,
+                )
+                task.add(target, key, value, _headers(heads[i]))
     except BaseException:
         task.abandon()
         raise
     return task.finish()
+
+
+def write_rows(
+    opts: SinkOptions, tag: Tag, rows: Sequence[dict[str, Any]], attempt: int = 0
+) -> BooklineCommitMessage:
+    """:func:`write_batches` of plain dict rows (tests, tools)."""
+    import pyarrow as pa
+
+    names = sorted({k for r in rows for k in r})
+    batch = pa.RecordBatch.from_pylist(list(rows), schema=None) if rows else None
+    if batch is not None:
+        batch = batch.select(names)
+    return write_batches(opts, tag, [] if batch is None else [batch], attempt)
+
+
+# -- the driver's side -------------------------------------------------------------
 
 
 def _task_context() -> Any:
@@ -363,52 +567,129 @@ def _task_context() -> Any:
     return ctx
 
 
-def _totals(messages: Iterable[object]) -> tuple[dict[str, int], dict[str, int]]:
+def _merge(
+    messages: Iterable[object],
+) -> tuple[dict[str, int], dict[str, int], dict[str, DLSN], dict[str, collections.Counter[bytes]]]:
     written: collections.Counter[str] = collections.Counter()
     skipped: collections.Counter[str] = collections.Counter()
+    last: dict[str, DLSN] = {}
+    prior: dict[str, collections.Counter[bytes]] = {}
+    for m in messages:
+        if not isinstance(m, BooklineCommitMessage):
+            continue
+        written.update(m.written)
+        skipped.update(m.skipped)
+        for stream, raw in m.last.items():
+            dlsn = DLSN(*raw)
+            last[stream] = max(last.get(stream, dlsn), dlsn)
+        for stream, counts in m.prior_skips.items():
+            prior.setdefault(stream, collections.Counter()).update(counts)
+    return dict(written), dict(skipped), last, prior
+
+
+def repair(ns: SyncNamespace, opts: SinkOptions, stream: str, tag: Tag,
+           skipped: collections.Counter[bytes]) -> DLSN | None:  # fmt: skip
+    """Step 3: write again what the tasks skipped beyond what earlier runs wrote."""
+    writer = ns.open_writer(stream, identity=f"spark-driver:{tag.encode().decode()}",
+                            lock_timeout_s=opts.lock_wait_ms / 1000.0)  # fmt: skip
+    try:
+        found = scan(ns, stream, tag, whole=True, keep=True)
+        records: list[LogRecord] = []
+        for d, count in skipped.items():
+            missing = count - found.prior[d]
+            rec = found.prior_records.get(d)
+            if missing <= 0 or rec is None:
+                continue
+            headers = {k: v for k, v in (rec.headers or {}).items() if k != TAG_HEADER}
+            headers[TAG_HEADER] = tag.encode()
+            records += [LogRecord(rec.payload, key=rec.key, headers=dict(headers))] * missing
+        if not records:
+            return None
+        log.info("%s: re-writing %d rows skipped by more than one task", stream, len(records))
+        return writer.write_many(records)[-1]
+    finally:
+        writer.close()
+
+
+def commit_batch(
+    opts: SinkOptions, tag: Tag, messages: Iterable[object], *, one_shot: bool
+) -> None:
+    """The driver's commit: repairs (step 3), then markers moved (or deleted)."""
+    written, skipped, last, prior = _merge(messages)
+    log.info("bookline %s batch %d: written %s, skipped %s", tag.query, tag.batch, written, skipped)
+    if not opts.idempotent or not (last or prior):
+        return
+    ns = client.namespace_for(opts.connection)
+    driver_tag = Tag(tag.query, tag.batch, tag.run, DRIVER_PARTITION)
+    for stream, counts in prior.items():
+        dlsn = repair(ns, opts, stream, driver_tag, counts)
+        if dlsn is not None:
+            last[stream] = max(last.get(stream, dlsn), dlsn)
+    for stream, dlsn in last.items():
+        if one_shot:
+            drop_marker(ns, stream, tag.query)
+        else:
+            ns.commit(stream, tag.marker, dlsn)
+
+
+def drop_marker(ns: SyncNamespace, stream: str, query: str) -> None:
+    with contextlib.suppress(NotFoundError):
+        ns.runner.call(ns.ns.delete_subscriber(stream, marker_name(query)))
+
+
+def _task_tag(messages: Sequence[object], batch: int) -> Tag | None:
+    """The tasks' query and run, from their messages (None: no task reported)."""
     for m in messages:
         if isinstance(m, BooklineCommitMessage):
-            written.update(m.written)
-            skipped.update(m.skipped)
-    return dict(written), dict(skipped)
+            return Tag(m.query, batch, m.run, 0)
+    return None
 
 
-class BooklineBatchWriter(DataSourceWriter):
+def _schema_names(schema: StructType | Sequence[str]) -> list[str]:
+    return list(schema.fieldNames() if isinstance(schema, StructType) else schema)
+
+
+class BooklineBatchWriter(DataSourceArrowWriter):
     """``df.write.format("bookline")``: a retried task does not write its rows twice."""
 
-    def __init__(self, opts: SinkOptions, columns: Sequence[str]) -> None:
+    def __init__(self, opts: SinkOptions, schema: StructType | Sequence[str]) -> None:
         self.opts = opts
-        self.columns = list(columns)
+        self.columns = _schema_names(schema)
         # Made on the driver, pickled to every task: names this write job's records.
         self.write_id = opts.write_id or f"batch-{uuid.uuid4()}"
         self.batch_id = opts.batch_id or 0
+        self.run = uuid.uuid4().hex[:12]
 
-    def write(self, iterator: Iterator[Any]) -> BooklineCommitMessage:
+    def _tag(self, partition: int) -> Tag:
+        return Tag(self.write_id, self.batch_id, self.run, partition)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BooklineCommitMessage:
         ctx = _task_context()
-        tag = Tag(self.write_id, self.batch_id, int(ctx.partitionId()))
-        return _write_rows(self.opts, self.columns, tag, iterator)
+        tag = self._tag(int(ctx.partitionId()))
+        return write_batches(self.opts, tag, iterator, int(ctx.attemptNumber()))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        written, skipped = _totals(messages)
-        log.info(
-            "bookline write %s committed: written %s, skipped %s", self.write_id, written, skipped
-        )
+        tag = _task_tag(messages, self.batch_id) or self._tag(0)
+        commit_batch(self.opts, tag, messages, one_shot=self.opts.write_id is None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        written, _skipped = _totals(messages)
-        log.warning(
-            "bookline write %s aborted; records already written stay: %s", self.write_id, written
-        )
+        written, _skipped, last, _prior = _merge(messages)
+        log.warning("bookline write %s aborted; records written stay: %s", self.write_id, written)
+        if self.opts.write_id is None and last:
+            ns = client.namespace_for(self.opts.connection)
+            for stream in last:
+                drop_marker(ns, stream, self.write_id)
 
 
-class BooklineStreamWriter(DataSourceStreamWriter):
+class BooklineStreamWriter(DataSourceStreamArrowWriter):
     """``writeStream.format("bookline")``: each micro-batch written exactly once."""
 
-    def __init__(self, opts: SinkOptions, columns: Sequence[str]) -> None:
+    def __init__(self, opts: SinkOptions, schema: StructType | Sequence[str]) -> None:
         self.opts = opts
-        self.columns = list(columns)
+        self.columns = _schema_names(schema)
+        self.run = uuid.uuid4().hex[:12]
 
-    def write(self, iterator: Iterator[Any]) -> BooklineCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BooklineCommitMessage:
         ctx = _task_context()
         query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
         batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
@@ -417,20 +698,16 @@ class BooklineStreamWriter(DataSourceStreamWriter):
                 f"Spark did not pass {QUERY_ID_PROPERTY!r}/{BATCH_ID_PROPERTY!r} to the task; "
                 "cannot write exactly once"
             )
-        tag = Tag(str(query), int(batch), int(ctx.partitionId()))
-        return _write_rows(self.opts, self.columns, tag, iterator)
+        tag = Tag(str(query), int(batch), self.run, int(ctx.partitionId()))
+        return write_batches(self.opts, tag, iterator, int(ctx.attemptNumber()))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        written, skipped = _totals(messages)
-        log.info(
-            "bookline micro-batch %d committed: written %s, skipped (replayed) %s",
-            batchId,
-            written,
-            skipped,
-        )
+        tag = _task_tag(messages, batchId)
+        if tag is not None:
+            commit_batch(self.opts, tag, messages, one_shot=False)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        written, _skipped = _totals(messages)
+        written, _skipped, _last, _prior = _merge(messages)
         log.warning(
             "bookline micro-batch %d aborted; written so far %s (a replay skips them)",
             batchId,

@@ -1,24 +1,31 @@
 """The ``bookline`` PySpark data source: batch and streaming reads (writes: pipeline.sink).
 
-Batch read (``spark.read.format("bookline")``): the planner snapshots each selected
-stream, resolves startingOffsets/startingTimestamp/endingOffsets into sequence-id
-ranges and returns one InputPartition per segment slice; each task reads its slice from
-the bookies (:func:`pipeline.client.read_slice`) and yields Python tuples (or Arrow
-record batches with ``arrow=true``).
+Batch read (``spark.read.format("bookline")``): the planner resolves the selection
+(topics, a pattern, assigned partitions, streams) into topic partitions
+(:func:`pipeline.client.select_partitions`), snapshots each partition's stream,
+resolves the offset and timestamp options into sequence-id ranges (Kafka's precedence:
+timestamp, by-timestamp, offsets) and returns one InputPartition per segment slice;
+each task reads its slice from the bookies (:func:`pipeline.client.read_slice`) and
+yields Arrow record batches (or Python tuples with ``arrow=false``) in Kafka's schema.
 
-Streaming read (``spark.readStream.format("bookline")``): an offset is the JSON object
-``{"stream": next sequence id to read, ...}``; a micro-batch reads [start, end) of each
-stream, so a restart from a checkpoint resumes exactly. ``maxRecordsPerTrigger`` is
-admission control (``getDefaultReadLimit`` -> ``ReadMaxRows``, honoured in
-``latestOffset(start, limit)``), shared fairly between streams; ``Trigger.AvailableNow``
-is supported (``prepareForTriggerAvailableNow`` pins the target offsets). On a Spark
-without admission control (< 4.2, where ``latestOffset()`` takes no arguments) the
-reader still works, reading everything available per micro-batch.
+Streaming read (``spark.readStream.format("bookline")``): an offset is Kafka's JSON
+``{"topic": {"partition": next offset}}`` (a plain stream: ``{"stream": next offset}``);
+a micro-batch reads [start, end) of each partition, so a restart from a checkpoint
+resumes exactly, and partitions that appear (a topic grown, a new pattern match) start
+at their oldest record. Admission control: ``maxOffsetsPerTrigger`` (``ReadMaxRows``,
+honoured in ``latestOffset(start, limit)``, shared fairly between partitions) and
+``minOffsetsPerTrigger`` + ``maxTriggerDelay`` (Kafka's rule, kept here: too few new
+records and the delay not over -> no new micro-batch); ``Trigger.AvailableNow`` works
+(``prepareForTriggerAvailableNow`` pins the target offsets). ``reportLatestOffset``
+gives Spark the latest offsets, shown in the query progress next to ``endOffset``
+(:func:`records_behind`). On a Spark without admission control (< 4.2) the reader
+reads everything available per micro-batch.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,14 +39,17 @@ from pyspark.sql.types import StructType
 
 from foundation.errors import BadRequestError
 from pipeline import client
-from pipeline.options import (
-    EARLIEST,
-    OffsetSpec,
-    SourceOptions,
-    parse_source_options,
-    streaming_starting,
+from pipeline.options import SourceOptions, include_headers, parse_source_options
+from pipeline.planning import (
+    Slice,
+    StreamView,
+    TopicPartition,
+    cap_end_offsets,
+    decode_offsets,
+    encode_offsets,
+    plan_slices,
+    resolve_range,
 )
-from pipeline.planning import Slice, StreamView, cap_end_offsets, plan_slices, resolve_range
 from pipeline.schema import read_schema_ddl, records_to_arrow, records_to_tuples
 
 log = logging.getLogger(__name__)
@@ -90,14 +100,75 @@ def _read_partition(opts: SourceOptions, schema: StructType, part: InputPartitio
 
         pa_schema = to_arrow_schema(schema, timezone="UTC")
         for records in client.read_slice(ns, sl, opts.arrow_batch_rows):
-            yield records_to_arrow(records, pa_schema, opts.include_headers)
+            yield records_to_arrow(records, sl, pa_schema, opts.include_headers)
     else:
         for records in client.read_slice(ns, sl, opts.arrow_batch_rows):
-            yield from records_to_tuples(records, opts.include_headers)
+            yield from records_to_tuples(records, sl, opts.include_headers)
 
 
 def _partitions(slices: Sequence[Slice]) -> list[InputPartition]:
     return [SlicePartition(sl) for sl in slices]
+
+
+def _check_offset_names(opts: SourceOptions, parts: Sequence[TopicPartition]) -> None:
+    """Every topic/stream/partition a JSON offset option names must be selected: a typo
+    there would otherwise read from the default offset without a word."""
+    selected = {(tp.topic, tp.partition) for tp in parts} | {(tp.stream, None) for tp in parts}
+    selected |= {(tp.stream, 0) for tp in parts}
+    for key, spec in (
+        ("startingOffsets", opts.starting),
+        ("endingOffsets", opts.ending),
+        ("startingOffsetsByTimestamp", opts.starting_by_timestamp),
+        ("endingOffsetsByTimestamp", opts.ending_by_timestamp),
+    ):
+        if spec is None:
+            continue
+        unknown = sorted(
+            f"{name}" if p is None else f"{name}/{p}"
+            for name, p in spec.per_partition
+            if (name, p) not in selected
+        )
+        if unknown:
+            raise BadRequestError(
+                f"option {key!r} names {', '.join(unknown)}, which the read does not select "
+                f"(selected: {', '.join(sorted({tp.topic for tp in parts})) or 'nothing'})"
+            )
+
+
+def _at_timestamp(
+    ns: Any, tp: TopicPartition, view: StreamView, ts: int, *, start: bool, how: str
+) -> int:
+    seq = client.sequence_at_timestamp(ns, tp.stream, ts)
+    if seq is not None:
+        return seq
+    if start and how == "error":
+        raise BadRequestError(
+            f"{tp.topic}/{tp.partition}: no record at or after timestamp {ts} (set "
+            "startingOffsetsByTimestampStrategy=latest to start at the end instead)"
+        )
+    return view.next_sequence_id
+
+
+def start_offset(opts: SourceOptions, ns: Any, tp: TopicPartition, view: StreamView) -> int | None:
+    """Where a read of ``tp`` starts (None: earliest); Kafka's precedence."""
+    ts = opts.starting_timestamp_ms
+    if ts is None and opts.starting_by_timestamp is not None:
+        ts = opts.starting_by_timestamp.value_for(tp.topic, tp.partition, tp.stream)
+    if ts is not None:
+        return _at_timestamp(ns, tp, view, ts, start=True, how=opts.by_timestamp_strategy)
+    if opts.starting.kind == "latest":
+        return view.next_sequence_id
+    return opts.starting.value_for(tp.topic, tp.partition, tp.stream)
+
+
+def end_offset(opts: SourceOptions, ns: Any, tp: TopicPartition, view: StreamView) -> int | None:
+    """Where a batch read of ``tp`` ends, exclusive (None: latest)."""
+    ts = opts.ending_timestamp_ms
+    if ts is None and opts.ending_by_timestamp is not None:
+        ts = opts.ending_by_timestamp.value_for(tp.topic, tp.partition, tp.stream)
+    if ts is not None:
+        return _at_timestamp(ns, tp, view, ts, start=False, how="latest")
+    return opts.ending.value_for(tp.topic, tp.partition, tp.stream)
 
 
 class BooklineBatchReader(DataSourceReader):
@@ -105,24 +176,18 @@ class BooklineBatchReader(DataSourceReader):
         self.opts = opts
         self.schema = schema
 
-    def _start(self, ns: Any, view: StreamView) -> int | None:
-        opts = self.opts
-        if opts.starting_timestamp_ms is not None:
-            return client.sequence_at_timestamp(ns, view.name, opts.starting_timestamp_ms)
-        if opts.starting.kind == "latest":
-            return view.next_sequence_id
-        return opts.starting.for_stream(view.name)
-
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
         ns = client.namespace_for(opts.connection)
+        parts = client.select_partitions(ns, opts.selection)
+        _check_offset_names(opts, parts)
         ranges: list[tuple[StreamView, int, int]] = []
-        for stream in client.select_streams(ns, opts):
-            view = client.snapshot(ns, stream)
+        for tp in parts:
+            view = client.snapshot(ns, tp.stream)
             lo, hi = resolve_range(
                 view,
-                self._start(ns, view),
-                opts.ending.for_stream(stream),
+                start_offset(opts, ns, tp, view),
+                end_offset(opts, ns, tp, view),
                 fail_on_data_loss=opts.fail_on_data_loss,
             )
             ranges.append((view, lo, hi))
@@ -132,7 +197,7 @@ class BooklineBatchReader(DataSourceReader):
             max_records=opts.max_records_per_partition,
             fail_on_data_loss=opts.fail_on_data_loss,
         )
-        log.info("bookline batch read: %d slices over %d streams", len(slices), len(ranges))
+        log.info("bookline batch read: %d slices over %d partitions", len(slices), len(ranges))
         # Spark wants at least one partition; an empty one reads nothing.
         return _partitions(slices) or [SlicePartition(None)]
 
@@ -141,59 +206,54 @@ class BooklineBatchReader(DataSourceReader):
 
 
 class BooklineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader; offsets are ``{stream: next sequence id}``."""
+    """Micro-batch reader; offsets are Kafka's ``{"t": {"0": next offset}}`` (a plain
+    stream: ``{"s": next offset}``)."""
 
-    def __init__(self, opts: SourceOptions, starting: OffsetSpec, schema: StructType) -> None:
+    def __init__(
+        self, opts: SourceOptions, schema: StructType, clock: Any = time.monotonic
+    ) -> None:
         self.opts = opts
-        self.starting = starting
         self.schema = schema
-        # Trigger.AvailableNow: the offsets the query must stop at.
+        self._clock = clock
+        # Trigger.AvailableNow: the offsets (per stream) the query must stop at.
         self._target: dict[str, int] | None = None
+        # minOffsetsPerTrigger/maxTriggerDelay: when the last micro-batch was planned.
+        self._last_trigger_s = clock()
 
     def _ns(self) -> Any:
         return client.namespace_for(self.opts.connection)
 
-    def _latest(self) -> dict[str, tuple[StreamView, int]]:
+    def _latest(self) -> dict[str, StreamView]:
         ns = self._ns()
-        out: dict[str, tuple[StreamView, int]] = {}
-        for stream in client.select_streams(ns, self.opts):
-            view = client.snapshot(ns, stream)
-            out[stream] = (view, view.next_sequence_id)
-        return out
+        return {
+            tp.stream: client.snapshot(ns, tp.stream)
+            for tp in client.select_partitions(ns, self.opts.selection)
+        }
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         ns = self._ns()
-        offsets: dict[str, int] = {}
-        for stream in client.select_streams(ns, self.opts):
-            view = client.snapshot(ns, stream)
-            if self.opts.starting_timestamp_ms is not None:
-                start: int | None = client.sequence_at_timestamp(
-                    ns, stream, self.opts.starting_timestamp_ms
-                )
-            elif self.starting.kind == "latest":
-                start = view.next_sequence_id
-            else:
-                start = self.starting.for_stream(stream)
+        parts = client.select_partitions(ns, self.opts.selection)
+        _check_offset_names(self.opts, parts)
+        offsets: dict[TopicPartition, int] = {}
+        for tp in parts:
+            view = client.snapshot(ns, tp.stream)
             lo, _hi = resolve_range(
-                view, start, None, fail_on_data_loss=self.opts.fail_on_data_loss
+                view,
+                start_offset(self.opts, ns, tp, view),
+                None,
+                fail_on_data_loss=self.opts.fail_on_data_loss,
             )
-            offsets[stream] = lo
-        return offsets
+            offsets[tp] = lo
+        return encode_offsets(offsets)
 
-    def _normalised_start(
-        self, start: dict[str, Any], latest: dict[str, tuple[StreamView, int]]
-    ) -> dict[str, int]:
-        """Every stream gets a start; streams new since `start` (a pattern matched a new
-        stream) start at their oldest record, like new Kafka partitions."""
-        out = {s: int(v) for s, v in start.items()}
-        for stream, (view, _nxt) in latest.items():
-            out.setdefault(stream, view.first_sequence_id)
-        return out
-
-    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         latest = self._latest()
-        begin = self._normalised_start(start, latest)
-        ends = {s: nxt for s, (_view, nxt) in latest.items()}
+        begin = decode_offsets(start)
+        for stream, view in latest.items():
+            # New partitions/streams since `start` start at their oldest record, as new
+            # Kafka partitions do.
+            begin.setdefault(stream, view.first_sequence_id)
+        ends = {s: v.next_sequence_id for s, v in latest.items()}
         if self._target is not None:
             ends = {s: min(v, self._target.get(s, begin[s])) for s, v in ends.items()}
         max_rows: int | None = None
@@ -203,29 +263,48 @@ class BooklineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Streams that disappeared keep their last offset, so offsets never go back.
         for stream, value in begin.items():
             end.setdefault(stream, value)
-        return end
+        if self._wait_for_more(begin, end):
+            end = dict(begin)
+        elif end != begin:
+            self._last_trigger_s = self._clock()
+        return encode_offsets({TopicPartition.of_stream(s): v for s, v in end.items()})
+
+    def _wait_for_more(self, begin: dict[str, int], end: dict[str, int]) -> bool:
+        """minOffsetsPerTrigger: too few new records and maxTriggerDelay not yet over
+        (Kafka's rule; AvailableNow ignores the minimum)."""
+        low = self.opts.min_records_per_trigger
+        if low is None or self._target is not None:
+            return False
+        available = sum(end[s] - begin.get(s, end[s]) for s in end)
+        waited_ms = (self._clock() - self._last_trigger_s) * 1000.0
+        return available < low and waited_ms < self.opts.max_trigger_delay_ms
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records_per_trigger is not None:
             return ReadMaxRows(self.opts.max_records_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict[str, int] | None:
-        return {s: nxt for s, (_view, nxt) in self._latest().items()}
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """What Spark shows as the source's ``latestOffset`` in the query progress:
+        with ``endOffset`` it gives the records behind (:func:`records_behind`)."""
+        return encode_offsets(
+            {TopicPartition.of_stream(s): v.next_sequence_id for s, v in self._latest().items()}
+        )
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {s: nxt for s, (_view, nxt) in self._latest().items()}
+        self._target = {s: v.next_sequence_id for s, v in self._latest().items()}
         log.info("bookline AvailableNow target offsets: %s", self._target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         ns = self._ns()
+        begin, stop = decode_offsets(start), decode_offsets(end)
         ranges: list[tuple[StreamView, int, int]] = []
-        for stream, hi in end.items():
-            lo = int(start.get(stream, EARLIEST))
-            if lo == int(hi):
-                continue
+        for stream, hi in stop.items():
             view = client.snapshot(ns, stream)
-            a, b = resolve_range(view, lo, int(hi), fail_on_data_loss=self.opts.fail_on_data_loss)
+            lo = begin.get(stream, view.first_sequence_id)
+            if lo == hi:
+                continue
+            a, b = resolve_range(view, lo, hi, fail_on_data_loss=self.opts.fail_on_data_loss)
             ranges.append((view, a, b))
         return _partitions(
             plan_slices(
@@ -246,6 +325,23 @@ class BooklineStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client.close_all()
 
 
+def records_behind(progress_source: dict[str, Any]) -> int:
+    """Records between a micro-batch's end and the latest offsets, from one entry of a
+    query progress' ``sources`` (``endOffset``, ``latestOffset``; JSON text or dicts)."""
+    import json
+
+    def offsets(raw: Any) -> dict[str, int]:
+        if raw is None:
+            return {}
+        return decode_offsets(json.loads(raw) if isinstance(raw, str) else raw)
+
+    end, latest = (
+        offsets(progress_source.get("endOffset")),
+        offsets(progress_source.get("latestOffset")),
+    )
+    return sum(max(0, v - end.get(s, v)) for s, v in latest.items())
+
+
 class BooklineDataSource(DataSource):
     """``format("bookline")``: see the module docstrings of pipeline.source and .sink."""
 
@@ -253,32 +349,24 @@ class BooklineDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def _include_headers(self) -> bool:
-        raw = str(
-            dict((k.lower(), v) for k, v in self.options.items()).get("includeheaders", "true")
-        )
-        if raw.lower() not in ("true", "false"):
-            raise BadRequestError(f"option 'includeHeaders' must be true or false, got {raw!r}")
-        return raw.lower() == "true"
-
     def schema(self) -> str:
-        return read_schema_ddl(self._include_headers())
+        return read_schema_ddl(include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BooklineBatchReader(parse_source_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        opts = parse_source_options(self.options)
-        return BooklineStreamReader(opts, streaming_starting(self.options), schema)
+        opts = parse_source_options(self.options, streaming=True)
+        return BooklineStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from pipeline.sink import BooklineBatchWriter, check_sink_schema, parse_sink_options
 
         check_sink_schema(schema, overwrite)
-        return BooklineBatchWriter(parse_sink_options(self.options), schema.fieldNames())
+        return BooklineBatchWriter(parse_sink_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from pipeline.sink import BooklineStreamWriter, check_sink_schema, parse_sink_options
 
         check_sink_schema(schema, overwrite)
-        return BooklineStreamWriter(parse_sink_options(self.options), schema.fieldNames())
+        return BooklineStreamWriter(parse_sink_options(self.options), schema)

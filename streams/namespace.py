@@ -117,7 +117,12 @@ class Namespace:
         root: str = "/bookline",
         namespace: str = "default",
         config: NamespaceConfig | None = None,
+        *,
+        create: bool = True,
     ) -> Namespace:
+        """Open ``namespace`` under ``root``, creating the namespace when missing unless
+        ``create=False``: then a missing namespace (a wrong ``root``?) is a NotFoundError
+        and nothing is written to ZooKeeper (what a reader wants)."""
         cfg = config or NamespaceConfig()
         validate_name(namespace, "namespace")
         md = MetadataClient(MetadataConfig(zk=zk, root=root,
@@ -126,6 +131,11 @@ class Namespace:
         pool = BookieClientPool()
         try:
             if not await md.streams.namespace_exists(namespace):
+                if not create:
+                    raise NotFoundError(
+                        f"namespace {namespace!r} does not exist under root {root!r} of "
+                        f"ZooKeeper {zk} (wrong root or namespace?)"
+                    )
                 try:
                     await md.streams.create_namespace(namespace)
                 except AlreadyExistsError:
@@ -140,11 +150,16 @@ class Namespace:
 
     @classmethod
     async def from_cluster_file(
-        cls, path: str | Path, namespace: str = "default", config: NamespaceConfig | None = None
+        cls,
+        path: str | Path,
+        namespace: str = "default",
+        config: NamespaceConfig | None = None,
+        *,
+        create: bool = True,
     ) -> Namespace:
         """Open on a cluster described by a ``cluster.json`` (``bookline local``)."""
         cluster = read_cluster_file(path)
-        return await cls.open(cluster.zk, cluster.root, namespace, config)
+        return await cls.open(cluster.zk, cluster.root, namespace, config, create=create)
 
     async def close(self) -> None:
         if self._closed:

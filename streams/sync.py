@@ -145,10 +145,14 @@ class SyncNamespace:
         root: str = "/bookline",
         namespace: str = "default",
         config: NamespaceConfig | None = None,
+        *,
+        create: bool = True,
     ) -> SyncNamespace:
         runner = LoopThread("bookline-sync")
         try:
-            ns = runner.call(Namespace.open(zk, root, namespace, config), OPEN_TIMEOUT_S)
+            ns = runner.call(
+                Namespace.open(zk, root, namespace, config, create=create), OPEN_TIMEOUT_S
+            )
         except BaseException:
             runner.stop()
             raise
@@ -156,11 +160,19 @@ class SyncNamespace:
 
     @classmethod
     def from_cluster_file(
-        cls, path: str | Path, namespace: str = "default", config: NamespaceConfig | None = None
+        cls,
+        path: str | Path,
+        namespace: str = "default",
+        config: NamespaceConfig | None = None,
+        *,
+        create: bool = True,
     ) -> SyncNamespace:
         runner = LoopThread("bookline-sync")
         try:
-            ns = runner.call(Namespace.from_cluster_file(path, namespace, config), OPEN_TIMEOUT_S)
+            ns = runner.call(
+                Namespace.from_cluster_file(path, namespace, config, create=create),
+                OPEN_TIMEOUT_S,
+            )
         except BaseException:
             runner.stop()
             raise

@@ -50,19 +50,19 @@ def test_options_follow_kafka_names_case_insensitively() -> None:
             "maxRecordsPerTrigger": "1000",
         }
     )
-    assert opts.streams == ("a",)
-    assert opts.starting.for_stream("a") == 5
-    assert opts.starting.for_stream("other") is None
+    assert opts.selection.names == ("a",)
+    assert opts.starting.value_for("a", 0, "a") == 5
+    assert opts.starting.value_for("other", 0, "other") is None
     assert opts.ending.kind == "latest"
     assert not opts.fail_on_data_loss
     assert opts.min_partitions == 4
     assert opts.max_records_per_trigger == 1000
 
 
-def test_topic_is_an_alias_of_a_stream_and_selection_is_exclusive() -> None:
-    assert parse_source_options({**ZK, "topic": "t1,t2"}).streams == ("t1", "t2")
-    assert parse_source_options({**ZK, "streamPattern": "web-.*"}).matches("web-1")
-    assert not parse_source_options({**ZK, "streamPattern": "web-.*"}).matches("xweb-1")
+def test_topics_streams_and_patterns_are_exclusive_selections() -> None:
+    assert parse_source_options({**ZK, "topic": "t1,t2"}).selection.names == ("t1", "t2")
+    web = parse_source_options({**ZK, "streamPattern": "web-.*"}).selection
+    assert web.kind == "stream_pattern" and web.matches("web-1") and not web.matches("xweb-1")
     with pytest.raises(BadRequestError, match="exactly one"):
         parse_source_options({**ZK, "stream": "a", "topic": "b"})
     with pytest.raises(BadRequestError, match="exactly one"):
@@ -92,8 +92,10 @@ def test_ending_offsets_cannot_be_earliest() -> None:
 
 def test_sink_options() -> None:
     opts = parse_sink_options({**ZK, "topic": "out"})
-    assert opts.stream == "out"
+    assert opts.topic == "out" and opts.stream is None
     assert opts.idempotent
+    with pytest.raises(BadRequestError, match="at most one"):
+        parse_sink_options({**ZK, "topic": "out", "stream": "s"})
 
 
 def test_resolve_range_sentinels_and_data_loss() -> None:
@@ -107,6 +109,8 @@ def test_resolve_range_sentinels_and_data_loss() -> None:
     assert resolve_range(view, 10, 70, fail_on_data_loss=False) == (50, 70)
     with pytest.raises(BadRequestError, match="beyond"):
         resolve_range(view, 0, 301, fail_on_data_loss=False)
+    with pytest.raises(BadRequestError, match="after the end"):
+        resolve_range(view, 80, 70, fail_on_data_loss=True)
 
 
 def test_one_slice_per_segment_and_large_segments_split() -> None:

@@ -19,12 +19,14 @@ with once all minutes are finished.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from foundation.errors import TimeoutError_
 from pipeline.examples.accesslogs import FLUSH_PATH
+from pipeline.planning import decode_offsets
 
 __all__ = [
     "parse_logs",
@@ -202,6 +204,20 @@ def start_streaming(
     return queries
 
 
+def records_read(progress: dict[str, Any] | None) -> int:
+    """Records a query has read so far, from its last progress' source end offsets (a
+    fresh stream starts at offset 0). Not ``sum(recentProgress)``: Spark keeps only the
+    last 100 progress entries (spark.sql.streaming.numRecentProgressUpdates)."""
+    if not progress:
+        return 0
+    total = 0
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        if end is not None:
+            total += sum(decode_offsets(json.loads(end) if isinstance(end, str) else end).values())
+    return total
+
+
 def stop_when_caught_up(queries: list[Any], records: int, timeout_s: float) -> int:
     """Wait until every query has read ``records`` source rows and then run a batch
     without data (Spark runs one when the watermark moved: that is when the last
@@ -214,13 +230,15 @@ def stop_when_caught_up(queries: list[Any], records: int, timeout_s: float) -> i
     batches = 0
     try:
         for q in queries:
+            data_batches: set[int] = set()
             while True:
                 if q.exception() is not None:
                     raise q.exception()
-                progress = q.recentProgress
-                seen = sum(p["numInputRows"] for p in progress)
-                if seen >= records and progress and progress[-1]["numInputRows"] == 0:
-                    batches = max(batches, sum(1 for p in progress if p["numInputRows"] > 0))
+                data_batches.update(p["batchId"] for p in q.recentProgress if p["numInputRows"] > 0)
+                last = q.lastProgress
+                seen = records_read(last)
+                if seen >= records and last and last["numInputRows"] == 0:
+                    batches = max(batches, len(data_batches))
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError_(
