@@ -7,6 +7,8 @@ bookies, 2 write proxies, a read proxy, each a process)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -211,15 +213,16 @@ async def test_fetchers_core_and_proxy_agree(ns: Namespace, client: ProxyClient)
 async def test_subscriptions_over_http(ns: Namespace, client: ProxyClient) -> None:
     stream = f"s{_uid()}"
     await ns.create_stream(stream)
-    t = client._transport
-    assert await reads.read_subscription(t, stream, "app") is None
-    assert await reads.commit_subscription(t, stream, "app", DLSN(1, 5, 0)) is True
-    assert await reads.commit_subscription(t, stream, "app", DLSN(1, 2, 0)) is False
-    assert await reads.read_subscription(t, stream, "app") == DLSN(1, 5, 0)
+    assert await client.committed(stream, "app") is None
+    assert await client.commit(stream, "app", DLSN(1, 5, 0)) is True
+    assert await client.commit(stream, "app", DLSN(1, 2, 0)) is False
+    assert await client.committed(stream, "app") == DLSN(1, 5, 0)
     assert await ns.committed(stream, "app") == DLSN(1, 5, 0)  # the core's own record
-    assert await reads.list_subscribers(t, stream) == ["app"]
+    assert await client.list_subscribers(stream) == ["app"]
     with pytest.raises(NotFoundError):
-        await reads.read_subscription(t, f"missing{_uid()}", "app")
+        await client.committed(f"missing{_uid()}", "app")
+    page = await client.read_partition(await _topic(ns, 1, [3]), 0, 1)
+    assert [r[0] for r in page.rows] == [1, 2] and page.next_offset == 3
 
 
 # -- GroupConsumer on the real coordinator (members in this process) ----------------------
@@ -385,3 +388,29 @@ def test_sync_consumer_runs_callbacks_in_the_polling_thread(proxy_cluster: Local
 async def _sync_topic(cluster: LocalCluster) -> str:
     async with await Namespace.open(cluster.zk_connect, "/bookline", "default") as n:
         return await _topic(n, 1, [10])
+
+
+@pytest.mark.integration
+async def test_cli_consume_prints_and_commits(proxy_cluster: LocalCluster, ns: Namespace) -> None:
+    topic = await _topic(ns, 2, [5, 5])
+    group = f"g{_uid()}"
+    argv = [sys.executable, "-m", "ops.cli", "consume", topic, "--group", group,
+            "--cluster", str(proxy_cluster.dir / "cluster.json")]  # fmt: skip
+
+    async def run(*extra: str) -> list[str]:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, *extra, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        )
+        out, _err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0
+        return out.decode().splitlines()
+
+    first = await run("--from", "earliest", "--max", "6", "--json")
+    assert len(first) == 6
+    recs = [json.loads(line) for line in first]
+    assert {r["topic"] for r in recs} == {topic} and all(r["value"] for r in recs)
+    # A second run goes on after what the first printed (committed at exit).
+    rest = await run("--from", "earliest", "--idle-exit-s", "2")
+    assert sorted(rest + [r["value"] for r in recs]) == sorted(
+        [f"{p}-{i}" for p in range(2) for i in range(5)]
+    )

@@ -342,6 +342,33 @@ class ProxyClient:
         read proxy failures (it resumes where it stopped)."""
         return reads.tail(self._transport, stream, start)
 
+    # -- topic partitions by offset and core subscriptions (read proxy) ----------------
+
+    async def read_partition(
+        self, topic: str, partition: int, offset: int, limit: int = 500, wait_ms: int = 0
+    ) -> reads.PartitionPage:
+        """Records of a topic partition from ``offset`` (rows ``(offset, ts, key,
+        value, headers)``); OUT_OF_RANGE past the end or truncated. Consumer groups:
+        ``groups.consumer.GroupConsumer``."""
+        return await reads.read_partition(
+            self._transport, topic, partition, offset, limit=limit, wait_ms=wait_ms
+        )
+
+    async def partition_offset(self, topic: str, partition: int, at: str = "latest") -> int:
+        """``earliest`` (first offset kept), ``latest`` (end offset) or ``time:MS``."""
+        return await reads.partition_offset(self._transport, topic, partition, at)
+
+    async def committed(self, stream: str, subscriber: str) -> DLSN | None:
+        """A core subscription's position (``Namespace.committed`` over HTTP)."""
+        return await reads.read_subscription(self._transport, stream, subscriber)
+
+    async def commit(self, stream: str, subscriber: str, dlsn: DLSN) -> bool:
+        """Advance a core subscription (``Namespace.commit`` over HTTP)."""
+        return await reads.commit_subscription(self._transport, stream, subscriber, dlsn)
+
+    async def list_subscribers(self, stream: str) -> list[str]:
+        return await reads.list_subscribers(self._transport, stream)
+
 
 def _pick(records: Records, idx: list[int]) -> Records:
     return cast("Records", [records[i] for i in idx])

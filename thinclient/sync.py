@@ -16,7 +16,7 @@ from foundation.loopthread import LoopThread
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient.proxy_client import ProxyClient
-from thinclient.reads import ReadPage
+from thinclient.reads import PartitionPage, ReadPage
 from thinclient.records import RecordLike
 
 __all__ = ["SyncProxyClient"]
@@ -120,6 +120,25 @@ class SyncProxyClient:
         self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
     ) -> ReadPage:
         return self._loop.call(self._client.read(stream, start, limit, wait_ms))
+
+    def read_partition(
+        self, topic: str, partition: int, offset: int, limit: int = 500, wait_ms: int = 0
+    ) -> PartitionPage:
+        return self._loop.call(
+            self._client.read_partition(topic, partition, offset, limit, wait_ms)
+        )
+
+    def partition_offset(self, topic: str, partition: int, at: str = "latest") -> int:
+        return self._loop.call(self._client.partition_offset(topic, partition, at))
+
+    def committed(self, stream: str, subscriber: str) -> DLSN | None:
+        return self._loop.call(self._client.committed(stream, subscriber))
+
+    def commit(self, stream: str, subscriber: str, dlsn: DLSN) -> bool:
+        return self._loop.call(self._client.commit(stream, subscriber, dlsn))
+
+    def list_subscribers(self, stream: str) -> list[str]:
+        return self._loop.call(self._client.list_subscribers(stream))
 
     def tail(self, stream: str, start: str = "latest") -> Iterator[ReadRecord]:
         agen = self._client.tail(stream, start)
