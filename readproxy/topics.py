@@ -22,6 +22,7 @@ Records are handed on as rows without a per-record object (:func:`rows_of`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_routes", "query_int"]
 
+# A ReadRecord is a tuple: [7] is its payload, [8] its key.
+_VALUE: Final = operator.itemgetter(7)
+_KEY: Final = operator.itemgetter(8)
 # Records one page answers by default (a consumer asks for more).
 PAGE_RECORDS_DEFAULT: Final = 500
 
@@ -105,10 +109,15 @@ async def _lookup_offset(request: web.Request, pages: Pages) -> web.Response:
 def _within_bytes(recs: list[ReadRecord], bytes_max: int) -> list[ReadRecord]:
     """The leading records within ``bytes_max`` of values and keys (at least one). A
     page cut short leaves its reader parked at the wrong offset, so the next page opens
-    another: the price of pages of very large records only."""
+    another: the price of pages of very large records only. The sizes are summed in C
+    first (a per-record Python loop was 10 % of a page's CPU in py-spy)."""
+    values = list(map(len, map(_VALUE, recs)))
+    keys = sum(map(len, filter(None, map(_KEY, recs))))
+    if sum(values) + keys <= bytes_max:
+        return recs
     size = 0
     for i, r in enumerate(recs):
-        size += len(r[7]) + len(r[8] or b"")
+        size += values[i] + len(r[8] or b"")
         if size > bytes_max and i > 0:
             return recs[:i]
     return recs
