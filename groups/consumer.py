@@ -14,7 +14,7 @@ Records come from the bookies through the core library (``via="core"``: a
 through a read proxy (``via="proxy"``, the thin client); :mod:`groups.fetchers`. The
 group protocol (join, heartbeats, cooperative hand-offs, static membership) is
 :mod:`groups.membership`; this module keeps per partition its state, fetch and
-position.
+position (:mod:`groups.held`); settings are :mod:`groups.consumer_config`.
 
 A partition is *assigning* (given by the coordinator; ``on_assign`` and its start
 position come at the next ``poll``), *active* (fetched, its records returned by
@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from foundation.errors import (
     BooklineError,
@@ -58,6 +56,7 @@ from foundation.errors import (
     StaleGenerationError,
 )
 from groups.assignors import TopicPartition
+from groups.consumer_config import VIAS, ConsumerConfig
 from groups.coordinator_client import CoordinatorClient
 from groups.fetchers import (
     ConsumerRecord,
@@ -67,9 +66,8 @@ from groups.fetchers import (
     PartitionSource,
     ProxyFetchers,
 )
-from groups.membership import Membership, MembershipConfig
-from groups.state import DEFAULT_ASSIGNOR
-from groups.wire import DEFAULT_SESSION_TIMEOUT_MS
+from groups.held import HeldPartition, PartState, stop, stop_soon
+from groups.membership import Membership
 
 if TYPE_CHECKING:
     from streams.config import NamespaceConfig
@@ -88,99 +86,6 @@ __all__ = [
 
 # on_assign / on_revoke / on_lost: called with the partitions (sorted); may be async.
 Listener = Callable[[list[TopicPartition]], Awaitable[None] | None]
-OFFSET_RESETS: Final = ("earliest", "latest", "none")
-VIAS: Final = ("proxy", "core")
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """A consumer's settings (Kafka's name in brackets where there is one)."""
-
-    # Where a partition without a committed offset starts [auto.offset.reset]:
-    # earliest | latest | none (raise OutOfRangeError from poll).
-    auto_offset_reset: str = "latest"
-    # Commit the processed positions in the background [enable.auto.commit] ...
-    enable_auto_commit: bool = True
-    # ... at most this often, at the start of a poll [auto.commit.interval.ms].
-    auto_commit_interval_ms: int = 5_000
-    # Missing heartbeats this long expires the member [session.timeout.ms].
-    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
-    # Heartbeats at most this far apart (the coordinator's interval, a third of the
-    # session, when that is shorter; None: always the coordinator's)
-    # [heartbeat.interval.ms]. A member learns of a rebalance at its next heartbeat,
-    # so a rebalance waits for the last member giving partitions up to heartbeat: about
-    # 3/4 of this with 3 such members (bench consume: p50 0.9 s at 1 s, see
-    # docs/benchmarks.md). A heartbeat is one small request; Kafka's default is 3 s.
-    heartbeat_interval_ms: int | None = 500
-    # Heartbeats this often while a rebalance is under way (hand-offs land this fast).
-    rebalance_heartbeat_ms: int = 100
-    # A revocation the application does not poll for within this long is finished in
-    # the background [max.poll.interval.ms].
-    max_poll_interval_ms: int = 300_000
-    # Static membership [group.instance.id].
-    group_instance_id: str | None = None
-    # range | roundrobin | cooperative-sticky [partition.assignment.strategy].
-    assignor: str = DEFAULT_ASSIGNOR
-    # Records one poll returns at most [max.poll.records].
-    max_poll_records: int = 500
-    # Records one fetch asks for (one read-proxy page, one core read_many).
-    fetch_records_max: int = 2_000
-    # Records buffered per partition before its fetching pauses (memory bound: this
-    # times the partitions held, plus one fetch each).
-    buffered_records_max: int = 10_000
-    # A fetch at the end of a partition waits this long for a record [fetch.max.wait.ms].
-    fetch_wait_ms: int = 500
-    # A commit is retried (coordinator moving, proxy down) for this long.
-    commit_timeout_ms: int = 30_000
-
-    def __post_init__(self) -> None:
-        if self.auto_offset_reset not in OFFSET_RESETS:
-            raise ConfigError(f"auto_offset_reset must be one of {', '.join(OFFSET_RESETS)}")
-        for name in (
-            "auto_commit_interval_ms", "max_poll_interval_ms", "max_poll_records",
-            "fetch_records_max", "buffered_records_max", "fetch_wait_ms", "commit_timeout_ms",
-        ):  # fmt: skip
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"consumer.{name} must be positive")
-        if self.buffered_records_max < self.fetch_records_max:
-            raise ConfigError("consumer.buffered_records_max must be >= fetch_records_max")
-
-    def membership(self, group: str, topics: tuple[str, ...]) -> MembershipConfig:
-        return MembershipConfig(
-            group=group,
-            topics=topics,
-            instance_id=self.group_instance_id,
-            assignor=self.assignor,
-            session_timeout_ms=self.session_timeout_ms,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
-            rebalance_heartbeat_ms=self.rebalance_heartbeat_ms,
-        )
-
-
-class _State(enum.Enum):
-    ASSIGNING = "assigning"
-    ACTIVE = "active"
-    REVOKING = "revoking"
-
-
-class _Part:
-    """One held partition."""
-
-    __slots__ = (
-        "closing", "fetch", "paused", "position", "revoking_since", "seek_to", "source", "state",
-    )  # fmt: skip
-
-    def __init__(self, source: PartitionSource) -> None:
-        self.state = _State.ASSIGNING
-        self.source = source
-        self.fetch: PartitionFetch | None = None
-        # A fetch stopped in the background (revoked): awaited before the next one, so
-        # two reads never run on one source.
-        self.closing: asyncio.Task[None] | None = None
-        self.position: int | None = None  # offset of the next record poll returns
-        self.seek_to: int | str | None = None  # a seek waiting for the next poll
-        self.paused = False
-        self.revoking_since = 0.0
 
 
 class GroupConsumer:
@@ -214,7 +119,7 @@ class GroupConsumer:
         self.on_revoke = on_revoke
         self.on_lost = on_lost
         self._clock = clock
-        self._parts: dict[TopicPartition, _Part] = {}
+        self._parts: dict[TopicPartition, HeldPartition] = {}
         self._fenced: set[TopicPartition] = set()  # lost to fencing: commits of them refused
         self._lost: set[TopicPartition] = set()  # waiting for on_lost
         self._committable: dict[TopicPartition, int] = {}
@@ -305,7 +210,7 @@ class GroupConsumer:
         membership = self._membership
         try:
             if membership is not None:
-                held = sorted(tp for tp, p in self._parts.items() if p.state is _State.ACTIVE)
+                held = sorted(tp for tp, p in self._parts.items() if p.state is PartState.ACTIVE)
                 if held and self.on_revoke is not None:
                     await _call(self.on_revoke, held)
                 if self.config.enable_auto_commit:
@@ -314,7 +219,7 @@ class GroupConsumer:
                 await membership.close(leave=True)
         finally:
             for part in self._parts.values():
-                await _stop(part)
+                await stop(part)
             self._parts.clear()
             for close in reversed(self._owned):
                 await close()
@@ -338,7 +243,7 @@ class GroupConsumer:
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions being consumed (``on_assign`` done, not revoked)."""
-        return frozenset(tp for tp, p in self._parts.items() if p.state is _State.ACTIVE)
+        return frozenset(tp for tp, p in self._parts.items() if p.state is PartState.ACTIVE)
 
     def position(self, tp: TopicPartition) -> int | None:
         """The offset of the next record ``poll`` returns for ``tp`` (None until the
@@ -388,17 +293,17 @@ class GroupConsumer:
 
     def _targets(self, tps: Iterable[TopicPartition] | None) -> list[TopicPartition]:
         if tps is None:
-            return [tp for tp, p in self._parts.items() if p.state is not _State.REVOKING]
+            return [tp for tp, p in self._parts.items() if p.state is not PartState.REVOKING]
         return list(tps)
 
     def _seek(self, tp: TopicPartition, target: int | str) -> None:
         part = self._held(tp)
-        if part.state is _State.REVOKING:
+        if part.state is PartState.REVOKING:
             raise NotAssignedError(f"partition {tp[1]} of {tp[0]} is being revoked")
         part.seek_to = target
         self._wake.set()
 
-    def _held(self, tp: TopicPartition) -> _Part:
+    def _held(self, tp: TopicPartition) -> HeldPartition:
         part = self._parts.get(tp)
         if part is None:
             raise NotAssignedError(
@@ -454,7 +359,7 @@ class GroupConsumer:
             part = parts[(self._rr + i) % n]
             fetch = part.fetch
             if (
-                part.state is not _State.ACTIVE
+                part.state is not PartState.ACTIVE
                 or part.paused
                 or part.seek_to is not None
                 or fetch is None
@@ -526,7 +431,7 @@ class GroupConsumer:
             part = self._parts.get(tp)
             if (
                 part is not None
-                and part.state is not _State.ASSIGNING
+                and part.state is not PartState.ASSIGNING
                 and part.position is not None
             ):
                 out[tp] = part.position
@@ -561,18 +466,18 @@ class GroupConsumer:
     def assignment_changed(self, assignment: frozenset[TopicPartition]) -> None:
         now = self._clock()
         for tp, part in self._parts.items():
-            if tp not in assignment and part.state is not _State.REVOKING:
+            if tp not in assignment and part.state is not PartState.REVOKING:
                 log.info("group %s: %s/%d revoked", self.group, *tp)
-                part.state = _State.REVOKING
+                part.state = PartState.REVOKING
                 part.revoking_since = now
-                _stop_soon(part)
+                stop_soon(part)
         for tp in assignment:
             current = self._parts.get(tp)
             if current is None:
-                self._parts[tp] = _Part(self._fetchers.source(tp))
+                self._parts[tp] = HeldPartition(self._fetchers.source(tp))
                 self._fenced.discard(tp)
-            elif current.state is _State.REVOKING:
-                current.state = _State.ASSIGNING  # given back before it was released
+            elif current.state is PartState.REVOKING:
+                current.state = PartState.ASSIGNING  # given back before it was released
         if self._changes_pending():
             self._wake.set()
 
@@ -580,7 +485,7 @@ class GroupConsumer:
         for tp in lost:
             part = self._parts.pop(tp, None)
             if part is not None:
-                _stop_soon(part, close_source=True)
+                stop_soon(part, close_source=True)
         self._fenced |= lost
         self._lost |= lost
         self._wake.set()
@@ -594,7 +499,8 @@ class GroupConsumer:
         overdue = [
             tp
             for tp, p in self._parts.items()
-            if p.state is _State.REVOKING and now - max(p.revoking_since, self._polled_at) > limit
+            if p.state is PartState.REVOKING
+            and now - max(p.revoking_since, self._polled_at) > limit
         ]
         if overdue:
             log.warning(
@@ -610,7 +516,9 @@ class GroupConsumer:
     # -- reconciliation (inside poll) ----------------------------------------------------
 
     def _changes_pending(self) -> bool:
-        return bool(self._lost) or any(p.state is not _State.ACTIVE for p in self._parts.values())
+        return bool(self._lost) or any(
+            p.state is not PartState.ACTIVE for p in self._parts.values()
+        )
 
     async def _reconcile(self) -> None:
         revoking = self._revoking()
@@ -629,10 +537,10 @@ class GroupConsumer:
             await self._finish_assign(assigning, committed)
 
     def _revoking(self) -> list[TopicPartition]:
-        return sorted(tp for tp, p in self._parts.items() if p.state is _State.REVOKING)
+        return sorted(tp for tp, p in self._parts.items() if p.state is PartState.REVOKING)
 
     def _assigning(self) -> list[TopicPartition]:
-        return sorted(tp for tp, p in self._parts.items() if p.state is _State.ASSIGNING)
+        return sorted(tp for tp, p in self._parts.items() if p.state is PartState.ASSIGNING)
 
     def _take_lost(self) -> list[TopicPartition]:
         lost, self._lost = sorted(self._lost), set()
@@ -640,7 +548,9 @@ class GroupConsumer:
 
     async def _finish_revoke(self, tps: list[TopicPartition]) -> None:
         """Commit (auto-commit) and release the partitions still being revoked."""
-        still = [tp for tp in tps if tp in self._parts and self._parts[tp].state is _State.REVOKING]
+        still = [
+            tp for tp in tps if tp in self._parts and self._parts[tp].state is PartState.REVOKING
+        ]
         if self.config.enable_auto_commit:
             await self._commit_quietly(self._positions(still))
         await self._release(still)
@@ -649,10 +559,10 @@ class GroupConsumer:
         released = []
         for tp in tps:
             part = self._parts.get(tp)
-            if part is not None and part.state is _State.REVOKING:
+            if part is not None and part.state is PartState.REVOKING:
                 del self._parts[tp]
                 self._committable.pop(tp, None)
-                await _stop(part)
+                await stop(part)
                 released.append(tp)
         if released and self._membership is not None:
             log.info("group %s: released %s", self.group, released)
@@ -668,13 +578,13 @@ class GroupConsumer:
     ) -> None:
         for tp in tps:
             part = self._parts.get(tp)
-            if part is None or part.state is not _State.ASSIGNING:
+            if part is None or part.state is not PartState.ASSIGNING:
                 continue
             if part.seek_to is None and part.position is None:
                 part.seek_to = committed[tp] if tp in committed else self._reset_target(tp)
             elif part.seek_to is None:
                 part.seek_to = part.position  # given back while being revoked
-            part.state = _State.ACTIVE
+            part.state = PartState.ACTIVE
             self._committed.setdefault(tp, committed.get(tp, -1))
         await self._apply_seeks()
 
@@ -690,7 +600,7 @@ class GroupConsumer:
     async def _apply_seeks(self) -> None:
         for tp, part in list(self._parts.items()):
             target = part.seek_to
-            if target is None or part.state is not _State.ACTIVE:
+            if target is None or part.state is not PartState.ACTIVE:
                 continue
             offset = (
                 target if isinstance(target, int) else await self._fetchers.offset_at(tp, target)
@@ -698,7 +608,7 @@ class GroupConsumer:
             if part.seek_to is not target or self._parts.get(tp) is not part:
                 continue  # sought again, or gone, meanwhile
             part.seek_to = None
-            await _stop(part, close_source=False)
+            await stop(part, close_source=False)
             part.position = offset
             part.fetch = self._new_fetch(tp, part.source, offset)
 
@@ -733,37 +643,6 @@ class GroupConsumer:
                 raise NotFoundError(f"{tp[0]}/{tp[1]}: {error}") from error
             else:
                 raise error
-
-
-def _stop_soon(part: _Part, *, close_source: bool = False) -> None:
-    """Stop a partition's fetching now (its buffered records are dropped at once); the
-    fetch task (and the source) finish closing in the background (``part.closing``)."""
-    fetch, part.fetch = part.fetch, None
-    if fetch is not None:
-        fetch.batches.clear()
-        fetch.buffered = 0
-    previous = part.closing
-
-    async def finish() -> None:
-        if previous is not None:
-            await previous
-        if fetch is not None:
-            await fetch.close()
-        if close_source:
-            await part.source.close()
-
-    part.closing = asyncio.get_running_loop().create_task(finish())
-
-
-async def _stop(part: _Part, *, close_source: bool = True) -> None:
-    fetch, part.fetch = part.fetch, None
-    closing, part.closing = part.closing, None
-    if closing is not None:
-        await closing
-    if fetch is not None:
-        await fetch.close()
-    if close_source:
-        await part.source.close()
 
 
 async def _call(listener: Listener, tps: list[TopicPartition]) -> None:

@@ -67,7 +67,6 @@ async def run(args: argparse.Namespace, emit: Events) -> None:
     )  # fmt: skip
     seen = (consumer.member_id, consumer.generation)
     emit("member", member=seen[0], gen=seen[1], pid_started=True)
-    positions: dict[TopicPartition, int] = {}
     before: dict[TopicPartition, int] = {}  # positions held as this iteration began
     try:
         while not stop.is_set():
@@ -75,8 +74,9 @@ async def run(args: argparse.Namespace, emit: Events) -> None:
                 # `before` was taken before the poll the stop interrupted.
                 resumed.clear()
                 await _resume_commit(consumer, before, emit)
-            held = consumer.assignment()
-            before = {tp: o for tp, o in positions.items() if tp in held}
+            before = {
+                tp: o for tp in consumer.assignment() if (o := consumer.position(tp)) is not None
+            }
             records = await consumer.poll(timeout_s=0.1)
             now = (consumer.member_id, consumer.generation)
             if now != seen:
@@ -88,7 +88,6 @@ async def run(args: argparse.Namespace, emit: Events) -> None:
             for r in records:
                 span = ranges.setdefault(r.partition, [r.offset, r.offset])
                 span[1] = r.offset
-                positions[r.tp] = r.offset + 1
             emit("batch", ranges=ranges)
             try:
                 await consumer.commit()
