@@ -12,6 +12,15 @@ reads all of it:
   ``local[--cores]``, tasks yielding Arrow record batches or Python tuples, forcing
   every value to be read (``sum(length(value))``).
 
+Then writes ``--write-records`` rows of ``--record-size`` bytes with
+``df.write.format("bookline")`` into ``--write-streams`` streams (a ``stream`` column),
+``--write-partitions`` Spark partitions, twice, each into fresh streams:
+
+* ``write_sorted``: partition ``i`` holds the rows of stream ``i`` only (as after
+  sorting by stream);
+* ``write_interleaved``: row ``n`` goes to stream ``n % streams`` (every task writes
+  every stream, rows alternating).
+
 Starts its own ZooKeeper + 3 bookies in a temporary directory unless ``--cluster``
 names a running cluster's ``cluster.json``. Spark's JVM and the cluster are stopped at
 the end, also on failure.
@@ -90,6 +99,19 @@ def _spark_read(spark: Any, cluster: str, stream: str, arrow: bool) -> tuple[int
     return int(row["n"]), elapsed, df.rdd.getNumPartitions()
 
 
+def _spark_write(spark: Any, cluster: str, prefix: str, args: argparse.Namespace,
+                 interleaved: bool) -> float:  # fmt: skip
+    n, streams = args.write_records, args.write_streams
+    route = f"id % {streams}" if interleaved else f"floor(id * {streams} / {n})"
+    df = spark.range(n, numPartitions=args.write_partitions).selectExpr(
+        f"concat('{prefix}-', CAST({route} AS STRING)) AS stream",
+        f"CAST(repeat('x', {args.record_size}) AS BINARY) AS value",
+    )
+    t0 = time.perf_counter()
+    df.write.format("bookline").option("cluster", cluster).mode("append").save()
+    return time.perf_counter() - t0
+
+
 def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if seconds > 0 else 0.0
 
@@ -119,6 +141,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _spark_read(spark, cluster_file, stream, True)  # warm up: JVM, Python workers
         n_arrow, t_arrow, parts = _spark_read(spark, cluster_file, stream, True)
         n_tuples, t_tuples, _parts = _spark_read(spark, cluster_file, stream, False)
+        writes: dict[str, float] = {}
+        for case in ("sorted", "interleaved"):
+            prefix = f"{stream}-w{case[0]}"
+            writes[case] = _spark_write(spark, cluster_file, prefix, args, case == "interleaved")
+            written = sum(
+                ns.stream_info(f"{prefix}-{i}").record_count for i in range(args.write_streams)
+            )
+            if written != args.write_records:
+                raise RuntimeError(f"write_{case} wrote {written} of {args.write_records}")
     for name, n in (
         ("core_read_entries", n_entries),
         ("core_reader", n_reader),
@@ -140,6 +171,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "spark_arrow_records_per_s": _rate(n_arrow, t_arrow),
         "spark_tuples_records_per_s": _rate(n_tuples, t_tuples),
         "spark_arrow_vs_core_read_entries": round(t_entries / t_arrow, 2) if t_arrow else 0.0,
+        "write_records": args.write_records,
+        "write_streams": args.write_streams,
+        "write_partitions": args.write_partitions,
+        "write_sorted_s": round(writes["sorted"], 3),
+        "write_interleaved_s": round(writes["interleaved"], 3),
+        "write_sorted_records_per_s": _rate(args.write_records, writes["sorted"]),
+        "write_interleaved_records_per_s": _rate(args.write_records, writes["interleaved"]),
+        "write_interleaved_vs_sorted": round(writes["interleaved"] / writes["sorted"], 2),
     }
 
 
@@ -156,4 +195,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="records per segment (a writer per segment)",
     )
     p.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    p.add_argument("--write-records", type=int, default=500_000, help="rows per write case")
+    p.add_argument("--write-streams", type=int, default=4, help="target streams of a write")
+    p.add_argument("--write-partitions", type=int, default=4, help="Spark partitions")
     p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")

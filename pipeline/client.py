@@ -62,9 +62,9 @@ _lock = threading.Lock()
 _namespaces: dict[ConnectionOptions, SyncNamespace] = {}
 
 
-def _open(conn: ConnectionOptions) -> SyncNamespace:
-    """Open without creating anything: a wrong root or namespace is a NotFoundError
-    (readers and writers never write metadata they were not asked to)."""
+def _open(conn: ConnectionOptions, create: bool) -> SyncNamespace:
+    """Open; unless ``create``, without writing anything: a wrong root or namespace is
+    a NotFoundError (a reader never writes metadata)."""
     from streams.sync import SyncNamespace
 
     config = namespace_config(conn)
@@ -73,20 +73,21 @@ def _open(conn: ConnectionOptions) -> SyncNamespace:
         if not path.is_file():
             raise NotFoundError(f"cluster file {path} does not exist (option 'cluster')")
         return SyncNamespace.from_cluster_file(
-            str(path), namespace=conn.namespace, config=config, create=False
+            str(path), namespace=conn.namespace, config=config, create=create
         )
     assert conn.zk is not None  # ConnectionOptions checks exactly one is given
     return SyncNamespace.open(
-        zk=conn.zk, root=conn.root, namespace=conn.namespace, config=config, create=False
+        zk=conn.zk, root=conn.root, namespace=conn.namespace, config=config, create=create
     )
 
 
-def namespace_for(conn: ConnectionOptions) -> SyncNamespace:
-    """This process's namespace for ``conn``, opened on first use."""
+def namespace_for(conn: ConnectionOptions, *, create: bool = False) -> SyncNamespace:
+    """This process's namespace for ``conn``, opened on first use; ``create``: create the
+    namespace when it does not exist yet (writers with createStreams; never readers)."""
     with _lock:
         ns = _namespaces.get(conn)
         if ns is None:
-            ns = _open(conn)
+            ns = _open(conn, create)
             _namespaces[conn] = ns
         return ns
 
@@ -248,24 +249,31 @@ def _read_slice(ns: SyncNamespace, sl: Slice, batch_rows: int) -> Iterator[list[
                 )
             last = min(last, sl.last_entry_id)
         recs = _read(ns, sl, entry, last)
-        for rec in recs:
-            if rec.sequence_id < expected:
-                continue  # before the slice (the located entry starts earlier)
-            if rec.sequence_id >= sl.seq_hi:
-                break
-            invariant(
-                rec.sequence_id == expected,
-                "stream %r segment %d: read sequence id %d, expected %d (a hole)",
-                sl.stream,
-                sl.seqno,
-                rec.sequence_id,
-                expected,
-            )
-            out.append(rec)
-            expected += 1
-            if len(out) >= batch_rows:
-                yield out
-                out = []
+        if recs:
+            # Sequence ids increase by one within a segment: the slice's part of this
+            # chunk is one run, checked at its ends instead of per record.
+            first = max(0, expected - recs[0].sequence_id)
+            stop = min(len(recs), sl.seq_hi - recs[0].sequence_id)
+            if first < stop:
+                run = recs[first:stop]
+                invariant(
+                    run[0].sequence_id == expected
+                    and run[-1].sequence_id == expected + len(run) - 1,
+                    "stream %r segment %d: read sequence ids %d..%d, expected %d.. (a hole)",
+                    sl.stream,
+                    sl.seqno,
+                    run[0].sequence_id,
+                    run[-1].sequence_id,
+                    expected,
+                )
+                expected += len(run)
+                while run:
+                    room = batch_rows - len(out)
+                    out.extend(run[:room])
+                    run = run[room:]
+                    if len(out) >= batch_rows:
+                        yield out
+                        out = []
         if recs:
             # Adapt the chunk to what an entry really holds (writers batch records).
             chunk = _chunk_entries(sl, len(recs) / max(1, last - entry + 1))

@@ -76,6 +76,9 @@ ARROW_BATCH_ROWS_DEFAULT = 10_000
 MAX_TRIGGER_DELAY_MS_DEFAULT = 15 * 60_000
 # How long a sink task waits for a stream's writer lock held by another task.
 LOCK_WAIT_MS_DEFAULT = 120_000
+# Bytes of rows a sink task buffers before it writes its largest stream early (rows are
+# otherwise written at the end of the task, so tasks start on different streams).
+BUFFER_BYTES_MAX_DEFAULT = 64 << 20
 
 # Options Spark itself hands to every source and sink: not ours to judge.
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
@@ -94,7 +97,7 @@ _SOURCE = (
     "includeHeaders", "arrow", "arrowBatchRows", *_KAFKA_NO_EFFECT,
 )  # fmt: skip
 _SINK = (*_CONNECTION, "stream", "topic", "createStreams", "idempotent", "lockWaitMs",
-         "writeId", "batchId")  # fmt: skip
+         "writeId", "batchId", "bufferBytesMax")  # fmt: skip
 _STREAMING_ONLY_ENDS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SETTING_PREFIX = "bookline."
 
@@ -522,8 +525,12 @@ class SinkOptions:
     # replayed micro-batch a no-op (default: a fresh id per write, batch 0).
     write_id: str | None = None
     batch_id: int | None = None
+    # Bytes of rows a task buffers (executor memory) before writing its largest stream.
+    buffer_bytes_max: int = BUFFER_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
+        if self.buffer_bytes_max < 1:
+            raise BadRequestError(f"bufferBytesMax must be >= 1, got {self.buffer_bytes_max}")
         if self.stream is not None and self.topic is not None:
             raise BadRequestError("give at most one of the options 'stream' and 'topic'")
         if self.lock_wait_ms < 0:
@@ -549,4 +556,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         lock_wait_ms=LOCK_WAIT_MS_DEFAULT if lock_wait is None else lock_wait,
         write_id=opts.get("writeid"),
         batch_id=_int(opts, "batchId"),
+        buffer_bytes_max=_int(opts, "bufferBytesMax") or BUFFER_BYTES_MAX_DEFAULT,
     )

@@ -92,28 +92,40 @@ def records_to_arrow(
 ) -> pa.RecordBatch:
     """One record batch of ``records`` (all of slice ``sl``) in ``schema``."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     n = len(records)
-    seqs = pa.array([r.sequence_id for r in records], pa.int64())
+    if n == 0:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    # One transpose of the records (tuples) instead of a Python loop per column.
+    (_stream, _seg, entry_ids, slot_ids, seq_ids, txids, ts_ms, payloads, keys, headers) = zip(
+        *records, strict=True
+    )
+    seqs = pa.array(seq_ids, pa.int64())
+    # "seg:entry:slot" built in Arrow (str(DLSN) per record was half the task's time).
+    dlsns = pc.binary_join_element_wise(
+        pa.repeat(pa.scalar(str(sl.seqno), pa.string()), n),
+        pa.array(entry_ids, pa.int64()).cast(pa.string()),
+        pa.array(slot_ids, pa.int64()).cast(pa.string()),
+        ":",
+    )
     columns: list[pa.Array] = [
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.payload for r in records], pa.binary()),
+        pa.array(keys, pa.binary()),
+        pa.array(payloads, pa.binary()),
         pa.repeat(pa.scalar(sl.topic or sl.stream, pa.string()), n),
         pa.repeat(pa.scalar(sl.partition, pa.int32()), n),
         seqs,
-        pa.array([r.timestamp_ms * 1000 for r in records], pa.int64()).cast(
-            pa.timestamp("us", tz="UTC")
-        ),
+        pc.multiply(pa.array(ts_ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.repeat(pa.scalar(TIMESTAMP_TYPE_CREATE, pa.int32()), n),
     ]
     if include_headers:
         columns.append(
-            pa.array([visible_headers(r.headers) for r in records], schema.field("headers").type)
+            pa.array([visible_headers(h) for h in headers], schema.field("headers").type)
         )
     columns += [
         pa.repeat(pa.scalar(sl.stream, pa.string()), n),
-        pa.array([str(r.dlsn) for r in records], pa.string()),
+        dlsns,
         seqs,
-        pa.array([r.txid for r in records], pa.int64()),
+        pa.array(txids, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -7,10 +7,12 @@ column or the ``topic`` option -- partition ``p`` of a topic is the stream ``t~p
 from the ``partition`` column, else Kafka's murmur2 of the key
 (``partition_for_key``), else of the value (deterministic, so a replayed row goes to the
 same partition); a name that is a plain stream is one partition -- ; the ``stream``
-option. Missing plain streams are created (``createStreams``). A task keeps one writer
-per target stream for its whole partition, so interleaved rows cost no more than
-sorted ones; it never waits for a lock while holding another (it releases what it
-holds first), so two tasks cannot deadlock.
+option. Missing plain streams are created (``createStreams``). A task buffers its rows
+per target stream (up to ``bufferBytesMax``, then its largest stream is written early)
+and writes them at its end, one writer per stream, streams in a rotation that starts
+at its partition number: concurrent tasks start on different streams, so rows for
+many streams in any order cost no more than sorted ones. A task waits for a lock only
+while holding none, so two tasks cannot deadlock.
 
 Exactly once, whatever the partitioning of a replay. Every record carries the header
 ``bookline.spark`` = ``"<query>:<batch>:<run>:<partition>"``: the query id (stable
@@ -97,6 +99,8 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # Records per write_many call: pipelines writes without holding a whole partition.
 WRITE_BATCH_RECORDS = 2_000
+# Bookkeeping bytes counted per buffered row (tuple, key, headers), roughly.
+ROW_OVERHEAD_BYTES = 128
 # Entries per read_entries call while scanning for already-written rows.
 SCAN_BATCH_ENTRIES = 256
 # Sink marker of a query that started on an empty stream: before every record
@@ -291,11 +295,13 @@ class _StreamState:
 
     stream: str
     writer: Any = None
-    checked: bool = False  # steps 1-2 done
+    prepared: bool = False  # exists; step 1 done
+    checked: bool = False  # steps 1-2 done holding the writer
     skip_all: bool = False
     found: Found = field(default_factory=Found)
     prior_skips: collections.Counter[bytes] = field(default_factory=collections.Counter)
-    pending: list[LogRecord] = field(default_factory=list)
+    # Buffered rows: (key, value, headers without the tag).
+    pending: list[tuple[bytes | None, bytes, dict[str, bytes]]] = field(default_factory=list)
     last: DLSN | None = None  # our last written record, or the last of the batch seen
     written: int = 0
     skipped: int = 0
@@ -361,16 +367,21 @@ class _Router:
 
 
 class _TaskWrite:
-    """One task attempt: one writer per target stream (see the module docstring)."""
+    """One task attempt (see the module docstring). Rows are buffered per target stream
+    and written at the end of the task, streams in an order that starts at the task's
+    partition (so concurrent tasks start on different streams and rarely wait); a
+    buffer past ``BUFFER_BYTES_MAX`` writes its largest stream early. A task waits for
+    a lock only while holding none, so tasks cannot deadlock."""
 
     def __init__(self, opts: SinkOptions, tag: Tag, attempt: int) -> None:
         self.opts = opts
         self.tag = tag
         self.attempt = attempt
-        self.ns = client.namespace_for(opts.connection)
+        self.ns = client.namespace_for(opts.connection, create=opts.create_streams)
         self.router = _Router(self.ns, opts)
         self.states: dict[str, _StreamState] = {}
         self.identity = f"spark:{tag.encode().decode()}"
+        self.buffered_bytes = 0
 
     # -- locks and checks ----------------------------------------------------------
 
@@ -386,14 +397,16 @@ class _TaskWrite:
         with contextlib.suppress(AlreadyExistsError):  # another task was first: fine
             self.ns.create_stream(stream)
 
-    def _open(self, state: _StreamState) -> None:
-        """Take the stream's writer: at once if free, else release every writer we hold
-        and then wait (a task never waits while holding a lock: no deadlock)."""
+    def _try_open(self, state: _StreamState) -> bool:
+        """Take the stream's writer if it is free now."""
         try:
             state.writer = self.ns.open_writer(state.stream, identity=self.identity)
-            return
         except LockOwnedError:
-            pass
+            return False
+        return True
+
+    def _open_waiting(self, state: _StreamState) -> None:
+        """Release every writer we hold, then wait for this stream's."""
         self._release_all()
         try:
             state.writer = self.ns.open_writer(
@@ -408,20 +421,22 @@ class _TaskWrite:
                 owner=exc.owner,
             ) from exc
 
-    def _check(self, state: _StreamState) -> None:
-        """Steps 1 and 2, once per stream and attempt; opens the writer unless done."""
-        state.checked = True
-        if not self.opts.idempotent:
-            self._open(state)
+    def _prepare(self, state: _StreamState) -> None:
+        """Before the first write: the stream exists; step 1 (no lock needed)."""
+        if state.prepared:
             return
+        state.prepared = True
         self._ensure_stream(state.stream)
+        if self.opts.idempotent and batch_done(self.ns, state.stream, self.tag):
+            state.skip_all = True
+
+    def _check(self, state: _StreamState) -> None:
+        """Step 1 again and step 2, once per stream, holding its writer."""
+        if state.checked or not self.opts.idempotent:
+            return
+        state.checked = True
         if batch_done(self.ns, state.stream, self.tag):
             state.skip_all = True
-            return
-        self._open(state)
-        if batch_done(self.ns, state.stream, self.tag):  # again, now that we hold it
-            state.skip_all = True
-            self._close(state)
             return
         state.found = scan(self.ns, state.stream, self.tag, whole=self.attempt > 0)
         state.last = state.found.last
@@ -432,39 +447,57 @@ class _TaskWrite:
         state = self.states.get(stream)
         if state is None:
             state = self.states[stream] = _StreamState(stream)
-            if self.opts.create_streams and not self.opts.idempotent:
-                self._ensure_stream(stream)
-        if not state.checked:
-            self._check(state)
-        if state.skip_all:
-            state.skipped += 1
-            return
+        state.pending.append((key, value, headers))
+        self.buffered_bytes += len(value) + ROW_OVERHEAD_BYTES
+        if self.buffered_bytes > self.opts.buffer_bytes_max:
+            self._make_room()
+
+    def _make_room(self) -> None:
+        """Write the largest buffered stream: held, else free now, else waited for."""
+        state = max(self.states.values(), key=lambda s: len(s.pending))
+        self._prepare(state)
+        if state.writer is None and not state.skip_all and not self._try_open(state):
+            self._open_waiting(state)
+        self._flush(state)
+
+    def _keep(self, state: _StreamState, key: bytes | None, value: bytes,
+              headers: dict[str, bytes]) -> bool:  # fmt: skip
+        """Step 2's verdict on one row: False when an earlier attempt or run wrote it."""
         found = state.found
-        if found.own or found.prior:
-            d = digest(key, value, headers)
-            if found.own[d] > 0:
-                found.own[d] -= 1
-                state.skipped += 1
-                return
-            if found.prior[d] > 0:
-                found.prior[d] -= 1
-                state.prior_skips[d] += 1
-                state.skipped += 1
-                return
-        headers[TAG_HEADER] = self.tag.encode()
-        state.pending.append(LogRecord(value, key=key, headers=headers))
-        if len(state.pending) >= WRITE_BATCH_RECORDS:
-            self._flush(state)
+        if not (found.own or found.prior):
+            return True
+        d = digest(key, value, headers)
+        if found.own[d] > 0:
+            found.own[d] -= 1
+            return False
+        if found.prior[d] > 0:
+            found.prior[d] -= 1
+            state.prior_skips[d] += 1
+            return False
+        return True
 
     def _flush(self, state: _StreamState) -> None:
-        if not state.pending:
+        """Write the stream's buffered rows (its writer is held, or it is skipped)."""
+        rows, state.pending = state.pending, []
+        self.buffered_bytes -= sum(len(v) + ROW_OVERHEAD_BYTES for _k, v, _h in rows)
+        if not state.skip_all:
+            self._check(state)
+        if state.skip_all:
+            state.skipped += len(rows)
             return
-        if state.writer is None:
-            self._open(state)
-        dlsns: list[DLSN] = state.writer.write_many(state.pending)
-        state.written += len(state.pending)
-        state.last = dlsns[-1]
-        state.pending = []
+        tag = self.tag.encode()
+        records: list[LogRecord] = []
+        for key, value, headers in rows:
+            if not self._keep(state, key, value, headers):
+                state.skipped += 1
+                continue
+            headers[TAG_HEADER] = tag
+            records.append(LogRecord(value, key=key, headers=headers))
+        for lo in range(0, len(records), WRITE_BATCH_RECORDS):
+            chunk = records[lo : lo + WRITE_BATCH_RECORDS]
+            dlsns: list[DLSN] = state.writer.write_many(chunk)
+            state.written += len(chunk)
+            state.last = dlsns[-1]
 
     def _close(self, state: _StreamState) -> None:
         if state.writer is not None:
@@ -473,14 +506,34 @@ class _TaskWrite:
 
     def _release_all(self) -> None:
         for state in self.states.values():
-            if state.writer is not None:
+            self._close(state)
+
+    def _write_all(self) -> None:
+        """The end of the task: every stream's rows, in rotation from our partition."""
+        names = sorted(s for s, st in self.states.items() if st.pending)
+        if names:
+            first = self.tag.partition % len(names)
+            names = names[first:] + names[:first]
+        todo = [self.states[n] for n in names]
+        while todo:
+            ready = [s for s in todo if s.writer is not None]
+            for state in todo:
+                self._prepare(state)
+                if state.skip_all and state not in ready:
+                    ready.append(state)
+            if not ready:
+                ready = next(([s] for s in todo if self._try_open(s)), [])
+            if not ready:
+                self._open_waiting(todo[0])
+                ready = [todo[0]]
+            for state in ready:
                 self._flush(state)
                 self._close(state)
+                todo.remove(state)
 
     def finish(self) -> BooklineCommitMessage:
         try:
-            for state in self.states.values():
-                self._flush(state)
+            self._write_all()
         finally:
             self.abandon()
         states = self.states.values()

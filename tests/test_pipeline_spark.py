@@ -282,10 +282,11 @@ def test_a_retried_task_skips_the_rows_it_already_wrote(
     from pipeline.options import parse_sink_options
     from pipeline.sink import Tag, write_batches
 
-    monkeypatch.setattr(sink, "WRITE_BATCH_RECORDS", 10)  # the crash comes after 3 writes
+    monkeypatch.setattr(sink, "WRITE_BATCH_RECORDS", 10)
 
     stream = _name("retry")
-    opts = parse_sink_options({**conn, "stream": stream})
+    # A row buffers ~141 bytes: 10 rows fill the buffer, so the crash comes after 3 writes.
+    opts = parse_sink_options({**conn, "stream": stream, "bufferBytesMax": "1400"})
     tag = Tag("query-1", 3, "run-a", 0)
     rows = [_payload(i) for i in range(50)] + [_payload(0)]  # a legitimate duplicate row
 
