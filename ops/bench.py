@@ -68,6 +68,12 @@ def _run_consume(args: argparse.Namespace) -> dict[str, Any]:
     return bench_consume.run(args)
 
 
+def _run_compare(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_compare
+
+    return bench_compare.run(args)
+
+
 def _run_core(args: argparse.Namespace) -> dict[str, Any]:
     from ops import bench_core
 
@@ -101,6 +107,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ops.bench_consume import add_arguments as consume_arguments
 
     consume_arguments(add("consume", _run_consume, "consumer groups: core, read proxy, rebalance"))
+    from ops.bench_compare import add_arguments as compare_arguments
+
+    compare_arguments(
+        add("compare", _run_compare, "Bookline vs NATS JetStream vs Redis Streams, one run")
+    )
     from ops.bench_produce import add_arguments as produce_arguments
 
     produce_arguments(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by ./run.sh and ./test.sh:
-#   1. a JRE and Debian's ZooKeeper (apt-get, only when missing);
+#   1. a JRE, Debian's ZooKeeper and redis-server (apt-get, only when missing; Redis is
+#      a peer of `bookline bench compare`, never started as a service here);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
 # Source it; it leaves VENV_PY pointing at the venv's python.
@@ -14,6 +15,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq
@@ -26,7 +28,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
     echo "setup: creating/updating venv at $VENV" >&2
     [ -x "$VENV/bin/python" ] || "$PYTHON_BIN" -m venv "$VENV"
     # pip's own output goes to a log, shown only when the install fails.
-    if ! "$VENV/bin/python" -m pip install -e "$ROOT[dev,spark]" > "$VENV/pip.log" 2>&1; then
+    if ! "$VENV/bin/python" -m pip install -e "$ROOT[dev,spark,bench]" > "$VENV/pip.log" 2>&1; then
         cat "$VENV/pip.log" >&2
         echo "setup: pip install failed (log above, also in $VENV/pip.log)" >&2
         exit 1
