@@ -74,6 +74,12 @@ def _run_compare(args: argparse.Namespace) -> dict[str, Any]:
     return bench_compare.run(args)
 
 
+def _run_scale(args: argparse.Namespace) -> dict[str, Any]:
+    from ops import bench_scale
+
+    return bench_scale.run(args)
+
+
 def _run_core(args: argparse.Namespace) -> dict[str, Any]:
     from ops import bench_core
 
@@ -112,6 +118,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     compare_arguments(
         add("compare", _run_compare, "Bookline vs NATS JetStream vs Redis Streams, one run")
     )
+    from ops.bench_scale import add_arguments as scale_arguments
+
+    scale_arguments(add("scale", _run_scale, "curves: data stored 100 MB -> 10 GB, readers"))
     from ops.bench_produce import add_arguments as produce_arguments
 
     produce_arguments(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import statistics
 import tempfile
 import time
@@ -325,6 +326,10 @@ def table(results: dict[str, Any], systems: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ops import bench_disk
     from ops.bench_common import asyncio_run
@@ -342,6 +347,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     only = set(args.only.split(",")) if args.only else None
     wanted = set(args.systems.split(","))
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # SIGTERM unwinds like Ctrl-C, so every server started is stopped by pid.
+    signal.signal(signal.SIGTERM, _terminated)
     load_start = _loadavg()
     with contextlib.ExitStack() as stack:
         base = Path(args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-cmp-")))

@@ -13,7 +13,9 @@ process, on uvloop when installed.
   the writer's) measures from the record's *scheduled* write time to its arrival (a
   stall, and the tick's lateness, are charged to every record they delay); the
   writer's acknowledgement latency is reported too (``ack_*``), and the CPU each role's
-  processes used while records were timed (``cpu_pct``, % of one core).
+  processes used while records were timed (``cpu_pct``, % of one core; per record in
+  ``cpu_us_per_record``); ``--profile DIR`` samples each process with py-spy meanwhile
+  (:mod:`ops.profiling`).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
 """
@@ -166,12 +168,21 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     else:
         consumer = _ReaderProcess(layout, stream, total, args)
     acks = Answers(total)  # the writer's acknowledgements: durable on the ack quorum
-    cpu = CpuWindow({
+    roles = {
         "writer": [os.getpid()],
         "reader": consumer.pids,
         "bookies": [b["pid"] for b in layout.get("bookies", []) if "pid" in b],
         "zookeeper": [layout["zookeeper"]["pid"]] if "pid" in layout.get("zookeeper", {}) else [],
-    })  # fmt: skip
+    }  # fmt: skip
+    cpu = CpuWindow(roles)
+    profiles = None
+    if args.profile:
+        from pathlib import Path
+
+        from ops.profiling import Profiles
+
+        del roles["zookeeper"]
+        profiles = Profiles(roles, args.duration_s * 0.8, Path(args.profile))
 
     def send(scheduled: float) -> None:
         fut = w.write_nowait(LogRecord(_STAMP.pack(scheduled) + filler))
@@ -180,19 +191,26 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     try:
         await consumer.ready()
         cpu.start()
+        if profiles is not None:
+            profiles.start()
         start = await open_loop(args.rate, total, send, tick_s=args.pacer_tick_ms / 1000.0)
         await acks.finished
         latency = await consumer.result(timeout_s=60)
         elapsed = time.perf_counter() - start
         cpu_pct = cpu.stop()
     finally:
+        if profiles is not None:
+            profiles.stop()
         await consumer.stop()
         await w.close()
     ack = {f"ack_{k}": v for k, v in latency_summary(acks.latencies).items()}
+    # CPU per record: % of a core is centiseconds per second, over records per second.
+    per_record = {role: round(pct * 1e4 / args.rate, 1) for role, pct in cpu_pct.items()}
     return {"records": total, "rate": args.rate, "elapsed_s": round(elapsed, 3),
             "records_per_s": round(total / elapsed, 1),
             "reader": "same process" if args.same_process else "own process",
-            **latency, **ack, "cpu_pct": cpu_pct}  # fmt: skip
+            **latency, **ack, "cpu_pct": cpu_pct, "cpu_us_per_record": per_record,
+            **({"profile": profiles.summary()} if profiles is not None else {})}  # fmt: skip
 
 
 async def _tail_latencies(reader: LogReader, total: int, ready: Callable[[], None]) -> list[float]:
@@ -392,6 +410,9 @@ def add_arguments(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--same-process", action="store_true",
                        help="tail in the writer's process (default: a reader process)")  # fmt: skip
         p.add_argument("--duration-s", type=float, default=10.0, help="how long to write")
+        p.add_argument("--profile", default=None,
+                       help="py-spy each process while timing; raw stacks go to this "
+                            "directory, a per-role summary into the JSON")  # fmt: skip
         p.add_argument("--pacer-tick-ms", type=float, default=0.5,
                        help="send what fell due every this often; latency still counts "
                             "from each record's own scheduled time")  # fmt: skip
