@@ -58,11 +58,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from foundation.errors import (
@@ -82,6 +78,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from streams.sync import SyncNamespace
+
+try:  # Spark >= 4.1: streaming writers get Arrow batches too
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    STREAM_ARROW = True
+except ImportError:  # pragma: no cover - Spark 4.0: rows, batched here
+    from pyspark.sql.datasource import (  # type: ignore[assignment]
+        DataSourceStreamWriter as _StreamWriterBase,
+    )
+
+    STREAM_ARROW = False
 
 log = logging.getLogger(__name__)
 
@@ -734,7 +741,21 @@ class BooklineBatchWriter(DataSourceArrowWriter):
                 drop_marker(ns, stream, self.write_id)
 
 
-class BooklineStreamWriter(DataSourceStreamArrowWriter):
+def _row_batches(rows: Iterable[Any], size: int = WRITE_BATCH_RECORDS) -> Iterator[pa.RecordBatch]:
+    """Spark 4.0's streaming writers get Rows: as Arrow batches for write_batches."""
+    import pyarrow as pa
+
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row.asDict())
+        if len(chunk) >= size:
+            yield pa.RecordBatch.from_pylist(chunk)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk)
+
+
+class BooklineStreamWriter(_StreamWriterBase):
     """``writeStream.format("bookline")``: each micro-batch written exactly once."""
 
     def __init__(self, opts: SinkOptions, schema: StructType | Sequence[str]) -> None:
@@ -752,7 +773,8 @@ class BooklineStreamWriter(DataSourceStreamArrowWriter):
                 "cannot write exactly once"
             )
         tag = Tag(str(query), int(batch), self.run, int(ctx.partitionId()))
-        return write_batches(self.opts, tag, iterator, int(ctx.attemptNumber()))
+        batches = iterator if STREAM_ARROW else _row_batches(iterator)
+        return write_batches(self.opts, tag, batches, int(ctx.attemptNumber()))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         tag = _task_tag(messages, batchId)

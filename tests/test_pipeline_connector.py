@@ -112,7 +112,7 @@ def _crashing_write(spark: Any, conn: dict[str, str], stream: str, *, n: int, cr
         .select("value")
     )
     writer = df.write.format("bookline").options(**conn).option("stream", stream)
-    writer = writer.option("bufferBytesMax", str(1 << 20))  # written before the crash
+    writer = writer.option("bufferBytesMax", str(64 << 10))  # written before the crash
     with pytest.raises(PySparkException, match="boom"):
         writer.option("writeId", write_id).option("batchId", "7").mode("append").save()
 
