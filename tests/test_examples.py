@@ -61,12 +61,24 @@ def spawned() -> Iterator[list[Popen[bytes]]]:
             procs.stop(proc, grace_s=5.0)
 
 
+_logs: dict[int, Path] = {}  # pid -> the example process's output
+
+
 def _example(cluster: LocalCluster, tmp: Path, name: str, *args: str) -> Popen[bytes]:
     argv = [
         sys.executable, "-m", f"examples.{name}", "--cluster", str(cluster.dir / "cluster.json"),
         *args,
     ]  # fmt: skip
-    return procs.spawn(argv, log_path=tmp / f"{name}-{_uid()}.log", cwd=Path.cwd())
+    log = tmp / f"{name}-{_uid()}.log"
+    proc = procs.spawn(argv, log_path=log, cwd=Path.cwd())
+    _logs[proc.pid] = log
+    return proc
+
+
+def _tail(proc: Popen[bytes]) -> str:
+    log = _logs.get(proc.pid)
+    text = log.read_text(errors="replace") if log is not None and log.exists() else ""
+    return f"pid {proc.pid} (exit {proc.poll()}):\n{text[-3000:]}"
 
 
 async def _produce(ns: Namespace, topic: str, start: int, count: int, per_s: float) -> None:
@@ -109,8 +121,9 @@ async def _exit(proc: Popen[bytes], timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None:
         if time.monotonic() > deadline:
-            raise AssertionError(f"pid {proc.pid} still running after {timeout_s:.0f}s")
+            raise AssertionError(f"still running after {timeout_s:.0f}s: {_tail(proc)}")
         await asyncio.sleep(0.1)
+    assert proc.returncode == 0, _tail(proc)
     return int(proc.returncode)
 
 
@@ -196,7 +209,7 @@ async def test_exactly_once_transform_across_three_kill9(
             deadline = time.monotonic() + START_S
             while await results() < before + 300 and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            assert await results() >= before + 300, "the transformer made no progress"
+            assert await results() >= before + 300, f"no progress: {_tail(proc)}"
             procs.kill9(proc)
         spawned.append(_example(proxy_cluster, tmp_path, "exactly_once_transform", *args))
         await producing

@@ -54,6 +54,8 @@ class Member:
             "--events", str(self.events_path), *extra,
         ]  # fmt: skip
         self.proc: Popen[bytes] = procs.spawn(argv, log_path=self.log_path, cwd=Path.cwd())
+        self.killed = False
+        _all_members.append(self)
 
     def events(self, ev: str | None = None) -> list[dict[str, Any]]:
         if not self.events_path.exists():
@@ -88,6 +90,9 @@ class Member:
         return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
 
 
+_all_members: list[Member] = []  # of the running test: _wait fails fast if one died
+
+
 @pytest.fixture
 def members() -> Iterator[list[Member]]:
     started: list[Member] = []
@@ -96,6 +101,7 @@ def members() -> Iterator[list[Member]]:
     finally:
         for m in started:
             procs.stop(m.proc, grace_s=5.0)
+        _all_members.clear()
 
 
 @pytest.fixture
@@ -153,6 +159,9 @@ async def _wait(what: str, timeout_s: float, check: Any) -> float:
     while True:
         if await check():
             return time.monotonic() - t0
+        for m in _all_members:
+            if not m.killed and m.proc.poll() is not None:
+                raise AssertionError(f"member pid {m.proc.pid} exited:\n{m.tail()}")
         if time.monotonic() - t0 > timeout_s:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
         await asyncio.sleep(0.05)
@@ -200,7 +209,13 @@ async def test_group_rebalances_cooperatively_and_survives_kill9(
                 return _settled(await coordinator.describe(group), count, n)
             return False
 
-        await _wait("3 members sharing 10 partitions", START_S, lambda: settled(3))
+        try:
+            await _wait("3 members sharing 10 partitions", START_S, lambda: settled(3))
+        except AssertionError:
+            print(json.dumps(await coordinator.describe(group), indent=1, default=str))
+            for m in members:
+                print(m.member_id, json.dumps(m.events()[-15:]), m.tail(), sep="\n")
+            raise
         await _wait(
             "the members' callbacks", 10, _async(lambda: sum(len(m.held()) for m in members) == n)
         )
@@ -225,6 +240,7 @@ async def test_group_rebalances_cooperatively_and_survives_kill9(
         # kill -9 one member: its partitions move within session timeout + 1 s.
         victim = members[0]
         victim_parts = victim.held()
+        victim.killed = True
         procs.kill9(victim.proc)
 
         async def moved() -> bool:
@@ -348,6 +364,7 @@ async def test_static_member_restarted_in_time_keeps_partitions_without_rebalanc
         parts = first.held()
         desc = await coordinator.describe(group)
         generation = desc["generation"]
+        first.killed = True
         procs.kill9(first.proc)
         t_kill = time.time()
         restarted = Member(proxy_cluster, tmp_path, group, topic, "--instance-id", "a", *static)

@@ -202,7 +202,13 @@ class GroupRoutes:
             await self._discard(group)
         pending = self._loading.get(group)
         if pending is not None:
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except NotFoundError:
+                # That load did not create the group (a describe, say); a join does.
+                if create is False:
+                    raise
+                return await self.coordinator(group, create=create)
         fut: asyncio.Future[GroupCoordinator] = asyncio.get_running_loop().create_future()
         self._loading[group] = fut
         try:
