@@ -217,6 +217,29 @@ def build_document() -> dict[str, Any]:
                 "responses": {"200": _ok("ReadAnswer"), **_errors(400, 404, 410, 429)},
             },
         },
+        f"{s}/recordsets": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "catch-up read: the entries' record sets as stored, handed through "
+                "(read proxy; binary, see httpapi/recordsets.py)",
+                "parameters": [
+                    pos,
+                    {"name": "bytes_max", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "wait_ms", "in": "query", "schema": {"type": "integer", "default": 0}},
+                ],
+                "responses": {
+                    "200": {
+                        "description": "record sets (magic BLRS, version, CRC32C)",
+                        "content": {
+                            "application/vnd.bookline.recordsets": {
+                                "schema": {"type": "string", "format": "binary"}
+                            }
+                        },
+                    },
+                    **_errors(400, 404, 410, 429),
+                },
+            },
+        },
         f"{s}/tail": {
             "parameters": [_NAME],
             "get": {

@@ -39,6 +39,7 @@ from typing import Any, Final
 import msgpack
 
 from foundation.errors import BadRequestError, BooklineError, OwnerMovedError, for_code
+from httpapi import recordsets
 
 __all__ = [
     "API_PREFIX",
@@ -112,6 +113,8 @@ def decode_body(body: bytes, content_type: str | None) -> dict[str, Any]:
     """Decode a request/answer body; BadRequestError when it is not an object."""
     if not body:
         return {}
+    if content_type is not None and _media(content_type) == recordsets.MEDIA_TYPE:
+        return {"recordsets": body}  # binary, decoded by httpapi.recordsets
     try:
         if is_msgpack(content_type):
             obj = msgpack.unpackb(body, raw=False, strict_map_key=True)

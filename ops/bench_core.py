@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from foundation.gctune import settle_heap
 from ops.bench_common import Answers, latency_summary
-from ops.cpu import CpuWindow
+from ops.cpu import CpuWindow, bookie_requests
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:
@@ -175,6 +175,8 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
         "zookeeper": [layout["zookeeper"]["pid"]] if "pid" in layout.get("zookeeper", {}) else [],
     }  # fmt: skip
     cpu = CpuWindow(roles)
+    metrics = [b["metrics"] for b in layout.get("bookies", []) if "metrics" in b]
+    requests_before: dict[str, float] = {}
     profiles = None
     if args.profile:
         from pathlib import Path
@@ -190,6 +192,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
 
     try:
         await consumer.ready()
+        requests_before = bookie_requests(metrics)
         cpu.start()
         if profiles is not None:
             profiles.start()
@@ -198,6 +201,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
         latency = await consumer.result(timeout_s=60)
         elapsed = time.perf_counter() - start
         cpu_pct = cpu.stop()
+        requests = bookie_requests(metrics)
     finally:
         if profiles is not None:
             profiles.stop()
@@ -206,10 +210,20 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     ack = {f"ack_{k}": v for k, v in latency_summary(acks.latencies).items()}
     # CPU per record: % of a core is centiseconds per second, over records per second.
     per_record = {role: round(pct * 1e4 / args.rate, 1) for role, pct in cpu_pct.items()}
+    # What the bookies answered meanwhile: ADDs (3 per entry: E=Qw=3), long polls, LACs.
+    answered: dict[str, float] = {op: round(n - requests_before.get(op, 0.0))
+                                  for op, n in requests.items()
+                if n - requests_before.get(op, 0.0) > 0}  # fmt: skip
+    adds = answered.get("ADD", 0)
+    if adds:
+        per_record["bookie_per_add"] = round(cpu_pct.get("bookies", 0.0) / 100 * elapsed
+                                             / adds * 1e6, 1)  # fmt: skip
+        answered["records_per_entry"] = round(total / (adds / 3), 2)
     return {"records": total, "rate": args.rate, "elapsed_s": round(elapsed, 3),
             "records_per_s": round(total / elapsed, 1),
             "reader": "same process" if args.same_process else "own process",
             **latency, **ack, "cpu_pct": cpu_pct, "cpu_us_per_record": per_record,
+            "bookie_requests": answered,
             **({"profile": profiles.summary()} if profiles is not None else {})}  # fmt: skip
 
 

@@ -10,7 +10,12 @@ process) in a temporary directory unless ``--cluster`` names a running one. Mode
   start, so a stall is charged to every write it delays;
 * ``e2e``: a WebSocket tail through the read proxy while ``many`` writes; latency from
   the write's start to the record's arrival at the reader;
-* ``all``: every mode; the last line carries ``many``'s figures plus each mode's.
+* ``cpu``: open-loop single writes at ``--rate`` for ``--seconds`` while a WebSocket
+  tail in the same process reads them back: end-to-end latency, and the CPU each role
+  (client, write proxy, read proxy, bookies) used per record (``--profile DIR``: py-spy
+  of each process meanwhile, :mod:`ops.profiling`);
+* ``all``: every mode but ``cpu``; the last line carries ``many``'s figures plus each
+  mode's.
 
 Records are ``--record-size`` bytes (100 by default). The last stdout line is one JSON
 object with ``records_per_s``, ``p50_ms`` and ``p99_ms``.
@@ -22,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import os
 import tempfile
 import time
 import uuid
@@ -40,7 +46,9 @@ if TYPE_CHECKING:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None, help="cluster.json of a running cluster")
     p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")
-    p.add_argument("--mode", default="many", choices=["many", "single", "rate", "e2e", "all"])
+    p.add_argument("--mode", default="many",
+                   choices=["many", "single", "rate", "e2e", "cpu", "all"])  # fmt: skip
+    p.add_argument("--profile", default=None, help="cpu mode: py-spy raw stacks go here")
     p.add_argument("--records", type=int, default=300_000, help="records to write (many)")
     p.add_argument("--record-size", type=int, default=100, help="bytes per record")
     p.add_argument("--batch", type=int, default=1_000, help="records per write_many call")
@@ -202,6 +210,70 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
     return {"records": total, "records_per_s": round(total / elapsed), **latency_summary(latencies)}
 
 
+async def _cpu(client: ProxyClient, args: argparse.Namespace, cluster_file: Path) -> dict[str, Any]:
+    from foundation.cluster_file import read_cluster_file
+    from ops.compare_common import Latencies, stamp_of, stamped
+    from ops.cpu import CpuWindow
+
+    raw = read_cluster_file(cluster_file).raw
+    roles = {
+        "client": [os.getpid()],
+        "write_proxy": [p["pid"] for p in raw.get("write_proxies", [])],
+        "read_proxy": [p["pid"] for p in raw.get("read_proxies", [])],
+        "bookies": [b["pid"] for b in raw.get("bookies", [])],
+    }
+    stream = _streams(args, "cpu")[0]
+    await client.write(stream, b"warm-up")
+    count = int(args.rate * args.seconds)
+    filler = b"x" * max(0, args.record_size - 8)
+    e2e = Latencies()
+    tail = client.tail(stream, "earliest")
+    await tail.__anext__()  # the warm-up record: the tail is live
+
+    async def read() -> None:
+        got = 0
+        async for rec in tail:
+            e2e.since(stamp_of(rec.payload))
+            got += 1
+            if got >= count:
+                return
+
+    reader = asyncio.ensure_future(read())
+    answers = Answers(count)
+
+    def send(scheduled: float) -> None:
+        fut = client.write_nowait(stream, stamped(scheduled, filler))
+        fut.add_done_callback(functools.partial(answers.record, started=scheduled))
+
+    cpu = CpuWindow(roles)
+    profiles = None
+    if args.profile:
+        from ops.profiling import Profiles
+
+        profiles = Profiles(roles, args.seconds * 0.8, Path(args.profile))
+    cpu.start()
+    if profiles is not None:
+        profiles.start()
+    try:
+        start = await open_loop(args.rate, count, send, tick_s=0.0005)
+        await answers.finished
+        await asyncio.wait_for(reader, timeout=120)
+        elapsed = time.perf_counter() - start
+        cpu_pct = cpu.stop()
+    finally:
+        if profiles is not None:
+            profiles.stop()
+        reader.cancel()
+        await tail.aclose()
+    per_record = {role: round(pct * 1e4 / args.rate, 1) for role, pct in cpu_pct.items()}
+    summary = e2e.summary()
+    summary.pop("hist", None)
+    ack = {f"ack_{k}": v for k, v in latency_summary(answers.latencies).items()}
+    return {"records": count, "rate": args.rate, "records_per_s": round(count / elapsed),
+            **summary, **ack, "cpu_pct": cpu_pct, "cpu_us_per_record": per_record,
+            **({"profile": profiles.summary()} if profiles is not None else {})}  # fmt: skip
+
+
 async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, Any]:
     from thinclient.client import ClientConfig, ProxyClient  # aiohttp: only when measuring
 
@@ -214,7 +286,10 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
         # state a 2,000 records/s producer sees.
         modes = ["rate", "many", "single", "e2e"] if args.mode == "all" else [args.mode]
         runners = {"many": _many, "single": _single, "rate": _rate, "e2e": _e2e}
-        results = {m: await runners[m](client, args) for m in modes}
+        results = {
+            m: await (_cpu(client, args, cluster_file) if m == "cpu" else runners[m](client, args))
+            for m in modes
+        }
     head = results["many"] if "many" in results else results[modes[0]]
     out: dict[str, Any] = {
         "bench": "proxy",

@@ -59,3 +59,22 @@ class CpuWindow:
             report[role] = round(used / elapsed * 100.0, 1)
         report["total"] = round(sum(report.values()), 1)
         return report
+
+
+def bookie_requests(metrics_urls: list[str]) -> dict[str, float]:
+    """Requests answered OK per op, summed over the bookies' ``/metrics`` (the counter
+    ``bookline_bookie_requests_total``); an unreachable bookie counts nothing."""
+    import re
+    import urllib.request
+
+    pattern = re.compile(r'^bookline_bookie_requests_total\{op="(\w+)",status="OK"\} (\S+)$', re.M)
+    totals: dict[str, float] = {}
+    for url in metrics_urls:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:  # loopback only
+                text = answer.read().decode()
+        except OSError:
+            continue
+        for op, value in pattern.findall(text):
+            totals[op] = totals.get(op, 0.0) + float(value)
+    return totals

@@ -6,6 +6,9 @@ Routes:
   from ``POS`` (earliest, latest, ``s:e:s``, ``seq:N``, ``txid:N``, ``time:MS``);
   ``wait_ms > 0`` makes it a long poll (answers as soon as one record is there) and
   serves it from the stream's shared feed (:mod:`readproxy.pages`);
+* ``GET /v1/streams/{name}/recordsets?from=POS&bytes_max=B&wait_ms=MS`` -- catch-up
+  reads: the entries' record sets as the bookies stored them, nothing decoded or
+  re-encoded (binary, :mod:`httpapi.recordsets`; the thin client decodes them);
 * ``GET /v1/streams/{name}/tail?from=POS`` -- WebSocket; binary msgpack frames
   ``{"records": [...], "next": "seq:N"}`` (text JSON frames with ``format=json``;
   :mod:`readproxy.tail`);
@@ -33,7 +36,7 @@ from foundation.errors import (
     TooManyRequestsError,
 )
 from foundation.names import validate_name
-from httpapi import wire
+from httpapi import recordsets, wire
 from httpapi.positions import parse_position
 from httpapi.proxy_config import READ_PROXY_PREFIX
 from httpapi.server import cancel_task, proxy_app, respond, start_site
@@ -148,6 +151,7 @@ class ReadProxy:
         app.router.add_get(f"{p}/streams", self.list_streams)
         app.router.add_get(f"{p}/streams/{{name}}", self.describe)
         app.router.add_get(f"{p}/streams/{{name}}/records", self.read)
+        app.router.add_get(f"{p}/streams/{{name}}/recordsets", self.read_sets)
         app.router.add_get(f"{p}/streams/{{name}}/tail", self.tail)
         topics.add_routes(app, lambda: self.pages)
         subscriptions.add_routes(app, lambda: self.ns)
@@ -187,6 +191,19 @@ class ReadProxy:
         items, nxt = await self.pages.read_page(name, pos, limit, wait_ms / 1000)
         media = wire.negotiate(request.headers.get("Accept"))
         return web.Response(body=page_body(items, nxt, media), content_type=media)
+
+    async def read_sets(self, request: web.Request) -> web.Response:
+        cfg = self.config
+        name = validate_name(request.match_info["name"], "stream name")
+        pos = parse_position(request.query.get("from"))
+        bytes_max = query_int(request, "bytes_max", cfg.read_bytes_max, cfg.read_bytes_max) or 1
+        wait_ms = query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
+        sets, nxt = await self.pages.read_sets(name, pos, bytes_max, wait_ms / 1000)
+        frames = [recordsets.SetFrame(s.payload, s.segment_seqno, s.entry_id,
+                                      s.start_sequence_id, s.from_slot) for s in sets]  # fmt: skip
+        self.metrics.served_records.labels("sets").inc(sum(s.user_count for s in sets))
+        return web.Response(body=recordsets.encode(frames, nxt),
+                            content_type=recordsets.MEDIA_TYPE)  # fmt: skip
 
     async def tail(self, request: web.Request) -> web.StreamResponse:
         name = validate_name(request.match_info["name"], "stream name")

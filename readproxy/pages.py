@@ -22,6 +22,7 @@ from streams.records import ReadRecord
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
+    from streams.reader import RawRecordSet
 
 __all__ = ["Pages", "to_start"]
 
@@ -104,3 +105,16 @@ class Pages:
                 await self.feeds.open(name, nxt)  # this reader reached the head
             return recs, f"seq:{nxt}"
         return recs, f"seq:{seq}" if seq is not None else str(pos)
+
+    async def read_sets(
+        self, name: str, pos: Position, bytes_max: int, wait_s: float
+    ) -> tuple[list[RawRecordSet], int]:
+        """Record sets as stored from ``pos`` by a private reader (a catch-up read: no
+        feed, nothing decoded) and the sequence id to continue from (-1: unknown yet)."""
+        seq = pos.value if pos.kind == "seq" else None
+        start = StartPosition.sequence(seq) if seq is not None else to_start(pos)
+        timeout = wait_s if wait_s > 0 else self.config.range_read_timeout_ms / 1000
+        sets = await self.pool.read_sets(name, start, bytes_max, timeout)
+        if sets:
+            return sets, sets[-1].next_sequence_id
+        return sets, seq if seq is not None else -1

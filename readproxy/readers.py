@@ -21,7 +21,7 @@ from streams.records import ReadRecord
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
-    from streams.reader import LogReader
+    from streams.reader import LogReader, RawRecordSet
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,11 @@ class ReaderPool:
         self._idle: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
             collections.OrderedDict()
         )
+        # Readers of record sets (read_sets) are kept apart: one that handed out whole
+        # sets is never left mid-set, which a records reader may be.
+        self._idle_sets: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
+            collections.OrderedDict()
+        )
         self.busy = 0
 
     async def read(
@@ -62,7 +67,7 @@ class ReaderPool:
         new reader has to be opened (a check that one kept between pages needs not)."""
         key = (name, start.value) if start.kind.value == "sequence" else None
         entry = self._idle.pop(key, None) if key is not None else None
-        if entry is None and self.busy + len(self._idle) >= self.cfg.private_readers_max:
+        if entry is None and self._count_all() >= self.cfg.private_readers_max:
             await self._close_oldest()
             if self.busy >= self.cfg.private_readers_max:
                 raise TooManyRequestsError("every private reader of this proxy is busy")
@@ -93,6 +98,51 @@ class ReaderPool:
             await close_quietly(reader)
         return recs
 
+    async def read_sets(
+        self, name: str, start: StartPosition, bytes_max: int, timeout_s: float
+    ) -> list[RawRecordSet]:
+        """Whole record sets from ``start`` (about ``bytes_max`` of them), by the reader
+        a previous call ended at when there is one, as :meth:`read`."""
+        key = (name, start.value) if start.kind.value == "sequence" else None
+        entry = self._idle_sets.pop(key, None) if key is not None else None
+        if entry is None and self._count_all() >= self.cfg.private_readers_max:
+            await self._close_oldest()
+            if self.busy >= self.cfg.private_readers_max:
+                raise TooManyRequestsError("every private reader of this proxy is busy")
+        self.busy += 1
+        try:
+            reader = (
+                entry[0]
+                if entry is not None
+                else await self.ns.open_reader(
+                    name, start, skip_truncated=start.kind.value == "earliest"
+                )
+            )
+            try:
+                sets = await reader.read_record_sets(bytes_max, timeout_s=timeout_s)
+            except BaseException:
+                await close_quietly(reader)
+                raise
+        finally:
+            self.busy -= 1
+        if sets:
+            self.metrics.core_entries.labels("private").inc(len(sets))
+            self._park_set((name, sets[-1].next_sequence_id), reader)
+        elif key is not None:
+            self._park_set(key, reader)
+        else:
+            await close_quietly(reader)
+        return sets
+
+    def _count_all(self) -> int:
+        return self.busy + len(self._idle) + len(self._idle_sets)
+
+    def _park_set(self, key: tuple[str, int], reader: LogReader) -> None:
+        old = self._idle_sets.pop(key, None)
+        self._idle_sets[key] = (reader, time.monotonic())
+        if old is not None:
+            asyncio.get_running_loop().create_task(close_quietly(old[0]))
+
     def _count(self, recs: list[ReadRecord]) -> None:
         if not recs:
             return
@@ -109,19 +159,21 @@ class ReaderPool:
         self.metrics.private_readers.set(len(self._idle))
 
     async def _close_oldest(self) -> None:
-        if self._idle:
-            _key, (reader, _t) = self._idle.popitem(last=False)
+        pool = self._idle if self._idle or not self._idle_sets else self._idle_sets
+        if pool:
+            _key, (reader, _t) = pool.popitem(last=False)
             await close_quietly(reader)
-            self.metrics.private_readers.set(len(self._idle))
+            self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
 
     async def reap(self) -> None:
         cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
-        for key, (reader, t) in list(self._idle.items()):
-            if t < cutoff:
-                del self._idle[key]
-                await close_quietly(reader)
-        self.metrics.private_readers.set(len(self._idle))
+        for pool in (self._idle, self._idle_sets):
+            for key, (reader, t) in list(pool.items()):
+                if t < cutoff:
+                    del pool[key]
+                    await close_quietly(reader)
+        self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
 
     async def close(self) -> None:
-        while self._idle:
+        while self._idle or self._idle_sets:
             await self._close_oldest()

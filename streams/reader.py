@@ -25,9 +25,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from foundation.errors import (
+    BadRequestError,
     BooklineError,
     ClosedError,
     ConnectionLostError,
@@ -47,7 +48,7 @@ from streams.seek import first_readable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogReader"]
+__all__ = ["LogReader", "RawRecordSet"]
 
 # Pause after a failed long poll (a bookie restarting, a ledger not seen yet) so the
 # loop cannot spin.
@@ -60,15 +61,32 @@ class _End:
     """Queue item: the end-of-stream marker was read."""
 
 
+class RawRecordSet(NamedTuple):
+    """A verified record set as the entry held it (:meth:`LogReader.read_record_sets`):
+    its records are ``decode_verified(*verify_record_set(payload), stream,
+    segment_seqno, entry_id, start_sequence_id, from_slot)``. A read proxy hands these
+    through to a thin client without decoding or re-encoding a record."""
+
+    payload: bytes  # the stored set: header, checksum, body (compressed as it says)
+    segment_seqno: int
+    entry_id: int
+    start_sequence_id: int  # of the segment
+    from_slot: int  # the first record wanted (0 but where a reader started mid-set)
+    next_sequence_id: int  # of the first user record after this set
+    user_count: int  # user records in the set (from_slot aside)
+
+
 class _Entry:
     """Queue item: one entry's records, or a verified record set whose records are
     built only when the application reaches it. Building records late keeps them
     short-lived: a read-ahead queue of hundreds of thousands of record objects made
-    the cyclic GC rescan them over and over (over half the reader's CPU in py-spy)."""
+    the cyclic GC rescan them over and over (over half the reader's CPU in py-spy).
+    The stored set (``payload``) is kept too, for :meth:`LogReader.read_record_sets`."""
 
-    __slots__ = ("body", "entry_id", "header", "records", "seqno", "size", "start_sequence_id")
+    __slots__ = ("body", "entry_id", "from_slot", "header", "payload", "records", "seqno",
+                 "size", "start_sequence_id")  # fmt: skip
 
-    def __init__(  # noqa: PLR0917 - private, one call site
+    def __init__(  # noqa: PLR0917 - private, two call sites
         self,
         records: list[ReadRecord] | None,
         header: RecordSetHeader,
@@ -76,6 +94,8 @@ class _Entry:
         seqno: int,
         entry_id: int,
         start_sequence_id: int,
+        payload: bytes,
+        from_slot: int,
     ) -> None:
         self.records = records
         self.header = header
@@ -83,8 +103,17 @@ class _Entry:
         self.seqno = seqno
         self.entry_id = entry_id
         self.start_sequence_id = start_sequence_id
-        # The read-ahead budget counts the set's bytes plus a per-record overhead.
-        self.size = header.raw_bytes + _RECORD_BYTES * header.user_count
+        self.payload = payload
+        self.from_slot = from_slot
+        # The read-ahead budget counts the set's bytes (decoded and stored) plus a
+        # per-record overhead.
+        self.size = header.raw_bytes + len(payload) + _RECORD_BYTES * header.user_count
+
+    def raw(self) -> RawRecordSet:
+        h = self.header
+        next_seq = self.start_sequence_id + h.first_index + h.user_count
+        return RawRecordSet(self.payload, self.seqno, self.entry_id, self.start_sequence_id,
+                            self.from_slot, next_seq, h.user_count)  # fmt: skip
 
     def build(self, stream: str) -> list[ReadRecord]:
         if self.records is None:
@@ -154,6 +183,57 @@ class LogReader:
             self._position = out[-1].dlsn.next_slot()
         return out
 
+    async def read_record_sets(
+        self, bytes_max: int, timeout_s: float | None = None
+    ) -> list[RawRecordSet]:
+        """Whole record sets as stored, up to about ``bytes_max`` of them (at least
+        one): waits up to ``timeout_s`` for the first, then takes only what is read
+        ahead (an empty list on timeout). For a proxy handing sets through; do not mix
+        with :meth:`read_many` on one reader (records it took are not sets any more).
+        EndOfStreamError past the end, as :meth:`read_next`."""
+        if self._index < len(self._current):
+            raise BadRequestError("read_record_sets after read_many left records unread")
+        out: list[RawRecordSet] = []
+        size = 0
+        while size < bytes_max:
+            item = await self._take(timeout_s if not out else 0.0, raise_now=not out)
+            if item is None:
+                break
+            raw = item.raw()
+            out.append(raw)
+            size += len(raw.payload)
+            self._position = DLSN(raw.segment_seqno, raw.entry_id + 1, 0)
+        return out
+
+    async def _take(self, timeout_s: float | None, *, raise_now: bool) -> _Entry | None:
+        """The next read-ahead entry, as :meth:`_refill` takes it (None: timeout, or a
+        stored end/error with ``raise_now=False``)."""
+        if self._closed:
+            raise ClosedError(f"reader of {self.stream} was closed")
+        if self._error is None and not self._ended:
+            try:
+                if timeout_s is None:
+                    item = await self._queue.get()
+                elif timeout_s <= 0:
+                    item = self._queue.get_nowait()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), timeout_s)
+            except (TimeoutError, asyncio.QueueEmpty):
+                return None
+            if isinstance(item, _Entry):
+                self._queued_bytes -= item.size
+                self._room.set()
+                return item
+            if isinstance(item, _End):
+                self._ended = True
+            else:
+                self._error = item
+        if not raise_now:
+            return None
+        if self._error is not None:
+            raise _again(self._error)
+        raise EndOfStreamError(f"stream {self.stream} ended")
+
     def __aiter__(self) -> AsyncIterator[ReadRecord]:
         return self._iterate()
 
@@ -167,36 +247,17 @@ class LogReader:
         """Take the next read-ahead entry. False on timeout; at the end of the stream or
         after a failure raise (or, with ``raise_now=False``, return False and raise on
         the next call, so records already taken are not lost)."""
-        if self._closed:
-            raise ClosedError(f"reader of {self.stream} was closed")
-        if self._error is None and not self._ended:
-            try:
-                if timeout_s is None:
-                    item = await self._queue.get()
-                elif timeout_s <= 0:
-                    item = self._queue.get_nowait()
-                else:
-                    item = await asyncio.wait_for(self._queue.get(), timeout_s)
-            except (TimeoutError, asyncio.QueueEmpty):
-                return False
-            if isinstance(item, _Entry):
-                self._queued_bytes -= item.size
-                self._room.set()
-                try:
-                    self._current, self._index = item.build(self.stream), 0
-                except BooklineError as exc:
-                    self._error = exc
-                else:
-                    return True
-            elif isinstance(item, _End):
-                self._ended = True
-            else:
-                self._error = item
-        if not raise_now:
+        item = await self._take(timeout_s, raise_now=raise_now)
+        if item is None:
             return False
-        if self._error is not None:
-            raise _again(self._error)
-        raise EndOfStreamError(f"stream {self.stream} ended")
+        try:
+            self._current, self._index = item.build(self.stream), 0
+        except BooklineError as exc:
+            self._error = exc
+            if not raise_now:
+                return False
+            raise _again(exc) from exc
+        return True
 
     async def close(self) -> None:
         if self._closed:
@@ -317,12 +378,15 @@ class LogReader:
                 if from_slot == 0 and header.user_count == header.count > 0:
                     # Only user records (the decoder checks the count): build them
                     # when the application gets here.
-                    await self._put(_Entry(None, header, body, seqno, e.entry_id, base))
+                    await self._put(
+                        _Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0)
+                    )
                     continue
                 records, eos = decode_verified(header, body, stream, seqno, e.entry_id, base,
                                                from_slot)  # fmt: skip
                 if records:
-                    await self._put(_Entry(records, header, b"", seqno, e.entry_id, base))
+                    await self._put(_Entry(records, header, body, seqno, e.entry_id, base,
+                                           e.payload, from_slot))  # fmt: skip
                 if eos:
                     return True
         except NoLedgerError as exc:

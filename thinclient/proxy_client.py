@@ -337,6 +337,15 @@ class ProxyClient:
         ``txid:N``, ``time:MS``); ``wait_ms`` long-polls for the first record."""
         return await reads.read_page(self._transport, stream, start, limit, wait_ms)
 
+    def catch_up(
+        self, stream: str, start: str = "earliest", wait_ms: int = 0
+    ) -> AsyncGenerator[list[ReadRecord], None]:
+        """Batches of records from ``start``, read as record sets the read proxy hands
+        through as stored (the fast way to read a stream's history: no per-record work
+        in the proxy, the core's decoder here). Ends with the stream; ``wait_ms`` > 0
+        long-polls at the written end (empty batches meanwhile)."""
+        return reads.catch_up(self._transport, stream, start, wait_ms)
+
     def tail(self, stream: str, start: str = "latest") -> AsyncGenerator[ReadRecord, None]:
         """Every record from ``start`` on, following the stream (WebSocket), across
         read proxy failures (it resumes where it stopped)."""

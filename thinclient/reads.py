@@ -4,26 +4,31 @@ that follows a stream across read proxy failures (it resumes where it stopped)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Final
 
 import aiohttp
 
-from foundation.errors import BadRequestError
-from httpapi import wire
+from foundation.errors import BadRequestError, BooklineError
+from httpapi import recordsets, wire
 from httpapi.partitions import PartitionRow, decode_page
 from httpapi.positions import format_dlsn, parse_dlsn, parse_position
 from httpapi.views import record_from_view
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
+from streams.recordset import decode_verified, verify_record_set
 from thinclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "PartitionPage",
+    "catch_up",
     "commit_subscription",
+    "decode_sets",
     "list_subscribers",
     "partition_offset",
     "read_page",
@@ -96,6 +101,68 @@ async def tail(transport: Transport, stream: str, start: str) -> AsyncGenerator[
         await asyncio.sleep(transport.rng.uniform(0, backoff))
         backoff = min(backoff * 2, cfg.backoff_max_ms / 1000)
         await proxies.discover(force=True)
+
+
+# -- catch-up by record sets (issue 17) -------------------------------------------------
+
+#: Bytes of record sets a catch-up request asks for (the read proxy caps it too).
+CATCH_UP_BYTES: Final = 4 << 20
+
+
+def decode_sets(stream: str, body: bytes) -> tuple[list[ReadRecord], int, bool]:
+    """The records of a ``/recordsets`` answer (every checksum verified: the body's and
+    each set's), the sequence id to continue from (-1: the same position) and whether
+    the stream ended."""
+    frames, next_seq = recordsets.decode(body)
+    out: list[ReadRecord] = []
+    ended = False
+    for f in frames:
+        header, raw = verify_record_set(f.payload)
+        recs, eos = decode_verified(header, raw, stream, f.segment_seqno, f.entry_id,
+                                    f.start_sequence_id, f.from_slot)  # fmt: skip
+        out.extend(recs)
+        ended = ended or eos
+    return out, next_seq, ended
+
+
+async def _sets_body(transport: Transport, stream: str, start: str, wait_ms: int) -> bytes:
+    query = f"?from={start}&bytes_max={CATCH_UP_BYTES}&wait_ms={wait_ms}"
+    timeout = transport.config.request_timeout_ms / 1000 + wait_ms / 1000
+    obj = await transport.call(
+        "GET", stream_path(stream, "/recordsets") + query, None, read=True, timeout_s=timeout
+    )
+    body = obj.get("recordsets")
+    if not isinstance(body, bytes):
+        raise BadRequestError("catch-up answer without record sets")
+    return body
+
+
+async def catch_up(
+    transport: Transport, stream: str, start: str, wait_ms: int
+) -> AsyncGenerator[list[ReadRecord], None]:
+    """Batches of records from ``start`` on, read as record sets (nothing is decoded
+    or re-encoded by the read proxy); the next request is on its way while a batch is
+    decoded and handed out. Ends at the end of the stream; past the written end it
+    long-polls ``wait_ms`` per request and yields empty batches meanwhile."""
+    parse_position(start)
+    position = start
+    loop = asyncio.get_running_loop()
+    pending = loop.create_task(_sets_body(transport, stream, position, wait_ms))
+    try:
+        while True:
+            body = await pending
+            frames_next = recordsets.decode(body)[1]  # cheap: framing only, then ask on
+            if frames_next >= 0:
+                position = f"seq:{frames_next}"
+            pending = loop.create_task(_sets_body(transport, stream, position, wait_ms))
+            records, _next, ended = decode_sets(stream, body)
+            yield records
+            if ended:
+                return
+    finally:
+        pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError, BooklineError):
+            await pending
 
 
 # -- topic partitions by offset, and core subscriptions (issue 14) ----------------------
