@@ -8,8 +8,8 @@ built from them:
   roundrobin, cooperative-sticky), ``state`` (a group's rules), ``log`` (the group
   log's records), ``wire`` (the coordinator protocol's bodies);
 * topics and producing: ``topics`` (TopicAdmin), ``producer`` (TopicProducer);
-* the coordinator: ``coordinator`` (hosted by a write proxy) and
-  ``coordinator_client`` (its HTTP client);
+* the coordinator: ``coordinator`` (hosted by a write proxy), ``coordinator_store``,
+  ``partition_offsets`` and ``coordinator_client`` (its HTTP client);
 * consumers: ``consumer`` (GroupConsumer), ``consumer_sync`` (SyncGroupConsumer),
   ``consumer_config``, ``held`` (held partitions and their states), ``membership``
   (the member side of the protocol), ``fetchers`` (core-library and read-proxy
