@@ -8,6 +8,8 @@ client).
 """
 
 from foundation.version import __version__
+from groups.consumer import ConsumerConfig, ConsumerRecord, GroupConsumer
+from groups.consumer_sync import SyncGroupConsumer
 from groups.producer import ProducerConfig, SyncTopicProducer, TopicProducer
 from groups.topics import PartitionInfo, TopicAdmin, TopicInfo
 from metadata.streams import StreamOptions
@@ -24,6 +26,9 @@ __all__ = [
     "DLSN",
     "ClientConfig",
     "Compression",
+    "ConsumerConfig",
+    "ConsumerRecord",
+    "GroupConsumer",
     "LogReader",
     "LogRecord",
     "LogWriter",
@@ -37,6 +42,7 @@ __all__ = [
     "StartPosition",
     "StreamInfo",
     "StreamOptions",
+    "SyncGroupConsumer",
     "SyncNamespace",
     "SyncProxyClient",
     "SyncTopicProducer",
