@@ -31,13 +31,19 @@ class BookieConfig:
     rack: str = ""
 
     # --- metadata -----------------------------------------------------------------
+    # ZooKeeper connect string (a chroot suffix is allowed).
     zk: str = "127.0.0.1:2181"
+    # Root znode of the cluster the bookie belongs to.
     root: str = "/bookline"
+    # ZooKeeper session timeout: how long a dead bookie stays registered.
     session_timeout_ms: int = 10_000
 
     # --- directories: three I/O paths, three disks in production -------------------
+    # Journal (write-ahead log, fsynced per group commit): a disk of its own.
     journal_dir: str = "data/journal"
+    # Entry logs (checkpointed entries, read by catch-up readers).
     ledgers_dir: str = "data/ledgers"
+    # RocksDB index (ledger, entry) -> entry log position.
     index_dir: str = "data/index"
 
     # --- journal ------------------------------------------------------------------
@@ -52,6 +58,8 @@ class BookieConfig:
     journal_flush_when_idle: bool = True
     # Roll to a new journal file past this size; files are preallocated in chunks.
     journal_file_bytes_max: int = 256 << 20
+    # A journal file grows by preallocated chunks of this size (one statvfs per chunk
+    # checks the free space; see docs/architecture.md, "A small journal disk").
     journal_prealloc_bytes: int = 16 << 20
     # False only for benchmarks that want to show what fsync costs. Never in production.
     journal_sync: bool = True
@@ -82,6 +90,7 @@ class BookieConfig:
     read_ahead_entries: int = 64
 
     # --- garbage collection and compaction -------------------------------------------
+    # How often deleted ledgers are looked for and their entry logs compacted.
     gc_interval_ms: int = 60_000
     # Compact an entry log whose live fraction is below this.
     compaction_threshold: float = 0.5

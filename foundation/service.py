@@ -1,7 +1,8 @@
 """Running a service as a process: flags from its config dataclass, uvloop, signals.
 
-Each config field ``foo_bar`` gets an optional flag ``--foo-bar``; a flag given on the
-command line overrides the TOML file's section and the environment
+Each config field ``foo_bar`` gets an optional flag ``--foo-bar`` whose ``--help`` is the
+comment above the field (:mod:`foundation.config_docs`); a flag given on the command
+line overrides the TOML file's section and the environment
 (:func:`foundation.config.load_config` converts the text by the field's type).
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from foundation.config import load_config
+from foundation.config_docs import FieldDoc, field_docs
 from foundation.gctune import settle_heap
 
 log = logging.getLogger(__name__)
@@ -45,15 +47,35 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type[Any], section: str) -> None:
-    parser.add_argument("--config", help=f"TOML file; settings from its [{section}] section")
-    for f in dataclasses.fields(cls):
+def flag_help(doc: FieldDoc, section: str) -> str:
+    """A flag's ``--help``: the setting's meaning (the comment above its field), its
+    default and where else it can be set; ``%`` escaped for argparse."""
+    default = doc.default or "none"
+    if doc.expression:
+        default += f" = {doc.expression}"
+    text = (
+        f"{doc.doc} [{doc.type_name}; default {default}; "
+        f"[{section}] {doc.name}, BOOKLINE_{section.upper()}_{doc.name.upper()}]"
+    )
+    return text.replace("%", "%%")
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser, cls: type[Any], section: str, *, config_flag: bool = True
+) -> None:
+    """``--config FILE`` (unless ``config_flag`` is False) and one optional flag per
+    field of ``cls``, ``--foo-bar`` for ``foo_bar``, whose help is the field's meaning."""
+    if config_flag:
+        parser.add_argument("--config", help=f"TOML file; settings from its [{section}] section")
+    for doc in field_docs(cls):
+        if doc.nested is not None:
+            continue  # a nested section is set in the TOML file only
         parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            dest=f"cfg_{f.name}",
+            "--" + doc.name.replace("_", "-"),
+            dest=f"cfg_{doc.name}",
             default=None,
-            metavar=f.name.upper(),
-            help=f"{section}.{f.name}",
+            metavar=doc.name.upper(),
+            help=flag_help(doc, section),
         )
 
 

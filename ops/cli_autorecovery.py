@@ -22,15 +22,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 from typing import TYPE_CHECKING, Final
 
 from foundation.config import MetadataConfig, load_config
 from foundation.errors import ConfigError
+from foundation.service import add_config_flags
+from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
-    from ledger.autorecovery import AutorecoveryConfig, ScrubOutcome
+    from ledger.autorecovery import ScrubOutcome
 
 __all__ = ["register"]
 
@@ -40,18 +43,6 @@ DECOMMISSION_TIMEOUT_MS_DEFAULT: Final = 3_600_000
 SCRUB_TIMEOUT_MS_DEFAULT: Final = 3_600_000
 # Exit status of a scrub that found something it did not repair (1 is an error).
 EXIT_SCRUB_FOUND: Final = 3
-
-# flag -> config field; every flag is optional and overrides file and environment.
-_FLAGS: Final = {
-    "--grace-ms": "grace_ms",
-    "--full-check-interval-ms": "full_check_interval_ms",
-    "--open-ledger-grace-ms": "open_ledger_grace_ms",
-    "--ledgers-in-flight-max": "ledgers_in_flight_max",
-    "--entries-in-flight-max": "entries_in_flight_max",
-    "--replica-check-interval-ms": "replica_check_interval_ms",
-    "--damaged-poll-interval-ms": "damaged_poll_interval_ms",
-    "--replica-check-page-entries": "replica_check_page_entries",
-}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -102,14 +93,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", required=True, help="cluster root znode, e.g. /bookline")
     p.add_argument("--config", help="TOML file; settings from its [autorecovery] section")
     p.add_argument("--session-timeout-ms", type=int, default=10_000, help="ZooKeeper session")
-    for flag, field in _FLAGS.items():
-        p.add_argument(flag, dest=field, type=int, default=None, help=f"autorecovery.{field}")
+    # Every setting is a flag too (help: the comment above the field), overriding both.
+    add_config_flags(p, AutorecoveryConfig, "autorecovery", config_flag=False)
 
 
 def _config(args: argparse.Namespace, **extra: object) -> AutorecoveryConfig:
-    from ledger.autorecovery import ENV_PREFIX, AutorecoveryConfig
-
-    overrides: dict[str, object] = {f: getattr(args, f, None) for f in _FLAGS.values()}
+    overrides: dict[str, object] = {
+        f.name: getattr(args, f"cfg_{f.name}", None) for f in dataclasses.fields(AutorecoveryConfig)
+    }
     overrides.update(extra)
     return load_config(
         AutorecoveryConfig,

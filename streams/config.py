@@ -71,6 +71,7 @@ class NamespaceConfig:
     session_timeout_ms: int = 10_000
 
     # --- ledger client ---------------------------------------------------------------
+    # The ledger client's settings (timeouts, in-flight bounds): the [ledger] section.
     ledger: LedgerConfig = dataclasses.field(default_factory=LedgerConfig)
 
     def __post_init__(self) -> None:
