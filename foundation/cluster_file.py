@@ -6,11 +6,13 @@ Schema (JSON object; readers ignore keys they don't know)::
      "root": "/bookline",                      # cluster root inside it
      "write_proxies": [{"url": "http://..."}, ...],
      "read_proxies":  [{"url": "http://..."}, ...],
+     "state": "running",                       # or "stopped" (+ "stopped_at")
      "bookies": [{...}], "zookeeper": {...}, "dir": "..."}   # informational
 
 Every failure is a :class:`~foundation.errors.ConfigError` that names the file and says
-what is wrong (missing, a directory, not JSON, a key missing or of the wrong type) with a
-hint, never a bare ``FileNotFoundError`` or ``JSONDecodeError``.
+what is wrong (missing, a directory, not JSON, a key missing or of the wrong type, a
+cluster that was stopped) with a hint, never a bare ``FileNotFoundError`` or
+``JSONDecodeError``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from typing import Any
 
 from foundation.errors import ConfigError
 
-__all__ = ["ClusterFile", "read_cluster_file"]
+__all__ = ["STOPPED", "ClusterFile", "read_cluster_file"]
 
 _HINT = "is the cluster running? start one with `bookline local --dir DIR`"
+_WRITER_HINT = "`bookline local --dir DIR` writes DIR/cluster.json"
+# `state` of a cluster `bookline local` has stopped (absent or "running" otherwise).
+STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +56,34 @@ def _urls(doc: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 
 def read_cluster_file(path: str | Path) -> ClusterFile:
+    """The cluster ``path`` describes (a directory stands for its ``cluster.json``).
+    A cluster ``bookline local`` stopped is an error that says so (its file is kept,
+    marked ``"state": "stopped"``, so the next command knows what happened)."""
+    if Path(path).is_dir() and (Path(path) / "cluster.json").is_file():
+        path = Path(path) / "cluster.json"
     where = f"cluster file {path}"
     try:
         text = Path(path).read_text()
     except FileNotFoundError as exc:
         raise ConfigError(f"{where} does not exist; {_HINT}") from exc
     except IsADirectoryError as exc:
-        raise ConfigError(f"{where} is a directory; give the cluster.json inside it") from exc
+        raise ConfigError(f"{where} is a directory without a cluster.json; {_WRITER_HINT}") from exc
     except OSError as exc:
         raise ConfigError(f"{where} cannot be read: {exc.strerror}") from exc
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where} is not JSON ({exc.msg} at line {exc.lineno})") from exc
+        raise ConfigError(
+            f"{where} is not JSON ({exc.msg} at line {exc.lineno}); {_WRITER_HINT}"
+        ) from exc
     if not isinstance(doc, dict):
-        raise ConfigError(f"{where} must hold a JSON object")
+        raise ConfigError(f"{where} must hold a JSON object; {_WRITER_HINT}")
+    if doc.get("state") == STOPPED:
+        since = doc.get("stopped_at", "")
+        raise ConfigError(
+            f"the cluster in {where} was stopped{' at ' + since if since else ''}; "
+            f"start it again with `bookline local --dir {doc.get('dir') or 'DIR'}`"
+        )
     for key in ("zk", "root"):
         if not isinstance(doc.get(key), str) or not doc[key]:
             raise ConfigError(f"{where}: '{key}' must be a non-empty string")

@@ -237,7 +237,8 @@ def _section_markdown(section: Section) -> Iterable[str]:
         meaning = doc.doc
         if doc.nested is not None:
             meaning = f"{meaning} Nested table, see its own section.".strip()
-        yield f"| `{doc.name}` | `{_cell(doc.type_name)}` | {_default_cell(doc)} | {_cell(meaning)} |"
+        kind = _cell(doc.type_name)
+        yield f"| `{doc.name}` | `{kind}` | {_default_cell(doc)} | {_cell(meaning)} |"
     yield ""
 
 

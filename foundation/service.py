@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from foundation.config import load_config
 from foundation.config_docs import FieldDoc, field_docs
 from foundation.gctune import settle_heap
+from foundation.logs import set_identity
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def add_proxy_command(
 
 def run_service(make: Callable[[], Service], kind: str, ident: str) -> int:
     """Start the service, print ``<kind> ready ...``, serve until SIGTERM/SIGINT."""
+    set_identity(kind, ident)  # JSON log lines name the process
     try:
         import uvloop
     except ImportError:

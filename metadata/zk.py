@@ -60,6 +60,7 @@ class ZkClient:
         self._state = SessionState.LOST
         self._listeners: list[Callable[[SessionState], None]] = []
         self._closed = False
+        self._opened = False  # connect() finished once
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -75,6 +76,7 @@ class ZkClient:
                 f"could not connect to ZooKeeper at {self._hosts} within {timeout_s:.1f} s"
             ) from exc
         self._state = SessionState.CONNECTED
+        self._opened = True
         log.info("ZooKeeper session 0x%x open on %s", self.session_id, self._hosts)
 
     async def close(self) -> None:
@@ -133,7 +135,10 @@ class ZkClient:
     def _dispatch_state(self, state: SessionState) -> None:
         if state is self._state:
             return
-        log.info("ZooKeeper session state %s -> %s", self._state.value, state.value)
+        # The first CONNECTED arrives while connect() is still waiting for kazoo's
+        # start(): not a recovery from a lost session, so not worth an INFO line.
+        level = logging.INFO if self._opened else logging.DEBUG
+        log.log(level, "ZooKeeper session state %s -> %s", self._state.value, state.value)
         self._state = state
         for listener in list(self._listeners):
             try:

@@ -1,8 +1,10 @@
 """The ``bookline`` command line.
 
 Sub-commands are registered by small modules under :mod:`ops`; this module only builds
-the parser and maps :class:`~foundation.errors.BooklineError` to a clear one-line message
-with its stable code and a non-zero exit status.
+the parser, sets up logging (:mod:`foundation.logs`), checks that the cluster a client
+command names answers within ``--timeout`` (:func:`ops.cli_common.check_reachable`),
+and maps :class:`~foundation.errors.BooklineError` to ``NAME (code): message`` plus a
+hint, with the exit status of its class (:data:`ops.cli_common.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from foundation import logs
+from foundation.cluster_file import read_cluster_file
 from foundation.errors import BooklineError
 from foundation.version import __version__
 from ops import (
@@ -22,6 +26,15 @@ from ops import (
     cli_group,
     cli_pipeline,
     cli_stream,
+)
+from ops.cli_common import (
+    EXIT_CODES,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    add_common_flags,
+    check_reachable,
+    exit_code,
+    hint,
 )
 from ops.cli_topic import register as register_topic
 from ops.local import add_cluster_flags as local_flags
@@ -49,9 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bookline",
         description="Bookline: a replicated log service (bookies, ledgers, streams, proxies).",
+        epilog="exit status: "
+        + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
     )
     parser.add_argument("--version", action="version", version=f"bookline {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p_local = sub.add_parser("local", help="run a local cluster in the foreground until Ctrl-C")
@@ -76,27 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
     cli_pipeline.register(sub)
     cli_group.register(sub)
     cli_consume.register(sub)
+    add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.setup(verbose=args.verbose, fmt=args.log_format)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
-        return 2
+        return EXIT_USAGE
     try:
+        if getattr(args, "cluster", None) and getattr(args, "timeout", None):
+            # Something of the cluster answers, or we say so now (not after 30 s).
+            check_reachable(read_cluster_file(args.cluster), args.timeout)
         return handler(args)
     except BooklineError as exc:
         print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)
-        return 1
+        advice = hint(exc)
+        if advice:
+            print(f"bookline: hint: {advice}", file=sys.stderr)
+        return exit_code(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

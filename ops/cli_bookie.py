@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from bookie.config import BookieConfig
+from foundation.logs import set_identity
 from foundation.service import add_config_flags, load_from_args
 
 SECTION = "bookie"
@@ -37,4 +38,6 @@ def _run(args: argparse.Namespace) -> int:
     def load() -> BookieConfig:
         return load_from_args(args, BookieConfig, SECTION)
 
-    return run(load(), load)
+    config = load()
+    set_identity(SECTION, config.bookie_id or f"{config.host}:{config.port}")
+    return run(config, load)

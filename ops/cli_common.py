@@ -1,0 +1,284 @@
+"""What every ``bookline`` client command shares: where the cluster is, how long to wait
+for it, how answers are shown, and what an error means for the exit status.
+
+* :func:`add_common_flags` -- ``-v`` and ``--log-format`` on every (sub-)command, and
+  ``--timeout`` on every command that talks to a cluster (those with ``--cluster``);
+* :func:`check_reachable` -- before a client command runs, something of the cluster
+  must answer within ``--timeout`` (a TCP connect to a ZooKeeper server and to a
+  proxy): a stale ``cluster.json`` fails in a moment with a hint instead of retrying
+  for the client's 30 s deadline;
+* :func:`open_metadata` -- a ZooKeeper session for the admin commands, its connect
+  bounded by ``--timeout``;
+* :func:`table` / :func:`emit` -- rich tables on a terminal, or one JSON object;
+* :data:`EXIT_CODES` / :func:`exit_code` / :func:`hint` -- the exit status of each
+  error class (documented in the README) and a hint of what to do next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
+
+from foundation.cluster_file import ClusterFile, read_cluster_file
+from foundation.errors import (
+    BooklineError,
+    ConfigError,
+    ConnectionLostError,
+    MetadataError,
+    NoLedgerError,
+    NotEnoughBookiesError,
+    NotFoundError,
+    ReadOnlyError,
+    TimeoutError_,
+    TooManyRequestsError,
+    UnavailableError,
+)
+from foundation.logs import FORMATS
+
+if TYPE_CHECKING:
+    from metadata.client import MetadataClient
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "ENV_CLUSTER",
+    "EXIT_CODES",
+    "add_cluster_flags",
+    "add_common_flags",
+    "check_reachable",
+    "emit",
+    "exit_code",
+    "hint",
+    "open_metadata",
+    "require_cluster",
+    "table",
+]
+
+ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
+# How long a client command waits for the cluster's first answer. A running local
+# cluster answers in milliseconds; a few seconds rides out a busy machine, and a dead
+# one is reported long before the client's own 30 s retry deadline.
+DEFAULT_TIMEOUT_S: Final = 5.0
+START_HINT: Final = "is the cluster running? start one with `bookline local --dir DIR`"
+
+# Exit status per error class (README, "Exit status").
+EXIT_OK: Final = 0
+EXIT_ERROR: Final = 1  # the cluster refused or failed the operation
+EXIT_USAGE: Final = 2  # bad flags or arguments (argparse's own status)
+EXIT_FOUND: Final = 3  # a check found problems (status, scrub)
+EXIT_CONFIG: Final = 4  # configuration: cluster file missing or stopped, bad settings
+EXIT_UNREACHABLE: Final = 5  # nothing answered: ZooKeeper or the proxies are down
+EXIT_INTERRUPTED: Final = 130
+EXIT_CODES: Final = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "the cluster refused or failed the operation (the message names the error)",
+    EXIT_USAGE: "bad flags or arguments",
+    EXIT_FOUND: "a check found problems (`status`: something is down or under-replicated)",
+    EXIT_CONFIG: "configuration: cluster file missing, stopped or malformed; bad settings",
+    EXIT_UNREACHABLE: "the cluster did not answer (ZooKeeper or proxies down, timeout)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+_UNREACHABLE: Final = (ConnectionLostError, TimeoutError_, UnavailableError, MetadataError)
+
+
+def exit_code(exc: BooklineError) -> int:
+    if isinstance(exc, _UNREACHABLE):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, ConfigError):
+        return EXIT_CONFIG
+    return EXIT_ERROR
+
+
+def hint(exc: BooklineError) -> str:
+    """What to try next, or "" when the message says it all."""
+    if isinstance(exc, _UNREACHABLE):
+        return f"{START_HINT}; `bookline status` shows what is up; `--timeout S` waits longer"
+    if isinstance(exc, NotEnoughBookiesError):
+        return "fewer writable bookies than the ensemble needs: see `bookline bookie list`"
+    if isinstance(exc, ReadOnlyError):
+        return "the bookie is read-only (disk full or set by an operator): `bookline bookie list`"
+    if isinstance(exc, TooManyRequestsError):
+        return "the cluster is shedding load; retry later or slow down"
+    if isinstance(exc, NoLedgerError):
+        return "`bookline ledger list` shows the ledgers that exist"
+    if isinstance(exc, NotFoundError):
+        return "list what exists with `bookline stream list`, `topic list` or `group list`"
+    return ""
+
+
+# -- flags ---------------------------------------------------------------------------------
+
+
+def add_cluster_flags(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    """``--cluster`` (default ``$BOOKLINE_CLUSTER``) and ``--json``; ``--timeout`` comes
+    with :func:`add_common_flags`."""
+    p.add_argument(
+        "--cluster",
+        default=os.environ.get(ENV_CLUSTER),
+        help=f"cluster.json of a running cluster (default ${ENV_CLUSTER})",
+    )
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
+    return any(option in a.option_strings for a in p._actions)
+
+
+def _children(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out: list[argparse.ArgumentParser] = []
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            out.extend(dict.fromkeys(action.choices.values()))  # aliases appear twice
+    return out
+
+
+def add_common_flags(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """``-v``/``--log-format`` on ``parser`` and every sub-command below it, so they work
+    before or after the sub-command; ``--timeout`` where a command takes ``--cluster``.
+    Below the top the defaults are SUPPRESS: a sub-command that was not given the flag
+    leaves what the top level parsed alone."""
+    default_v: Any = False if top else argparse.SUPPRESS
+    default_fmt: Any = None if top else argparse.SUPPRESS
+    if not _has_option(parser, "-v"):
+        parser.add_argument(
+            "-v", "--verbose", action="store_true", default=default_v, help="debug logging"
+        )
+    if not _has_option(parser, "--log-format"):
+        parser.add_argument(
+            "--log-format",
+            choices=FORMATS,
+            default=default_fmt,
+            help="log lines as plain text (default) or JSON (also $BOOKLINE_LOG_FORMAT)",
+        )
+    if _has_option(parser, "--cluster") and not _has_option(parser, "--timeout"):
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT_S,
+            metavar="S",
+            help=f"seconds to wait for the cluster's first answer (default {DEFAULT_TIMEOUT_S:g})",
+        )
+    for child in _children(parser):
+        add_common_flags(child, top=False)
+
+
+def require_cluster(args: argparse.Namespace) -> ClusterFile:
+    if not getattr(args, "cluster", None):
+        raise ConfigError(
+            f"say where the cluster is: --cluster DIR/cluster.json or ${ENV_CLUSTER} ({START_HINT})"
+        )
+    return read_cluster_file(args.cluster)
+
+
+# -- reachability --------------------------------------------------------------------------
+
+
+def _zk_hosts(connect: str) -> list[tuple[str, int]]:
+    hosts = connect.split("/", 1)[0]
+    out = []
+    for item in hosts.split(","):
+        host, _sep, port = item.strip().rpartition(":")
+        with contextlib.suppress(ValueError):
+            out.append((host or "127.0.0.1", int(port)))
+    return out
+
+
+def _url_host(url: str) -> tuple[str, int] | None:
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return None
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _any_answers(addresses: Sequence[tuple[str, int]], deadline: float) -> bool:
+    """True once one of ``addresses`` accepts a TCP connection before ``deadline``."""
+    while True:
+        for host, port in addresses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                with socket.create_connection((host, port), timeout=min(left, 1.0)):
+                    return True
+            except OSError:
+                continue
+        if time.monotonic() + 0.2 >= deadline:
+            return False
+        time.sleep(0.2)  # refused at once: look again until the deadline
+
+
+def check_reachable(cluster: ClusterFile, timeout_s: float) -> None:
+    """Raise ConnectionLostError (with what was tried) unless a ZooKeeper server and, when
+    the file lists proxies, a proxy accept a connection within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    zk = _zk_hosts(cluster.zk)
+    if zk and not _any_answers(zk, deadline):
+        raise ConnectionLostError(
+            f"ZooKeeper at {cluster.zk} (from {cluster.path}) did not answer within {timeout_s:g} s"
+        )
+    proxies = [a for a in map(_url_host, cluster.write_urls + cluster.read_urls) if a]
+    if proxies and not _any_answers(proxies, deadline):
+        urls = ", ".join(cluster.write_urls + cluster.read_urls)
+        raise ConnectionLostError(
+            f"no proxy listed in {cluster.path} ({urls}) answered within {timeout_s:g} s"
+        )
+
+
+@contextlib.asynccontextmanager
+async def open_metadata(args: argparse.Namespace) -> AsyncIterator[MetadataClient]:
+    """A metadata client on the cluster ``--cluster`` names; connecting waits at most
+    ``--timeout``. The cluster must exist (its root initialized)."""
+    from foundation.config import MetadataConfig
+    from metadata.client import MetadataClient
+
+    cluster = require_cluster(args)
+    timeout_ms = max(1, int(getattr(args, "timeout", DEFAULT_TIMEOUT_S) * 1000))
+    md = MetadataClient(
+        MetadataConfig(zk=cluster.zk, root=cluster.root, connect_timeout_ms=timeout_ms)
+    )
+    await md.connect()
+    try:
+        yield md
+    finally:
+        await md.close()
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A rich table on stdout (plain aligned columns when rich is missing)."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency
+        cells = [list(columns), *([str(v) for v in row] for row in rows)]
+        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+        if title:
+            print(title)
+        for r in cells:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        return
+    t = Table(title=title or None, title_justify="left")
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    for row in rows:
+        t.add_row(*(str(v) for v in row))
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
+
+
+def emit(obj: Any, as_json: bool, show: Callable[[Any], None]) -> None:
+    """``obj`` as one JSON line, or shown by ``show`` for people."""
+    if as_json:
+        print(json.dumps(obj, sort_keys=True, default=str))
+    else:
+        show(obj)
