@@ -12,7 +12,9 @@ request, and the chatty libraries kept quiet.
 
 Choose with ``--log-format json`` / ``BOOKLINE_LOG_FORMAT=json``; ``-v`` /
 ``BOOKLINE_LOG_LEVEL=DEBUG`` for more. kazoo and py4j log at WARNING whatever the
-level: their INFO lines (every connection attempt, Spark's gateway) drown ours.
+level: their INFO lines (every connection attempt, Spark's gateway) drown ours. The
+proxies' access log (logger ``bookline.access``, a line per answer) is on unless
+``BOOKLINE_ACCESS_LOG=off``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ __all__ = [
 FORMATS: Final = ("plain", "json")
 ENV_FORMAT: Final = "BOOKLINE_LOG_FORMAT"
 ENV_LEVEL: Final = "BOOKLINE_LOG_LEVEL"
+ENV_ACCESS_LOG: Final = "BOOKLINE_ACCESS_LOG"  # "off": no access log lines
+ACCESS_LOGGER: Final = "bookline.access"  # the proxies' access log (httpapi.server)
 PLAIN_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries whose INFO lines are noise to an operator; WARNING and above still show.
 QUIET_LOGGERS: Final = ("kazoo", "py4j", "asyncio", "urllib3")
@@ -139,3 +143,7 @@ def setup(
     root.setLevel(level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    access = env.get(ENV_ACCESS_LOG, "on").lower()
+    logging.getLogger(ACCESS_LOGGER).setLevel(
+        logging.WARNING if access in ("off", "0", "false", "no") else logging.NOTSET
+    )

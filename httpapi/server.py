@@ -8,7 +8,8 @@
 * :func:`read_body` decodes a request body (msgpack or JSON);
 * ``/openapi.json`` and ``/metrics`` handlers;
 * :func:`proxy_app` (the middlewares and routes every proxy has), :func:`start_site`
-  (listen, learn the URL) and :func:`cancel_task` (stop a background loop).
+  (listen, learn the URL, log every answer: :class:`AccessLog`) and
+  :func:`cancel_task` (stop a background loop).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
@@ -39,8 +41,12 @@ if TYPE_CHECKING:
     from httpapi.proxy_config import ProxyConfig
 
 log = logging.getLogger(__name__)
+# The access log: one line per answer (AccessLog).
+ACCESS_LOG: Final = logging.getLogger("bookline.access")
 
 __all__ = [
+    "ACCESS_LOG",
+    "AccessLog",
     "cancel_task",
     "count_middleware",
     "error_middleware",
@@ -181,10 +187,48 @@ def proxy_app(
     return app
 
 
+class AccessLog(AbstractAccessLogger):
+    """One line per answer on the logger ``bookline.access``: ``remote method path
+    status duration_ms bytes`` (JSON log lines carry each as a field). Silence it with
+    ``BOOKLINE_ACCESS_LOG=off`` (:mod:`foundation.logs`); with the logger off, aiohttp
+    does not even call it."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        duration_ms = round(time * 1000, 3)
+        sent = response.body_length
+        self.logger.info(
+            "%s %s %s %d %.1fms %dB",
+            request.remote or "-",
+            request.method,
+            request.path,
+            response.status,
+            duration_ms,
+            sent,
+            extra={
+                "remote": request.remote or "-",
+                "method": request.method,
+                "path": request.path,
+                "status": response.status,
+                "duration_ms": duration_ms,
+                "bytes": sent,
+            },
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
 async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.AppRunner, str]:
     """Serve ``app`` on the configured host and port; returns the runner (clean it up to
-    stop) and the URL clients use (with the port picked when ``port`` is 0)."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_ANSWER_S)
+    stop) and the URL clients use (with the port picked when ``port`` is 0). Every
+    answer is logged by :class:`AccessLog`."""
+    runner = web.AppRunner(
+        app,
+        access_log=ACCESS_LOG,
+        access_log_class=AccessLog,
+        shutdown_timeout=SHUTDOWN_ANSWER_S,
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port, reuse_address=True)

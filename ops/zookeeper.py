@@ -25,10 +25,30 @@ log = logging.getLogger(__name__)
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+# ZooKeeper's log goes through SLF4J; this binding writes it to the server's log file.
+SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 # A JVM plus ZooKeeper take 1-5 s to answer on this class of machine; be generous.
 START_TIMEOUT_S = 60.0
 # Small heap: tests and local clusters hold little metadata.
 JVM_HEAP = "-Xmx256m"
+
+
+def log_binding() -> list[str]:
+    """The classpath entry that gives ZooKeeper's SLF4J a logger: without one it falls
+    back to a no-op logger and the server logs nothing at all. Debian's libslf4j-java
+    (a dependency of its zookeeper package) ships ``slf4j-simple``."""
+    return [str(SLF4J_SIMPLE_JAR)] if SLF4J_SIMPLE_JAR.exists() else []
+
+
+def log_properties() -> list[str]:
+    """slf4j-simple's settings: INFO and up, with timestamps, to stdout (the log file)."""
+    return [
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss,SSS",
+        "-Dorg.slf4j.simpleLogger.logFile=System.out",
+        "-Dorg.slf4j.simpleLogger.showShortLogName=true",
+    ]
 
 
 class ZooKeeperError(RuntimeError):
@@ -76,6 +96,7 @@ class ZooKeeperServer:
         # With tickTime 500 ms, sessions can be 1 s .. 20 s (2x and 40x the tick).
         self.tick_time_ms = tick_time_ms
         self.proc: subprocess.Popen[bytes] | None = None
+        self.main_class = MAIN_CLASS
 
     @property
     def connect_string(self) -> str:
@@ -134,9 +155,10 @@ class ZooKeeperServer:
             "-XX:+UseSerialGC",
             "-Dzookeeper.log.dir=" + str(self.data_dir),
             "-Dzookeeper.admin.enableServer=false",
+            *log_properties(),
             "-cp",
-            f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
-            MAIN_CLASS,
+            ":".join(["/etc/zookeeper/conf", str(ZOOKEEPER_JAR), *log_binding()]),
+            self.main_class,
             str(cfg),
         ]
         env = dict(os.environ)
