@@ -34,6 +34,7 @@ from foundation.errors import (
     BooklineError,
     ConfigError,
 )
+from foundation.health import State, health_body
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class BookieServer:
         self._hook_storage()
         await self.check_disk()  # start in the right state before the first add
         self._health_task = loop.create_task(self._health_loop(), name="bookie-health")
+        self._publish_health(self.storage.disk_usage())
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     async def stop(self, drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT) -> None:
@@ -146,6 +148,7 @@ class BookieServer:
         polls are cut short), then close every connection. Storage is not closed here:
         its owner checkpoints and closes it after this returns."""
         self.draining = True
+        self._publish_health(None)
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -192,6 +195,7 @@ class BookieServer:
         self.fatal_error = exc
         self.failed.set()
         log.critical("bookie %s: fatal storage error, no longer serving: %s", self.bookie_id, exc)
+        self._publish_health(None)
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -251,6 +255,40 @@ class BookieServer:
             else:
                 usage = self.storage.disk_usage()
             self.metrics.refresh(usage, self._storage_stats())
+            self._publish_health(usage)
+
+    def _publish_health(self, usage: DiskUsage | None) -> None:
+        """What ``/health`` answers from now on (see :mod:`foundation.health`)."""
+        details: dict[str, Any] = {
+            "address": self.address,
+            "connections": len(self.connections),
+            "requests": self.metrics.request_totals(),
+        }
+        if self.failed.is_set():
+            state, why = State.DOWN, f"fatal storage error: {self.fatal_error}"
+        elif self.draining:
+            state, why = State.STOPPING, "stopping: draining requests"
+        elif usage is None:
+            state, why = State.STARTING, "starting"
+        elif usage.read_only:
+            state = State.DEGRADED
+            why = (
+                f"read-only: disk {usage.used_fraction:.1%} used, writable again below "
+                f"{self._lwm:.1%}"
+                if usage.used_fraction >= self._lwm
+                else "read-only"
+            )
+        else:
+            state, why = State.OK, "writable"
+        if usage is not None:
+            details["read_only"] = usage.read_only
+            details["disk"] = {
+                "used_ratio": usage.used_fraction,
+                "free_bytes": usage.free_bytes,
+                "total_bytes": usage.total_bytes,
+                "read_only_above_ratio": self._threshold,
+            }
+        self.metrics.publish_health(health_body("bookie", self.bookie_id, state, why, **details))
 
     def _storage_stats(self) -> Mapping[str, object]:
         # Optional engine feature (BookieStorage has it; a Storage need not).

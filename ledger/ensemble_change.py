@@ -43,13 +43,16 @@ async def change_ensemble(
             )
         new = meta.with_segment(start, await _replace(env, meta, failed))
         try:
-            return new, await env.store.write(new, version)
+            written = await env.store.write(new, version)
         except BadVersionError:
             meta, version = await env.store.read(ledger_id)
             if meta.state is LedgerState.OPEN and meta.segments != segments:
                 raise WriterFailedError(
                     f"ledger {ledger_id}: ensembles changed under the writer"
                 ) from None
+        else:
+            env.metrics.ensemble_changes += 1
+            return new, written
     raise MetadataError(f"ledger {ledger_id}: ensemble change lost the CAS {retries} times")
 
 

@@ -13,11 +13,12 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ledger.config import LedgerConfig
 from ledger.interfaces import BookieTransport, MetadataStore
+from ledger.metrics import PROCESS_LEDGER_METRICS, LedgerMetrics
 from ledger.placement import BookieHealth
 from ledger.speculative import speculative
 
@@ -34,6 +35,8 @@ class LedgerEnv:
     health: BookieHealth  # recent failures and latencies, shared by every handle
     clock: Callable[[], float]  # monotonic seconds
     rng: random.Random  # placement choices
+    # what the handles count (ledger/metrics.py); the process's figures by default
+    metrics: LedgerMetrics = field(default=PROCESS_LEDGER_METRICS)
 
     @classmethod
     def create(
@@ -44,11 +47,20 @@ class LedgerEnv:
         *,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        metrics: LedgerMetrics | None = None,
     ) -> LedgerEnv:
         """An environment with a fresh health table (default settings and randomness)."""
         cfg = config or LedgerConfig()
         health = BookieHealth(cfg.placement_avoid_ms, clock)
-        return cls(store, transport, cfg, health, clock, rng or random.Random())
+        return cls(
+            store,
+            transport,
+            cfg,
+            health,
+            clock,
+            rng or random.Random(),
+            metrics or PROCESS_LEDGER_METRICS,
+        )
 
     @property
     def add_timeout_s(self) -> float:
@@ -77,4 +89,5 @@ class LedgerEnv:
             max_timeout_s=self.config.speculative_read_max_timeout_ms / 1000.0,
             what=what,
             needed=needed,
+            metrics=self.metrics,
         )

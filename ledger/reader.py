@@ -129,12 +129,14 @@ class LedgerReader:
             self._advance_lac(ans.lac)
             return entry
 
+        started = self._env.clock()
         entry = await self._env.speculative(
             self._meta.replicas(entry_id),
             attempt,
             what=f"read of ledger {self.ledger_id} entry {entry_id}",
             needed=needed,
         )
+        self._env.metrics.entry_read_seconds.observe(self._env.clock() - started)
         self._advance_lac(entry.lac)
         return entry
 

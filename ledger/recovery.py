@@ -103,6 +103,7 @@ class LedgerRecovery:
                 last_entry_id,
                 length,
             )
+            self._env.metrics.recoveries += 1
             return RecoveryResult(closed, version, recovered_by_us=True)
         raise MetadataError(
             f"ledger {self._ledger_id}: recovery lost the metadata CAS {retries} times"

@@ -200,6 +200,7 @@ class ReplicationWorker:
                 exc,
             )
             self._back_off(ledger_id, self._config.retry_backoff_ms)
+            self._env.metrics.replication_failures += 1
             outcome = Outcome.FAILED
         finally:
             await ur.release(ledger_id)  # a no-op after clear() took it with the item
@@ -253,6 +254,7 @@ class ReplicationWorker:
                 except BadVersionError:
                     continue  # marked again since we read it: look at what was added
                 self.replicated += 1
+                self._env.metrics.ledgers_replicated += 1
                 log.info(
                     "ledger %d repaired (lost %s, entries re-copied to %s)",
                     ledger_id,
@@ -402,6 +404,8 @@ class ReplicationWorker:
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
+            env.metrics.entries_copied += len(targets)
+            env.metrics.bytes_copied += len(data) * len(targets)
             if read_back:
                 for target in targets:
                     await self._check_copy(meta, entry_id, target, data, read_timeout_s)

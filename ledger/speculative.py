@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from foundation.errors import BooklineError, NoEntryError, NoLedgerError
+from ledger.metrics import PROCESS_LEDGER_METRICS, LedgerMetrics
 from ledger.placement import BookieHealth
 from ledger.tasks import abandon
 
@@ -48,6 +49,7 @@ async def speculative(
     max_timeout_s: float,
     what: str,
     needed: asyncio.Future[None] | None = None,
+    metrics: LedgerMetrics = PROCESS_LEDGER_METRICS,
 ) -> T:
     """The first successful ``attempt(replica)``; raise when every replica failed.
 
@@ -70,6 +72,7 @@ async def speculative(
     timeout_s = min(max_timeout_s, max(first_timeout_s, LATENCY_MULTIPLE * (recent or 0.0)))
 
     last_launch = 0.0
+    speculated: set[str] = set()  # replicas asked because the earlier ones were slow
 
     def launch() -> None:
         nonlocal next_idx, last_launch
@@ -97,6 +100,8 @@ async def speculative(
                 )
                 if not done:
                     timeout_s = min(timeout_s * 2, max_timeout_s)
+                    metrics.speculative_reads += 1
+                    speculated.add(order[next_idx])
                     launch()  # the slow replica keeps running; the first answer wins
                     continue
             for fut in done:
@@ -104,6 +109,8 @@ async def speculative(
                 exc = fut.exception()
                 if exc is None:
                     health.record_success(bookie, clock() - started)
+                    if bookie in speculated:
+                        metrics.speculative_reads_won += 1
                     return fut.result()
                 if not isinstance(exc, BooklineError):
                     raise exc  # a bug, not an operating error

@@ -139,6 +139,7 @@ class LedgerWriter:
         # close() stopped waiting for replicas: later failures are only debug-logged.
         self._drain_over = False
         self.ensemble_changes = 0
+        self._add_timer = env.metrics.add_timer()  # add-to-ack latency (ledger/metrics.py)
         self._lac_pusher = LacPusher(
             env.transport,
             meta.ledger_id,
@@ -263,6 +264,7 @@ class LedgerWriter:
         meta = self._meta
         ensemble = meta.last_segment.bookies
         started = self._clock()
+        self._add_timer.pushed(pa.entry_id, started)
         failed = self._failed_bookies
         for pos in self._write_sets[pa.entry_id % meta.ensemble_size]:
             bookie = ensemble[pos]
@@ -462,6 +464,7 @@ class LedgerWriter:
         if self._changing or self._error is not None:
             return  # completions wait while an ensemble change is in flight
         self._entries.confirm(self._meta.ack_quorum)
+        self._add_timer.confirmed(self._entries.lac, self._clock())
 
     def _fail(self, exc: BooklineError) -> None:
         if self._error is not None:

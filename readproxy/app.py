@@ -35,13 +35,16 @@ from foundation.errors import (
     NotFoundError,
     TooManyRequestsError,
 )
+from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import recordsets, wire
+from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_position
 from httpapi.proxy_config import READ_PROXY_PREFIX
 from httpapi.server import cancel_task, proxy_app, respond, start_site
 from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
+from metadata.zk import SessionState
 from readproxy import subscriptions, topics
 from readproxy.config import ReadProxyConfig
 from readproxy.feeds import FeedRegistry
@@ -81,6 +84,7 @@ class ReadProxy:
         self._runner: web.AppRunner | None = None
         self._reap_task: asyncio.Task[None] | None = None
         self._websockets: set[web.WebSocketResponse] = set()
+        self._stopping = False
 
     @property
     def registration_id(self) -> str:
@@ -116,6 +120,7 @@ class ReadProxy:
             await self.pages.pool.reap()
 
     async def stop(self) -> None:
+        self._stopping = True
         await cancel_task(self._reap_task)
         for ws in list(self._websockets):
             await ws.close(code=1001, message=b"read proxy stopping")
@@ -145,7 +150,10 @@ class ReadProxy:
 
     def build_app(self) -> web.Application:
         app = proxy_app(
-            health=self.health, registry=self.metrics.registry, requests=self.metrics.requests
+            health=self.health,
+            registry=self.metrics.registry,
+            requests=self.metrics.requests,
+            middlewares=[latency_middleware(self.metrics.request_seconds)],
         )
         p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
@@ -160,17 +168,29 @@ class ReadProxy:
     # -- plain routes ----------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        feeds = self.pages.feeds
-        return respond(
-            request,
-            {
-                "status": "ok",
-                "proxy_id": self.config.proxy_id,
-                "url": self.url,
-                "feeds": len(feeds.feeds),
-                "cache_bytes": feeds.cache_bytes,
-                "websockets": len(self._websockets),
-            },
+        """State (:mod:`foundation.health`), shared feeds and read totals."""
+        feeds = self._feeds
+        if self._stopping:
+            state, why = State.STOPPING, "stopping"
+        elif feeds is None or self._md is None:
+            state, why = State.STARTING, "starting: connecting to ZooKeeper"
+        elif self._md.zk.state is not SessionState.CONNECTED:
+            state, why = State.DEGRADED, "ZooKeeper session suspended: new reads wait"
+        else:
+            state, why = State.OK, "serving"
+        return health_response(
+            health_body(
+                "readproxy",
+                self.config.proxy_id,
+                state,
+                why,
+                proxy_id=self.config.proxy_id,
+                url=self.url,
+                feeds=len(feeds.feeds) if feeds else 0,
+                cache_bytes=feeds.cache_bytes if feeds else 0,
+                websockets=len(self._websockets),
+                **self.metrics.health_figures(),
+            )
         )
 
     async def list_streams(self, request: web.Request) -> web.Response:

@@ -4,20 +4,39 @@
 (each entry fetched once from the bookies); ``served_records`` counts what it handed to
 clients. With many tailing readers of one stream the second grows N times faster than
 the first: that is the shared cache at work.
+
+Besides its own families: the process collectors
+(:func:`foundation.metrics.service_registry`) and the ledger layer's figures of its
+readers (``bookline_ledger_*``, :class:`httpapi.monitoring.LedgerCollector`). Every
+family is in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from foundation.metrics import service_registry
+from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
+from ledger.metrics import PROCESS_LEDGER_METRICS
 
 
 class ReadProxyMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = service_registry()
         r = self.registry
         self.requests = Counter(
             "bookline_readproxy_requests", "Requests answered", ["endpoint", "status"], registry=r
         )
+        self.request_seconds = Histogram(
+            "bookline_readproxy_request_seconds",
+            "Time to answer a request, by route (long polls and tails: until they end)",
+            ["method", "endpoint"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=r,
+        )
+        r.register(LedgerCollector(PROCESS_LEDGER_METRICS))
         self.core_records = Counter(
             "bookline_readproxy_core_records",
             "Records read through the core library",
@@ -44,3 +63,14 @@ class ReadProxyMetrics:
             "bookline_readproxy_private_readers", "Private readers open", registry=r
         )
         self.websockets = Gauge("bookline_readproxy_websockets", "WebSocket tails open", registry=r)
+
+    def health_figures(self) -> dict[str, Any]:
+        """Read totals for ``/health`` (the dashboard draws rates from them)."""
+        return {
+            "served_records": counter_value(self.served_records),
+            "core_records": counter_value(self.core_records),
+            "read_latency": histogram_totals(
+                self.request_seconds,
+                lambda labels: labels["endpoint"].endswith(("/records", "/recordsets")),
+            ),
+        }

@@ -548,9 +548,9 @@ async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> No
             "bookline_bookie_journal_group_records_bucket",
             "bookline_bookie_memtable_bytes ",
             "bookline_bookie_read_cache_hit_ratio ",
-            "bookline_bookie_disk_used_fraction ",
-            'bookline_bookie_storage{stat="read_cache_hits"} 1.0',
-            'bookline_bookie_storage{stat="adds"} 100.0',
+            "bookline_bookie_disk_used_ratio ",
+            'bookline_bookie_storage_read_lookups_total{result="read_cache_hit"} 1.0',
+            "bookline_bookie_storage_adds_total 100.0",
         )
         text = ""
         async with asyncio.timeout(10.0):  # the health loop refreshes gauges every second

@@ -33,8 +33,10 @@ from foundation.errors import (
     TooLargeError,
     UnavailableError,
 )
+from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import wire, writes
+from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
 from httpapi.views import info_view
@@ -44,13 +46,14 @@ from streams.dlsn import DLSN
 from streams.records import RECORD_OVERHEAD_BYTES
 from writeproxy.config import WriteProxyConfig
 from writeproxy.faults import fault_middlewares
-from writeproxy.groups import register_group_routes
+from writeproxy.groups import GroupRoutes, register_group_routes
 from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
 from writeproxy.ownership import Ownership
 from writeproxy.topics import register_topic_routes
 
 if TYPE_CHECKING:
+    from groups.coordinator import GroupStats
     from metadata.client import MetadataClient
     from streams.namespace import Namespace
 
@@ -94,6 +97,11 @@ class WriteProxy:
             lambda: float(self.limiter.total_bytes),
             lambda: float(self.limiter.total_requests),
         )
+        self.metrics.bind_counters(
+            lambda: float(self._ownership.acquisitions if self._ownership else 0),
+            lambda: float(self._ownership.takeover_scan_records if self._ownership else 0),
+        )
+        self._groups: GroupRoutes | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -213,9 +221,12 @@ class WriteProxy:
             health=self.health,
             registry=self.metrics.registry,
             requests=self.metrics.requests,
-            on_status=self._count_status,
+            on_status=self.metrics.count_status,
             client_max_size=self.config.request_bytes_max,
-            middlewares=fault_middlewares(self.config),  # none unless a test asks
+            middlewares=[
+                latency_middleware(self.metrics.request_seconds),
+                *fault_middlewares(self.config),  # none unless a test asks
+            ],
         )
         p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
@@ -228,28 +239,36 @@ class WriteProxy:
         app.router.add_post(f"{p}/streams/{{name}}/release", self.release)
         app.router.add_get(f"{p}/streams/{{name}}/owner", self.owner)
         register_topic_routes(app, self)  # topics and their partitions (writeproxy/topics.py)
-        register_group_routes(app, self)  # consumer group coordinators (writeproxy/groups.py)
+        # consumer group coordinators (writeproxy/groups.py)
+        self._groups = register_group_routes(app, self)
         return app
 
-    def _count_status(self, status: int) -> None:
-        if status == 429:
-            self.metrics.rejected.inc()
-        elif status == 307:
-            self.metrics.redirects.inc()
-
     async def health(self, request: web.Request) -> web.Response:
-        ownership = self.ownership  # 503 UNAVAILABLE while starting
-        md_ok = self._md is not None and self._md.zk.session_id is not None
-        return respond(
-            request,
-            {
-                "status": "ok" if md_ok else "degraded",
-                "proxy_id": self.config.proxy_id,
-                "url": self.url,
-                "owned_streams": len(ownership.owned),
-                "inflight_bytes": self.limiter.total_bytes,
-                "inflight_requests": self.limiter.total_requests,
-            },
+        """State (:mod:`foundation.health`) and what the dashboard shows of this proxy:
+        owned streams, in-flight load, write totals, hosted groups' lag."""
+        ownership = self._ownership
+        if self._stopping:
+            state, why = State.STOPPING, "stopping"
+        elif ownership is None:
+            state, why = State.STARTING, "starting: connecting to ZooKeeper"
+        elif self._md is None or self._md.zk.state is not SessionState.CONNECTED:
+            state, why = State.DEGRADED, "ZooKeeper session suspended: writes wait"
+        else:
+            state, why = State.OK, "serving"
+        return health_response(
+            health_body(
+                "writeproxy",
+                self.config.proxy_id,
+                state,
+                why,
+                proxy_id=self.config.proxy_id,
+                url=self.url,
+                owned_streams=len(ownership.owned) if ownership else 0,
+                inflight_bytes=self.limiter.total_bytes,
+                inflight_requests=self.limiter.total_requests,
+                groups=[_group_view(s) for s in self._groups.stats()] if self._groups else [],
+                **self.metrics.health_figures(),
+            )
         )
 
     async def list_streams(self, request: web.Request) -> web.Response:
@@ -306,6 +325,7 @@ class WriteProxy:
         finally:
             self.limiter.release(name, admitted)
         self.metrics.records_written.inc(len(dlsns) - dups)
+        self.metrics.bytes_written.inc(req.size_bytes if not dups else _new_bytes(req, dups))
         self.metrics.duplicates.inc(dups)
         media = wire.negotiate(request.headers.get("Accept"))
         answer = writes.write_answer(dlsns, media, dups, offsets)
@@ -349,6 +369,25 @@ class WriteProxy:
 
 def _stream(request: web.Request) -> str:
     return validate_name(request.match_info["name"], "stream name")
+
+
+def _group_view(stats: GroupStats) -> dict[str, Any]:
+    return {
+        "group": stats.group,
+        "members": stats.members,
+        "generation": stats.generation,
+        "lag_records": sum(stats.lag.values()),
+        "partitions": [
+            {"topic": topic, "partition": p, "lag_records": lag}
+            for (topic, p), lag in sorted(stats.lag.items())
+        ],
+    }
+
+
+def _new_bytes(req: writes.WriteRequest, dups: int) -> int:
+    """Payload (and key) bytes of the records after the first ``dups``: a retried
+    batch's already written records come first (writeproxy.dedup)."""
+    return sum(r.size_bytes for r in req.records[dups:])
 
 
 __all__ = ["WriteProxy"]

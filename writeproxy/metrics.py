@@ -1,13 +1,23 @@
-"""The write proxy's Prometheus metrics, in one place (one registry per proxy)."""
+"""The write proxy's Prometheus metrics, in one place (one registry per proxy).
+
+Besides its own families (``bookline_writeproxy_*``, ``bookline_group_*``): the
+process collectors (:func:`foundation.metrics.service_registry`) and the ledger layer's
+figures of its core writers (``bookline_ledger_*``,
+:class:`httpapi.monitoring.LedgerCollector`). Every family is in ``docs/metrics.md``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from foundation.metrics import service_registry
+from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
+from ledger.metrics import PROCESS_LEDGER_METRICS
 
 if TYPE_CHECKING:
     from groups.coordinator import GroupStats
@@ -57,12 +67,39 @@ class GroupCollector(Collector):
         return iter(())  # no samples at registration: the families depend on the groups
 
 
+class _Counted(Collector):
+    """Counters kept elsewhere (plain ints), read at scrape time."""
+
+    def __init__(self) -> None:
+        self.acquisitions: Callable[[], float] = lambda: 0.0
+        self.takeover_scan_records: Callable[[], float] = lambda: 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "bookline_writeproxy_acquisitions",
+            "Streams acquired (owner record, writer lock, recovery of the last segment)",
+            value=self.acquisitions(),
+        )
+        yield CounterMetricFamily(
+            "bookline_writeproxy_takeover_scan_records",
+            "Records read back at acquisitions to rebuild the producers' dedup tables",
+            value=self.takeover_scan_records(),
+        )
+
+
 class WriteProxyMetrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = service_registry()
         r = self.registry
         self.requests = Counter(
             "bookline_writeproxy_requests", "Requests answered", ["endpoint", "status"], registry=r
+        )
+        self.request_seconds = Histogram(
+            "bookline_writeproxy_request_seconds",
+            "Time to answer a request, by route",
+            ["method", "endpoint"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=r,
         )
         self.records_written = Counter(
             "bookline_writeproxy_records_written", "Records appended to streams", registry=r
@@ -76,14 +113,19 @@ class WriteProxyMetrics:
             registry=r,
         )
         self.rejected = Counter(
-            "bookline_writeproxy_rejected", "Requests refused with 429", registry=r
+            "bookline_writeproxy_rejected_requests",
+            "Requests refused: 413 too_large, 429 overloaded",
+            ["reason"],
+            registry=r,
         )
+        for reason in ("too_large", "overloaded"):
+            self.rejected.labels(reason)  # both series exist from the start, at 0
         self.redirects = Counter(
             "bookline_writeproxy_redirects", "Requests redirected to the owner", registry=r
         )
-        self.acquisitions = Counter(
-            "bookline_writeproxy_acquisitions", "Streams acquired", registry=r
-        )
+        self._counted = _Counted()
+        r.register(self._counted)
+        r.register(LedgerCollector(PROCESS_LEDGER_METRICS))
         self.owned = Gauge("bookline_writeproxy_owned_streams", "Streams owned", registry=r)
         self.inflight_bytes = Gauge(
             "bookline_writeproxy_inflight_bytes", "Request bytes in flight", registry=r
@@ -105,3 +147,32 @@ class WriteProxyMetrics:
         self.owned.set_function(owned)
         self.inflight_bytes.set_function(inflight_bytes)
         self.inflight_requests.set_function(inflight_requests)
+
+    def bind_counters(
+        self, acquisitions: Callable[[], float], takeover_scan_records: Callable[[], float]
+    ) -> None:
+        """Counters the ownership table keeps (``writeproxy.ownership.Ownership``)."""
+        self._counted.acquisitions = acquisitions
+        self._counted.takeover_scan_records = takeover_scan_records
+
+    def health_figures(self) -> dict[str, Any]:
+        """Write totals for ``/health`` (the dashboard draws rates from them)."""
+        return {
+            "records_written": counter_value(self.records_written),
+            "payload_bytes_written": counter_value(self.bytes_written),
+            "write_latency": histogram_totals(
+                self.request_seconds,
+                lambda labels: (
+                    labels["endpoint"].endswith("/records") and labels["method"] == "POST"
+                ),
+            ),
+        }
+
+    def count_status(self, status: int) -> None:
+        """Refusals and redirects, from every answer's status."""
+        if status == 429:
+            self.rejected.labels("overloaded").inc()
+        elif status == 413:
+            self.rejected.labels("too_large").inc()
+        elif status == 307:
+            self.redirects.inc()
