@@ -174,6 +174,14 @@ class Autorecovery:
             self._tasks.append(asyncio.create_task(self.worker.run(), name="replication"))
         log.info("autorecovery %s started", self.instance_id)
 
+    def failed_part(self) -> str | None:
+        """Which part stopped on its own, and why; None while every part runs."""
+        for task in self._tasks:
+            if task.done():
+                exc = None if task.cancelled() else task.exception()
+                return f"{task.get_name()} stopped" + (f": {exc}" if exc else "")
+        return None
+
     async def wait(self) -> None:
         """Return when a part stopped on its own (raising its error); they run forever."""
         done, _pending = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)

@@ -49,6 +49,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("autorecovery", help="run the auditor and a replication worker")
     _common(p)
     p.add_argument("--no-auditor", action="store_true", help="only run a replication worker")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=-1,
+        help="serve /metrics and /health on this port (0 picks one; default -1: off)",
+    )
+    p.add_argument("--http-host", default="127.0.0.1", help="address of /metrics and /health")
     p.set_defaults(handler=_run_autorecovery)
 
     # `bookline bookie` itself runs a bookie; `bookline bookie decommission` hangs off it.
@@ -117,20 +124,26 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
 
 def _run_autorecovery(args: argparse.Namespace) -> int:
     config = _config(args, auditor_enabled=False if args.no_auditor else None)
-    return asyncio.run(_serve(_metadata(args), config))
+    http = (args.http_host, args.http_port) if args.http_port >= 0 else None
+    return asyncio.run(_serve(_metadata(args), config, http))
 
 
-async def _serve(metadata: MetadataConfig, config: AutorecoveryConfig) -> int:
+async def _serve(
+    metadata: MetadataConfig, config: AutorecoveryConfig, http: tuple[str, int] | None = None
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     from ledger.autorecovery import Autorecovery
+    from ops.autorecovery_http import AutorecoveryHttp
 
     ar = await Autorecovery.connect(metadata, config)
+    endpoints = AutorecoveryHttp(ar)
     try:
         await ar.start()
-        print(f"autorecovery ready id={ar.instance_id}", flush=True)
+        url = await endpoints.start(*http) if http is not None else "-"
+        print(f"autorecovery ready id={ar.instance_id} http={url}", flush=True)
         stopped = asyncio.ensure_future(stop.wait())
         failed = asyncio.ensure_future(ar.wait())
         done, pending = await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
@@ -141,6 +154,7 @@ async def _serve(metadata: MetadataConfig, config: AutorecoveryConfig) -> int:
         if failed in done:
             failed.result()  # a part died on its own: report its error
     finally:
+        await endpoints.stop()
         await ar.stop()
     return 0
 
