@@ -79,6 +79,10 @@ LOCK_WAIT_MS_DEFAULT = 120_000
 # Bytes of rows a sink task buffers before it writes its largest stream early (rows are
 # otherwise written at the end of the task, so tasks start on different streams).
 BUFFER_BYTES_MAX_DEFAULT = 64 << 20
+# A task with at most this many bytes of rows hands them to the driver's commit, which
+# writes every such task's rows with one writer per stream: small tasks do not each
+# start a segment. Bounds what a task sends to the driver (x tasks per batch).
+DRIVER_WRITE_BYTES_MAX_DEFAULT = 256 << 10
 
 # Options Spark itself hands to every source and sink: not ours to judge.
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
@@ -97,7 +101,7 @@ _SOURCE = (
     "includeHeaders", "arrow", "arrowBatchRows", *_KAFKA_NO_EFFECT,
 )  # fmt: skip
 _SINK = (*_CONNECTION, "stream", "topic", "createStreams", "idempotent", "lockWaitMs",
-         "writeId", "batchId", "bufferBytesMax")  # fmt: skip
+         "writeId", "batchId", "bufferBytesMax", "driverWriteBytesMax")  # fmt: skip
 _STREAMING_ONLY_ENDS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 SETTING_PREFIX = "bookline."
 
@@ -527,8 +531,14 @@ class SinkOptions:
     batch_id: int | None = None
     # Bytes of rows a task buffers (executor memory) before writing its largest stream.
     buffer_bytes_max: int = BUFFER_BYTES_MAX_DEFAULT
+    # Rows of a task up to this many bytes are written by the driver's commit (0: never).
+    driver_write_bytes_max: int = DRIVER_WRITE_BYTES_MAX_DEFAULT
 
     def __post_init__(self) -> None:
+        if self.driver_write_bytes_max < 0:
+            raise BadRequestError(
+                f"driverWriteBytesMax must be >= 0, got {self.driver_write_bytes_max}"
+            )
         if self.buffer_bytes_max < 1:
             raise BadRequestError(f"bufferBytesMax must be >= 1, got {self.buffer_bytes_max}")
         if self.stream is not None and self.topic is not None:
@@ -547,6 +557,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     check_known(options, _SINK, "write")
     opts = _lower(options)
     lock_wait = _int(opts, "lockWaitMs")
+    driver_bytes = _int(opts, "driverWriteBytesMax")
     return SinkOptions(
         connection=parse_connection(options),
         stream=opts.get("stream"),
@@ -557,4 +568,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         write_id=opts.get("writeid"),
         batch_id=_int(opts, "batchId"),
         buffer_bytes_max=_int(opts, "bufferBytesMax") or BUFFER_BYTES_MAX_DEFAULT,
+        driver_write_bytes_max=DRIVER_WRITE_BYTES_MAX_DEFAULT
+        if driver_bytes is None
+        else driver_bytes,
     )

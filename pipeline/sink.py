@@ -38,13 +38,19 @@ committed; before a query's first write to a stream it is set at the stream's en
    multiset of rows; then it moves the marker to the batch's last record. A driver that
    dies during that leaves a state the next run resolves the same way.
 
+Small tasks (at most ``driverWriteBytesMax`` bytes of rows, default 256 KiB, and no
+early write) hand their rows to the driver in their commit message instead: the
+driver's commit writes them with one writer per stream (steps 1-2 as a task does them,
+its skips added to step 3's counts), so a batch of many small tasks starts one segment
+per stream, not one per task.
+
 One-shot batch writes (no ``writeId``) delete their markers at commit or abort.
 Limits: speculative execution (two live attempts of one task) is not supported; a
 zombie task of a dead driver writing after the new run started is not detected.
 Costs: a task scans the records written after the marker only up to the first one of
 its own run (nothing in steady state), and a retried attempt its partition's records.
-Every task that writes to a stream opens a writer, and a writer is a segment (the
-core's single writer per stream): for long-lived writers write through the proxies.
+Every task that writes a stream itself opens a writer, and a writer is a segment (the
+core's single writer per stream): large tasks start one segment each per stream.
 """
 
 from __future__ import annotations
@@ -296,6 +302,10 @@ def scan(ns: SyncNamespace, stream: str, tag: Tag, *, whole: bool, keep: bool = 
 # -- one task ----------------------------------------------------------------------
 
 
+# A buffered row: key, value, headers (without the tag).
+Row = tuple[bytes | None, bytes, dict[str, bytes]]
+
+
 @dataclass
 class _StreamState:
     """What one task attempt knows about one target stream."""
@@ -307,8 +317,7 @@ class _StreamState:
     skip_all: bool = False
     found: Found = field(default_factory=Found)
     prior_skips: collections.Counter[bytes] = field(default_factory=collections.Counter)
-    # Buffered rows: (key, value, headers without the tag).
-    pending: list[tuple[bytes | None, bytes, dict[str, bytes]]] = field(default_factory=list)
+    pending: list[Row] = field(default_factory=list)
     last: DLSN | None = None  # our last written record, or the last of the batch seen
     written: int = 0
     skipped: int = 0
@@ -325,6 +334,8 @@ class BooklineCommitMessage(WriterCommitMessage):
     last: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     # Per stream: rows skipped because an earlier run wrote them (digest -> count).
     prior_skips: dict[str, dict[bytes, int]] = field(default_factory=dict)
+    # Per stream: rows handed to the driver's commit to write (a small task's).
+    rows: dict[str, list[Row]] = field(default_factory=dict)
 
 
 class _Router:
@@ -389,6 +400,7 @@ class _TaskWrite:
         self.states: dict[str, _StreamState] = {}
         self.identity = f"spark:{tag.encode().decode()}"
         self.buffered_bytes = 0
+        self.wrote_early = False  # the buffer overflowed: the task writes itself
 
     # -- locks and checks ----------------------------------------------------------
 
@@ -461,6 +473,7 @@ class _TaskWrite:
 
     def _make_room(self) -> None:
         """Write the largest buffered stream: held, else free now, else waited for."""
+        self.wrote_early = True
         state = max(self.states.values(), key=lambda s: len(s.pending))
         self._prepare(state)
         if state.writer is None and not state.skip_all and not self._try_open(state):
@@ -538,7 +551,19 @@ class _TaskWrite:
                 self._close(state)
                 todo.remove(state)
 
+    def _for_the_driver(self) -> bool:
+        return (
+            self.opts.idempotent
+            and not self.wrote_early
+            and self.buffered_bytes <= self.opts.driver_write_bytes_max
+        )
+
     def finish(self) -> BooklineCommitMessage:
+        if self._for_the_driver():
+            rows = {s.stream: s.pending for s in self.states.values() if s.pending}
+            return BooklineCommitMessage(
+                query=self.tag.query, run=self.tag.run, written={}, skipped={}, rows=rows
+            )
         try:
             self._write_all()
         finally:
@@ -627,16 +652,26 @@ def _task_context() -> Any:
     return ctx
 
 
-def _merge(
-    messages: Iterable[object],
-) -> tuple[dict[str, int], dict[str, int], dict[str, DLSN], dict[str, collections.Counter[bytes]]]:
+@dataclass
+class _Merged:
+    written: dict[str, int]
+    skipped: dict[str, int]
+    last: dict[str, DLSN]
+    prior: dict[str, collections.Counter[bytes]]
+    rows: dict[str, list[Row]]
+
+
+def _merge(messages: Iterable[object]) -> _Merged:
     written: collections.Counter[str] = collections.Counter()
     skipped: collections.Counter[str] = collections.Counter()
     last: dict[str, DLSN] = {}
     prior: dict[str, collections.Counter[bytes]] = {}
+    rows: dict[str, list[Row]] = {}
     for m in messages:
         if not isinstance(m, BooklineCommitMessage):
             continue
+        for stream, some in m.rows.items():
+            rows.setdefault(stream, []).extend(some)
         written.update(m.written)
         skipped.update(m.skipped)
         for stream, raw in m.last.items():
@@ -644,29 +679,72 @@ def _merge(
             last[stream] = max(last.get(stream, dlsn), dlsn)
         for stream, counts in m.prior_skips.items():
             prior.setdefault(stream, collections.Counter()).update(counts)
-    return dict(written), dict(skipped), last, prior
+    return _Merged(dict(written), dict(skipped), last, prior, rows)
 
 
-def repair(ns: SyncNamespace, opts: SinkOptions, stream: str, tag: Tag,
-           skipped: collections.Counter[bytes]) -> DLSN | None:  # fmt: skip
-    """Step 3: write again what the tasks skipped beyond what earlier runs wrote."""
+def _ensure_stream(ns: SyncNamespace, opts: SinkOptions, stream: str) -> None:
+    if ns.exists(stream):
+        return
+    from foundation.names import is_internal
+
+    if not opts.create_streams or is_internal(stream):
+        raise NotFoundError(f"stream {stream!r} does not exist")
+    with contextlib.suppress(AlreadyExistsError):
+        ns.create_stream(stream)
+
+
+def driver_write(
+    ns: SyncNamespace,
+    opts: SinkOptions,
+    stream: str,
+    tag: Tag,
+    *,
+    task_skips: collections.Counter[bytes],
+    rows: list[Row],
+) -> DLSN | None:
+    """The driver's part of a batch on one stream, holding its writer: the rows small
+    tasks handed over (steps 1-2 as a task does them), then step 3 (rows skipped more
+    often, by the tasks and here, than earlier runs wrote them are written again).
+    Returns the batch's last record in the stream, if any."""
+    if rows:
+        _ensure_stream(ns, opts, stream)
+    if batch_done(ns, stream, tag):
+        return None
     writer = ns.open_writer(stream, identity=f"spark-driver:{tag.encode().decode()}",
                             lock_timeout_s=opts.lock_wait_ms / 1000.0)  # fmt: skip
     try:
+        if batch_done(ns, stream, tag):
+            return None
         found = scan(ns, stream, tag, whole=True, keep=True)
+        earlier = collections.Counter(found.prior)
+        skips = collections.Counter(task_skips)
+        enc = tag.encode()
         records: list[LogRecord] = []
-        for d, count in skipped.items():
-            missing = count - found.prior[d]
+        for key, value, headers in rows:
+            if found.prior:
+                d = digest(key, value, headers)
+                if found.prior[d] > 0:
+                    found.prior[d] -= 1
+                    skips[d] += 1
+                    continue
+            headers[TAG_HEADER] = enc
+            records.append(LogRecord(value, key=key, headers=headers))
+        again = 0
+        for d, count in skips.items():
             rec = found.prior_records.get(d)
+            missing = count - earlier[d]
             if missing <= 0 or rec is None:
                 continue
             headers = {k: v for k, v in (rec.headers or {}).items() if k != TAG_HEADER}
-            headers[TAG_HEADER] = tag.encode()
+            headers[TAG_HEADER] = enc
             records += [LogRecord(rec.payload, key=rec.key, headers=dict(headers))] * missing
-        if not records:
-            return None
-        log.info("%s: re-writing %d rows skipped by more than one task", stream, len(records))
-        return writer.write_many(records)[-1]
+            again += missing
+        if again:
+            log.info("%s: re-writing %d rows skipped by more than one task", stream, again)
+        last = found.last
+        for lo in range(0, len(records), WRITE_BATCH_RECORDS):
+            last = writer.write_many(records[lo : lo + WRITE_BATCH_RECORDS])[-1]
+        return last
     finally:
         writer.close()
 
@@ -674,22 +752,30 @@ def repair(ns: SyncNamespace, opts: SinkOptions, stream: str, tag: Tag,
 def commit_batch(
     opts: SinkOptions, tag: Tag, messages: Iterable[object], *, one_shot: bool
 ) -> None:
-    """The driver's commit: repairs (step 3), then markers moved (or deleted)."""
-    written, skipped, last, prior = _merge(messages)
-    log.info("bookline %s batch %d: written %s, skipped %s", tag.query, tag.batch, written, skipped)
-    if not opts.idempotent or not (last or prior):
+    """The driver's commit: small tasks' rows and repairs (:func:`driver_write`), then
+    the markers moved (or, for a one-shot write, deleted)."""
+    m = _merge(messages)
+    log.info(
+        "bookline %s batch %d: written %s, skipped %s, by the driver %s",
+        tag.query, tag.batch, m.written, m.skipped, {s: len(r) for s, r in m.rows.items()},
+    )  # fmt: skip
+    if not opts.idempotent or not (m.last or m.prior or m.rows):
         return
-    ns = client.namespace_for(opts.connection)
+    ns = client.namespace_for(opts.connection, create=opts.create_streams)
     driver_tag = Tag(tag.query, tag.batch, tag.run, DRIVER_PARTITION)
-    for stream, counts in prior.items():
-        dlsn = repair(ns, opts, stream, driver_tag, counts)
+    touched = set(m.last)
+    for stream in sorted(set(m.prior) | set(m.rows)):
+        touched.add(stream)
+        skips = m.prior.get(stream, collections.Counter())
+        rows = m.rows.get(stream, [])
+        dlsn = driver_write(ns, opts, stream, driver_tag, task_skips=skips, rows=rows)
         if dlsn is not None:
-            last[stream] = max(last.get(stream, dlsn), dlsn)
-    for stream, dlsn in last.items():
+            m.last[stream] = max(m.last.get(stream, dlsn), dlsn)
+    for stream in sorted(touched):
         if one_shot:
             drop_marker(ns, stream, tag.query)
-        else:
-            ns.commit(stream, tag.marker, dlsn)
+        elif stream in m.last:
+            ns.commit(stream, tag.marker, m.last[stream])
 
 
 def drop_marker(ns: SyncNamespace, stream: str, query: str) -> None:
@@ -733,11 +819,11 @@ class BooklineBatchWriter(DataSourceArrowWriter):
         commit_batch(self.opts, tag, messages, one_shot=self.opts.write_id is None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        written, _skipped, last, _prior = _merge(messages)
-        log.warning("bookline write %s aborted; records written stay: %s", self.write_id, written)
-        if self.opts.write_id is None and last:
+        m = _merge(messages)
+        log.warning("bookline write %s aborted; records written stay: %s", self.write_id, m.written)
+        if self.opts.write_id is None and m.last:
             ns = client.namespace_for(self.opts.connection)
-            for stream in last:
+            for stream in m.last:
                 drop_marker(ns, stream, self.write_id)
 
 
@@ -782,9 +868,8 @@ class BooklineStreamWriter(_StreamWriterBase):
             commit_batch(self.opts, tag, messages, one_shot=False)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        written, _skipped, _last, _prior = _merge(messages)
         log.warning(
             "bookline micro-batch %d aborted; written so far %s (a replay skips them)",
             batchId,
-            written,
+            _merge(messages).written,
         )

@@ -118,11 +118,12 @@ def _crashing_write(spark: Any, conn: dict[str, str], stream: str, *, n: int, cr
 
 
 def _replay(spark: Any, conn: dict[str, str], stream: str, *, n: int, value_of: str,
-            write_id: str, partitions: int) -> None:  # fmt: skip
+            write_id: str, partitions: int, driver_bytes: str) -> None:  # fmt: skip
     df = spark.range(n, numPartitions=1).selectExpr(f"{value_of} AS value").repartition(partitions)
     (
         df.write.format("bookline")
         .options(**conn)
+        .option("driverWriteBytesMax", driver_bytes)
         .option("stream", stream)
         .option("writeId", write_id)
         .option("batchId", "7")
@@ -132,25 +133,28 @@ def _replay(spark: Any, conn: dict[str, str], stream: str, *, n: int, value_of: 
 
 
 @pytest.mark.parametrize(
-    "value_of",
+    ("value_of", "driver_bytes"),
     [
-        "CAST(id AS STRING)",  # distinct rows
-        "CAST(id % 9000 AS STRING)",  # rows with equal content spread over tasks
+        ("CAST(id AS STRING)", "0"),  # distinct rows, written by the tasks
+        ("CAST(id % 9000 AS STRING)", "0"),  # rows with equal content spread over tasks
+        ("CAST(id % 9000 AS STRING)", str(4 << 20)),  # the same, written by the driver
     ],
 )
 def test_a_replay_partitioned_differently_writes_each_row_exactly_once(
-    spark: Any, ns: Any, conn: dict[str, str], value_of: str
+    spark: Any, ns: Any, conn: dict[str, str], value_of: str, driver_bytes: str
 ) -> None:
     stream, write_id, n = _name("eos"), _name("job"), 30_000
     _crashing_write(spark, conn, stream, n=n, crash_at=25_000, value_of=value_of, write_id=write_id)
     partial = ns.stream_info(stream).record_count
     assert 0 < partial < n, partial
-    _replay(spark, conn, stream, n=n, value_of=value_of, write_id=write_id, partitions=4)
+    _replay(spark, conn, stream, n=n, value_of=value_of, write_id=write_id, partitions=4,
+            driver_bytes=driver_bytes)  # fmt: skip
     expected = spark.range(n).selectExpr(f"{value_of} AS value").collect()
     got = collections.Counter(_values(spark, conn, stream=stream))
     assert got == collections.Counter(r["value"].encode() for r in expected)
     # A second replay (say the driver died after writing, before Spark logged it).
-    _replay(spark, conn, stream, n=n, value_of=value_of, write_id=write_id, partitions=3)
+    _replay(spark, conn, stream, n=n, value_of=value_of, write_id=write_id, partitions=3,
+            driver_bytes=driver_bytes)  # fmt: skip
     assert ns.stream_info(stream).record_count == n
 
 
@@ -344,6 +348,8 @@ def test_writes_leave_no_sink_markers_and_a_skipped_replay_opens_no_writer(
     df.write.format("bookline").options(**conn).option("stream", stream).mode("append").save()
     assert ns.stream_info(stream).record_count == 60
     assert [s for s in ns.list_subscribers(stream) if s.startswith("spark-sink")] == []
+    # Six small tasks: the driver's commit wrote their rows, one writer, one segment.
+    assert _segments(ns, stream) == 1
 
     # A foreachBatch-style write replayed: nothing to write, so no writer and no segment.
     job = _name("job")
