@@ -111,12 +111,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def _level(verbose: bool, environ: Mapping[str, str]) -> int:
+def _level(verbose: bool, environ: Mapping[str, str], default: int) -> int:
     if verbose:
         return logging.DEBUG
-    name = environ.get(ENV_LEVEL, "INFO").upper()
-    level = logging.getLevelName(name)
-    return level if isinstance(level, int) else logging.INFO
+    name = environ.get(ENV_LEVEL)
+    level = logging.getLevelName(name.upper()) if name else default
+    return level if isinstance(level, int) else default
 
 
 def setup(
@@ -125,8 +125,11 @@ def setup(
     fmt: str | None = None,
     stream: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
+    quiet: bool = False,
 ) -> None:
-    """Configure the root logger once for this process (replacing earlier handlers)."""
+    """Configure the root logger for this process (a second call replaces what the
+    first installed). ``quiet``: WARNING unless ``verbose`` or ``BOOKLINE_LOG_LEVEL``
+    says otherwise (commands that print an answer rather than run a server)."""
     env = os.environ if environ is None else environ
     chosen = (fmt or env.get(ENV_FORMAT) or "plain").lower()
     if chosen not in FORMATS:
@@ -139,7 +142,7 @@ def setup(
         if old.get_name() == _HANDLER_NAME:  # ours from an earlier call; others stay
             root.removeHandler(old)
     root.addHandler(handler)
-    level = _level(verbose, env)
+    level = _level(verbose, env, logging.WARNING if quiet else logging.INFO)
     root.setLevel(level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))

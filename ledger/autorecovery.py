@@ -244,9 +244,11 @@ async def decommission(
     timeout_ms: int,
     clock: Callable[[], float] = time.monotonic,
     list_entries: ListEntries | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> DecommissionSummary:
     """Move every replica ``bookie_id`` holds to other bookies; return when no ledger
     names it. TimeoutError_ after ``timeout_ms`` (re-run to continue: it is idempotent).
+    ``on_progress(ledgers_left, ledgers_found)`` is called after every scan (a bar).
 
     The bookie should stay up meanwhile (it is a source too) and should be read-only
     or otherwise kept out of new ensembles, else new ledgers keep landing on it."""
@@ -260,6 +262,8 @@ async def decommission(
         ids = await ledgers_on(md, bookie_id)
         if found is None:
             found = len(ids)
+        if on_progress is not None:
+            on_progress(len(ids), max(found, len(ids)))
         if not ids:
             break
         if clock() - start > timeout_ms / 1000.0:

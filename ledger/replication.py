@@ -134,11 +134,21 @@ class ReplicationWorker:
         watch = await self._md.zk.watch_children(
             self._md.layout.underreplicated_root, lambda _children: woken.set()
         )
+        paused = False
         try:
             while True:
                 woken.clear()
                 try:
-                    await self.run_once()
+                    enabled = await self._md.underreplicated.replication_enabled()
+                    if enabled != (not paused):
+                        paused = not enabled
+                        log.warning(
+                            "replication worker %s: re-replication %s by an operator",
+                            self.worker_id,
+                            "paused" if paused else "resumed",
+                        )
+                    if enabled:
+                        await self.run_once()
                 except (MetadataError, SessionSuspendedError, NotFoundError) as exc:
                     # ZooKeeper unreachable or the root went away: try again later.
                     log.warning("replication worker %s: listing failed: %s", self.worker_id, exc)

@@ -13,6 +13,8 @@
     <root>/ledgers/urlocks/<id16>             ephemeral claims on those items
     <root>/ledgers/auditor                    ephemeral: the elected autorecovery auditor
     <root>/ledgers/replicacheck               when the last full replica check finished
+    <root>/ledgers/replication-disabled       present: re-replication paused by an operator
+    <root>/bookies/forcedreadonly/<bookie>    present: kept read-only by an operator
     <root>/streams/<ns>                       namespace record
     <root>/streams/<ns>/<stream>              stream record (options)
         maxtxid  segments/<seqno19>  lock/<member-seq>  subscribers/<name>
@@ -147,6 +149,17 @@ class Layout:
         """When the last full replica check (scrub) finished, so a new auditor keeps the
         schedule instead of starting over."""
         return self._p("ledgers", "replicacheck")
+
+    @property
+    def replication_disabled(self) -> str:
+        """Present while an operator has paused re-replication (``bookline
+        autorecovery disable``): workers leave the items alone, the auditor still marks."""
+        return self._p("ledgers", "replication-disabled")
+
+    def bookie_forced_readonly(self, bookie_id: str) -> str:
+        """Present while an operator keeps the bookie read-only (``bookline bookie
+        readonly``), whatever its disks say."""
+        return f"{self._p('bookies', 'forcedreadonly')}/{validate_name(bookie_id, 'bookie id')}"
 
     def underreplicated_lock(self, ledger_id: int) -> str:
         return f"{self.underreplicated_locks}/{ledger_id_hex(ledger_id)}"

@@ -160,6 +160,31 @@ class UnderreplicationStore:
         names = await self._zk.get_children(self._layout.underreplicated_root)
         return [ledger_id_from_hex(n) for n in names]
 
+    async def list_claims(self) -> dict[int, str]:
+        """Items being worked on now: ledger id -> the worker holding the claim."""
+        out: dict[int, str] = {}
+        for name in await self._zk.get_children(self._layout.underreplicated_locks):
+            path = f"{self._layout.underreplicated_locks}/{name}"
+            with contextlib.suppress(NotFoundError):  # released while we listed
+                data, _ = await self._zk.get(path)
+                body = serde.decode(data, CLAIM_KIND, CLAIM_FORMAT_VERSION, path)[1]
+                out[ledger_id_from_hex(name)] = serde.field(body, "worker", str, path)
+        return out
+
+    async def replication_enabled(self) -> bool:
+        """False while an operator has paused re-replication."""
+        return await self._zk.exists(self._layout.replication_disabled) is None
+
+    async def set_replication_enabled(self, enabled: bool) -> None:
+        """Pause (False) or resume (True) the replication workers; idempotent."""
+        path = self._layout.replication_disabled
+        if enabled:
+            with contextlib.suppress(NotFoundError):  # not paused: goal reached
+                await self._zk.delete(path)
+        else:
+            with contextlib.suppress(AlreadyExistsError):  # already paused
+                await self._zk.create(path, b"", makepath=True)
+
     async def claim(self, ledger_id: int, worker: str) -> None:
         """Take the ephemeral claim; LockOwnedError(owner=worker) if another holds it."""
         path = self._layout.underreplicated_lock(ledger_id)

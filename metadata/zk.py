@@ -136,8 +136,8 @@ class ZkClient:
         if state is self._state:
             return
         # The first CONNECTED arrives while connect() is still waiting for kazoo's
-        # start(): not a recovery from a lost session, so not worth an INFO line.
-        level = logging.INFO if self._opened else logging.DEBUG
+        # start(), and LOST follows our own close(): news to nobody, so DEBUG.
+        level = logging.INFO if self._opened and not self._closed else logging.DEBUG
         log.log(level, "ZooKeeper session state %s -> %s", self._state.value, state.value)
         self._state = state
         for listener in list(self._listeners):

@@ -24,7 +24,9 @@ from ops import (
     cli_bookie,
     cli_consume,
     cli_group,
+    cli_ledger,
     cli_pipeline,
+    cli_status,
     cli_stream,
 )
 from ops.cli_common import (
@@ -37,7 +39,7 @@ from ops.cli_common import (
     hint,
 )
 from ops.cli_topic import register as register_topic
-from ops.local import add_cluster_flags as local_flags
+from ops.supervisor import add_cluster_flags as local_flags
 from readproxy import main as readproxy_main
 from writeproxy import main as writeproxy_main
 
@@ -47,15 +49,27 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ops import local
+    from ops import supervisor
 
-    return local.run_demo(args)
+    return supervisor.run_demo(args)
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from ops import local
+    from ops import supervisor
 
-    return local.run_local(args)
+    return supervisor.run_local(args)
+
+
+# Commands that run servers or long jobs log at INFO; the others (admin and client
+# commands) print their answer and log only warnings unless -v.
+_SERVICE_COMMANDS = frozenset({"local", "demo", "bench", "pipeline", "writeproxy", "readproxy"})
+
+
+def _runs_a_service(args: argparse.Namespace) -> bool:
+    command = getattr(args, "command", None)
+    if command in ("bookie", "autorecovery"):  # the bare command runs one; its ops don't
+        return getattr(args, f"{command}_op", None) is None
+    return command in _SERVICE_COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bookline {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p_local = sub.add_parser("local", help="run a local cluster in the foreground until Ctrl-C")
+    p_local = sub.add_parser(
+        "local",
+        help="run a local cluster in the foreground until Ctrl-C, watching its processes",
+    )
     p_local.add_argument("--dir", required=True, help="state directory (kept across restarts)")
     local_flags(p_local)
     p_local.set_defaults(handler=_cmd_local)
@@ -90,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_pipeline.register(sub)
     cli_group.register(sub)
     cli_consume.register(sub)
+    cli_status.register(sub)
+    cli_ledger.register(sub)
     add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 
@@ -97,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logs.setup(verbose=args.verbose, fmt=args.log_format)
+    logs.setup(verbose=args.verbose, fmt=args.log_format, quiet=not _runs_a_service(args))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

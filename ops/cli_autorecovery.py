@@ -3,8 +3,12 @@
 * ``autorecovery --zk ZK --root ROOT [--grace-ms N] ...`` -- stand for auditor
   election and run a replication worker until SIGTERM/SIGINT
   (:class:`ledger.autorecovery.Autorecovery`);
+* ``autorecovery status|enable|disable`` -- whether re-replication runs, the elected
+  auditor, how many ledgers are under-replicated and which are being repaired; pause
+  or resume the replication workers (a znode they look at; the auditor keeps marking);
 * ``bookie decommission ID --zk ZK --root ROOT`` -- move every replica the bookie holds
-  to other bookies, print a summary, exit 0; the bookie can then be stopped;
+  to other bookies (a progress bar on a terminal), print a summary, exit 0; the bookie
+  can then be stopped;
 * ``bookie scrub [--ledger ID] --zk ZK --root ROOT [--repair] [--json]`` -- the replica
   check by hand (:func:`ledger.autorecovery.scrub`): compare every closed ledger's (or
   one ledger's) replicas and print what live bookies lack or hold damaged. Read-only
@@ -13,8 +17,9 @@
   nothing wrong (or all of it repaired) and every bookie answered; 3: something found
   and not repaired, or some bookie could not be checked; 1: an error (with its code).
 
-Settings come from ``--config`` ([autorecovery] section), ``BOOKLINE_AUTORECOVERY_*``
-and flags, in that order of precedence (flags win).
+Where the cluster is: ``--zk ZK --root ROOT``, or ``--cluster FILE`` (default
+``$BOOKLINE_CLUSTER``). Settings come from ``--config`` ([autorecovery] section),
+``BOOKLINE_AUTORECOVERY_*`` and flags, in that order of precedence (flags win).
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import signal
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from foundation.cluster_file import read_cluster_file
 from foundation.config import MetadataConfig, load_config
 from foundation.errors import ConfigError
 from foundation.service import add_config_flags
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
+from ops.cli_common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
+from ops.progress import progress
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
     from ledger.autorecovery import ScrubOutcome
@@ -43,6 +52,7 @@ DECOMMISSION_TIMEOUT_MS_DEFAULT: Final = 3_600_000
 SCRUB_TIMEOUT_MS_DEFAULT: Final = 3_600_000
 # Exit status of a scrub that found something it did not repair (1 is an error).
 EXIT_SCRUB_FOUND: Final = 3
+DEFAULT_ROOT: Final = "/bookline"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,12 +67,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--http-host", default="127.0.0.1", help="address of /metrics and /health")
     p.set_defaults(handler=_run_autorecovery)
+    ar_ops = sub_ops(p, "autorecovery_op")
+    for name, text in (
+        ("status", "enabled or paused, the auditor, under-replicated ledgers, repairs under way"),
+        ("enable", "resume re-replication (workers take under-replicated ledgers again)"),
+        ("disable", "pause re-replication (the auditor still marks; nothing is copied)"),
+    ):
+        q = ar_ops.add_parser(name, help=text)
+        add_cluster_flags(q)
+        q.set_defaults(handler=_run_admin)
 
     # `bookline bookie` itself runs a bookie; `bookline bookie decommission` hangs off it.
     bookie = sub.choices.get("bookie")
     if bookie is None:
         raise ConfigError("register `bookie` before autorecovery's `bookie decommission`")
-    ops = bookie.add_subparsers(dest="bookie_op", metavar="OP")
+    ops = sub_ops(bookie, "bookie_op")
     d = ops.add_parser("decommission", help="move a bookie's replicas elsewhere, then exit")
     d.add_argument("bookie_id", metavar="ID", help="bookie id as registered (host:port)")
     _common(d)
@@ -96,8 +115,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--zk", required=True, help="ZooKeeper connect string")
-    p.add_argument("--root", required=True, help="cluster root znode, e.g. /bookline")
+    p.add_argument("--zk", help="ZooKeeper connect string (or --cluster)")
+    p.add_argument("--root", help="cluster root znode (default /bookline; or --cluster)")
+    p.add_argument(
+        "--cluster",
+        default=os.environ.get(ENV_CLUSTER),
+        help=f"cluster.json naming ZooKeeper and the root (default ${ENV_CLUSTER})",
+    )
     p.add_argument("--config", help="TOML file; settings from its [autorecovery] section")
     p.add_argument("--session-timeout-ms", type=int, default=10_000, help="ZooKeeper session")
     # Every setting is a flag too (help: the comment above the field), overriding both.
@@ -119,7 +143,17 @@ def _config(args: argparse.Namespace, **extra: object) -> AutorecoveryConfig:
 
 
 def _metadata(args: argparse.Namespace) -> MetadataConfig:
-    return MetadataConfig(zk=args.zk, root=args.root, session_timeout_ms=args.session_timeout_ms)
+    """ZooKeeper and root from ``--zk``/``--root``, else from ``--cluster``."""
+    if args.zk:
+        zk, root = args.zk, args.root or DEFAULT_ROOT
+    elif args.cluster:
+        cluster = read_cluster_file(args.cluster)
+        zk, root = cluster.zk, args.root or cluster.root
+    else:
+        raise ConfigError(
+            f"say where the cluster is: --zk ZK [--root ROOT] or --cluster FILE (${ENV_CLUSTER})"
+        )
+    return MetadataConfig(zk=zk, root=root, session_timeout_ms=args.session_timeout_ms)
 
 
 def _run_autorecovery(args: argparse.Namespace) -> int:
@@ -159,6 +193,42 @@ async def _serve(
     return 0
 
 
+def _run_admin(args: argparse.Namespace) -> int:
+    return asyncio.run(_admin(args))
+
+
+async def _admin(args: argparse.Namespace) -> int:
+    from ledger.auditor import current_leader
+
+    async with open_metadata(args) as md:
+        ur = md.underreplicated
+        if args.autorecovery_op in ("enable", "disable"):
+            await ur.set_replication_enabled(args.autorecovery_op == "enable")
+        status: dict[str, Any] = {
+            "enabled": await ur.replication_enabled(),
+            "auditor": await current_leader(md),
+            "underreplicated": len(await ur.list()),
+            "repairing": {str(k): v for k, v in sorted((await ur.list_claims()).items())},
+        }
+    if args.json:
+        print(json.dumps(status, sort_keys=True))
+        return 0
+    if args.autorecovery_op != "status":
+        print(f"re-replication {'resumed' if status['enabled'] else 'paused'}")
+    repairing = ", ".join(f"{k} ({v})" for k, v in status["repairing"].items()) or "none"
+    table(
+        "autorecovery",
+        ("what", "value"),
+        [
+            ("re-replication", "enabled" if status["enabled"] else "PAUSED"),
+            ("auditor", status["auditor"] or "none (no autorecovery process runs)"),
+            ("under-replicated ledgers", status["underreplicated"]),
+            ("being repaired", repairing),
+        ],
+    )
+    return 0
+
+
 def _run_decommission(args: argparse.Namespace) -> int:
     return asyncio.run(_decommission(args, _config(args)))
 
@@ -168,9 +238,21 @@ async def _decommission(args: argparse.Namespace, config: AutorecoveryConfig) ->
 
     md, client, lister, _inspector = await connect_parts(_metadata(args))
     try:
-        summary = await decommission(
-            md, client, args.bookie_id, config, timeout_ms=args.timeout_ms, list_entries=lister
-        )
+        with progress(f"decommission {args.bookie_id}", unit="ledgers moved") as bar:
+
+            def moved(left: int, found: int) -> None:
+                bar.total = found
+                bar.update(done=found - left)
+
+            summary = await decommission(
+                md,
+                client,
+                args.bookie_id,
+                config,
+                timeout_ms=args.timeout_ms,
+                list_entries=lister,
+                on_progress=moved,
+            )
     finally:
         await client.close()
     if args.json:

@@ -58,6 +58,7 @@ __all__ = [
     "hint",
     "open_metadata",
     "require_cluster",
+    "sub_ops",
     "table",
 ]
 
@@ -139,6 +140,15 @@ def _children(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
         if isinstance(action, argparse._SubParsersAction):
             out.extend(dict.fromkeys(action.choices.values()))  # aliases appear twice
     return out
+
+
+def sub_ops(parser: argparse.ArgumentParser, dest: str) -> argparse._SubParsersAction[Any]:
+    """The parser's sub-command table (created on first use): several modules hang
+    operations off one command (``bookie decommission`` here, ``bookie list`` there)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return parser.add_subparsers(dest=dest, metavar="OP")
 
 
 def add_common_flags(parser: argparse.ArgumentParser, *, top: bool = True) -> None:
@@ -235,18 +245,22 @@ def check_reachable(cluster: ClusterFile, timeout_s: float) -> None:
 
 @contextlib.asynccontextmanager
 async def open_metadata(args: argparse.Namespace) -> AsyncIterator[MetadataClient]:
-    """A metadata client on the cluster ``--cluster`` names; connecting waits at most
-    ``--timeout``. The cluster must exist (its root initialized)."""
+    """A metadata client on the cluster ``--zk``/``--root`` or ``--cluster`` names;
+    connecting waits at most ``--timeout``. NotFoundError when no cluster was ever
+    initialised at that root (a mistyped root must not create one)."""
     from foundation.config import MetadataConfig
     from metadata.client import MetadataClient
 
-    cluster = require_cluster(args)
-    timeout_ms = max(1, int(getattr(args, "timeout", DEFAULT_TIMEOUT_S) * 1000))
-    md = MetadataClient(
-        MetadataConfig(zk=cluster.zk, root=cluster.root, connect_timeout_ms=timeout_ms)
-    )
+    if getattr(args, "zk", None):  # --zk/--root, as the server commands take
+        zk, root = args.zk, getattr(args, "root", None) or "/bookline"
+    else:
+        cluster = require_cluster(args)
+        zk, root = cluster.zk, cluster.root
+    timeout_ms = max(1, int((getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S) * 1000))
+    md = MetadataClient(MetadataConfig(zk=zk, root=root, connect_timeout_ms=timeout_ms))
     await md.connect()
     try:
+        await md.cluster.read()
         yield md
     finally:
         await md.close()

@@ -4,6 +4,8 @@
 
 * ``create|list|describe|delete NAME`` -- via a write proxy; ``list`` leaves out the
   streams Bookline makes for topics and groups (``t~p``, ``g~group``) unless ``--all``;
+  ``describe`` adds each segment's ledger quorums and ensembles (from ZooKeeper);
+  readable tables, or JSON with ``--json``;
 * ``write NAME`` -- one record per stdin line, through the write proxy; prints the last
   DLSN; exits 1 if any write failed;
 * ``read NAME [--from earliest|latest|DLSN|seq:N|txid:N|time:MS] [--limit N]
@@ -15,12 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from foundation.errors import BooklineError, ConfigError
+from foundation.errors import BooklineError, ConfigError, NotFoundError
 from foundation.names import is_internal, validate_name
+from ops.cli_common import add_cluster_flags, emit, table
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
@@ -41,11 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     def add(name: str, help_text: str, with_name: bool = True) -> argparse.ArgumentParser:
         q = ops.add_parser(name, help=help_text)
-        q.add_argument(
-            "--cluster",
-            default=os.environ.get(ENV_CLUSTER),
-            help=f"cluster.json of a running cluster (default ${ENV_CLUSTER})",
-        )
+        add_cluster_flags(q, json_flag=name not in ("read", "write"))
         if with_name:
             q.add_argument("name", help="stream name")
         q.set_defaults(handler=_run)
@@ -56,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls.add_argument(
         "--all", action="store_true", help="also topic partitions (t~p) and group logs (g~group)"
     )
-    add("describe", "segments, counts, positions and owner of a stream")
+    add("describe", "segments (with their ledgers' ensembles), counts, positions, owner")
     add("delete", "delete a stream and its data")
     add("write", "write stdin lines as records; prints the last DLSN")
     r = add("read", "print records, one per line")
@@ -89,21 +87,77 @@ async def _main(args: argparse.Namespace) -> int:
         op = args.stream_op
         if op == "create":
             await client.create_stream(args.name)
-            print(f"created {args.name}")
+            emit({"created": args.name}, args.json, lambda _o: print(f"created {args.name}"))
         elif op == "list":
-            for name in await client.list_streams():
-                if args.all or not is_internal(name):
-                    print(name)
+            names = [n for n in await client.list_streams() if args.all or not is_internal(n)]
+            emit({"streams": names}, args.json, lambda o: print("\n".join(o["streams"])))
         elif op == "describe":
-            print(json.dumps(await client.describe(args.name), indent=2, default=str))
+            described = await client.describe(args.name)
+            await _add_ensembles(args, described)
+            emit(described, args.json, _show_describe)
         elif op == "delete":
             await client.delete_stream(args.name)
-            print(f"deleted {args.name}")
+            emit({"deleted": args.name}, args.json, lambda _o: print(f"deleted {args.name}"))
         elif op == "write":
             return await _write(client, args.name)
         else:
             return await _read(client, args)
     return 0
+
+
+async def _add_ensembles(args: argparse.Namespace, described: dict[str, Any]) -> None:
+    """Each segment's ledger quorums and ensembles, from the metadata (not the proxy)."""
+    from ops.cli_common import open_metadata
+
+    async with open_metadata(args) as md:
+        for seg in described.get("segments", []):
+            try:
+                meta, _version = await md.ledgers.read(int(seg["ledger_id"]))
+            except NotFoundError:
+                seg["ensembles"] = []  # deleted by retention meanwhile
+                continue
+            seg["quorums"] = [meta.ensemble_size, meta.write_quorum, meta.ack_quorum]
+            seg["ensembles"] = [
+                {"first_entry_id": e.first_entry_id, "bookies": list(e.bookies)}
+                for e in meta.segments
+            ]
+
+
+def _show_describe(d: dict[str, Any]) -> None:
+    table(
+        f"stream {d['name']}",
+        ("what", "value"),
+        [
+            ("records", d.get("record_count")),
+            ("bytes", d.get("size_bytes")),
+            ("first / last DLSN", f"{d.get('first_dlsn')} / {d.get('last_dlsn')}"),
+            ("sequence ids", f"{d.get('first_sequence_id')}..{d.get('next_sequence_id')}"),
+            ("owner", d.get("owner") or "none"),
+        ],
+    )
+    rows = []
+    for seg in d.get("segments", []):
+        ensembles = "; ".join(
+            f"{e['first_entry_id']}..: {', '.join(e['bookies'])}" for e in seg.get("ensembles", [])
+        )
+        quorums = "/".join(str(q) for q in seg.get("quorums", []))
+        rows.append(
+            (
+                seg["seqno"],
+                seg["state"] + (" (truncated)" if seg.get("truncated") else ""),
+                seg["ledger_id"],
+                seg.get("last_entry_id"),
+                seg.get("record_count"),
+                seg.get("size_bytes"),
+                quorums,
+                ensembles,
+            )
+        )
+    table(
+        "segments",
+        ("seg", "state", "ledger", "last entry", "records", "bytes", "E/Qw/Qa", "ensembles"),
+        rows,
+    )
 
 
 async def _write(client: ProxyClient, name: str) -> int:

@@ -1,36 +1,43 @@
-"""A local Bookline cluster: ZooKeeper, N bookies, write and read proxies, each its own
-OS process.
+"""A local Bookline cluster: ZooKeeper (one server or an ensemble of 3), N bookies,
+autorecovery, write and read proxies, each its own OS process.
 
-``bookline local --dir DIR [--bookies 3] [--write-proxies 1] [--read-proxies 1]`` runs
-it in the foreground until Ctrl-C; once ready it writes ``DIR/cluster.json`` (zk
-connect string with chroot, root, and the pid and address/URL of every process). Ports
-and bookie ids are chosen once and kept in ``DIR/ports.json`` so a restart on the same
-DIR finds its data and cookies again.
-``bookline demo`` starts the same cluster, shows what it holds, writes and reads a
-little through the layers that exist, and stops it again.
+:class:`LocalCluster` starts and stops the processes and writes ``DIR/cluster.json``
+(zk connect string with chroot, root, and the pid, address, state and log of every
+process). Ports and bookie ids are chosen once and kept in ``DIR/ports.json`` so a
+restart on the same DIR finds its data and cookies again. Stopping keeps
+``cluster.json``, marked ``"state": "stopped"``, so the next command says the cluster
+was stopped instead of "no such file".
+
+Children can be started again one at a time (:meth:`LocalCluster.respawn`,
+non-blocking: :meth:`LocalCluster.is_ready` says when it serves) -- what
+``bookline local``'s supervisor (:mod:`ops.supervisor`) does with a child that died.
+Tests and benchmarks use the class directly (3 bookies, no autorecovery by default);
+``bookline local`` defaults to settings that survive a lost bookie (see
+:mod:`ops.supervisor`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from foundation.cluster_file import read_cluster_file
+from foundation.cluster_file import STOPPED, read_cluster_file
+from foundation.errors import ConfigError
+from foundation.quorum import check_quorum
 from ops import procs
-from ops.zookeeper import ZooKeeperServer
+from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +50,74 @@ BOOKIE_START_TIMEOUT_S = 60.0
 PROXY_START_TIMEOUT_S = 60.0
 # Proxies' ZooKeeper session: how long a crashed write proxy keeps its streams.
 PROXY_SESSION_TIMEOUT_MS = 4_000
+# Bookies' and autorecovery's session in a local cluster: a killed bookie leaves the
+# registry (and `bookline status` shows it down) this soon.
+SERVICE_SESSION_TIMEOUT_MS = 4_000
+# ZooKeeper ensemble sizes `--zk-ensemble` accepts (an even size tolerates no more).
+ZK_ENSEMBLE_SIZES = (1, 3, 5)
+# Ready lines each kind of child prints once it serves.
+READY_MARKERS = {
+    "bookie": b"bookie ready",
+    "writeproxy": b"ready id=",
+    "readproxy": b"ready id=",
+    "autorecovery": b"autorecovery ready",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Quorums:
+    """E, Qw, Qa of the ledgers the write proxies create (their `--ensemble-size` ...)."""
+
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+
+    def args(self) -> list[str]:
+        return [
+            "--ensemble-size",
+            str(self.ensemble_size),
+            "--write-quorum",
+            str(self.write_quorum),
+            "--ack-quorum",
+            str(self.ack_quorum),
+        ]
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 @dataclass
 class ProcessInfo:
+    """One child: what it is, its process, and what the supervisor knows of it."""
+
     name: str
     proc: subprocess.Popen[bytes]
     address: str
     extra: dict[str, Any] = field(default_factory=dict)
+    kind: str = ""
+    state: str = "running"  # starting | running | down
+    exit_status: int | None = None  # of the last exit
+    exited_at: str = ""
+    restarts: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.name, "pid": self.proc.pid, "address": self.address, **self.extra}
+        out: dict[str, Any] = {
+            "id": self.name,
+            "pid": self.proc.pid,
+            "address": self.address,
+            "state": self.state,
+            "restarts": self.restarts,
+        }
+        if self.exit_status is not None:
+            out["exit_status"] = self.exit_status
+            out["exited_at"] = self.exited_at
+        out.update({k: v for k, v in self.extra.items() if not k.startswith("_")})
+        return out
 
 
 class LocalCluster:
-    """Start/stop ZooKeeper + bookies (+ proxies) under one directory."""
+    """Start/stop ZooKeeper + bookies (+ autorecovery, proxies) under one directory."""
 
     def __init__(
         self,
@@ -66,15 +126,40 @@ class LocalCluster:
         write_proxies: int = 0,
         read_proxies: int = 0,
         proxy_args: dict[str, list[str]] | None = None,
+        *,
+        autorecovery: bool = False,
+        zk_ensemble: int = 1,
+        quorums: Quorums | None = None,
+        autorecovery_args: Sequence[str] = (),
+        service_session_timeout_ms: int | None = None,
     ) -> None:
+        if zk_ensemble not in ZK_ENSEMBLE_SIZES:
+            raise ConfigError(f"--zk-ensemble must be one of {ZK_ENSEMBLE_SIZES}")
+        if quorums is not None:
+            check_quorum(
+                quorums.ensemble_size, quorums.write_quorum, quorums.ack_quorum, "local cluster"
+            )
+            if quorums.ensemble_size > bookies:
+                raise ConfigError(
+                    f"--ensemble-size {quorums.ensemble_size} needs at least that many "
+                    f"bookies; --bookies is {bookies}"
+                )
         self.dir = directory.resolve()
         self.bookie_count = bookies
         self.write_proxy_count = write_proxies
         self.read_proxy_count = read_proxies
         # Extra flags per proxy kind ("writeproxy"/"readproxy"), e.g. fault hooks in tests.
         self.proxy_args = proxy_args or {}
-        self.zk: ZooKeeperServer | None = None
+        self.with_autorecovery = autorecovery
+        self.autorecovery_args = list(autorecovery_args)
+        self.zk_ensemble = zk_ensemble
+        self.quorums = quorums
+        self.service_session_timeout_ms = service_session_timeout_ms
+        self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
+        self.zk_servers: list[ZooKeeperServer] = []
+        self.zookeepers: list[ProcessInfo] = []
         self.bookies: list[ProcessInfo] = []
+        self.autorecovery: list[ProcessInfo] = []
         self.write_proxies: list[ProcessInfo] = []
         self.read_proxies: list[ProcessInfo] = []
 
@@ -84,8 +169,16 @@ class LocalCluster:
         ports: dict[str, int] = {}
         if path.exists():
             ports = {k: int(v) for k, v in json.loads(path.read_text()).items()}
+        zk_keys = ["zookeeper"]
+        if self.zk_ensemble > 1:
+            zk_keys += [f"zookeeper-{i}" for i in range(2, self.zk_ensemble + 1)]
+            zk_keys += [
+                f"zookeeper-{i}-{what}"
+                for i in range(1, self.zk_ensemble + 1)
+                for what in ("peer", "election")
+            ]
         for key in (
-            ["zookeeper"]
+            zk_keys
             + [f"bookie-{i}" for i in range(1, self.bookie_count + 1)]
             + [f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)]
             + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)]
@@ -99,36 +192,72 @@ class LocalCluster:
         return ports
 
     @property
+    def zk_hosts(self) -> str:
+        return ",".join(s.connect_string for s in self.zk_servers)
+
+    @property
     def zk_connect(self) -> str:
         assert self.zk is not None
-        return self.zk.connect_string + LOCAL_CHROOT
+        return self.zk_hosts + LOCAL_CHROOT
 
     def start(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         ports = self._ports()
         try:
-            self.zk = ZooKeeperServer(self.dir / "zookeeper", port=ports["zookeeper"]).start()
+            self._start_zookeeper(ports)
             self._ensure_chroot()
             for i in range(1, self.bookie_count + 1):
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
-                self._wait_bookie_ready(info)
+                self._wait_ready(info, BOOKIE_START_TIMEOUT_S)
+            if self.with_autorecovery:
+                self.autorecovery.append(self._start_autorecovery(1))
             for i in range(1, self.write_proxy_count + 1):
                 self.write_proxies.append(self._start_proxy("writeproxy", i, ports))
             for i in range(1, self.read_proxy_count + 1):
                 self.read_proxies.append(self._start_proxy("readproxy", i, ports))
-            for info in self.write_proxies + self.read_proxies:
-                self._wait_ready(info, b"ready id=", PROXY_START_TIMEOUT_S)
+            for info in self.autorecovery + self.write_proxies + self.read_proxies:
+                self._wait_ready(info, PROXY_START_TIMEOUT_S)
             self.write_cluster_json()
         except BaseException:
             self.stop()
             raise
 
+    # -- ZooKeeper -------------------------------------------------------------------
+    def _start_zookeeper(self, ports: dict[str, int]) -> None:
+        if self.zk_ensemble == 1:
+            self.zk_servers = [ZooKeeperServer(self.dir / "zookeeper", port=ports["zookeeper"])]
+        else:
+            peers = {
+                i: (ports[f"zookeeper-{i}-peer"], ports[f"zookeeper-{i}-election"])
+                for i in range(1, self.zk_ensemble + 1)
+            }
+            self.zk_servers = [
+                ZooKeeperServer(
+                    self.dir / f"zookeeper-{i}",
+                    port=ports["zookeeper" if i == 1 else f"zookeeper-{i}"],
+                    quorum=QuorumMember(i, peers),
+                )
+                for i in range(1, self.zk_ensemble + 1)
+            ]
+        self.zk = self.zk_servers[0]
+        for server in self.zk_servers:
+            server.start(wait=False)
+        for server in self.zk_servers:
+            server.wait_ready()
+        self.zookeepers = [self._zk_info(i, s) for i, s in enumerate(self.zk_servers, 1)]
+
+    def _zk_info(self, index: int, server: ZooKeeperServer) -> ProcessInfo:
+        assert server.proc is not None
+        name = "zookeeper" if self.zk_ensemble == 1 else f"zookeeper-{index}"
+        return ProcessInfo(
+            name, server.proc, server.connect_string, {"log": str(server.log_path)}, "zookeeper"
+        )
+
     def _ensure_chroot(self) -> None:
         from kazoo.client import KazooClient
 
-        assert self.zk is not None
-        client = KazooClient(hosts=self.zk.connect_string, timeout=10)
+        client = KazooClient(hosts=self.zk_hosts, timeout=10)
         client.start(timeout=15)
         try:
             client.ensure_path(LOCAL_CHROOT)
@@ -136,99 +265,136 @@ class LocalCluster:
             client.stop()
             client.close()
 
+    # -- bookies, autorecovery, proxies ----------------------------------------------
+    def _spawn(self, name: str, kind: str, argv: list[str], log_path: Path) -> ProcessInfo:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Remember where this start's output begins, to look for its ready line.
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
+        info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
+        info.state = "starting"
+        return info
+
+    def _session_args(self) -> list[str]:
+        ms = self.service_session_timeout_ms
+        return [] if ms is None else ["--session-timeout-ms", str(ms)]
+
     def _start_bookie(self, index: int, ports: dict[str, int]) -> ProcessInfo:
         name = f"bookie-{index}"
         base = self.dir / name
         port = ports[name]
         metrics_port = ports[f"{name}-metrics"]
         argv = [
-            sys.executable,
-            "-m",
-            "ops.cli",
-            "bookie",
-            "--bookie-id",
-            name,
-            "--port",
-            str(port),
-            "--metrics-port",
-            str(metrics_port),
-            "--zk",
-            self.zk_connect,
-            "--root",
-            CLUSTER_ROOT,
-            "--journal-dir",
-            str(base / "journal"),
-            "--ledgers-dir",
-            str(base / "ledgers"),
-            "--index-dir",
-            str(base / "index"),
-        ]
-        log_path = base / "bookie.log"
-        base.mkdir(parents=True, exist_ok=True)
-        # Remember where this start's output begins, to look for its ready line.
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
-        return ProcessInfo(
-            name,
-            proc,
-            f"127.0.0.1:{port}",
-            {
-                "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
-                "log": str(log_path),
-                "_log_offset": offset,
-            },
-        )
+            sys.executable, "-m", "ops.cli", "bookie",
+            "--bookie-id", name, "--port", str(port), "--metrics-port", str(metrics_port),
+            "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
+            "--journal-dir", str(base / "journal"), "--ledgers-dir", str(base / "ledgers"),
+            "--index-dir", str(base / "index"), *self._session_args(),
+        ]  # fmt: skip
+        info = self._spawn(name, "bookie", argv, base / "bookie.log")
+        info.address = f"127.0.0.1:{port}"
+        info.extra["metrics"] = f"http://127.0.0.1:{metrics_port}/metrics"
+        return info
+
+    def _start_autorecovery(self, index: int) -> ProcessInfo:
+        name = f"autorecovery-{index}"
+        argv = [
+            sys.executable, "-m", "ops.cli", "autorecovery",
+            "--zk", self.zk_connect, "--root", CLUSTER_ROOT, *self._session_args(),
+            *self.autorecovery_args,
+        ]  # fmt: skip
+        return self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
 
     def _start_proxy(self, kind: str, index: int, ports: dict[str, int]) -> ProcessInfo:
         """Start write/read proxy ``index`` (``kind`` is the CLI command)."""
         name = f"{kind}-{index}"
         short = "wp" if kind == "writeproxy" else "rp"
         port = ports[name]
+        quorum_args = self.quorums.args() if self.quorums and kind == "writeproxy" else []
         argv = [
-            sys.executable,
-            "-m",
-            "ops.cli",
-            kind,
-            "--proxy-id",
-            f"{short}-{index}",
-            "--port",
-            str(port),
-            "--zk",
-            self.zk_connect,
-            "--root",
-            CLUSTER_ROOT,
-            "--session-timeout-ms",
-            str(PROXY_SESSION_TIMEOUT_MS),
-            *self.proxy_args.get(kind, []),
-        ]
-        log_path = self.dir / name / f"{kind}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
+            sys.executable, "-m", "ops.cli", kind,
+            "--proxy-id", f"{short}-{index}", "--port", str(port),
+            "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
+            "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
+            *quorum_args, *self.proxy_args.get(kind, []),
+        ]  # fmt: skip
+        info = self._spawn(name, kind, argv, self.dir / name / f"{kind}.log")
         url = f"http://127.0.0.1:{port}"
-        return ProcessInfo(
-            name,
-            proc,
-            f"127.0.0.1:{port}",
-            {"url": url, "metrics": f"{url}/metrics", "log": str(log_path), "_log_offset": offset},
-        )
+        info.address = f"127.0.0.1:{port}"
+        info.extra.update(url=url, metrics=f"{url}/metrics")
+        return info
+
+    # -- children, one at a time (the supervisor) -------------------------------------
+    def children(self) -> list[ProcessInfo]:
+        """Every child, in start order."""
+        return [
+            *self.zookeepers,
+            *self.bookies,
+            *self.autorecovery,
+            *self.write_proxies,
+            *self.read_proxies,
+        ]
+
+    def _group_of(self, info: ProcessInfo) -> list[ProcessInfo]:
+        return {
+            "zookeeper": self.zookeepers,
+            "bookie": self.bookies,
+            "autorecovery": self.autorecovery,
+            "writeproxy": self.write_proxies,
+            "readproxy": self.read_proxies,
+        }[info.kind]
+
+    def respawn(self, info: ProcessInfo) -> ProcessInfo:
+        """Start the child ``info`` describes again (same id, ports and directories);
+        returns the new entry, which replaces ``info`` and is ``starting`` until
+        :meth:`is_ready`. Does not wait."""
+        index = int(info.name.rsplit("-", 1)[1]) if "-" in info.name else 1
+        if info.kind == "zookeeper":
+            server = self.zk_servers[index - 1]
+            server.start(wait=False)
+            fresh = self._zk_info(index, server)
+            fresh.state = "starting"
+        elif info.kind == "bookie":
+            fresh = self._start_bookie(index, self._ports())
+        elif info.kind == "autorecovery":
+            fresh = self._start_autorecovery(index)
+        else:
+            fresh = self._start_proxy(info.kind, index, self._ports())
+        fresh.restarts = info.restarts + 1
+        fresh.exit_status, fresh.exited_at = info.exit_status, info.exited_at
+        group = self._group_of(info)
+        group[group.index(info)] = fresh
+        return fresh
+
+    def is_ready(self, info: ProcessInfo) -> bool:
+        """True once the child serves (ZooKeeper: ``srvr`` reports a mode; the others:
+        their ready line in the log after this start's offset)."""
+        if info.kind == "zookeeper":
+            host, port = info.address.rsplit(":", 1)
+            return "Mode:" in four_letter_word(host, int(port), "srvr", timeout_s=0.5)
+        log_path = Path(info.extra["log"])
+        with contextlib.suppress(OSError), open(log_path, "rb") as fh:
+            fh.seek(int(info.extra.get("_log_offset", 0)))
+            return READY_MARKERS[info.kind] in fh.read()
+        return False
+
+    def note_exit(self, info: ProcessInfo) -> None:
+        """Record that ``info``'s process has exited (its status, when)."""
+        info.state = "down"
+        info.exit_status = info.proc.returncode
+        info.exited_at = _now_iso()
 
     def restart_proxy(self, info: ProcessInfo) -> ProcessInfo:
-        """Start a stopped/killed proxy again on its port (tests)."""
-        kind, index = info.name.rsplit("-", 1)
-        fresh = self._start_proxy(kind, int(index), self._ports())
-        self._wait_ready(fresh, b"ready id=", PROXY_START_TIMEOUT_S)
-        group = self.write_proxies if kind == "writeproxy" else self.read_proxies
-        group[group.index(info)] = fresh
+        """Start a stopped/killed proxy again on its port and wait for it (tests)."""
+        fresh = self.respawn(info)
+        fresh.restarts = info.restarts  # a test's restart, not a crash's
+        self._wait_ready(fresh, PROXY_START_TIMEOUT_S)
         self.write_cluster_json()
         return fresh
 
-    def _wait_bookie_ready(self, info: ProcessInfo) -> None:
-        self._wait_ready(info, b"bookie ready", BOOKIE_START_TIMEOUT_S)
-
-    def _wait_ready(self, info: ProcessInfo, marker: bytes, timeout_s: float) -> None:
+    def _wait_ready(self, info: ProcessInfo, timeout_s: float) -> None:
         log_path = Path(info.extra["log"])
-        offset = int(info.extra.pop("_log_offset"))
+        offset = int(info.extra.get("_log_offset", 0))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if info.proc.poll() is not None:
@@ -236,46 +402,70 @@ class LocalCluster:
                 raise RuntimeError(
                     f"{info.name} exited with code {info.proc.returncode} at start:\n{tail}"
                 )
-            with contextlib.suppress(OSError), open(log_path, "rb") as fh:
-                fh.seek(offset)
-                if marker in fh.read():
-                    return
+            if self.is_ready(info):
+                info.state = "running"
+                return
             time.sleep(0.1)
         raise RuntimeError(f"{info.name} not ready within {timeout_s:.0f}s; see {log_path}")
 
+    # -- cluster.json ------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         assert self.zk is not None
         assert self.zk.pid is not None
-        return {
+        out: dict[str, Any] = {
             "zk": self.zk_connect,
             "root": CLUSTER_ROOT,
+            "state": "running",
+            "pid": os.getpid(),  # of the process that started (and supervises) it
             "zookeeper": {"pid": self.zk.pid, "address": self.zk.connect_string},
+            "zookeepers": [z.to_json() for z in self.zookeepers],
             "bookies": [b.to_json() for b in self.bookies],
+            "autorecovery": [a.to_json() for a in self.autorecovery],
             "write_proxies": [p.to_json() for p in self.write_proxies],
             "read_proxies": [p.to_json() for p in self.read_proxies],
             "dir": str(self.dir),
         }
+        if self.quorums is not None:
+            out["quorums"] = {
+                "ensemble_size": self.quorums.ensemble_size,
+                "write_quorum": self.quorums.write_quorum,
+                "ack_quorum": self.quorums.ack_quorum,
+            }
+        return out
 
-    def write_cluster_json(self) -> Path:
+    def write_cluster_json(self, doc: dict[str, Any] | None = None) -> Path:
         path = self.dir / "cluster.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.describe(), indent=2) + "\n")
+        tmp.write_text(json.dumps(doc or self.describe(), indent=2) + "\n")
         os.replace(tmp, path)
         return path
 
+    def _mark_stopped(self) -> None:
+        """Keep cluster.json, saying the cluster was stopped (and when)."""
+        path = self.dir / "cluster.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return  # never started far enough to write one
+        if isinstance(doc, dict):
+            doc.update(state=STOPPED, stopped_at=_now_iso())
+            self.write_cluster_json(doc)
+
     def stop(self) -> None:
-        for info in reversed(self.read_proxies + self.write_proxies):
+        for info in reversed(self.read_proxies + self.write_proxies + self.autorecovery):
             procs.stop(info.proc)
         self.read_proxies.clear()
         self.write_proxies.clear()
+        self.autorecovery.clear()
         for info in reversed(self.bookies):
             procs.stop(info.proc)
         self.bookies.clear()
-        if self.zk is not None:
-            self.zk.stop()
-            self.zk = None
-        with contextlib.suppress(FileNotFoundError):
-            (self.dir / "cluster.json").unlink()
+        for server in reversed(self.zk_servers):
+            server.stop()
+        self.zk_servers.clear()
+        self.zookeepers.clear()
+        self.zk = None
+        self._mark_stopped()
 
 
 @contextlib.contextmanager
@@ -294,61 +484,3 @@ def bench_cluster(
         cluster.start()
         stack.callback(cluster.stop)
         yield cluster.describe()
-
-
-def _wait_for_interrupt() -> None:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    while not stop.wait(1.0):
-        pass
-
-
-def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
-    return LocalCluster(
-        Path(args.dir),
-        bookies=int(getattr(args, "bookies", 3)),
-        write_proxies=int(getattr(args, "write_proxies", 1)),
-        read_proxies=int(getattr(args, "read_proxies", 1)),
-    )
-
-
-def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bookies", type=int, default=3, help="bookie processes (default 3)")
-    parser.add_argument("--write-proxies", type=int, default=1, help="write proxies (default 1)")
-    parser.add_argument("--read-proxies", type=int, default=1, help="read proxies (default 1)")
-
-
-def run_local(args: argparse.Namespace) -> int:
-    cluster = _cluster_from_args(args)
-    cluster.start()
-    try:
-        print(json.dumps(cluster.describe(), indent=2), flush=True)
-        print(
-            f"local cluster ready; cluster file {cluster.dir / 'cluster.json'}; Ctrl-C stops it",
-            flush=True,
-        )
-        _wait_for_interrupt()
-    finally:
-        cluster.stop()
-    return 0
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from ops import demo
-
-    cluster = _cluster_from_args(args)
-    cluster.start()
-    try:
-        demo.show(cluster.describe())
-        demo.write_and_read(cluster.dir / "cluster.json")
-        if getattr(args, "keep_running", False):
-            print("cluster stays up; Ctrl-C stops it", flush=True)
-            _wait_for_interrupt()
-    finally:
-        cluster.stop()
-    return 0

@@ -1,7 +1,10 @@
 """Launch a real standalone ZooKeeper server from Debian's ``zookeeper`` package.
 
 The server runs as a child JVM (``ZooKeeperServerMain``) with its own config, data
-directory and log file under ``data_dir``, listening on a loopback port. ``start()``
+directory and log file under ``data_dir``, listening on a loopback port; or, as a member
+of an ensemble (``quorum=``), ``QuorumPeerMain`` with its peers in ``zoo.cfg``
+(``bookline local --zk-ensemble 3``: the metadata store survives a lost server). Its own
+log (SLF4J through slf4j-simple) goes to ``zookeeper.log``. ``start()``
 returns once the server answers ``ruok`` with ``imok`` and ``srvr`` with its mode
 (serving requests, not just listening); ``stop()``
 terminates it by pid (SIGTERM, then SIGKILL). Nothing here fakes ZooKeeper.
@@ -16,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -25,6 +29,7 @@ log = logging.getLogger(__name__)
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 # ZooKeeper's log goes through SLF4J; this binding writes it to the server's log file.
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 # A JVM plus ZooKeeper take 1-5 s to answer on this class of machine; be generous.
@@ -49,6 +54,15 @@ def log_properties() -> list[str]:
         "-Dorg.slf4j.simpleLogger.logFile=System.out",
         "-Dorg.slf4j.simpleLogger.showShortLogName=true",
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumMember:
+    """This server's place in an ensemble: its id and every member's peer and
+    leader-election ports (``server.<id>=host:peer:election`` in zoo.cfg)."""
+
+    myid: int
+    peers: dict[int, tuple[int, int]]
 
 
 class ZooKeeperError(RuntimeError):
@@ -89,6 +103,8 @@ class ZooKeeperServer:
         port: int | None = None,
         host: str = "127.0.0.1",
         tick_time_ms: int = 500,
+        *,
+        quorum: QuorumMember | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
@@ -96,7 +112,9 @@ class ZooKeeperServer:
         # With tickTime 500 ms, sessions can be 1 s .. 20 s (2x and 40x the tick).
         self.tick_time_ms = tick_time_ms
         self.proc: subprocess.Popen[bytes] | None = None
-        self.main_class = MAIN_CLASS
+        # A member of an ensemble runs QuorumPeerMain with the peers in its zoo.cfg.
+        self.quorum = quorum
+        self.main_class = QUORUM_MAIN_CLASS if quorum is not None else MAIN_CLASS
 
     @property
     def connect_string(self) -> str:
@@ -132,13 +150,29 @@ class ZooKeeperServer:
                     "autopurge.purgeInterval=1",
                     # A local cluster on one disk: don't stall clients on slow fsyncs.
                     "forceSync=yes",
+                    *self._quorum_lines(),
                     "",
                 ]
             )
         )
         return cfg
 
-    def start(self) -> ZooKeeperServer:
+    def _quorum_lines(self) -> list[str]:
+        if self.quorum is None:
+            return []
+        (self.data_dir / "data" / "myid").write_text(f"{self.quorum.myid}\n")
+        return [
+            "initLimit=20",  # ticks a follower may take to connect and sync
+            "syncLimit=10",  # ticks a follower may lag behind the leader
+            *(
+                f"server.{i}={self.host}:{peer}:{election}"
+                for i, (peer, election) in sorted(self.quorum.peers.items())
+            ),
+        ]
+
+    def start(self, *, wait: bool = True) -> ZooKeeperServer:
+        """Start the JVM; with ``wait`` return once it serves (an ensemble member
+        serves only once a quorum runs: start them all, then :meth:`wait_ready`)."""
         if not ZOOKEEPER_JAR.exists():
             raise ZooKeeperError(
                 f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package "
@@ -163,13 +197,19 @@ class ZooKeeperServer:
         ]
         env = dict(os.environ)
         self.proc = procs.spawn(argv, log_path=self.log_path, env=env)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        log.info("ZooKeeper pid %d answering on %s", self.proc.pid, self.connect_string)
+        if wait:
+            try:
+                self.wait_ready()
+            except BaseException:
+                self.stop()
+                raise
         return self
+
+    def wait_ready(self) -> None:
+        """Until ``srvr`` reports a mode (ZooKeeperError if it exits or times out)."""
+        self._wait_ready()
+        assert self.proc is not None
+        log.info("ZooKeeper pid %d answering on %s", self.proc.pid, self.connect_string)
 
     def _wait_ready(self) -> None:
         assert self.proc is not None

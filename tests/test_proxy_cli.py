@@ -50,7 +50,7 @@ def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:
     assert _cli(cluster, "read", name, "--from", last, "--limit", "5").stdout.splitlines() == [
         "line 499"
     ]
-    desc = json.loads(_cli(cluster, "describe", name).stdout)
+    desc = json.loads(_cli(cluster, "describe", name, "--json").stdout)
     assert desc["record_count"] == 500
     assert desc["owner"]
     follow = _cli(cluster, "read", name, "--from", "seq:499", "--follow", "--limit", "1")
@@ -120,9 +120,17 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
         proc.wait(timeout=60)
         for pid in pids:
             procs.wait_for(lambda pid=pid: _gone(pid), 30, f"pid {pid} to exit")
+        # Stopped: cluster.json stays, marked stopped (commands say so).
+        assert json.loads(cluster.read_text())["state"] == "stopped"
         # Restart on the same directory: the data is still there.
         proc = _start_local(tmp_path)
-        procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
+        procs.wait_for(
+            lambda: (
+                json.loads(cluster.read_text())["state"] == "running" or proc.poll() is not None
+            ),
+            90,
+            "cluster.json",
+        )
         read = _cli(cluster, "read", "kept")
         assert read.stdout.splitlines() == ["survives a restart"], read.stderr
     finally:

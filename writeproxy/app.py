@@ -28,6 +28,7 @@ from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
     BooklineError,
+    ConfigError,
     NotFoundError,
     OwnerMovedError,
     TooLargeError,
@@ -116,6 +117,9 @@ class WriteProxy:
             # Admission keeps a stream's pending bytes under half of this, so the core
             # writer never makes a batch wait for room (see writeproxy.owned).
             "pending_bytes_max": 2 * cfg.stream_inflight_bytes_max,
+            "ensemble_size": cfg.ensemble_size,
+            "write_quorum": cfg.write_quorum,
+            "ack_quorum": cfg.ack_quorum,
         }
         if cfg.writer_flush_interval_ms:
             core_overrides["flush_interval_ms"] = cfg.writer_flush_interval_ms
@@ -128,10 +132,23 @@ class WriteProxy:
         # One ZooKeeper session per proxy: the core's. The owner records then live and
         # die with the same session as the writer locks.
         self._md = self._ns.context.md
+        await self._check_bookies()
         self._ownership = Ownership(cfg, self._ns, self._md, self.url)
         self._md.zk.add_state_listener(self._on_session)
         await self._register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
         self._load_task = asyncio.get_running_loop().create_task(self._report_load())
+
+    async def _check_bookies(self) -> None:
+        """A quorum no set of writable bookies can meet is a configuration error: say so
+        at start (naming the setting), not at every write."""
+        assert self._md is not None
+        writable = await self._md.bookies.list_writable()
+        if len(writable) < self.config.ensemble_size:
+            raise ConfigError(
+                f"writeproxy.ensemble_size is {self.config.ensemble_size} but only "
+                f"{len(writable)} bookies are writable ({', '.join(sorted(writable)) or 'none'}):"
+                " start more bookies or lower ensemble_size / write_quorum / ack_quorum"
+            )
 
     async def _register(self, info: ProxyInfo) -> None:
         """Register, taking over a stale registration of our own address (a restart

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
+from foundation.quorum import check_quorum
 from httpapi.proxy_config import MiB, ProxyConfig
 
 
@@ -53,6 +54,14 @@ class WriteProxyConfig(ProxyConfig):
     dedup_producers_max: int = 10_000
     # How long a request waits for ZooKeeper + recovery when acquiring a stream.
     acquire_timeout_ms: int = 30_000
+    # Ensemble size E of the ledgers this proxy's writers create (one per segment):
+    # the bookies a ledger's entries are spread over. At least this many bookies must
+    # be writable when the proxy starts, and one more lets writes go on when one dies.
+    ensemble_size: int = 3
+    # Write quorum Qw: copies of every entry.
+    write_quorum: int = 3
+    # Ack quorum Qa: copies that must be durable before a write is acknowledged.
+    ack_quorum: int = 2
     # Core writer batching: flush a record set after this long (0 = core default).
     writer_flush_interval_ms: int = 0
     # How often the registration's load figure is refreshed.
@@ -66,6 +75,7 @@ class WriteProxyConfig(ProxyConfig):
 
     def __post_init__(self) -> None:
         self.check_common()
+        check_quorum(self.ensemble_size, self.write_quorum, self.ack_quorum, "writeproxy")
         if self.record_bytes_max <= 0 or self.request_bytes_max < self.record_bytes_max:
             raise ConfigError("writeproxy: need 0 < record_bytes_max <= request_bytes_max")
         if self.record_bytes_max > RECORD_BYTES_MAX:

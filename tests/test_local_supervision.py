@@ -1,0 +1,167 @@
+"""``bookline local`` watches its children (issue 16's acceptance).
+
+On a running ``bookline local`` (its defaults: 4 bookies, E=Qw=3, Qa=2, autorecovery):
+``kill -9`` of a bookie is logged with its status, ``cluster.json`` shows it down,
+``bookline status`` shows it down and the under-replicated ledgers within seconds, the
+count goes back to 0 as autorecovery copies the entries to the spare bookie, and a
+writer writing all along never saw a write fail. Stopping keeps ``cluster.json``
+marked stopped, and the next command says so.
+
+Before: the dead bookie stayed a zombie, nothing was logged, ``cluster.json`` kept
+listing it as it was, no autorecovery ran, and with the old defaults (3 bookies) every
+write failed with NOT_ENOUGH_BOOKIES after ~30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops import procs
+
+pytestmark = pytest.mark.integration
+
+# Writes are acknowledged within this long even while a bookie is swapped out (the
+# add timeout is 5 s; recovery of a fenced segment takes a second or two).
+WRITE_GAP_S_MAX = 15.0
+
+
+def _cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def _doc(path: Path) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc
+
+
+def _status(cluster: Path) -> dict[str, Any]:
+    out = _cli("status", "--cluster", str(cluster), "--json")
+    assert out.returncode in (0, 3), out.stderr
+    status: dict[str, Any] = json.loads(out.stdout)
+    return status
+
+
+def _gone(pid: int) -> bool:
+    """Exited and reaped: no /proc entry (a zombie still has one)."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+class Writer(threading.Thread):
+    """Writes a record every 20 ms through the thin client; remembers every failure
+    and the longest wait between two acknowledgements."""
+
+    def __init__(self, cluster: Path) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.stop = threading.Event()
+        self.acked = 0
+        self.failures: list[str] = []
+        self.gap_s = 0.0
+
+    def run(self) -> None:
+        from thinclient.sync import SyncProxyClient
+
+        with SyncProxyClient.from_cluster_file(self.cluster) as client:
+            last = time.monotonic()
+            while not self.stop.is_set():
+                try:
+                    client.write("acceptance", f"record {self.acked}")
+                except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                    self.failures.append(repr(exc))
+                else:
+                    self.acked += 1
+                    now = time.monotonic()
+                    self.gap_s = max(self.gap_s, now - last)
+                    last = now
+                time.sleep(0.02)
+
+
+def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
+    tmp_path: Path,
+) -> None:
+    cluster = tmp_path / "c" / "cluster.json"
+    local_log = tmp_path / "local.log"
+    argv = [sys.executable, "-m", "ops.cli", "local", "--dir", str(tmp_path / "c")]
+    proc = procs.spawn(argv, log_path=local_log)
+    writer: Writer | None = None
+    try:
+        procs.wait_for(
+            lambda: _doc(cluster).get("state") == "running" or proc.poll() is not None,
+            120,
+            "cluster.json",
+        )
+        layout = _doc(cluster)
+        assert len(layout["bookies"]) == 4, layout
+        writer = Writer(cluster)
+        writer.start()
+        procs.wait_for(lambda: writer is not None and writer.acked >= 20, 60, "first writes")
+
+        # A bookie holding the stream's entries (4 bookies, ensembles of 3).
+        ledgers = json.loads(
+            _cli(
+                "ledger", "list", "--stream", "acceptance", "--cluster", str(cluster), "--json"
+            ).stdout
+        )
+        holder = ledgers[0]["ensembles"][-1]["bookies"][0]
+        victim = next(b for b in layout["bookies"] if b["id"] == holder)
+        os.kill(victim["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+
+        def shown_down() -> bool:
+            entry = next(b for b in _doc(cluster)["bookies"] if b["id"] == victim["id"])
+            return bool(entry["state"] == "down")
+
+        procs.wait_for(shown_down, 5, "cluster.json to show the bookie down")
+        entry = next(b for b in _doc(cluster)["bookies"] if b["id"] == victim["id"])
+        assert entry["exit_status"] == -9, entry
+        assert _gone(victim["pid"]), "the dead bookie is still a zombie"
+        text = local_log.read_text()
+        assert f"{victim['id']} (pid {victim['pid']}) exited: killed by SIGKILL" in text, text
+
+        def status_sees_it() -> bool:
+            status = _status(cluster)
+            row = next(b for b in status["bookies"] if b["id"] == victim["id"])
+            return bool(row["state"] == "down" and status["underreplicated"] > 0)
+
+        procs.wait_for(status_sees_it, 30, "status: bookie down, ledgers under-replicated")
+        seen_s = time.monotonic() - killed_at
+        procs.wait_for(lambda: _status(cluster)["underreplicated"] == 0, 120, "re-replication")
+        writer.stop.set()
+        writer.join(30)
+        assert not writer.failures, writer.failures[:5]
+        assert writer.gap_s < WRITE_GAP_S_MAX, f"writes stalled {writer.gap_s:.1f} s"
+        print(f"seen down + under-replicated after {seen_s:.1f} s; {writer.acked} writes")
+        status = _status(cluster)
+        assert status["autorecovery"]["auditor"], status["autorecovery"]
+        assert {b["id"]: b["state"] for b in status["bookies"]}[victim["id"]] == "down"
+    finally:
+        if writer is not None:
+            writer.stop.set()
+        os.killpg(proc.pid, signal.SIGINT)
+        with_timeout = procs.wait_for
+        with_timeout(lambda: proc.poll() is not None, 60, "bookline local to stop")
+        procs.stop(proc)
+    # Stopped: cluster.json stays, says so, and a command says how to start it again.
+    assert _doc(cluster)["state"] == "stopped"
+    out = _cli("stream", "list", "--cluster", str(cluster))
+    assert out.returncode == 4 and "was stopped" in out.stderr, out.stderr
+    assert "bookline local --dir" in out.stderr, out.stderr
