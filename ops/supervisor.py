@@ -31,13 +31,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Protocol
 
 from ops.local import SERVICE_SESSION_TIMEOUT_MS, LocalCluster, ProcessInfo, Quorums
 
 log = logging.getLogger("bookline.local")
 
-__all__ = ["Supervisor", "add_cluster_flags", "describe_exit", "run_demo", "run_local"]
+__all__ = [
+    "Supervised",
+    "Supervisor",
+    "add_cluster_flags",
+    "describe_exit",
+    "run_demo",
+    "run_local",
+]
 
 # How often children are looked at: an exit is noticed (and cluster.json updated) this fast.
 TICK_S: Final = 0.2
@@ -74,12 +81,26 @@ class _Watch:
     started_at: float = 0.0  # last (re)start; ready deadline and stability from here
 
 
+class Supervised(Protocol):
+    """What the supervisor needs of a cluster (:class:`LocalCluster` has it)."""
+
+    def children(self) -> list[ProcessInfo]: ...
+
+    def is_ready(self, info: ProcessInfo) -> bool: ...
+
+    def note_exit(self, info: ProcessInfo) -> None: ...
+
+    def respawn(self, info: ProcessInfo) -> ProcessInfo: ...
+
+    def write_cluster_json(self, doc: dict[str, Any] | None = None) -> Path: ...
+
+
 class Supervisor:
-    """Watches a started :class:`LocalCluster`; :meth:`tick` does one round."""
+    """Watches a started cluster's children; :meth:`tick` does one round."""
 
     def __init__(
         self,
-        cluster: LocalCluster,
+        cluster: Supervised,
         *,
         restart: bool,
         clock: Callable[[], float] = time.monotonic,
