@@ -84,6 +84,7 @@ def _config(args: argparse.Namespace) -> NamespaceConfig:
         compression=args.compression,
         flush_interval_ms=args.flush_interval_ms,
         control_interval_ms=args.control_interval_ms,
+        idle_pipe_entries=args.idle_pipe_entries,
     )
 
 
@@ -409,6 +410,8 @@ def add_arguments(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--record-size", type=int, default=100, help="bytes per record")
     p.add_argument("--compression", default="none", choices=("none", "lz4", "zstd"))
     p.add_argument("--flush-interval-ms", type=int, default=1, help="writer buffer timer")
+    p.add_argument("--idle-pipe-entries", type=int, default=2,
+                   help="entries in flight below which a write is sent at once")  # fmt: skip
     p.add_argument("--control-interval-ms", type=int, default=2,
                    help="idle time before a control record advances the LAC")  # fmt: skip
     if kind == "write":

@@ -25,6 +25,12 @@ COLORS: Final = {
     "jetstream": "#2ca02c",
     "redis": "#d62728",
 }
+SHORT: Final = {
+    "bookline": "Bookline core",
+    "bookline_thin": "Bookline thin",
+    "jetstream": "JetStream R3",
+    "redis": "Redis",
+}
 #: Percentiles a CDF is drawn through (denser towards the tail).
 _CDF_POINTS: Final = (
     [float(p) for p in range(1, 90)]
@@ -63,7 +69,7 @@ def render(results: dict[str, Any], limits: dict[str, Any], out_dir: Path) -> li
         title = (
             "acknowledgement latency at 1,000 records/s"
             if workload == "ack"
-            else f"end-to-end latency (write -> tailing reader) at {workload[4:]} records/s"
+            else f"end-to-end latency (write -> tailing reader) at {int(workload[4:]):,} records/s"
         )
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
@@ -100,7 +106,7 @@ def render(results: dict[str, Any], limits: dict[str, Any], out_dir: Path) -> li
         ax2.axhline(disk / 6, color="black", linestyle="--", linewidth=1)
         ax2.text(-0.4, disk / 6, " disk / 6", va="bottom", fontsize=8)
     ax2.set_xticks(range(len(systems)))
-    ax2.set_xticklabels([LABELS.get(s, s).split(" (")[0] for s in systems], rotation=20, fontsize=8)
+    ax2.set_xticklabels([SHORT.get(s, s) for s in systems], rotation=20, fontsize=8)
     ax2.set_ylabel("MB/s")
     ax2.set_title("64 KiB records")
     fig.tight_layout()

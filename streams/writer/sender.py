@@ -1,10 +1,10 @@
 """A writer's pipe: the record buffer, cut into entries and transmitted in order.
 
 Cutting (adaptive flush): the buffer becomes one entry when it reaches
-``buffer_bytes_max``, on flush, or -- while fewer than ``_IDLE_PIPE_ENTRIES`` entries
-are in flight or queued -- at the next loop iteration; else ``flush_interval_ms`` after
-its first record or as soon as the pipe drains. An idle writer sends at once, a busy
-one batches.
+``buffer_bytes_max``, on flush, or -- while fewer than ``idle_pipe_entries`` (default
+2) entries are in flight or queued -- at the next loop iteration; else
+``flush_interval_ms`` after its first record or as soon as the pipe drains. An idle
+writer sends at once, a busy one batches.
 
 Sending: one task encodes the queued entries as record sets and submits them in order
 on the current segment's ledger, rolling the segment first when it is due. Entries
@@ -46,10 +46,6 @@ from streams.writer.segments import Segments, SegmentState
 log = logging.getLogger(__name__)
 
 __all__ = ["Sender"]
-
-# Entries in flight (or queued for the sender) below which the pipe counts as idle:
-# a write is transmitted at the next loop iteration instead of after the flush timer.
-_IDLE_PIPE_ENTRIES = 2
 
 
 class Sender:
@@ -107,7 +103,7 @@ class Sender:
         are in flight, let the buffer grow for up to ``flush_interval_ms`` -- or until
         the pipe drains (:meth:`_on_entry_done` cuts then)."""
         if self._timer is None and self.buffer.payloads:
-            if len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES:
+            if len(self._inflight) + len(self._outbox) < self._cfg.idle_pipe_entries:
                 self._timer = self._loop.call_soon(self._on_timer)
             else:
                 delay = self._cfg.flush_interval_ms / 1000.0
@@ -236,7 +232,7 @@ class Sender:
             out.done.set_result(None)
         if (
             self.buffer.payloads
-            and len(self._inflight) + len(self._outbox) < _IDLE_PIPE_ENTRIES
+            and len(self._inflight) + len(self._outbox) < self._cfg.idle_pipe_entries
             and self.error is None
         ):
             self.cut()  # the pipe drained: send what waited for it now
