@@ -165,7 +165,16 @@ def build_document() -> dict[str, Any]:
     }
     s = "/v1/streams/{name}"
     paths: dict[str, Any] = {
-        "/health": {"get": {"summary": "liveness and load", "responses": {"200": _ok("Object")}}},
+        "/health": {
+            "get": {
+                "summary": "state (ok, degraded, starting, stopping, down), why, and load "
+                "(docs/metrics.md); JSON always",
+                "responses": {
+                    "200": _ok("Object", "serving: ok or degraded"),
+                    "503": _ok("Object", "not serving: starting, stopping or down"),
+                },
+            }
+        },
         "/metrics": {
             "get": {
                 "summary": "Prometheus metrics (text format)",
@@ -174,6 +183,20 @@ def build_document() -> dict[str, Any]:
         },
         "/openapi.json": {
             "get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3"}}}
+        },
+        "/dashboard": {
+            "get": {
+                "summary": "the live dashboard, an HTML page polling /v1/cluster (read proxy)",
+                "responses": {"200": {"description": "HTML"}},
+            }
+        },
+        "/v1/cluster": {
+            "get": {
+                "summary": "bookies with state and disks, proxies, streams, topics, groups' lag, "
+                "under-replicated ledgers, totals and recent errors (read proxy; "
+                "readproxy/cluster.py)",
+                "responses": {"200": _ok("Object"), **_errors(503)},
+            }
         },
         "/v1/streams": {
             "get": {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by ./run.sh and ./test.sh:
-#   1. a JRE, Debian's ZooKeeper and redis-server (apt-get, only when missing; Redis is
-#      a peer of `bookline bench compare`, never started as a service here);
+#   1. a JRE, Debian's ZooKeeper, redis-server and chromium (apt-get, only when missing;
+#      Redis is a peer of `bookline bench compare`, never started as a service here;
+#      chromium is the headless browser of the dashboard test, driven by Playwright);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
 # Source it; it leaves VENV_PY pointing at the venv's python.
@@ -16,6 +17,7 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq

@@ -17,7 +17,9 @@ Routes:
 * ``GET|POST|DELETE /v1/streams/{name}/subscriptions[/{sub}]`` -- core subscriptions
   (:mod:`readproxy.subscriptions`);
 * ``GET /v1/streams``, ``GET /v1/streams/{name}``, ``/health``, ``/metrics``,
-  ``/openapi.json``.
+  ``/openapi.json``;
+* ``GET /dashboard`` -- the live dashboard, polling ``GET /v1/cluster``
+  (:mod:`readproxy.dashboard`, :mod:`readproxy.cluster`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -46,7 +48,9 @@ from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
 from metadata.zk import SessionState
 from readproxy import subscriptions, topics
+from readproxy.cluster import ClusterView
 from readproxy.config import ReadProxyConfig
+from readproxy.dashboard import register_dashboard
 from readproxy.feeds import FeedRegistry
 from readproxy.frames import page_body
 from readproxy.metrics import ReadProxyMetrics
@@ -85,6 +89,7 @@ class ReadProxy:
         self._reap_task: asyncio.Task[None] | None = None
         self._websockets: set[web.WebSocketResponse] = set()
         self._stopping = False
+        self._cluster: ClusterView | None = None
 
     @property
     def registration_id(self) -> str:
@@ -111,6 +116,7 @@ class ReadProxy:
         # One ZooKeeper session per proxy: the core's. The registration then lives and
         # dies with the same session as the readers.
         self._md = self._ns.context.md
+        self._cluster = ClusterView(self._ns, self._md, self.health_body)
         await self._md.proxies.register(ProxyInfo(self.registration_id, self.url, 0.0))
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
@@ -126,6 +132,8 @@ class ReadProxy:
             await ws.close(code=1001, message=b"read proxy stopping")
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._cluster is not None:
+            await self._cluster.close()
         if self._feeds is not None:
             await self._feeds.close()
         if self._pool is not None:
@@ -163,11 +171,15 @@ class ReadProxy:
         app.router.add_get(f"{p}/streams/{{name}}/tail", self.tail)
         topics.add_routes(app, lambda: self.pages)
         subscriptions.add_routes(app, lambda: self.ns)
+        register_dashboard(app, lambda: self._cluster)
         return app
 
     # -- plain routes ----------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
+        return health_response(self.health_body())
+
+    def health_body(self) -> dict[str, Any]:
         """State (:mod:`foundation.health`), shared feeds and read totals."""
         feeds = self._feeds
         if self._stopping:
@@ -178,19 +190,17 @@ class ReadProxy:
             state, why = State.DEGRADED, "ZooKeeper session suspended: new reads wait"
         else:
             state, why = State.OK, "serving"
-        return health_response(
-            health_body(
-                "readproxy",
-                self.config.proxy_id,
-                state,
-                why,
-                proxy_id=self.config.proxy_id,
-                url=self.url,
-                feeds=len(feeds.feeds) if feeds else 0,
-                cache_bytes=feeds.cache_bytes if feeds else 0,
-                websockets=len(self._websockets),
-                **self.metrics.health_figures(),
-            )
+        return health_body(
+            "readproxy",
+            self.config.proxy_id,
+            state,
+            why,
+            proxy_id=self.config.proxy_id,
+            url=self.url,
+            feeds=len(feeds.feeds) if feeds else 0,
+            cache_bytes=feeds.cache_bytes if feeds else 0,
+            websockets=len(self._websockets),
+            **self.metrics.health_figures(),
         )
 
     async def list_streams(self, request: web.Request) -> web.Response:
