@@ -22,6 +22,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from foundation.health import RecentErrors
+
 __all__ = ["service_registry"]
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -30,7 +32,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 def service_registry() -> CollectorRegistry:
     """A fresh registry with the process, platform and GC collectors registered (the
     same collector objects as prometheus_client's default registry: they hold no
-    per-registry state)."""
+    per-registry state). Also starts keeping the process's recent WARNING+ log records
+    for ``/health`` (from the service's start, not its first health request)."""
+    RecentErrors.installed()
     registry = CollectorRegistry(auto_describe=True)
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
