@@ -18,7 +18,9 @@ Signals: SIGTERM/SIGINT -> clean shutdown (deregister first so no new ledger pic
 this bookie, stop accepting, drain, checkpoint and close storage, close the session);
 SIGHUP -> re-read ``disk_usage_threshold`` / ``disk_usage_lwm`` from the config file
 (how operators -- and the integration tests -- move the read-only thresholds at
-runtime). A fatal storage error exits with status 3, and so does a start that finds
+runtime). ``bookline bookie readonly ID`` holds the bookie read-only whatever its disks
+say (a znode ``bookies/forcedreadonly/<id>`` it watches) until ``bookline bookie
+writable ID``. A fatal storage error exits with status 3, and so does a start that finds
 acknowledged journal data damaged beyond what replay can work around
 (JournalCorruptError, logged with the file and offset).
 """
@@ -242,6 +244,8 @@ async def _run_server(
     await server.start()
     stack = contextlib.AsyncExitStack()
     try:
+        await _watch_forced_read_only(md, server, bookie_id, stack)
+        await server.check_disk()  # registered read-only at once if an operator said so
         info = _info(server, config, bookie_id)
         await _register(md, info, config)
 
@@ -286,6 +290,23 @@ async def _run_server(
             await stack.aclose()
         finally:
             await server.stop()
+
+
+async def _watch_forced_read_only(
+    md: MetadataClient, server: BookieServer, bookie_id: str, stack: contextlib.AsyncExitStack
+) -> None:
+    """Follow ``bookies/forcedreadonly/<id>`` (``bookline bookie readonly|writable``):
+    present, the bookie is held read-only; applied at once, not at the next disk check."""
+    checks: set[asyncio.Task[object]] = set()
+
+    def on_change(snapshot: tuple[bytes, int] | None) -> None:
+        server.set_forced_read_only(snapshot is not None)
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(server.check_disk())
+        checks.add(task)
+        task.add_done_callback(checks.discard)
+
+    watch = await md.zk.watch_data(md.layout.bookie_forced_readonly(bookie_id), on_change)
+    stack.callback(watch.cancel)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -86,6 +86,9 @@ class BookieServer:
         self._health_task: asyncio.Task[None] | None = None
         # The read-only state the registry was last told (None = not told yet).
         self._registered_read_only: bool | None = None
+        # Read-only by an operator's request (`bookline bookie readonly`), whatever the
+        # disks say, until lifted (`bookline bookie writable`).
+        self.forced_read_only = False
         self.draining = False
         self.failed = asyncio.Event()
         self.fatal_error: BaseException | None = None
@@ -221,11 +224,26 @@ class BookieServer:
         self._lwm = lwm
         log.info("disk thresholds now read-only above %.3f, writable below %.3f", threshold, lwm)
 
+    def set_forced_read_only(self, forced: bool) -> None:
+        """Hold the bookie read-only (an operator's request) or let the disks decide
+        again; the next :meth:`check_disk` applies it."""
+        if forced != self.forced_read_only:
+            log.warning(
+                "bookie %s: %s by an operator",
+                self.bookie_id,
+                "read-only" if forced else "no longer held read-only",
+            )
+        self.forced_read_only = forced
+
     async def check_disk(self) -> DiskUsage:
         """One disk-health step: flip read-only as needed and tell the registry."""
         usage = self.storage.disk_usage()
         read_only = usage.read_only
-        if not read_only and usage.used_fraction >= self._threshold:
+        if self.forced_read_only:
+            if not read_only:
+                self.storage.set_read_only(True)
+                read_only = True
+        elif not read_only and usage.used_fraction >= self._threshold:
             log.warning(
                 "disk usage %.3f >= %.3f: turning read-only", usage.used_fraction, self._threshold
             )

@@ -17,11 +17,12 @@ keys are errors, never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,6 +77,11 @@ def _convert(name: str, value: object, annotation: Any) -> object:
     raise ConfigError(f"setting {name!r}: unsupported type {annotation!r}")
 
 
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def load_config(
     cls: type[T],
     *,
@@ -108,8 +114,11 @@ def load_config(
             if isinstance(value, dict):
                 continue  # other sections of a shared file
             if key not in fields:
-                raise ConfigError(f"config file {path}: unknown setting {key!r} for {cls.__name__}")
-            values[key] = _convert(key, value, hints[key])
+                raise ConfigError(
+                    f"config file {path}: unknown setting {key!r} in "
+                    f"[{section or cls.__name__}]{_did_you_mean(key, fields)}"
+                )
+            values[key] = _convert(f"{section}.{key}" if section else key, value, hints[key])
 
     env = os.environ if environ is None else environ
     if env_prefix:
@@ -122,7 +131,9 @@ def load_config(
         if value is None:
             continue
         if key not in fields:
-            raise ConfigError(f"unknown setting {key!r} for {cls.__name__}")
+            raise ConfigError(
+                f"unknown setting {key!r} for {cls.__name__}{_did_you_mean(key, fields)}"
+            )
         values[key] = _convert(key, value, hints[key])
 
     try:

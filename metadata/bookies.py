@@ -195,6 +195,20 @@ class BookieRegistry:
                 out[bookie_id] = await self.get(bookie_id)
         return out
 
+    async def forced_read_only(self, bookie_id: str) -> bool:
+        """Whether an operator holds the bookie read-only."""
+        return await self._zk.exists(self._layout.bookie_forced_readonly(bookie_id)) is not None
+
+    async def set_forced_read_only(self, bookie_id: str, forced: bool) -> None:
+        """Hold the bookie read-only (the bookie watches this), or release it; idempotent."""
+        path = self._layout.bookie_forced_readonly(bookie_id)
+        if forced:
+            with contextlib.suppress(AlreadyExistsError):  # already held: goal reached
+                await self._zk.create(path, b"", makepath=True)
+        else:
+            with contextlib.suppress(NotFoundError):  # not held: goal reached
+                await self._zk.delete(path)
+
     async def watch(self, callback: Callable[[BookieSet], None] | None = None) -> BookieWatch:
         """Watch membership (writable and read-only sets); see :class:`BookieWatch`."""
         bw = BookieWatch(callback)

@@ -22,12 +22,15 @@ from ops import (
     bench,
     cli_autorecovery,
     cli_bookie,
+    cli_bookie_admin,
     cli_consume,
     cli_group,
     cli_ledger,
     cli_pipeline,
     cli_status,
     cli_stream,
+    cli_subscription,
+    cli_zk,
 )
 from ops.cli_common import (
     EXIT_CODES,
@@ -99,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Sub-command groups living in their own modules register here, one line each.
     cli_bookie.add_parser(sub)
     cli_autorecovery.register(sub)  # after `bookie`: adds `bookie decommission`
+    cli_bookie_admin.register(sub)  # `bookie list|info|readonly|writable`, `cookie show`
     bench.register(sub)
     writeproxy_main.add_parser(sub)
     readproxy_main.add_parser(sub)
@@ -109,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_consume.register(sub)
     cli_status.register(sub)
     cli_ledger.register(sub)
+    cli_subscription.register(sub)
+    cli_zk.register(sub)
     add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 
