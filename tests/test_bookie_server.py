@@ -281,6 +281,10 @@ async def test_too_many_requests_beyond_the_inflight_bound(tmp_path: Path) -> No
         rejected = [r for r in results if isinstance(r, TooManyRequestsError)]
         answered = [r for r in results if isinstance(r, p.ReadLacResponse)]
         assert len(rejected) == 6 and len(answered) == 4, results
+        counted = b.server.metrics.registry.get_sample_value(
+            "bookline_bookie_rejected_requests_total"
+        )
+        assert counted == 6  # docs/metrics.md names this test as moving the family
         await c.add(1, 1, 0, KEY, b"y")  # the connection is still fine
     finally:
         await c.close()
@@ -561,6 +565,10 @@ async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> No
                 await asyncio.sleep(0.2)
         ratio = [ln for ln in text.splitlines() if ln.startswith("bookline_bookie_read_cache_hit")]
         assert 0.0 < float(ratio[0].split()[-1]) < 1.0, ratio
+        ahead = [
+            ln for ln in text.splitlines() if ln.startswith("bookline_bookie_storage_read_ahead")
+        ]
+        assert float(ahead[0].split()[-1]) > 0, ahead  # docs/metrics.md names this test
     finally:
         await c.close()
         await stop_bookie(b)
