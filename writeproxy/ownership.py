@@ -12,7 +12,8 @@ Then the de-duplication table is rebuilt from the stream's tail (:mod:`writeprox
 and the stream is served by an :class:`~writeproxy.owned.OwnedStream`. A stream whose
 writer fails (lost lock, bookies gone) is dropped: the writer is closed, the record
 released, and the next request acquires it again from scratch, so the table is always
-rebuilt from what the log really holds.
+rebuilt from what the log really holds. An acquisition that failed is not tried again
+for a back-off (0.5 s doubling to 5 s): requests meanwhile get its error at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from foundation.errors import (
@@ -33,6 +35,7 @@ from foundation.errors import (
     OwnershipLostError,
     TooManyRequestsError,
     UnavailableError,
+    for_code,
 )
 from writeproxy import dedup
 from writeproxy.config import WriteProxyConfig
@@ -51,6 +54,23 @@ __all__ = ["Ownership"]
 SCAN_ENTRIES_PER_READ = 64
 # Streams being acquired at once (each costs ZooKeeper round trips and a recovery).
 ACQUIRES_CONCURRENT_MAX = 32
+# A stream whose acquisition failed (too few bookies, ZooKeeper trouble) is not acquired
+# again before this back-off, doubling per failure up to the max: requests meanwhile get
+# the same error at once, instead of each taking the lock, recovering the last segment
+# and letting go again (20 times a second under one retrying client).
+ACQUIRE_BACKOFF_INITIAL_S = 0.5
+ACQUIRE_BACKOFF_MAX_S = 5.0
+# Failed streams remembered at most (the oldest forgotten first).
+ACQUIRE_FAILURES_MAX = 10_000
+# Errors that say "ask again / elsewhere" rather than "this cannot work now".
+_NO_BACKOFF = (OwnerMovedError, OwnershipLostError, TooManyRequestsError, UnavailableError)
+
+
+@dataclass(slots=True)
+class _Failure:
+    error: BooklineError
+    retry_at: float
+    backoff_s: float
 
 
 class Ownership:
@@ -64,8 +84,11 @@ class Ownership:
         address: str,
         *,
         on_change: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._clock = clock
+        self._failures: dict[str, _Failure] = {}
         self.ns = ns
         self.md = md
         self.address = address
@@ -100,6 +123,7 @@ class Ownership:
             raise TooManyRequestsError(
                 f"this proxy owns {len(self.owned)} streams, its limit; try another proxy"
             )
+        self._check_backoff(name)
         fut: asyncio.Future[OwnedStream] = asyncio.get_running_loop().create_future()
         self._acquiring[name] = fut
         try:
@@ -108,14 +132,48 @@ class Ownership:
                     self._acquire(name), self.config.acquire_timeout_ms / 1000
                 )
         except BaseException as exc:
+            self._note_failure(name, exc)
             fut.set_exception(exc)
             fut.exception()  # retrieved: concurrent waiters re-raise it themselves
             raise
         else:
+            self._failures.pop(name, None)
             fut.set_result(owned)
             return owned
         finally:
             del self._acquiring[name]
+
+    def _check_backoff(self, name: str) -> None:
+        """Raise the last acquisition's error again while its back-off lasts."""
+        failure = self._failures.get(name)
+        if failure is None:
+            return
+        left_s = failure.retry_at - self._clock()
+        if left_s > 0:
+            raise for_code(
+                failure.error.code,
+                f"{failure.error.message} (stream {name} not acquired again for "
+                f"{left_s * 1000:.0f} ms)",
+            )
+
+    def _note_failure(self, name: str, exc: BaseException) -> None:
+        if not isinstance(exc, BooklineError) or isinstance(exc, _NO_BACKOFF):
+            return
+        last = self._failures.pop(name, None)
+        backoff_s = (
+            ACQUIRE_BACKOFF_INITIAL_S
+            if last is None
+            else min(last.backoff_s * 2, ACQUIRE_BACKOFF_MAX_S)
+        )
+        self._failures[name] = _Failure(exc, self._clock() + backoff_s, backoff_s)
+        while len(self._failures) > ACQUIRE_FAILURES_MAX:
+            del self._failures[next(iter(self._failures))]
+        log.warning(
+            "stream %s: acquisition failed (%s); not tried again for %.1f s",
+            name,
+            exc,
+            backoff_s,
+        )
 
     async def owner_of(self, name: str) -> str | None:
         """Address of the proxy owning ``name`` (ours included), or None."""
