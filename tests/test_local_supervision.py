@@ -165,3 +165,45 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
     out = _cli("stream", "list", "--cluster", str(cluster))
     assert out.returncode == 4 and "was stopped" in out.stderr, out.stderr
     assert "bookline local --dir" in out.stderr, out.stderr
+
+
+def test_restart_and_a_zookeeper_ensemble(tmp_path: Path) -> None:
+    """`--restart --zk-ensemble 3`: kill -9 of a ZooKeeper server and of the write proxy;
+    both come back (restarts 1, running), the metadata store served throughout (a
+    quorum of 2), and writes work again."""
+    cluster = tmp_path / "c" / "cluster.json"
+    argv = [sys.executable, "-m", "ops.cli", "local", "--dir", str(tmp_path / "c"),
+            "--restart", "--zk-ensemble", "3", "--read-proxies", "0"]  # fmt: skip
+    proc = procs.spawn(argv, log_path=tmp_path / "local.log")
+    try:
+        procs.wait_for(
+            lambda: _doc(cluster).get("state") == "running" or proc.poll() is not None,
+            180,
+            "cluster.json",
+        )
+        layout = _doc(cluster)
+        modes = sorted(z["mode"] for z in _status(cluster)["zookeeper"])
+        assert modes == ["follower", "follower", "leader"], modes
+        victims = [layout["zookeepers"][0], layout["write_proxies"][0]]
+        for victim in victims:
+            os.kill(victim["pid"], signal.SIGKILL)
+
+        def back() -> bool:
+            doc = _doc(cluster)
+            now = [doc["zookeepers"][0], doc["write_proxies"][0]]
+            return all(e["state"] == "running" and e["restarts"] == 1 for e in now)
+
+        procs.wait_for(back, 90, "the killed children to run again")
+        doc = _doc(cluster)
+        assert doc["zookeepers"][0]["exit_status"] == -9
+        assert doc["write_proxies"][0]["pid"] != victims[1]["pid"]
+        out = subprocess.run(
+            [sys.executable, "-m", "ops.cli", "stream", "write", "after", "--cluster",
+             str(cluster)],
+            input="one\n", capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        procs.wait_for(lambda: proc.poll() is not None, 60, "bookline local to stop")
+        procs.stop(proc)
