@@ -61,8 +61,9 @@ this order, each overriding the one before: the defaults below, the `[section]` 
 TOML file given with `--config FILE`, environment variables `BOOKLINE_<SECTION>_<FIELD>`
 (e.g. `BOOKLINE_BOOKIE_JOURNAL_DIR`), then flags (`--journal-dir`). An unknown key, a
 value of the wrong type or settings that contradict each other stop the server at start
-with a message naming the key. Example files: `ops/deploy/config/*.toml`; a layout for
-three hosts: `docs/deployment.md`.
+with a message naming the key (exit status 4). Example: `ops/deploy/bookline.toml` (every
+service's section for a three-host cluster) with one environment file per instance in
+`ops/deploy/env/`; the walk-through is `docs/deployment.md`.
 
 **Libraries** (the core library, the thin client, producers and consumers) take their
 settings as a frozen dataclass built in code, e.g.
