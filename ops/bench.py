@@ -157,5 +157,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _main(runner: Runner, args: argparse.Namespace) -> int:
-    emit(runner(args), as_json=bool(args.json))
+    from ops.progress import progress
+
+    # A spinner with the elapsed time on a terminal (stderr), nothing otherwise: the
+    # longer benchmarks say nothing for minutes.
+    with progress(f"bench {args.bench}"):
+        result = runner(args)
+    emit(result, as_json=bool(args.json))
     return 0

@@ -18,7 +18,8 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from foundation.errors import BooklineError, ConfigError, NotFoundError
 from foundation.names import is_internal, validate_name
@@ -67,6 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--limit", type=int, default=None, help="stop after N records")
     r.add_argument("--follow", action="store_true", help="keep waiting for new records")
     r.add_argument("--json", action="store_true", help="one JSON object per record")
+    r.add_argument(
+        "--out", type=Path, help="write the records to this file (a progress bar on a terminal)"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -208,19 +212,44 @@ def _line(rec: Any, as_json: bool) -> str:
 
 
 async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
+    """Pages of records to stdout, or to ``--out FILE`` with a progress bar (a bulk
+    read: the total is the stream's record count when reading from the start)."""
+    from ops.progress import progress
+
+    total = args.limit
+    if args.out is not None and args.start == "earliest" and not args.follow:
+        count = int((await client.describe(args.name)).get("record_count") or 0)
+        total = count if total is None else min(total, count)
+    out: TextIO = sys.stdout
+    if args.out is not None:
+        out = await asyncio.to_thread(args.out.open, "w", encoding="utf-8")
     position = args.start
     remaining = args.limit
-    while remaining is None or remaining > 0:
-        want = READ_PAGE_RECORDS if remaining is None else min(remaining, READ_PAGE_RECORDS)
-        page = await client.read(
-            args.name, position, want, wait_ms=FOLLOW_WAIT_MS if args.follow else 0
-        )
-        for rec in page.records:
-            sys.stdout.write(_line(rec, args.json) + "\n")
-        sys.stdout.flush()
-        if remaining is not None:
-            remaining -= len(page.records)
-        position = page.next
-        if not page.records and not args.follow:
-            break
+    read = 0
+    try:
+        with progress(f"read {args.name}", total=total, unit="records") as bar:
+            while remaining is None or remaining > 0:
+                want = READ_PAGE_RECORDS if remaining is None else min(remaining, READ_PAGE_RECORDS)
+                page = await client.read(
+                    args.name, position, want, wait_ms=FOLLOW_WAIT_MS if args.follow else 0
+                )
+                text = "".join(_line(rec, args.json) + "\n" for rec in page.records)
+                await asyncio.to_thread(_write_flush, out, text)
+                read += len(page.records)
+                bar.update(done=read)
+                if remaining is not None:
+                    remaining -= len(page.records)
+                position = page.next
+                if not page.records and not args.follow:
+                    break
+    finally:
+        if out is not sys.stdout:
+            await asyncio.to_thread(out.close)
+    if args.out is not None:
+        print(f"{read} records of {args.name} to {args.out}; next position {position}")
     return 0
+
+
+def _write_flush(out: TextIO, text: str) -> None:
+    out.write(text)
+    out.flush()

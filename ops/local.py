@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,16 +200,33 @@ class LocalCluster:
         assert self.zk is not None
         return self.zk_hosts + LOCAL_CHROOT
 
-    def start(self) -> None:
+    @property
+    def process_count(self) -> int:
+        """Processes :meth:`start` starts."""
+        return (
+            self.zk_ensemble
+            + self.bookie_count
+            + int(self.with_autorecovery)
+            + self.write_proxy_count
+            + self.read_proxy_count
+        )
+
+    def start(self, on_ready: Callable[[str], None] | None = None) -> None:
+        """Start every process and wait until each serves; ``on_ready(name)`` after each
+        (a progress bar)."""
+        ready = on_ready or (lambda _name: None)
         self.dir.mkdir(parents=True, exist_ok=True)
         ports = self._ports()
         try:
             self._start_zookeeper(ports)
+            for info in self.zookeepers:
+                ready(info.name)
             self._ensure_chroot()
             for i in range(1, self.bookie_count + 1):
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
                 self._wait_ready(info, BOOKIE_START_TIMEOUT_S)
+                ready(info.name)
             if self.with_autorecovery:
                 self.autorecovery.append(self._start_autorecovery(1))
             for i in range(1, self.write_proxy_count + 1):
@@ -218,6 +235,7 @@ class LocalCluster:
                 self.read_proxies.append(self._start_proxy("readproxy", i, ports))
             for info in self.autorecovery + self.write_proxies + self.read_proxies:
                 self._wait_ready(info, PROXY_START_TIMEOUT_S)
+                ready(info.name)
             self.write_cluster_json()
         except BaseException:
             self.stop()

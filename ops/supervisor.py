@@ -254,10 +254,18 @@ def _signals() -> threading.Event:
     return stop
 
 
+def _start(cluster: LocalCluster) -> None:
+    """Start the cluster, with a progress bar on a terminal."""
+    from ops.progress import progress
+
+    with progress("starting local cluster", total=cluster.process_count, unit="processes") as bar:
+        cluster.start(on_ready=lambda name: bar.update(advance=1, note=f"{name} ready"))
+
+
 def run_local(args: argparse.Namespace) -> int:
     stop = _signals()
     cluster = _cluster_from_args(args)
-    cluster.start()
+    _start(cluster)
     try:
         print(json.dumps(cluster.describe(), indent=2), flush=True)
         print(
@@ -276,7 +284,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     stop = _signals()
     cluster = _cluster_from_args(args)
-    cluster.start()
+    _start(cluster)
     try:
         demo.show(cluster.describe())
         demo.write_and_read(cluster.dir / "cluster.json")

@@ -85,6 +85,10 @@ def test_ledger_and_stream_commands(proxy_cluster: LocalCluster, tmp_path: Path)
     table = _cli(proxy_cluster, "stream", "describe", stream)
     assert "ensembles" in table.stdout and segment["ensembles"][0]["bookies"][0] in table.stdout
     assert stream in _json(proxy_cluster, "stream", "list")["streams"]
+    bulk = tmp_path / "records.txt"
+    read = _cli(proxy_cluster, "stream", "read", stream, "--out", str(bulk))
+    assert read.returncode == 0 and "200 records" in read.stdout, read.stderr
+    assert bulk.read_text().splitlines() == [f"line {i}" for i in range(200)]
 
     ledgers = _json(proxy_cluster, "ledger", "list", "--stream", stream)
     ids = [r["ledger_id"] for r in ledgers]
