@@ -119,7 +119,7 @@ def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[
                 nats = peer_nats.NatsCluster(base / "nats")
                 nats.start()
                 stack.callback(nats.stop)
-                systems.append(peer_nats.JetStream(nats.urls))
+                systems.append(peer_nats.JetStream(nats.urls, nats.logs))
             else:
                 skipped["jetstream"] = why
         if "redis" in wanted:
@@ -164,9 +164,9 @@ async def _run_all(
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Every workload's runs per system, systems alternating within each repeat."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {s.key: {} for s in systems}
-    for s in systems:
-        await s.start()
     try:
+        for s in systems:  # each close() is safe on a system that did not start
+            await s.start()
         for name, run, follow in _workloads(sizes, only):
             for rep in range(sizes.repeats):
                 order = systems[rep % len(systems) :] + systems[: rep % len(systems)]

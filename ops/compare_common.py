@@ -233,8 +233,8 @@ class TailProcess:
         if msg != "ready":
             raise RuntimeError(f"reader process: expected 'ready', got {msg!r}")
 
-    async def result(self) -> Latencies:
-        return Latencies.decode(await self._recv(READER_SILENCE_S))
+    async def result(self, timeout_s: float = READER_SILENCE_S) -> Latencies:
+        return Latencies.decode(await self._recv(timeout_s))
 
     async def stop(self) -> None:
         """Stopped by pid, also when the run failed."""
@@ -266,6 +266,8 @@ async def e2e_with_reader(
     reader: TailProcess,
     warm_up: Callable[[], Awaitable[None]],
     send: Callable[[float, Latencies, Callable[[], None]], None],
+    *,
+    result_timeout_s: float = READER_SILENCE_S,
 ) -> dict[str, Any]:
     """The e2e workload around a system's ``send`` (as in :func:`paced_acks`): a
     warm-up record the reader skips, the reader's 'ready', the open loop; the reader's
@@ -274,7 +276,7 @@ async def e2e_with_reader(
         await warm_up()
         await reader.ready()
         acks = await paced_acks(rate, seconds, send)
-        lat = await reader.result()
+        lat = await reader.result(result_timeout_s)
     finally:
         await reader.stop()
     ack = {f"ack_{k}": v for k, v in acks.items() if k.endswith("_ms")}

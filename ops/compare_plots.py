@@ -98,7 +98,7 @@ def render(results: dict[str, Any], limits: dict[str, Any], out_dir: Path) -> li
     ax1.set_ylabel("records/s (100 B records, log)")
     ax1.set_title("throughput")
     ax1.grid(True, axis="y", which="both", alpha=0.3)
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4)
     large = [results[s].get("large", {}).get("mb_per_s") or 0 for s in systems]
     ax2.bar(range(len(systems)), large, color=[COLORS.get(s) for s in systems])
     disk = limits.get("seq_write_fsync_mb_per_s")

@@ -50,8 +50,14 @@ if TYPE_CHECKING:
     from nats.js.client import JetStreamContext
 
 NODES: Final = 3
-#: A node listens within this long; the cluster elects its meta leader within that.
+#: A node listens within this long.
 START_TIMEOUT_S: Final = 30.0
+#: The cluster elects its JetStream meta leader within this long of listening (a loaded
+#: 2-core machine has taken more than 30 s).
+LEADER_TIMEOUT_S: Final = 90.0
+#: One probe (a stream created and deleted) waits this long before the next try: a
+#: request sent before the meta leader exists is never answered.
+PROBE_TIMEOUT_S: Final = 3.0
 #: JetStream's own limit on an atomic batch (server default ``max_batch_size``).
 ATOMIC_BATCH_MAX: Final = 1_000
 #: Atomic batches outstanding (each acknowledged once).
@@ -120,6 +126,10 @@ class NatsCluster:
         return [f"nats://127.0.0.1:{p}" for p in self.ports]
 
     @property
+    def logs(self) -> list[Path]:
+        return [self.dir / f"n{i + 1}" / "nats.log" for i in range(NODES)]
+
+    @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
@@ -175,8 +185,9 @@ class JetStream:
     key = "jetstream"
     label = "NATS JetStream"
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: list[str], logs: list[Path] | None = None) -> None:
         self._urls = urls
+        self._logs = logs or []  # named in the error when the cluster never forms
         self._nc: NATS | None = None
         self._js: JetStreamContext | None = None
         self._written: tuple[str, str, int] | None = None  # stream, subject, records
@@ -188,30 +199,44 @@ class JetStream:
         return self._js
 
     async def start(self) -> None:
+        from nats.errors import Error as NatsError
+
         self._nc = await _connect(self._urls)
         self._js = self._nc.jetstream(timeout=30, publish_async_max_pending=PIPELINE_WINDOW)
-        # The meta leader is elected a moment after the nodes listen.
-        deadline = time.monotonic() + START_TIMEOUT_S
+        # The meta leader is elected a moment after the nodes listen; until then a
+        # JetStream request goes unanswered, so probe with short requests.
+        probe = self._nc.jetstream(timeout=PROBE_TIMEOUT_S)
+        deadline = time.monotonic() + LEADER_TIMEOUT_S
         while True:
             try:
-                name, _subject = await self._stream("probe")
-                await self.js.delete_stream(name)
+                name, _subject = await self._stream("probe", probe)
+                await probe.delete_stream(name)
                 return
-            except Exception:  # retried until the deadline, then raised
+            except (NatsError, TimeoutError) as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(
+                        f"NATS JetStream cluster did not take a stream within "
+                        f"{LEADER_TIMEOUT_S:.0f} s ({exc!r}); its logs:\n{self._log_tails()}"
+                    ) from exc
                 await asyncio.sleep(0.5)
+
+    def _log_tails(self) -> str:
+        tails = []
+        for log in self._logs:
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            tails.append(f"== {log}\n" + "\n".join(lines[-15:]))
+        return "\n".join(tails)
 
     async def close(self) -> None:
         if self._nc is not None:
             await self._nc.close()
 
-    async def _stream(self, tag: str) -> tuple[str, str]:
+    async def _stream(self, tag: str, js: JetStreamContext | None = None) -> tuple[str, str]:
         from nats.js.api import StorageType, StreamConfig
 
         run = uuid.uuid4().hex[:8]
         name, subject = f"CMP_{tag}_{run}", f"cmp.{tag}.{run}"
-        await self.js.add_stream(
+        await (js or self.js).add_stream(
             StreamConfig(
                 name=name,
                 subjects=[subject],
