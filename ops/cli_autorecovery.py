@@ -153,7 +153,9 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
         raise ConfigError(
             f"say where the cluster is: --zk ZK [--root ROOT] or --cluster FILE (${ENV_CLUSTER})"
         )
-    return MetadataConfig(zk=zk, root=root, session_timeout_ms=args.session_timeout_ms)
+    timeout_s = getattr(args, "timeout", None)  # client commands: how long to wait for ZK
+    connect = {"connect_timeout_ms": int(timeout_s * 1000)} if timeout_s else {}
+    return MetadataConfig(zk=zk, root=root, session_timeout_ms=args.session_timeout_ms, **connect)
 
 
 def _run_autorecovery(args: argparse.Namespace) -> int:

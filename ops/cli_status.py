@@ -146,14 +146,17 @@ async def _bookies(md: MetadataClient, cluster: ClusterFile) -> list[dict[str, A
 async def _autorecovery(md: MetadataClient, cluster: ClusterFile) -> dict[str, Any]:
     from ledger.auditor import current_leader
 
+    processes = []
+    for p in _listed(cluster, "autorecovery").values():
+        row = {"id": p["id"], "pid": p.get("pid"), "state": p.get("state", "running")}
+        if p.get("url") and row["state"] == "running":
+            row["health"], row["why"] = await _health(str(p["url"]))
+        processes.append(row)
     return {
         "enabled": await md.underreplicated.replication_enabled(),
         "auditor": await current_leader(md),
         "repairing": sorted((await md.underreplicated.list_claims()).items()),
-        "processes": [
-            {"id": p["id"], "pid": p.get("pid"), "state": p.get("state", "running")}
-            for p in _listed(cluster, "autorecovery").values()
-        ],
+        "processes": processes,
     }
 
 
@@ -309,7 +312,10 @@ def _show(status: dict[str, Any]) -> None:
           [tuple(_bookie_cells(b)) for b in status["bookies"]])  # fmt: skip
     ar = status["autorecovery"]
     repairing = ", ".join(f"{lid} ({w})" for lid, w in ar["repairing"]) or "none"
-    processes = ", ".join(f"{p['id']} {p['state']}" for p in ar["processes"])
+    processes = ", ".join(
+        f"{p['id']} {p['state']}" + (f" ({p['health']})" if p.get("health") else "")
+        for p in ar["processes"]
+    )
     table(
         "ledgers and autorecovery",
         ("what", "value"),

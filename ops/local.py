@@ -183,6 +183,7 @@ class LocalCluster:
             + [f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)]
             + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)]
             + [f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)]
+            + (["autorecovery-1"] if self.with_autorecovery else [])
         ):
             if key not in ports:
                 ports[key] = procs.free_port()
@@ -228,7 +229,7 @@ class LocalCluster:
                 self._wait_ready(info, BOOKIE_START_TIMEOUT_S)
                 ready(info.name)
             if self.with_autorecovery:
-                self.autorecovery.append(self._start_autorecovery(1))
+                self.autorecovery.append(self._start_autorecovery(1, ports))
             for i in range(1, self.write_proxy_count + 1):
                 self.write_proxies.append(self._start_proxy("writeproxy", i, ports))
             for i in range(1, self.read_proxy_count + 1):
@@ -314,14 +315,19 @@ class LocalCluster:
         info.extra["metrics"] = f"http://127.0.0.1:{metrics_port}/metrics"
         return info
 
-    def _start_autorecovery(self, index: int) -> ProcessInfo:
+    def _start_autorecovery(self, index: int, ports: dict[str, int]) -> ProcessInfo:
         name = f"autorecovery-{index}"
+        port = ports[name]  # its /metrics and /health
         argv = [
             sys.executable, "-m", "ops.cli", "autorecovery",
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT, *self._session_args(),
-            *self.autorecovery_args,
+            "--http-port", str(port), *self.autorecovery_args,
         ]  # fmt: skip
-        return self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
+        info = self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
+        url = f"http://127.0.0.1:{port}"
+        info.address = f"127.0.0.1:{port}"
+        info.extra.update(url=url, metrics=f"{url}/metrics")
+        return info
 
     def _start_proxy(self, kind: str, index: int, ports: dict[str, int]) -> ProcessInfo:
         """Start write/read proxy ``index`` (``kind`` is the CLI command)."""
@@ -375,7 +381,7 @@ class LocalCluster:
         elif info.kind == "bookie":
             fresh = self._start_bookie(index, self._ports())
         elif info.kind == "autorecovery":
-            fresh = self._start_autorecovery(index)
+            fresh = self._start_autorecovery(index, self._ports())
         else:
             fresh = self._start_proxy(info.kind, index, self._ports())
         fresh.restarts = info.restarts + 1

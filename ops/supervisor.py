@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -262,8 +263,17 @@ def _start(cluster: LocalCluster) -> None:
         cluster.start(on_ready=lambda name: bar.update(advance=1, note=f"{name} ready"))
 
 
+def _children_log_like_us(args: argparse.Namespace) -> None:
+    """Children inherit the environment: pass ``--log-format`` and ``-v`` on."""
+    if getattr(args, "log_format", None):
+        os.environ["BOOKLINE_LOG_FORMAT"] = args.log_format
+    if getattr(args, "verbose", False):
+        os.environ["BOOKLINE_LOG_LEVEL"] = "DEBUG"
+
+
 def run_local(args: argparse.Namespace) -> int:
     stop = _signals()
+    _children_log_like_us(args)
     cluster = _cluster_from_args(args)
     _start(cluster)
     try:

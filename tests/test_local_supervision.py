@@ -152,6 +152,8 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
         print(f"seen down + under-replicated after {seen_s:.1f} s; {writer.acked} writes")
         status = _status(cluster)
         assert status["autorecovery"]["auditor"], status["autorecovery"]
+        process = status["autorecovery"]["processes"][0]
+        assert process["state"] == "running" and process["health"] == "ok", process
         assert {b["id"]: b["state"] for b in status["bookies"]}[victim["id"]] == "down"
     finally:
         if writer is not None:
