@@ -31,6 +31,7 @@ __all__ = [
     "DiskFullError",
     "EndOfStreamError",
     "FencedError",
+    "ForbiddenError",
     "GroupNotEmptyError",
     "IOFailureError",
     "InvalidNameError",
@@ -57,6 +58,7 @@ __all__ = [
     "TooLargeError",
     "TooManyRequestsError",
     "TruncatedError",
+    "UnauthenticatedError",
     "UnauthorizedError",
     "UnavailableError",
     "UnknownError",
@@ -406,6 +408,23 @@ class UnknownPartitionError(NotFoundError):
 
     code = 47
     name = "UNKNOWN_PARTITION"
+
+
+class UnauthenticatedError(BooklineError):
+    """No credentials, or credentials that do not check out (unknown principal, bad
+    signature, expired token, wrong ledger key on a bookie connection). HTTP 401. The
+    message never repeats the credential."""
+
+    code = 48
+    name = "UNAUTHENTICATED"
+
+
+class ForbiddenError(BooklineError):
+    """An authenticated principal asked for what its grants do not allow (produce,
+    consume or admin on a name outside its prefixes). HTTP 403. Nothing was done."""
+
+    code = 49
+    name = "FORBIDDEN"
 
 
 def for_code(code: int, message: str = "") -> BooklineError:
