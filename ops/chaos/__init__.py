@@ -1,0 +1,29 @@
+"""Jepsen-style chaos testing of a Bookline cluster (issue 15): ``bookline chaos``.
+
+Package map (who owns what, and the interfaces between the parts):
+
+* ``checker`` (H4) -- pure: the history of a run (every write attempt, its outcome,
+  every read) as JSON lines on disk, and :func:`~ops.chaos.checker.check`, which
+  reports ``lost``, ``duplicated``, ``reordered``, ``inconsistent``, ``unexpected``,
+  ``failed_present`` (anomalies) and ``recovered`` (allowed). Imports nothing of ours
+  but the standard library, so anyone can check a history.
+* ``workload`` (H4) -- writer processes (thin client through the write proxies, the
+  core library's ``LogWriter``, topic sends) that record their history before each
+  request; the final reads through every read path (read proxy, ``LogReader``, each
+  replica straight from its bookie).
+* ``run`` (H4) -- one run: fresh cluster, workload + nemesis for ``duration_s``, heal,
+  final reads, check; the summary ``bookline chaos`` prints (``ops/cli_chaos.py``).
+* ``hosts`` (H5) -- ``ChaosCluster(directory, *, namespaces: bool, seed)`` with
+  ``start()``, ``stop()`` (also on failure; by pid; removes its namespaces),
+  ``cluster_file`` (a ``cluster.json`` the thin client and core library understand,
+  addresses reachable from the root namespace), ``zk_connect``, ``root``,
+  ``bookies`` / ``proxies`` / ``zookeepers`` (objects with ``id``, ``address``,
+  ``pid``, data directories) and ``skip_reason`` (why namespaces were not used, else
+  None).
+* ``nemesis`` (H5) -- ``Nemesis(cluster, rng: random.Random)`` with ``async step() ->
+  Fault`` (one fault started and, later, healed: ``kind``, ``target``, start and end
+  times), ``async heal_all()`` and ``counts() -> dict[str, int]`` (faults by kind).
+
+All randomness of a run comes from its seed (printed at the start): the nemesis's
+``rng``, each writer's choices (``seed`` + writer index + incarnation).
+"""
