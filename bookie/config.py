@@ -110,6 +110,17 @@ class BookieConfig:
     inflight_requests_per_connection_max: int = 10_000
     # Longest long poll a client may ask for.
     long_poll_timeout_ms_max: int = 60_000
+    # Client connections served at once; one more is closed as soon as it is accepted
+    # (logged, counted in bookline_bookie_connections_closed_total{reason}).
+    connections_max: int = 1024
+    # Bytes of unfinished frames all connections together may hold (a partial frame
+    # counts as it arrives): the connection whose bytes would pass it is closed. With
+    # frame_bytes_max bounding one connection's frame, memory held by slow or hostile
+    # senders is bounded by this, whatever the number of connections.
+    buffered_bytes_max: int = 256 << 20
+    # A connection that sends nothing for this long while nothing of it is in flight,
+    # or whose unfinished frame gets no new byte for this long, is closed.
+    idle_timeout_s: float = 600.0
     # Python's GIL switch interval for the bookie process. The journal thread needs the
     # GIL back after every write and fdatasync; with Python's default (5 ms) a busy event
     # loop keeps it waiting up to that long each time, which dominates add latency. At
@@ -160,6 +171,10 @@ class BookieConfig:
             raise ConfigError("bookie.gil_switch_interval_ms must be within [0.01, 100]")
         if self.frame_bytes_max < 1024:
             raise ConfigError("bookie.frame_bytes_max must be at least 1024")
+        if self.connections_max <= 0 or self.idle_timeout_s <= 0:
+            raise ConfigError("bookie.connections_max and idle_timeout_s must be positive")
+        if self.buffered_bytes_max < self.frame_bytes_max:
+            raise ConfigError("bookie.buffered_bytes_max must be at least frame_bytes_max")
         if self.fault_shim not in FAULT_SHIM_MODES:
             raise ConfigError(f"bookie.fault_shim must be one of {FAULT_SHIM_MODES}")
         if self.fault_disk_bytes_max < 0:

@@ -79,6 +79,9 @@ _OPS: Final = tuple(op.name for op in Op)
 # /health reports the bookie down when its event loop published nothing for this long
 # (the loop publishes every second; a checkpoint or GC pause is well under this).
 HEALTH_STALE_S: Final = 10.0
+# Why a connection was closed by a limit (bookie/server_connection.py): one connection
+# too many, unfinished frames over the bookie's budget, idle or stalled too long.
+LIMIT_CLOSE_REASONS: Final = ("connections_max", "buffered_bytes", "idle")
 
 
 class _RequestStats:
@@ -282,6 +285,19 @@ class BookieMetrics:
         self._connections = Gauge(
             "bookline_bookie_connections", "Open client connections", registry=r
         )
+        self._limit_closes = Counter(
+            "bookline_bookie_connections_closed",
+            "Connections closed by a resource limit",
+            ["reason"],
+            registry=r,
+        )
+        for reason in LIMIT_CLOSE_REASONS:
+            self._limit_closes.labels(reason)  # every series exists from the start, at 0
+        self._buffered = Gauge(
+            "bookline_bookie_buffered_bytes",
+            "Bytes of unfinished frames held for all connections",
+            registry=r,
+        )
         self._read_only = Gauge(
             "bookline_bookie_read_only", "1 when the bookie is read-only", registry=r
         )
@@ -328,6 +344,13 @@ class BookieMetrics:
 
     def connection_closed(self) -> None:
         self._connections.dec()
+
+    def closed_by_limit(self, reason: str) -> None:
+        """A connection closed by a limit: one of :data:`LIMIT_CLOSE_REASONS`."""
+        self._limit_closes.labels(reason).inc()
+
+    def set_buffered_bytes(self, value: int) -> None:
+        self._buffered.set(value)
 
     def observe_journal_group(self, seconds: float, records: int, _bytes: int) -> None:
         """One group commit (called on the journal thread)."""

@@ -30,6 +30,7 @@ from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.server_connection import ServerConnection
 from bookie.server_requests import RequestHandlers
 from bookie.storage.api import DiskUsage, Storage
+from foundation import tls
 from foundation.errors import (
     BooklineError,
     ConfigError,
@@ -46,6 +47,12 @@ DRAIN_TIMEOUT_S_DEFAULT: Final = 10.0
 DRAIN_POLL_S: Final = 0.005
 # Metrics refresh cadence, independent of the (possibly slow) disk check interval.
 STATS_INTERVAL_S: Final = 1.0
+# The idle sweep looks at every connection this many times per idle_timeout_s (so a
+# connection is closed at most a quarter of the timeout late), at most once a second.
+IDLE_SWEEPS_PER_TIMEOUT: Final = 4
+IDLE_SWEEP_S_MAX: Final = 1.0
+# A flood of refused connections logs one line per reason this often, with the count.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 StateCallback = Callable[[bool], Awaitable[None]]
 
@@ -83,7 +90,10 @@ class BookieServer:
         self._server: asyncio.Server | None = None
         self._metrics_http: MetricsHttpServer | None = None
         self.connections: set[ServerConnection] = set()
+        self.buffered_bytes = 0
+        self._refusals = _RefusalLog()
         self._health_task: asyncio.Task[None] | None = None
+        self._idle_task: asyncio.Task[None] | None = None
         # The read-only state the registry was last told (None = not told yet).
         self._registered_read_only: bool | None = None
         # Read-only by an operator's request (`bookline bookie readonly`), whatever the
@@ -122,6 +132,7 @@ class BookieServer:
                 self.config.host,
                 self.config.port,
                 reuse_address=True,
+                **tls.server_options(),  # TLS when the process's [tls] says so
             )
         except OSError as exc:
             raise ConfigError(
@@ -143,6 +154,7 @@ class BookieServer:
         self._hook_storage()
         await self.check_disk()  # start in the right state before the first add
         self._health_task = loop.create_task(self._health_loop(), name="bookie-health")
+        self._idle_task = loop.create_task(self._idle_loop(), name="bookie-idle")
         self._publish_health(self.storage.disk_usage())
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
@@ -177,9 +189,10 @@ class BookieServer:
         await asyncio.sleep(0)  # let done-callbacks queue their responses
         for conn in list(self.connections):
             conn.close()
-        if self._health_task is not None:
-            self._health_task.cancel()
-            await asyncio.gather(self._health_task, return_exceptions=True)
+        for loop_task in (self._health_task, self._idle_task):
+            if loop_task is not None:
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
         if self._metrics_http is not None:
@@ -203,6 +216,27 @@ class BookieServer:
             self._server.close()
         for conn in list(self.connections):
             conn.abort()
+
+    # -- resource limits -------------------------------------------------------------
+
+    def refuse(self, conn: ServerConnection, reason: str, why: str) -> None:
+        """Close ``conn`` for a resource limit (a reason of
+        :data:`bookie.metrics.LIMIT_CLOSE_REASONS`): counted, and logged at most once
+        per reason every :data:`REFUSAL_LOG_INTERVAL_S` so a flood cannot flood the log."""
+        self.metrics.closed_by_limit(reason)
+        self._refusals.note(reason, why, conn.peer)
+        conn.close()
+
+    async def _idle_loop(self) -> None:
+        timeout_s = self.config.idle_timeout_s
+        interval_s = min(timeout_s / IDLE_SWEEPS_PER_TIMEOUT, IDLE_SWEEP_S_MAX)
+        while True:
+            await asyncio.sleep(interval_s)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if conn.idle_for(now) >= timeout_s:
+                    self.refuse(conn, "idle", f"idle for over {timeout_s:g} s")
+            self.metrics.set_buffered_bytes(self.buffered_bytes)
 
     # -- disk health -----------------------------------------------------------------
 
@@ -324,3 +358,21 @@ class BookieServer:
         journal_stats = getattr(self.storage, "journal_stats", None)
         if journal_stats is not None and hasattr(journal_stats, "observer"):
             journal_stats.observer = self.metrics.observe_journal_group
+
+
+class _RefusalLog:
+    """Log lines for connections closed by limits: the first of each reason at once,
+    then one line per :data:`REFUSAL_LOG_INTERVAL_S` with how many were closed since."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def note(self, reason: str, why: str, peer: str) -> None:
+        now = time.monotonic()
+        self._since[reason] = self._since.get(reason, 0) + 1
+        if now - self._last.get(reason, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
+            return
+        count = self._since.pop(reason)
+        self._last[reason] = now
+        log.warning("closing connection %s: %s (%d closed for %s lately)", peer, why, count, reason)

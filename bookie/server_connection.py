@@ -7,11 +7,14 @@ journal record and an :class:`_AddReply` encodes the response when the group's f
 done. A READ_LAC long poll waits without a task too (:class:`_LacPoll`). Every other
 request runs as its own task (server_requests.py).
 
-Limits: at most ``inflight_requests_per_connection_max`` requests (ADDs and polls
-included) run per connection, more are answered TOO_MANY_REQUESTS at once (no queue
+Limits: at most ``inflight_requests_per_connection_max`` requests (ADDs, reads and polls
+alike) run per connection, more are answered TOO_MANY_REQUESTS at once (no queue
 grows); a malformed frame whose boundaries are intact is answered BAD_REQUEST, one that
 breaks the stream closes this connection only; a client that does not read its
-responses stops being read (transport flow control).
+responses stops being read (transport flow control). A connection beyond
+``connections_max`` is closed as soon as it is accepted; one whose unfinished frame
+would take the bytes all connections hold past ``buffered_bytes_max`` is closed; the
+server's idle sweep closes one that stays silent (see :meth:`ServerConnection.idle_for`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ class Host(Protocol):
     long_poll_cap_s: float
     # Every open connection (a connection adds and removes itself).
     connections: set[ServerConnection]
+    # Bytes of unfinished frames all connections hold (each keeps its share current).
+    buffered_bytes: int
+
+    def refuse(self, conn: ServerConnection, reason: str, why: str) -> None:
+        """Close ``conn`` for a resource limit: log and count it."""
 
     def fail(self, exc: BaseException) -> None:
         """Fatal storage error: stop serving."""
@@ -80,21 +88,30 @@ class ServerConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
+        # This connection's share of the server's buffered_bytes.
+        self.buffered = 0
+        self.last_received = time.monotonic()
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = str(transport.get_extra_info("peername"))
-        self._server.connections.add(self)
-        self._server.metrics.connection_opened()
-        if self._server.draining:
+        server = self._server
+        server.connections.add(self)
+        server.metrics.connection_opened()
+        if len(server.connections) > server.config.connections_max:
+            server.refuse(self, "connections_max", "too many connections")
+            return
+        if server.draining:
             self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._server.connections.discard(self)
         self._server.metrics.connection_closed()
+        self._server.buffered_bytes -= self.buffered
+        self.buffered = 0
         # Nobody will read the answer; long polls would otherwise linger for a minute.
         for poll in list(self.polls):
             poll.cancel()
@@ -114,6 +131,30 @@ class ServerConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_received = time.monotonic()
+        server = self._server
+        if server.buffered_bytes + len(data) > server.config.buffered_bytes_max:
+            server.refuse(self, "buffered_bytes", "unfinished frames over buffered_bytes_max")
+            return
+        try:
+            self._decode(data)
+        finally:
+            held = self._decoder.buffered_bytes
+            server.buffered_bytes += held - self.buffered
+            self.buffered = held
+
+    def idle_for(self, now: float) -> float:
+        """Seconds this connection has been idle as the idle timeout counts: since its
+        last byte when it holds an unfinished frame or has nothing in flight, else 0 (a
+        client waiting on its answers is not idle)."""
+        busy = self.tasks or self.adds_inflight or self.polls
+        if busy and not self.buffered:
+            return 0.0
+        return now - self.last_received
+
+    def _decode(self, data: bytes) -> None:
         decoder = self._decoder
         try:
             decoder.feed(data)

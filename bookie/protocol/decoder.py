@@ -8,7 +8,7 @@ request id.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import crc32c
 
@@ -33,6 +33,10 @@ from .frames import (
 )
 from .messages import Request, Response
 
+# One read of the transport that feeds a decoder: asyncio and uvloop hand over at most
+# 256 KiB per data_received; 1 MiB leaves room for any other transport.
+FEED_BYTES_MAX: Final = 1 << 20
+
 
 class Decoder:
     """Incremental frame decoder for one direction of one connection.
@@ -47,16 +51,27 @@ class Decoder:
       the decoder stays failed and raises the same error again. Close the connection.
 
     ``frame_bytes_max`` bounds the body of one frame; a larger length is refused as soon
-    as the header has arrived, so the body is never buffered.
+    as the header has arrived, so the body is never buffered. The bytes held at once
+    are bounded too: one unfinished frame plus one read (:data:`FEED_BYTES_MAX`); a
+    ``feed`` past that fails the stream with :class:`TooLargeError`, so a caller that
+    feeds without draining frames cannot grow the buffer without bound.
     """
 
-    __slots__ = ("_buf", "_error", "_expect_kind", "_frame_bytes_max", "_pos")
+    __slots__ = (
+        "_buf",
+        "_buffered_bytes_max",
+        "_error",
+        "_expect_kind",
+        "_frame_bytes_max",
+        "_pos",
+    )
 
     def __init__(self, *, responses: bool, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT):
         if frame_bytes_max <= 0:
             raise ValueError("frame_bytes_max must be positive")
         self._expect_kind = KIND_RESPONSE if responses else KIND_REQUEST
         self._frame_bytes_max = frame_bytes_max
+        self._buffered_bytes_max = HEADER_BYTES + frame_bytes_max + FEED_BYTES_MAX
         self._buf = bytearray()
         self._pos = 0  # start of the unconsumed bytes in _buf
         self._error: BooklineError | None = None
@@ -65,12 +80,23 @@ class Decoder:
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos
 
+    @property
+    def buffered_bytes_max(self) -> int:
+        return self._buffered_bytes_max
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._error is not None:
             raise self._error
         if self._pos and self._pos == len(self._buf):
             self._buf.clear()
             self._pos = 0
+        if self.buffered_bytes + len(data) > self._buffered_bytes_max:
+            self._fail(
+                TooLargeError(
+                    f"{self.buffered_bytes + len(data)} bytes buffered without a whole "
+                    f"frame to decode, over {self._buffered_bytes_max}"
+                )
+            )
         self._buf += data
 
     def next_frame(self) -> Request | Response | NeedData:
