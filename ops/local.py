@@ -83,6 +83,18 @@ class Quorums:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a child runs: the address it binds and the command prefix that puts it
+    there (``ip netns exec NS`` for a host of its own, :mod:`ops.chaos.hosts`)."""
+
+    host: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()
+
+
+LOOPBACK = Placement()
+
+
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
@@ -132,6 +144,7 @@ class LocalCluster:
         quorums: Quorums | None = None,
         autorecovery_args: Sequence[str] = (),
         service_session_timeout_ms: int | None = None,
+        placements: dict[str, Placement] | None = None,
     ) -> None:
         if zk_ensemble not in ZK_ENSEMBLE_SIZES:
             raise ConfigError(f"--zk-ensemble must be one of {ZK_ENSEMBLE_SIZES}")
@@ -155,6 +168,10 @@ class LocalCluster:
         self.zk_ensemble = zk_ensemble
         self.quorums = quorums
         self.service_session_timeout_ms = service_session_timeout_ms
+        # Per child name (e.g. "bookie-2"): where it runs (loopback when absent), and
+        # flags added to its command line at its next (re)start (the chaos nemesis).
+        self.placements = placements or {}
+        self.extra_args: dict[str, list[str]] = {}
         self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
         self.zk_servers: list[ZooKeeperServer] = []
         self.zookeepers: list[ProcessInfo] = []
@@ -245,19 +262,28 @@ class LocalCluster:
     # -- ZooKeeper -------------------------------------------------------------------
     def _start_zookeeper(self, ports: dict[str, int]) -> None:
         if self.zk_ensemble == 1:
-            self.zk_servers = [ZooKeeperServer(self.dir / "zookeeper", port=ports["zookeeper"])]
+            where = self.placement("zookeeper")
+            self.zk_servers = [
+                ZooKeeperServer(
+                    self.dir / "zookeeper", ports["zookeeper"], where.host, prefix=where.prefix
+                )
+            ]
         else:
             peers = {
                 i: (ports[f"zookeeper-{i}-peer"], ports[f"zookeeper-{i}-election"])
                 for i in range(1, self.zk_ensemble + 1)
             }
+            hosts = {i: self.placement(f"zookeeper-{i}") for i in range(1, self.zk_ensemble + 1)}
+            peer_hosts = {i: where.host for i, where in hosts.items()}
             self.zk_servers = [
                 ZooKeeperServer(
                     self.dir / f"zookeeper-{i}",
                     port=ports["zookeeper" if i == 1 else f"zookeeper-{i}"],
-                    quorum=QuorumMember(i, peers),
+                    host=where.host,
+                    quorum=QuorumMember(i, peers, peer_hosts),
+                    prefix=where.prefix,
                 )
-                for i in range(1, self.zk_ensemble + 1)
+                for i, where in hosts.items()
             ]
         self.zk = self.zk_servers[0]
         for server in self.zk_servers:
@@ -285,7 +311,13 @@ class LocalCluster:
             client.close()
 
     # -- bookies, autorecovery, proxies ----------------------------------------------
+    def placement(self, name: str) -> Placement:
+        return self.placements.get(name, LOOPBACK)
+
     def _spawn(self, name: str, kind: str, argv: list[str], log_path: Path) -> ProcessInfo:
+        where = self.placement(name)
+        host_args = ["--host", where.host] if name in self.placements else []
+        argv = [*where.prefix, *argv, *host_args, *self.extra_args.get(name, [])]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
@@ -311,8 +343,9 @@ class LocalCluster:
             "--index-dir", str(base / "index"), *self._session_args(),
         ]  # fmt: skip
         info = self._spawn(name, "bookie", argv, base / "bookie.log")
-        info.address = f"127.0.0.1:{port}"
-        info.extra["metrics"] = f"http://127.0.0.1:{metrics_port}/metrics"
+        host = self.placement(name).host
+        info.address = f"{host}:{port}"
+        info.extra["metrics"] = f"http://{host}:{metrics_port}/metrics"
         return info
 
     def _start_autorecovery(self, index: int, ports: dict[str, int]) -> ProcessInfo:
@@ -324,8 +357,8 @@ class LocalCluster:
             "--http-port", str(port), *self.autorecovery_args,
         ]  # fmt: skip
         info = self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
-        url = f"http://127.0.0.1:{port}"
-        info.address = f"127.0.0.1:{port}"
+        info.address = f"{self.placement(name).host}:{port}"
+        url = f"http://{info.address}"
         info.extra.update(url=url, metrics=f"{url}/metrics")
         return info
 
@@ -343,8 +376,8 @@ class LocalCluster:
             *quorum_args, *self.proxy_args.get(kind, []),
         ]  # fmt: skip
         info = self._spawn(name, kind, argv, self.dir / name / f"{kind}.log")
-        url = f"http://127.0.0.1:{port}"
-        info.address = f"127.0.0.1:{port}"
+        info.address = f"{self.placement(name).host}:{port}"
+        url = f"http://{info.address}"
         info.extra.update(url=url, metrics=f"{url}/metrics")
         return info
 

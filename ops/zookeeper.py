@@ -19,7 +19,8 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -63,6 +64,9 @@ class QuorumMember:
 
     myid: int
     peers: dict[int, tuple[int, int]]
+    # Each member's address when they differ (hosts of their own: ops/chaos/hosts.py);
+    # a member missing here is on this server's ``host``.
+    peer_hosts: dict[int, str] = field(default_factory=dict)
 
 
 class ZooKeeperError(RuntimeError):
@@ -105,6 +109,7 @@ class ZooKeeperServer:
         tick_time_ms: int = 500,
         *,
         quorum: QuorumMember | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
@@ -115,6 +120,8 @@ class ZooKeeperServer:
         # A member of an ensemble runs QuorumPeerMain with the peers in its zoo.cfg.
         self.quorum = quorum
         self.main_class = QUORUM_MAIN_CLASS if quorum is not None else MAIN_CLASS
+        # Put before the java command line, e.g. ``ip netns exec NS`` (a host of its own).
+        self.prefix = list(prefix)
 
     @property
     def connect_string(self) -> str:
@@ -165,7 +172,7 @@ class ZooKeeperServer:
             "initLimit=20",  # ticks a follower may take to connect and sync
             "syncLimit=10",  # ticks a follower may lag behind the leader
             *(
-                f"server.{i}={self.host}:{peer}:{election}"
+                f"server.{i}={self.quorum.peer_hosts.get(i, self.host)}:{peer}:{election}"
                 for i, (peer, election) in sorted(self.quorum.peers.items())
             ),
         ]
@@ -184,6 +191,7 @@ class ZooKeeperServer:
             self.port = procs.free_port(self.host)
         cfg = self._write_config()
         argv = [
+            *self.prefix,
             java,
             JVM_HEAP,
             "-XX:+UseSerialGC",
