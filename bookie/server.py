@@ -30,7 +30,6 @@ from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.server_connection import ServerConnection
 from bookie.server_requests import RequestHandlers
 from bookie.storage.api import DiskUsage, Storage
-from foundation import tls
 from foundation.errors import (
     BooklineError,
     ConfigError,
@@ -132,7 +131,6 @@ class BookieServer:
                 self.config.host,
                 self.config.port,
                 reuse_address=True,
-                **tls.server_options(),  # TLS when the process's [tls] says so
             )
         except OSError as exc:
             raise ConfigError(
