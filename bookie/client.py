@@ -17,11 +17,7 @@
   :class:`~foundation.errors.ConnectionLostError` and the next call reconnects;
   ``close()`` fails pending calls and all later ones with
   :class:`~foundation.errors.ClosedError`;
-* a non-OK status raises the matching :mod:`foundation.errors` class (``for_code``);
-* the connection is TLS when ``ClientOptions.ssl`` or the process's ``[tls]`` says so
-  (:mod:`foundation.tls`): the bookie's certificate must chain to the CA and name the
-  address dialled, so every user of the pool -- writers, readers, autorecovery, scrub,
-  the CLI -- gets it without a parameter of its own.
+* a non-OK status raises the matching :mod:`foundation.errors` class (``for_code``).
 
 :class:`BookieClientPool` keeps one connection per bookie address ("host:port", the
 bookie id as registered) for the ledger layer. The transport side -- decoding, matching
@@ -34,13 +30,11 @@ import asyncio
 import collections
 import contextlib
 import itertools
-import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from bookie import protocol as p
 from bookie.client_wire import AddCallback, CallbackWaiter, ClientOptions, Wire, parse_address
-from foundation import tls
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -390,9 +384,7 @@ class BookieConnection:
             loop = asyncio.get_running_loop()
             try:
                 _transport, new_wire = await asyncio.wait_for(
-                    loop.create_connection(
-                        lambda: Wire(self), self._host, self._port, ssl=self._ssl_context()
-                    ),
+                    loop.create_connection(lambda: Wire(self), self._host, self._port),
                     self.options.connect_timeout_s,
                 )
             except TimeoutError as exc:
@@ -412,9 +404,6 @@ class BookieConnection:
         if self._wire is wire:
             self._wire = None
             self._features = None
-
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        return self.options.ssl or tls.client_context()
 
 
 class LedgerAdder:

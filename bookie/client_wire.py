@@ -15,7 +15,6 @@ import heapq
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from ssl import SSLContext
 from typing import Any, Final, Protocol, cast
 
 from bookie import protocol as p
@@ -55,8 +54,6 @@ class ClientOptions:
     connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT
     # Largest response body accepted (an entry plus a little meta).
     frame_bytes_max: int = p.FRAME_BYTES_MAX_DEFAULT
-    # TLS to the bookies; None: the process's [tls] settings (foundation.tls).
-    ssl: SSLContext | None = None
 
     def __post_init__(self) -> None:
         if self.inflight_max <= 0 or self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:

@@ -161,9 +161,6 @@ class MetadataConfig:
     session_timeout_ms: int = 10_000
     # How long to wait for the first connection before giving up.
     connect_timeout_ms: int = 15_000
-    # Talk to ZooKeeper over TLS (zk names the servers' secureClientPort), with the
-    # process's [tls] certificates; none follows [tls] enabled.
-    tls: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.zk:

@@ -15,7 +15,6 @@ from foundation.config import MetadataConfig
 from foundation.errors import ConfigError
 from foundation.names import validate_name
 
-from foundation.tls import scheme
 MiB = 1024 * 1024
 # Read proxies register as ``proxies/read@<id>`` beside the write proxies'
 # ``proxies/<id>``, so clients discovering them in ZooKeeper tell the two apart.
@@ -32,8 +31,7 @@ class ProxyConfig:
     # Interface and port to listen on (port 0 picks a free one).
     host: str = "127.0.0.1"
     port: int = 8480
-    # Base URL clients use (and are redirected to); empty means http://host:port
-    # (https://host:port with [tls] enabled).
+    # Base URL clients use (and are redirected to); empty means http://host:port.
     advertise_url: str = ""
     # ZooKeeper connect string (chroot allowed) and cluster root.
     zk: str = "127.0.0.1:2181"
@@ -62,7 +60,7 @@ class ProxyConfig:
 
     @property
     def url(self) -> str:
-        return self.advertise_url or f"{scheme()}://{self.host}:{self.port}"
+        return self.advertise_url or f"http://{self.host}:{self.port}"
 
     def metadata(self) -> MetadataConfig:
         return MetadataConfig(

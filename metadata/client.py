@@ -6,7 +6,6 @@ Build it from :class:`~foundation.config.MetadataConfig`; services hold one per 
 from __future__ import annotations
 
 from foundation.config import MetadataConfig
-from foundation.tls import zookeeper_tls
 from metadata.bookies import BookieRegistry
 from metadata.cluster import ClusterInfo, ClusterStore
 from metadata.layout import Layout
@@ -32,7 +31,6 @@ class MetadataClient:
             config.zk,
             session_timeout_ms=config.session_timeout_ms,
             connect_timeout_ms=config.connect_timeout_ms,
-            tls=zookeeper_tls(config.tls),
         )
         self.cluster = ClusterStore(self.zk, self.layout)
         self.bookies = BookieRegistry(self.zk, self.layout)

@@ -26,7 +26,6 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from foundation.errors import ClosedError, MetadataError, NotFoundError
-from foundation.tls import TlsConfig
 from metadata.zk_boundary import FROM_KAZOO, SessionState, Stat, translate
 from metadata.zk_watch import Watch
 
@@ -38,22 +37,6 @@ __all__ = ["SessionState", "Stat", "Transaction", "Watch", "ZkClient"]
 LISTENERS_MAX = 10_000
 
 
-def kazoo_tls(tls: TlsConfig | None) -> dict[str, Any]:
-    """kazoo's TLS arguments: verify the server against the CA and the host dialled;
-    present our certificate when we have one (ZooKeeper's ``ssl.clientAuth=need``)."""
-    if tls is None:
-        return {}
-    options: dict[str, Any] = {
-        "use_ssl": True,
-        "ca": tls.ca_file,
-        "verify_certs": True,
-        "check_hostname": True,
-    }
-    if tls.cert_file:
-        options.update(certfile=tls.cert_file, keyfile=tls.key_file)
-    return options
-
-
 class ZkClient:
     """One ZooKeeper session, used from one asyncio event loop."""
 
@@ -63,7 +46,6 @@ class ZkClient:
         *,
         session_timeout_ms: int = 10_000,
         connect_timeout_ms: int = 15_000,
-        tls: TlsConfig | None = None,
     ) -> None:
         self._hosts = hosts
         self._connect_timeout_ms = connect_timeout_ms
@@ -73,7 +55,6 @@ class ZkClient:
             hosts=hosts,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=conn_retry,
-            **kazoo_tls(tls),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state = SessionState.LOST

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from foundation import logs, tls
+from foundation import logs
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import BooklineError
 from foundation.version import __version__
@@ -132,9 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Something of the cluster answers, or we say so now (not after 30 s).
             check_reachable(read_cluster_file(args.cluster), args.timeout)
         return handler(args)
-        # Every command's TLS ([tls] of --config, BOOKLINE_TLS_*): servers listen with
-        # it, clients dial bookies, proxies and ZooKeeper with it (foundation.tls).
-        tls.configure(tls.load_tls(getattr(args, "config", None)))
     except BooklineError as exc:
         print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)
         advice = hint(exc)

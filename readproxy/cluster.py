@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
-from foundation import tls
 from foundation.errors import BooklineError
 from foundation.names import parse_internal
 from groups.topics import TopicAdmin
@@ -254,9 +253,7 @@ class ClusterView:
         None and what went wrong."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S),
-                # https proxies' certificates chain to the [tls] CA, not the system's
-                connector=aiohttp.TCPConnector(ssl=tls.client_context() or True),
+                timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
             )
         try:
             async with self._session.get(f"{base_url.rstrip('/')}/health") as resp:

@@ -13,7 +13,6 @@ import random
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
-from ssl import SSLContext
 from typing import Any, cast
 
 import aiohttp
@@ -21,7 +20,6 @@ import aiohttp
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError, NotFoundError, TooManyRequestsError
 from foundation.names import partition_stream
-from foundation.tls import cluster_ssl
 from httpapi import wire
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -49,10 +47,7 @@ class ProxyClient:
         root: str = "/bookline",
         config: ClientConfig | None = None,
         producer_id: str | None = None,
-        ssl: SSLContext | None = None,
     ) -> None:
-        """``ssl``: the context to dial ``https`` proxies with (None: the process's
-        ``[tls]`` settings, else the system's CAs)."""
         if not write_urls and not read_urls and zk is None:
             raise ConfigError("ProxyClient needs proxy URLs or a ZooKeeper connect string")
         self.config = config or ClientConfig()
@@ -61,7 +56,7 @@ class ProxyClient:
         self._proxies = ProxyDirectory(
             self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
         )
-        self._transport = Transport(self.config, self._proxies, rng, ssl=ssl)
+        self._transport = Transport(self.config, self._proxies, rng)
         self._topics = TopicRouter(self.config, self._transport, rng)
         self._producer = Producer(
             self.config, self._transport, self.producer_id, on_batch=self._topics.batch_cut
@@ -76,12 +71,9 @@ class ProxyClient:
         them from the cluster's ZooKeeper instead. ConfigError when the file is missing
         or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
-        ssl = cluster_ssl(cluster.raw)
         if use_zk:
-            return cls(zk=cluster.zk, root=cluster.root, config=config, ssl=ssl)
-        return cls(
-            write_urls=cluster.write_urls, read_urls=cluster.read_urls, config=config, ssl=ssl
-        )
+            return cls(zk=cluster.zk, root=cluster.root, config=config)
+        return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, config=config)
 
     # -- lifecycle -----------------------------------------------------------------
 

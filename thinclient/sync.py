@@ -13,7 +13,6 @@ from typing import Any
 
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
-from foundation.tls import cluster_ssl
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient.proxy_client import ProxyClient
@@ -44,7 +43,6 @@ class SyncProxyClient:
         """The proxies a ``cluster.json`` lists (``bookline local``); ConfigError when
         it is missing or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
-        kwargs.setdefault("ssl", cluster_ssl(cluster.raw))  # its CA (`local --tls`)
         return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, **kwargs)
 
     def write(

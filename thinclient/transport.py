@@ -16,12 +16,10 @@ import io
 import random
 import time
 from collections.abc import Callable
-from ssl import SSLContext
 from typing import Any, Final
 
 import aiohttp
 
-from foundation import tls
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -44,18 +42,8 @@ BODY_STREAM_BYTES_MIN: Final = 1 << 20
 class Transport:
     """The HTTP session and the retry loop; counts ``retries`` and ``redirects``."""
 
-    def __init__(
-        self,
-        config: ClientConfig,
-        directory: ProxyDirectory,
-        rng: random.Random,
-        *,
-        ssl: SSLContext | None = None,
-    ) -> None:
+    def __init__(self, config: ClientConfig, directory: ProxyDirectory, rng: random.Random) -> None:
         self.config = config
-        # https proxies are verified with this context, else the process's [tls] one,
-        # else the system's CAs (aiohttp's default).
-        self._ssl: SSLContext | bool = ssl or tls.client_context() or True
         self.directory = directory
         self.rng = rng
         self._session: aiohttp.ClientSession | None = None
@@ -66,7 +54,7 @@ class Transport:
     def open(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=0, limit_per_host=self.config.connections_per_proxy, ssl=self._ssl
+                limit=0, limit_per_host=self.config.connections_per_proxy
             )
             self._session = aiohttp.ClientSession(connector=connector)
 
