@@ -427,6 +427,23 @@ class ForbiddenError(BooklineError):
     name = "FORBIDDEN"
 
 
+class MethodNotAllowedError(BadRequestError):
+    """An HTTP method the path does not serve (HTTP 405, with an ``Allow`` header
+    naming those it does). A BAD_REQUEST to code that catches those."""
+
+    code = 50
+    name = "METHOD_NOT_ALLOWED"
+
+
+class UnsupportedMediaTypeError(BadRequestError):
+    """A request body in a media type the endpoint does not read (HTTP 415): JSON,
+    msgpack, or the record-set type where it is named. A BAD_REQUEST to code that
+    catches those."""
+
+    code = 51
+    name = "UNSUPPORTED_MEDIA_TYPE"
+
+
 def for_code(code: int, message: str = "") -> BooklineError:
     """Rebuild an error from its wire code; unknown codes keep their number."""
     cls = _REGISTRY.get(code)

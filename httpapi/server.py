@@ -27,14 +27,12 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 from foundation.errors import (
-    BadRequestError,
     BooklineError,
-    NotFoundError,
     OwnerMovedError,
     TooLargeError,
     UnknownError,
 )
-from httpapi import wire
+from httpapi import strict, wire
 from httpapi.status import http_status
 
 if TYPE_CHECKING:
@@ -90,23 +88,22 @@ def error_response(request: web.Request, exc: BooklineError) -> web.Response:
 
 
 async def read_body(request: web.Request) -> dict[str, Any]:
+    """The request's body as an object: 415 for a media type we do not read, 400 for
+    fields the route does not know (:mod:`httpapi.strict`)."""
+    content_type = request.headers.get("Content-Type")
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise TooLargeError(
             f"request body over the limit of {request.app._client_max_size} bytes"
         ) from exc
-    return wire.decode_body(raw, request.headers.get("Content-Type"))
-
-
-def _from_http_exception(exc: web.HTTPException) -> BooklineError:
-    if exc.status == 404:
-        return NotFoundError(f"no such endpoint: {exc.reason}")
-    if exc.status == 413:
-        return TooLargeError("request body too large")
-    if 400 <= exc.status < 500:
-        return BadRequestError(f"HTTP {exc.status}: {exc.reason}")
-    return UnknownError(f"HTTP {exc.status}: {exc.reason}")
+    if raw:
+        strict.check_media_type(content_type)
+    body = wire.decode_body(raw, content_type)
+    route = request.match_info.route.resource
+    if route is not None:
+        strict.check_fields(request.method, route.canonical, body)
+    return body
 
 
 @web.middleware
@@ -120,7 +117,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise  # a real redirect or success raised by aiohttp itself
-        return error_response(request, _from_http_exception(exc))
+        resp = error_response(request, strict.http_error(exc))
+        if "Allow" in exc.headers:  # 405: the methods the path serves
+            resp.headers["Allow"] = exc.headers["Allow"]
+        return resp
     except Exception as exc:
         log.exception("%s %s failed unexpectedly", request.method, request.path)
         return error_response(request, UnknownError(f"internal error: {type(exc).__name__}"))
@@ -223,8 +223,10 @@ async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.App
     """Serve ``app`` on the configured host and port; returns the runner (clean it up to
     stop) and the URL clients use (with the port picked when ``port`` is 0). Every
     answer is logged by :class:`AccessLog`."""
-    runner = web.AppRunner(
+    runner = strict.StrictAppRunner(
         app,
+        connections_max=config.connections_max,
+        idle_timeout_s=config.idle_timeout_s,
         access_log=ACCESS_LOG,
         access_log_class=AccessLog,
         shutdown_timeout=SHUTDOWN_ANSWER_S,

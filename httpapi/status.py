@@ -34,6 +34,7 @@ from foundation.errors import (
     LedgerClosedError,
     LockOwnedError,
     MetadataError,
+    MethodNotAllowedError,
     NoEntryError,
     NoLedgerError,
     NotAssignedError,
@@ -58,6 +59,7 @@ from foundation.errors import (
     UnavailableError,
     UnknownError,
     UnknownPartitionError,
+    UnsupportedMediaTypeError,
     WriterFailedError,
 )
 
@@ -95,7 +97,9 @@ HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     GroupNotEmptyError: 409,
     TruncatedError: 410,
     EndOfStreamError: 410,
+    MethodNotAllowedError: 405,  # with Allow
     TooLargeError: 413,
+    UnsupportedMediaTypeError: 415,
     TooManyRequestsError: 429,  # with Retry-After
     # 5xx: the server's side (the 503s are retriable, CLOSED excepted).
     UnknownError: 500,

@@ -45,6 +45,7 @@ __all__ = [
     "API_PREFIX",
     "JSON",
     "MSGPACK",
+    "MSGPACK_ALIASES",
     "decode_body",
     "decode_error",
     "encode_body",
@@ -60,7 +61,7 @@ __all__ = [
 API_PREFIX: Final = "/v1"
 MSGPACK: Final = "application/msgpack"
 JSON: Final = "application/json"
-_MSGPACK_ALIASES: Final = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
+MSGPACK_ALIASES: Final = frozenset({MSGPACK, "application/x-msgpack", "application/vnd.msgpack"})
 
 
 # -- content negotiation -------------------------------------------------------------
@@ -71,7 +72,7 @@ def _media(value: str) -> str:
 
 
 def is_msgpack(content_type: str | None) -> bool:
-    return content_type is not None and _media(content_type) in _MSGPACK_ALIASES
+    return content_type is not None and _media(content_type) in MSGPACK_ALIASES
 
 
 def negotiate(accept: str | None) -> str:
@@ -92,7 +93,7 @@ def negotiate(accept: str | None) -> str:
                     q = 0.0
         kind = (
             MSGPACK
-            if media in _MSGPACK_ALIASES
+            if media in MSGPACK_ALIASES
             else JSON
             if media in (JSON, "*/*", "application/*", "text/json")
             else None
@@ -122,6 +123,8 @@ def decode_body(body: bytes, content_type: str | None) -> dict[str, Any]:
             obj = json.loads(body)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise BadRequestError(f"malformed body: {exc}") from exc
+    except RecursionError as exc:  # JSON nested deeper than the interpreter's stack
+        raise BadRequestError("malformed body: nested too deeply") from exc
     if not isinstance(obj, dict):
         raise BadRequestError(f"body must be an object, got {type(obj).__name__}")
     return obj

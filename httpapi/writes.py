@@ -134,9 +134,17 @@ def _headers(value: Any) -> dict[str, bytes] | None:
     return out
 
 
+# What one record of a ``records`` list may carry ("_b64": bytes as base64 in JSON).
+RECORD_FIELDS: Final = frozenset({"payload", "payload_b64", "key", "key_b64", "headers", "txid"})
+
+
 def _record(obj: Any) -> WireRecord:
     if not isinstance(obj, dict):
         raise BadRequestError("each record must be an object")
+    unknown = obj.keys() - RECORD_FIELDS
+    if unknown:
+        names = ", ".join(sorted(str(k)[:100] for k in unknown))
+        raise BadRequestError(f"unknown field(s) in a record: {names}")
     payload = get_bytes(obj, "payload", required=True)
     assert payload is not None  # required=True
     return WireRecord(

@@ -1,0 +1,204 @@
+"""The proxies' HTTP strictness: every error in the one body, and connection limits.
+
+aiohttp answers some errors itself, before any middleware runs: a request line or
+header it cannot parse, headers over its limits, a bad ``Content-Length``. Its answer
+is plain text. :class:`StrictAppRunner` serves an application with a request handler
+whose :meth:`~_StrictRequestHandler.handle_error` answers those with the documented
+``{code, name, message}`` body instead, and which closes a connection beyond
+``connections_max`` as soon as it is accepted. Idle connections (nothing sent, or a
+request's headers that never finish) are closed by aiohttp's keep-alive timer, which
+starts when the connection is accepted; the runner sets it from ``idle_timeout_s``.
+
+Answers to errors inside a request (unknown route, wrong method, bodies) are the error
+middleware's (:mod:`httpapi.server`); :func:`http_error` maps aiohttp's own
+``HTTPException`` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from foundation.errors import (
+    BadRequestError,
+    BooklineError,
+    MethodNotAllowedError,
+    NotFoundError,
+    TooLargeError,
+    UnknownError,
+    UnsupportedMediaTypeError,
+)
+from httpapi import wire
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "StrictAppRunner",
+    "check_fields",
+    "check_media_type",
+    "http_error",
+    "parser_error_body",
+]
+
+# A parser's message may quote what the client sent: cut it short in the answer.
+MESSAGE_CHARS_MAX: Final = 200
+# A flood of refused connections logs one line this often, with the count.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+
+
+# The fields of a write body (httpapi.writes.parse_write), "_b64" forms included; each
+# of its records is checked there.
+WRITE_FIELDS: Final = frozenset(
+    {"producer", "seq", "epoch", "crc", "payloads", "keys", "records"}
+    | {"payload", "payload_b64", "key", "key_b64", "headers", "txid"}
+)
+# What each route that reads a body accepts at its top level. Routes not named here
+# check their fields where they parse them (topics, groups: their ``_only``).
+BODY_FIELDS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
+    ("POST", f"{wire.API_PREFIX}/streams"): frozenset({"name"}),
+    ("POST", f"{wire.API_PREFIX}/streams/{{name}}/records"): WRITE_FIELDS,
+    ("POST", f"{wire.API_PREFIX}/streams/{{name}}/truncate"): frozenset({"dlsn"}),
+    ("POST", f"{wire.API_PREFIX}/streams/{{name}}/subscriptions/{{sub}}"): frozenset({"dlsn"}),
+    ("POST", f"{wire.API_PREFIX}/topics/{{topic}}/partitions/{{partition}}/records"): WRITE_FIELDS,
+}
+# Media types a request body may have (none at all reads as JSON).
+BODY_MEDIA_TYPES: Final = frozenset({wire.JSON, *wire.MSGPACK_ALIASES})
+
+
+def check_media_type(content_type: str | None) -> None:
+    """UNSUPPORTED_MEDIA_TYPE (415) unless a body's type is one we read."""
+    if content_type is None:
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media not in BODY_MEDIA_TYPES:
+        shown = media[:MESSAGE_CHARS_MAX] or "(empty)"
+        raise UnsupportedMediaTypeError(
+            f"content type {shown!r} is not read here; send {wire.JSON} or {wire.MSGPACK}"
+        )
+
+
+def check_fields(method: str, route: str, body: Mapping[str, Any]) -> None:
+    """BAD_REQUEST naming the fields ``route`` does not know: a misspelt field would
+    otherwise be dropped without a word."""
+    known = BODY_FIELDS.get((method, route))
+    if known is None:
+        return
+    unknown = sorted(str(k)[:MESSAGE_CHARS_MAX] for k in body if k not in known)
+    if unknown:
+        raise BadRequestError(f"unknown field(s): {', '.join(unknown)}")
+
+
+def http_error(exc: web.HTTPException) -> BooklineError:
+    """The Bookline error an aiohttp ``HTTPException`` (>= 400) stands for."""
+    if exc.status == 404:
+        return NotFoundError("no such endpoint")
+    if exc.status == 405:
+        allowed = ", ".join(sorted(getattr(exc, "allowed_methods", ()) or ()))
+        method = getattr(exc, "method", "this method")
+        return MethodNotAllowedError(f"{method} is not allowed here; allowed: {allowed}")
+    if exc.status == 413:
+        return TooLargeError("request body too large")
+    if exc.status == 415:
+        return UnsupportedMediaTypeError("unsupported content type")
+    if 400 <= exc.status < 500:
+        return BadRequestError(f"HTTP {exc.status}: {exc.reason}")
+    return UnknownError(f"HTTP {exc.status}: {exc.reason}")
+
+
+def parser_error_body(status: int, exc: BaseException | None) -> tuple[BooklineError, bytes]:
+    """The error and the JSON body answering a request aiohttp could not parse (or a
+    handler failure aiohttp caught itself: 500/504 without details)."""
+    error: BooklineError
+    if status == 413:
+        error = TooLargeError("request too large")
+    elif 400 <= status < 500:
+        text = getattr(exc, "message", None) or str(exc or "") or "malformed request"
+        text = " ".join(str(text).split())[:MESSAGE_CHARS_MAX]
+        error = BadRequestError(f"malformed HTTP request: {text}")
+    else:
+        error = UnknownError(f"HTTP {status}: the request could not be answered")
+    return error, wire.encode_error(error, wire.JSON)
+
+
+class _StrictRequestHandler(RequestHandler):
+    """aiohttp's connection handler with JSON error answers and a connection limit."""
+
+    __slots__ = ()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        manager = self._manager
+        if isinstance(manager, _StrictServer) and len(manager.connections) > manager.limit:
+            manager.note_refused(str(transport.get_extra_info("peername")))
+            self.force_close()
+            transport.close()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if status >= 500:
+            log.error("error handling a request from %s", request.remote, exc_info=exc)
+        else:
+            log.info("malformed request from %s: %s", request.remote, exc)
+        if request.writer.output_size > 0:  # some of an answer is out: nothing to add
+            raise ConnectionError("cannot answer an error after an answer was started")
+        _error, body = parser_error_body(status, exc)
+        resp = web.Response(status=status, body=body, content_type=wire.JSON)
+        resp.force_close()
+        return resp
+
+
+class _StrictServer(web.Server):
+    """aiohttp's server, making :class:`_StrictRequestHandler` connections."""
+
+    limit: int
+    _refused: int
+    _last_log: float
+
+    def __call__(self) -> RequestHandler:
+        return _StrictRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    def note_refused(self, peer: str) -> None:
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._last_log >= REFUSAL_LOG_INTERVAL_S:
+            log.warning(
+                "closing connection %s: over connections_max %d (%d closed lately)",
+                peer,
+                self.limit,
+                self._refused,
+            )
+            self._last_log = now
+            self._refused = 0
+
+
+class StrictAppRunner(web.AppRunner):
+    """An ``AppRunner`` whose connections answer parser errors in the one error body and
+    are at most ``connections_max`` at once; ``idle_timeout_s`` is aiohttp's keep-alive
+    timeout (also the time a new connection gets to send its first request)."""
+
+    def __init__(
+        self, app: web.Application, *, connections_max: int, idle_timeout_s: float, **kwargs: Any
+    ) -> None:
+        super().__init__(app, keepalive_timeout=idle_timeout_s, **kwargs)
+        self._connections_max = connections_max
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _StrictServer
+        strict = server
+        assert isinstance(strict, _StrictServer)
+        strict.limit = self._connections_max
+        strict._refused = 0
+        strict._last_log = -REFUSAL_LOG_INTERVAL_S
+        return strict
