@@ -179,10 +179,10 @@ def test_acknowledgement_at_another_position_is_inconsistent() -> None:
     only(check(History.of(events)), inconsistent=1)
 
 
-def test_topic_acknowledgement_by_offset_is_compared_with_the_sequence_id() -> None:
+def test_topic_acknowledgement_by_offset_is_compared_with_the_read_offset() -> None:
     events: list[Event] = [attempt("a", 0, stream="topic"), ok("a", "offset:7", stream="t~0")]
     for reader in FULL:
-        events += [Read(reader, "full", "t~0", "1:0:0", "a", offset=7)]
+        events += [Read(reader, "full", "t~0", "offset:7", "a")]
         events.append(ReadEnd(reader, "full", "t~0", True))
     only(check(History.of(events)))
     events[1] = ok("a", "offset:8", stream="t~0")

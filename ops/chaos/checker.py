@@ -12,8 +12,9 @@ loses nothing it recorded; an attempt is written *before* its request is sent):
   here), ``failed`` (refused; certainly not written) or ``unknown`` (timeout, lost
   connection, OUTCOME_UNKNOWN: maybe written). No outcome at all (the writer was
   killed) counts as unknown.
-* ``{"t": "read", "reader", "kind", "stream", "position", "offset", "value"}`` -- one
-  record as one read path saw it in the final reads. ``kind`` is ``full`` (a read of
+* ``{"t": "read", "reader", "kind", "stream", "position", "value"}`` -- one record as
+  one read path saw it in the final reads (positions in a topic's partitions are
+  offsets, what topic sends are acknowledged with; DLSNs elsewhere). ``kind`` is ``full`` (a read of
   the whole stream: read proxy, core library) or ``replica`` (one bookie's copies of
   the entries it holds: partial by nature).
 * ``{"t": "read_end", "reader", "kind", "stream", "complete", "error"}`` -- whether that
@@ -107,9 +108,8 @@ class Read:
     reader: str  # "readproxy", "core", "replica:bookie-1", ...
     kind: ReaderKind
     stream: str
-    position: str  # "s:e:slot"
+    position: str  # "s:e:slot"; "offset:N" in topic partitions (what acks name there)
     value: str
-    offset: int | None = None  # the record's sequence id, when the reader knows it
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +305,8 @@ class _Index:
 
     attempts: dict[str, Attempt]
     outcomes: dict[str, Outcome]
-    # (reader, stream) -> [(position, value, offset)] in read order, complete reads only
-    full: dict[tuple[str, str], list[tuple[Position, str, int | None]]]
+    # (reader, stream) -> [(position, value)] in read order, complete reads only
+    full: dict[tuple[str, str], list[tuple[Position, str]]]
     # stream -> position -> {reader: value}, every read
     at: dict[str, dict[Position, dict[str, str]]]
     complete_streams: set[str]
@@ -325,7 +325,7 @@ def _index(history: History, result: CheckResult) -> _Index:
     for (reader, stream), complete in sorted(ends.items()):
         if not complete:
             result.note("read_errors", f"{reader} {stream}")
-    full: dict[tuple[str, str], list[tuple[Position, str, int | None]]] = defaultdict(list)
+    full: dict[tuple[str, str], list[tuple[Position, str]]] = defaultdict(list)
     at: dict[str, dict[Position, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
     for read in history.reads:
         position = parse_position(read.position)
@@ -333,7 +333,7 @@ def _index(history: History, result: CheckResult) -> _Index:
         if read.kind == "full":
             if not ends.get(key, False):
                 continue  # incomplete (or never ended): judges nothing
-            full[key].append((position, read.value, read.offset))
+            full[key].append((position, read.value))
         previous = at[read.stream][position].setdefault(read.reader, read.value)
         if previous != read.value:
             result.note("inconsistent", f"{read.reader} {read.stream}@{read.position}")
@@ -381,8 +381,8 @@ def _check_values(ix: _Index, result: CheckResult) -> dict[str, dict[str, Positi
     found: dict[str, dict[str, Position]] = {}
     for (reader, stream), rows in ix.full.items():
         table = found.setdefault(f"{reader}\0{stream}", {})
-        for position, value, offset in rows:
-            table.setdefault(value, position if offset is None else (*position, offset))
+        for position, value in rows:
+            table.setdefault(value, position)
     return found
 
 
@@ -392,12 +392,7 @@ def _positions_in(found: dict[str, dict[str, Position]], stream: str) -> list[di
 
 def _ack_matches(outcome: Outcome, position: Position) -> bool:
     """Does the acknowledgement's position name where the value was read?"""
-    if outcome.position is None:
-        return True
-    acked = parse_position(outcome.position)
-    if len(acked) == 1:  # an offset: compare with the read's sequence id, when known
-        return len(position) < 4 or position[3] == acked[0]
-    return position[:3] == acked
+    return outcome.position is None or parse_position(outcome.position) == position
 
 
 def _check_outcomes(
@@ -456,7 +451,7 @@ def _check_order(
                 position = table.get(value)
                 if position is None:
                     continue  # lost: counted already
-                if highest is not None and position[:3] < highest[:3]:
+                if highest is not None and position < highest:
                     out_of_order.add(value)
                     continue
                 highest = position
