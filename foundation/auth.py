@@ -60,6 +60,7 @@ from foundation.errors import ConfigError, ForbiddenError, UnauthenticatedError
 
 __all__ = [
     "SERVICE_PRINCIPAL",
+    "TOKEN_ENV",
     "TOKEN_VERSION",
     "AuthConfig",
     "Authenticator",
@@ -68,12 +69,14 @@ __all__ = [
     "Grants",
     "Kind",
     "Permission",
+    "env_token",
     "generate_secret",
     "hash_static_token",
     "load_authority",
     "load_grants",
     "load_secrets",
     "load_static_tokens",
+    "read_token_file",
     "sign_token",
     "verify_token",
     "write_secret_file",
@@ -85,6 +88,8 @@ PERMISSIONS: Final[tuple[str, ...]] = get_args(Permission)
 KINDS: Final[tuple[str, ...]] = get_args(Kind)
 
 TOKEN_VERSION: Final = "bl1"
+# Where clients look for a token when none is given.
+TOKEN_ENV: Final = "BOOKLINE_TOKEN"
 # The principal the cluster's own services use (proxies calling each other,
 # autorecovery); only a holder of the secret can sign for it, and that holder could
 # sign for anyone anyway.
@@ -154,6 +159,22 @@ def verify_token(secrets: Sequence[bytes], token: str, now: float) -> str:
         return _check_principal(principal)
     except ValueError as exc:
         raise UnauthenticatedError("malformed token") from exc
+
+
+def env_token() -> str | None:
+    """The token in ``$BOOKLINE_TOKEN`` (clients' fallback), or None."""
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def read_token_file(path: str | Path) -> str:
+    """The token a token file holds (``bookline local`` writes one, mode 0600)."""
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read token file {path}: {exc.strerror}") from exc
+    if not token:
+        raise ConfigError(f"token file {path} is empty")
+    return token
 
 
 def hash_static_token(token: str) -> str:
@@ -239,7 +260,9 @@ class AuthConfig:
 
     def __post_init__(self) -> None:
         if self.enabled and not (self.secret_file or self.tokens_file):
-            raise ConfigError("auth.enabled needs auth.secret_file or auth.tokens_file")
+            raise ConfigError(
+                "auth enabled needs a secret file or a tokens file (auth secret_file/tokens_file)"
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ Schema (JSON object; readers ignore keys they don't know)::
      "write_proxies": [{"url": "http://..."}, ...],
      "read_proxies":  [{"url": "http://..."}, ...],
      "state": "running",                       # or "stopped" (+ "stopped_at")
+     "token_file": "admin.token",              # optional: clients' token (relative to
+                                               # this file's directory), auth on
      "bookies": [{...}], "zookeeper": {...}, "dir": "..."}   # informational
 
 Every failure is a :class:`~foundation.errors.ConfigError` that names the file and says
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foundation.auth import read_token_file
 from foundation.errors import ConfigError
 
 __all__ = ["STOPPED", "ClusterFile", "read_cluster_file"]
@@ -40,6 +43,11 @@ class ClusterFile:
     write_urls: tuple[str, ...]
     read_urls: tuple[str, ...]
     raw: dict[str, Any]  # the whole document, for tools that show it
+    token_file: str | None = None  # the token clients use, when the proxies want one
+
+    def token(self) -> str | None:
+        """The token of ``token_file`` (ConfigError naming it when unreadable)."""
+        return read_token_file(self.token_file) if self.token_file else None
 
 
 def _urls(doc: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -94,4 +102,14 @@ def read_cluster_file(path: str | Path) -> ClusterFile:
         write_urls=_urls(doc, "write_proxies", where),
         read_urls=_urls(doc, "read_proxies", where),
         raw=doc,
+        token_file=_token_file(doc, Path(path), where),
     )
+
+
+def _token_file(doc: dict[str, Any], path: Path, where: str) -> str | None:
+    name = doc.get("token_file")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: 'token_file' must be a non-empty string")
+    return str(path.parent / name)  # an absolute name stays as it is

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from foundation.auth import AuthConfig
 from foundation.config import MetadataConfig
 from foundation.errors import ConfigError
 from foundation.names import validate_name
@@ -45,6 +46,15 @@ class ProxyConfig:
     namespace: str = "default"
     # ZooKeeper session timeout: how long a crashed proxy keeps its registration.
     session_timeout_ms: int = 10_000
+    # Require a token on every API route and check its grants (docs/security.md).
+    # Off for library use and tests; `bookline local` turns it on.
+    auth_enabled: bool = False
+    # Cluster secrets signing tokens, one per line, the first signing (mode 0600).
+    auth_secret_file: str = ""
+    # Grants per principal and superusers (TOML or JSON); none: superusers only.
+    auth_grants_file: str = ""
+    # Static tokens: SHA-256 hex per principal (TOML or JSON), beside signed ones.
+    auth_tokens_file: str = ""
 
     def __post_init__(self) -> None:
         self.check_common()
@@ -59,6 +69,15 @@ class ProxyConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"{self.SECTION}.port {self.port} is not a TCP port")
         self.metadata()  # validates zk, root and session_timeout_ms
+        self.auth()  # validates the auth settings
+
+    def auth(self) -> AuthConfig:
+        return AuthConfig(
+            enabled=self.auth_enabled,
+            secret_file=self.auth_secret_file,
+            grants_file=self.auth_grants_file,
+            tokens_file=self.auth_tokens_file,
+        )
 
     def require_positive(self, *names: str) -> None:
         for name in names:

@@ -84,6 +84,8 @@ def error_response(request: web.Request, exc: BooklineError) -> web.Response:
         resp.headers["Location"] = exc.owner.rstrip("/") + request.path_qs
     if status == 429:
         resp.headers["Retry-After"] = "1"
+    if status == 401:  # RFC 6750: say which scheme would do (httpapi.auth)
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="bookline"'
     return resp
 
 

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
+from foundation.auth import TOKEN_ENV
 from foundation.cluster_file import ClusterFile, read_cluster_file
 from foundation.errors import (
     BooklineError,
@@ -169,6 +170,15 @@ def add_common_flags(parser: argparse.ArgumentParser, *, top: bool = True) -> No
             default=default_fmt,
             help="log lines as plain text (default) or JSON (also $BOOKLINE_LOG_FORMAT)",
         )
+    if _has_option(parser, "--cluster") and not _has_option(parser, "--token"):
+        parser.add_argument(
+            "--token",
+            action=_TokenAction,
+            default=argparse.SUPPRESS,
+            metavar="TOKEN",
+            help=f"the proxies' bearer token (default ${TOKEN_ENV}, else the token file "
+            "cluster.json names; docs/security.md)",
+        )
     if _has_option(parser, "--cluster") and not _has_option(parser, "--timeout"):
         parser.add_argument(
             "--timeout",
@@ -179,6 +189,22 @@ def add_common_flags(parser: argparse.ArgumentParser, *, top: bool = True) -> No
         )
     for child in _children(parser):
         add_common_flags(child, top=False)
+
+
+class _TokenAction(argparse.Action):
+    """``--token T`` puts T in ``$BOOKLINE_TOKEN`` for this command: every client it
+    makes (ProxyClient, consumers) takes the token from there before the cluster's."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if not isinstance(values, str) or not values.strip():
+            parser.error("--token needs a token")
+        os.environ[TOKEN_ENV] = values.strip()
 
 
 def require_cluster(args: argparse.Namespace) -> ClusterFile:

@@ -37,6 +37,7 @@ from foundation.cluster_file import STOPPED, read_cluster_file
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
 from ops import procs
+from ops.local_auth import LocalAuth, ensure_local_auth
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class LocalCluster:
         autorecovery_args: Sequence[str] = (),
         service_session_timeout_ms: int | None = None,
         placements: dict[str, Placement] | None = None,
+        auth: bool = False,
     ) -> None:
         if zk_ensemble not in ZK_ENSEMBLE_SIZES:
             raise ConfigError(f"--zk-ensemble must be one of {ZK_ENSEMBLE_SIZES}")
@@ -172,6 +174,10 @@ class LocalCluster:
         # flags added to its command line at its next (re)start (the chaos nemesis).
         self.placements = placements or {}
         self.extra_args: dict[str, list[str]] = {}
+        # Proxies require tokens (`bookline local` default; ops.local_auth): the
+        # credentials are made at start, cluster.json names the admin token file.
+        self.with_auth = auth
+        self.auth: LocalAuth | None = None
         self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
         self.zk_servers: list[ZooKeeperServer] = []
         self.zookeepers: list[ProcessInfo] = []
@@ -240,6 +246,8 @@ class LocalCluster:
             for info in self.zookeepers:
                 ready(info.name)
             self._ensure_chroot()
+            if self.with_auth:
+                self.auth = ensure_local_auth(self.dir)
             for i in range(1, self.bookie_count + 1):
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
@@ -373,7 +381,8 @@ class LocalCluster:
             "--proxy-id", f"{short}-{index}", "--port", str(port),
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
             "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
-            *quorum_args, *self.proxy_args.get(kind, []),
+            *quorum_args, *(self.auth.proxy_args() if self.auth else []),
+            *self.proxy_args.get(kind, []),
         ]  # fmt: skip
         info = self._spawn(name, kind, argv, self.dir / name / f"{kind}.log")
         info.address = f"{self.placement(name).host}:{port}"
@@ -482,6 +491,8 @@ class LocalCluster:
             "read_proxies": [p.to_json() for p in self.read_proxies],
             "dir": str(self.dir),
         }
+        if self.auth is not None:  # the token's file (relative to this one), never the secret
+            out["token_file"] = str(self.auth.token_file.relative_to(self.dir))
         if self.quorums is not None:
             out["quorums"] = {
                 "ensemble_size": self.quorums.ensemble_size,

@@ -228,6 +228,12 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-autorecovery", action="store_true", help="do not run the autorecovery process"
     )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="proxies without authentication (default: tokens required, an admin token "
+        "printed once and named in cluster.json; docs/security.md)",
+    )
 
 
 def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
@@ -241,6 +247,7 @@ def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
         zk_ensemble=int(args.zk_ensemble),
         quorums=Quorums(args.ensemble_size, args.write_quorum, args.ack_quorum),
         service_session_timeout_ms=SERVICE_SESSION_TIMEOUT_MS,
+        auth=not args.no_auth,
     )
 
 
@@ -278,6 +285,7 @@ def run_local(args: argparse.Namespace) -> int:
     _start(cluster)
     try:
         print(json.dumps(cluster.describe(), indent=2), flush=True)
+        _print_token(cluster)
         print(
             f"local cluster ready; cluster file {cluster.dir / 'cluster.json'}; "
             "`bookline status` shows it; Ctrl-C stops it",
@@ -287,6 +295,19 @@ def run_local(args: argparse.Namespace) -> int:
     finally:
         cluster.stop()
     return 0
+
+
+def _print_token(cluster: LocalCluster) -> None:
+    """The admin token, once (clients given cluster.json read it from its file)."""
+    if cluster.auth is None:
+        return
+    print(f"token: {cluster.auth.token}", flush=True)
+    print(
+        f"(admin; clients using {cluster.dir / 'cluster.json'} send it themselves; "
+        f"elsewhere: export BOOKLINE_TOKEN=$(cat {cluster.auth.token_file}) or "
+        "`Authorization: Bearer <token>`)",
+        flush=True,
+    )
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -40,6 +40,7 @@ from foundation.errors import (
 from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import recordsets, wire
+from httpapi.auth import auth_middlewares, check_rules
 from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_position
 from httpapi.proxy_config import READ_PROXY_PREFIX
@@ -161,7 +162,10 @@ class ReadProxy:
             health=self.health,
             registry=self.metrics.registry,
             requests=self.metrics.requests,
-            middlewares=[latency_middleware(self.metrics.request_seconds)],
+            middlewares=[
+                *auth_middlewares(self.config.auth()),  # none unless auth_enabled
+                latency_middleware(self.metrics.request_seconds),
+            ],
         )
         p = wire.API_PREFIX
         app.router.add_get(f"{p}/streams", self.list_streams)
@@ -172,6 +176,7 @@ class ReadProxy:
         topics.add_routes(app, lambda: self.pages)
         subscriptions.add_routes(app, lambda: self.ns)
         register_dashboard(app, lambda: self._cluster)
+        check_rules(app)  # every route has an access rule (httpapi.auth)
         return app
 
     # -- plain routes ----------------------------------------------------------------

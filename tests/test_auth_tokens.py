@@ -172,5 +172,5 @@ def test_static_tokens_and_load_authority(tmp_path: Path) -> None:
     for bad in (None, "", "opaque-bob-tokeN"):
         with pytest.raises(UnauthenticatedError):
             authority.authenticate(bad, NOW)
-    with pytest.raises(ConfigError, match=r"needs auth\.secret_file"):
+    with pytest.raises(ConfigError, match="needs a secret file or a tokens file"):
         AuthConfig(enabled=True)

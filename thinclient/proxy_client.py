@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import aiohttp
 
+from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError, NotFoundError, TooManyRequestsError
 from foundation.names import partition_stream
@@ -47,7 +48,10 @@ class ProxyClient:
         root: str = "/bookline",
         config: ClientConfig | None = None,
         producer_id: str | None = None,
+        token: str | None = None,
     ) -> None:
+        """``token``: the proxies' bearer token when their auth is on; without one
+        ``$BOOKLINE_TOKEN`` (and, from a cluster file, the token file it names)."""
         if not write_urls and not read_urls and zk is None:
             raise ConfigError("ProxyClient needs proxy URLs or a ZooKeeper connect string")
         self.config = config or ClientConfig()
@@ -56,7 +60,7 @@ class ProxyClient:
         self._proxies = ProxyDirectory(
             self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
         )
-        self._transport = Transport(self.config, self._proxies, rng)
+        self._transport = Transport(self.config, self._proxies, rng, token=token or env_token())
         self._topics = TopicRouter(self.config, self._transport, rng)
         self._producer = Producer(
             self.config, self._transport, self.producer_id, on_batch=self._topics.batch_cut
@@ -65,15 +69,22 @@ class ProxyClient:
 
     @classmethod
     def from_cluster_file(
-        cls, path: str | Path, *, config: ClientConfig | None = None, use_zk: bool = False
+        cls,
+        path: str | Path,
+        *,
+        config: ClientConfig | None = None,
+        use_zk: bool = False,
+        token: str | None = None,
     ) -> ProxyClient:
         """Proxies from a ``cluster.json`` (``bookline local``); ``use_zk`` discovers
         them from the cluster's ZooKeeper instead. ConfigError when the file is missing
         or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
+        token = token or env_token() or cluster.token()
         if use_zk:
-            return cls(zk=cluster.zk, root=cluster.root, config=config)
-        return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, config=config)
+            return cls(zk=cluster.zk, root=cluster.root, config=config, token=token)
+        write_urls, read_urls = cluster.write_urls, cluster.read_urls
+        return cls(write_urls=write_urls, read_urls=read_urls, config=config, token=token)
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
 from streams.dlsn import DLSN
@@ -43,6 +44,7 @@ class SyncProxyClient:
         """The proxies a ``cluster.json`` lists (``bookline local``); ConfigError when
         it is missing or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
+        kwargs["token"] = kwargs.get("token") or env_token() or cluster.token()
         return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, **kwargs)
 
     def write(

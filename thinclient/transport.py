@@ -42,8 +42,17 @@ BODY_STREAM_BYTES_MIN: Final = 1 << 20
 class Transport:
     """The HTTP session and the retry loop; counts ``retries`` and ``redirects``."""
 
-    def __init__(self, config: ClientConfig, directory: ProxyDirectory, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: ClientConfig,
+        directory: ProxyDirectory,
+        rng: random.Random,
+        token: str | None = None,
+    ) -> None:
         self.config = config
+        # Sent as ``Authorization: Bearer`` on every request, redirects and WebSocket
+        # upgrades included (docs/security.md); never logged.
+        self._token = token
         self.directory = directory
         self.rng = rng
         self._session: aiohttp.ClientSession | None = None
@@ -56,7 +65,8 @@ class Transport:
             connector = aiohttp.TCPConnector(
                 limit=0, limit_per_host=self.config.connections_per_proxy
             )
-            self._session = aiohttp.ClientSession(connector=connector)
+            headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
 
     async def close(self) -> None:
         self._closed = True

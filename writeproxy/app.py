@@ -37,6 +37,7 @@ from foundation.errors import (
 from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import wire, writes
+from httpapi.auth import auth_middlewares, check_rules, require
 from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
@@ -241,6 +242,7 @@ class WriteProxy:
             on_status=self.metrics.count_status,
             client_max_size=self.config.request_bytes_max,
             middlewares=[
+                *auth_middlewares(self.config.auth()),  # none unless auth_enabled
                 latency_middleware(self.metrics.request_seconds),
                 *fault_middlewares(self.config),  # none unless a test asks
             ],
@@ -258,6 +260,7 @@ class WriteProxy:
         register_topic_routes(app, self)  # topics and their partitions (writeproxy/topics.py)
         # consumer group coordinators (writeproxy/groups.py)
         self._groups = register_group_routes(app, self)
+        check_rules(app)  # every route has an access rule (httpapi.auth)
         return app
 
     async def health(self, request: web.Request) -> web.Response:
@@ -294,6 +297,7 @@ class WriteProxy:
     async def create_stream(self, request: web.Request) -> web.Response:
         body = await read_body(request)
         name = validate_name(body.get("name"), "stream name")
+        require(request, "admin", "stream", name)
         await self.ns.create_stream(name)
         return respond(request, {"name": name}, status=201)
 

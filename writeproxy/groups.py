@@ -41,6 +41,7 @@ from foundation.names import group_stream, parse_internal, validate_name
 from groups import wire
 from groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupStats, check_join
 from groups.coordinator_store import CoreTopics, ensure_group_log
+from httpapi.auth import require
 from httpapi.server import read_body, respond
 from httpapi.wire import API_PREFIX
 from metadata.zk import SessionState
@@ -113,6 +114,8 @@ class GroupRoutes:
     async def join(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_join(await read_body(request))
+        for topic in req.topics:
+            require(request, "consume", "topic", topic)
         coord = await self.coordinator(group, create=req)
         result = await coord.join(req)
         return respond(
@@ -134,6 +137,8 @@ class GroupRoutes:
     async def commit(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_commit(await read_body(request))
+        for topic in sorted({tp[0] for tp in req.offsets}):
+            require(request, "consume", "topic", topic)
         await (await self.coordinator(group)).commit(req)
         return respond(request, {})
 
@@ -156,6 +161,8 @@ class GroupRoutes:
     async def reset_offsets(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_reset(await read_body(request))
+        for topic in req.topics or ():
+            require(request, "consume", "topic", topic)
         # Kafka lets an operator set a new group's offsets before its consumers start
         # (naming the topics: a new group knows none).
         coord = await self.coordinator(group, create=req.topics is not None)

@@ -22,6 +22,7 @@ from foundation.names import partition_stream, validate_name
 from groups.topics import TopicAdmin
 from httpapi import topics as topic_wire
 from httpapi import wire
+from httpapi.auth import require
 from httpapi.server import read_body, respond
 from metadata.topics import TopicRecord
 
@@ -79,6 +80,7 @@ class _TopicRoutes:
 
     async def create(self, request: web.Request) -> web.Response:
         req = topic_wire.parse_create(await read_body(request))
+        require(request, "admin", "topic", req.name)
         record = await self._admin().create_topic(req.name, req.partitions, **req.options)
         return respond(request, _view(record), status=201)
 

@@ -215,10 +215,27 @@ function render(data) {
   previous = data;
 }
 
+// With auth on (docs/security.md) /v1/cluster wants an admin token: open the page as
+// /dashboard#token=TOKEN. A fragment never reaches a server or its logs; the token is
+// kept for this tab (sessionStorage) and removed from the address bar.
+function dashboardToken() {
+  const found = /(?:^|&)token=([^&]+)/.exec(location.hash.slice(1));
+  if (found) {
+    sessionStorage.setItem("bookline-token", decodeURIComponent(found[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("bookline-token");
+}
+
 async function poll() {
   const updated = document.getElementById("updated");
   try {
-    const resp = await fetch("/v1/cluster", {cache: "no-store"});
+    const token = dashboardToken();
+    const headers = token ? {Authorization: `Bearer ${token}`} : {};
+    const resp = await fetch("/v1/cluster", {cache: "no-store", headers});
+    if (resp.status === 401 || resp.status === 403) {
+      throw new Error(`HTTP ${resp.status}: open /dashboard#token=<admin token>`);
+    }
     if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
     const data = await resp.json();
     render(data);

@@ -1,0 +1,216 @@
+"""Authentication and authorization of the proxies' HTTP and WebSocket APIs.
+
+One aiohttp middleware (:func:`auth_middleware`) runs before every handler of a proxy
+whose ``auth_enabled`` is set:
+
+1. the route's rule (:data:`ROUTE_RULES`, keyed by method and route pattern) says what
+   it needs; a route without a rule is refused (fail closed), and
+   :func:`check_rules` makes a proxy with such a route fail at start;
+2. open routes (``/health``, ``/metrics``, ``/openapi.json``, the dashboard's static
+   files) pass: probes and scrapers carry no credentials, and none of them shows
+   records or secrets (the dashboard's data, ``/v1/cluster``, needs an admin token);
+3. otherwise the token -- ``Authorization: Bearer <token>``; on a WebSocket upgrade also
+   the ``token`` query parameter, since browsers cannot set headers there -- names the
+   principal (401 UNAUTHENTICATED and ``WWW-Authenticate: Bearer`` when it is missing
+   or does not check out), whose grants must allow the route's permission on the
+   name in the path (403 FORBIDDEN).
+
+Names a route carries in its body (create stream/topic, a group's topics on join,
+commit and reset) are checked by the handler with :func:`require`, which is a no-op
+when auth is off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Middleware
+
+from foundation.auth import AuthConfig, Authority, load_authority
+from foundation.errors import ConfigError, ForbiddenError
+
+__all__ = [
+    "ROUTE_RULES",
+    "Rule",
+    "auth_middleware",
+    "auth_middlewares",
+    "bearer_token",
+    "check_rules",
+    "principal_of",
+    "require",
+]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_PRINCIPAL: Final = "bookline.principal"  # request key of who asked
+_AUTHORITY: Final = "bookline.authority"  # request key of the Authority in force
+# The query parameter a browser's WebSocket puts its token in.
+WS_TOKEN_PARAM: Final = "token"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a route needs: nothing (``open``), a valid token (``authenticated``), or
+    one of ``permissions`` on the ``kind`` named by the path's ``key`` (an empty key:
+    the cluster; ``check_body``: the handler checks a name from the body)."""
+
+    permissions: tuple[str, ...] = ()
+    kind: str = ""
+    key: str = ""
+    open: bool = False
+    check_body: bool = False
+
+
+_OPEN = Rule(open=True)
+_ANY = Rule()  # any authenticated principal
+_BODY = Rule(check_body=True)  # authenticated; the handler authorizes the body's names
+
+
+def _on(kind: str, key: str, *permissions: str) -> Rule:
+    return Rule(permissions, kind, key)
+
+
+_S, _T, _G = "/v1/streams/{name}", "/v1/topics/{topic}", "/v1/groups/{group}"
+_SUB = f"{_S}/subscriptions"
+
+# (method, route pattern) -> rule. Every route a proxy serves is listed here: the
+# OpenAPI document's and the dashboard's.
+ROUTE_RULES: Final[dict[tuple[str, str], Rule]] = {
+    ("GET", "/health"): _OPEN,
+    ("GET", "/metrics"): _OPEN,
+    ("GET", "/openapi.json"): _OPEN,
+    ("GET", "/dashboard"): _OPEN,
+    ("GET", "/dashboard/{file}"): _OPEN,
+    ("GET", "/v1/cluster"): _on("cluster", "", "admin"),
+    # Listings show names only, to every authenticated principal.
+    ("GET", "/v1/streams"): _ANY,
+    ("GET", "/v1/topics"): _ANY,
+    ("GET", "/v1/groups"): _ANY,
+    # Creations name the stream/topic in the body: admin on it (the handler checks).
+    ("POST", "/v1/streams"): _BODY,
+    ("POST", "/v1/topics"): _BODY,
+    ("GET", _S): _on("stream", "name", "produce", "consume"),
+    ("DELETE", _S): _on("stream", "name", "admin"),
+    ("POST", f"{_S}/records"): _on("stream", "name", "produce"),
+    ("GET", f"{_S}/records"): _on("stream", "name", "consume"),
+    ("GET", f"{_S}/recordsets"): _on("stream", "name", "consume"),
+    ("GET", f"{_S}/tail"): _on("stream", "name", "consume"),
+    ("POST", f"{_S}/heartbeat"): _on("stream", "name", "produce"),
+    ("POST", f"{_S}/release"): _on("stream", "name", "produce"),
+    ("GET", f"{_S}/owner"): _on("stream", "name", "produce", "consume"),
+    ("POST", f"{_S}/truncate"): _on("stream", "name", "admin"),
+    ("GET", _SUB): _on("stream", "name", "consume"),
+    ("GET", f"{_SUB}/{{sub}}"): _on("stream", "name", "consume"),
+    ("POST", f"{_SUB}/{{sub}}"): _on("stream", "name", "consume"),
+    ("DELETE", f"{_SUB}/{{sub}}"): _on("stream", "name", "admin"),
+    ("GET", _T): _on("topic", "topic", "produce", "consume"),
+    ("GET", f"{_T}/partitions"): _on("topic", "topic", "produce", "consume"),
+    ("PATCH", _T): _on("topic", "topic", "admin"),
+    ("DELETE", _T): _on("topic", "topic", "admin"),
+    ("POST", f"{_T}/partitions/{{partition}}/records"): _on("topic", "topic", "produce"),
+    ("GET", f"{_T}/partitions/{{partition}}/records"): _on("topic", "topic", "consume"),
+    ("GET", f"{_T}/partitions/{{partition}}/offsets"): _on("topic", "topic", "consume"),
+    # Group routes check the group here and the topics of the body in the handler.
+    ("GET", _G): _on("group", "group", "consume"),
+    ("GET", f"{_G}/offsets"): _on("group", "group", "consume"),
+    ("POST", f"{_G}/join"): _on("group", "group", "consume"),
+    ("POST", f"{_G}/heartbeat"): _on("group", "group", "consume"),
+    ("POST", f"{_G}/commit"): _on("group", "group", "consume"),
+    ("POST", f"{_G}/leave"): _on("group", "group", "consume"),
+    ("POST", f"{_G}/reset-offsets"): _on("group", "group", "admin"),
+    ("DELETE", _G): _on("group", "group", "admin"),
+}
+
+
+def _route_key(request: web.Request) -> tuple[str, str] | None:
+    """(method, pattern) of the matched route; None when nothing matched (404/405)."""
+    resource = request.match_info.route.resource
+    if resource is None:
+        return None
+    method = "GET" if request.method == hdrs.METH_HEAD else request.method
+    return method, resource.canonical
+
+
+def bearer_token(request: web.Request) -> str | None:
+    """The token a request carries, or None."""
+    header = request.headers.get(hdrs.AUTHORIZATION, "")
+    scheme, _sep, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if request.headers.get(hdrs.UPGRADE, "").lower() == "websocket":
+        return request.query.get(WS_TOKEN_PARAM) or None
+    return None
+
+
+def principal_of(request: web.Request) -> str | None:
+    """Who made the request (None when auth is off or the route is open)."""
+    principal = request.get(_PRINCIPAL)
+    return principal if isinstance(principal, str) else None
+
+
+def require(request: web.Request, permission: str, kind: str, name: str) -> None:
+    """Raise ForbiddenError unless the request's principal may ``permission`` on
+    ``name``; a no-op when auth is off (no authority on the request)."""
+    authority = request.get(_AUTHORITY)
+    if not isinstance(authority, Authority):
+        return
+    principal = principal_of(request)
+    if principal is None:  # an open route asked: refuse rather than guess
+        raise ForbiddenError(f"{request.path} is open; it cannot authorize {kind} {name!r}")
+    authority.grants.authorize(principal, permission, kind, name)
+
+
+def _authorize(authority: Authority, principal: str, rule: Rule, request: web.Request) -> None:
+    if not rule.permissions:
+        return
+    name = request.match_info.get(rule.key, "") if rule.key else ""
+    grants = authority.grants
+    if any(grants.allows(principal, p, rule.kind, name) for p in rule.permissions):
+        return
+    grants.authorize(principal, rule.permissions[0], rule.kind, name)  # raises, naming it
+
+
+def auth_middleware(authority: Authority, clock: Callable[[], float] = time.time) -> Middleware:
+    """Authenticate and authorize every request before its handler (module docstring)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        key = _route_key(request)
+        if key is None:
+            return await handler(request)  # 404 / 405: nothing to protect
+        rule = ROUTE_RULES.get(key)
+        if rule is None:
+            raise ForbiddenError(f"{key[0]} {key[1]} has no access rule")
+        if rule.open:
+            return await handler(request)
+        principal = authority.authenticate(bearer_token(request), clock())
+        _authorize(authority, principal, rule, request)
+        request[_PRINCIPAL] = principal
+        request[_AUTHORITY] = authority
+        return await handler(request)
+
+    return middleware
+
+
+def auth_middlewares(config: AuthConfig) -> list[Middleware]:
+    """The middleware ``config`` asks for (none when auth is off); loading the secret,
+    grants and tokens files here makes a proxy with bad ones fail at start."""
+    authority = load_authority(config)
+    return [] if authority is None else [auth_middleware(authority)]
+
+
+def check_rules(app: web.Application) -> None:
+    """ConfigError naming every route of ``app`` without an access rule."""
+    missing = []
+    for route in app.router.routes():
+        resource = route.resource
+        if resource is None or route.method == hdrs.METH_HEAD:
+            continue
+        if (route.method, resource.canonical) not in ROUTE_RULES:
+            missing.append(f"{route.method} {resource.canonical}")
+    if missing:
+        raise ConfigError(f"routes without an access rule: {', '.join(sorted(missing))}")
