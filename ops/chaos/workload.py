@@ -74,7 +74,15 @@ from thinclient.proxy_client import ProxyClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_LAYOUT", "WRITER_KINDS", "Layout", "final_phase", "writer_argv"]
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "WRITER_KINDS",
+    "Layout",
+    "WriterSpec",
+    "final_phase",
+    "run_writer",
+    "writer_argv",
+]
 
 WRITER_KINDS: Final = ("thin", "core", "topic", "topic-core")
 # Refusals that certainly wrote nothing; any other error leaves the outcome unknown.
@@ -110,6 +118,8 @@ FULL_READ_DEADLINE_S: Final = 180.0
 # Records per read request of the final reads; replica reads in flight at once.
 READ_BATCH: Final = 1_000
 REPLICA_READS_IN_FLIGHT: Final = 32
+# The read paths that read every stream in full at the end.
+FULL_READERS: Final = ("core", "readproxy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +175,8 @@ class _Path:
 
 class _ThinPath(_Path):
     def __init__(self, cluster_file: Path, producer: str, topic: bool) -> None:
+        # A new process is a new producer: the client picks a fresh producer id.
         self._client = ProxyClient.from_cluster_file(cluster_file)
-        self._client.producer_id = producer
         self._topic = topic
 
     async def open(self) -> None:
@@ -305,29 +315,50 @@ class _WriterRun:
             await asyncio.wait(tasks, timeout=DRAIN_S)
 
 
-async def _writer_main(args: argparse.Namespace) -> int:
-    producer = f"{args.name}.{args.incarnation}"
-    rng = random.Random(f"{args.seed}/{args.name}/{args.incarnation}")
-    layout = DEFAULT_LAYOUT
-    history = HistoryWriter(Path(args.history) / f"{producer}.jsonl")
-    path = _make_path(args.kind, Path(args.cluster), producer)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+@dataclass(frozen=True, slots=True)
+class WriterSpec:
+    """One incarnation of one writer."""
+
+    name: str
+    kind: str
+    incarnation: int
+    cluster_file: Path
+    history_dir: Path
+    seed: int
+    rate_per_s: float
+    layout: Layout = DEFAULT_LAYOUT
+
+    @property
+    def producer(self) -> str:
+        return f"{self.name}.{self.incarnation}"
+
+
+async def run_writer(spec: WriterSpec, stop: asyncio.Event) -> None:
+    """Write until ``stop`` is set, then wait up to :data:`DRAIN_S` for what is in
+    flight; the history goes to ``<history_dir>/<name>.<incarnation>.jsonl``."""
+    rng = random.Random(f"{spec.seed}/{spec.name}/{spec.incarnation}")
+    history = HistoryWriter(spec.history_dir / f"{spec.producer}.jsonl")
+    path = _make_path(spec.kind, spec.cluster_file, spec.producer)
     try:
         await path.open()
-        if args.kind == "topic":
-            assert isinstance(path, _ThinPath)
-            await path.warm(layout.topic)  # the sends that follow then keep their order
-        print(f"writer {producer} ready", flush=True)
-        run = _WriterRun(
-            args.name, producer, layout.targets(args.kind), path, history, rng, args.rate
-        )
+        if isinstance(path, _ThinPath) and spec.kind == "topic":
+            await path.warm(spec.layout.topic)  # the sends that follow keep their order
+        print(f"writer {spec.producer} ready", flush=True)
+        targets = spec.layout.targets(spec.kind)
+        run = _WriterRun(spec.name, spec.producer, targets, path, history, rng, spec.rate_per_s)
         await run.run(stop)
     finally:
         with contextlib.suppress(BooklineError, TimeoutError):
             await asyncio.wait_for(path.close(), DRAIN_S)
         history.close()
+
+
+async def _writer_main(args: argparse.Namespace) -> int:
+    spec = WriterSpec(args.name, args.kind, args.incarnation, Path(args.cluster),
+                      Path(args.history), args.seed, args.rate)  # fmt: skip
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await run_writer(spec, stop)
     return 0
 
 
@@ -385,23 +416,34 @@ async def _retrying(what: str, op: Callable[[], Awaitable[tuple[str, str]]]) -> 
 class _Final:
     """The final phase's clients and its history file."""
 
-    def __init__(self, cluster_file: Path, history: HistoryWriter, layout: Layout) -> None:
+    def __init__(
+        self, cluster_file: Path, history: HistoryWriter, layout: Layout, *, proxies: bool
+    ) -> None:
         self.cluster_file = cluster_file
         self.history = history
         self.layout = layout
-        self.client = ProxyClient.from_cluster_file(
-            cluster_file, config=ClientConfig(retry_deadline_ms=60_000)
-        )
-        self.client.producer_id = f"final.{int(time.time())}"
+        self._client: ProxyClient | None = None
+        if proxies:
+            self._client = ProxyClient.from_cluster_file(
+                cluster_file, config=ClientConfig(retry_deadline_ms=60_000)
+            )
         self.ns: Namespace | None = None
         self.finals: dict[str, str] = {}  # stream -> its final value
 
+    @property
+    def client(self) -> ProxyClient:
+        if self._client is None:
+            raise ValueError("this final phase runs without the proxies")
+        return self._client
+
     async def open(self) -> None:
-        await self.client.start()
+        if self._client is not None:
+            await self._client.start()
         self.ns = await Namespace.from_cluster_file(self.cluster_file, config=namespace_config())
 
     async def close(self) -> None:
-        await self.client.close()
+        if self._client is not None:
+            await self._client.close()
         if self.ns is not None:
             await self.ns.close()
 
@@ -578,22 +620,30 @@ def _text(payload: bytes) -> str:
 
 
 async def final_phase(
-    cluster_file: Path, history_dir: Path, layout: Layout = DEFAULT_LAYOUT
+    cluster_file: Path,
+    history_dir: Path,
+    layout: Layout = DEFAULT_LAYOUT,
+    *,
+    full_readers: Sequence[str] = FULL_READERS,
 ) -> dict[str, int]:
     """Final writes, then full reads through every path and replica reads of every
-    stream, into ``history_dir/final.jsonl``; returns the replica counts."""
+    stream, into ``history_dir/final.jsonl``; returns the replica counts. Without
+    proxies (``layout`` has only core streams, ``full_readers`` only ``core``) it needs
+    just ZooKeeper and the bookies."""
     counts = {"replica_entries": 0, "replica_missing": 0, "replica_errors": 0}
+    plans = _plans(layout)
+    proxies = "readproxy" in full_readers or any(p.path in ("thin", "topic") for p in plans)
     with HistoryWriter(history_dir / "final.jsonl") as history:
-        final = _Final(cluster_file, history, layout)
+        final = _Final(cluster_file, history, layout, proxies=proxies)
         await final.open()
         try:
-            plans = _plans(layout)
             for seq, plan in enumerate(plans):
                 with contextlib.suppress(BooklineError):  # recorded; its reads say so
                     await final.final_write(plan, seq)
             for plan in plans:
-                await final.read_full(plan, "core", functools.partial(final.core_rows, plan))
-                await final.read_full(plan, "readproxy", functools.partial(final.proxy_rows, plan))
+                for reader in full_readers:
+                    rows = final.core_rows if reader == "core" else final.proxy_rows
+                    await final.read_full(plan, reader, functools.partial(rows, plan))
                 for name, n in (await final.read_replicas(plan)).items():
                     counts[name] += n
         finally:

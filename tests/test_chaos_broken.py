@@ -1,0 +1,91 @@
+"""The chaos checker catches a deliberately broken build (issue 15 acceptance).
+
+A core-library writer of the chaos workload writes to real bookies for a moment while
+``LogWriter.write_nowait`` is patched to acknowledge every tenth record without writing
+it (a writer that acks what it never wrote); then the workload's final phase (a final
+write that recovers the stream, full reads through the core library, every entry read
+from each replica) and the checker. The checker must count exactly the dropped records
+as ``lost`` and nothing else. The same run without the patch is clean, so the
+anomalies are the break's, not the harness's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ops.chaos.checker import CheckResult, check, load_history
+from ops.chaos.workload import Layout, WriterSpec, final_phase, run_writer
+from streams.dlsn import DLSN
+from streams.namespace import Namespace
+from streams.records import LogRecord
+from streams.writer import LogWriter
+from tests.conftest import BookieCluster
+
+pytestmark = pytest.mark.integration
+
+WRITE_S = 2.0
+RATE_PER_S = 150.0
+DROP_EVERY = 10
+
+
+async def _write_and_check(
+    cluster_file: Path, history: Path, stream: str, during: Callable[[], None] | None = None
+) -> CheckResult:
+    layout = Layout(thin_streams=(), core_streams=(stream,), partitions=0)
+    ns = await Namespace.from_cluster_file(cluster_file)
+    try:
+        await ns.create_stream(stream)
+    finally:
+        await ns.close()
+    spec = WriterSpec("w-core", "core", 1, cluster_file, history, 7, RATE_PER_S, layout)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().call_later(WRITE_S, stop.set)
+    await run_writer(spec, stop)
+    if during is not None:
+        during()  # the build is fixed again before the final phase
+    await final_phase(cluster_file, history, layout, full_readers=("core",))
+    return check(load_history(history))
+
+
+def _counts(result: CheckResult) -> dict[str, int]:
+    names = ("lost", "duplicated", "reordered", "inconsistent", "unexpected", "failed_present")
+    return {name: getattr(result, name) for name in names}
+
+
+def test_clean_core_writer_has_no_anomaly(bookie_cluster: BookieCluster, tmp_path: Path) -> None:
+    result = asyncio.run(_write_and_check(bookie_cluster.cluster_file(), tmp_path, "chaos-clean"))
+    assert result.ok, result.to_json()
+    assert result.acked > 100
+    assert _counts(result) == dict.fromkeys(_counts(result), 0)
+
+
+def test_writer_acking_without_writing_is_caught_as_lost(
+    bookie_cluster: BookieCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LogWriter.write_nowait
+    dropped: list[str] = []
+
+    def acks_without_writing(self: LogWriter, record: LogRecord) -> asyncio.Future[DLSN]:
+        value = record.payload.decode()
+        if value.startswith("w-core.") and int(value.rsplit(".", 1)[1]) % DROP_EVERY == 3:
+            dropped.append(value)
+            fut: asyncio.Future[DLSN] = asyncio.get_running_loop().create_future()
+            fut.set_result(DLSN(1, 0, 0))
+            return fut
+        return real(self, record)
+
+    monkeypatch.setattr(LogWriter, "write_nowait", acks_without_writing)
+    result = asyncio.run(
+        _write_and_check(
+            bookie_cluster.cluster_file(), tmp_path, "chaos-broken", during=monkeypatch.undo
+        )
+    )
+    assert len(dropped) >= 10
+    assert result.lost == len(dropped), result.to_json()
+    assert {v.split(" ")[0] for v in result.samples["lost"]} <= set(dropped)
+    assert _counts(result) == {**dict.fromkeys(_counts(result), 0), "lost": len(dropped)}
+    assert not result.ok
