@@ -4,7 +4,9 @@ Accepted: 1..``NAME_CHARS_MAX`` characters drawn from letters and digits (Unicod
 ``isalnum``) and ``. _ - : @ + =``, with no reserved prefix. Rejected with a clear
 :class:`~foundation.errors.InvalidNameError`: empty names, ``/`` and ``\\``, ``.`` and
 ``..``, NUL and other control or format characters, whitespace, the reserved prefixes
-``.`` and ``<``, ZooKeeper's reserved ``zookeeper``, and names longer than the limit.
+``.`` and ``<``, ZooKeeper's reserved ``zookeeper``, names longer than the limit, and
+names that are not in Unicode normal form NFKC (fullwidth letters, ligatures: lookalikes
+of other names).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def validate_name(name: object, kind: str = "name") -> str:
                 f"{kind} {name!r} contains {ch!r}; allowed are letters, digits and "
                 f"{''.join(sorted(_EXTRA_CHARS))}"
             )
+    if unicodedata.normalize("NFKC", name) != name:
+        # Fullwidth letters, ligatures, superscripts...: shown like other names (or
+        # equal to them once normalized), they would let one name pass for another.
+        raise InvalidNameError(
+            f"{kind} {name!r} is not in Unicode normal form NFKC "
+            f"({unicodedata.normalize('NFKC', name)!r} is)"
+        )
     if name.startswith(_RESERVED_PREFIXES):
         raise InvalidNameError(f"{kind} {name!r} starts with a reserved prefix ('.' or '<')")
     if name.lower() in _RESERVED_NAMES:

@@ -101,6 +101,8 @@ def split_records(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     """Decode back-to-back whole records (a read-ahead run)."""
     pos = 0
     while pos < len(data):
+        if pos + 8 > len(data):  # a damaged length left a cut-off header: no crash
+            raise ChecksumError("entry log run ends inside a record header")
         (length,) = struct.unpack_from(">I", data, pos + 4)
         yield decode_record(memoryview(data)[pos : pos + 8 + length])
         pos += 8 + length
