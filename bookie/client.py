@@ -185,9 +185,10 @@ class BookieConnection:
         master_key: bytes = b"",
         timeout_s: float | None = None,
     ) -> p.ReadResponse:
-        """Read one entry (``entry_id=-1``: the last one held). With ``fence=True`` the
-        bookie first fences the ledger (``master_key`` must match) and the response's
-        ``lac`` is its LAC after fencing. Raises NoLedgerError, NoEntryError, ..."""
+        """Read one entry (``entry_id=-1``: the last one held) with the ledger's
+        ``master_key``. With ``fence=True`` the bookie first fences the ledger and the
+        response's ``lac`` is its LAC after fencing. Raises NoLedgerError, NoEntryError,
+        UnauthorizedError (not the ledger's key), ..."""
         return await self._call(
             lambda rid: p.ReadRequest(rid, ledger_id, entry_id, fence, master_key),
             p.ReadResponse,
@@ -202,6 +203,7 @@ class BookieConnection:
         *,
         timeout_s: float | None = None,
         piggyback_bytes_max: int = 0,
+        master_key: bytes = b"",
     ) -> p.ReadLacResponse:
         """Long poll: answers as soon as the bookie's LAC > ``previous_lac`` or after
         ``timeout_ms`` (capped by the bookie) with the current LAC. The entry
@@ -211,7 +213,7 @@ class BookieConnection:
         base = self.options.request_timeout_s if timeout_s is None else timeout_s
         return await self._call(
             lambda rid: p.ReadLacRequest(
-                rid, ledger_id, previous_lac, timeout_ms, piggyback_bytes_max
+                rid, ledger_id, previous_lac, timeout_ms, piggyback_bytes_max, master_key
             ),
             p.ReadLacResponse,
             base + timeout_ms / 1000.0,
@@ -248,11 +250,14 @@ class BookieConnection:
         return resp.ledger_ids
 
     async def list_entries(
-        self, ledger_id: int, *, timeout_s: float | None = None
+        self, ledger_id: int, *, master_key: bytes = b"", timeout_s: float | None = None
     ) -> tuple[int, ...]:
-        """Entry ids the bookie holds for ``ledger_id``, sorted (NoLedgerError if none)."""
+        """Entry ids the bookie holds for ``ledger_id``, sorted (NoLedgerError if none,
+        UnauthorizedError if ``master_key`` is not the ledger's)."""
         resp = await self._call(
-            lambda rid: p.ListEntriesRequest(rid, ledger_id), p.ListEntriesResponse, timeout_s
+            lambda rid: p.ListEntriesRequest(rid, ledger_id, master_key),
+            p.ListEntriesResponse,
+            timeout_s,
         )
         return resp.entry_ids
 

@@ -54,6 +54,7 @@ from foundation.errors import (
 from foundation.gctune import settle_heap
 from metadata.bookies import READONLY, WRITABLE, BookieInfo, Cookie
 from metadata.client import MetadataClient
+from metadata.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,11 @@ async def _run_server(
     bookie_id: str,
     reload: Reload,
 ) -> int:
-    server = BookieServer(config, storage, bookie_id=bookie_id)
+    async def ledger_lookup(ledger_id: int) -> LedgerMetadata:
+        meta, _version = await md.ledgers.read(ledger_id)
+        return meta
+
+    server = BookieServer(config, storage, bookie_id=bookie_id, ledger_lookup=ledger_lookup)
     await server.start()
     stack = contextlib.AsyncExitStack()
     try:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, cast
 
 from bookie import protocol as p
+from bookie.access import LedgerGate, Lookup
 from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.server_connection import ServerConnection
@@ -78,7 +79,11 @@ class BookieServer:
         bookie_id: str = "",
         metrics: BookieMetrics | None = None,
         on_read_only_change: StateCallback | None = None,
+        ledger_lookup: Lookup | None = None,
     ) -> None:
+        """``ledger_lookup`` reads a ledger's metadata: with it, the first ADD or fence
+        of a ledger this bookie does not hold must name a ledger that exists, under its
+        key (bookie/access.py)."""
         self.config = config
         self.storage = storage
         self.bookie_id = bookie_id or config.bookie_id
@@ -103,6 +108,7 @@ class BookieServer:
         self.fatal_error: BaseException | None = None
         self.port = config.port
         self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
+        self.gate = LedgerGate(storage, ledger_lookup)
         self._requests = RequestHandlers(
             storage,
             self.metrics,
@@ -110,6 +116,7 @@ class BookieServer:
             frame_bytes_max=config.frame_bytes_max,
             long_poll_cap_s=self.long_poll_cap_s,
             fail=self.fail,
+            gate=self.gate,
         )
 
     # -- lifecycle -------------------------------------------------------------------

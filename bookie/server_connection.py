@@ -27,6 +27,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 
 from bookie import protocol as p
+from bookie.access import LedgerGate
 from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics
 from bookie.server_requests import encode_lac_answer, is_fatal, piggyback_bytes
@@ -35,7 +36,9 @@ from foundation.errors import (
     BooklineError,
     InvariantViolation,
     IOFailureError,
+    ProtocolVersionError,
     TooManyRequestsError,
+    UnauthorizedError,
 )
 from foundation.invariants import invariant
 
@@ -56,6 +59,8 @@ class Host(Protocol):
     long_poll_cap_s: float
     # Every open connection (a connection adds and removes itself).
     connections: set[ServerConnection]
+    # Ledger key checks (bookie/access.py).
+    gate: LedgerGate
     # Bytes of unfinished frames all connections hold (each keeps its share current).
     buffered_bytes: int
 
@@ -173,6 +178,8 @@ class ServerConnection(asyncio.Protocol):
             # Frame boundaries are lost: this connection is done, the others are not.
             self._server.metrics.bad_frame(fatal=True)
             log.warning("closing connection %s: %s", self.peer, exc)
+            if isinstance(exc, ProtocolVersionError):  # say why, in this side's version
+                self.write(p.encode_error(0, p.Op.INFO, exc))
             self.close()
 
     # -- requests --------------------------------------------------------------------
@@ -188,9 +195,17 @@ class ServerConnection(asyncio.Protocol):
             self.write(p.encode_error(req.request_id, p.op_of(req), error))
             return
         if type(req) is p.AddRequest:
-            self._add_fast(req)
+            if self._server.gate.admits_now(req.ledger_id, req.master_key):
+                self._add_fast(req)
+            else:  # first contact: the ledger's metadata is looked up in a task
+                self.spawn(req)
             return
         if type(req) is p.ReadLacRequest:
+            try:
+                self._server.gate.check_held(req.ledger_id, req.master_key)
+            except UnauthorizedError as exc:
+                self.write(p.encode_error(req.request_id, p.Op.READ_LAC, exc))
+                return
             _LacPoll(self, req).start()
             return
         self.spawn(req)

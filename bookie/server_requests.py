@@ -20,6 +20,7 @@ from typing import Any, Final
 import crc32c
 
 from bookie import protocol as p
+from bookie.access import LedgerGate
 from bookie.metrics import BookieMetrics
 from bookie.storage.api import LacResult, Storage
 from foundation.errors import (
@@ -54,9 +55,12 @@ class RequestHandlers:
         frame_bytes_max: int,
         long_poll_cap_s: float,
         fail: FatalHandler,
+        gate: LedgerGate | None = None,
     ) -> None:
-        """``fail`` is told a fatal error (the server stops serving)."""
+        """``fail`` is told a fatal error (the server stops serving); ``gate`` checks
+        ledger keys (by default: stored keys only, no metadata look-ups)."""
         self._storage = storage
+        self._gate = gate or LedgerGate(storage, None)
         self._metrics = metrics
         self._bookie_id = bookie_id
         self._frame_bytes_max = frame_bytes_max
@@ -100,6 +104,7 @@ class RequestHandlers:
         return frame
 
     async def _add(self, req: p.AddRequest) -> bytes:
+        await self._gate.admit(req.ledger_id, req.master_key)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._storage.add_entry_nowait(req, fut)
         await fut
@@ -108,9 +113,11 @@ class RequestHandlers:
     async def _read(self, req: p.ReadRequest) -> bytes:
         storage = self._storage
         if req.fence:
+            await self._gate.admit(req.ledger_id, req.master_key)
             lac = await storage.fence(req.ledger_id, req.master_key)
             payload, entry_id = await self._read_entry(req.ledger_id, req.entry_id)
         else:
+            self._gate.check_held(req.ledger_id, req.master_key)
             payload, entry_id = await self._read_entry(req.ledger_id, req.entry_id)
             lac = storage.last_add_confirmed(req.ledger_id)
         resp = p.ReadResponse(req.request_id, req.ledger_id, entry_id, lac, payload)
@@ -126,6 +133,7 @@ class RequestHandlers:
         return await self._storage.read_entry(ledger_id, last), last
 
     async def _read_lac(self, req: p.ReadLacRequest) -> bytes:
+        self._gate.check_held(req.ledger_id, req.master_key)
         timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
         bytes_max = piggyback_bytes(req, self._frame_bytes_max)
         result = await self._storage.wait_lac(req.ledger_id, req.previous_lac, timeout_s, bytes_max)
@@ -152,6 +160,7 @@ class RequestHandlers:
         return p.encode_response(p.ListLedgersResponse(req.request_id, ledgers))
 
     async def _list_entries(self, req: p.ListEntriesRequest) -> bytes:
+        self._gate.check_held(req.ledger_id, req.master_key)
         entries = tuple(await self._storage.entries(req.ledger_id))
         return p.encode_response(p.ListEntriesResponse(req.request_id, req.ledger_id, entries))
 

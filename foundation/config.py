@@ -161,6 +161,11 @@ class MetadataConfig:
     session_timeout_ms: int = 10_000
     # How long to wait for the first connection before giving up.
     connect_timeout_ms: int = 15_000
+    # ZooKeeper digest credentials: a file (mode 0600) holding "user:password". With it
+    # the session authenticates and every znode it creates gets a digest ACL giving that
+    # user everything and nobody else anything (every process of the cluster must use
+    # the same user). "" = the file BOOKLINE_METADATA_DIGEST_FILE names, else none.
+    digest_file: str = ""
 
     def __post_init__(self) -> None:
         if not self.zk:

@@ -166,6 +166,7 @@ class PoolTransport:
         *,
         timeout_s: float,
         piggyback_bytes_max: int = 0,
+        master_key: bytes = b"",
     ) -> LacAnswer:
         conn = await self._conn(bookie)
         async with _answer_within(bookie, "LAC answer", timeout_s):
@@ -179,6 +180,7 @@ class PoolTransport:
                 timeout_ms,
                 timeout_s=max(timeout_s - timeout_ms / 1000.0, 0.001),
                 piggyback_bytes_max=piggyback_bytes_max,
+                master_key=master_key,
             )
         return LacAnswer(resp.lac, resp.next_entry_id, resp.next_entry, resp.more_entries)
 

@@ -83,10 +83,12 @@ async def connect_parts(
     transport = PoolTransport(pool, store.address_of)
     list_timeout_s = (ledger_config or LedgerConfig()).read_timeout_ms / 1000.0
 
-    async def list_entries(bookie: str, ledger_id: int) -> Sequence[int]:
+    async def list_entries(bookie: str, ledger_id: int, master_key: bytes) -> Sequence[int]:
         conn = pool.get(await store.address_of(bookie))
         try:
-            return await conn.list_entries(ledger_id, timeout_s=list_timeout_s)
+            return await conn.list_entries(
+                ledger_id, master_key=master_key, timeout_s=list_timeout_s
+            )
         except NoLedgerError:
             return ()  # holds no entry of it
 

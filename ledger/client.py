@@ -3,10 +3,10 @@
 ::
 
     client = await LedgerClient.connect("127.0.0.1:2181", "/bookline")
-    writer = await client.create_ledger(password=b"pw")      # E/Qw/Qa from LedgerConfig
+    writer = await client.create_ledger()      # E/Qw/Qa from LedgerConfig, a key of its own
     entry_id = await writer.add_entry(b"hello")
     await writer.close()
-    reader = await client.open_ledger(writer.ledger_id, b"pw")  # recovers if still open
+    reader = await client.open_ledger(writer.ledger_id)  # recovers if still open
     data = await reader.read(0, reader.last_add_confirmed)
     await client.close()
 
@@ -25,12 +25,13 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from foundation.errors import NoEntryError, UnauthorizedError
+from foundation.errors import NoEntryError
 from foundation.quorum import check_quorum
 from ledger.config import LedgerConfig
 from ledger.digest import DigestType
 from ledger.env import LedgerEnv
 from ledger.interfaces import BookieTransport, MetadataStore
+from ledger.keys import check_legacy_password, new_ledger_key
 from ledger.placement import BookieHealth, choose_ensemble
 from ledger.reader import LedgerReader
 from ledger.recovery import LedgerRecovery
@@ -99,10 +100,14 @@ class LedgerClient:
         ensemble_size: int | None = None,
         write_quorum: int | None = None,
         ack_quorum: int | None = None,
-        password: bytes = b"",
+        password: bytes | None = None,
         digest_type: DigestType | str | None = None,
         custom: Mapping[str, bytes] | None = None,
     ) -> LedgerWriter:
+        """A new ledger and its writer. It gets a key of its own (ledger/keys.py:
+        derived from the cluster's ledger secret, or random); ``password`` instead
+        makes a legacy ledger keyed by that password, kept in its metadata in clear
+        (for tests and old tools; deprecated)."""
         cfg = self.config
         e = cfg.ensemble_size if ensemble_size is None else ensemble_size
         qw = cfg.write_quorum if write_quorum is None else write_quorum
@@ -112,6 +117,11 @@ class LedgerClient:
         candidates = await self.store.writable_bookies()
         ensemble = choose_ensemble(candidates, e, avoid=self.health.avoided(), rng=self.env.rng)
         ledger_id = await self.store.next_ledger_id()
+        if password is None:
+            new = new_ledger_key(ledger_id, self.env.secret)
+            stored, salt, check = new.password, new.key_salt, new.key_check
+        else:
+            stored, salt, check = password, b"", b""
         meta = LedgerMetadata(
             ledger_id=ledger_id,
             ensemble_size=e,
@@ -120,7 +130,9 @@ class LedgerClient:
             digest_type=dtype,
             segments=(Segment(0, tuple(ensemble)),),
             custom=dict(custom or {}),
-            password=password,
+            password=stored,
+            key_salt=salt,
+            key_check=check,
             ctime_ms=int(time.time() * 1000),
         )
         version = await self.store.create(meta)
@@ -128,17 +140,19 @@ class LedgerClient:
         return LedgerWriter(meta, version, self.env)
 
     async def open_ledger(
-        self, ledger_id: int, password: bytes = b"", *, recover: bool = True
+        self, ledger_id: int, password: bytes | None = None, *, recover: bool = True
     ) -> LedgerReader:
         """Open for reading. ``recover=True`` fences any writer and closes the ledger at
-        its true end first; ``recover=False`` reads what is confirmed and can tail."""
+        its true end first; ``recover=False`` reads what is confirmed and can tail.
+        The key comes from the metadata and the cluster's ledger secret
+        (:func:`ledger.keys.ledger_key`); ``password`` is only compared with a legacy
+        ledger's own (UnauthorizedError when it differs)."""
         if recover:
             result = await LedgerRecovery(ledger_id, self.env).run(password)
             meta, version = result.meta, result.version
         else:
             meta, version = await self.store.read(ledger_id)
-            if meta.password != password:
-                raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+            check_legacy_password(meta, password)
         reader = LedgerReader(meta, version, self.env)
         if not meta.is_closed:
             try:

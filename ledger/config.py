@@ -25,6 +25,12 @@ class LedgerConfig:
     # "crc32c" (detects corruption) or "hmac" (also stops forgery without the password;
     # "hmac_sha256" is accepted too). The same names as [core] digest_type and the metadata.
     digest_type: str = "crc32c"
+    # File holding the cluster's ledger secret (mode 0600, at least 16 bytes): each new
+    # ledger's key is derived from it and a random salt, so no znode holds a key. Every
+    # process that opens ledgers needs it (proxies, autorecovery, Spark, CLI); bookies do
+    # not. "" = each new ledger gets a random key kept in its metadata (guarded only by
+    # ZooKeeper ACLs). See docs/security.md.
+    secret_file: str = ""
 
     # --- timeouts -------------------------------------------------------------------
     # One add request to one bookie; past it the bookie is replaced (ensemble change).

@@ -16,12 +16,13 @@ byte changed on disk or on the wire. Byte layout (all integers big-endian)::
 
 The digest covers bytes ``[0, 34)`` (the header) followed by the payload, so a flipped
 bit anywhere but in the digest itself fails verification, and a digest flip fails too.
-CRC32C detects corruption; HMAC-SHA256, keyed by a key derived from the ledger password,
-also stops someone without the password from forging entries.
+CRC32C detects corruption; HMAC-SHA256, keyed by a key derived from the ledger key,
+also stops someone without the key from forging entries.
 
-The *master key* is a separate derivation of the password: the writer sends it with
-every add and with fencing reads, and a bookie refuses a ledger's writes under another
-key (UNAUTHORIZED). The raw password never leaves the client.
+The *master key* is a separate derivation of the ledger key
+(:func:`metadata.ledger_metadata.master_key`): the client sends it with every add,
+fence, read and LAC request, and a bookie refuses a ledger's requests under another key
+(UNAUTHORIZED). The ledger key itself (ledger/keys.py) never leaves the client.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import crc32c
 
 from foundation.errors import ChecksumError, ConfigError
 from foundation.invariants import invariant
-from metadata.ledger_metadata import DigestType  # part of a ledger's metadata
+from metadata.ledger_metadata import DigestType, master_key  # part of a ledger's metadata
 
 __all__ = [
     "ENTRY_FORMAT_VERSION",
@@ -52,15 +53,10 @@ _HEADER = struct.Struct(">BBQqqQ")
 HEADER_BYTES = _HEADER.size  # 34
 _CRC = struct.Struct(">I")
 
-# Domain-separation prefixes: the master key and the MAC key come from the same password
-# but must never be equal (a bookie knows the master key; it must not be able to MAC).
-_MASTER_KEY_PREFIX = b"bookline-ledger-master-key\x00"
+# Domain separation: the master key (metadata.ledger_metadata) and the MAC key come from
+# the same ledger key but must never be equal (a bookie knows the master key; it must
+# not be able to MAC).
 _MAC_KEY_PREFIX = b"bookline-ledger-mac-key\x00"
-
-
-def master_key(password: bytes) -> bytes:
-    """The access key bookies check for a ledger's adds and fencing reads."""
-    return hashlib.sha256(_MASTER_KEY_PREFIX + password).digest()
 
 
 def mac_key(password: bytes) -> bytes:

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from ledger.config import LedgerConfig
 from ledger.interfaces import BookieTransport, MetadataStore
+from ledger.keys import read_secret
 from ledger.metrics import PROCESS_LEDGER_METRICS, LedgerMetrics
 from ledger.placement import BookieHealth
 from ledger.speculative import speculative
@@ -37,6 +38,8 @@ class LedgerEnv:
     rng: random.Random  # placement choices
     # what the handles count (ledger/metrics.py); the process's figures by default
     metrics: LedgerMetrics = field(default=PROCESS_LEDGER_METRICS)
+    # The cluster's ledger secret (config.secret_file, read once); b"": none.
+    secret: bytes = field(default=b"", repr=False)
 
     @classmethod
     def create(
@@ -60,6 +63,7 @@ class LedgerEnv:
             clock,
             rng or random.Random(),
             metrics or PROCESS_LEDGER_METRICS,
+            read_secret(cfg.secret_file) if cfg.secret_file else b"",
         )
 
     @property

@@ -132,9 +132,11 @@ class BookieTransport(Protocol):
         *,
         timeout_s: float,
         piggyback_bytes_max: int = 0,
+        master_key: bytes = b"",
     ) -> LacAnswer:
-        """Long poll for the LAC. With ``piggyback_bytes_max`` > 0 the answer may carry
-        a run of entries from ``previous_lac + 1`` (bookies that cannot, ignore it)."""
+        """Long poll for the LAC (``master_key``: the ledger's). With
+        ``piggyback_bytes_max`` > 0 the answer may carry a run of entries from
+        ``previous_lac + 1``."""
 
     async def write_lac(
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, *, timeout_s: float

@@ -24,9 +24,10 @@ from foundation.errors import (
     TimeoutError_,
 )
 from foundation.invariants import invariant
-from ledger.digest import DigestManager, UnpackedEntry
+from ledger.digest import UnpackedEntry
 from ledger.env import LedgerEnv
 from ledger.interfaces import LacAnswer
+from ledger.keys import ledger_access
 from ledger.tasks import abandon
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
@@ -50,7 +51,9 @@ class LedgerReader:
         self._meta = meta
         self._version = version
         self._env = env
-        self._digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        access = ledger_access(meta, env.secret)
+        self._digest = access.digest
+        self._key = access.master_key
         self._lac = meta.last_entry_id if meta.is_closed else NO_ENTRY
         self._piggyback: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         # The bookie whose long poll answered last: asked first next time; and how long
@@ -122,7 +125,7 @@ class LedgerReader:
                 self.ledger_id,
                 entry_id,
                 fence=False,
-                master_key=b"",
+                master_key=self._key,
                 timeout_s=self._env.read_timeout_s,
             )
             entry = self._digest.verify(ans.data, entry_id)
@@ -206,7 +209,12 @@ class LedgerReader:
 
         async def attempt(bookie: str) -> LacAnswer:
             return await self._env.transport.read_lac(
-                bookie, self.ledger_id, NO_ENTRY, 0, timeout_s=self._env.read_timeout_s
+                bookie,
+                self.ledger_id,
+                NO_ENTRY,
+                0,
+                timeout_s=self._env.read_timeout_s,
+                master_key=self._key,
             )
 
         ans = await self._env.speculative(
@@ -241,7 +249,7 @@ class LedgerReader:
         def ask(bookie: str) -> asyncio.Future[LacAnswer]:
             return asyncio.ensure_future(self._env.transport.read_lac(
                 bookie, self.ledger_id, previous_lac, wait_ms,
-                timeout_s=timeout_s, piggyback_bytes_max=piggyback,
+                timeout_s=timeout_s, piggyback_bytes_max=piggyback, master_key=self._key,
             ))  # fmt: skip
 
         asked = {ask(replicas[0]): replicas[0]}

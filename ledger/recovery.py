@@ -49,9 +49,10 @@ from foundation.errors import (
 )
 from foundation.invariants import invariant
 from foundation.quorum import write_set
-from ledger.digest import DigestManager, UnpackedEntry, master_key
+from ledger.digest import DigestManager, UnpackedEntry
 from ledger.env import LedgerEnv
 from ledger.interfaces import ReadAnswer
+from ledger.keys import check_legacy_password, ledger_access
 from ledger.tasks import abandon, gather_answers
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
@@ -76,12 +77,13 @@ class LedgerRecovery:
         self._ledger_id = ledger_id
         self._env = env
 
-    async def run(self, password: bytes) -> RecoveryResult:
+    async def run(self, password: bytes | None = None) -> RecoveryResult:
+        """Recover the ledger (``password``: checked against a legacy ledger's own, see
+        :func:`ledger.keys.check_legacy_password`)."""
         store, retries = self._env.store, self._env.config.metadata_cas_retries_max
         for _attempt in range(retries):
             meta, version = await store.read(self._ledger_id)
-            if meta.password != password:
-                raise UnauthorizedError(f"wrong password for ledger {self._ledger_id}")
+            check_legacy_password(meta, password)
             if meta.is_closed:
                 return RecoveryResult(meta, version, recovered_by_us=False)
             if meta.state is LedgerState.OPEN:
@@ -112,13 +114,13 @@ class LedgerRecovery:
     # -- steps ---------------------------------------------------------------------
 
     async def _find_end(self, meta: LedgerMetadata) -> tuple[int, int]:
-        key = master_key(meta.password)
-        digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        access = ledger_access(meta, self._env.secret)
+        key, digest = access.master_key, access.digest
         max_lac = await self._fence(meta, key)
         start = max(max_lac, meta.last_segment.first_entry_id - 1)
         length = 0
         if start >= 0:
-            length = (await self._read_committed(meta, digest, start)).length
+            length = (await self._read_committed(meta, digest, key, start)).length
         return await self._read_forward(meta, digest, key, start, length)
 
     async def _fence(self, meta: LedgerMetadata, key: bytes) -> int:
@@ -166,7 +168,7 @@ class LedgerRecovery:
         return max_lac
 
     async def _read_committed(
-        self, meta: LedgerMetadata, digest: DigestManager, entry_id: int
+        self, meta: LedgerMetadata, digest: DigestManager, key: bytes, entry_id: int
     ) -> UnpackedEntry:
         async def attempt(bookie: str) -> UnpackedEntry:
             ans = await self._env.transport.read(
@@ -174,7 +176,7 @@ class LedgerRecovery:
                 meta.ledger_id,
                 entry_id,
                 fence=False,
-                master_key=b"",
+                master_key=key,
                 timeout_s=self._env.read_timeout_s,
             )
             return digest.verify(ans.data, entry_id)

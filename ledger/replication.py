@@ -59,7 +59,7 @@ from foundation.errors import (
     TimeoutError_,
 )
 from foundation.invariants import invariant
-from ledger.digest import DigestManager, UnpackedEntry, master_key
+from ledger.digest import UnpackedEntry
 from ledger.fragments import (
     Fragment,
     fragment_entries,
@@ -67,6 +67,7 @@ from ledger.fragments import (
     repair_plan,
     with_replacement,
 )
+from ledger.keys import ledger_access
 from ledger.placement import choose_replacement
 from ledger.tasks import run_bounded
 from metadata.ledger_metadata import LedgerMetadata
@@ -83,7 +84,8 @@ __all__ = ["ListEntries", "Outcome", "ReplicationWorker"]
 
 # Entry ids a bookie holds for a ledger (empty when it holds none); None: no listing,
 # so holes on surviving replicas are not looked for.
-ListEntries = Callable[[str, int], Awaitable[Sequence[int]]]
+# (bookie, ledger id, master key) -> entry ids the bookie holds
+ListEntries = Callable[[str, int, bytes], Awaitable[Sequence[int]]]
 # Ledgers remembered as "failed recently / deferred" per worker (bounded memory).
 _BACKOFF_ENTRIES_MAX = 100_000
 # Passes over a ledger when the auditor adds lost bookies while we repair it.
@@ -245,7 +247,7 @@ class ReplicationWorker:
                 )
                 return Outcome.DEFERRED
             log.info("ledger %d is %s past its grace: recovering it", ledger_id, meta.state.value)
-            await self._client.open_ledger(ledger_id, meta.password, recover=True)
+            await self._client.open_ledger(ledger_id, recover=True)
         lost = set(item.missing_bookies)
         repairs = dict(item.repair_entries)
         for _ in range(_PASSES_MAX):
@@ -358,8 +360,9 @@ class ReplicationWorker:
         if self._list_entries is None:
             return
         ensemble = meta.segments[fragment.segment_index].bookies
+        key = ledger_access(meta, self._env.secret).master_key
         for bookie in survivors:
-            held = set(await self._list_entries(bookie, meta.ledger_id))
+            held = set(await self._list_entries(bookie, meta.ledger_id, key))
             position = ensemble.index(bookie)
             part = dataclasses.replace(fragment, position=position, bookie=bookie)
             for entry_id in fragment_entries(part, meta.ensemble_size, meta.write_quorum):
@@ -378,8 +381,8 @@ class ReplicationWorker:
         each target bookie; with ``read_back``, then check each target serves exactly
         the bytes written (ChecksumError otherwise)."""
         env = self._env
-        digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
-        key = master_key(meta.password)
+        access = ledger_access(meta, env.secret)
+        digest, key = access.digest, access.master_key
         read_timeout_s = env.read_timeout_s
 
         async def copy_one(entry_id: int) -> None:
@@ -389,7 +392,7 @@ class ReplicationWorker:
                     meta.ledger_id,
                     entry_id,
                     fence=False,
-                    master_key=b"",
+                    master_key=key,
                     timeout_s=read_timeout_s,
                 )
                 return digest.verify(ans.data, entry_id), ans.data
@@ -418,15 +421,24 @@ class ReplicationWorker:
             env.metrics.bytes_copied += len(data) * len(targets)
             if read_back:
                 for target in targets:
-                    await self._check_copy(meta, entry_id, target, data, read_timeout_s)
+                    await self._check_copy(
+                        meta, entry_id, target, data, key=key, timeout_s=read_timeout_s
+                    )
 
         await run_bounded(sorted(plan), copy_one, self._config.entries_in_flight_max)
 
     async def _check_copy(
-        self, meta: LedgerMetadata, entry_id: int, bookie: str, data: bytes, timeout_s: float
+        self,
+        meta: LedgerMetadata,
+        entry_id: int,
+        bookie: str,
+        data: bytes,
+        *,
+        key: bytes,
+        timeout_s: float,
     ) -> None:
         ans = await self._env.transport.read(
-            bookie, meta.ledger_id, entry_id, fence=False, master_key=b"", timeout_s=timeout_s
+            bookie, meta.ledger_id, entry_id, fence=False, master_key=key, timeout_s=timeout_s
         )
         if ans.data != data:
             raise ChecksumError(

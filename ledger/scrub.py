@@ -52,6 +52,7 @@ from ledger.digest import DigestManager
 from ledger.env import LedgerEnv
 from ledger.fragments import segment_last
 from ledger.interfaces import ChecksumPage, Fingerprint, ReplicaInspector
+from ledger.keys import ledger_access
 from ledger.tasks import run_bounded
 from metadata.ledger_metadata import LedgerMetadata
 from metadata.underreplicated import EntryRanges, merge_ranges
@@ -295,7 +296,7 @@ class Scrubber:
             for bookie in meta.all_bookies() - registered:
                 report.unchecked[bookie] = "not registered"
         ranges = _Ranges()
-        digest = DigestManager(meta.ledger_id, meta.digest_type, meta.password)
+        digest = ledger_access(meta, self._env.secret).digest
         for index, seg in enumerate(meta.segments):
             first, last = seg.first_entry_id, segment_last(meta, index)
             for start in range(first, last + 1, self._page_entries):
@@ -415,6 +416,7 @@ class Scrubber:
                 holders.setdefault(state, bookie)
         verified: list[Fingerprint] = []
         undecided = False
+        key = ledger_access(meta, self._env.secret).master_key
         for fingerprint, bookie in holders.items():
             try:
                 answer = await self._env.transport.read(
@@ -422,7 +424,7 @@ class Scrubber:
                     meta.ledger_id,
                     entry_id,
                     fence=False,
-                    master_key=b"",
+                    master_key=key,
                     timeout_s=self._timeout_s,
                 )
                 if (crc32c.crc32c(answer.data), len(answer.data)) != fingerprint:

@@ -224,6 +224,8 @@ class MemoryBookies:
         st = bk.ledgers.get(ledger_id)
         if st is None:
             raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
+        if st.key != master_key:
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if entry_id == NO_ENTRY:
             if not st.entries:
                 raise NoEntryError(f"ledger {ledger_id} has no entries on {bookie}")
@@ -263,6 +265,7 @@ class MemoryBookies:
         *,
         timeout_s: float,
         piggyback_bytes_max: int = 0,
+        master_key: bytes = b"",
     ) -> LacAnswer:
         bk = await self._enter(bookie, timeout_s)
         loop = asyncio.get_running_loop()
@@ -271,6 +274,8 @@ class MemoryBookies:
             st = bk.ledgers.get(ledger_id)
             if st is None:
                 raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
+            if st.key != master_key:
+                raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
             if st.lac > previous_lac or loop.time() >= deadline:
                 nxt = st.entries.get(previous_lac + 1)
                 more: list[bytes] = []

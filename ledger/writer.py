@@ -56,11 +56,11 @@ from foundation.invariants import invariant
 from foundation.quorum import write_set
 from ledger.add_retry import AddRetry
 from ledger.close import record_closed
-from ledger.digest import DigestManager, master_key
 from ledger.ensemble_change import change_ensemble
 from ledger.env import LedgerEnv
 from ledger.inflight import InFlight, PendingAdd, copy_error
 from ledger.interfaces import EntryAdder
+from ledger.keys import ledger_access
 from ledger.lac_push import LacPusher
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
@@ -115,11 +115,12 @@ class LedgerWriter:
         # The loop of the first add, cached: asyncio.get_running_loop() costs a getpid()
         # system call per entry on Python 3.11.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._master_key = master_key(meta.password)
+        access = ledger_access(meta, env.secret)
+        self._master_key = access.master_key
         self._add_timeout_s = env.add_timeout_s
         self._entries = InFlight(
             meta.ledger_id,
-            DigestManager(meta.ledger_id, meta.digest_type, meta.password),
+            access.digest,
             adds_max=env.config.adds_in_flight_max,
             bytes_max=env.config.add_bytes_in_flight_max,
         )

@@ -5,6 +5,8 @@ Build it from :class:`~foundation.config.MetadataConfig`; services hold one per 
 
 from __future__ import annotations
 
+import os
+
 from foundation.config import MetadataConfig
 from metadata.bookies import BookieRegistry
 from metadata.cluster import ClusterInfo, ClusterStore
@@ -20,6 +22,10 @@ from metadata.topics import TopicStore
 from metadata.underreplicated import UnderreplicationStore
 from metadata.zk import ZkClient
 
+# Digest credentials for processes whose settings have no [metadata] section (bookies,
+# autorecovery, the CLI name ZooKeeper by their own flags): the same file for all.
+DIGEST_FILE_ENV = "BOOKLINE_METADATA_DIGEST_FILE"
+
 
 class MetadataClient:
     """``async with MetadataClient(config) as md: await md.cluster.init() ...``"""
@@ -31,6 +37,7 @@ class MetadataClient:
             config.zk,
             session_timeout_ms=config.session_timeout_ms,
             connect_timeout_ms=config.connect_timeout_ms,
+            digest_file=config.digest_file or os.environ.get(DIGEST_FILE_ENV, ""),
         )
         self.cluster = ClusterStore(self.zk, self.layout)
         self.bookies = BookieRegistry(self.zk, self.layout)

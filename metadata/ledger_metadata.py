@@ -7,7 +7,8 @@ CLOSED) and *segments*: ensemble ``bookies`` hold entries from ``first_entry_id`
 the next segment's first entry. Metadata is the truth about where entries live: a
 segment is only added by a compare-and-set before any entry is sent to its new bookies.
 
-Stored format (``metadata.serde`` kind ``"ledger"``, format version 1; the body map, in
+Stored format (``metadata.serde`` kind ``"ledger"``, format version 2 for ledgers with a
+per-ledger key, 1 for the older ones, which lack the two key fields; the body map, in
 this key order)::
 
     ledger_id        int    >= 0
@@ -16,13 +17,23 @@ this key order)::
     ack_quorum       int    Qa (E >= Qw >= Qa >= 1)
     ensembles        [[first_entry_id, [bookie id, ...]], ...]
                             first entries increase from 0; E distinct bookies each
-    password         bytes  ledger key: fences, and keys the digest for "hmac"
+    password         bytes  the ledger key in clear: legacy ledgers (a configured
+                            password) and ledgers made without a cluster ledger secret
+                            (a random key); empty when the key is derived (below)
     digest_type      str    "crc32c" | "hmac"
     state            str    "OPEN" | "IN_RECOVERY" | "CLOSED"
     last_entry_id    int    -1 (none) or the last entry, meaningful once CLOSED
     length           int    payload bytes, meaningful once CLOSED
     custom_metadata  {str: bytes}   user tags, at most CUSTOM_METADATA_BYTES_MAX
     ctime_ms         int    creation time (wall clock)
+    key_salt         bytes  (v2) random salt: the key is HMAC(cluster ledger secret,
+                            ledger id || salt) (ledger/keys.py); empty: key = password
+    key_check        bytes  (v2) SHA-256 of the master key (the digest of the key a
+                            bookie is sent): what a bookie checks a presented master
+                            key against; reveals neither key
+
+The key check lets a bookie refuse adds, fences and reads under a wrong key without
+knowing the cluster's secret, and without any key in a world-readable znode.
 
 ZooKeeper checksums its storage and wire; ``serde`` carries the kind and version.
 """
@@ -32,6 +43,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import hashlib
+import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -50,10 +63,14 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "Segment",
+    "master_key",
+    "master_key_check",
 ]
 
 KIND = "ledger"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Written for ledgers without a key check, so older builds keep reading them.
+FORMAT_VERSION_LEGACY = 1
 CUSTOM_METADATA_BYTES_MAX = 64 * 1024  # user tags, not payload
 # Entry id / LAC meaning "none yet".
 NO_ENTRY = -1
@@ -93,6 +110,23 @@ class DigestType(enum.IntEnum):
             raise ConfigError(f"unknown digest type {value!r}") from exc
 
 
+# Domain-separation prefixes: the master key, its check value and the MAC key
+# (ledger/digest.py) come from the same ledger key but must never be equal.
+_MASTER_KEY_PREFIX = b"bookline-ledger-master-key\x00"
+_KEY_CHECK_PREFIX = b"bookline-ledger-key-check\x00"
+
+
+def master_key(password: bytes) -> bytes:
+    """The access key bookies check for a ledger's adds, fences and reads: a digest of
+    the ledger key (the key itself never leaves the client)."""
+    return hashlib.sha256(_MASTER_KEY_PREFIX + password).digest()
+
+
+def master_key_check(key: bytes) -> bytes:
+    """What the metadata stores so a bookie can check a presented master key."""
+    return hashlib.sha256(_KEY_CHECK_PREFIX + key).digest()
+
+
 # The digest type's name in the stored format.
 _DIGEST_NAMES = {DigestType.CRC32C: "crc32c", DigestType.HMAC_SHA256: "hmac"}
 _DIGEST_BY_NAME = {name: dtype for dtype, name in _DIGEST_NAMES.items()}
@@ -112,15 +146,21 @@ class LedgerMetadata:
     ack_quorum: int  # Qa: acks that complete an add
     segments: tuple[Segment, ...]  # increasing first entries; the first starts at 0
     digest_type: DigestType = DigestType.CRC32C
-    # Kept so recovery tools and autorecovery can derive the master key (ZooKeeper ACLs
-    # guard the metadata; bookies only ever see the derived key).
+    # The ledger key in clear, for legacy ledgers and those made without a cluster
+    # ledger secret (ZooKeeper ACLs guard it then); empty when derived from key_salt.
     password: bytes = b""
     state: LedgerState = LedgerState.OPEN
     last_entry_id: int = NO_ENTRY  # meaningful once CLOSED
     length: int = 0  # bytes of payload, meaningful once CLOSED
     custom: Mapping[str, bytes] = field(default_factory=dict)
     ctime_ms: int = 0
-    format_version: int = FORMAT_VERSION  # of the bytes this was decoded from
+    # Of the bytes this was decoded from (where it came from, not what it says: not
+    # compared, as a ledger without a key check is written in version 1).
+    format_version: int = field(default=FORMAT_VERSION, compare=False)
+    # Random salt of a derived key (ledger/keys.py); empty: the key is `password`.
+    key_salt: bytes = b""
+    # master_key_check(master key); empty on legacy ledgers (checked against password).
+    key_check: bytes = b""
 
     def __post_init__(self) -> None:
         where = f"ledger {self.ledger_id}"
@@ -156,6 +196,12 @@ class LedgerMetadata:
             previous = seg.first_entry_id
 
     # -- queries -------------------------------------------------------------------
+
+    def accepts_master_key(self, key: bytes) -> bool:
+        """Whether ``key`` is this ledger's master key (constant-time comparison)."""
+        if self.key_check:
+            return hmac.compare_digest(master_key_check(key), self.key_check)
+        return hmac.compare_digest(master_key(self.password), key)
 
     @property
     def is_closed(self) -> bool:
@@ -236,6 +282,10 @@ class LedgerMetadata:
             "custom_metadata": dict(self.custom),
             "ctime_ms": self.ctime_ms,
         }
+        if not self.key_check:
+            return serde.encode(KIND, FORMAT_VERSION_LEGACY, body)
+        body["key_salt"] = self.key_salt
+        body["key_check"] = self.key_check
         return serde.encode(KIND, FORMAT_VERSION, body)
 
     @classmethod
@@ -271,4 +321,6 @@ class LedgerMetadata:
             custom=f(body, "custom_metadata", dict, where),
             ctime_ms=f(body, "ctime_ms", int, where),
             format_version=version,
+            key_salt=f(body, "key_salt", bytes, where) if version >= 2 else b"",
+            key_check=f(body, "key_check", bytes, where) if version >= 2 else b"",
         )

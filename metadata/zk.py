@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import stat
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from kazoo import exceptions as kex
@@ -24,8 +27,9 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
-from foundation.errors import ClosedError, MetadataError, NotFoundError
+from foundation.errors import ClosedError, ConfigError, MetadataError, NotFoundError
 from metadata.zk_boundary import FROM_KAZOO, SessionState, Stat, translate
 from metadata.zk_watch import Watch
 
@@ -37,6 +41,37 @@ __all__ = ["SessionState", "Stat", "Transaction", "Watch", "ZkClient"]
 LISTENERS_MAX = 10_000
 
 
+def read_digest(path: str) -> tuple[str, str]:
+    """``(user, password)`` from a digest credentials file ("user:password"); ConfigError
+    when others may read or write it, or it holds no such pair."""
+    try:
+        mode = os.stat(path).st_mode
+        text = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"metadata.digest_file {path}: {exc.strerror}") from exc
+    if mode & (stat.S_IRWXO | stat.S_IWGRP):
+        raise ConfigError(
+            f"metadata.digest_file {path} has mode {stat.S_IMODE(mode):o}: others may read "
+            "or write it (chmod 600)"
+        )
+    user, sep, password = text.partition(":")
+    if not (sep and user and password) or "\n" in text:
+        raise ConfigError(f"metadata.digest_file {path} must hold one line user:password")
+    return user, password
+
+
+def kazoo_digest(path: str) -> dict[str, Any]:
+    """kazoo's arguments for digest credentials in ``path`` ("": none): authenticate the
+    session, and give every znode this session creates an ACL for that user alone."""
+    if not path:
+        return {}
+    user, password = read_digest(path)
+    return {
+        "auth_data": [("digest", f"{user}:{password}")],
+        "default_acl": [make_digest_acl(user, password, all=True)],
+    }
+
+
 class ZkClient:
     """One ZooKeeper session, used from one asyncio event loop."""
 
@@ -46,6 +81,7 @@ class ZkClient:
         *,
         session_timeout_ms: int = 10_000,
         connect_timeout_ms: int = 15_000,
+        digest_file: str = "",
     ) -> None:
         self._hosts = hosts
         self._connect_timeout_ms = connect_timeout_ms
@@ -55,6 +91,7 @@ class ZkClient:
             hosts=hosts,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=conn_retry,
+            **kazoo_digest(digest_file),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state = SessionState.LOST

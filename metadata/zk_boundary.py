@@ -23,6 +23,7 @@ from foundation.errors import (
     BadVersionError,
     BooklineError,
     ClosedError,
+    ForbiddenError,
     MetadataError,
     NotFoundError,
     SessionSuspendedError,
@@ -84,6 +85,11 @@ def translate(exc: BaseException, path: str = "") -> BooklineError:
         err = BadRequestError(f"znode{where} still has children")
     elif isinstance(exc, kex.ConnectionClosedError | kex.ZookeeperStoppedError):
         err = ClosedError(f"the ZooKeeper client was closed{where}")
+    elif isinstance(exc, kex.NoAuthError | kex.AuthFailedError):
+        err = ForbiddenError(
+            f"ZooKeeper refused{where}: the znode's ACL does not admit this session "
+            "(metadata.digest_file)"
+        )
     elif isinstance(exc, kex.SessionExpiredError):
         err = MetadataError(f"ZooKeeper session expired{where}")
     elif isinstance(exc, kex.ConnectionLoss | kex.OperationTimeoutError | KazooTimeoutError):

@@ -33,10 +33,36 @@ _MASTER_KEY = b"bench-master-key"
 
 
 @contextlib.contextmanager
-def bookie_addresses(args: argparse.Namespace, bookies: int) -> Iterator[list[str]]:
-    """Addresses of the bookies to use: from --cluster, or a cluster we start and stop."""
+def bench_layout(args: argparse.Namespace, bookies: int) -> Iterator[dict[str, Any]]:
+    """The layout (``cluster.json``) of the cluster to use: from --cluster, or one we
+    start and stop."""
     with bench_cluster(args, bookies=bookies) as layout:
-        yield [b["address"] for b in layout["bookies"]][:bookies]
+        yield layout
+
+
+async def register_bench_ledgers(layout: dict[str, Any], ledger_ids: list[int]) -> None:
+    """Create the benchmark ledgers' metadata under ``_MASTER_KEY``: a bookie takes the
+    first add of a ledger only when it exists, under its key (bookie/access.py)."""
+    from foundation.config import MetadataConfig
+    from metadata.client import MetadataClient
+    from metadata.ledger_metadata import LedgerMetadata, Segment, master_key_check
+
+    md = MetadataClient(MetadataConfig(zk=layout["zk"], root=layout["root"]))
+    await md.connect()
+    try:
+        for ledger_id in ledger_ids:
+            await md.ledgers.create(
+                LedgerMetadata(
+                    ledger_id=ledger_id,
+                    ensemble_size=1,
+                    write_quorum=1,
+                    ack_quorum=1,
+                    segments=(Segment(0, ("bench",)),),
+                    key_check=master_key_check(_MASTER_KEY),
+                )
+            )
+    finally:
+        await md.close()
 
 
 async def _closed_loop(
@@ -86,11 +112,12 @@ async def _open_loop(
     return answers.latencies
 
 
-async def _bench(address: str, args: argparse.Namespace) -> dict[str, Any]:
-    conn = BookieConnection(address)
+async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    conn = BookieConnection(layout["bookies"][0]["address"])
     try:
         await conn.connect()
         ledger_id = BENCH_LEDGER_BASE + (os.getpid() << 16) + int(time.time()) % 65536
+        await register_bench_ledgers(layout, [ledger_id - 1, ledger_id])
         payload = os.urandom(args.entry_size)
         # Warm up the connection and the bookie's code paths.
         await _closed_loop(conn, ledger_id - 1, min(2000, args.entries), payload, args.inflight)
@@ -116,5 +143,5 @@ async def _bench(address: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with bookie_addresses(args, bookies=1) as addresses:
-        return asyncio_run(_bench(addresses[0], args))
+    with bench_layout(args, bookies=1) as layout:
+        return asyncio_run(_bench(layout, args))

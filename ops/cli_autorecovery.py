@@ -154,7 +154,7 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
             f"say where the cluster is: --zk ZK [--root ROOT] or --cluster FILE (${ENV_CLUSTER})"
         )
     timeout_s = getattr(args, "timeout", None)  # client commands: how long to wait for ZK
-    connect = {"connect_timeout_ms": int(timeout_s * 1000)} if timeout_s else {}
+    connect: dict[str, Any] = {"connect_timeout_ms": int(timeout_s * 1000)} if timeout_s else {}
     return MetadataConfig(zk=zk, root=root, session_timeout_ms=args.session_timeout_ms, **connect)
 
 

@@ -158,7 +158,7 @@ async def _show(md: MetadataClient, ledger_id: int) -> dict[str, Any]:
     if meta.state.value != "CLOSED":
         async with _ledger_client(md) as client:
             try:
-                reader = await client.open_ledger(ledger_id, meta.password, recover=False)
+                reader = await client.open_ledger(ledger_id, recover=False)
                 view["last_add_confirmed"] = reader.last_add_confirmed
             except Exception as exc:  # noqa: BLE001 - shown, not fatal: the metadata stands
                 view["last_add_confirmed"] = None
@@ -241,7 +241,7 @@ async def _ledger_client(md: MetadataClient) -> AsyncIterator[LedgerClient]:
 async def _read(md: MetadataClient, args: argparse.Namespace) -> int:
     meta = await _read_meta(md, args.ledger_id)
     async with _ledger_client(md) as client:
-        reader = await client.open_ledger(args.ledger_id, meta.password, recover=False)
+        reader = await client.open_ledger(args.ledger_id, recover=False)
         end = reader.last_add_confirmed if not meta.is_closed else meta.last_entry_id
         last = end if args.last is None else min(args.last, end)
         if args.first < 0:

@@ -28,10 +28,12 @@ class NamespaceConfig:
     ensemble_size: int = 3
     write_quorum: int = 3
     ack_quorum: int = 2
-    # Entry digest: "crc32c" (corruption) or "hmac" (also forgery, keyed by the password).
-    # The same name and values as [ledger] digest_type and the ledger metadata.
+    # Entry digest: "crc32c" (corruption) or "hmac" (also forgery, keyed by the ledger's
+    # key). The same name and values as [ledger] digest_type and the ledger metadata.
     digest_type: str = "crc32c"
-    # Ledger password: fences writers that do not know it; readers need it too.
+    # Password of legacy ledgers only (made before per-ledger keys): opening one compares
+    # it with the ledger's own. New ledgers each get a key of their own (see
+    # ledger.secret_file) and ignore it.
     password: str = "bookline"
     # Record-set compression: "none", "lz4" or "zstd".
     compression: str = "none"

@@ -23,8 +23,9 @@ from bookie.client import BookieConnection, ClientOptions
 from foundation.config import MetadataConfig
 from foundation.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
-from metadata.ledger_metadata import LedgerMetadata, Segment
+from metadata.ledger_metadata import LedgerMetadata, Segment, master_key_check
 from ops import procs
+from tests.ledger_support import register_ledgers
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +117,7 @@ async def test_acknowledged_adds_survive_kill9(
     bookie = BookieProcess(workdir, zk_connect, cluster_root)
     n = 10_000
     try:
+        await register_ledgers(zk_connect, cluster_root, KEY, 9)
         bookie.start()
         conn = BookieConnection(bookie.address, ClientOptions(inflight_max=2_000))
         try:
@@ -126,9 +128,9 @@ async def test_acknowledged_adds_survive_kill9(
         bookie.start()  # same dirs; waits out the old ZK session
         conn = BookieConnection(bookie.address)
         try:
-            got = await asyncio.gather(*(conn.read(9, i) for i in range(n)))
+            got = await asyncio.gather(*(conn.read(9, i, master_key=KEY) for i in range(n)))
             assert [r.payload for r in got] == [entry(i) for i in range(n)]
-            assert await conn.list_entries(9) == tuple(range(n))
+            assert await conn.list_entries(9, master_key=KEY) == tuple(range(n))
         finally:
             await conn.close()
         assert bookie.stop() == 0
@@ -184,6 +186,7 @@ async def test_read_only_transition_both_ways(
         proc = bookie.start()
         await md.connect()
         assert await _registered_state(md, bookie.address) == "writable"
+        await md.ledgers.create(_metadata(1, bookie.address))
         await conn.add(1, 0, -1, KEY, b"before")
         # Any disk is fuller than 0.01 %: read-only.
         bookie.write_config(threshold=0.0001, lwm=0.00005)
@@ -192,7 +195,7 @@ async def test_read_only_transition_both_ways(
         assert (await conn.info()).state == "read_only"
         with pytest.raises(ReadOnlyError):
             await conn.add(1, 1, 0, KEY, b"refused")
-        assert (await conn.read(1, 0)).payload == b"before"  # reads still served
+        assert (await conn.read(1, 0, master_key=KEY)).payload == b"before"  # reads still served
         # Thresholds back up: writable again.
         bookie.write_config(threshold=0.9999, lwm=0.9998)
         os.kill(proc.pid, signal.SIGHUP)
@@ -219,7 +222,7 @@ def _metadata(ledger_id: int, bookie_id: str) -> LedgerMetadata:
         write_quorum=1,
         ack_quorum=1,
         segments=(Segment(0, (bookie_id,)),),
-        password=KEY,
+        key_check=master_key_check(KEY),
     )
 
 
@@ -268,12 +271,12 @@ async def test_gc_drops_ledgers_deleted_from_metadata(
             # Survivors read correctly all along, also while logs are being compacted.
             for lid in survivors:
                 e = int(time.monotonic() * 1000) % 100
-                assert (await conn.read(lid, e)).payload == data(lid, e)
+                assert (await conn.read(lid, e, master_key=KEY)).payload == data(lid, e)
             await asyncio.sleep(0.05)
         await _wait_until(lambda: _entry_log_bytes(bookie) < before * 0.5, "space reclaimed")
         for lid in survivors:
             for e in range(100):
-                assert (await conn.read(lid, e)).payload == data(lid, e)
+                assert (await conn.read(lid, e, master_key=KEY)).payload == data(lid, e)
         assert bookie.stop() == 0
     finally:
         await conn.close()
@@ -300,6 +303,7 @@ async def test_reregisters_after_session_expiry(
     try:
         proc = bookie.start()
         await md.connect()
+        await md.ledgers.create(_metadata(1, bookie.address))
         await conn.add(1, 0, -1, KEY, b"before")
         bookie.write_config(threshold=0.0001, lwm=0.00005)
         os.kill(proc.pid, signal.SIGHUP)
@@ -314,7 +318,7 @@ async def test_reregisters_after_session_expiry(
         finally:
             os.kill(proc.pid, signal.SIGCONT)
         await _wait_state_after_loss(md, bookie.address, "readonly")
-        assert (await conn.read(1, 0)).payload == b"before"
+        assert (await conn.read(1, 0, master_key=KEY)).payload == b"before"
         # And the state keeps following the disk after the new registration.
         bookie.write_config(threshold=0.9999, lwm=0.9998)
         os.kill(proc.pid, signal.SIGHUP)

@@ -187,7 +187,7 @@ def _frame(
 def test_wrong_version_is_refused_and_sticky() -> None:
     d = p.Decoder(responses=False)
     with pytest.raises(ProtocolVersionError):
-        decode_all(d, _frame(version=2))
+        decode_all(d, _frame(version=1))  # version 1 frames carried no read keys
     with pytest.raises(ProtocolVersionError):  # the stream stays failed
         d.next_frame()
 

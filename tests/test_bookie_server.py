@@ -30,6 +30,7 @@ from foundation.errors import (
     IOFailureError,
     NoEntryError,
     NoLedgerError,
+    ProtocolVersionError,
     ReadOnlyError,
     TimeoutError_,
     TooManyRequestsError,
@@ -108,14 +109,14 @@ async def test_pipelined_adds_then_reads(conn: BookieConnection) -> None:
         *(conn.add(1, e, e - 1, KEY, payload(1, e)) for e in range(n)),
         *(conn.add(2, e, e - 1, KEY, payload(2, e)) for e in range(10)),
     )
-    reads = await asyncio.gather(*(conn.read(1, e) for e in range(n)))
+    reads = await asyncio.gather(*(conn.read(1, e, master_key=KEY) for e in range(n)))
     assert [r.payload for r in reads] == [payload(1, e) for e in range(n)]
     assert all(r.entry_id == e for e, r in enumerate(reads))
-    last = await conn.read(1, -1)
+    last = await conn.read(1, -1, master_key=KEY)
     assert last.entry_id == n - 1
     assert last.payload == payload(1, n - 1)
     assert await conn.list_ledgers() == (1, 2)
-    assert await conn.list_entries(2) == tuple(range(10))
+    assert await conn.list_entries(2, master_key=KEY) == tuple(range(10))
     info = await conn.info()
     assert info.bookie_id == "test-bookie"
     assert info.state == "writable"
@@ -123,10 +124,10 @@ async def test_pipelined_adds_then_reads(conn: BookieConnection) -> None:
 
 async def test_errors_carry_their_codes(conn: BookieConnection) -> None:
     with pytest.raises(NoLedgerError):
-        await conn.read(77, 0)
+        await conn.read(77, 0, master_key=KEY)
     await conn.add(3, 0, -1, KEY, b"a")
     with pytest.raises(NoEntryError):
-        await conn.read(3, 5)
+        await conn.read(3, 5, master_key=KEY)
     with pytest.raises(UnauthorizedError):
         await conn.add(3, 1, 0, b"wrong key", b"b")
 
@@ -143,7 +144,7 @@ async def test_fencing_read(conn: BookieConnection) -> None:
     with pytest.raises(FencedError):
         await conn.add(4, 2, 1, KEY, b"e2")
     await conn.add(4, 2, 1, KEY, b"e2", recovery=True)
-    assert (await conn.read(4, 2)).payload == b"e2"
+    assert (await conn.read(4, 2, master_key=KEY)).payload == b"e2"
 
 
 async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None:
@@ -151,7 +152,7 @@ async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None
     await conn.add(5, 1, 0, KEY, b"e1")  # LAC is now 0
     loop = asyncio.get_running_loop()
     started = loop.time()
-    poll = asyncio.ensure_future(conn.read_lac(5, 0, timeout_ms=20_000))
+    poll = asyncio.ensure_future(conn.read_lac(5, 0, timeout_ms=20_000, master_key=KEY))
     await asyncio.sleep(0.2)
     assert not poll.done()
     await conn.add(5, 2, 1, KEY, b"e2")  # LAC 1 rides on entry 2
@@ -168,7 +169,7 @@ async def test_write_lac_wakes_a_long_poll_without_a_later_entry(conn: BookieCon
     assert p.FEATURE_WRITE_LAC in await conn.features()
     await conn.add(6, 0, -1, KEY, b"e0")
     await conn.add(6, 1, 0, KEY, b"e1")
-    poll = asyncio.ensure_future(conn.read_lac(6, 0, timeout_ms=20_000))
+    poll = asyncio.ensure_future(conn.read_lac(6, 0, timeout_ms=20_000, master_key=KEY))
     await asyncio.sleep(0.05)
     assert not poll.done()
     assert await conn.write_lac(6, 1, KEY) == 1
@@ -176,7 +177,7 @@ async def test_write_lac_wakes_a_long_poll_without_a_later_entry(conn: BookieCon
     assert (resp.lac, resp.next_entry_id, resp.next_entry) == (1, 1, b"e1")
     assert await conn.write_lac(6, 9, KEY) == 1  # never past the entries held
     await conn.add(6, 2, 0, KEY, b"e2")
-    assert (await conn.read_lac(6, 1)).lac == 2
+    assert (await conn.read_lac(6, 1, master_key=KEY)).lac == 2
 
 
 async def test_long_poll_carries_a_run_of_entries(conn: BookieConnection) -> None:
@@ -186,14 +187,16 @@ async def test_long_poll_carries_a_run_of_entries(conn: BookieConnection) -> Non
     for i in range(6):
         await conn.add(8, i, i - 1, KEY, b"e%d" % i)
     await conn.write_lac(8, 4, KEY)  # entry 5 is held but not confirmed
-    resp = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=1 << 20)
+    resp = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=1 << 20, master_key=KEY)
     assert (resp.lac, resp.next_entry_id, resp.next_entry) == (4, 1, b"e1")
     assert resp.more_entries == (b"e2", b"e3", b"e4")  # never past the LAC
-    small = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=4)
+    small = await conn.read_lac(8, 0, timeout_ms=1_000, piggyback_bytes_max=4, master_key=KEY)
     assert (small.next_entry, small.more_entries) == (b"e1", (b"e2",))  # ~4 bytes
-    plain = await conn.read_lac(8, 0, timeout_ms=1_000)  # the original form: one entry
+    plain = await conn.read_lac(
+        8, 0, timeout_ms=1_000, master_key=KEY
+    )  # the original form: one entry
     assert (plain.next_entry, plain.more_entries) == (b"e1", ())
-    caught_up = await conn.read_lac(8, 4, timeout_ms=0, piggyback_bytes_max=1 << 20)
+    caught_up = await conn.read_lac(8, 4, timeout_ms=0, piggyback_bytes_max=1 << 20, master_key=KEY)
     assert (caught_up.lac, caught_up.next_entry_id, caught_up.more_entries) == (4, None, ())
 
 
@@ -204,7 +207,9 @@ async def test_long_poll_of_a_closed_connection_leaves_nothing_behind(bookie: Bo
     assert isinstance(storage, BookieStorage)
     c = BookieConnection(bookie.address)
     await c.add(3, 0, -1, KEY, b"e0")
-    polls = [asyncio.ensure_future(c.read_lac(3, 0, timeout_ms=60_000)) for _ in range(5)]
+    polls = [
+        asyncio.ensure_future(c.read_lac(3, 0, timeout_ms=60_000, master_key=KEY)) for _ in range(5)
+    ]
     for _ in range(100):
         if len(storage._ledgers[3].waiters or ()) == 5:
             break
@@ -220,7 +225,7 @@ async def test_long_poll_of_a_closed_connection_leaves_nothing_behind(bookie: Bo
     other = BookieConnection(bookie.address)
     try:
         await other.add(3, 1, 0, KEY, b"e1")
-        assert (await other.read_lac(3, -1, timeout_ms=1_000)).lac == 0
+        assert (await other.read_lac(3, -1, timeout_ms=1_000, master_key=KEY)).lac == 0
     finally:
         await other.close()
 
@@ -235,9 +240,9 @@ async def test_long_poll_brings_the_next_entry_from_disk(
         await conn.add(4, i, i - 1, KEY, b"e%d" % i)
     await storage.checkpoint()
     assert storage._memory_get(4, 1) is None
-    resp = await conn.read_lac(4, 0, timeout_ms=5_000, piggyback_bytes_max=1 << 20)
+    resp = await conn.read_lac(4, 0, timeout_ms=5_000, piggyback_bytes_max=1 << 20, master_key=KEY)
     assert (resp.lac, resp.next_entry_id, resp.next_entry) == (2, 1, b"e1")
-    poll = asyncio.ensure_future(conn.read_lac(4, 2, timeout_ms=5_000))
+    poll = asyncio.ensure_future(conn.read_lac(4, 2, timeout_ms=5_000, master_key=KEY))
     await asyncio.sleep(0.05)
     assert not poll.done()
     await conn.write_lac(4, 3, KEY)
@@ -250,11 +255,11 @@ async def test_long_poll_times_out_with_the_current_lac(conn: BookieConnection) 
     await conn.add(6, 1, 0, KEY, b"e1")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    resp = await conn.read_lac(6, 0, timeout_ms=300)
+    resp = await conn.read_lac(6, 0, timeout_ms=300, master_key=KEY)
     assert resp.lac == 0
     assert loop.time() - started >= 0.25
     # previous_lac below the LAC answers at once
-    resp = await conn.read_lac(6, -1, timeout_ms=10_000)
+    resp = await conn.read_lac(6, -1, timeout_ms=10_000, master_key=KEY)
     assert resp.lac == 0
     assert resp.next_entry == b"e0"
 
@@ -264,7 +269,7 @@ async def test_long_poll_capped_by_the_server(tmp_path: Path) -> None:
     c = BookieConnection(b.address, ClientOptions(request_timeout_s=5.0))
     try:
         await c.add(1, 0, -1, KEY, b"x")
-        resp = await asyncio.wait_for(c.read_lac(1, 5, timeout_ms=60_000), 3.0)
+        resp = await asyncio.wait_for(c.read_lac(1, 5, timeout_ms=60_000, master_key=KEY), 3.0)
         assert resp.lac == -1
     finally:
         await c.close()
@@ -276,7 +281,7 @@ async def test_too_many_requests_beyond_the_inflight_bound(tmp_path: Path) -> No
     c = BookieConnection(b.address)
     try:
         await c.add(1, 0, -1, KEY, b"x")
-        polls = [c.read_lac(1, 10, timeout_ms=1_000) for _ in range(10)]
+        polls = [c.read_lac(1, 10, timeout_ms=1_000, master_key=KEY) for _ in range(10)]
         results = await asyncio.gather(*polls, return_exceptions=True)
         rejected = [r for r in results if isinstance(r, TooManyRequestsError)]
         answered = [r for r in results if isinstance(r, p.ReadLacResponse)]
@@ -295,7 +300,10 @@ async def test_client_bounds_its_own_inflight(bookie: Bookie) -> None:
     c = BookieConnection(bookie.address, ClientOptions(inflight_max=3))
     try:
         await c.add(1, 0, -1, KEY, b"x")
-        polls = [asyncio.ensure_future(c.read_lac(1, 10, timeout_ms=500)) for _ in range(6)]
+        polls = [
+            asyncio.ensure_future(c.read_lac(1, 10, timeout_ms=500, master_key=KEY))
+            for _ in range(6)
+        ]
         await asyncio.sleep(0.1)
         assert c.inflight == 3
         assert all(isinstance(r, p.ReadLacResponse) for r in await asyncio.gather(*polls))
@@ -341,21 +349,30 @@ async def test_malformed_frames_leave_other_connections_healthy(
     finally:
         writer.close()
     # 2. Garbage, a wrong version, an oversized frame: that connection is closed.
+    wrong_version = raw_frame(p.Op.INFO, 1, b"\x90", version=9)
     garbage = [
         b"GET / HTTP/1.1\r\n\r\n" + b"\0" * 32,
-        raw_frame(p.Op.INFO, 1, b"\x90", version=9),
-        struct.pack(">2sBBBBHIIQI", p.MAGIC, 1, 1, 0, 0, 0, 1 << 30, 0, 1, 0),
+        wrong_version,
+        struct.pack(">2sBBBBHIIQI", p.MAGIC, p.PROTOCOL_VERSION, 1, 0, 0, 0, 1 << 30, 0, 1, 0),
     ]
     for bad in garbage:
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
             writer.write(bad)
-            assert await asyncio.wait_for(reader.read(), 5.0) == b""
+            answer = await asyncio.wait_for(reader.read(), 5.0)
+            if bad is wrong_version:  # told why, in the bookie's version, then closed
+                decoder = p.Decoder(responses=True)
+                decoder.feed(answer)
+                error = decoder.next_frame()
+                assert isinstance(error, p.ErrorResponse)
+                assert error.code == ProtocolVersionError.code
+            else:
+                assert answer == b""
         finally:
             writer.close()
     # 3. The well-behaved connection never noticed.
     await conn.add(1, 1, 0, KEY, b"y")
-    assert (await conn.read(1, 1)).payload == b"y"
+    assert (await conn.read(1, 1, master_key=KEY)).payload == b"y"
 
 
 async def test_read_only_transition_both_ways(bookie: Bookie, conn: BookieConnection) -> None:
@@ -373,7 +390,7 @@ async def test_read_only_transition_both_ways(bookie: Bookie, conn: BookieConnec
         await asyncio.sleep(0.05)
     with pytest.raises(ReadOnlyError):
         await conn.add(1, 1, 0, KEY, b"y")
-    assert (await conn.read(1, 0)).payload == b"x"  # reads still served
+    assert (await conn.read(1, 0, master_key=KEY)).payload == b"x"  # reads still served
     bookie.server.set_disk_thresholds(0.9999, 0.9998)
     for _ in range(100):
         if (await conn.info()).state == "writable":
@@ -388,7 +405,7 @@ async def test_connection_loss_and_close(tmp_path: Path) -> None:
     c = BookieConnection(b.address, ClientOptions(request_timeout_s=2.0))
     try:
         await c.add(1, 0, -1, KEY, b"x")
-        poll = asyncio.ensure_future(c.read_lac(1, 0, timeout_ms=10_000))
+        poll = asyncio.ensure_future(c.read_lac(1, 0, timeout_ms=10_000, master_key=KEY))
         await asyncio.sleep(0.1)
         await b.server.stop(drain_timeout_s=1.0)  # long polls are cut at shutdown
         with pytest.raises(ConnectionLostError):
@@ -458,7 +475,7 @@ async def test_add_future_keeps_call_order_and_reports_errors(bookie: Bookie) ->
         futs = [c.add_future(5, e, e - 1, KEY, payload(5, e)) for e in range(200)]
         assert c.inflight <= 8
         await asyncio.gather(*futs)
-        assert await c.list_entries(5) == tuple(range(200))
+        assert await c.list_entries(5, master_key=KEY) == tuple(range(200))
         bad = c.add_future(5, 200, 199, b"wrong key", b"x")
         with pytest.raises(UnauthorizedError):
             await bad
@@ -486,7 +503,7 @@ async def test_ledger_adder_binds_ledger_key_and_recovery(bookie: Bookie) -> Non
             await asyncio.sleep(0.01)
         assert outcomes == [None] * 50
         assert any(t is not None for t in tasks)  # some waited for room
-        assert await c.list_entries(12) == tuple(range(150))
+        assert await c.list_entries(12, master_key=KEY) == tuple(range(150))
         (await c.read(12, 0, fence=True, master_key=KEY)).lac  # noqa: B018 - fence it
         with pytest.raises(FencedError):
             await adder.add(150, 149, b"x")
@@ -515,10 +532,10 @@ async def test_read_last_entry_does_not_list_entries(
     await asyncio.gather(*(conn.add(9, e, e - 1, KEY, payload(9, e)) for e in range(30)))
     await bookie.storage.checkpoint()
     await conn.add(9, 30, 29, KEY, payload(9, 30))
-    last = await conn.read(9, -1)
+    last = await conn.read(9, -1, master_key=KEY)
     assert (last.entry_id, last.payload) == (30, payload(9, 30))
     await conn.add(10, 0, -1, KEY, b"only")
-    assert (await conn.read(10, -1)).entry_id == 0
+    assert (await conn.read(10, -1, master_key=KEY)).entry_id == 0
 
 
 async def test_recovery_adds_go_through_on_a_read_only_bookie(
@@ -529,7 +546,7 @@ async def test_recovery_adds_go_through_on_a_read_only_bookie(
     with pytest.raises(ReadOnlyError):
         await conn.add(4, 1, 0, KEY, b"b")
     await conn.add(4, 1, 0, KEY, b"b", recovery=True)
-    assert (await conn.read(4, 1)).payload == b"b"
+    assert (await conn.read(4, 1, master_key=KEY)).payload == b"b"
 
 
 async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> None:
@@ -538,10 +555,12 @@ async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> No
     try:
         await asyncio.gather(*(c.add(1, e, e - 1, KEY, payload(1, e)) for e in range(100)))
         for e in range(10):
-            await c.read(1, e)
+            await c.read(1, e, master_key=KEY)
         await b.storage.checkpoint()
-        await c.read(1, 50)  # from the entry log: a cache miss, read-ahead fills the cache
-        await c.read(1, 51)  # a read-cache hit
+        await c.read(
+            1, 50, master_key=KEY
+        )  # from the entry log: a cache miss, read-ahead fills the cache
+        await c.read(1, 51, master_key=KEY)  # a read-cache hit
         url = b.server.metrics_address
         wanted = (
             'bookline_bookie_requests_total{op="ADD",status="OK"} 100.0',

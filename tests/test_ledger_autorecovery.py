@@ -26,7 +26,7 @@ from ledger.auditor import Auditor, current_leader
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts, ledgers_on
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
-from ledger.digest import DigestType
+from ledger.digest import DigestType, master_key
 from ledger.fragments import Fragment, fragment_entries, fragments_to_replace, with_replacement
 from ledger.placement import BookieCandidate
 from ledger.replication import ListEntries, Outcome, ReplicationWorker
@@ -169,7 +169,9 @@ async def check_fully_replicated(
             held = {}
             if ledger_id in repaired and meta.last_entry_id >= 0:  # else no ledger on bookies
                 for b in meta.all_bookies():
-                    held[b] = set(await pool.get(b).list_entries(ledger_id))
+                    held[b] = set(
+                        await pool.get(b).list_entries(ledger_id, master_key=master_key(b"pw"))
+                    )
             for entry_id in range(meta.last_entry_id + 1 if held else 0):
                 for b in meta.replicas(entry_id):
                     assert entry_id in held[b], (ledger_id, entry_id, b)

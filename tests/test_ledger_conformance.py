@@ -140,23 +140,23 @@ async def test_writable_bookies_are_candidates(backend: Backend) -> None:
 
 
 async def test_add_then_read_back(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[0]
     t = backend.transport
     adder = t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S)
     for e in range(3):
         await adder.add(e, e - 1, blob(lid, e))
-    answer = await t.read(bookie, lid, 1, fence=False, master_key=b"", timeout_s=TIMEOUT_S)
+    answer = await t.read(bookie, lid, 1, fence=False, master_key=KEY, timeout_s=TIMEOUT_S)
     assert (answer.entry_id, answer.data) == (1, blob(lid, 1))
     assert answer.lac == 1  # the highest LAC an add carried
     with pytest.raises(NoEntryError):
-        await t.read(bookie, lid, 7, fence=False, master_key=b"", timeout_s=TIMEOUT_S)
+        await t.read(bookie, lid, 7, fence=False, master_key=KEY, timeout_s=TIMEOUT_S)
     with pytest.raises(NoLedgerError):
-        await t.read(bookie, lid + 1_000_000, 0, fence=False, master_key=b"", timeout_s=TIMEOUT_S)
+        await t.read(bookie, lid + 1_000_000, 0, fence=False, master_key=KEY, timeout_s=TIMEOUT_S)
 
 
 async def test_add_under_another_master_key_is_refused(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[0]
     await backend.transport.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S).add(0, -1, blob(lid, 0))
     other = backend.transport.adder(bookie, lid, master_key(b"other"), timeout_s=TIMEOUT_S)
@@ -165,7 +165,7 @@ async def test_add_under_another_master_key_is_refused(backend: Backend) -> None
 
 
 async def test_fence_stops_normal_adds_but_not_recovery_adds(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[0]
     t = backend.transport
     await t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S).add(0, -1, blob(lid, 0))
@@ -175,14 +175,14 @@ async def test_fence_stops_normal_adds_but_not_recovery_adds(backend: Backend) -
         await t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S).add(1, 0, blob(lid, 1))
     recovery = t.adder(bookie, lid, KEY, recovery=True, timeout_s=TIMEOUT_S)
     await recovery.add(1, 0, blob(lid, 1))
-    answer = await t.read(bookie, lid, 1, fence=False, master_key=b"", timeout_s=TIMEOUT_S)
+    answer = await t.read(bookie, lid, 1, fence=False, master_key=KEY, timeout_s=TIMEOUT_S)
     assert answer.data == blob(lid, 1)
 
 
 async def test_fencing_a_ledger_the_bookie_never_saw(backend: Backend) -> None:
     """Recovery counts "fenced, holds nothing" (NO_ENTRY or NO_LEDGER) as fenced: the
     fence must then stick, so a late add of the old writer is refused."""
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[1]
     t = backend.transport
     with pytest.raises((NoEntryError, NoLedgerError)):
@@ -192,7 +192,7 @@ async def test_fencing_a_ledger_the_bookie_never_saw(backend: Backend) -> None:
 
 
 async def test_add_callback_reports_each_outcome(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[2]
     t = backend.transport
     adder = t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S)
@@ -206,16 +206,18 @@ async def test_add_callback_reports_each_outcome(backend: Backend) -> None:
 
 
 async def test_long_poll_for_the_lac_carries_the_next_entry(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[0]
     t = backend.transport
     adder = t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S)
     await adder.add(0, -1, blob(lid, 0))
     await adder.add(1, 0, blob(lid, 1))
-    now = await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S)
+    now = await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S, master_key=KEY)
     assert now.lac == 0
     assert (now.next_entry_id, now.next_entry) == (0, blob(lid, 0))
-    poll = asyncio.ensure_future(t.read_lac(bookie, lid, 0, 2_000, timeout_s=TIMEOUT_S))
+    poll = asyncio.ensure_future(
+        t.read_lac(bookie, lid, 0, 2_000, timeout_s=TIMEOUT_S, master_key=KEY)
+    )
     await asyncio.sleep(0.05)
     assert not poll.done()  # held until the LAC moves past 0
     await adder.add(2, 1, blob(lid, 2))
@@ -225,18 +227,45 @@ async def test_long_poll_for_the_lac_carries_the_next_entry(backend: Backend) ->
 
 
 async def test_explicit_lac(backend: Backend) -> None:
-    lid = await backend.store.next_ledger_id()
+    lid = await new_ledger(backend)
     bookie = backend.bookies[1]
     t = backend.transport
     adder = t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S)
     for e in range(3):
         await adder.add(e, e - 1, blob(lid, e))
     assert await t.write_lac(bookie, lid, 2, KEY, timeout_s=TIMEOUT_S)
-    assert (await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S)).lac == 2
+    assert (
+        await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S, master_key=KEY)
+    ).lac == 2
     assert await t.write_lac(bookie, lid, 7, KEY, timeout_s=TIMEOUT_S)
-    assert (await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S)).lac == 2  # held
+    assert (
+        await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S, master_key=KEY)
+    ).lac == 2  # held
     with pytest.raises(UnauthorizedError):
         await t.write_lac(bookie, lid, 2, master_key(b"other"), timeout_s=TIMEOUT_S)
+
+
+async def new_ledger(backend: Backend) -> int:
+    """A ledger id with metadata (password b"pw"): a bookie takes a ledger's first add
+    or fence only for a ledger that exists, under its key."""
+    lid = await backend.store.next_ledger_id()
+    await backend.store.create(meta_of(lid, backend.bookies))
+    return lid
+
+
+async def test_reads_need_the_ledgers_key(backend: Backend) -> None:
+    lid = await new_ledger(backend)
+    bookie = backend.bookies[0]
+    t = backend.transport
+    await t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S).add(0, -1, blob(lid, 0))
+    for key in (b"", master_key(b"other")):
+        with pytest.raises(UnauthorizedError):
+            await t.read(bookie, lid, 0, fence=False, master_key=key, timeout_s=TIMEOUT_S)
+        with pytest.raises(UnauthorizedError):
+            await t.read(bookie, lid, NO_ENTRY, fence=True, master_key=key, timeout_s=TIMEOUT_S)
+        with pytest.raises(UnauthorizedError):
+            await t.read_lac(bookie, lid, NO_ENTRY, 0, timeout_s=TIMEOUT_S, master_key=key)
+    await t.adder(bookie, lid, KEY, timeout_s=TIMEOUT_S).add(1, 0, blob(lid, 1))  # still open
 
 
 # -- the ledger client on both -----------------------------------------------------------

@@ -28,6 +28,7 @@ from ledger.adapters import ZkLedgerStore
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, master_key
+from ledger.keys import ledger_access
 from ledger.reader import LedgerReader
 from ops import procs
 
@@ -318,8 +319,12 @@ async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
             assert got == [b"payload-%d" % i for i in range(n)]
             # Metadata says where entries are: each entry on >= Qa of the bookies named.
             conns = {b: BookieConnection(b) for b in meta.all_bookies() if b != victim.bookie_id}
+            access = ledger_access(meta, b"")
             try:
-                held = {b: set(await c.list_entries(w.ledger_id)) for b, c in conns.items()}
+                held = {
+                    b: set(await c.list_entries(w.ledger_id, master_key=access.master_key))
+                    for b, c in conns.items()
+                }
             finally:
                 for c in conns.values():
                     await c.close()

@@ -257,10 +257,12 @@ async def test_corrupt_journal_stops_the_bookie_process_with_file_and_offset(
     exits with status 3 and says which file and offset, instead of cutting them off."""
     from bookie.client import BookieConnection
     from bookie.storage import faults, journal
+    from tests.ledger_support import register_ledgers
 
     bookies = shim_bookies
     bookies.env = {"BOOKLINE_BOOKIE_CHECKPOINT_INTERVAL_MS": "600000"}  # journal only
     bookies.start_all(count=1)
+    await register_ledgers(bookies.zk, bookies.root, b"key", 7)
     conn = BookieConnection(f"127.0.0.1:{bookies.ports[0]}")
     await conn.connect()
     try:

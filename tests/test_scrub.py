@@ -202,11 +202,11 @@ async def test_damaged_sweep_keeps_what_metadata_places_on_the_bookie() -> None:
     # the bookie keeps the mark until its next checkpoint (as the real engine does).
     bk0 = bookies["bookie-0"]
     bk0.marks_until_checkpoint = True
+    key = bk0.ledgers[ledger_id].key
     with pytest.raises(ChecksumError):
-        await bookies.read("bookie-0", ledger_id, on_0[0], fence=False, master_key=b"", timeout_s=1)
+        await bookies.read("bookie-0", ledger_id, on_0[0], fence=False, master_key=key, timeout_s=1)
     source = next(b for b in meta.replicas(on_0[0]) if b != "bookie-0")
     data = bookies[source].ledgers[ledger_id].entries[on_0[0]]
-    key = bk0.ledgers[ledger_id].key
     await bookies.adder("bookie-0", ledger_id, key, recovery=True, timeout_s=1).add(
         on_0[0], -1, data
     )

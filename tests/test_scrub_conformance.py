@@ -175,7 +175,7 @@ async def test_damage_found_listed_and_repaired(backend: Backend) -> None:
     assert len(fingerprints) == len(HELD) - 1
     with pytest.raises(ChecksumError):
         await backend.transport.read(
-            backend.bookie, LEDGER, 2, fence=False, master_key=b"", timeout_s=TIMEOUT_S
+            backend.bookie, LEDGER, 2, fence=False, master_key=KEY, timeout_s=TIMEOUT_S
         )
     inspector = backend.inspector
     assert await inspector.damaged_entries(backend.bookie, limit=10, timeout_s=1) == [(LEDGER, 2)]
@@ -185,7 +185,7 @@ async def test_damage_found_listed_and_repaired(backend: Backend) -> None:
     assert fingerprints == {2: (crc32c.crc32c(blob(2)), len(blob(2)))}
     assert damaged == set()
     answer = await backend.transport.read(
-        backend.bookie, LEDGER, 2, fence=False, master_key=b"", timeout_s=TIMEOUT_S
+        backend.bookie, LEDGER, 2, fence=False, master_key=KEY, timeout_s=TIMEOUT_S
     )
     assert answer.data == blob(2)
     await backend.checkpoint()

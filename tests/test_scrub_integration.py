@@ -28,7 +28,7 @@ from foundation.config import MetadataConfig
 from foundation.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts
 from ledger.client import LedgerClient
-from ledger.digest import DigestManager
+from ledger.digest import DigestManager, master_key
 from ops import procs
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
 
@@ -179,7 +179,9 @@ async def unverified_replicas(client: LedgerClient, ids: list[int]) -> list[tupl
             for entry_id in range(meta.last_entry_id + 1):
                 for bookie in meta.replicas(entry_id):
                     try:
-                        resp = await pool.get(bookie).read(ledger_id, entry_id)
+                        resp = await pool.get(bookie).read(
+                            ledger_id, entry_id, master_key=master_key(b"pw")
+                        )
                         digest.verify(resp.payload, entry_id)
                     except (NoLedgerError, NoEntryError):
                         bad.append((ledger_id, entry_id, bookie))
@@ -266,7 +268,9 @@ async def read_from(
     out: dict[int, bytes | str] = {}
     for entry_id in range(count):
         try:
-            out[entry_id] = (await pool.get(bookie).read(ledger_id, entry_id)).payload
+            out[entry_id] = (
+                await pool.get(bookie).read(ledger_id, entry_id, master_key=master_key(b"pw"))
+            ).payload
         except BooklineError as exc:
             out[entry_id] = exc.name
     return out

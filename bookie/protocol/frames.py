@@ -7,7 +7,8 @@ Frame layout (all integers big-endian)::
 
     offset size  field
     0      2     magic            b"BL"
-    2      1     version          PROTOCOL_VERSION (1); anything else is refused
+    2      1     version          PROTOCOL_VERSION (2: every request naming a ledger
+                                  carries its master key); anything else is refused
     3      1     op               request op code; a response echoes its request's op
     4      1     kind             0 = request, 1 = response
     5      1     flags            requests: bit 0 RECOVERY (ADD), bit 1 FENCE (READ)
@@ -40,7 +41,7 @@ import crc32c
 from foundation.errors import BadRequestError
 
 MAGIC: Final = b"BL"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 # magic, version, op, kind, flags, status, body_len, meta_len, request_id
 HEADER = struct.Struct(">2sBBBBHIIQ")
 CRC = struct.Struct(">I")

@@ -38,8 +38,9 @@ class ReadLacRequest:
     previous_lac: int
     timeout_ms: int  # long poll; 0 = answer at once
     # > 0: piggyback a run of entries of about this many bytes (FEATURE_LAC_ENTRIES);
-    # 0: at most the one next entry (the original form, understood by every bookie).
+    # 0: at most the one next entry (the original form).
     piggyback_bytes_max: int = 0
+    master_key: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class ListLedgersRequest:
 class ListEntriesRequest:
     request_id: int
     ledger_id: int
+    master_key: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,12 @@ classes and how their fields travel in the frame's meta (a msgpack array) and pa
 Meta per op (requests)::
 
     ADD           [ledger_id, entry_id, lac, master_key]         payload = entry
-    READ          [ledger_id, entry_id, master_key]  entry_id -1 = last; key for FENCE
-    READ_LAC      [ledger_id, previous_lac, timeout_ms(, piggyback_bytes_max)]
+    READ          [ledger_id, entry_id, master_key]  entry_id -1 = last
+    READ_LAC      [ledger_id, previous_lac, timeout_ms, piggyback_bytes_max, master_key]
                                                      timeout 0 = no wait; see LAC_ENTRIES
     INFO          []
     LIST_LEDGERS  []
-    LIST_ENTRIES  [ledger_id]
+    LIST_ENTRIES  [ledger_id, master_key]
     WRITE_LAC     [ledger_id, lac, master_key]                   explicit LAC (below)
     LIST_DAMAGED  [from_ledger_id, from_entry_id]                entries found damaged
     ENTRY_CHECKSUMS [ledger_id, first_entry_id, last_entry_id]   replica check (below)
@@ -31,6 +31,13 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
                    [damaged_entry_id, ...]]          both lists ascending, disjoint, and
                                                      within first..last_entry_id
 
+Every request naming a ledger carries its master key (protocol version 2, issue 15):
+version 1's READ_LAC and LIST_ENTRIES carried none and its READ only when fencing, so
+anyone could read any ledger. A bookie answers UNAUTHORIZED when the key is not the
+ledger's (the key its first add or fence stored; a bookie that does not hold the ledger
+yet checks an ADD's or fence's key against the ledger's metadata, see bookie/access.py).
+A version-1 frame is answered PROTOCOL_VERSION and the connection closed.
+
 WRITE_LAC (op 7, added after version 1 shipped, same PROTOCOL_VERSION) is the explicit
 LAC: the writer tells the bookies a new LastAddConfirmed without waiting for a later
 entry to carry it, so tailing readers' long polls return one add round trip after the
@@ -47,8 +54,7 @@ run of entries instead of one: a READ_LAC request with a fourth field
 that the bookie holds in memory, up to its LAC and about that many bytes (at least one),
 and a fourth response field listing their lengths; the payload is their concatenation.
 A tailing reader then needs one round trip per batch of entries rather than one read per
-entry. Clients send the field only to bookies that advertise the feature: an older
-bookie would answer a four-field READ_LAC with BAD_REQUEST.
+entry; 0 asks for the one-entry form.
 
 REPLICA_CHECK (feature ``"replica_check"``, ops 8 and 9, same PROTOCOL_VERSION) serves
 the autorecovery scrub, which compares a ledger's replicas across its ensemble.
@@ -246,28 +252,27 @@ def _read_response_of(rid: int, m: Meta, payload: bytes) -> ReadResponse:
 
 
 def _read_lac_request(r: ReadLacRequest) -> tuple[int, Meta, bytes]:
-    fields = [r.ledger_id, r.previous_lac, r.timeout_ms]
-    if r.piggyback_bytes_max:
-        fields.append(r.piggyback_bytes_max)
+    fields = [r.ledger_id, r.previous_lac, r.timeout_ms, r.piggyback_bytes_max, r.master_key]
     return 0, fields, b""
 
 
 def _read_lac_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ReadLacRequest:
-    if len(m) not in (3, 4):
+    if len(m) != 5:
         raise bad_meta(
-            rid, Op.READ_LAC, "expected [ledger_id, previous_lac, timeout_ms(, bytes_max)]"
+            rid,
+            Op.READ_LAC,
+            "expected [ledger_id, previous_lac, timeout_ms, bytes_max, master_key]",
         )
-    ledger_id, previous_lac, timeout_ms = m[:3]
-    bytes_max = m[3] if len(m) == 4 else 0
+    ledger_id, previous_lac, timeout_ms, bytes_max, key = m
     if not (
         _is_id(ledger_id)
         and _is_eid(previous_lac)
         and _is_u32(timeout_ms)
         and _is_u32(bytes_max)
-        and (len(m) == 3 or bytes_max > 0)
+        and _is_key(key)
     ):
         raise bad_meta(rid, Op.READ_LAC, "field types or ranges")
-    return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms, bytes_max)
+    return ReadLacRequest(rid, ledger_id, previous_lac, timeout_ms, bytes_max, key)
 
 
 def _read_lac_response(r: ReadLacResponse) -> tuple[Meta, bytes]:
@@ -388,13 +393,13 @@ def _list_ledgers_response_of(rid: int, m: Meta, _payload: bytes) -> ListLedgers
 
 
 def _list_entries_request(r: ListEntriesRequest) -> tuple[int, Meta, bytes]:
-    return 0, [r.ledger_id], b""
+    return 0, [r.ledger_id, r.master_key], b""
 
 
 def _list_entries_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> ListEntriesRequest:
-    if len(m) != 1 or not _is_id(m[0]):
-        raise bad_meta(rid, Op.LIST_ENTRIES, "expected [ledger_id]")
-    return ListEntriesRequest(rid, m[0])
+    if len(m) != 2 or not _is_id(m[0]) or not _is_key(m[1]):
+        raise bad_meta(rid, Op.LIST_ENTRIES, "expected [ledger_id, master_key]")
+    return ListEntriesRequest(rid, m[0], m[1])
 
 
 def _list_entries_response(r: ListEntriesResponse) -> tuple[Meta, bytes]:

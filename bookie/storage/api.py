@@ -154,6 +154,10 @@ class Storage(Protocol):
 
     def is_fenced(self, ledger_id: int) -> bool: ...
 
+    def master_key_of(self, ledger_id: int) -> bytes | None:
+        """The master key the ledger's first add or fence stored; None when this bookie
+        holds nothing of the ledger (cheap: a dict look-up, for every request's check)."""
+
     def ledgers(self) -> list[int]:
         """Ids of the ledgers this bookie holds (sorted)."""
 

@@ -357,6 +357,10 @@ class BookieStorage:
     def is_fenced(self, ledger_id: int) -> bool:
         return self._ledgers.known(ledger_id).fenced
 
+    def master_key_of(self, ledger_id: int) -> bytes | None:
+        st = self._ledgers.get(ledger_id)
+        return None if st is None else st.master_key
+
     def ledgers(self) -> list[int]:
         return sorted(self._ledgers)
 

@@ -219,7 +219,6 @@ class Segments:
             ensemble_size=ensemble,
             write_quorum=write,
             ack_quorum=ack,
-            password=cfg.password_bytes,
             digest_type=cfg.ledger_digest,
             custom={"stream": f"{self._ctx.namespace}/{self._stream}".encode()},
         )

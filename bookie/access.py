@@ -1,0 +1,117 @@
+"""Which requests a bookie serves for a ledger: only those carrying the ledger's master
+key (issue 15).
+
+A bookie learns a ledger's master key from the first ADD or fence it accepts for it, and
+from then on storage refuses adds, fences and WRITE_LACs under another key. Reads, LAC
+polls and entry listings are checked here against that stored key. What is left is the
+first contact: without a check, anyone could create a ledger on a bookie (filling its
+disk with entries of ledgers that exist nowhere) or be the first to fence a ledger under
+a key of their choosing. So before storage sees the first ADD or fence of a ledger it
+does not hold, the gate looks the ledger up in ZooKeeper and checks the key against the
+metadata's key check (:meth:`metadata.ledger_metadata.LedgerMetadata.accepts_master_key`,
+constant time): NO_LEDGER when the ledger does not exist, UNAUTHORIZED when the key is
+not its own. Recovery and re-replication adds of closed ledgers pass the same way.
+
+Lookups of one ledger in flight at once are shared, and verified ledgers are kept in a
+small LRU (their key never changes), so a writer's pipelined first adds cost one
+ZooKeeper read. A gate without a lookup (a bookie server built without metadata, in
+tests) admits first contacts as before and only checks stored keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from bookie.storage.api import Storage
+from foundation.errors import (
+    InvariantViolation,
+    NoLedgerError,
+    NotFoundError,
+    UnauthorizedError,
+)
+from metadata.ledger_metadata import LedgerMetadata
+
+__all__ = ["LOOKUP_CACHE_MAX", "LedgerGate", "Lookup"]
+
+# Ledgers whose metadata was looked up and kept: a writer's first adds to one bookie,
+# and a re-replication's, arrive before storage holds the ledger; a few thousand covers
+# every ledger a bookie starts at once.
+LOOKUP_CACHE_MAX: Final = 4096
+
+# ledger id -> its metadata; NotFoundError when it does not exist.
+Lookup = Callable[[int], Awaitable[LedgerMetadata]]
+
+
+class LedgerGate:
+    """The key checks of one bookie server (all on its event loop)."""
+
+    def __init__(self, storage: Storage, lookup: Lookup | None) -> None:
+        self._storage = storage
+        self._lookup = lookup
+        self._known: collections.OrderedDict[int, LedgerMetadata] = collections.OrderedDict()
+        self._pending: dict[int, asyncio.Future[LedgerMetadata]] = {}
+        # Metadata look-ups made (a test and an operator can see the cache work).
+        self.lookups = 0
+
+    def check_held(self, ledger_id: int, master_key: bytes) -> None:
+        """A read, LAC poll or listing: UnauthorizedError when this bookie holds the
+        ledger under another key. A ledger not held passes (storage answers NO_LEDGER,
+        revealing nothing)."""
+        stored = self._storage.master_key_of(ledger_id)
+        if stored is not None and not hmac.compare_digest(stored, master_key):
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+
+    def admits_now(self, ledger_id: int, master_key: bytes) -> bool:
+        """Whether an ADD or fence may go to storage without a metadata look-up: the
+        bookie holds the ledger (storage checks the key), has no metadata to look in,
+        or looked the ledger up lately and ``master_key`` is its key."""
+        if self._lookup is None or self._storage.master_key_of(ledger_id) is not None:
+            return True
+        meta = self._known.get(ledger_id)
+        return meta is not None and meta.accepts_master_key(master_key)
+
+    async def admit(self, ledger_id: int, master_key: bytes) -> None:
+        """Before an ADD or fence: NoLedgerError when the ledger does not exist in
+        metadata, UnauthorizedError when ``master_key`` is not its key."""
+        if self.admits_now(ledger_id, master_key):
+            return
+        meta = await self._metadata(ledger_id)
+        if not meta.accepts_master_key(master_key):
+            raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+
+    async def _metadata(self, ledger_id: int) -> LedgerMetadata:
+        meta = self._known.get(ledger_id)
+        if meta is not None:
+            self._known.move_to_end(ledger_id)
+            return meta
+        pending = self._pending.get(ledger_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._look_up(ledger_id))
+            self._pending[ledger_id] = pending
+            pending.add_done_callback(self._looked_up)
+        return await asyncio.shield(pending)
+
+    def _looked_up(self, future: asyncio.Future[LedgerMetadata]) -> None:
+        for ledger_id, pending in list(self._pending.items()):
+            if pending is future:
+                del self._pending[ledger_id]
+        if not future.cancelled():
+            future.exception()  # retrieved: every waiter may have gone (their answer is)
+
+    async def _look_up(self, ledger_id: int) -> LedgerMetadata:
+        lookup = self._lookup
+        if lookup is None:  # admits_now() lets every request pass without metadata
+            raise InvariantViolation(f"ledger {ledger_id} looked up without metadata")
+        self.lookups += 1
+        try:
+            meta = await lookup(ledger_id)
+        except NotFoundError as exc:
+            raise NoLedgerError(f"ledger {ledger_id} does not exist") from exc
+        self._known[ledger_id] = meta
+        while len(self._known) > LOOKUP_CACHE_MAX:
+            self._known.popitem(last=False)
+        return meta

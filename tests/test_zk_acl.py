@@ -1,0 +1,115 @@
+"""ZooKeeper digest ACLs (issue 15): with ``metadata.digest_file`` every znode the cluster
+creates admits only that user. Against the session's real ZooKeeper: a client without
+credentials (or with other ones) can neither read nor write the cluster's znodes, one
+with them can; a bad credentials file is refused with a clear error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from foundation.config import MetadataConfig
+from foundation.errors import ConfigError, ForbiddenError
+from metadata.client import MetadataClient
+from metadata.ledger_metadata import LedgerMetadata, Segment
+from metadata.zk import read_digest
+
+pytestmark = pytest.mark.integration
+
+
+def digest_file(directory: Path, text: str = "bookline:s3cret-zk-password") -> str:
+    path = directory / "zk.digest"
+    path.write_text(text + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def kazoo(zk: str, auth: str | None = None) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk, auth_data=[("digest", auth)] if auth else None)
+    client.start(timeout=15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def ledger(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        ensemble_size=1,
+        write_quorum=1,
+        ack_quorum=1,
+        segments=(Segment(0, ("b",)),),
+        password=b"a key in clear",
+    )
+
+
+async def test_only_the_clusters_user_reads_or_writes(
+    zk_connect: str, cluster_root: str, tmp_path: Path
+) -> None:
+    config = MetadataConfig(zk=zk_connect, root=cluster_root, digest_file=digest_file(tmp_path))
+    md = MetadataClient(config)
+    await md.connect()
+    try:
+        await md.init_cluster()
+        await md.ledgers.create(ledger(7))
+        ledger_path = md.layout.ledger(7)
+        for auth in (None, "bookline:wrong-password", "someone:else"):
+            for client in kazoo(zk_connect, auth):
+                for path in (cluster_root, ledger_path):
+                    with pytest.raises(NoAuthError):
+                        client.get(path)
+                with pytest.raises(NoAuthError):
+                    client.create(f"{cluster_root}/intruder", b"x")
+                with pytest.raises(NoAuthError):
+                    client.set(ledger_path, b"overwritten")
+                with pytest.raises(NoAuthError):
+                    client.delete(ledger_path)
+        for client in kazoo(zk_connect, "bookline:s3cret-zk-password"):
+            data, _stat = client.get(ledger_path)
+            assert LedgerMetadata.decode(data).ledger_id == 7
+        assert (await md.ledgers.read(7))[0].password == b"a key in clear"
+    finally:
+        await md.close()
+    # A metadata client without the credentials gets a clear FORBIDDEN.
+    stranger = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    await stranger.connect()
+    try:
+        with pytest.raises(ForbiddenError, match=r"metadata\.digest_file"):
+            await stranger.ledgers.read(7)
+    finally:
+        await stranger.close()
+
+
+async def test_the_environment_names_the_file_for_processes_without_a_section(
+    zk_connect: str, cluster_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BOOKLINE_METADATA_DIGEST_FILE", digest_file(tmp_path))
+    md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    await md.connect()
+    try:
+        await md.init_cluster()
+    finally:
+        await md.close()
+    for client in kazoo(zk_connect):
+        with pytest.raises(NoAuthError):
+            client.get(cluster_root)
+
+
+def test_bad_credentials_files_are_refused(tmp_path: Path) -> None:
+    path = digest_file(tmp_path)
+    assert read_digest(path) == ("bookline", "s3cret-zk-password")
+    os.chmod(path, 0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        read_digest(path)
+    for text in ("no-colon", ":nouser", "user:"):
+        with pytest.raises(ConfigError, match="user:password"):
+            read_digest(digest_file(tmp_path, text))
+    with pytest.raises(ConfigError, match="no-such-file"):
+        MetadataClient(MetadataConfig(digest_file=str(tmp_path / "no-such-file")))
