@@ -17,6 +17,8 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+# nft: the chaos nemesis's partitions (nftables rules inside the hosts' namespaces).
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2

@@ -1,0 +1,255 @@
+"""The nemesis (ops/chaos/nemesis.py) against a real namespaced chaos cluster: a seed
+replays the same faults; each kind of fault does what it says while held, and the
+cluster serves again (every host running and reachable, writes acknowledged) once it
+is healed; heal_all heals faults left standing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ops import procs
+from ops.chaos.hosts import ChaosCluster, Node
+from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget
+from tests.test_chaos_hosts import PROBLEM
+from thinclient.client import ClientConfig, ProxyClient
+
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no namespaces: {PROBLEM}")
+
+CONNECT_TIMEOUT_S = 1.0
+# After a heal every host answers again within this.
+SERVE_TIMEOUT_S = 30.0
+CLIENT = ClientConfig(request_timeout_ms=5_000, retry_deadline_ms=60_000)
+# Short holds: the faults' effects are checked while they are held, not their length.
+HOLD_S = 1.0
+# A bookie's exit status after a fatal storage error (bookie/main.py EXIT_FATAL).
+FATAL_STORAGE_EXIT = 3
+
+
+def _reachable(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _serving(cluster: ChaosCluster) -> None:
+    """Every host runs and takes connections from the root namespace."""
+    for node in cluster.nodes:
+        assert node.is_running(), f"{node.id} is down after the heal"
+        procs.wait_for(lambda n=node: _reachable(n.address), SERVE_TIMEOUT_S, n_name(node))
+
+
+def n_name(node: Node) -> str:
+    return f"{node.id} at {node.address} reachable"
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosCluster]:
+    cluster = ChaosCluster(tmp_path_factory.mktemp("nemesis"), namespaces=True, seed=7)
+    cluster.start()
+    try:
+        assert cluster.namespaces, cluster.skip_reason
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def client(chaos: ChaosCluster) -> AsyncIterator[ProxyClient]:
+    c = ProxyClient.from_cluster_file(chaos.cluster_file, config=CLIENT)
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[ProcessTarget]:
+    """A stand-in for bookline chaos's writer processes: a sleeping child."""
+    state: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start() -> None:
+        argv = [sys.executable, "-c", "import time; time.sleep(600)"]
+        state["proc"] = procs.spawn(argv, log_path=tmp_path / "writer.log")
+
+    start()
+    try:
+        yield ProcessTarget("writer-1", lambda: state.get("proc"), start)
+    finally:
+        procs.stop(state["proc"])
+
+
+def test_a_seed_replays_the_same_faults(chaos: ChaosCluster, writer: ProcessTarget) -> None:
+    def sequence(seed: int) -> list[Plan]:
+        nemesis = Nemesis(chaos, random.Random(seed))
+        nemesis.add_target(writer)
+        return [nemesis.plan() for _ in range(300)]
+
+    first = sequence(1515)
+    assert first == sequence(1515)
+    assert first != sequence(1516)
+    kinds = {p.kind for p in first}
+    assert set(NETWORK_KINDS) <= kinds and {"kill", "pause", "power-cut", "bit-flip"} <= kinds
+    assert "writer-1" in {p.target for p in first if p.kind in ("kill", "pause")}
+    pauses = [p for p in first if p.kind == "pause"]
+    assert min(p.hold_s for p in pauses) > 4.0  # longer than the 4 s session timeout
+
+
+async def _write(client: ProxyClient, what: str) -> None:
+    await _write_to(client, "nemesis", what)
+
+
+async def _write_to(client: ProxyClient, stream: str, what: str) -> None:
+    await client.write(stream, what.encode())
+
+
+async def _fault(nemesis: Nemesis, kind: str, target: str, detail: str = "") -> Fault:
+    return await nemesis.run(Plan(kind, target, HOLD_S, detail))
+
+
+async def test_kill_and_pause_are_healed(
+    chaos: ChaosCluster, client: ProxyClient, writer: ProcessTarget
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(1))
+    nemesis.add_target(writer)
+    bookie = chaos.bookies[0]
+    before = bookie.pid
+    fault = await _fault(nemesis, "kill", bookie.id)
+    assert bookie.pid != before and bookie.is_running()
+    assert fault.healed_at - fault.started_at >= HOLD_S
+    old_writer = writer._current()
+    await _fault(nemesis, "kill", "writer-1")
+    assert writer.is_running() and writer._current() is not old_writer
+    await _fault(nemesis, "pause", chaos.write_proxies[0].id)
+    zk = chaos.zookeepers[1]
+    before = zk.pid
+    await _fault(nemesis, "kill", zk.id)
+    assert zk.pid != before and zk.is_running()
+    assert chaos.paused == set()
+    _serving(chaos)
+    await _write(client, "after kill and pause")
+    assert nemesis.counts() == {"kill": 3, "pause": 1}
+
+
+def _reachable_from(source: Node, target: Node) -> bool:
+    """Whether ``source``'s host can open a connection to ``target``'s service."""
+    assert source.net is not None
+    host, port = target.address.rsplit(":", 1)
+    code = (
+        "import socket, sys\n"
+        f"try: socket.create_connection(({host!r}, {port}), timeout={CONNECT_TIMEOUT_S})\n"
+        "except OSError: sys.exit(1)\n"
+    )
+    argv = ["ip", "netns", "exec", source.net.ns, sys.executable, "-c", code]
+    return subprocess.run(argv, timeout=30, check=False).returncode == 0
+
+
+@contextlib.asynccontextmanager
+async def _held(nemesis: Nemesis, kind: str, target: str, detail: str = "") -> AsyncIterator[None]:
+    """The fault started (the block looks at it), then healed."""
+    heal = await asyncio.to_thread(nemesis.begin, Plan(kind, target, 0.0, detail))
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(heal)
+
+
+async def test_network_faults_cut_while_held_and_heal(
+    chaos: ChaosCluster, client: ProxyClient
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(2))
+    b1, b2 = chaos.bookies[0], chaos.bookies[1]
+    zk1, zk2 = chaos.zookeepers[0], chaos.zookeepers[1]
+    wp1 = chaos.write_proxies[0]
+
+    async with _held(nemesis, "link-down", b2.id):
+        assert not _reachable(b2.address) and _reachable(b1.address)
+    async with _held(nemesis, "partition-zk-minority", zk1.id):
+        assert not _reachable_from(zk2, zk1) and not _reachable_from(b1, zk1)
+        assert _reachable_from(b1, zk2) and _reachable(zk1.address)  # root still reaches it
+    halves = f"{zk1.id},{b2.id}|" + ",".join(n.id for n in chaos.nodes if n not in (zk1, b2))
+    async with _held(nemesis, "partition-halves", halves):
+        assert not _reachable_from(b1, b2) and not _reachable_from(zk2, zk1)
+        assert _reachable_from(b2, zk1) and _reachable_from(b1, zk2)
+    async with _held(nemesis, "one-way", f"{b2.id}<-{wp1.id}"):
+        assert not _reachable_from(wp1, b2) and _reachable_from(b1, b2)
+    async with _held(nemesis, "bookie-cut-from-proxies", b2.id):
+        assert not _reachable_from(wp1, b2) and _reachable_from(b2, zk1)
+    _serving(chaos)
+    await _write(client, "after the partitions")
+
+
+async def test_heal_all_heals_what_was_left_standing(
+    chaos: ChaosCluster, client: ProxyClient
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(3))
+    assert chaos.network is not None
+    bookie, proxy, zk = chaos.bookies[2], chaos.write_proxies[1], chaos.zookeepers[2]
+    assert bookie.net is not None and zk.net is not None
+    chaos.network.set_link(bookie.net, up=False)
+    chaos.network.block(zk.net, "left", [n.net for n in chaos.zookeepers if n.net], both=True)
+    proxy.pause()
+    chaos.bookies[3].kill9()
+    await nemesis.heal_all()
+    _serving(chaos)
+    assert chaos.paused == set()
+    await _write(client, "after heal_all")
+
+
+def _cmdline(node: Node) -> list[str]:
+    return Path(f"/proc/{node.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+@pytest.mark.slow
+async def test_storage_faults_restart_a_bookie_with_the_shim_and_heal_without_it(
+    chaos: ChaosCluster, client: ProxyClient
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(4))
+    bookie = chaos.bookies[0]
+    async with _held(nemesis, "power-cut", bookie.id):
+        assert _cmdline(bookie)[-2:] == ["--fault-shim", "power-cut"]
+        await _write(client, "while the power-cut shim runs")
+    async with _held(nemesis, "disk-full", bookie.id):
+        assert _cmdline(bookie)[-2:] == ["--fault-shim", "on"]
+        assert "disk_bytes_max = 1" in (bookie.data_dirs["journal"] / "FAULTS.toml").read_text()
+        await _write(client, "while a bookie's disk is full")
+    async with _held(nemesis, "fsync-eio", bookie.id):
+        # The next journal fsync fails: a fatal storage error ends the bookie (status 3).
+        # Fresh streams get fresh ledgers; 3 of the 4 bookies are in each one's ensemble.
+        for i in range(8):
+            await _write_to(client, f"eio-{i}", "while fsync fails")
+            if not bookie.is_running():
+                break
+        procs.wait_for(lambda: not bookie.is_running(), 10.0, "the bookie to stop")
+        assert bookie.info.proc.returncode == FATAL_STORAGE_EXIT
+    for node in (bookie, *chaos.bookies):
+        assert "FAULTS.toml" not in {p.name for p in node.data_dirs["journal"].iterdir()}
+        assert "--fault-shim" not in _cmdline(node)
+    _serving(chaos)
+    await _write(client, "after the storage faults")
+
+
+async def test_bit_flip_damages_an_entry_log_of_a_stopped_bookie(
+    chaos: ChaosCluster, client: ProxyClient
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(5))
+    bookie = chaos.bookies[3]
+    fault = await nemesis.run(Plan("bit-flip", bookie.id, HOLD_S, "position=0.5 bit=3"))
+    assert len(fault.notes) == 1 and (
+        "flipped bit 3 at" in fault.notes[0] or "nothing" in fault.notes[0]
+    )
+    assert bookie.is_running()
+    _serving(chaos)
+    await _write(client, "after a bit flip")
