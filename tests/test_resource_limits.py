@@ -22,6 +22,7 @@ import pytest
 
 from bookie.client import BookieConnection
 from bookie.protocol import frames as f
+from tests.ledger_support import register_ledgers
 from tests.test_bookie_integration import KEY, BookieProcess
 
 pytestmark = pytest.mark.integration
@@ -109,6 +110,7 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
     socks: list[socket.socket] = []
     conn: BookieConnection | None = None
     try:
+        await register_ledgers(zk_connect, cluster_root, KEY, 1)  # a bookie adds only to those
         proc = bookie.start()
         conn = BookieConnection(bookie.address)
         await conn.add(1, 0, -1, KEY, b"before")  # the well-behaved client, connected first
@@ -128,7 +130,7 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         assert len(open_hogs) <= BUFFERED_BYTES_MAX // SENT_BODY_BYTES
         # The client connected before the flood is still served.
         await conn.add(1, 1, 0, KEY, b"during")
-        assert (await conn.read(1, 1)).payload == b"during"
+        assert (await conn.read(1, 1, master_key=KEY)).payload == b"during"
         # Partial frames that make no progress are closed after the idle timeout.
         deadline = time.monotonic() + IDLE_TIMEOUT_S * 3
         for s in open_hogs:
@@ -139,7 +141,7 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         # A new client gets a slot again.
         fresh = BookieConnection(bookie.address)
         try:
-            assert (await fresh.read(1, 0)).payload == b"before"
+            assert (await fresh.read(1, 0, master_key=KEY)).payload == b"before"
         finally:
             await fresh.close()
         assert bookie.stop() == 0
