@@ -5,6 +5,7 @@ the namespaces, veths or bridge survives stop(), a failed start or a killed owne
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from bookline import Namespace, NamespaceConfig, ReadRecord
 from ops import procs
 from ops.chaos import netns
 from ops.chaos.hosts import ChaosCluster, namespace_problem
+from ops.chaos.nemesis import NETWORK_KINDS, Nemesis
 from thinclient.client import ClientConfig, ProxyClient
 
 # Fail fast when a host is cut off, instead of waiting out the default timeouts.
@@ -189,3 +191,46 @@ def test_leftovers_of_a_killed_owner_are_removed_by_the_next_open() -> None:
     finally:
         net.close()
     assert _ours(slot) == []
+
+
+@pytest.mark.slow
+def test_without_namespaces_the_cluster_runs_on_loopback_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ip netns add`` failing (here: made to fail) falls back to loopback: the reason
+    is recorded and printed, no namespace stays behind, the nemesis has no network
+    faults, and the cluster serves."""
+    slots: list[int] = []
+    real_open = netns.Network.open
+
+    def spy(self: netns.Network) -> netns.Network:
+        out = real_open(self)
+        slots.append(self.slot)
+        return out
+
+    def refuse(self: netns.Network, name: str) -> netns.NetHost:
+        raise netns.NetnsError(f"`ip netns add blc-x-{name}` failed (1): Operation not permitted")
+
+    cluster = ChaosCluster(tmp_path, namespaces=True, seed=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(netns.Network, "open", spy)
+        mp.setattr(netns.Network, "add_host", refuse)
+        try:
+            cluster.start()
+            assert cluster.skip_reason is not None
+            assert "Operation not permitted" in cluster.skip_reason
+            assert cluster.skip_reason in capsys.readouterr().err
+            assert not cluster.namespaces and slots and _ours(slots[0]) == []
+            assert cluster.read_cluster_file()["chaos"]["skip_reason"] == cluster.skip_reason
+            assert all(n.address.startswith("127.0.0.1:") for n in cluster.nodes)
+            assert not set(NETWORK_KINDS) & set(Nemesis(cluster, random.Random(1)).kinds())
+            _wait_reachable(cluster.bookies[0].address)
+        finally:
+            cluster.stop()
+
+
+def test_namespaces_not_wanted_means_loopback_placements() -> None:
+    cluster = ChaosCluster(Path("/nonexistent-never-started"), namespaces=False)
+    assert cluster.skip_reason == "namespaces not requested"
+    assert not cluster.namespaces and cluster.local.placements == {}
+    assert not set(NETWORK_KINDS) & set(Nemesis(cluster, random.Random(1)).kinds())

@@ -254,8 +254,10 @@ class ChaosCluster:
         the namespaces and links. Safe to call twice or after a failed start."""
         try:
             if self.network is not None:
-                with contextlib.suppress(NetnsError):  # close() below removes it anyway
+                try:
                     self.heal_network()
+                except NetnsError as exc:  # _close_network() below removes it all anyway
+                    log.warning("could not heal the network before stopping: %s", exc)
             for node in self.nodes:
                 with contextlib.suppress(LookupError):
                     node.resume()
