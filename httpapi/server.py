@@ -77,6 +77,7 @@ def respond(request: web.Request, obj: dict[str, Any], status: int = 200) -> web
 
 
 def error_response(request: web.Request, exc: BooklineError) -> web.Response:
+    exc.message = strict.scrub_message(exc.message)  # no znode or file paths to clients
     media = wire.negotiate(request.headers.get("Accept"))
     status = http_status(exc)
     resp = web.Response(body=wire.encode_error(exc, media), status=status, content_type=media)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -44,6 +45,7 @@ __all__ = [
     "check_media_type",
     "http_error",
     "parser_error_body",
+    "scrub_message",
 ]
 
 # A parser's message may quote what the client sent: cut it short in the answer.
@@ -92,6 +94,23 @@ def check_fields(method: str, route: str, body: Mapping[str, Any]) -> None:
     unknown = sorted(str(k)[:MESSAGE_CHARS_MAX] for k in body if k not in known)
     if unknown:
         raise BadRequestError(f"unknown field(s): {', '.join(unknown)}")
+
+
+# An absolute path inside a message (a znode or a file), not part of a URL: what an
+# error deep down may say, and what clients have no business seeing.
+_PATH_IN_MESSAGE: Final = re.compile(r"(?<![\w:/.~])/[^\s'\"(),;]+")
+
+
+def scrub_message(message: str) -> str:
+    """``message`` without znode or file paths (each becomes ``<path>``); the server
+    logs the original where it logs the error."""
+    return _PATH_IN_MESSAGE.sub(_hidden, message)
+
+
+def _hidden(match: re.Match[str]) -> str:
+    path = match.group(0)
+    kept = path.rstrip(".:")  # a sentence's punctuation after the path stays
+    return "<path>" + path[len(kept) :]
 
 
 def http_error(exc: web.HTTPException) -> BooklineError:

@@ -170,7 +170,8 @@ class StreamStore:
                     raise AlreadyExistsError(
                         f"{ns}/{stream} is a topic; a stream can't have the same name"
                     ) from exc
-                raise
+                # The transaction's error names a znode: say which stream instead.
+                raise AlreadyExistsError(f"stream {ns}/{stream} already exists") from exc
             except NotFoundError:
                 if not guard or attempt == 2 or await self._zk.exists(L.topics(ns)) is not None:
                     raise

@@ -290,3 +290,58 @@ def test_lookalike_names_are_refused(name: str) -> None:
         validate_name(name, "stream")
     for fine in ("Ünïcödé", "流", "orders"):
         assert validate_name(fine) == fine
+
+
+async def test_errors_about_missing_things_do_not_leak_znode_paths(
+    proxy_cluster: LocalCluster,
+) -> None:
+    """Valid names of things that do not exist (these do ask ZooKeeper): the answers
+    name the stream, topic or group, never a znode path or a stack trace."""
+    wp = proxy_cluster.write_proxies[0].extra["url"]
+    rp = proxy_cluster.read_proxies[0].extra["url"]
+    missing = "no-such-thing-hostile"
+    calls = [
+        ("GET", f"{wp}/v1/streams/{missing}", None, b""),
+        ("DELETE", f"{wp}/v1/streams/{missing}", None, b""),
+        ("POST", f"{wp}/v1/streams/{missing}/truncate", "application/json", b'{"dlsn": "1:0:0"}'),
+        ("GET", f"{wp}/v1/streams/{missing}/owner", None, b""),
+        ("GET", f"{wp}/v1/topics/{missing}", None, b""),
+        ("DELETE", f"{wp}/v1/topics/{missing}", None, b""),
+        ("PATCH", f"{wp}/v1/topics/{missing}", "application/json", b'{"partitions": 2}'),
+        ("POST", f"{wp}/v1/topics/{missing}/partitions/0/records", "application/json",
+         b'{"payload": "x"}'),
+        ("GET", f"{wp}/v1/groups/{missing}", None, b""),
+        ("DELETE", f"{wp}/v1/groups/{missing}", None, b""),
+        ("GET", f"{rp}/v1/streams/{missing}", None, b""),
+        ("GET", f"{rp}/v1/streams/{missing}/records", None, b""),
+        ("GET", f"{rp}/v1/streams/{missing}/recordsets", None, b""),
+        ("GET", f"{rp}/v1/topics/{missing}/partitions/0/records", None, b""),
+        ("GET", f"{rp}/v1/streams/{missing}/subscriptions/s1", None, b""),
+        ("POST", f"{rp}/v1/streams/{missing}/subscriptions/s1", "application/json",
+         b'{"dlsn": "1:0:0"}'),
+        ("DELETE", f"{rp}/v1/streams/{missing}/subscriptions/s1", None, b""),
+        ("GET", f"{rp}/v1/streams/{missing}/subscriptions", None, b""),
+        ("POST", f"{wp}/v1/streams/{missing}/heartbeat", None, b""),
+        ("POST", f"{wp}/v1/streams/{missing}/release", None, b""),
+        ("GET", f"{wp}/v1/groups/{missing}/offsets", None, b""),
+        ("POST", f"{wp}/v1/groups/{missing}/leave", "application/json", b'{"member_id": "m"}'),
+        ("POST", f"{wp}/v1/groups/{missing}/heartbeat", "application/json",
+         b'{"member_id": "m", "generation": 1}'),
+        ("POST", f"{wp}/v1/groups/{missing}/reset-offsets", "application/json",
+         b'{"to": "earliest"}'),
+        ("POST", f"{wp}/v1/streams", "application/json", b'{"name": "twice-hostile"}'),
+        ("POST", f"{wp}/v1/streams", "application/json", b'{"name": "twice-hostile"}'),
+        ("POST", f"{wp}/v1/topics", "application/json", b'{"name": "twice-t", "partitions": 1}'),
+        ("POST", f"{wp}/v1/topics", "application/json", b'{"name": "twice-t", "partitions": 1}'),
+    ]  # fmt: skip
+    leaks = []
+    async with aiohttp.ClientSession() as session:
+        for method, url, ctype, body in calls:
+            headers = {"Content-Type": ctype} if ctype else {}
+            async with session.request(method, url, data=body or None, headers=headers) as resp:
+                raw = (await resp.read()).decode(errors="replace")
+                if resp.status >= 400 and (
+                    "/bookline" in raw or "znode" in raw or "Traceback" in raw
+                ):
+                    leaks.append(f"{method} {url} -> {resp.status} {raw[:200]}")
+    assert not leaks, "\n".join(leaks)

@@ -19,14 +19,20 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
+from foundation.errors import AlreadyExistsError
 from httpapi import server as http
 from httpapi.proxy_config import ProxyConfig
+from httpapi.strict import scrub_message
 
 API = "/v1/streams"
 
 
 async def _health(request: web.Request) -> web.Response:
     return web.json_response({"state": "ok"})
+
+
+async def _leak(request: web.Request) -> web.Response:
+    raise AlreadyExistsError("znode at /bookline/streams/default/x (transaction rolled back)")
 
 
 async def _create(request: web.Request) -> web.Response:
@@ -39,6 +45,7 @@ async def _serve(config: ProxyConfig) -> tuple[web.AppRunner, int]:
     app = http.proxy_app(health=_health, registry=registry, requests=requests)
     app.router.add_post(API, _create)
     app.router.add_get(API, _health)
+    app.router.add_get("/v1/leak", _leak)
     runner, url = await http.start_site(app, config)
     return runner, int(url.rsplit(":", 1)[1])
 
@@ -172,3 +179,23 @@ async def test_idle_connections_are_closed() -> None:
         slow_w.close()
     finally:
         await runner.cleanup()
+
+
+async def test_error_messages_do_not_carry_znode_paths(port: int) -> None:
+    status, _h, body = await exchange(port, request("GET", "/v1/leak"))
+    assert status == 409 and "/bookline" not in body["message"], body
+    assert body["message"] == "znode at <path> (transaction rolled back)"
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("znode at /bookline/a/b does not exist", "znode at <path> does not exist"),
+        ("cannot read /var/lib/x.toml: denied", "cannot read <path>: denied"),
+        ("s is owned by http://127.0.0.1:8480/v1/s", "s is owned by http://127.0.0.1:8480/v1/s"),
+        ("ns/stream already exists", "ns/stream already exists"),
+        ("dlsn 1:0:0 is past the end", "dlsn 1:0:0 is past the end"),
+    ],
+)
+def test_scrub_message_hides_paths_not_urls_or_names(message: str, shown: str) -> None:
+    assert scrub_message(message) == shown
