@@ -20,6 +20,7 @@ from foundation.errors import BooklineError
 from foundation.version import __version__
 from ops import (
     bench,
+    cli_auth,
     cli_autorecovery,
     cli_bookie,
     cli_bookie_admin,
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_ledger.register(sub)
     cli_subscription.register(sub)
     cli_zk.register(sub)
+    cli_auth.register(sub)  # `auth token|hash`: credentials (docs/security.md)
     add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 

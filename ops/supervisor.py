@@ -318,6 +318,7 @@ def run_demo(args: argparse.Namespace) -> int:
     _start(cluster)
     try:
         demo.show(cluster.describe())
+        _print_token(cluster)
         demo.write_and_read(cluster.dir / "cluster.json")
         if getattr(args, "keep_running", False):
             print("cluster stays up; Ctrl-C stops it", flush=True)

@@ -4,6 +4,7 @@ prefix grants, admin implying produce/consume, unknown principals, file loading.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,23 @@ def test_static_tokens_and_load_authority(tmp_path: Path) -> None:
             authority.authenticate(bad, NOW)
     with pytest.raises(ConfigError, match="needs a secret file or a tokens file"):
         AuthConfig(enabled=True)
+
+
+def test_cli_mints_tokens_and_hashes_static_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from ops.cli import main
+
+    secret = tmp_path / "auth" / "secret"
+    secret.parent.mkdir()
+    write_secret_file(secret, SECRET)
+    assert main(["auth", "token", "--principal", "alice", "--dir", str(tmp_path)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert verify_token([SECRET], token, time.time()) == "alice"
+    assert main(["auth", "token", "--principal", "a b", "--secret-file", str(secret)]) == 4
+    assert "whitespace" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO("opaque\n"))
+    assert main(["auth", "hash"]) == 0
+    assert capsys.readouterr().out.strip() == hash_static_token("opaque")
