@@ -55,6 +55,8 @@ __all__ = ["KVNode"]
 LINE_BYTES_MAX = 64 << 10
 # How long a follower waits on the lock per attempt (it re-checks its own state between).
 LEADER_ATTEMPT_S = 1.0
+# A follower whose reader failed opens a new one at its position after this long.
+REOPEN_DELAY_S = 0.5
 
 
 class KVNode:
@@ -136,6 +138,12 @@ class KVNode:
                     "%s fell behind the log's truncation; reloading a snapshot", self.node_id
                 )
                 self._load_newest_snapshot()
+            except BooklineError as exc:  # a read that failed (bookies, ZooKeeper): reopen
+                log.warning(
+                    "%s: reading the log failed (%s: %s); reopening at %s in %.1f s",
+                    self.node_id, exc.name, exc, self.position, REOPEN_DELAY_S,
+                )  # fmt: skip
+                await asyncio.sleep(REOPEN_DELAY_S)
             finally:
                 if self._reader is not None:
                     await self._reader.close()

@@ -120,7 +120,9 @@ def test_leader_killed_another_takes_over_exactly_once_in_order(
             break
         time.sleep(0.2)
     for n in survivors:
-        assert applied(tmp_path, n.node_id) == want, n.node_id  # exactly once, in order
+        log_tail = n.log.read_text()[-3000:]
+        assert n.proc.poll() is None, f"{n.node_id} exited:\n{log_tail}"
+        assert applied(tmp_path, n.node_id) == want, f"{n.node_id}:\n{log_tail}"  # exactly once
         assert n.call("GET k5") == f"VALUE v{max(s for s in range(COMMANDS) if s % 17 == 5)}"
     dead = applied(tmp_path, killed.node_id)
     assert dead == want[: len(dead)]  # the killed replica saw a prefix
