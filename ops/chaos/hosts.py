@@ -119,6 +119,12 @@ class Node:
         procs.kill9(self.info.proc)
         self._cluster.local.note_exit(self.info)
 
+    def stop(self) -> None:
+        """Stop the process cleanly (SIGTERM: a bookie checkpoints first); it stays down."""
+        self.resume()
+        procs.stop(self.info.proc)
+        self._cluster.local.note_exit(self.info)
+
     def pause(self) -> None:
         """SIGSTOP the process group (SIGCONT with :meth:`resume`)."""
         os.killpg(self.pid, signal.SIGSTOP)

@@ -21,7 +21,8 @@ Kinds (the ``bookline chaos`` summary counts them):
   ``power-cut`` (shim in power-cut mode, then ``kill -9``: unsynced writes are lost),
   ``fsync-eio`` (every fsync fails with EIO), ``disk-full`` (a simulated disk that is
   already full), ``bit-flip`` (one bit of the newest entry log flipped while the
-  bookie is down; checksums must catch it on read).
+  bookie is down after a clean stop, which checkpoints; checksums must catch it on
+  read).
 
 Healing restarts what is down without the shim, sets links up, SIGCONTs and deletes
 the fault's nftables table; :meth:`Nemesis.heal_all` does all of it for every host.
@@ -356,7 +357,7 @@ class Nemesis:
             setting = 'fsync_error = "EIO"' if plan.kind == "fsync-eio" else "disk_bytes_max = 1"
             _control_path(node).write_text(setting + "\n")
             return heal
-        node.kill9()
+        node.stop()  # a clean stop checkpoints: the newest entries reach an entry log
         notes.append(_flip(node, plan.detail))
         node.restart()
         return lambda: None
