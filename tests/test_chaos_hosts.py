@@ -234,3 +234,21 @@ def test_namespaces_not_wanted_means_loopback_placements() -> None:
     assert cluster.skip_reason == "namespaces not requested"
     assert not cluster.namespaces and cluster.local.placements == {}
     assert not set(NETWORK_KINDS) & set(Nemesis(cluster, random.Random(1)).kinds())
+
+
+def test_a_run_that_exits_without_stop_leaves_no_namespaces(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from ops.chaos.hosts import ChaosCluster
+        cluster = ChaosCluster(Path({str(tmp_path)!r}), namespaces=True)
+        cluster._make_hosts()  # the hosts, no processes: then exit without stop()
+        print(cluster.network.slot, flush=True)
+        raise SystemExit(5)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 5, done.stderr
+    assert _ours(int(done.stdout.split()[0])) == []

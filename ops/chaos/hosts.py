@@ -18,6 +18,7 @@ wanted, the same cluster runs on loopback and :attr:`ChaosCluster.skip_reason` s
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -240,10 +241,10 @@ class ChaosCluster:
     def _make_hosts(self) -> dict[str, Placement]:
         self.skip_reason = namespace_problem()
         if self.skip_reason is None:
-            network = Network()
+            network = self.network = Network()
+            atexit.register(self._close_network)  # a run that dies leaves no namespaces
             try:
                 network.open()
-                self.network = network
                 for node in self.nodes:
                     node.net = network.add_host(short_name(node.id))
             except NetnsError as exc:
@@ -272,6 +273,7 @@ class ChaosCluster:
             self._close_network()
 
     def _close_network(self) -> None:
+        atexit.unregister(self._close_network)
         network, self.network = self.network, None
         for node in self.nodes:
             node.net = None
