@@ -142,7 +142,7 @@ def decode(payload: bytes, where: str = "group log") -> GroupRecord:
         raise ChecksumError(f"{where}: group log record checksum mismatch")
     try:
         obj = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a map key
         raise ChecksumError(f"{where}: undecodable group log record: {exc}") from exc
     try:
         return _from_map(obj)
