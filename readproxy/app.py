@@ -103,6 +103,7 @@ class ReadProxy:
         from streams.namespace import Namespace
 
         cfg = self.config
+        self.build_app()  # bad auth files (or an unruled route) fail here, before ZooKeeper
         self._ns = await Namespace.open(
             zk=cfg.zk,
             root=cfg.root,

@@ -195,3 +195,19 @@ def test_cli_mints_tokens_and_hashes_static_ones(
     monkeypatch.setattr("sys.stdin", io.StringIO("opaque\n"))
     assert main(["auth", "hash"]) == 0
     assert capsys.readouterr().out.strip() == hash_static_token("opaque")
+
+
+@pytest.mark.parametrize("kind", ["writeproxy", "readproxy"])
+def test_proxy_with_a_secret_others_may_read_refuses_to_start(kind: str, tmp_path: Path) -> None:
+    """Before touching ZooKeeper (none listens at port 1): CONFIG, exit status 4."""
+    import subprocess
+    import sys
+
+    secret = tmp_path / "secret"
+    write_secret_file(secret, SECRET)
+    secret.chmod(0o640)
+    argv = [sys.executable, "-m", "ops.cli", kind, "--auth-enabled", "true",
+            "--auth-secret-file", str(secret), "--zk", "127.0.0.1:1", "--port", "0"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 4, done.stderr
+    assert f"secret file {secret} is readable by others (mode 0640)" in done.stderr
