@@ -298,7 +298,7 @@ class TopicProducer:
         self,
         part: _Partition,
         batch: list[_Item],
-        fut: asyncio.Future[tuple[list[DLSN], list[int]]],
+        fut: asyncio.Future[tuple[Sequence[DLSN], list[int]]],
     ) -> None:
         exc = None if fut.cancelled() else fut.exception()
         if fut.cancelled() or exc is not None:

@@ -7,7 +7,8 @@ process, on uvloop when installed.
 
 * ``write``: ``write_many`` batches of ``--batch`` records (default), or per-record
   ``write_nowait`` with ``--inflight`` records outstanding (``--per-record``). Latency:
-  per batch call, or per record from the call to its DLSN.
+  per batch call, or per record from the call to its DLSN; ``writer_cpu_s_per_million``:
+  this (the writer's) process's CPU seconds per million records while timed.
 * ``e2e``: an open loop of ``--rate`` records/s, sent every ``--pacer-tick-ms`` (the
   records that fell due); a tailing reader in its own process (``--same-process``: in
   the writer's) measures from the record's *scheduled* write time to its arrival (a
@@ -32,7 +33,7 @@ import multiprocessing
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -106,9 +107,9 @@ async def _write_many(ns: Namespace, stream: str, args: argparse.Namespace) -> d
     w = await ns.open_writer(stream)
     try:
         await w.write_many(records[:1000])  # warm up connections and code paths
-        inflight: set[asyncio.Task[list[DLSN]]] = set()
+        inflight: set[asyncio.Task[Sequence[DLSN]]] = set()
         settle_heap()  # as the other benchmarks do before they measure
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(args.records // args.batch):
             started = time.perf_counter()
             task = asyncio.ensure_future(w.write_many(records))
@@ -118,12 +119,12 @@ async def _write_many(ns: Namespace, stream: str, args: argparse.Namespace) -> d
             if len(inflight) >= args.batches_in_flight:
                 await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
         await asyncio.gather(*inflight)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         await w.close()
     n = (args.records // args.batch) * args.batch
     return {"records": n, "elapsed_s": round(elapsed, 3), "records_per_s": round(n / elapsed, 1),
-            **latency_summary(latencies)}  # fmt: skip
+            **_writer_cpu(cpu_s, n), **latency_summary(latencies)}  # fmt: skip
 
 
 async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -138,7 +139,7 @@ async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> d
         # asyncio.Queue, whose bookkeeping cost more than the write being measured).
         window: collections.deque[asyncio.Future[DLSN]] = collections.deque()
         settle_heap()  # as the other benchmarks do before they measure
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(args.records):
             if len(window) >= args.inflight:
                 await window.popleft()
@@ -148,12 +149,20 @@ async def _write_each(ns: Namespace, stream: str, args: argparse.Namespace) -> d
             window.append(fut)
         while window:
             await window.popleft()
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         await w.close()
     return {"records": args.records, "elapsed_s": round(elapsed, 3),
             "records_per_s": round(args.records / elapsed, 1),
-            **latency_summary(latencies)}  # fmt: skip
+            **_writer_cpu(cpu_s, args.records), **latency_summary(latencies)}  # fmt: skip
+
+
+def _writer_cpu(cpu_s: float, records: int) -> dict[str, float]:
+    """CPU (user + system, every thread) of this process -- the writer -- over the timed
+    window: less sensitive than records/s to neighbours sharing the cores, which stretch
+    the wall time but not the work per record."""
+    return {"writer_cpu_s": round(cpu_s, 3),
+            "writer_cpu_s_per_million": round(cpu_s / records * 1e6, 3)}  # fmt: skip
 
 
 async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,

@@ -515,7 +515,7 @@ class _TaskWrite:
             records.append(LogRecord(value, key=key, headers=headers))
         for lo in range(0, len(records), WRITE_BATCH_RECORDS):
             chunk = records[lo : lo + WRITE_BATCH_RECORDS]
-            dlsns: list[DLSN] = state.writer.write_many(chunk)
+            dlsns: Sequence[DLSN] = state.writer.write_many(chunk)
             state.written += len(chunk)
             state.last = dlsns[-1]
 

@@ -43,7 +43,7 @@ class SyncWriter:
     def write(self, record: LogRecord) -> DLSN:
         return self._run.call(self.writer.write(record))
 
-    def write_many(self, records: Sequence[LogRecord]) -> list[DLSN]:
+    def write_many(self, records: Sequence[LogRecord]) -> Sequence[DLSN]:
         return self._run.call(self.writer.write_many(records))
 
     def write_nowait(self, record: LogRecord) -> concurrent.futures.Future[DLSN]:

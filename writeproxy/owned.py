@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +91,7 @@ class OwnedStream:
             self._aborted.set_result(None)
         self._seq_moved.set()
 
-    async def write(self, req: WriteRequest) -> tuple[list[DLSN], list[int], int]:
+    async def write(self, req: WriteRequest) -> tuple[Sequence[DLSN], list[int], int]:
         """Write ``req``'s new records; answer every record's DLSN and offset (sequence
         id in the stream) and the count of records that were retries (not written
         again: answered with their original positions)."""
@@ -132,7 +133,7 @@ class OwnedStream:
                     # refused batch is kept: later requests must not wait for it.)
                     del self._next_pos[producer]
         dups = plan.duplicates
-        return [DLSN(*d) for d in dups] + dlsns, plan.offsets + offsets, len(dups)
+        return [*(DLSN(*d) for d in dups), *dlsns], plan.offsets + offsets, len(dups)
 
     def _expected(self, producer: str) -> Pos | None:
         """The producer's next position, or None for a producer not seen yet."""
@@ -227,7 +228,7 @@ class OwnedStream:
 
     async def _append(
         self, batch: list[LogRecord], producer: str | None, epoch: int, first_seq: int
-    ) -> tuple[list[DLSN], list[int]]:
+    ) -> tuple[Sequence[DLSN], list[int]]:
         if self.failed is not None:
             raise self._not_written()
         if producer is not None:

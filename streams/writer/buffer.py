@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from foundation.errors import BooklineError
-from streams.dlsn import DLSN
+from streams.dlsn import DLSN, DLSNRun, DLSNSequence
 from streams.records import LogRecord
 
 __all__ = ["Batch", "RecordBuffer", "Waiter", "chained", "consume"]
@@ -33,14 +33,15 @@ _NEW_DLSN = tuple.__new__
 
 class Batch:
     """The caller's side of one write_many: resolves once all its records are durable,
-    to their DLSNs -- or, with ``offsets``, to ``(dlsns, offsets)``."""
+    to their DLSNs (a :class:`DLSNSequence`: one run per entry, no DLSN object per
+    record) -- or, with ``offsets``, to ``(dlsns, offsets)``."""
 
-    __slots__ = ("dlsns", "future", "offsets", "remaining")
+    __slots__ = ("future", "offsets", "remaining", "runs")
 
     def __init__(self, future: asyncio.Future[Any], count: int, *, offsets: bool = False) -> None:
         self.future = future
         self.remaining = count
-        self.dlsns: list[DLSN] = []
+        self.runs: list[DLSNRun] = []
         self.offsets: list[int] | None = [] if offsets else None
 
 
@@ -131,18 +132,15 @@ class RecordBuffer:
         for waiter in self.waiters:
             if type(waiter) is tuple:
                 batch, n = waiter
-                batch.dlsns.extend(
-                    [_NEW_DLSN(DLSN, (seqno, entry_id, s)) for s in range(slot, slot + n)]
-                )
+                batch.runs.append((seqno, entry_id, slot, n))
                 if batch.offsets is not None:
                     first = self.first_offset + slot
                     batch.offsets.extend(range(first, first + n))
                 batch.remaining -= n
                 if batch.remaining == 0 and not batch.future.done():
+                    dlsns = DLSNSequence(batch.runs)
                     offsets = batch.offsets
-                    batch.future.set_result(
-                        batch.dlsns if offsets is None else (batch.dlsns, offsets)
-                    )
+                    batch.future.set_result(dlsns if offsets is None else (dlsns, offsets))
                 slot += n
             else:
                 assert isinstance(waiter, asyncio.Future)

@@ -36,7 +36,7 @@ from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from metadata.ownership import LockState, StreamLock
 from metadata.streams import StreamOptions
 from streams.context import CoreContext
-from streams.dlsn import DLSN
+from streams.dlsn import DLSN, DLSNSequence
 from streams.records import RECORD_OVERHEAD_BYTES, LogRecord
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch, chained
@@ -183,18 +183,20 @@ class LogWriter:
         await self._wait_room(len(record.payload) + RECORD_OVERHEAD_BYTES)
         return await self.write_nowait(record)
 
-    async def write_many(self, records: Sequence[LogRecord]) -> list[DLSN]:
-        """Append many records in order; resolves to their DLSNs once all are durable."""
+    async def write_many(self, records: Sequence[LogRecord]) -> Sequence[DLSN]:
+        """Append many records in order; resolves to their DLSNs once all are durable:
+        an immutable :class:`~streams.dlsn.DLSNSequence` (equal to the list of them;
+        each DLSN is made when it is read)."""
         if not records:
             self._check()
-            return []
-        fut: asyncio.Future[list[DLSN]] = self._loop.create_future()
+            return DLSNSequence()
+        fut: asyncio.Future[Sequence[DLSN]] = self._loop.create_future()
         await self._append_many(records, Batch(fut, len(records)))
         return await fut
 
     async def write_many_offsets(
         self, records: Sequence[LogRecord]
-    ) -> tuple[list[DLSN], list[int]]:
+    ) -> tuple[Sequence[DLSN], list[int]]:
         """:meth:`write_many` that also answers the records' offsets: their sequence ids
         in the stream (0, 1, 2, ... across segments), known when their entries are
         acknowledged. Consecutive unless another write call interleaved while this one
@@ -203,15 +205,15 @@ class LogWriter:
 
     async def append_many_offsets(
         self, records: Sequence[LogRecord]
-    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+    ) -> asyncio.Future[tuple[Sequence[DLSN], list[int]]]:
         """Buffer ``records`` in order -- waiting for room like :meth:`write_many` --
         and return a future of ``(dlsns, offsets)`` that resolves once they are durable.
         Awaiting each call before making the next keeps a caller's batches in order
         and consecutive without waiting for their acknowledgements (pipelining)."""
-        fut: asyncio.Future[tuple[list[DLSN], list[int]]] = self._loop.create_future()
+        fut: asyncio.Future[tuple[Sequence[DLSN], list[int]]] = self._loop.create_future()
         if not records:
             self._check()
-            fut.set_result(([], []))
+            fut.set_result((DLSNSequence(), []))
             return fut
         await self._append_many(records, Batch(fut, len(records), offsets=True))
         return fut
