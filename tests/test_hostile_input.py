@@ -345,3 +345,22 @@ async def test_errors_about_missing_things_do_not_leak_znode_paths(
                 ):
                     leaks.append(f"{method} {url} -> {resp.status} {raw[:200]}")
     assert not leaks, "\n".join(leaks)
+
+
+async def test_websocket_messages_over_the_limit_close_the_tail(
+    proxy_cluster: LocalCluster,
+) -> None:
+    """A tailing client only sends pings and close frames: a message over 64 KiB closes
+    its WebSocket with 1009 (message too big) instead of being buffered."""
+    wp = proxy_cluster.write_proxies[0].extra["url"]
+    rp = proxy_cluster.read_proxies[0].extra["url"]
+    name = "hostile-ws-tail"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{wp}/v1/streams", json={"name": name}) as resp:
+            assert resp.status in (201, 409), await resp.text()
+        async with session.ws_connect(f"{rp}/v1/streams/{name}/tail") as ws:
+            await ws.send_bytes(b"x" * (128 * 1024))
+            msg = await ws.receive(timeout=10)
+            while msg.type not in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                msg = await ws.receive(timeout=10)  # frames of the tail before the close
+            assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG

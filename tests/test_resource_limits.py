@@ -164,3 +164,29 @@ def test_limits_are_validated() -> None:
         BookieConfig(connections_max=0)
     with pytest.raises(ConfigError, match="idle_timeout_s"):
         BookieConfig(idle_timeout_s=0)
+
+
+async def test_reads_and_adds_are_bounded_per_connection(tmp_path: Path) -> None:
+    """ADDs and READs count against the same in-flight bound as long polls
+    (test_too_many_requests_beyond_the_inflight_bound): past it they are answered
+    TOO_MANY_REQUESTS at once, and the connection goes on."""
+    from foundation.errors import TooManyRequestsError
+    from tests.test_bookie_server import KEY as SERVER_KEY
+    from tests.test_bookie_server import bookie_config, start_bookie, stop_bookie
+
+    b = await start_bookie(bookie_config(tmp_path, inflight_requests_per_connection_max=4))
+    c = BookieConnection(b.address)
+    try:
+        await c.add(1, 0, -1, SERVER_KEY, b"x")
+        reads = await asyncio.gather(
+            *(c.read(1, 0, master_key=SERVER_KEY) for _ in range(10)), return_exceptions=True
+        )
+        assert sum(isinstance(r, TooManyRequestsError) for r in reads) == 6, reads
+        adds = await asyncio.gather(
+            *(c.add(1, i, i - 1, SERVER_KEY, b"y") for i in range(1, 11)), return_exceptions=True
+        )
+        assert sum(isinstance(r, TooManyRequestsError) for r in adds) == 6, adds
+        assert (await c.read(1, 0, master_key=SERVER_KEY)).payload == b"x"
+    finally:
+        await c.close()
+        await stop_bookie(b)
