@@ -33,6 +33,7 @@ from foundation.errors import (
     BooklineError,
     ConfigError,
     ConnectionLostError,
+    ForbiddenError,
     MetadataError,
     NoLedgerError,
     NotEnoughBookiesError,
@@ -40,6 +41,7 @@ from foundation.errors import (
     ReadOnlyError,
     TimeoutError_,
     TooManyRequestsError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from foundation.logs import FORMATS
@@ -111,6 +113,10 @@ def hint(exc: BooklineError) -> str:
         return "the cluster is shedding load; retry later or slow down"
     if isinstance(exc, NoLedgerError):
         return "`bookline ledger list` shows the ledgers that exist"
+    if isinstance(exc, UnauthenticatedError):
+        return f"give a valid token: --token TOKEN or ${TOKEN_ENV} (docs/security.md)"
+    if isinstance(exc, ForbiddenError):
+        return "the token's principal has no grant for this (docs/security.md, Grants)"
     if isinstance(exc, NotFoundError):
         return "list what exists with `bookline stream list`, `topic list` or `group list`"
     return ""

@@ -284,3 +284,21 @@ async def test_cluster_file_carries_the_admin_token(cluster: LocalCluster) -> No
     assert "secret" not in path.read_text()
     async with ProxyClient.from_cluster_file(path, config=CLIENT) as client:
         await client.write(f"other-{_uid()}", b"admin from the cluster file")
+
+
+def test_cli_takes_the_cluster_files_token_or_token_flag(cluster: LocalCluster) -> None:
+    """`--token` wins over the cluster file's; a bad one is refused with a hint."""
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "ops.cli", "stream", "list", "--cluster",
+            str(cluster.dir / "cluster.json")]  # fmt: skip
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [*base, *extra]
+        return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+
+    assert run().returncode == 0
+    bad = run("--token", "bl1.YWRtaW4.1.AAAA")
+    assert bad.returncode == 1, bad.stderr
+    assert "UNAUTHENTICATED (48)" in bad.stderr and "--token TOKEN" in bad.stderr
