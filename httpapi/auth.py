@@ -64,6 +64,11 @@ class Rule:
     open: bool = False
     check_body: bool = False
 
+    @property
+    def guarded(self) -> bool:
+        """Whether grants are checked (403 possible), not just the token."""
+        return bool(self.permissions) or self.check_body
+
 
 _OPEN = Rule(open=True)
 _ANY = Rule()  # any authenticated principal

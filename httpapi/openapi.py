@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Final
 
 from foundation.errors import registered_codes
 from foundation.names import PARTITIONS_MAX
 from foundation.version import __version__
+from httpapi.auth import ROUTE_RULES
 from httpapi.topics import OPTION_FIELDS as TOPIC_OPTION_FIELDS
 
 _BYTES = {
@@ -317,6 +318,7 @@ def build_document() -> dict[str, Any]:
     for path, item in _consumer_paths().items():  # a path may have a write route already
         for key, value in item.items():
             paths.setdefault(path, {}).setdefault(key, value)
+    _add_security(paths)
     return {
         "openapi": "3.0.3",
         "info": {
@@ -332,8 +334,34 @@ def build_document() -> dict[str, Any]:
         "components": {
             "schemas": _schemas(),
             "responses": {"Error": {"description": "an error", "content": _content("Error")}},
+            "securitySchemes": {"bearer": _BEARER},
         },
     }
+
+
+_BEARER: Final = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "a Bookline token (docs/security.md) when the proxy's auth is on; "
+    "WebSocket tails may pass it as the 'token' query parameter instead",
+}
+_METHODS: Final = ("get", "post", "put", "patch", "delete")
+
+
+def _add_security(paths: dict[str, Any]) -> None:
+    """Each operation's access rule (httpapi.auth.ROUTE_RULES): open ones need no
+    token; the others say 401 without a valid one, and 403 when grants are checked."""
+    for path, item in paths.items():
+        for method in _METHODS:
+            op = item.get(method)
+            if op is None:
+                continue
+            rule = ROUTE_RULES[(method.upper(), path)]  # a route without a rule: KeyError
+            if rule.open:
+                op["security"] = []
+                continue
+            op["security"] = [{"bearer": []}]
+            op["responses"].update(_errors(401, *((403,) if rule.guarded else ())))
 
 
 # -- topics (writeproxy/topics.py, httpapi/topics.py) -----------------------------------
