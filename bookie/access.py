@@ -1,5 +1,14 @@
-"""Which requests a bookie serves for a ledger: only those carrying the ledger's master
-key (issue 15).
+"""Which requests a bookie serves: on an authenticated connection (when auth is on), and
+for a ledger only those carrying the ledger's master key (issue 15).
+
+*Authentication* (:class:`ConnectionAuth`): with ``[bookie] auth_enabled`` a connection
+must first send AUTH with a token (``foundation.auth``, checked in constant time); any
+other request first, or a token that does not check out, is answered UNAUTHENTICATED
+and the connection closed. A bookie's inventory (LIST_LEDGERS, LIST_DAMAGED,
+ENTRY_CHECKSUMS) is then for admins of the cluster only (the services' principal, or a
+grant of admin on the cluster), else FORBIDDEN.
+
+*Ledger keys* (:class:`LedgerGate`):
 
 A bookie learns a ledger's master key from the first ADD or fence it accepts for it, and
 from then on storage refuses adds, fences and WRITE_LACs under another key. Reads, LAC
@@ -23,19 +32,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import hmac
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from bookie import protocol as p
 from bookie.storage.api import Storage
+from foundation.auth import Authority
 from foundation.errors import (
     InvariantViolation,
     NoLedgerError,
     NotFoundError,
+    UnauthenticatedError,
     UnauthorizedError,
 )
 from metadata.ledger_metadata import LedgerMetadata
 
-__all__ = ["LOOKUP_CACHE_MAX", "LedgerGate", "Lookup"]
+__all__ = ["INVENTORY_REQUESTS", "LOOKUP_CACHE_MAX", "ConnectionAuth", "LedgerGate", "Lookup"]
 
 # Ledgers whose metadata was looked up and kept: a writer's first adds to one bookie,
 # and a re-replication's, arrive before storage holds the ledger; a few thousand covers
@@ -44,6 +57,47 @@ LOOKUP_CACHE_MAX: Final = 4096
 
 # ledger id -> its metadata; NotFoundError when it does not exist.
 Lookup = Callable[[int], Awaitable[LedgerMetadata]]
+# Requests that say what a bookie holds across ledgers, with no ledger key to check:
+# with auth on, for admins of the cluster only.
+INVENTORY_REQUESTS: Final = frozenset(
+    {p.ListLedgersRequest, p.ListDamagedRequest, p.EntryChecksumsRequest}
+)
+
+
+class ConnectionAuth:
+    """Who is on one connection. Without an authority (auth off) every connection is
+    ready at once, as the anonymous principal ``""``."""
+
+    __slots__ = ("_authority", "principal")
+
+    def __init__(self, authority: Authority | None) -> None:
+        self._authority = authority
+        self.principal: str | None = None if authority is not None else ""
+
+    @property
+    def ready(self) -> bool:
+        """Whether requests other than AUTH may be served."""
+        return self.principal is not None
+
+    def answer(self, req: p.Request) -> bytes:
+        """The response frame to an AUTH request; UnauthenticatedError for a token that
+        does not check out, or for any other request while not authenticated."""
+        if type(req) is not p.AuthRequest:
+            raise UnauthenticatedError(
+                f"authenticate first: {p.op_of(req).name} before AUTH on a bookie with auth on"
+            )
+        if self._authority is None:
+            return p.encode_response(p.AuthResponse(req.request_id, ""))
+        self.principal = None  # a failed AUTH leaves nobody authenticated
+        self.principal = self._authority.authenticate(req.token, time.time())
+        return p.encode_response(p.AuthResponse(req.request_id, self.principal))
+
+    def authorize(self, req: p.Request) -> None:
+        """ForbiddenError for an inventory request of a principal that is not an admin
+        of the cluster (auth on only)."""
+        if self._authority is not None and type(req) in INVENTORY_REQUESTS:
+            principal = self.principal or ""
+            self._authority.grants.authorize(principal, "admin", "cluster", "")
 
 
 class LedgerGate:

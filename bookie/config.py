@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from foundation.auth import AuthConfig
 from foundation.errors import ConfigError
 
 # A journal record stores its offset in its group commit as a u32 (journal_format.py);
@@ -128,6 +129,18 @@ class BookieConfig:
     # tails in 4 of 5 end-to-end runs (0 of 5 at 0.1 ms), for ~10 % of peak adds/s.
     gil_switch_interval_ms: float = 0.1
 
+    # --- authentication (docs/security.md) --------------------------------------------
+    # Serve a connection only once an AUTH request with a valid token names a principal
+    # (foundation.auth); anything else first is refused UNAUTHENTICATED and closed. Then
+    # LIST_LEDGERS, LIST_DAMAGED and ENTRY_CHECKSUMS need an admin of the cluster.
+    auth_enabled: bool = False
+    # File of the cluster's token secrets, one per line, owner-only (the proxies' file).
+    auth_secret_file: str = ""
+    # Optional file of static tokens (SHA-256 hex per principal).
+    auth_tokens_file: str = ""
+    # Optional grants file: principals with admin on the cluster besides the services.
+    auth_grants_file: str = ""
+
     # --- test-only fault injection (bookie/storage/faults.py); never in production ---
     # "" (off: storage calls the os functions directly, zero cost), "on" (injectable
     # fsync errors and a simulated disk size, steered at runtime by FAULTS.toml in the
@@ -138,7 +151,21 @@ class BookieConfig:
     # non-zero turns the shim on even with fault_shim "".
     fault_disk_bytes_max: int = 0
 
+    @property
+    def auth(self) -> AuthConfig:
+        """The ``auth_*`` settings as foundation.auth takes them."""
+        return AuthConfig(
+            enabled=self.auth_enabled,
+            secret_file=self.auth_secret_file,
+            grants_file=self.auth_grants_file,
+            tokens_file=self.auth_tokens_file,
+        )
+
     def __post_init__(self) -> None:
+        if self.auth_enabled and not (self.auth_secret_file or self.auth_tokens_file):
+            raise ConfigError(
+                "bookie.auth_enabled needs bookie.auth_secret_file or bookie.auth_tokens_file"
+            )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"bookie.port {self.port} is not a TCP port")
         if not 0.0 < self.disk_usage_lwm < self.disk_usage_threshold <= 1.0:

@@ -27,17 +27,20 @@ from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 
 from bookie import protocol as p
-from bookie.access import LedgerGate
+from bookie.access import ConnectionAuth, LedgerGate
 from bookie.config import BookieConfig
 from bookie.metrics import BookieMetrics
 from bookie.server_requests import encode_lac_answer, is_fatal, piggyback_bytes
 from bookie.storage.api import Storage
+from foundation.auth import Authority
 from foundation.errors import (
     BooklineError,
+    ForbiddenError,
     InvariantViolation,
     IOFailureError,
     ProtocolVersionError,
     TooManyRequestsError,
+    UnauthenticatedError,
     UnauthorizedError,
 )
 from foundation.invariants import invariant
@@ -61,6 +64,8 @@ class Host(Protocol):
     connections: set[ServerConnection]
     # Ledger key checks (bookie/access.py).
     gate: LedgerGate
+    # Token checks and grants (auth on), else None.
+    authority: Authority | None
     # Bytes of unfinished frames all connections hold (each keeps its share current).
     buffered_bytes: int
 
@@ -93,6 +98,8 @@ class ServerConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
+        # Who is on this connection (AUTH; ready at once with auth off).
+        self.auth = ConnectionAuth(server.authority)
         # This connection's share of the server's buffered_bytes.
         self.buffered = 0
         self.last_received = time.monotonic()
@@ -185,14 +192,22 @@ class ServerConnection(asyncio.Protocol):
     # -- requests --------------------------------------------------------------------
 
     def _dispatch(self, req: p.Request) -> None:
-        if self._server.failed.is_set():
-            return  # fatal storage error: acknowledge nothing more
+        if self._server.failed.is_set() or self.closed:
+            return  # fatal storage error, or refused: act on nothing more
+        if not self.auth.ready or type(req) is p.AuthRequest:
+            self._authenticate(req)
+            return
         if len(self.tasks) + self.adds_inflight + len(self.polls) >= self._inflight_max:
             self._server.metrics.request_rejected()
             error = TooManyRequestsError(
                 f"more than {self._inflight_max} requests in flight on this connection"
             )
             self.write(p.encode_error(req.request_id, p.op_of(req), error))
+            return
+        try:
+            self.auth.authorize(req)
+        except ForbiddenError as exc:
+            self.write(p.encode_error(req.request_id, p.op_of(req), exc))
             return
         if type(req) is p.AddRequest:
             if self._server.gate.admits_now(req.ledger_id, req.master_key):
@@ -209,6 +224,17 @@ class ServerConnection(asyncio.Protocol):
             _LacPoll(self, req).start()
             return
         self.spawn(req)
+
+    def _authenticate(self, req: p.Request) -> None:
+        """AUTH, or a request before it: answered; a refusal closes the connection."""
+        try:
+            frame = self.auth.answer(req)
+        except UnauthenticatedError as exc:
+            log.info("connection %s refused: %s", self.peer, exc.message)
+            self.write(p.encode_error(req.request_id, p.op_of(req), exc))
+            self.close()
+            return
+        self.write(frame)
 
     def spawn(self, req: p.Request) -> None:
         """Handle ``req`` in a task of its own, answering when it ends."""

@@ -52,7 +52,7 @@ from foundation.quorum import write_set
 from ledger.digest import DigestManager, UnpackedEntry
 from ledger.env import LedgerEnv
 from ledger.interfaces import ReadAnswer
-from ledger.keys import check_legacy_password, ledger_access
+from ledger.keys import LedgerAccess, check_legacy_password, ledger_access
 from ledger.tasks import abandon, gather_answers
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
@@ -86,6 +86,8 @@ class LedgerRecovery:
             check_legacy_password(meta, password)
             if meta.is_closed:
                 return RecoveryResult(meta, version, recovered_by_us=False)
+            # The key first: a client that cannot have it changes nothing, not even state.
+            access = ledger_access(meta, self._env.secret)
             if meta.state is LedgerState.OPEN:
                 marked = meta.with_state(LedgerState.IN_RECOVERY)
                 try:
@@ -93,7 +95,7 @@ class LedgerRecovery:
                 except BadVersionError:
                     continue  # the writer changed the ensemble, or another opener marked it
                 meta = marked
-            last_entry_id, length = await self._find_end(meta)
+            last_entry_id, length = await self._find_end(meta, access)
             closed = meta.closed(last_entry_id, length)
             try:
                 version = await store.write(closed, version)
@@ -113,8 +115,7 @@ class LedgerRecovery:
 
     # -- steps ---------------------------------------------------------------------
 
-    async def _find_end(self, meta: LedgerMetadata) -> tuple[int, int]:
-        access = ledger_access(meta, self._env.secret)
+    async def _find_end(self, meta: LedgerMetadata, access: LedgerAccess) -> tuple[int, int]:
         key, digest = access.master_key, access.digest
         max_lac = await self._fence(meta, key)
         start = max(max_lac, meta.last_segment.first_entry_id - 1)

@@ -32,10 +32,13 @@ requests = st.one_of(
     st.builds(p.AddRequest, u64, u64, u64, eid, key, payload, st.booleans()),
     st.builds(p.ReadRequest, u64, u64, eid, st.booleans(), key),
     st.builds(p.ReadLacRequest, u64, u64, eid, st.integers(0, (1 << 32) - 1)),
-    st.builds(p.ReadLacRequest, u64, u64, eid, st.integers(0, 1 << 31), st.integers(1, 1 << 31)),
+    st.builds(
+        p.ReadLacRequest, u64, u64, eid, st.integers(0, 1 << 31), st.integers(1, 1 << 31), key
+    ),
     st.builds(p.InfoRequest, u64),
     st.builds(p.ListLedgersRequest, u64),
-    st.builds(p.ListEntriesRequest, u64, u64),
+    st.builds(p.ListEntriesRequest, u64, u64, key),
+    st.builds(p.AuthRequest, u64, st.text(max_size=p.TOKEN_CHARS_MAX)),
     st.builds(p.WriteLacRequest, u64, u64, eid, key),
     st.builds(p.ListDamagedRequest, u64, u64, u64),
     st.builds(
@@ -48,6 +51,7 @@ requests = st.one_of(
 )
 responses = st.one_of(
     st.builds(p.AddResponse, u64, u64, u64),
+    st.builds(p.AuthResponse, u64, st.text(max_size=128)),
     st.builds(p.ReadResponse, u64, u64, u64, eid, payload),
     st.builds(p.ReadLacResponse, u64, u64, eid, st.none(), st.none()),
     st.builds(p.ReadLacResponse, u64, u64, eid, u64, payload),

@@ -21,6 +21,7 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.keys import ledger_key, read_secret, write_secret
 from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
+from metadata.layout import Layout
 from metadata.ledger_metadata import LedgerMetadata, master_key
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
@@ -160,7 +161,8 @@ async def test_no_znode_holds_a_ledger_key(bookie_cluster: BookieCluster, tmp_pa
         finally:
             zk.stop()
             zk.close()
-        assert any(str(m.ledger_id) in path for m in metas for path in seen)
+        layout = Layout(bookie_cluster.root)
+        assert all(layout.ledger(m.ledger_id) in seen for m in metas)  # the walk saw them
         leaks = [path for path, data in seen.items() for s in secrets if s in data]
         assert leaks == []
         reader = await client.open_ledger(metas[1].ledger_id, recover=False)

@@ -42,6 +42,8 @@ from .frames import (
 from .messages import (
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     BookieInfo,
     EntryChecksum,
     EntryChecksumsRequest,
@@ -71,6 +73,7 @@ from .ops import (
     FEATURE_REPLICA_CHECK,
     FEATURE_WRITE_LAC,
     MASTER_KEY_BYTES_MAX,
+    TOKEN_CHARS_MAX,
 )
 
 # The frame encoder's name before the package split (the protocol tests build frames
@@ -93,9 +96,12 @@ __all__ = [
     "MASTER_KEY_BYTES_MAX",
     "NEED_DATA",
     "PROTOCOL_VERSION",
+    "TOKEN_CHARS_MAX",
     "AddEncoder",
     "AddRequest",
     "AddResponse",
+    "AuthRequest",
+    "AuthResponse",
     "BookieInfo",
     "Decoder",
     "EntryChecksum",

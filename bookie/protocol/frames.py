@@ -66,6 +66,7 @@ class Op(enum.IntEnum):
     WRITE_LAC = 7
     LIST_DAMAGED = 8
     ENTRY_CHECKSUMS = 9
+    AUTH = 10
 
 
 OPS: Final = frozenset(int(op) for op in Op)

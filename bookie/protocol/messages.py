@@ -85,6 +85,18 @@ class EntryChecksumsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthRequest:
+    request_id: int
+    token: str  # a foundation.auth token (signed, or a static one)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse:
+    request_id: int
+    principal: str  # who the bookie takes this connection to be ("" with auth off)
+
+
+@dataclass(frozen=True, slots=True)
 class AddResponse:
     request_id: int
     ledger_id: int
@@ -197,6 +209,7 @@ Request: TypeAlias = (
     | WriteLacRequest
     | ListDamagedRequest
     | EntryChecksumsRequest
+    | AuthRequest
 )
 Response: TypeAlias = (
     AddResponse
@@ -208,5 +221,6 @@ Response: TypeAlias = (
     | WriteLacResponse
     | ListDamagedResponse
     | EntryChecksumsResponse
+    | AuthResponse
     | ErrorResponse
 )

@@ -13,6 +13,7 @@ Meta per op (requests)::
     WRITE_LAC     [ledger_id, lac, master_key]                   explicit LAC (below)
     LIST_DAMAGED  [from_ledger_id, from_entry_id]                entries found damaged
     ENTRY_CHECKSUMS [ledger_id, first_entry_id, last_entry_id]   replica check (below)
+    AUTH          [token]                                        authentication (below)
 
 Meta per op (responses with status OK; a non-OK response's meta is ``[message]``)::
 
@@ -30,6 +31,7 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
     ENTRY_CHECKSUMS [ledger_id, last_entry_id, [[entry_id, crc32c, length], ...],
                    [damaged_entry_id, ...]]          both lists ascending, disjoint, and
                                                      within first..last_entry_id
+    AUTH          [principal]                                    who the bookie says you are
 
 Every request naming a ledger carries its master key (protocol version 2, issue 15):
 version 1's READ_LAC and LIST_ENTRIES carried none and its READ only when fencing, so
@@ -37,6 +39,14 @@ anyone could read any ledger. A bookie answers UNAUTHORIZED when the key is not 
 ledger's (the key its first add or fence stored; a bookie that does not hold the ledger
 yet checks an ADD's or fence's key against the ledger's metadata, see bookie/access.py).
 A version-1 frame is answered PROTOCOL_VERSION and the connection closed.
+
+AUTH (op 10, version 2): a bookie with ``[bookie] auth_enabled`` serves a connection only
+after an AUTH request carrying a token (``foundation.auth``: signed with a cluster
+secret, or a static one) names a principal; any other request first is answered
+UNAUTHENTICATED and the connection closed, as is a failed AUTH. LIST_LEDGERS,
+LIST_DAMAGED and ENTRY_CHECKSUMS (a bookie's inventory) then need an admin of the
+cluster (the services' principal or a grant), else FORBIDDEN. With auth off an AUTH is
+answered with the principal ``""``, so a client with a token may always send one.
 
 WRITE_LAC (op 7, added after version 1 shipped, same PROTOCOL_VERSION) is the explicit
 LAC: the writer tells the bookies a new LastAddConfirmed without waiting for a later
@@ -89,6 +99,8 @@ from .frames import (
 from .messages import (
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     BookieInfo,
     EntryChecksum,
     EntryChecksumsRequest,
@@ -517,6 +529,32 @@ def _entry_checksums_response_of(rid: int, m: Meta, _payload: bytes) -> EntryChe
     return EntryChecksumsResponse(rid, ledger_id, last, checksums, tuple(damaged))
 
 
+# --- AUTH: who is on this connection ---------------------------------------------------------
+
+# A token longer than this is garbage (foundation.auth refuses it too).
+TOKEN_CHARS_MAX: Final = 1024
+
+
+def _auth_request(r: AuthRequest) -> tuple[int, Meta, bytes]:
+    return 0, [r.token], b""
+
+
+def _auth_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> AuthRequest:
+    if len(m) != 1 or type(m[0]) is not str or len(m[0]) > TOKEN_CHARS_MAX:
+        raise bad_meta(rid, Op.AUTH, "expected [token]")
+    return AuthRequest(rid, m[0])
+
+
+def _auth_response(r: AuthResponse) -> tuple[Meta, bytes]:
+    return [r.principal], b""
+
+
+def _auth_response_of(rid: int, m: Meta, _payload: bytes) -> AuthResponse:
+    if len(m) != 1 or type(m[0]) is not str:
+        raise bad_meta(rid, Op.AUTH, "expected [principal]")
+    return AuthResponse(rid, m[0])
+
+
 # --- the table ------------------------------------------------------------------------------
 
 _R, _F = FLAG_RECOVERY, FLAG_FENCE
@@ -546,6 +584,8 @@ TABLE: Final = (
     OpCodec(Op.ENTRY_CHECKSUMS, EntryChecksumsRequest, EntryChecksumsResponse, 0, False, False,
             _entry_checksums_request, _entry_checksums_request_of,
             _entry_checksums_response, _entry_checksums_response_of),
+    OpCodec(Op.AUTH, AuthRequest, AuthResponse, 0, False, False,
+            _auth_request, _auth_request_of, _auth_response, _auth_response_of),
 )
 # fmt: on
 BY_OP: Final[dict[int, OpCodec]] = {int(c.op): c for c in TABLE}
