@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="run the hosts on loopback (no network faults)")  # fmt: skip
     p.add_argument("--dir", default=None,
                    help="run directory (default: a temp dir)")  # fmt: skip
+    p.add_argument("--no-auth", action="store_true",
+                   help="proxies without authentication (default: tokens required)")  # fmt: skip
     p.add_argument("--rate", type=float, default=None,
                    help="writes per second of each writer process")  # fmt: skip
     p.set_defaults(handler=_run)
@@ -75,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         directory=directory,
         namespaces=not args.no_namespaces,
         rate_per_s=args.rate or DEFAULT_RATE_PER_S,
+        auth=not args.no_auth,
     )
     summary = run_chaos(config)
     if args.json:

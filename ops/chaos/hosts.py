@@ -166,8 +166,13 @@ class ChaosCluster:
     own (see the module docstring). ``start()``/``stop()``; ``stop()`` also after a
     failed start, and it removes every namespace and link the cluster made."""
 
-    def __init__(self, directory: Path, *, namespaces: bool, seed: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, namespaces: bool, seed: int | None = None, auth: bool = False
+    ) -> None:
         self.dir = Path(directory).resolve()
+        # Proxies require tokens (as `bookline local` does by default); cluster.json
+        # names the admin token's file, so the run's clients send it.
+        self.auth = auth
         self.want_namespaces = namespaces
         # The run's seed, written into cluster.json so a cluster is matched to its run.
         self.seed = seed
@@ -182,6 +187,7 @@ class ChaosCluster:
             self.dir, bookies=BOOKIES, write_proxies=WRITE_PROXIES, read_proxies=READ_PROXIES,
             zk_ensemble=ZK_ENSEMBLE, quorums=QUORUMS,
             service_session_timeout_ms=SESSION_TIMEOUT_MS, placements=placements,
+            auth=self.auth,
         )  # fmt: skip
 
     # -- what callers use ------------------------------------------------------------

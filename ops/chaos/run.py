@@ -62,6 +62,9 @@ class RunConfig:
     namespaces: bool = True
     rate_per_s: float = DEFAULT_RATE_PER_S
     layout: Layout = DEFAULT_LAYOUT
+    # The proxies require tokens; the writers and the final phase use the admin token
+    # cluster.json names (the core library goes to ZooKeeper and the bookies).
+    auth: bool = True
 
 
 class WriterProcess:
@@ -166,7 +169,7 @@ async def _run(config: RunConfig) -> dict[str, Any]:
     config.directory.mkdir(parents=True, exist_ok=True)
     history_dir = config.directory / "history"
     cluster = ChaosCluster(config.directory / "cluster", namespaces=config.namespaces,
-                           seed=config.seed)  # fmt: skip
+                           seed=config.seed, auth=config.auth)  # fmt: skip
     writers: list[WriterProcess] = []
     try:
         await asyncio.to_thread(cluster.start)
@@ -198,6 +201,7 @@ async def _run(config: RunConfig) -> dict[str, Any]:
         "duration_s": config.duration_s,
         "elapsed_s": round(time.monotonic() - started, 1),
         "namespaces": cluster.skip_reason is None,
+        "auth": config.auth,
         "skip_reason": cluster.skip_reason,
         "writer_starts": {w.name: w.incarnation for w in writers},
         **replicas,
