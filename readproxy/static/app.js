@@ -222,7 +222,7 @@ function dashboardToken() {
   const found = /(?:^|&)token=([^&]+)/.exec(location.hash.slice(1));
   if (found) {
     sessionStorage.setItem("bookline-token", decodeURIComponent(found[1]));
-    history.replaceState(null, "", location.pathname + location.search);
+    window.history.replaceState(null, "", location.pathname + location.search);
   }
   return sessionStorage.getItem("bookline-token");
 }
