@@ -17,7 +17,11 @@
   :class:`~foundation.errors.ConnectionLostError` and the next call reconnects;
   ``close()`` fails pending calls and all later ones with
   :class:`~foundation.errors.ClosedError`;
-* a non-OK status raises the matching :mod:`foundation.errors` class (``for_code``).
+* a non-OK status raises the matching :mod:`foundation.errors` class (``for_code``);
+* the connection is TLS when ``ClientOptions.ssl`` or the process's ``[tls]`` says so
+  (:mod:`foundation.tls`): the bookie's certificate must chain to the CA and name the
+  address dialled, so every user of the pool -- writers, readers, autorecovery, scrub,
+  the CLI -- gets it without a parameter of its own.
 
 :class:`BookieClientPool` keeps one connection per bookie address ("host:port", the
 bookie id as registered) for the ledger layer. The transport side -- decoding, matching
@@ -30,12 +34,13 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from bookie import protocol as p
 from bookie.client_wire import AddCallback, CallbackWaiter, ClientOptions, Wire, parse_address
-from foundation.auth import env_token
+from foundation import tls
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -45,25 +50,6 @@ from foundation.errors import (
 
 _R = TypeVar("_R")
 
-# Where a connection without a token of its own finds one when it connects: what
-# use_token() installed for this process, else $BOOKLINE_TOKEN (foundation.auth).
-TokenSource = Callable[[], str | None]
-_process_token: list[TokenSource] = [env_token]
-
-
-def use_token(token: str | TokenSource | None) -> None:
-    """Present ``token`` -- or, for a callable, what it returns at each connect (a
-    service signing short-lived tokens) -- on every new bookie connection of this
-    process that was given none; None: back to ``$BOOKLINE_TOKEN``. A bookie with auth
-    on serves a connection only after it (bookie/access.py)."""
-    if token is None:
-        _process_token[0] = env_token
-    elif isinstance(token, str):
-        _process_token[0] = lambda: token
-    else:
-        _process_token[0] = token
-
-
 __all__ = [
     "AddCallback",
     "BookieClientPool",
@@ -71,7 +57,6 @@ __all__ = [
     "ClientOptions",
     "LedgerAdder",
     "parse_address",
-    "use_token",
 ]
 
 
@@ -79,14 +64,9 @@ class BookieConnection:
     """One pipelined connection to one bookie. Connects lazily, reconnects on next use
     after a loss. Use from one event loop."""
 
-    def __init__(
-        self, address: str, options: ClientOptions | None = None, *, token: str | None = None
-    ) -> None:
-        """``token``: presented in an AUTH request on every connect (else the
-        process's, see :func:`use_token`)."""
+    def __init__(self, address: str, options: ClientOptions | None = None) -> None:
         self.address = address
         self.options = options or ClientOptions()
-        self._token = token
         self._host, self._port = parse_address(address)
         self._wire: Wire | None = None
         self._connect_lock = asyncio.Lock()
@@ -415,7 +395,9 @@ class BookieConnection:
             loop = asyncio.get_running_loop()
             try:
                 _transport, new_wire = await asyncio.wait_for(
-                    loop.create_connection(lambda: Wire(self), self._host, self._port),
+                    loop.create_connection(
+                        lambda: Wire(self), self._host, self._port, ssl=self._ssl_context()
+                    ),
                     self.options.connect_timeout_s,
                 )
             except TimeoutError as exc:
@@ -428,25 +410,11 @@ class BookieConnection:
                 if new_wire.transport is not None:
                     new_wire.transport.close()
                 raise self._closed_error()
-            await self._authenticate(new_wire)
             self._wire = new_wire
             return new_wire
 
-    async def _authenticate(self, wire: Wire) -> None:
-        """Send AUTH first when there is a token (the bookie answers everything else
-        UNAUTHENTICATED until then); its error is the caller's, the wire is dropped."""
-        token = self._token or _process_token[0]()
-        if not token:
-            return
-        self._inflight += 1  # released as the answer leaves the wire's pending map
-        rid = next(self._ids)
-        frame = p.encode_request(p.AuthRequest(rid, token))
-        try:
-            await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
-        except BaseException:
-            if wire.transport is not None:
-                wire.transport.close()
-            raise
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        return self.options.ssl or tls.client_context()
 
     def _wire_lost(self, wire: Wire) -> None:
         if self._wire is wire:
@@ -527,9 +495,8 @@ class LedgerAdder:
 class BookieClientPool:
     """One :class:`BookieConnection` per bookie address, created on first use."""
 
-    def __init__(self, options: ClientOptions | None = None, *, token: str | None = None) -> None:
+    def __init__(self, options: ClientOptions | None = None) -> None:
         self.options = options or ClientOptions()
-        self._token = token
         self._conns: dict[str, BookieConnection] = {}
         self._closed = False
 
@@ -539,7 +506,7 @@ class BookieClientPool:
             raise ClosedError("bookie client pool closed")
         conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = BookieConnection(address, self.options, token=self._token)
+            conn = BookieConnection(address, self.options)
             self._conns[address] = conn
         return conn
 

@@ -15,6 +15,7 @@ import heapq
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Any, Final, Protocol, cast
 
 from bookie import protocol as p
@@ -54,6 +55,8 @@ class ClientOptions:
     connect_timeout_s: float = CONNECT_TIMEOUT_S_DEFAULT
     # Largest response body accepted (an entry plus a little meta).
     frame_bytes_max: int = p.FRAME_BYTES_MAX_DEFAULT
+    # TLS to the bookies; None: the process's [tls] settings (foundation.tls).
+    ssl: SSLContext | None = None
 
     def __post_init__(self) -> None:
         if self.inflight_max <= 0 or self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
@@ -225,18 +228,22 @@ class Wire(asyncio.Protocol):
     def send_to(
         self,
         request_id: int,
-        frame: bytes,
+        frame: bytes | tuple[bytes, bytes],
         timeout_s: float,
         waiter: Pending,
     ) -> None:
-        """:meth:`send` answering ``waiter`` (a future's or a callback's)."""
+        """:meth:`send` answering ``waiter`` (a future's or a callback's). ``frame``
+        may come in two pieces (``AddEncoder.encode_parts``), written back to back."""
         loop = self._loop
         waiter.deadline = deadline = loop.time() + timeout_s
         self.pending[request_id] = waiter
         heapq.heappush(self._deadlines, (deadline, request_id))
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(TIMEOUT_SWEEP_S, self._sweep)
-        self._out.append(frame)
+        if isinstance(frame, tuple):
+            self._out += frame
+        else:
+            self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)

@@ -31,7 +31,7 @@ from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.server_connection import ServerConnection
 from bookie.server_requests import RequestHandlers
 from bookie.storage.api import DiskUsage, Storage
-from foundation.auth import load_authority
+from foundation import tls
 from foundation.errors import (
     BooklineError,
     ConfigError,
@@ -110,7 +110,6 @@ class BookieServer:
         self.port = config.port
         self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
         self.gate = LedgerGate(storage, ledger_lookup)
-        self.authority = load_authority(config.auth)
         self._requests = RequestHandlers(
             storage,
             self.metrics,
@@ -140,6 +139,7 @@ class BookieServer:
                 self.config.host,
                 self.config.port,
                 reuse_address=True,
+                **tls.server_options(),  # TLS when the process's [tls] says so
             )
         except OSError as exc:
             raise ConfigError(

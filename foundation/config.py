@@ -166,6 +166,9 @@ class MetadataConfig:
     # user everything and nobody else anything (every process of the cluster must use
     # the same user). "" = the file BOOKLINE_METADATA_DIGEST_FILE names, else none.
     digest_file: str = ""
+    # Talk to ZooKeeper over TLS (zk names the servers' secureClientPort), with the
+    # process's [tls] certificates; none follows [tls] enabled.
+    tls: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.zk:

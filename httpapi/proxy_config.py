@@ -15,6 +15,7 @@ from foundation.auth import AuthConfig
 from foundation.config import MetadataConfig
 from foundation.errors import ConfigError
 from foundation.names import validate_name
+from foundation.tls import scheme
 
 MiB = 1024 * 1024
 # Read proxies register as ``proxies/read@<id>`` beside the write proxies'
@@ -32,7 +33,8 @@ class ProxyConfig:
     # Interface and port to listen on (port 0 picks a free one).
     host: str = "127.0.0.1"
     port: int = 8480
-    # Base URL clients use (and are redirected to); empty means http://host:port.
+    # Base URL clients use (and are redirected to); empty means http://host:port
+    # (https://host:port with [tls] enabled).
     advertise_url: str = ""
     # Client connections served at once; one more is closed as soon as it is accepted.
     connections_max: int = 1024
@@ -86,7 +88,7 @@ class ProxyConfig:
 
     @property
     def url(self) -> str:
-        return self.advertise_url or f"http://{self.host}:{self.port}"
+        return self.advertise_url or f"{scheme()}://{self.host}:{self.port}"
 
     def metadata(self) -> MetadataConfig:
         return MetadataConfig(

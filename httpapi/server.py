@@ -26,6 +26,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
+from foundation import tls
 from foundation.errors import (
     BooklineError,
     OwnerMovedError,
@@ -236,14 +237,20 @@ async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.App
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port, reuse_address=True)
+        site = web.TCPSite(
+            runner,
+            config.host,
+            config.port,
+            reuse_address=True,
+            ssl_context=tls.server_context(),  # https/wss when the process's [tls] says so
+        )
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
     if config.port == 0 and not config.advertise_url:
         port = int(runner.addresses[0][1])
-        return runner, f"http://{config.host}:{port}"
+        return runner, f"{tls.scheme()}://{config.host}:{port}"
     return runner, config.url
 
 

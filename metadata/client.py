@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from foundation.config import MetadataConfig
+from foundation.tls import zookeeper_tls
 from metadata.bookies import BookieRegistry
 from metadata.cluster import ClusterInfo, ClusterStore
 from metadata.layout import Layout
@@ -37,6 +38,7 @@ class MetadataClient:
             config.zk,
             session_timeout_ms=config.session_timeout_ms,
             connect_timeout_ms=config.connect_timeout_ms,
+            tls=zookeeper_tls(config.tls),
             digest_file=config.digest_file or os.environ.get(DIGEST_FILE_ENV, ""),
         )
         self.cluster = ClusterStore(self.zk, self.layout)

@@ -30,6 +30,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
 from foundation.errors import ClosedError, ConfigError, MetadataError, NotFoundError
+from foundation.tls import TlsConfig
 from metadata.zk_boundary import FROM_KAZOO, SessionState, Stat, translate
 from metadata.zk_watch import Watch
 
@@ -39,6 +40,22 @@ __all__ = ["SessionState", "Stat", "Transaction", "Watch", "ZkClient"]
 
 # Each listener sees every state change; a slow listener must not hold up the others.
 LISTENERS_MAX = 10_000
+
+
+def kazoo_tls(tls: TlsConfig | None) -> dict[str, Any]:
+    """kazoo's TLS arguments: verify the server against the CA and the host dialled;
+    present our certificate when we have one (ZooKeeper's ``ssl.clientAuth=need``)."""
+    if tls is None:
+        return {}
+    options: dict[str, Any] = {
+        "use_ssl": True,
+        "ca": tls.ca_file,
+        "verify_certs": True,
+        "check_hostname": True,
+    }
+    if tls.cert_file:
+        options.update(certfile=tls.cert_file, keyfile=tls.key_file)
+    return options
 
 
 def read_digest(path: str) -> tuple[str, str]:
@@ -81,6 +98,7 @@ class ZkClient:
         *,
         session_timeout_ms: int = 10_000,
         connect_timeout_ms: int = 15_000,
+        tls: TlsConfig | None = None,
         digest_file: str = "",
     ) -> None:
         self._hosts = hosts
@@ -91,6 +109,7 @@ class ZkClient:
             hosts=hosts,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=conn_retry,
+            **kazoo_tls(tls),
             **kazoo_digest(digest_file),
         )
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from foundation import logs
+from foundation import logs, tls
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import BooklineError
 from foundation.version import __version__
@@ -24,7 +24,6 @@ from ops import (
     cli_autorecovery,
     cli_bookie,
     cli_bookie_admin,
-    cli_chaos,
     cli_consume,
     cli_group,
     cli_ledger,
@@ -67,9 +66,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 # Commands that run servers or long jobs log at INFO; the others (admin and client
 # commands) print their answer and log only warnings unless -v.
-_SERVICE_COMMANDS = frozenset(
-    {"local", "demo", "bench", "pipeline", "writeproxy", "readproxy", "chaos"}
-)
+_SERVICE_COMMANDS = frozenset({"local", "demo", "bench", "pipeline", "writeproxy", "readproxy"})
 
 
 def _runs_a_service(args: argparse.Namespace) -> bool:
@@ -120,7 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
     cli_subscription.register(sub)
     cli_zk.register(sub)
     cli_auth.register(sub)  # `auth token|hash`: credentials (docs/security.md)
-    cli_chaos.register(sub)  # `chaos`: workload + nemesis + checker (ops/chaos/)
     add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 
@@ -134,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        # Every command's TLS ([tls] of --config, BOOKLINE_TLS_*): servers listen with
+        # it, clients dial bookies, proxies and ZooKeeper with it (foundation.tls).
+        tls.configure(tls.load_tls(getattr(args, "config", None)))
         if getattr(args, "cluster", None) and getattr(args, "timeout", None):
             # Something of the cluster answers, or we say so now (not after 30 s).
             check_reachable(read_cluster_file(args.cluster), args.timeout)

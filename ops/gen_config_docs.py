@@ -16,6 +16,7 @@ from typing import Final
 from bookie.config import BookieConfig
 from foundation.config import MetadataConfig
 from foundation.config_docs import Section, render_markdown
+from foundation.tls import TlsConfig
 from groups.consumer_config import ConsumerConfig
 from groups.producer import ProducerConfig
 from ledger.autorecovery_config import AutorecoveryConfig
@@ -39,6 +40,13 @@ SECTIONS: Final = (
         AutorecoveryConfig,
         "BOOKLINE_AUTORECOVERY_",
         "`bookline autorecovery` (auditor + replication worker) and `bookline local`",
+    ),
+    Section(
+        "tls",
+        TlsConfig,
+        "BOOKLINE_TLS_",
+        "every `bookline` command (servers listen, clients dial bookies, proxies and "
+        "ZooKeeper with it) and any process using `foundation.tls` (docs/security.md, TLS)",
     ),
     Section("metadata", MetadataConfig, "", "every client of ZooKeeper (`MetadataClient`)"),
     Section("core", NamespaceConfig, "", "the core library (`Namespace.open(config=...)`)"),

@@ -8,6 +8,10 @@ log (SLF4J through slf4j-simple) goes to ``zookeeper.log``. ``start()``
 returns once the server answers ``ruok`` with ``imok`` and ``srvr`` with its mode
 (serving requests, not just listening); ``stop()``
 terminates it by pid (SIGTERM, then SIGKILL). Nothing here fakes ZooKeeper.
+
+With ``tls=`` the server takes clients only over TLS (``secureClientPort`` through
+Netty, PEM key and trust stores; ``ssl.clientAuth=need`` for mutual TLS), and the
+readiness check speaks TLS too. Traffic between an ensemble's members stays plain.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Sequence
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from foundation.tls import TlsConfig, build_client_context
 from ops import procs
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 # ZooKeeper's log goes through SLF4J; this binding writes it to the server's log file.
 SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
 # A JVM plus ZooKeeper take 1-5 s to answer on this class of machine; be generous.
 START_TIMEOUT_S = 60.0
 # Small heap: tests and local clusters hold little metadata.
@@ -82,10 +89,21 @@ def find_java() -> str:
     return java
 
 
-def four_letter_word(host: str, port: int, word: str = "ruok", timeout_s: float = 2.0) -> str:
-    """Send a ZooKeeper four-letter command and return the answer ('' on failure)."""
+def four_letter_word(
+    host: str,
+    port: int,
+    word: str = "ruok",
+    timeout_s: float = 2.0,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+) -> str:
+    """Send a ZooKeeper four-letter command and return the answer ('' on failure);
+    over TLS with ``ssl_context`` (a server with only a secureClientPort)."""
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
+            if ssl_context is not None:
+                sock = stack.enter_context(ssl_context.wrap_socket(sock, server_hostname=host))
             sock.sendall(word.encode("ascii"))
             chunks = []
             while True:
@@ -94,7 +112,7 @@ def four_letter_word(host: str, port: int, word: str = "ruok", timeout_s: float 
                     break
                 chunks.append(data)
             return b"".join(chunks).decode("ascii", "replace")
-    except OSError:
+    except OSError:  # ssl.SSLError is one
         return ""
 
 
@@ -109,6 +127,7 @@ class ZooKeeperServer:
         tick_time_ms: int = 500,
         *,
         quorum: QuorumMember | None = None,
+        tls: TlsConfig | None = None,
         prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
@@ -120,6 +139,8 @@ class ZooKeeperServer:
         # A member of an ensemble runs QuorumPeerMain with the peers in its zoo.cfg.
         self.quorum = quorum
         self.main_class = QUORUM_MAIN_CLASS if quorum is not None else MAIN_CLASS
+        # Serve clients over TLS only (secureClientPort), presenting tls's certificate.
+        self.tls = tls
         # Put before the java command line, e.g. ``ip netns exec NS`` (a host of its own).
         self.prefix = list(prefix)
 
@@ -146,8 +167,7 @@ class ZooKeeperServer:
                 [
                     f"tickTime={self.tick_time_ms}",
                     f"dataDir={self.data_dir / 'data'}",
-                    f"clientPort={self.port}",
-                    f"clientPortAddress={self.host}",
+                    *self._client_port_lines(),
                     "maxClientCnxns=0",
                     f"minSessionTimeout={2 * self.tick_time_ms}",
                     f"maxSessionTimeout={120 * self.tick_time_ms}",
@@ -163,6 +183,27 @@ class ZooKeeperServer:
             )
         )
         return cfg
+
+    def _client_port_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"clientPort={self.port}", f"clientPortAddress={self.host}"]
+        # ZooKeeper's PEM key store is one file holding the key and its certificate.
+        keystore = self.data_dir / "tls-keystore.pem"
+        keystore.touch(mode=0o600)
+        keystore.write_text(
+            Path(self.tls.key_file).read_text() + Path(self.tls.cert_file).read_text()
+        )
+        client_auth = "need" if self.tls.require_client_cert else "none"
+        return [
+            f"secureClientPort={self.port}",
+            f"secureClientPortAddress={self.host}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.tls.ca_file}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={client_auth}",
+        ]
 
     def _quorum_lines(self) -> list[str]:
         if self.quorum is None:
@@ -199,7 +240,9 @@ class ZooKeeperServer:
             "-Dzookeeper.admin.enableServer=false",
             *log_properties(),
             "-cp",
-            ":".join(["/etc/zookeeper/conf", str(ZOOKEEPER_JAR), *log_binding()]),
+            ":".join(
+                ["/etc/zookeeper/conf", str(ZOOKEEPER_JAR), *log_binding(), *self._tls_jars()]
+            ),
             self.main_class,
             str(cfg),
         ]
@@ -212,6 +255,16 @@ class ZooKeeperServer:
                 self.stop()
                 raise
         return self
+
+    def _tls_jars(self) -> list[str]:
+        """Netty's codec jar: the TLS server (NettyServerCnxnFactory) needs it, and the
+        Class-Path of Debian's zookeeper.jar lists netty's buffer, common, handler and
+        transport jars but not this one (libnetty-java ships it)."""
+        if self.tls is None:
+            return []
+        if not NETTY_CODEC_JAR.exists():
+            raise ZooKeeperError(f"{NETTY_CODEC_JAR} is missing: install libnetty-java")
+        return [str(NETTY_CODEC_JAR)]
 
     def wait_ready(self) -> None:
         """Until ``srvr`` reports a mode (ZooKeeperError if it exits or times out)."""
@@ -233,14 +286,20 @@ class ZooKeeperServer:
                 )
             # `ruok` says imok as soon as the port is open, even while the data tree is
             # still loading; `srvr` reports a Mode only once requests are served.
-            if four_letter_word(self.host, self.port, "ruok") == "imok" and "Mode:" in (
-                four_letter_word(self.host, self.port, "srvr")
+            if self.four_letter_word("ruok") == "imok" and "Mode:" in (
+                self.four_letter_word("srvr")
             ):
                 return
             time.sleep(0.1)
         raise ZooKeeperError(
             f"ZooKeeper did not answer ruok on port {self.port} within {START_TIMEOUT_S:.0f}s"
         )
+
+    def four_letter_word(self, word: str) -> str:
+        """``word``'s answer from this server ('' on failure), over TLS when it serves TLS."""
+        assert self.port is not None
+        context = None if self.tls is None else build_client_context(self.tls)
+        return four_letter_word(self.host, self.port, word, ssl_context=context)
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

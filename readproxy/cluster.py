@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
+from foundation import tls
 from foundation.errors import BooklineError
 from foundation.names import parse_internal
 from groups.topics import TopicAdmin
@@ -253,7 +254,9 @@ class ClusterView:
         None and what went wrong."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
+                timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S),
+                # https proxies' certificates chain to the [tls] CA, not the system's
+                connector=aiohttp.TCPConnector(ssl=tls.client_context() or True),
             )
         try:
             async with self._session.get(f"{base_url.rstrip('/')}/health") as resp:

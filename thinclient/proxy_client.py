@@ -13,6 +13,7 @@ import random
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any, cast
 
 import aiohttp
@@ -21,6 +22,7 @@ from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError, NotFoundError, TooManyRequestsError
 from foundation.names import partition_stream
+from foundation.tls import cluster_ssl
 from httpapi import wire
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -48,10 +50,13 @@ class ProxyClient:
         root: str = "/bookline",
         config: ClientConfig | None = None,
         producer_id: str | None = None,
+        ssl: SSLContext | None = None,
         token: str | None = None,
     ) -> None:
-        """``token``: the proxies' bearer token when their auth is on; without one
-        ``$BOOKLINE_TOKEN`` (and, from a cluster file, the token file it names)."""
+        """``ssl``: the context to dial ``https`` proxies with (None: the process's
+        ``[tls]`` settings, else the system's CAs). ``token``: the proxies' bearer token
+        when their auth is on; without one ``$BOOKLINE_TOKEN`` (and, from a cluster
+        file, the token file it names)."""
         if not write_urls and not read_urls and zk is None:
             raise ConfigError("ProxyClient needs proxy URLs or a ZooKeeper connect string")
         self.config = config or ClientConfig()
@@ -60,7 +65,9 @@ class ProxyClient:
         self._proxies = ProxyDirectory(
             self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
         )
-        self._transport = Transport(self.config, self._proxies, rng, token=token or env_token())
+        self._transport = Transport(
+            self.config, self._proxies, rng, ssl=ssl, token=token or env_token()
+        )
         self._topics = TopicRouter(self.config, self._transport, rng)
         self._producer = Producer(
             self.config, self._transport, self.producer_id, on_batch=self._topics.batch_cut
@@ -80,11 +87,12 @@ class ProxyClient:
         them from the cluster's ZooKeeper instead. ConfigError when the file is missing
         or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
+        ssl = cluster_ssl(cluster.raw)
         token = token or env_token() or cluster.token()
         if use_zk:
-            return cls(zk=cluster.zk, root=cluster.root, config=config, token=token)
+            return cls(zk=cluster.zk, root=cluster.root, config=config, ssl=ssl, token=token)
         write_urls, read_urls = cluster.write_urls, cluster.read_urls
-        return cls(write_urls=write_urls, read_urls=read_urls, config=config, token=token)
+        return cls(write_urls=write_urls, read_urls=read_urls, config=config, ssl=ssl, token=token)
 
     # -- lifecycle -----------------------------------------------------------------
 

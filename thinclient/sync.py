@@ -14,6 +14,7 @@ from typing import Any
 from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
+from foundation.tls import cluster_ssl
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient.proxy_client import ProxyClient
@@ -44,6 +45,7 @@ class SyncProxyClient:
         """The proxies a ``cluster.json`` lists (``bookline local``); ConfigError when
         it is missing or malformed (:func:`foundation.cluster_file.read_cluster_file`)."""
         cluster = read_cluster_file(path)
+        kwargs.setdefault("ssl", cluster_ssl(cluster.raw))  # its CA (`local --tls`)
         kwargs["token"] = kwargs.get("token") or env_token() or cluster.token()
         return cls(write_urls=cluster.write_urls, read_urls=cluster.read_urls, **kwargs)
 

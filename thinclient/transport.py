@@ -16,10 +16,12 @@ import io
 import random
 import time
 from collections.abc import Callable
+from ssl import SSLContext
 from typing import Any, Final
 
 import aiohttp
 
+from foundation import tls
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -47,12 +49,17 @@ class Transport:
         config: ClientConfig,
         directory: ProxyDirectory,
         rng: random.Random,
+        *,
+        ssl: SSLContext | None = None,
         token: str | None = None,
     ) -> None:
         self.config = config
         # Sent as ``Authorization: Bearer`` on every request, redirects and WebSocket
         # upgrades included (docs/security.md); never logged.
         self._token = token
+        # https proxies are verified with this context, else the process's [tls] one,
+        # else the system's CAs (aiohttp's default).
+        self._ssl: SSLContext | bool = ssl or tls.client_context() or True
         self.directory = directory
         self.rng = rng
         self._session: aiohttp.ClientSession | None = None
@@ -63,7 +70,7 @@ class Transport:
     def open(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=0, limit_per_host=self.config.connections_per_proxy
+                limit=0, limit_per_host=self.config.connections_per_proxy, ssl=self._ssl
             )
             headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
             self._session = aiohttp.ClientSession(connector=connector, headers=headers)
