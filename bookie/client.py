@@ -479,7 +479,7 @@ class LedgerAdder:
         wire = conn._fast_wire()
         if wire is not None:
             rid = conn._take_slot()
-            frame = self._encoder.encode(rid, entry_id, lac, payload)
+            frame = self._encoder.encode_parts(rid, entry_id, lac, payload)
             wire.send_to(rid, frame, self.timeout_s, CallbackWaiter(callback))
             return None
         task = conn._queue_add(self._encoder, entry_id, lac, payload, self.timeout_s)

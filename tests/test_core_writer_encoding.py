@@ -1,18 +1,25 @@
-"""The writer's record-set encoder gives the same bytes as the per-record one.
+"""The writer's batched path gives the same bytes and the same entries as before.
 
-``encode_record_set`` frames records per run of equal (txid, timestamp) (issue 17):
-that only changes how the bytes are put together, so these tests compare them byte
-for byte with the layout streams/recordset.py documents, built one record at a time."""
+``encode_record_set`` frames records per run of equal (txid, timestamp), and
+``write_many`` finds where entries are cut by bisection (issue 17): that only changes
+how the work is done, so these tests compare the bytes with the layout
+streams/recordset.py documents, built one record at a time, and the cut points with
+adding record sizes one by one; the ADD frame a writer sends in two pieces joins to
+the one-piece frame."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.records import Compression
+from bookie import protocol as p
+from streams.records import RECORD_OVERHEAD_BYTES, Compression
 from streams.recordset import decode_read_records, encode_record_set
+from streams.writer.writer import _records_fitting
 
 _REC = struct.Struct(">BqII")
 _HEADER = struct.Struct(">BBIIqqqqqII")
@@ -96,3 +103,36 @@ def test_compressed_and_keyed_sets_still_round_trip() -> None:
                               headers=[None, {"h": b"v"}, None])  # fmt: skip
     back = decode_read_records(keyed, "s", 1, 0, 0)[1]
     assert [(r.key, r.headers) for r in back] == [(b"k", None), (None, {"h": b"v"}), (b"k2", None)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=60),
+    st.data(),
+)
+def test_entry_cut_points_are_those_of_adding_sizes_one_by_one(
+    user: list[int], data: st.DataObject
+) -> None:
+    """The writer cuts entries by bisecting running byte counts: the same records fit
+    as when their sizes (framing included) were added one at a time."""
+    i = data.draw(st.integers(min_value=0, max_value=len(user) - 1))
+    room = data.draw(st.integers(min_value=-50, max_value=4_000))
+    ends = list(itertools.accumulate(user, initial=0))
+    j, used = i, 0
+    while j < len(user) and used + user[j] + RECORD_OVERHEAD_BYTES <= room:
+        used += user[j] + RECORD_OVERHEAD_BYTES
+        j += 1
+    assert _records_fitting(ends, i, room) == j
+
+
+@pytest.mark.parametrize("recovery", [False, True])
+@pytest.mark.parametrize("payload", [b"", b"x", bytes(range(256)) * 2_000])
+def test_add_frame_in_two_pieces_is_the_frame(payload: bytes, recovery: bool) -> None:
+    """The writer hands an ADD to the socket as (head, entry): joined, they are the
+    frame ``encode_request`` makes and the bookie's decoder reads."""
+    encoder = p.AddEncoder(77, b"k" * 20, recovery)
+    head, body = encoder.encode_parts(9, 5, 4, payload)
+    assert body is payload  # not copied
+    frame = head + body
+    assert frame == encoder.encode(9, 5, 4, payload)
+    assert frame == p.encode_request(p.AddRequest(9, 77, 5, 4, b"k" * 20, payload, recovery))

@@ -85,6 +85,31 @@ class AddEncoder:
         meta = pack_meta([self._ledger_id, entry_id, lac, self._master_key])
         return encode_frame(OP_ADD, KIND_REQUEST, self._flags, 0, request_id, meta, payload)
 
+    def encode_parts(
+        self, request_id: int, entry_id: int, lac: int, payload: bytes
+    ) -> tuple[bytes, bytes]:
+        """:meth:`encode` as two pieces, ``(header + CRC + meta, payload)``, whose
+        concatenation is the frame: the entry is not copied into a frame of its own.
+        Why: a writer sends every entry to each bookie of its write set, and that copy
+        (up to 512 KiB, three times an entry) was ~6 % of a batched writer's CPU
+        (issue 17); a transport's ``writelines`` sends both pieces in one system call."""
+        meta = pack_meta([self._ledger_id, entry_id, lac, self._master_key])
+        header = HEADER.pack(
+            MAGIC,
+            PROTOCOL_VERSION,
+            OP_ADD,
+            KIND_REQUEST,
+            self._flags,
+            0,
+            len(meta) + len(payload),
+            len(meta),
+            request_id,
+        )
+        crc = crc32c.crc32c(meta, crc32c.crc32c(header))
+        if payload:
+            crc = crc32c.crc32c(payload, crc)
+        return b"".join((header, CRC.pack(crc), meta)), payload
+
 
 def encode_add_response(request_id: int, ledger_id: int, entry_id: int) -> bytes:
     """An OK ADD response frame without building an :class:`AddResponse` (the bookie's
