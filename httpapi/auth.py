@@ -176,7 +176,8 @@ def _authorize(authority: Authority, principal: str, rule: Rule, request: web.Re
     grants = authority.grants
     if any(grants.allows(principal, p, rule.kind, name) for p in rule.permissions):
         return
-    grants.authorize(principal, rule.permissions[0], rule.kind, name)  # raises, naming it
+    what = f"{rule.kind} {name!r}" if rule.kind != "cluster" else "the cluster"
+    raise ForbiddenError(f"{principal!r} may not {' or '.join(rule.permissions)} on {what}")
 
 
 def auth_middleware(authority: Authority, clock: Callable[[], float] = time.time) -> Middleware:

@@ -200,6 +200,10 @@ async def test_consume_grants_reads_and_websocket_tails(
         assert (await resp.json(content_type=None))["name"] == "FORBIDDEN"
     async with http.get(url, headers=_bearer(alice)) as resp:
         assert resp.status == 200
+    async with http.get(f"{_rurl(cluster)}/v1/streams/{stream}", headers=_bearer(bob)) as resp:
+        assert resp.status == 403
+        message = (await resp.json(content_type=None))["message"]
+        assert message == f"'bob' may not produce or consume on stream '{stream}'"
     ws_url = f"{_rurl(cluster).replace('http', 'ws')}/v1/streams/{stream}/tail?from=earliest"
     with pytest.raises(aiohttp.WSServerHandshakeError) as info:
         await http.ws_connect(ws_url)
@@ -277,11 +281,13 @@ async def test_redirect_to_the_owner_stays_authorized(
         assert client.redirects >= 1
 
 
-async def test_cluster_file_carries_the_admin_token(cluster: LocalCluster) -> None:
-    """Clients given cluster.json authenticate as admin without being told a token."""
+async def test_cluster_file_carries_the_admin_token(cluster: LocalCluster, secret: bytes) -> None:
+    """Clients given cluster.json authenticate as admin without being told a token; the
+    file names the token's file, never the signing secret or its file."""
     path = Path(cluster.dir / "cluster.json")
-    assert "token_file" in path.read_text()
-    assert "secret" not in path.read_text()
+    text = path.read_text()
+    assert '"token_file": "auth/admin.token"' in text
+    assert secret.decode() not in text and '"auth/secret"' not in text
     async with ProxyClient.from_cluster_file(path, config=CLIENT) as client:
         await client.write(f"other-{_uid()}", b"admin from the cluster file")
 
