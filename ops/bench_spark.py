@@ -22,6 +22,13 @@ Then writes ``--write-records`` rows of ``--record-size`` bytes with
 * ``write_interleaved``: row ``n`` goes to stream ``n % streams`` (every task writes
   every stream, rows alternating).
 
+``--spark-reads N`` repeats the Arrow read N times (the report gives each rate and
+ratio and uses the median); ``--no-writes`` leaves the write cases out. With each Arrow
+read the CPU seconds per 1,000,000 records of each kind of process are reported
+(``/proc``: the Spark JVM, its Python workers -- the daemon, its forked workers and the
+children they reaped --, the bookies; the core read's own process for
+``core_read_entries``): less sensitive than wall time to neighbours on a shared machine.
+
 Starts its own ZooKeeper + 3 bookies in a temporary directory unless ``--cluster``
 names a running cluster's ``cluster.json``. Spark's JVM and the cluster are stopped at
 the end, also on failure.
@@ -31,6 +38,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +48,7 @@ from typing import Any
 
 # Records per write_many call while loading the data.
 LOAD_BATCH_RECORDS = 5_000
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _load(ns: Any, stream: str, records: int, size: int, segment_records: int) -> float:
@@ -59,14 +70,63 @@ def _load(ns: Any, stream: str, records: int, size: int, segment_records: int) -
     return time.perf_counter() - t0
 
 
-def _core_read_entries(ns: Any, stream: str) -> tuple[int, float]:
-    t0 = time.perf_counter()
+def _core_read_entries(ns: Any, stream: str) -> tuple[int, float, float]:
+    """Records, seconds, CPU seconds of this process (with the namespace's loop thread)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     count = 0
     for seg in ns.segments(stream):
         for lo in range(0, seg.last_entry_id + 1, 512):
             hi = min(seg.last_entry_id, lo + 511)
             count += len(ns.read_entries(stream, seg.seqno, lo, hi))
-    return count, time.perf_counter() - t0
+    return count, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _proc_stat(pid: int) -> tuple[int, float, float] | None:
+    """(parent pid, own CPU s, CPU s of reaped children) of ``pid``; None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = stat[stat.rindex(")") + 2 :].split()
+    own = (int(f[11]) + int(f[12])) / _TICKS_PER_S
+    return int(f[1]), own, (int(f[13]) + int(f[14])) / _TICKS_PER_S
+
+
+def _cpu_by_kind(jvm_pid: int, bookie_pids: list[int]) -> dict[str, float]:
+    """CPU seconds so far of the Spark JVM, of its descendant (Python) processes
+    including the children they reaped, and of the bookies."""
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (st := _proc_stat(int(entry.name))) is not None:
+            stats[int(entry.name)] = st
+    below: set[int] = set()
+    frontier = [jvm_pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, st in stats.items() if st[0] == parent and pid not in below]
+        below.update(kids)
+        frontier += kids
+    jvm = stats.get(jvm_pid)
+    return {
+        "jvm": jvm[1] if jvm else 0.0,
+        "python_workers": sum(stats[p][1] + stats[p][2] for p in below),
+        "bookies": sum(stats[p][1] for p in bookie_pids if p in stats),
+    }
+
+
+def _jvm_pid() -> int:
+    from pyspark import SparkContext
+
+    gateway = getattr(SparkContext, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        raise RuntimeError("no Spark JVM process to account CPU to")
+    return int(proc.pid)
+
+
+def _bookie_pids(cluster_file: str) -> list[int]:
+    spec = json.loads(Path(cluster_file).read_text())
+    return [int(b["pid"]) for b in spec.get("bookies", []) if b.get("pid")]
 
 
 def _core_reader(ns: Any, stream: str, total: int) -> tuple[int, float]:
@@ -135,18 +195,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.callback(ns.close)
         ns.create_stream(stream)
         load_s = _load(ns, stream, args.records, args.record_size, args.segment_records)
-        n_entries, t_entries = _core_read_entries(ns, stream)
+        n_entries, t_entries, c_entries = _core_read_entries(ns, stream)
         n_reader, t_reader = _core_reader(ns, stream, args.records)
         spark = local_session("bookline-bench", cores=args.cores)
         stack.callback(stop_session, spark)
         _spark_read(spark, cluster_file, stream, True)  # warm up: JVM, Python workers
-        n_arrow, t_arrow, parts = _spark_read(spark, cluster_file, stream, True)
+        jvm, bookies = _jvm_pid(), _bookie_pids(cluster_file)
+        arrow: list[tuple[int, float, dict[str, float]]] = []
+        for _ in range(args.spark_reads):
+            before = _cpu_by_kind(jvm, bookies)
+            n_arrow, t_arrow, parts = _spark_read(spark, cluster_file, stream, True)
+            after = _cpu_by_kind(jvm, bookies)
+            arrow.append((n_arrow, t_arrow, {k: after[k] - before[k] for k in after}))
         n_tuples, t_tuples, _parts = _spark_read(spark, cluster_file, stream, False)
         # The core again, after Spark: on a shared machine the load drifts, and the
         # ratio compares Spark with the mean of the two core reads around it.
-        n_entries2, t_entries2 = _core_read_entries(ns, stream)
+        n_entries2, t_entries2, c_entries2 = _core_read_entries(ns, stream)
         writes: dict[str, float] = {}
-        for case in ("sorted", "interleaved"):
+        for case in ("sorted", "interleaved") if args.writes else ():
             prefix = f"{stream}-w{case[0]}"
             writes[case] = _spark_write(spark, cluster_file, prefix, args, case == "interleaved")
             written = sum(
@@ -158,12 +224,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("core_read_entries", n_entries),
         ("core_read_entries_after", n_entries2),
         ("core_reader", n_reader),
-        ("spark_arrow", n_arrow),
+        *(("spark_arrow", n) for n, _t, _c in arrow),
         ("spark_tuples", n_tuples),
     ):
         if n != args.records:
             raise RuntimeError(f"{name} read {n} records, expected {args.records}")
-    return {
+    core_s = (t_entries + t_entries2) / 2
+    t_arrow = statistics.median(t for _n, t, _c in arrow)
+    per_m = 1e6 / args.records
+    report = {
         "bench": "spark",
         "records": args.records,
         "record_bytes": args.record_size,
@@ -176,9 +245,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "core_reader_records_per_s": _rate(n_reader, t_reader),
         "spark_arrow_records_per_s": _rate(n_arrow, t_arrow),
         "spark_tuples_records_per_s": _rate(n_tuples, t_tuples),
-        "spark_arrow_vs_core_read_entries": round((t_entries + t_entries2) / 2 / t_arrow, 2)
-        if t_arrow
-        else 0.0,
+        "spark_arrow_vs_core_read_entries": round(core_s / t_arrow, 2) if t_arrow else 0.0,
+        "spark_arrow_runs_records_per_s": [_rate(n, t) for n, t, _c in arrow],
+        "spark_arrow_runs_vs_core_read_entries": [round(core_s / t, 2) for _n, t, _c in arrow],
+        "cpu_s_per_1m_records": {
+            "core_read_entries": round((c_entries + c_entries2) / 2 * per_m, 2),
+            **{
+                f"spark_arrow_{kind}": round(
+                    statistics.median(c[kind] for *_x, c in arrow) * per_m, 2
+                )
+                for kind in arrow[0][2]
+            },
+        },
+    }
+    if not args.writes:
+        return report
+    return report | {
         "write_records": args.write_records,
         "write_streams": args.write_streams,
         "write_partitions": args.write_partitions,
@@ -207,3 +289,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-streams", type=int, default=4, help="target streams of a write")
     p.add_argument("--write-partitions", type=int, default=4, help="Spark partitions")
     p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")
+    p.add_argument(
+        "--spark-reads", type=int, default=1, help="Arrow reads to time (the median counts)"
+    )
+    p.add_argument(
+        "--no-writes", dest="writes", action="store_false", help="leave the write cases out"
+    )

@@ -33,9 +33,11 @@ from foundation.errors import (
 from foundation.invariants import invariant
 from pipeline.options import ConnectionOptions, Selection, namespace_config
 from pipeline.planning import SegmentView, Slice, StreamView, TopicPartition
+from streams.columns import EntryLayout, read_raw_entries, scan_entry
 from streams.records import ReadRecord
 
 if TYPE_CHECKING:
+    from pipeline.columns import LayoutPart
     from streams.sync import SyncNamespace
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ __all__ = [
     "close_all",
     "namespace_for",
     "read_slice",
+    "read_slice_columns",
     "select_partitions",
     "sequence_at_timestamp",
     "snapshot",
@@ -307,20 +310,110 @@ def read_slice(
     try:
         yield from _read_slice(ns, sl, batch_rows)
     except (TruncatedError, NoLedgerError, NoEntryError, NotFoundError) as exc:
-        if sl.fail_on_data_loss:
-            raise TruncatedError(
-                f"stream {sl.stream!r}: records {sl.seq_lo}..{sl.seq_hi - 1} of segment "
-                f"{sl.seqno} can no longer be read (truncated or deleted by retention?): "
-                f"{exc}; set failOnDataLoss=false to skip them"
-            ) from exc
-        log.warning(
-            "skipping stream %r records %d..%d of segment %d (failOnDataLoss=false): %s",
-            sl.stream,
-            sl.seq_lo,
-            sl.seq_hi - 1,
-            sl.seqno,
-            exc,
-        )
+        _data_loss(sl, exc)
+
+
+def _data_loss(sl: Slice, exc: BooklineError) -> None:
+    """A slice that can no longer be read: raise (failOnDataLoss) or log and go on."""
+    if sl.fail_on_data_loss:
+        raise TruncatedError(
+            f"stream {sl.stream!r}: records {sl.seq_lo}..{sl.seq_hi - 1} of segment "
+            f"{sl.seqno} can no longer be read (truncated or deleted by retention?): "
+            f"{exc}; set failOnDataLoss=false to skip them"
+        ) from exc
+    log.warning(
+        "skipping stream %r records %d..%d of segment %d (failOnDataLoss=false): %s",
+        sl.stream,
+        sl.seq_lo,
+        sl.seq_hi - 1,
+        sl.seqno,
+        exc,
+    )
+
+
+def _read_layouts(ns: SyncNamespace, sl: Slice, first: int, last: int) -> list[EntryLayout]:
+    start, entries = ns.runner.call(read_raw_entries(ns.ns, sl.stream, sl.seqno, first, last))
+    return [scan_entry(payload, entry_id, start) for entry_id, payload in entries]
+
+
+def _locate_layout(ns: SyncNamespace, sl: Slice) -> int:
+    """:func:`_locate` on scanned entries (no records built)."""
+    probe, step = max(0, sl.entry_hint), 1
+    while probe > 0:
+        lays = _read_layouts(ns, sl, probe, probe)
+        if lays and lays[0].count and lays[0].first_sequence_id <= sl.seq_lo:
+            return probe
+        probe, step = max(0, probe - step), step * 2
+    return 0
+
+
+def _entry_part(lay: EntryLayout, sl: Slice, expected: int) -> LayoutPart:
+    """The user records of ``lay`` that belong to the slice from ``expected`` on, as
+    :func:`_slice_part` cuts a chunk: an entry whose records start past ``expected``
+    is a hole."""
+    from pipeline.columns import LayoutPart
+
+    first = max(0, expected - lay.first_sequence_id)
+    stop = min(lay.count, sl.seq_hi - lay.first_sequence_id)
+    if first >= stop:
+        return LayoutPart(lay, 0, 0)
+    invariant(
+        lay.first_sequence_id + first == expected,
+        "stream %r segment %d: entry %d starts at sequence id %d, expected %d.. (a hole)",
+        sl.stream,
+        sl.seqno,
+        lay.entry_id,
+        lay.first_sequence_id + first,
+        expected,
+    )
+    return LayoutPart(lay, first, stop)
+
+
+def _read_slice_columns(
+    ns: SyncNamespace, sl: Slice, batch_rows: int
+) -> Iterator[list[LayoutPart]]:
+    """:func:`_read_slice` on scanned entries: the same chunks, checks and batches."""
+    from pipeline.columns import LayoutPart
+
+    entry = _locate_layout(ns, sl)
+    expected = sl.seq_lo
+    chunk = _chunk_entries(sl, 1.0)
+    out: list[LayoutPart] = []
+    rows = 0
+    while expected < sl.seq_hi:
+        last = _last_entry(sl, entry, chunk, expected)
+        lays = _read_layouts(ns, sl, entry, last)
+        users = sum(lay.count for lay in lays)
+        if users:
+            chunk = _chunk_entries(sl, users / max(1, last - entry + 1))
+        entry = last + 1
+        for lay in lays:
+            lay_part = _entry_part(lay, sl, expected)
+            expected += lay_part.hi - lay_part.lo
+            lo = lay_part.lo
+            while lo < lay_part.hi:
+                hi = min(lay_part.hi, lo + batch_rows - rows)
+                out.append(LayoutPart(lay, lo, hi))
+                rows += hi - lo
+                lo = hi
+                if rows >= batch_rows:
+                    yield out
+                    out, rows = [], 0
+    if out:
+        yield out
+
+
+def read_slice_columns(
+    ns: SyncNamespace, sl: Slice, batch_rows: int = READ_CHUNK_RECORDS
+) -> Iterator[list[LayoutPart]]:
+    """:func:`read_slice` for the Arrow path: the records [sl.seq_lo, sl.seq_hi) of one
+    segment as runs of scanned entries (:class:`pipeline.columns.LayoutPart`), <=
+    batch_rows records per list, for :func:`pipeline.columns.layout_batch`. Same reads,
+    checks and data-loss handling as :func:`read_slice`; no ReadRecord is built."""
+    try:
+        yield from _read_slice_columns(ns, sl, batch_rows)
+    except (TruncatedError, NoLedgerError, NoEntryError, NotFoundError) as exc:
+        _data_loss(sl, exc)
 
 
 def check_stream_name(name: object) -> str:

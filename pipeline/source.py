@@ -5,8 +5,10 @@ Batch read (``spark.read.format("bookline")``): the planner resolves the selecti
 (:func:`pipeline.client.select_partitions`), snapshots each partition's stream,
 resolves the offset and timestamp options into sequence-id ranges (Kafka's precedence:
 timestamp, by-timestamp, offsets) and returns one InputPartition per segment slice;
-each task reads its slice from the bookies (:func:`pipeline.client.read_slice`) and
-yields Arrow record batches (or Python tuples with ``arrow=false``) in Kafka's schema.
+each task reads its slice from the bookies and yields Arrow record batches cut straight
+from the entries' bodies (:func:`pipeline.client.read_slice_columns`,
+:mod:`pipeline.columns`; no record object per row) or, with ``arrow=false``, Python
+tuples of the records (:func:`pipeline.client.read_slice`), in Kafka's schema.
 
 Streaming read (``spark.readStream.format("bookline")``): an offset is Kafka's JSON
 ``{"topic": {"partition": next offset}}`` (a plain stream: ``{"stream": next offset}``);
@@ -50,7 +52,7 @@ from pipeline.planning import (
     plan_slices,
     resolve_range,
 )
-from pipeline.schema import read_schema_ddl, records_to_arrow, records_to_tuples
+from pipeline.schema import read_schema_ddl, records_to_tuples
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +100,11 @@ def _read_partition(opts: SourceOptions, schema: StructType, part: InputPartitio
     if opts.arrow:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        from pipeline.columns import layout_batch
+
         pa_schema = to_arrow_schema(schema, timezone="UTC")
-        for records in client.read_slice(ns, sl, opts.arrow_batch_rows):
-            yield records_to_arrow(records, sl, pa_schema, opts.include_headers)
+        for parts in client.read_slice_columns(ns, sl, opts.arrow_batch_rows):
+            yield layout_batch(parts, sl, pa_schema, opts.include_headers)
     else:
         for records in client.read_slice(ns, sl, opts.arrow_batch_rows):
             yield from records_to_tuples(records, sl, opts.include_headers)

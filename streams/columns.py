@@ -1,0 +1,140 @@
+"""Record sets read as columns: where each user record lies in a set's body (pure
+codec, plus one raw entry read), for readers that build column batches (the Spark
+source's Arrow path, :mod:`pipeline.columns`) instead of a :class:`ReadRecord` each.
+
+:func:`scan_entry` verifies a stored set exactly as :func:`streams.recordset.
+decode_read_records` does (checksum, decompression, every length, the end of the
+body, the user count) but keeps only the offsets of the user records' framing (the
+fixed :data:`FRAMING_FIELDS`) in an ``array``; a record's txid, timestamp delta and
+payload are then read from the body by offset, column at a time. Only records with a
+key or headers take a Python object each (their extras are decoded as the record
+decoder does). :func:`read_raw_entries` is :meth:`Namespace.read_entries` without the
+decoding: the stored payloads, for the caller to scan.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from foundation.errors import BadRequestError
+from streams.records import RECORD_OVERHEAD_BYTES
+from streams.recordset import (
+    F_END_OF_STREAM,
+    RecordSetHeader,
+    _extras,  # the record decoder's own extras parser: one definition of the layout
+    verify_record_set,
+)
+
+if TYPE_CHECKING:
+    from streams.namespace import Namespace
+
+__all__ = [
+    "FRAMING_FIELDS",
+    "EntryLayout",
+    "read_raw_entries",
+    "scan_entry",
+]
+
+#: A record's framing (big-endian, :mod:`streams.recordset`): name, numpy-style
+#: type, offset from the record's start. The payload follows at
+#: ``RECORD_OVERHEAD_BYTES`` unless the record has a key or headers.
+FRAMING_FIELDS: Final = (("flags", ">u1", 0), ("txid", ">i8", 1), ("ts_delta", ">u4", 9),
+                         ("length", ">u4", 13))  # fmt: skip
+_LEN_AT: Final = 13
+_F_SKIP: Final = 0x01 | F_END_OF_STREAM  # control record or end-of-stream marker
+_U32 = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryLayout:
+    """Where one entry's user records lie in its (decompressed) body.
+
+    ``starts[i]``: offset of user record ``i``'s framing; its sequence id is
+    ``first_sequence_id + i``. A record's payload starts at ``starts[i] +
+    RECORD_OVERHEAD_BYTES`` but for the records listed in ``extras`` (index, payload
+    start, key, headers). ``slots`` is None when slot ``i`` is record ``i`` (no control
+    record in the set); ``skipped`` holds the byte ranges of control records."""
+
+    entry_id: int
+    header: RecordSetHeader
+    body: bytes
+    first_sequence_id: int
+    starts: array[int]
+    slots: array[int] | None
+    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]]
+    skipped: list[tuple[int, int]]
+    end_of_stream: bool
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+
+def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLayout:
+    """Verify the stored set ``payload`` (entry ``entry_id`` of a segment starting at
+    ``start_sequence_id``) and locate its user records. Corrupt or malformed input
+    raises ChecksumError / BadRequestError as the record decoder does."""
+    header, body = verify_record_set(payload)
+    starts: array[int] = array("q")
+    slots: array[int] | None = None
+    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]] = []
+    skipped: list[tuple[int, int]] = []
+    unpack_len = _U32.unpack_from
+    append = starts.append
+    eos = False
+    pos = 0
+    try:
+        for slot in range(header.count):
+            flags = body[pos]
+            if flags:
+                if flags & _F_SKIP:
+                    eos = eos or bool(flags & F_END_OF_STREAM)
+                    if slots is None:
+                        slots = array("q", range(len(starts)))
+                    end = pos + RECORD_OVERHEAD_BYTES + unpack_len(body, pos + _LEN_AT)[0]
+                    skipped.append((pos, end))
+                    pos = end
+                    continue
+                (plen,) = unpack_len(body, pos + _LEN_AT)
+                key, hdrs, pstart = _extras(body, pos + RECORD_OVERHEAD_BYTES, flags)
+                extras.append((len(starts), pstart, key, hdrs))
+                append(pos)
+                pos = pstart + plen
+            else:
+                append(pos)
+                pos += RECORD_OVERHEAD_BYTES + unpack_len(body, pos + _LEN_AT)[0]
+            if slots is not None:
+                slots.append(slot)
+    except (struct.error, IndexError) as exc:
+        raise BadRequestError("record set body is truncated") from exc
+    _check_end(header, body, pos, len(starts))
+    first = start_sequence_id + header.first_index
+    return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos)
+
+
+def _check_end(header: RecordSetHeader, body: bytes, pos: int, users: int) -> None:
+    """The checks :func:`streams.recordset.decode_verified` makes after its loop."""
+    if pos != len(body):
+        raise BadRequestError("record set body is truncated or has trailing bytes")
+    if users != header.user_count:
+        raise BadRequestError("record set user count does not match its records")
+
+
+async def read_raw_entries(
+    ns: Namespace, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
+) -> tuple[int, list[tuple[int, bytes]]]:
+    """The segment's start sequence id and its entries ``first..last`` as stored
+    ((entry id, payload), in order): :meth:`Namespace.read_entries` without decoding
+    (no lock, no reader state; reads only up to the segment's LAC)."""
+    ctx = ns.context
+    seg, _v = await ctx.md.segments.get_segment(ns.name, name, segment_seqno)
+    reader = await ctx.open_segment_reader(seg)
+    if not seg.is_sealed and last_entry_id > reader.last_add_confirmed:
+        await reader.read_lac()
+    out = [
+        (e.entry_id, e.payload) async for e in reader.iter_entries(first_entry_id, last_entry_id)
+    ]
+    return seg.start_sequence_id, out
