@@ -6,12 +6,14 @@ it (a writer that acks what it never wrote); then the workload's final phase (a 
 write that recovers the stream, full reads through the core library, every entry read
 from each replica) and the checker. The checker must count exactly the dropped records
 as ``lost`` and nothing else. The same run without the patch is clean, so the
-anomalies are the break's, not the harness's.
+anomalies are the break's, not the harness's. And bookies acknowledging before fsync
+(``--no-journal-sync``) that lose power lose acknowledged records: the checker says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from streams.namespace import Namespace
 from streams.records import LogRecord
 from streams.writer import LogWriter
 from tests.conftest import BookieCluster
+from tests.test_power_cut import ShimBookies
+from tests.test_power_cut import _configure as configure_shim
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +93,46 @@ def test_writer_acking_without_writing_is_caught_as_lost(
     assert {v.split(" ")[0] for v in result.samples["lost"]} <= set(dropped)
     assert _counts(result) == {**dict.fromkeys(_counts(result), 0), "lost": len(dropped)}
     assert not result.ok
+
+
+def test_bookies_acking_before_fsync_are_caught_by_a_power_cut(
+    zk_connect: str, cluster_root: str, tmp_path: Path
+) -> None:
+    """The other broken build: bookies that acknowledge before their journal fsync
+    (``--no-journal-sync``) and lose power (the storage fault shim drops what was not
+    fsynced; every bookie SIGKILLed at once mid-stream, then restarted). The chaos
+    writer, final phase and checker report the acknowledged records as lost."""
+    bookies = ShimBookies(zk_connect, cluster_root, tmp_path / "bookies", [], {})
+    try:
+        configure_shim(bookies, journal_sync=False)
+        bookies.start_all()
+        cluster_file = tmp_path / "cluster.json"
+        cluster_file.write_text(json.dumps({"zk": zk_connect, "root": cluster_root}))
+        result = asyncio.run(_cut_and_check(bookies, cluster_file, tmp_path / "history"))
+    finally:
+        bookies.stop()
+    print(f"acknowledged before fsync, power cut: {result.acked} acked, {result.lost} lost")
+    assert result.acked > 0
+    assert result.lost > 0, result.to_json()
+    assert not result.ok
+
+
+async def _cut_and_check(bookies: ShimBookies, cluster_file: Path, history: Path) -> CheckResult:
+    stream = "chaos-unsynced"
+    layout = Layout(thin_streams=(), core_streams=(stream,), partitions=0)
+    ns = await Namespace.from_cluster_file(cluster_file)
+    try:
+        await ns.create_stream(stream)
+    finally:
+        await ns.close()
+    spec = WriterSpec("w-core", "core", 1, cluster_file, history, 7, RATE_PER_S, layout)
+    stop = asyncio.Event()
+    writer = asyncio.create_task(run_writer(spec, stop))
+    await asyncio.sleep(WRITE_S)
+    await asyncio.to_thread(bookies.power_cut)
+    await asyncio.sleep(0.5)  # answers already on their way still count
+    stop.set()
+    await writer
+    await asyncio.to_thread(bookies.start_all)
+    await final_phase(cluster_file, history, layout, full_readers=("core",))
+    return check(load_history(history))
