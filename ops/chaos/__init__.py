@@ -13,7 +13,8 @@ Package map (who owns what, and the interfaces between the parts):
   replica straight from its bookie).
 * ``run`` (H4) -- one run: fresh cluster, workload + nemesis for ``duration_s``, heal,
   final reads, check; the summary ``bookline chaos`` prints (``ops/cli_chaos.py``).
-* ``hosts`` (H5) -- ``ChaosCluster(directory, *, namespaces: bool, seed)`` with
+* ``netns`` (H5) -- network namespaces, veth links, a bridge and nftables rules.
+* ``hosts`` (H5) -- ``ChaosCluster(directory, *, namespaces: bool, seed, auth)`` with
   ``start()``, ``stop()`` (also on failure; by pid; removes its namespaces),
   ``cluster_file`` (a ``cluster.json`` the thin client and core library understand,
   addresses reachable from the root namespace), ``zk_connect``, ``root``,
@@ -22,7 +23,9 @@ Package map (who owns what, and the interfaces between the parts):
   None).
 * ``nemesis`` (H5) -- ``Nemesis(cluster, rng: random.Random)`` with ``async step() ->
   Fault`` (one fault started and, later, healed: ``kind``, ``target``, start and end
-  times), ``async heal_all()`` and ``counts() -> dict[str, int]`` (faults by kind).
+  times), ``async heal_all()`` and ``counts() -> dict[str, int]`` (faults by kind);
+  ``add_target(ProcessTarget(name, current, start))`` registers a writer process it
+  may kill and pause (``run`` registers the workload's four).
 
 All randomness of a run comes from its seed (printed at the start): the nemesis's
 ``rng``, each writer's choices (``seed`` + writer index + incarnation).
