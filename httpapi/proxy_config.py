@@ -41,6 +41,9 @@ class ProxyConfig:
     # A connection is closed after this long without a request: before its first one
     # (or while its headers never finish) and between requests (HTTP keep-alive).
     idle_timeout_s: float = 75.0
+    # A request's body must arrive within this (a body trickled in would hold the write
+    # proxy's admission budget, reserved from its declared length, for as long as it takes).
+    body_timeout_s: float = 30.0
     # ZooKeeper connect string (chroot allowed) and cluster root.
     zk: str = "127.0.0.1:2181"
     root: str = "/bookline"
@@ -64,8 +67,11 @@ class ProxyConfig:
     def check_common(self) -> None:
         """The checks every proxy's settings pass (a subclass's ``__post_init__`` calls
         this first: zero-argument ``super()`` does not work in slotted dataclasses)."""
-        if self.connections_max <= 0 or self.idle_timeout_s <= 0:
-            raise ConfigError(f"{self.SECTION}.connections_max and idle_timeout_s must be positive")
+        if self.connections_max <= 0 or self.idle_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ConfigError(
+                f"{self.SECTION}.connections_max, idle_timeout_s and body_timeout_s must be "
+                "positive"
+            )
         validate_name(self.proxy_id, "proxy id")
         validate_name(self.namespace, "namespace")
         if not 0 <= self.port <= 65535:

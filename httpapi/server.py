@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 
 from foundation import tls
 from foundation.errors import (
+    BadRequestError,
     BooklineError,
     OwnerMovedError,
     TooLargeError,
@@ -63,6 +64,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _CLIENT_BODY_BYTES_MAX_DEFAULT: Final = 1024 * 1024
 # Answers bigger than this are a bug in a handler (reads are bounded by their limit).
 _ANSWER_BYTES_SOFT_MAX: Final = 64 * 1024 * 1024
+# How long a request's body may take to arrive: the app's setting (start_site puts
+# the proxy's body_timeout_s there), else this.
+BODY_TIMEOUT_S: Final = web.AppKey("body_timeout_s", float)
+BODY_TIMEOUT_S_DEFAULT: Final = 30.0
 # On stop, requests in flight get this long to be answered before their handlers are
 # cancelled (aiohttp's default is 60 s; process managers SIGKILL after ~10 s). The write
 # proxy answers its in-flight writes at once when it stops.
@@ -95,12 +100,16 @@ async def read_body(request: web.Request) -> dict[str, Any]:
     """The request's body as an object: 415 for a media type we do not read, 400 for
     fields the route does not know (:mod:`httpapi.strict`)."""
     content_type = request.headers.get("Content-Type")
+    timeout_s = request.app.get(BODY_TIMEOUT_S, BODY_TIMEOUT_S_DEFAULT)
     try:
-        raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise TooLargeError(
             f"request body over the limit of {request.app._client_max_size} bytes"
         ) from exc
+    except TimeoutError as exc:  # a body trickled in holds its admission: cut it short
+        raise BadRequestError(f"request body not received within {timeout_s:g} s") from exc
     if raw:
         strict.check_media_type(content_type)
     body = wire.decode_body(raw, content_type)
@@ -227,6 +236,7 @@ async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.App
     """Serve ``app`` on the configured host and port; returns the runner (clean it up to
     stop) and the URL clients use (with the port picked when ``port`` is 0). Every
     answer is logged by :class:`AccessLog`."""
+    app[BODY_TIMEOUT_S] = config.body_timeout_s
     runner = strict.StrictAppRunner(
         app,
         connections_max=config.connections_max,

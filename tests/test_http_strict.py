@@ -199,3 +199,23 @@ async def test_error_messages_do_not_carry_znode_paths(port: int) -> None:
 )
 def test_scrub_message_hides_paths_not_urls_or_names(message: str, shown: str) -> None:
     assert scrub_message(message) == shown
+
+
+async def test_a_body_that_trickles_in_is_cut_short() -> None:
+    """A body that does not arrive within body_timeout_s is answered 400 (before, the
+    handler waited for it for ever, holding the write proxy's admission budget)."""
+    runner, port = await _serve(ProxyConfig(port=0, body_timeout_s=0.5))
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = f"POST {API} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n".encode()
+        writer.write(head + b'{"name": "a')  # 11 of the 100 bytes, then nothing
+        try:
+            head_in = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+            assert head_in.startswith(b"HTTP/1.1 400"), head_in
+            length = int(head_in.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            body = json.loads(await asyncio.wait_for(reader.readexactly(length), 5.0))
+            assert body["message"] == "request body not received within 0.5 s", body
+        finally:
+            writer.close()
+    finally:
+        await runner.cleanup()
