@@ -41,6 +41,7 @@ from typing import Any, TypeVar, cast
 from bookie import protocol as p
 from bookie.client_wire import AddCallback, CallbackWaiter, ClientOptions, Wire, parse_address
 from foundation import tls
+from foundation.auth import env_token
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -50,6 +51,25 @@ from foundation.errors import (
 
 _R = TypeVar("_R")
 
+# Where a connection without a token of its own finds one when it connects: what
+# use_token() installed for this process, else $BOOKLINE_TOKEN (foundation.auth).
+TokenSource = Callable[[], str | None]
+_process_token: list[TokenSource] = [env_token]
+
+
+def use_token(token: str | TokenSource | None) -> None:
+    """Present ``token`` -- or, for a callable, what it returns at each connect (a
+    service signing short-lived tokens) -- on every new bookie connection of this
+    process that was given none; None: back to ``$BOOKLINE_TOKEN``. A bookie with auth
+    on serves a connection only after it (bookie/access.py)."""
+    if token is None:
+        _process_token[0] = env_token
+    elif isinstance(token, str):
+        _process_token[0] = lambda: token
+    else:
+        _process_token[0] = token
+
+
 __all__ = [
     "AddCallback",
     "BookieClientPool",
@@ -57,6 +77,7 @@ __all__ = [
     "ClientOptions",
     "LedgerAdder",
     "parse_address",
+    "use_token",
 ]
 
 
@@ -64,9 +85,14 @@ class BookieConnection:
     """One pipelined connection to one bookie. Connects lazily, reconnects on next use
     after a loss. Use from one event loop."""
 
-    def __init__(self, address: str, options: ClientOptions | None = None) -> None:
+    def __init__(
+        self, address: str, options: ClientOptions | None = None, *, token: str | None = None
+    ) -> None:
+        """``token``: presented in an AUTH request on every connect (else the
+        process's, see :func:`use_token`)."""
         self.address = address
         self.options = options or ClientOptions()
+        self._token = token
         self._host, self._port = parse_address(address)
         self._wire: Wire | None = None
         self._connect_lock = asyncio.Lock()
@@ -410,8 +436,25 @@ class BookieConnection:
                 if new_wire.transport is not None:
                     new_wire.transport.close()
                 raise self._closed_error()
+            await self._authenticate(new_wire)
             self._wire = new_wire
             return new_wire
+
+    async def _authenticate(self, wire: Wire) -> None:
+        """Send AUTH first when there is a token (the bookie answers everything else
+        UNAUTHENTICATED until then); its error is the caller's, the wire is dropped."""
+        token = self._token or _process_token[0]()
+        if not token:
+            return
+        self._inflight += 1  # released as the answer leaves the wire's pending map
+        rid = next(self._ids)
+        frame = p.encode_request(p.AuthRequest(rid, token))
+        try:
+            await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
+        except BaseException:
+            if wire.transport is not None:
+                wire.transport.close()
+            raise
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         return self.options.ssl or tls.client_context()
@@ -495,8 +538,9 @@ class LedgerAdder:
 class BookieClientPool:
     """One :class:`BookieConnection` per bookie address, created on first use."""
 
-    def __init__(self, options: ClientOptions | None = None) -> None:
+    def __init__(self, options: ClientOptions | None = None, *, token: str | None = None) -> None:
         self.options = options or ClientOptions()
+        self._token = token
         self._conns: dict[str, BookieConnection] = {}
         self._closed = False
 
@@ -506,7 +550,7 @@ class BookieClientPool:
             raise ClosedError("bookie client pool closed")
         conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = BookieConnection(address, self.options)
+            conn = BookieConnection(address, self.options, token=self._token)
             self._conns[address] = conn
         return conn
 

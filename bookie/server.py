@@ -32,6 +32,7 @@ from bookie.server_connection import ServerConnection
 from bookie.server_requests import RequestHandlers
 from bookie.storage.api import DiskUsage, Storage
 from foundation import tls
+from foundation.auth import load_authority
 from foundation.errors import (
     BooklineError,
     ConfigError,
@@ -110,6 +111,7 @@ class BookieServer:
         self.port = config.port
         self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
         self.gate = LedgerGate(storage, ledger_lookup)
+        self.authority = load_authority(config.auth)
         self._requests = RequestHandlers(
             storage,
             self.metrics,

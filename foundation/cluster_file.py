@@ -9,6 +9,8 @@ Schema (JSON object; readers ignore keys they don't know)::
      "state": "running",                       # or "stopped" (+ "stopped_at")
      "token_file": "admin.token",              # optional: clients' token (relative to
                                                # this file's directory), auth on
+     "ledger_secret_file": "auth/ledger.secret",  # optional: the cluster's ledger secret
+                                               # (core-library users derive keys with it)
      "bookies": [{...}], "zookeeper": {...}, "dir": "..."}   # informational
 
 Every failure is a :class:`~foundation.errors.ConfigError` that names the file and says
@@ -44,6 +46,8 @@ class ClusterFile:
     read_urls: tuple[str, ...]
     raw: dict[str, Any]  # the whole document, for tools that show it
     token_file: str | None = None  # the token clients use, when the proxies want one
+    # The cluster's ledger secret (ledger/keys.py), for core-library users; None: none.
+    ledger_secret_file: str | None = None
 
     def token(self) -> str | None:
         """The token of ``token_file`` (ConfigError naming it when unreadable)."""
@@ -102,14 +106,15 @@ def read_cluster_file(path: str | Path) -> ClusterFile:
         write_urls=_urls(doc, "write_proxies", where),
         read_urls=_urls(doc, "read_proxies", where),
         raw=doc,
-        token_file=_token_file(doc, Path(path), where),
+        token_file=_named_file(doc, "token_file", Path(path), where),
+        ledger_secret_file=_named_file(doc, "ledger_secret_file", Path(path), where),
     )
 
 
-def _token_file(doc: dict[str, Any], path: Path, where: str) -> str | None:
-    name = doc.get("token_file")
+def _named_file(doc: dict[str, Any], key: str, path: Path, where: str) -> str | None:
+    name = doc.get(key)
     if name is None:
         return None
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: 'token_file' must be a non-empty string")
+        raise ConfigError(f"{where}: '{key}' must be a non-empty string")
     return str(path.parent / name)  # an absolute name stays as it is

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from ledger.config import LedgerConfig
 from ledger.interfaces import BookieTransport, MetadataStore
-from ledger.keys import read_secret
+from ledger.keys import cluster_secret
 from ledger.metrics import PROCESS_LEDGER_METRICS, LedgerMetrics
 from ledger.placement import BookieHealth
 from ledger.speculative import speculative
@@ -63,7 +63,7 @@ class LedgerEnv:
             clock,
             rng or random.Random(),
             metrics or PROCESS_LEDGER_METRICS,
-            read_secret(cfg.secret_file) if cfg.secret_file else b"",
+            cluster_secret(cfg),
         )
 
     @property

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from foundation.errors import ConfigError, UnauthorizedError
+from ledger.config import LedgerConfig
 from ledger.digest import DigestManager
 from metadata.ledger_metadata import LedgerMetadata, master_key, master_key_check
 
@@ -40,9 +41,11 @@ __all__ = [
     "KEY_BYTES",
     "SALT_BYTES",
     "SECRET_BYTES_MIN",
+    "SECRET_FILE_ENV",
     "LedgerAccess",
     "NewLedgerKey",
     "check_legacy_password",
+    "cluster_secret",
     "derive_key",
     "ledger_access",
     "ledger_key",
@@ -51,6 +54,8 @@ __all__ = [
     "write_secret",
 ]
 
+# Names the secret file for processes whose settings have no [ledger] section.
+SECRET_FILE_ENV: Final = "BOOKLINE_LEDGER_SECRET_FILE"
 # Random salt per ledger (metadata ``key_salt``).
 SALT_BYTES: Final = 16
 # A random key of a ledger made without a cluster secret.
@@ -129,6 +134,15 @@ def check_legacy_password(meta: LedgerMetadata, password: bytes | None) -> None:
         return
     if not hmac.compare_digest(meta.password, password):
         raise UnauthorizedError(f"wrong password for ledger {meta.ledger_id}")
+
+
+def cluster_secret(config: LedgerConfig) -> bytes:
+    """The cluster's ledger secret for a process with ``config``: ``secret_file``, else
+    the file ``$BOOKLINE_LEDGER_SECRET_FILE`` names (services whose settings carry no
+    ``[ledger]`` section -- proxies, autorecovery, the CLI, Spark executors -- get it
+    from their environment), else none (``b""``)."""
+    path = config.secret_file or os.environ.get(SECRET_FILE_ENV, "")
+    return read_secret(path) if path else b""
 
 
 def read_secret(path: str) -> bytes:

@@ -39,6 +39,7 @@ from foundation.errors import ConfigError
 from foundation.service import add_config_flags
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 from ops.cli_common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
+from ops.cli_ledger import use_cluster_credentials
 from ops.progress import progress
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
@@ -149,6 +150,7 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
     elif args.cluster:
         cluster = read_cluster_file(args.cluster)
         zk, root = cluster.zk, args.root or cluster.root
+        use_cluster_credentials(args)  # its token for the bookies, its ledger secret
     else:
         raise ConfigError(
             f"say where the cluster is: --zk ZK [--root ROOT] or --cluster FILE (${ENV_CLUSTER})"

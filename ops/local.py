@@ -33,17 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_token
 from foundation.cluster_file import STOPPED, read_cluster_file
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
+from ledger.keys import SECRET_FILE_ENV, write_secret
 from ops import procs
-from ops.local_auth import LocalAuth, ensure_local_auth
+from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
 
 log = logging.getLogger(__name__)
 
 # Chroot of a local cluster inside its ZooKeeper; clients get it in cluster.json's `zk`.
 LOCAL_CHROOT = "/local"
+# The children's token (the services' principal, for the bookies) lasts as long as the
+# admin token of ops.local_auth; each start signs a new one.
+SERVICE_TOKEN_LIFETIME_S = ADMIN_TOKEN_LIFETIME_S
 CLUSTER_ROOT = "/bookline"
 # A bookie process (Python start + journal replay) is ready within seconds.
 BOOKIE_START_TIMEOUT_S = 60.0
@@ -94,6 +99,15 @@ class Placement:
 
 
 LOOPBACK = Placement()
+
+
+def ensure_ledger_secret(directory: Path) -> Path:
+    """``DIR/auth/ledger.secret`` (0600), made once and kept across restarts: every
+    ledger's key derives from it (ledger/keys.py)."""
+    path = directory / "auth" / "ledger.secret"
+    if not path.exists():
+        write_secret(str(path))
+    return path
 
 
 def _now_iso() -> str:
@@ -178,6 +192,8 @@ class LocalCluster:
         # credentials are made at start, cluster.json names the admin token file.
         self.with_auth = auth
         self.auth: LocalAuth | None = None
+        # The cluster's ledger secret (DIR/auth/ledger.secret) when auth is on.
+        self.ledger_secret_file: Path | None = None
         self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
         self.zk_servers: list[ZooKeeperServer] = []
         self.zookeepers: list[ProcessInfo] = []
@@ -248,6 +264,7 @@ class LocalCluster:
             self._ensure_chroot()
             if self.with_auth:
                 self.auth = ensure_local_auth(self.dir)
+                self.ledger_secret_file = ensure_ledger_secret(self.dir)
             for i in range(1, self.bookie_count + 1):
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
@@ -329,10 +346,34 @@ class LocalCluster:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
-        proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ), cwd=Path.cwd())
+        env = {**os.environ, **self._credentials_env()}
+        proc = procs.spawn(argv, log_path=log_path, env=env, cwd=Path.cwd())
         info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
         info.state = "starting"
         return info
+
+    def _credentials_env(self) -> dict[str, str]:
+        """With auth on, every child presents a token of the services' principal to the
+        bookies (which want one: :meth:`_bookie_auth_args`) and derives ledger keys from
+        the cluster's ledger secret (ledger/keys.py)."""
+        if self.auth is None or self.ledger_secret_file is None:
+            return {}
+        secret = load_secrets(str(self.auth.secret_file))[0]
+        expires = time.time() + SERVICE_TOKEN_LIFETIME_S
+        return {
+            TOKEN_ENV: sign_token(secret, SERVICE_PRINCIPAL, expires),
+            SECRET_FILE_ENV: str(self.ledger_secret_file),
+        }
+
+    def _bookie_auth_args(self) -> list[str]:
+        """A bookie's flags turning authentication on with the cluster's secret."""
+        if self.auth is None:
+            return []
+        return [
+            "--auth-enabled", "true",
+            "--auth-secret-file", str(self.auth.secret_file),
+            "--auth-grants-file", str(self.auth.grants_file),
+        ]  # fmt: skip
 
     def _session_args(self) -> list[str]:
         ms = self.service_session_timeout_ms
@@ -349,6 +390,7 @@ class LocalCluster:
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
             "--journal-dir", str(base / "journal"), "--ledgers-dir", str(base / "ledgers"),
             "--index-dir", str(base / "index"), *self._session_args(),
+            *self._bookie_auth_args(),
         ]  # fmt: skip
         info = self._spawn(name, "bookie", argv, base / "bookie.log")
         host = self.placement(name).host
@@ -493,6 +535,8 @@ class LocalCluster:
         }
         if self.auth is not None:  # the token's file (relative to this one), never the secret
             out["token_file"] = str(self.auth.token_file.relative_to(self.dir))
+        if self.ledger_secret_file is not None:  # its name: the file is the owner's only
+            out["ledger_secret_file"] = str(self.ledger_secret_file.relative_to(self.dir))
         if self.quorums is not None:
             out["quorums"] = {
                 "ensemble_size": self.quorums.ensemble_size,

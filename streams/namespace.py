@@ -9,6 +9,7 @@ See ``docs/core-api.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,16 +120,18 @@ class Namespace:
         config: NamespaceConfig | None = None,
         *,
         create: bool = True,
+        token: str | None = None,
     ) -> Namespace:
         """Open ``namespace`` under ``root``, creating the namespace when missing unless
         ``create=False``: then a missing namespace (a wrong ``root``?) is a NotFoundError
-        and nothing is written to ZooKeeper (what a reader wants)."""
+        and nothing is written to ZooKeeper (what a reader wants). ``token``: presented
+        to bookies with auth on (else the process's, see ``bookie.client.use_token``)."""
         cfg = config or NamespaceConfig()
         validate_name(namespace, "namespace")
         md = MetadataClient(MetadataConfig(zk=zk, root=root,
                                            session_timeout_ms=cfg.session_timeout_ms))  # fmt: skip
         await md.connect()
-        pool = BookieClientPool()
+        pool = BookieClientPool(token=token)
         try:
             if not await md.streams.namespace_exists(namespace):
                 if not create:
@@ -157,9 +160,17 @@ class Namespace:
         *,
         create: bool = True,
     ) -> Namespace:
-        """Open on a cluster described by a ``cluster.json`` (``bookline local``)."""
+        """Open on a cluster described by a ``cluster.json`` (``bookline local``), with
+        the credentials it names: its token for the bookies, its ledger secret (unless
+        ``config`` names one)."""
         cluster = read_cluster_file(path)
-        return await cls.open(cluster.zk, cluster.root, namespace, config, create=create)
+        cfg = config or NamespaceConfig()
+        if cluster.ledger_secret_file and not cfg.ledger.secret_file:
+            ledger = dataclasses.replace(cfg.ledger, secret_file=cluster.ledger_secret_file)
+            cfg = dataclasses.replace(cfg, ledger=ledger)
+        return await cls.open(
+            cluster.zk, cluster.root, namespace, cfg, create=create, token=cluster.token()
+        )
 
     async def close(self) -> None:
         if self._closed:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -252,3 +255,62 @@ async def test_version_1_frames_get_a_protocol_version_error(auth_bookie: Bookie
     error = decoder.next_frame()
     assert isinstance(error, p.ErrorResponse)
     assert error.code == 25  # PROTOCOL_VERSION: the old client is told, in version 2
+
+
+# -- `bookline local`: bookie auth and ledger keys on by default ---------------------------
+
+
+async def test_a_local_cluster_with_auth_locks_its_bookies(tmp_path: Path) -> None:
+    """``LocalCluster(auth=True)`` (``bookline local``'s default): bookies refuse a
+    connection without a token; the proxies (a service token in their environment) and
+    a core-library user of cluster.json (its token and ledger secret) work, and the
+    segments they write have derived keys -- nothing to steal in ZooKeeper."""
+    from ops.local import LocalCluster
+    from streams.namespace import Namespace
+    from streams.records import LogRecord
+    from thinclient.proxy_client import ProxyClient
+
+    cluster = LocalCluster(
+        tmp_path / "local", bookies=3, write_proxies=1, read_proxies=0, auth=True
+    )
+    cluster.start()
+    try:
+        cluster_file = cluster.dir / "cluster.json"
+        stranger = BookieConnection(cluster.bookies[0].address)
+        try:
+            with pytest.raises(UnauthenticatedError):
+                await stranger.info()
+        finally:
+            await stranger.close()
+        async with ProxyClient.from_cluster_file(cluster_file) as client:
+            await client.write("via-proxy", b"through the write proxy")
+        ns = await Namespace.from_cluster_file(cluster_file, "sec")
+        try:
+            await ns.create_stream("core")
+            writer = await ns.open_writer("core")
+            await writer.write(LogRecord(b"through the core library"))
+            await writer.close()
+            (segment,) = await ns.segments("core")
+            meta, _version = await ns.context.ledgers.store.read(segment.ledger_id)
+            assert meta.key_salt and not meta.password  # derived from the ledger secret
+            reader = await ns.open_reader("core", "earliest")
+            record = await reader.read_next(timeout_s=10)
+            await reader.close()
+            assert record is not None
+            assert record.payload == b"through the core library"
+        finally:
+            await ns.close()
+        # The CLI too: its token and ledger secret come from the cluster file.
+        out = tmp_path / "entries.bin"
+        argv = ["ledger", "read", str(segment.ledger_id), "--cluster", str(cluster_file)]
+        done = subprocess.run(
+            [sys.executable, "-m", "ops.cli", *argv, "--out", str(out)],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            env={k: v for k, v in os.environ.items() if not k.startswith("BOOKLINE_")},
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert b"through the core library" in out.read_bytes()
+    finally:
+        cluster.stop()
