@@ -24,6 +24,7 @@ import crc32c
 
 with atheris.instrument_imports(include=["bookie", "streams", "httpapi", "metadata", "groups"]):
     from bookie import protocol as p
+    from bookie.protocol import frames
     from bookie.storage import entrylog_format, index, journal_format
     from foundation.errors import BooklineError
     from groups import log as group_log
@@ -51,6 +52,27 @@ def _frames(data: bytes) -> None:
                     break
             except p.FrameBodyError:
                 continue
+
+
+_OPS = sorted(frames.OPS)
+
+
+def _frames_sealed(data: bytes) -> None:
+    """One frame with magic, version, lengths and CRC made right around the fuzzer's
+    op, flags, status, meta and payload: reaches the op table's decoding."""
+    if len(data) < 5:
+        return
+    op = _OPS[data[0] % len(_OPS)]
+    responses = bool(data[0] & 0x80)
+    kind = frames.KIND_RESPONSE if responses else frames.KIND_REQUEST
+    status = int.from_bytes(data[2:4], "big") if responses else 0
+    split = 5 + data[4] % max(1, len(data) - 4)
+    frame = frames.encode_frame(op, kind, data[1] & frames.FLAGS_KNOWN, status, 1,
+                                data[5:split], data[split:])  # fmt: skip
+    decoder = p.Decoder(responses=responses)
+    decoder.feed(frame)
+    with contextlib.suppress(p.FrameBodyError):
+        decoder.next_frame()
 
 
 def _record_set(data: bytes) -> None:
@@ -112,6 +134,7 @@ def _http_body(data: bytes) -> None:
 
 TARGETS: dict[str, Target] = {
     "bookie-frames": _frames,
+    "bookie-frames-sealed": _frames_sealed,
     "record-sets": _record_set,
     "record-sets-sealed": _record_set_sealed,
     "recordsets": _recordsets,
