@@ -17,10 +17,11 @@ gives for the same records (tests/test_pipeline_columns.py pins that); the tuple
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
+from foundation.errors import TooLargeError
 from foundation.invariants import invariant
 from pipeline.schema import TIMESTAMP_TYPE_CREATE, visible_headers
 from streams.columns import FRAMING_FIELDS, EntryLayout
@@ -40,6 +41,8 @@ _FRAMING = np.dtype({
     "itemsize": RECORD_OVERHEAD_BYTES,
 })  # fmt: skip
 _SPAN = np.arange(RECORD_OVERHEAD_BYTES, dtype=np.int64)
+#: Bytes of one binary column's values: Arrow's 32-bit offsets.
+BINARY_COLUMN_BYTES_MAX: Final = (1 << 31) - 1
 # [pa.Array of "0", "1", ...]: see _slot_strings
 _slot_cache: list[Any] = []
 
@@ -130,8 +133,15 @@ def _extras_column(parts: Sequence[LayoutPart], n: int, which: int) -> list[Any]
 
 
 def _binary(values: Any, lengths: Any) -> pa.Array:
+    """One Arrow binary column (32-bit offsets, what Spark's schema maps to)."""
     import pyarrow as pa
 
+    total = int(lengths.sum())
+    if total > BINARY_COLUMN_BYTES_MAX:
+        raise TooLargeError(
+            f"{len(lengths)} values of {total} bytes do not fit one Arrow binary column "
+            f"(at most {BINARY_COLUMN_BYTES_MAX}): lower the option arrowBatchRows"
+        )
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(

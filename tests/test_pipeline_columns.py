@@ -177,6 +177,16 @@ def test_corrupt_sets_fail_as_the_record_decoder_fails() -> None:
         scan_entry(wrong_count, 0, 0)
 
 
+def test_a_batch_past_arrow_binary_offsets_is_a_clear_error() -> None:
+    import numpy as np
+
+    from foundation.errors import TooLargeError
+    from pipeline.columns import _binary
+
+    with pytest.raises(TooLargeError, match="arrowBatchRows"):
+        _binary(np.zeros(0, dtype=np.uint8), np.array([1 << 30, 1 << 30], dtype=np.int64))
+
+
 # -- a real cluster: read_slice_columns against read_slice ---------------------------
 
 
