@@ -39,7 +39,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from bookie import protocol as p
-from bookie.client_wire import AddCallback, CallbackWaiter, ClientOptions, Wire, parse_address
+from bookie.client_wire import (
+    CLOSE_WAIT_S,
+    AddCallback,
+    CallbackWaiter,
+    ClientOptions,
+    Wire,
+    parse_address,
+)
 from foundation import tls
 from foundation.auth import env_token
 from foundation.errors import (
@@ -341,6 +348,7 @@ class BookieConnection:
             wire.fail_all(self._closed_error())
             if wire.transport is not None:
                 wire.transport.close()
+                await wire.wait_gone(CLOSE_WAIT_S)
 
     # -- internals -------------------------------------------------------------------
 

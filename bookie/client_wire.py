@@ -35,6 +35,9 @@ INFLIGHT_MAX_DEFAULT: Final = 1_000
 REQUEST_TIMEOUT_S_DEFAULT: Final = 10.0
 # How long to wait for a TCP connect.
 CONNECT_TIMEOUT_S_DEFAULT: Final = 5.0
+# close() waits this long for the socket to be closed (TLS: the peer's close_notify),
+# so a caller closing its event loop next leaves no socket open.
+CLOSE_WAIT_S: Final = 1.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -162,6 +165,7 @@ class Wire(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.lost = False
+        self._gone = asyncio.Event()  # connection_lost ran: the socket is closed
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -193,12 +197,22 @@ class Wire(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._gone.set()
         self._writable.set()  # wake writers so they see the loss
         reason = f": {exc}" if exc else ""
         error = ConnectionLostError(f"connection to bookie {self._owner.address} lost{reason}")
         error.__cause__ = exc
         self.fail_all(error)
         self._owner._wire_lost(self)
+
+    async def wait_gone(self, timeout_s: float) -> bool:
+        """Until the transport has closed its socket (a TLS close takes a round trip
+        after ``close()``); False if that took longer than ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._gone.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     def pause_writing(self) -> None:
         self._writable.clear()
