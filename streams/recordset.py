@@ -209,10 +209,16 @@ def _plain_body(
     write_many gives all its records one of each), so within a run a record's framing
     depends on its length only: it is packed once per distinct length and the body is
     assembled with C-level calls -- instead of one ``pack`` per record, which was most
-    of the encoder's time. Records in no such run (every txid different) are packed
-    one by one, as before; the bytes are the same either way."""
+    of the encoder's time; when all of them share one framing (same-size records),
+    it is the separator of one ``join``. Records in no such run (every txid
+    different) are packed one by one, as before; the bytes are the same either way."""
     n = len(payloads)
     lens = list(map(len, payloads))
+    txid, ts, length = txids[0], timestamps_ms[0], lens[0]
+    if lens.count(length) == n and txids.count(txid) == n and timestamps_ms.count(ts) == n:
+        # One framing for every record (a write_many of same-size records): it is the
+        # separator, so nothing is built per record.
+        return _REC.pack(0, txid, ts - base_ts, length).join((b"", *payloads))
     framing = _framing_by_runs(txids, timestamps_ms, base_ts, lens)
     if framing is None:
         pack = _REC.pack

@@ -82,6 +82,17 @@ def test_record_set_bytes_equal_the_per_record_layout(
     assert [r.timestamp_ms for r in decoded] == timestamps
 
 
+def test_same_size_records_of_one_call_share_one_framing() -> None:
+    """A write_many of same-size records: one framing for all, the join's separator."""
+    payloads = [bytes([i % 256]) * 100 for i in range(4_000)]
+    txids, timestamps = [42] * 4_000, [1_700_000_000_123] * 4_000
+    encoded = encode_record_set(payloads, txids, timestamps, first_index=0, bytes_before=0,
+                                last_txid=42)  # fmt: skip
+    assert body_of(encoded) == reference_body(payloads, txids, timestamps)
+    one = encode_record_set([b""], [1], [2], first_index=0, bytes_before=0, last_txid=1)
+    assert body_of(one) == reference_body([b""], [1], [2])
+
+
 def test_one_txid_per_record_and_tuples_take_the_per_record_path() -> None:
     n = 1_000
     payloads = tuple(bytes([i % 256]) * (i % 37) for i in range(n))
