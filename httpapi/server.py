@@ -109,6 +109,7 @@ async def read_body(request: web.Request) -> dict[str, Any]:
             f"request body over the limit of {request.app._client_max_size} bytes"
         ) from exc
     except TimeoutError as exc:  # a body trickled in holds its admission: cut it short
+        strict.count_closed(request.app, "body_timeout")
         raise BadRequestError(f"request body not received within {timeout_s:g} s") from exc
     if raw:
         strict.check_media_type(content_type)
@@ -186,14 +187,19 @@ def proxy_app(
     on_status: Callable[[int], None] | None = None,
     client_max_size: int = _CLIENT_BODY_BYTES_MAX_DEFAULT,
     middlewares: Sequence[Middleware] = (),
+    connections_closed: Counter | None = None,
 ) -> web.Application:
     """An application with what every proxy serves: request counting, the one error
     body, ``/health``, ``/metrics`` and ``/openapi.json``. The caller adds its API, and
-    may add ``middlewares`` that run inside those two, next to the handlers."""
+    may add ``middlewares`` that run inside those two, next to the handlers;
+    ``connections_closed`` (labels :data:`httpapi.strict.CONNECTION_LIMITS`) counts
+    the connections its limits close."""
     app = web.Application(
         middlewares=[count_middleware(requests, on_status), error_middleware, *middlewares],
         client_max_size=client_max_size,
     )
+    if connections_closed is not None:
+        app[strict.CONNECTIONS_CLOSED] = connections_closed
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics_handler(registry))
     app.router.add_get("/openapi.json", openapi_handler())

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+from prometheus_client import Counter
 
 from foundation.errors import (
     BadRequestError,
@@ -40,9 +41,12 @@ from httpapi import wire
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "CONNECTIONS_CLOSED",
+    "CONNECTION_LIMITS",
     "StrictAppRunner",
     "check_fields",
     "check_media_type",
+    "count_closed",
     "http_error",
     "parser_error_body",
     "scrub_message",
@@ -52,6 +56,11 @@ __all__ = [
 MESSAGE_CHARS_MAX: Final = 200
 # A flood of refused connections logs one line this often, with the count.
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
+# Why a proxy closed a connection (the reason label of its connections_closed counter):
+# one connection too many, a body that did not arrive within body_timeout_s.
+CONNECTION_LIMITS: Final = ("connections_max", "body_timeout")
+# Where proxy_app keeps the proxy's connections_closed counter.
+CONNECTIONS_CLOSED: Final = web.AppKey("connections_closed", Counter)
 
 
 # The fields of a write body (httpapi.writes.parse_write), "_b64" forms included; each
@@ -111,6 +120,13 @@ def _hidden(match: re.Match[str]) -> str:
     path = match.group(0)
     kept = path.rstrip(".:")  # a sentence's punctuation after the path stays
     return "<path>" + path[len(kept) :]
+
+
+def count_closed(app: web.Application, reason: str) -> None:
+    """Count a connection closed by a limit, when the proxy gave a counter."""
+    counter = app.get(CONNECTIONS_CLOSED)
+    if counter is not None:
+        counter.labels(reason).inc()
 
 
 def http_error(exc: web.HTTPException) -> BooklineError:
@@ -181,6 +197,7 @@ class _StrictServer(web.Server):
     """aiohttp's server, making :class:`_StrictRequestHandler` connections."""
 
     limit: int
+    app: web.Application
     _refused: int
     _last_log: float
 
@@ -188,6 +205,7 @@ class _StrictServer(web.Server):
         return _StrictRequestHandler(self, loop=self._loop, **self._kwargs)
 
     def note_refused(self, peer: str) -> None:
+        count_closed(self.app, "connections_max")
         self._refused += 1
         now = time.monotonic()
         if now - self._last_log >= REFUSAL_LOG_INTERVAL_S:
@@ -218,6 +236,7 @@ class StrictAppRunner(web.AppRunner):
         strict = server
         assert isinstance(strict, _StrictServer)
         strict.limit = self._connections_max
+        strict.app = self._app
         strict._refused = 0
         strict._last_log = -REFUSAL_LOG_INTERVAL_S
         return strict

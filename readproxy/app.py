@@ -163,6 +163,7 @@ class ReadProxy:
             health=self.health,
             registry=self.metrics.registry,
             requests=self.metrics.requests,
+            connections_closed=self.metrics.connections_closed,
             middlewares=[
                 *auth_middlewares(self.config.auth()),  # none unless auth_enabled
                 latency_middleware(self.metrics.request_seconds),

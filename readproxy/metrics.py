@@ -19,6 +19,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from foundation.metrics import service_registry
 from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
+from httpapi.strict import CONNECTION_LIMITS
 from ledger.metrics import PROCESS_LEDGER_METRICS
 
 
@@ -36,6 +37,14 @@ class ReadProxyMetrics:
             buckets=REQUEST_BUCKETS_S,
             registry=r,
         )
+        self.connections_closed = Counter(
+            "bookline_readproxy_connections_closed",
+            "Connections closed by a limit: connections_max, body_timeout",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CONNECTION_LIMITS:
+            self.connections_closed.labels(reason)
         r.register(LedgerCollector(PROCESS_LEDGER_METRICS))
         self.core_records = Counter(
             "bookline_readproxy_core_records",

@@ -39,10 +39,12 @@ async def _create(request: web.Request) -> web.Response:
     return http.respond(request, await http.read_body(request), status=201)
 
 
-async def _serve(config: ProxyConfig) -> tuple[web.AppRunner, int]:
+async def _serve(config: ProxyConfig, closed: Counter | None = None) -> tuple[web.AppRunner, int]:
     registry = CollectorRegistry()
     requests = Counter("requests", "answers", ["endpoint", "status"], registry=registry)
-    app = http.proxy_app(health=_health, registry=registry, requests=requests)
+    app = http.proxy_app(
+        health=_health, registry=registry, requests=requests, connections_closed=closed
+    )
     app.router.add_post(API, _create)
     app.router.add_get(API, _health)
     app.router.add_get("/v1/leak", _leak)
@@ -149,8 +151,20 @@ async def test_deep_nesting_is_400_not_500(port: int, nesting: str) -> None:
     assert_error(answer, 400, "BAD_REQUEST")
 
 
+def closed_counter() -> tuple[Counter, CollectorRegistry]:
+    """What a proxy's bookline_*proxy_connections_closed counter is, in a registry of
+    its own."""
+    registry = CollectorRegistry()
+    return Counter("closed", "closed by a limit", ["reason"], registry=registry), registry
+
+
+def closed_count(registry: CollectorRegistry, reason: str) -> float | None:
+    return registry.get_sample_value("closed_total", {"reason": reason})
+
+
 async def test_connections_beyond_the_limit_are_closed() -> None:
-    runner, port = await _serve(ProxyConfig(port=0, connections_max=2))
+    closed, registry = closed_counter()
+    runner, port = await _serve(ProxyConfig(port=0, connections_max=2), closed)
     held = []
     try:
         for _ in range(2):
@@ -161,6 +175,7 @@ async def test_connections_beyond_the_limit_are_closed() -> None:
         # The first two are still served.
         held[0][1].write(request("GET", API))
         assert (await asyncio.wait_for(held[0][0].readline(), 5.0)).startswith(b"HTTP/1.1 200")
+        assert closed_count(registry, "connections_max") == 1  # counted by reason
     finally:
         for _r, w in held:
             w.close()
@@ -204,7 +219,8 @@ def test_scrub_message_hides_paths_not_urls_or_names(message: str, shown: str) -
 async def test_a_body_that_trickles_in_is_cut_short() -> None:
     """A body that does not arrive within body_timeout_s is answered 400 (before, the
     handler waited for it for ever, holding the write proxy's admission budget)."""
-    runner, port = await _serve(ProxyConfig(port=0, body_timeout_s=0.5))
+    closed, registry = closed_counter()
+    runner, port = await _serve(ProxyConfig(port=0, body_timeout_s=0.5), closed)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         head = f"POST {API} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n".encode()
@@ -215,6 +231,7 @@ async def test_a_body_that_trickles_in_is_cut_short() -> None:
             length = int(head_in.lower().split(b"content-length:")[1].split(b"\r\n")[0])
             body = json.loads(await asyncio.wait_for(reader.readexactly(length), 5.0))
             assert body["message"] == "request body not received within 0.5 s", body
+            assert closed_count(registry, "body_timeout") == 1
         finally:
             writer.close()
     finally:

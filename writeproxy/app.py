@@ -239,6 +239,7 @@ class WriteProxy:
             health=self.health,
             registry=self.metrics.registry,
             requests=self.metrics.requests,
+            connections_closed=self.metrics.connections_closed,
             on_status=self.metrics.count_status,
             client_max_size=self.config.request_bytes_max,
             middlewares=[

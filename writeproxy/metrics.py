@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from foundation.metrics import service_registry
 from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
+from httpapi.strict import CONNECTION_LIMITS
 from ledger.metrics import PROCESS_LEDGER_METRICS
 
 if TYPE_CHECKING:
@@ -120,6 +121,14 @@ class WriteProxyMetrics:
         )
         for reason in ("too_large", "overloaded"):
             self.rejected.labels(reason)  # both series exist from the start, at 0
+        self.connections_closed = Counter(
+            "bookline_writeproxy_connections_closed",
+            "Connections closed by a limit: connections_max, body_timeout",
+            ["reason"],
+            registry=r,
+        )
+        for reason in CONNECTION_LIMITS:
+            self.connections_closed.labels(reason)
         self.redirects = Counter(
             "bookline_writeproxy_redirects", "Requests redirected to the owner", registry=r
         )
