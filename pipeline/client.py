@@ -76,11 +76,16 @@ def _open(conn: ConnectionOptions, create: bool) -> SyncNamespace:
         if not path.is_file():
             raise NotFoundError(f"cluster file {path} does not exist (option 'cluster')")
         return SyncNamespace.from_cluster_file(
-            str(path), namespace=conn.namespace, config=config, create=create
+            str(path), namespace=conn.namespace, config=config, create=create, token=conn.token
         )
     assert conn.zk is not None  # ConnectionOptions checks exactly one is given
     return SyncNamespace.open(
-        zk=conn.zk, root=conn.root, namespace=conn.namespace, config=config, create=create
+        zk=conn.zk,
+        root=conn.root,
+        namespace=conn.namespace,
+        config=config,
+        create=create,
+        token=conn.token,
     )
 
 

@@ -6,7 +6,9 @@ never silently reads the wrong data. Spark hands options over case-insensitively
 they are looked up lower-cased; messages use the canonical spelling.
 
 Where the cluster is: ``zk`` (+ ``root``, default ``/bookline``) or ``cluster`` (the path
-of a ``cluster.json``); ``namespace`` defaults to ``default``. ``bookline.<setting>``
+of a ``cluster.json``); ``namespace`` defaults to ``default``; ``token``: the token
+presented to bookies whose auth is on (default: the cluster file's, else
+``$BOOKLINE_TOKEN``; docs/security.md). ``bookline.<setting>``
 passes a core-library client setting through (any :class:`streams.config.
 NamespaceConfig` field: ``bookline.password``, ``bookline.digest_type``,
 ``bookline.session_timeout_ms``, ...; ``bookline.ledger.<field>`` for the ledger
@@ -90,7 +92,7 @@ _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname"})
 # runs unchanged, with no effect.
 _KAFKA_NO_EFFECT = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
                     "fetchOffset.retryIntervalMs", "groupIdPrefix")  # fmt: skip
-_CONNECTION = ("zk", "root", "cluster", "namespace")
+_CONNECTION = ("zk", "root", "cluster", "namespace", "token")
 _SELECTION = ("subscribe", "subscribePattern", "assign", "topic", "topics", "stream",
               "streams", "streamPattern")  # fmt: skip
 _SOURCE = (
@@ -196,6 +198,9 @@ class ConnectionOptions:
     namespace: str = "default"
     # `bookline.<setting>` options, sorted (name without the prefix, value as given).
     settings: tuple[tuple[str, str], ...] = ()
+    # Token presented to bookies with auth on (docs/security.md); None: the cluster
+    # file's, else $BOOKLINE_TOKEN. Never shown (Spark redacts options named token).
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if (self.zk is None) == (self.cluster is None):
@@ -256,6 +261,7 @@ def parse_connection(options: Mapping[str, str]) -> ConnectionOptions:
         cluster=opts.get("cluster"),
         namespace=opts.get("namespace", "default"),
         settings=settings,
+        token=opts.get("token") or None,
     )
 
 

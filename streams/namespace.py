@@ -159,17 +159,18 @@ class Namespace:
         config: NamespaceConfig | None = None,
         *,
         create: bool = True,
+        token: str | None = None,
     ) -> Namespace:
         """Open on a cluster described by a ``cluster.json`` (``bookline local``), with
-        the credentials it names: its token for the bookies, its ledger secret (unless
-        ``config`` names one)."""
+        the credentials it names: its token for the bookies (unless ``token`` is given),
+        its ledger secret (unless ``config`` names one)."""
         cluster = read_cluster_file(path)
         cfg = config or NamespaceConfig()
         if cluster.ledger_secret_file and not cfg.ledger.secret_file:
             ledger = dataclasses.replace(cfg.ledger, secret_file=cluster.ledger_secret_file)
             cfg = dataclasses.replace(cfg, ledger=ledger)
         return await cls.open(
-            cluster.zk, cluster.root, namespace, cfg, create=create, token=cluster.token()
+            cluster.zk, cluster.root, namespace, cfg, create=create, token=token or cluster.token()
         )
 
     async def close(self) -> None:

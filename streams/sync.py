@@ -147,11 +147,13 @@ class SyncNamespace:
         config: NamespaceConfig | None = None,
         *,
         create: bool = True,
+        token: str | None = None,
     ) -> SyncNamespace:
         runner = LoopThread("bookline-sync")
         try:
             ns = runner.call(
-                Namespace.open(zk, root, namespace, config, create=create), OPEN_TIMEOUT_S
+                Namespace.open(zk, root, namespace, config, create=create, token=token),
+                OPEN_TIMEOUT_S,
             )
         except BaseException:
             runner.stop()
@@ -166,11 +168,12 @@ class SyncNamespace:
         config: NamespaceConfig | None = None,
         *,
         create: bool = True,
+        token: str | None = None,
     ) -> SyncNamespace:
         runner = LoopThread("bookline-sync")
         try:
             ns = runner.call(
-                Namespace.from_cluster_file(path, namespace, config, create=create),
+                Namespace.from_cluster_file(path, namespace, config, create=create, token=token),
                 OPEN_TIMEOUT_S,
             )
         except BaseException:

@@ -1,0 +1,82 @@
+"""The Spark connector's ``token`` option (docs/security.md): it reads and writes through
+the core library, straight from the bookies, so its credential is the one the bookies
+check. Against a local cluster with auth on (real processes), the connector's
+namespace reads a stream with the token and is refused without one; the option is
+parsed for sources and sinks and never shown in a repr."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from foundation.auth import TOKEN_ENV, load_secrets, sign_token
+from foundation.errors import BooklineError
+from ops.local import CLUSTER_ROOT, LocalCluster
+from pipeline import client as pipeline_client
+from pipeline.options import parse_sink_options, parse_source_options
+from streams.sync import SyncNamespace
+from thinclient.client import SyncProxyClient
+
+ZK = {"zk": "127.0.0.1:2181/x", "root": "/r"}
+
+
+def test_token_option_is_parsed_and_never_shown() -> None:
+    token = "bl1.YWRtaW4.9999999999.c2lnbmF0dXJl"
+    source = parse_source_options({**ZK, "stream": "a", "Token": token})
+    sink = parse_sink_options({**ZK, "stream": "a", "token": token})
+    assert source.connection.token == sink.connection.token == token
+    assert token not in repr(source) and token not in repr(sink.connection)
+    assert parse_source_options({**ZK, "stream": "a"}).connection.token is None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        tmp_path_factory.mktemp("auth-pipeline"),
+        bookies=3,
+        write_proxies=1,
+        read_proxies=0,
+        auth=True,
+    )
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _read_all(ns: SyncNamespace, stream: str, count: int) -> list[bytes]:
+    with ns.open_reader(stream, "earliest") as reader:
+        records = reader.read_many(count, timeout_s=20)
+    return [r.payload for r in records]
+
+
+@pytest.mark.integration
+def test_connector_reads_with_its_token_and_is_refused_without(cluster: LocalCluster) -> None:
+    assert TOKEN_ENV not in os.environ  # the test process has no token of its own
+    admin = sign_token(load_secrets(str(cluster.dir / "auth" / "secret"))[0], "admin",
+                       time.time() + 600)  # fmt: skip
+    stream = f"spark-{uuid.uuid4().hex[:8]}"
+    with SyncProxyClient.from_cluster_file(cluster.dir / "cluster.json") as client:
+        client.write_many(stream, [b"r0", b"r1", b"r2"])
+    base = {
+        "zk": cluster.zk_connect,
+        "root": CLUSTER_ROOT,
+        "stream": stream,
+        "bookline.ledger.secret_file": str(cluster.ledger_secret_file),
+    }
+    with_token = parse_source_options({**base, "token": admin}).connection
+    try:
+        ns = pipeline_client.namespace_for(with_token)
+        assert _read_all(ns, stream, 3) == [b"r0", b"r1", b"r2"]
+        without = parse_source_options(base).connection
+        ns = pipeline_client.namespace_for(without)
+        with pytest.raises(BooklineError) as info:
+            _read_all(ns, stream, 1)
+        assert info.value.name == "UNAUTHENTICATED", info.value
+    finally:
+        pipeline_client.close_all()
