@@ -30,6 +30,7 @@ from foundation.errors import (
     ConnectionLostError,
     ForbiddenError,
     NoLedgerError,
+    NotFoundError,
     UnauthenticatedError,
     UnauthorizedError,
 )
@@ -38,7 +39,7 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.keys import ledger_access, read_secret, write_secret
 from ledger.writer import LedgerWriter
-from metadata.ledger_metadata import master_key
+from metadata.ledger_metadata import LedgerMetadata, master_key
 from tests.conftest import BookieCluster
 from tests.ledger_support import register_ledgers
 from tests.test_bookie_integration import BookieProcess
@@ -314,3 +315,48 @@ async def test_a_local_cluster_with_auth_locks_its_bookies(tmp_path: Path) -> No
         assert b"through the core library" in out.read_bytes()
     finally:
         cluster.stop()
+
+
+# -- the gate's look-ups (no processes) ----------------------------------------------------
+
+
+class _Held:
+    """The one thing the gate asks of storage: the key a ledger was stored under."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, bytes] = {}
+
+    def master_key_of(self, ledger_id: int) -> bytes | None:
+        return self.keys.get(ledger_id)
+
+
+async def test_pipelined_first_adds_share_one_metadata_look_up() -> None:
+    from bookie.access import LedgerGate
+    from tests.ledger_support import keyed_metadata
+
+    key = master_key(b"k")
+    looked_up: list[int] = []
+
+    async def lookup(ledger_id: int) -> LedgerMetadata:
+        looked_up.append(ledger_id)
+        await asyncio.sleep(0.01)
+        if ledger_id == 404:
+            raise NotFoundError("no such znode")
+        return keyed_metadata(ledger_id, key)
+
+    held = _Held()
+    gate = LedgerGate(held, lookup)  # type: ignore[arg-type]
+    await asyncio.gather(*(gate.admit(7, key) for _ in range(50)))
+    assert looked_up == [7]  # one look-up for the writer's fifty pipelined first adds
+    assert gate.admits_now(7, key) and not gate.admits_now(7, master_key(b"guess"))
+    with pytest.raises(UnauthorizedError):
+        await gate.admit(7, master_key(b"guess"))
+    with pytest.raises(NoLedgerError):
+        await gate.admit(404, key)
+    held.keys[8] = key  # held by storage: its own check, no look-up
+    await gate.admit(8, master_key(b"anything"))
+    assert looked_up == [7, 404]
+    gate.check_held(8, key)
+    with pytest.raises(UnauthorizedError):
+        gate.check_held(8, b"")
+    gate.check_held(9, b"")  # not held: storage answers NO_LEDGER
