@@ -2,7 +2,8 @@
 -- writes, reads, a WebSocket tail, a group, refused requests of every kind -- then
 every service's log file, every ``/metrics`` page and every error body is searched for
 the cluster secret, the tokens used (and their signatures) and the ledgers' keys in
-clear. None may appear.
+clear, and the cluster's own credentials (the services' token the children were
+started with, the ledger secret). None may appear.
 
 The list of what must not appear is the ``hidden`` fixture: a check of another secret
 (a bookie credential, a derived ledger key) adds its values there.
@@ -19,9 +20,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from foundation.auth import load_secrets, sign_token
+from foundation.auth import TOKEN_ENV, load_secrets, sign_token
 from foundation.config import MetadataConfig
 from foundation.errors import BooklineError
+from ledger.keys import read_secret
 from metadata.client import MetadataClient
 from ops.local import CLUSTER_ROOT, LocalCluster
 from thinclient.client import ClientConfig, ProxyClient
@@ -140,10 +142,27 @@ def hidden(cluster: LocalCluster, workload: Workload) -> dict[str, str]:
     for i, tok in enumerate(workload.tokens):
         out[f"token #{i}"] = tok
         out[f"signature of token #{i}"] = tok.rsplit(".", 1)[1]
+    for name, token in sorted(_children_tokens(cluster).items()):
+        out[f"service token of {name}"] = token
+        out[f"signature of {name}'s token"] = token.rsplit(".", 1)[1]
+    if cluster.ledger_secret_file is not None:
+        out["ledger secret"] = read_secret(str(cluster.ledger_secret_file)).decode("ascii")
     for i, password in enumerate(asyncio.run(_ledger_passwords(cluster))):
         out[f"ledger password #{i} (hex)"] = password.hex()
         if password.isascii() and password.decode("ascii").isprintable():
             out[f"ledger password #{i}"] = password.decode("ascii")
+    return out
+
+
+def _children_tokens(cluster: LocalCluster) -> dict[str, str]:
+    """The token each child was started with (``$BOOKLINE_TOKEN``: the services' own,
+    for the bookies), read from its environment."""
+    out = {}
+    for info in cluster.bookies + cluster.write_proxies + cluster.read_proxies:
+        environ = Path(f"/proc/{info.proc.pid}/environ").read_bytes().split(b"\0")
+        for entry in environ:
+            if entry.startswith(TOKEN_ENV.encode() + b"="):
+                out[info.name] = entry.split(b"=", 1)[1].decode()
     return out
 
 
@@ -177,6 +196,8 @@ def test_no_secret_in_logs_metrics_or_error_bodies(
     cluster: LocalCluster, workload: Workload, hidden: dict[str, str]
 ) -> None:
     assert len(hidden) >= 7  # the secret, three tokens and their signatures
+    if cluster.ledger_secret_file is not None:  # bookies with auth: their secrets too
+        assert "ledger secret" in hidden and any(k.startswith("service token") for k in hidden)
     assert len(workload.error_bodies) == 8
     for body in workload.error_bodies:
         assert '"code"' in body or "(" in body, body  # the documented error shapes
