@@ -143,5 +143,8 @@ async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from ops.cli_ledger import use_cluster_credentials
+
+    use_cluster_credentials(args)  # --cluster: its token for bookies with auth on
     with bench_layout(args, bookies=1) as layout:
         return asyncio_run(_bench(layout, args))

@@ -313,6 +313,15 @@ async def test_a_local_cluster_with_auth_locks_its_bookies(tmp_path: Path) -> No
         )
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         assert b"through the core library" in out.read_bytes()
+        bench = ["bench", "bookie", "--cluster", str(cluster_file), "--entries", "200"]
+        done = subprocess.run(
+            [sys.executable, "-m", "ops.cli", *bench, "--json"],
+            capture_output=True,
+            timeout=120,
+            check=False,
+            env={k: v for k, v in os.environ.items() if not k.startswith("BOOKLINE_")},
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
     finally:
         cluster.stop()
 
