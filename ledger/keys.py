@@ -12,7 +12,9 @@ holds the salt and a one-way check value of the master key (``key_check``), neit
 which reveals the key, so a client that can read every znode still cannot read, fence
 or write the ledger. Without a secret the key is :data:`KEY_BYTES` random bytes kept in
 the metadata's ``password`` field: still one per ledger, guarded only by ZooKeeper ACLs
-(``[metadata]`` digest credentials).
+(``[metadata]`` digest credentials). The file may hold several secrets, one a line: the
+first derives new ledgers' keys, each opens the ledgers made with it (rotation: put a new
+secret first, drop the old line once no ledger made with it is left).
 
 Ledgers made before per-ledger keys (no key check in their metadata) keep the password
 they were created with (the ``password`` setting, ``bookline`` by default); opening one
@@ -81,35 +83,44 @@ def derive_key(secret: bytes, ledger_id: int, salt: bytes) -> bytes:
     return hmac.new(secret, _DERIVE_PREFIX + _LEDGER_ID.pack(ledger_id) + salt, "sha256").digest()
 
 
+def _lines(secret: bytes) -> list[bytes]:
+    """The secrets a secret file's content holds, one a line (the first is current)."""
+    return [line for line in secret.split(b"\n") if line]
+
+
 def new_ledger_key(ledger_id: int, secret: bytes) -> NewLedgerKey:
-    """A fresh key for a new ledger: derived from ``secret`` with a random salt, or
-    random when there is no secret (``b""``)."""
-    if secret:
+    """A fresh key for a new ledger: derived from the first secret of ``secret`` (a
+    secret file's content) with a random salt, or random when there is none."""
+    secrets = _lines(secret)
+    if secrets:
         salt = os.urandom(SALT_BYTES)
-        key = derive_key(secret, ledger_id, salt)
+        key = derive_key(secrets[0], ledger_id, salt)
         return NewLedgerKey(key, b"", salt, master_key_check(master_key(key)))
     key = os.urandom(KEY_BYTES)
     return NewLedgerKey(key, key, b"", master_key_check(master_key(key)))
 
 
 def ledger_key(meta: LedgerMetadata, secret: bytes) -> bytes:
-    """The key of the ledger ``meta`` describes: derived from ``secret`` and its salt,
-    or the key its metadata keeps (random keys and legacy passwords). UnauthorizedError
-    when it is derived and there is no secret, or ``secret`` is not the one the ledger
-    was made with (its key check differs)."""
+    """The key of the ledger ``meta`` describes: derived from its salt and whichever
+    secret of ``secret`` (a secret file's content, one a line) it was made with, or the
+    key its metadata keeps (random keys and legacy passwords). UnauthorizedError when it
+    is derived and there is no secret, or none is the one the ledger was made with (its
+    key check differs)."""
     if not meta.key_salt:
         return meta.password
-    if not secret:
+    secrets = _lines(secret)
+    if not secrets:
         raise UnauthorizedError(
             f"ledger {meta.ledger_id}'s key derives from the cluster's ledger secret: "
             "set ledger.secret_file"
         )
-    key = derive_key(secret, meta.ledger_id, meta.key_salt)
-    if not hmac.compare_digest(master_key_check(master_key(key)), meta.key_check):
-        raise UnauthorizedError(
-            f"ledger {meta.ledger_id}: the cluster ledger secret is not the one it was created with"
-        )
-    return key
+    for candidate in secrets:
+        key = derive_key(candidate, meta.ledger_id, meta.key_salt)
+        if hmac.compare_digest(master_key_check(master_key(key)), meta.key_check):
+            return key
+    raise UnauthorizedError(
+        f"ledger {meta.ledger_id}: the cluster ledger secret is not the one it was created with"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +157,14 @@ def cluster_secret(config: LedgerConfig) -> bytes:
 
 
 def read_secret(path: str) -> bytes:
-    """The cluster ledger secret in file ``path`` (surrounding whitespace dropped).
-    ConfigError when others may read or write the file, or it is too short."""
+    """The cluster ledger secrets in file ``path``, one a line (the first derives new
+    ledgers' keys; every one opens the ledgers made with it: rotation), surrounding
+    whitespace and empty lines dropped. ConfigError when others may read or write the
+    file, or it holds no secret or a short one."""
     p = Path(path)
     try:
         mode = p.stat().st_mode
-        data = p.read_bytes().strip()
+        lines = [line.strip() for line in p.read_bytes().splitlines() if line.strip()]
     except OSError as exc:
         raise ConfigError(f"ledger.secret_file {path}: {exc.strerror}") from exc
     if mode & (stat.S_IRWXO | stat.S_IWGRP):
@@ -159,11 +172,13 @@ def read_secret(path: str) -> bytes:
             f"ledger.secret_file {path} has mode {stat.S_IMODE(mode):o}: others may read or "
             "write it (chmod 600)"
         )
-    if len(data) < SECRET_BYTES_MIN:
+    shortest = min((len(line) for line in lines), default=0)
+    if shortest < SECRET_BYTES_MIN:
         raise ConfigError(
-            f"ledger.secret_file {path} holds {len(data)} bytes; at least {SECRET_BYTES_MIN}"
+            f"ledger.secret_file {path} holds a secret of {shortest} bytes; each needs at "
+            f"least {SECRET_BYTES_MIN}"
         )
-    return data
+    return b"\n".join(lines)
 
 
 def write_secret(path: str) -> None:

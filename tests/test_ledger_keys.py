@@ -199,3 +199,30 @@ async def test_a_namespace_gives_each_segment_its_own_key(
         await reader.close()
     finally:
         await ns.close()
+
+
+async def test_rotating_the_ledger_secret(tmp_path: Path) -> None:
+    """The secret file holds one secret a line: the first derives new ledgers' keys,
+    every line opens the ledgers made with it. Rotation: put a new line first, keep the
+    old one until no ledger made with it is left."""
+    cands = candidates(3)
+    store = MemoryMetadataStore(cands)
+    bookies = MemoryBookies([c.bookie_id for c in cands])
+    path = tmp_path / "ledger.secret"
+    old, new = b"o" * 32, b"n" * 32
+    path.write_bytes(old + b"\n")
+    path.chmod(0o600)
+    config = LedgerConfig(secret_file=str(path))
+    made_with_old = await write_and_close(LedgerClient(store, bookies, config), b"old")
+    path.write_bytes(new + b"\n" + old + b"\n")  # step 1: the new secret first
+    rotated = LedgerClient(store, bookies, config)
+    made_with_new = await write_and_close(rotated, b"new")
+    assert ledger_key(made_with_new, new) == ledger_key(made_with_new, new + b"\n" + old)
+    for meta, payload in ((made_with_old, b"old"), (made_with_new, b"new")):
+        reader = await rotated.open_ledger(meta.ledger_id, recover=False)
+        assert await reader.read(0, 0) == [payload]
+    path.write_bytes(new + b"\n")  # step 2, too early: the old ledger is lost to it
+    dropped = LedgerClient(store, bookies, config)
+    with pytest.raises(UnauthorizedError, match="not the one it was created with"):
+        await dropped.open_ledger(made_with_old.ledger_id, recover=False)
+    assert await (await dropped.open_ledger(made_with_new.ledger_id)).read(0, 0) == [b"new"]
