@@ -306,6 +306,24 @@ class ZkClient:
         children = await self._await(self._kazoo.get_children_async(path, watch=watch), path)
         return sorted(str(c) for c in children)
 
+    async def restrict_tree(self, path: str) -> int:
+        """Give ``path`` and every znode below it this session's digest ACL (the user of
+        ``metadata.digest_file`` alone): znodes made before the credentials were set
+        keep the open ACL they were made with. Returns how many were set; ConfigError
+        when the session has no credentials (nothing to restrict to)."""
+        acl = self._kazoo.default_acl
+        if not acl:
+            raise ConfigError("no metadata.digest_file: there is no user to restrict znodes to")
+        self._check_open()
+        done = 0
+        todo = [path]
+        while todo:
+            node = todo.pop()
+            await self._await(self._kazoo.set_acls_async(node, acl), node)
+            done += 1
+            todo.extend(f"{node.rstrip('/')}/{child}" for child in await self.get_children(node))
+        return done
+
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents if missing (idempotent, race-safe)."""
         self._check_open()

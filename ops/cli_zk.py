@@ -1,4 +1,5 @@
-"""``bookline zk tree [PATH]``: the cluster's znodes, for debugging.
+"""``bookline zk tree [PATH]``: the cluster's znodes, for debugging; ``bookline zk
+restrict``: give every one the digest ACL of ``$BOOKLINE_METADATA_DIGEST_FILE``'s user.
 
 Paths are under the cluster root (``bookline zk tree ledgers/underreplicated``); each
 node shows its data size, whether it is ephemeral (and its session), and with
@@ -37,6 +38,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t.add_argument("--data", action="store_true", help="show each node's data")
     add_cluster_flags(t)
     t.set_defaults(handler=_run)
+    r = ops.add_parser(
+        "restrict",
+        help="give every znode under the root the ACL of $BOOKLINE_METADATA_DIGEST_FILE's "
+        "user alone (znodes made before the cluster had credentials)",
+    )
+    r.add_argument("--zk", help="ZooKeeper connect string (instead of --cluster)")
+    r.add_argument("--root", help="cluster root with --zk (default /bookline)")
+    add_cluster_flags(r)
+    r.set_defaults(handler=_run_restrict)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -51,6 +61,24 @@ async def _main(args: argparse.Namespace) -> int:
         await _walk(md, start, 0, args, nodes)
     emit({"root": start, "nodes": nodes}, args.json, _show)
     return 0
+
+
+def _run_restrict(args: argparse.Namespace) -> int:
+    return asyncio.run(_restrict(args))
+
+
+async def _restrict(args: argparse.Namespace) -> int:
+    """Every znode of the cluster admits only the credentials' user from now on
+    (docs/security.md, ZooKeeper ACLs)."""
+    async with open_metadata(args) as md:
+        root = md.layout.root.rstrip("/") or "/"
+        count = await md.zk.restrict_tree(root)
+    emit({"root": root, "restricted": count}, args.json, _show_restricted)
+    return 0
+
+
+def _show_restricted(view: dict[str, Any]) -> None:
+    print(f"{view['restricted']} znodes under {view['root']} admit only the digest user now")
 
 
 def _decode(data: bytes) -> object:

@@ -5,6 +5,7 @@ with them can; a bad credentials file is refused with a clear error."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +114,40 @@ def test_bad_credentials_files_are_refused(tmp_path: Path) -> None:
             read_digest(digest_file(tmp_path, text))
     with pytest.raises(ConfigError, match="no-such-file"):
         MetadataClient(MetadataConfig(digest_file=str(tmp_path / "no-such-file")))
+
+
+async def test_znodes_made_before_the_credentials_are_restricted_after(
+    zk_connect: str, cluster_root: str, tmp_path: Path
+) -> None:
+    """Migration: a cluster made without ACLs, then `bookline zk restrict` with the
+    digest credentials: every znode under the root admits only that user."""
+    import subprocess
+    import sys
+
+    open_md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root))
+    await open_md.connect()
+    try:
+        await open_md.init_cluster()
+        await open_md.ledgers.create(ledger(9))
+    finally:
+        await open_md.close()
+    for client in kazoo(zk_connect):
+        client.get(cluster_root)  # world-readable so far
+    env = {**os.environ, "BOOKLINE_METADATA_DIGEST_FILE": digest_file(tmp_path)}
+    argv = ["zk", "restrict", "--zk", zk_connect, "--root", cluster_root, "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "ops.cli", *argv],
+        check=False,
+        capture_output=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert json.loads(done.stdout)["restricted"] >= 3  # root, ledgers, the ledger...
+    ledger_path = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root)).layout.ledger(9)
+    for client in kazoo(zk_connect):
+        for path in (cluster_root, ledger_path):
+            with pytest.raises(NoAuthError):
+                client.get(path)
+    for client in kazoo(zk_connect, "bookline:s3cret-zk-password"):
+        assert LedgerMetadata.decode(client.get(ledger_path)[0]).ledger_id == 9
