@@ -40,6 +40,7 @@ __all__ = [
     "TlsConfig",
     "client_context",
     "cluster_ssl",
+    "cluster_tls",
     "configure",
     "configured",
     "current",
@@ -183,14 +184,18 @@ def zookeeper_tls(tls: bool | None) -> TlsConfig | None:
     return config
 
 
-def cluster_ssl(cluster: Mapping[str, Any]) -> ssl.SSLContext | None:
-    """The client context a ``cluster.json`` asks for: its ``tls.ca_file`` (``bookline
-    local --tls``), or None when it names none."""
+def cluster_tls(cluster: Mapping[str, Any]) -> TlsConfig | None:
+    """The client settings a ``cluster.json`` asks for: trust its ``tls.ca_file``
+    (``bookline local --tls``); None when it names none."""
     section = cluster.get("tls")
     ca_file = section.get("ca_file") if isinstance(section, dict) else None
-    if not ca_file:
-        return None
-    return build_client_context(TlsConfig(enabled=True, ca_file=str(ca_file)))
+    return TlsConfig(enabled=True, ca_file=str(ca_file)) if ca_file else None
+
+
+def cluster_ssl(cluster: Mapping[str, Any]) -> ssl.SSLContext | None:
+    """The client context of :func:`cluster_tls`, or None."""
+    config = cluster_tls(cluster)
+    return None if config is None else build_client_context(config)
 
 
 def scheme() -> str:

@@ -10,13 +10,14 @@ hint, with the exit status of its class (:data:`ops.cli_common.EXIT_CODES`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
 
 from foundation import logs, tls
 from foundation.cluster_file import read_cluster_file
-from foundation.errors import BooklineError
+from foundation.errors import BooklineError, ConfigError
 from foundation.version import __version__
 from ops import (
     bench,
@@ -121,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tls_settings(args: argparse.Namespace) -> tls.TlsConfig:
+    """[tls] of --config and BOOKLINE_TLS_*; when they leave TLS off, a --cluster file
+    naming a CA (``bookline local --tls``) turns it on for this client."""
+    config = tls.load_tls(getattr(args, "config", None))
+    cluster = getattr(args, "cluster", None)
+    if config.enabled or not cluster:
+        return config
+    # A missing or stopped cluster file is the command's to report, in its own words.
+    with contextlib.suppress(ConfigError):
+        return tls.cluster_tls(read_cluster_file(cluster).raw) or config
+    return config
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -132,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command's TLS ([tls] of --config, BOOKLINE_TLS_*): servers listen with
         # it, clients dial bookies, proxies and ZooKeeper with it (foundation.tls).
-        tls.configure(tls.load_tls(getattr(args, "config", None)))
+        tls.configure(_tls_settings(args))
         if getattr(args, "cluster", None) and getattr(args, "timeout", None):
             # Something of the cluster answers, or we say so now (not after 30 s).
             check_reachable(read_cluster_file(args.cluster), args.timeout)

@@ -28,6 +28,7 @@ import socket
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from foundation import tls
 from ops.cli_common import (
     EXIT_FOUND,
     EXIT_OK,
@@ -190,7 +191,11 @@ async def _health(url: str) -> tuple[str, str]:
     try:
         timeout = aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
         async with (
-            aiohttp.ClientSession(timeout=timeout) as session,
+            aiohttp.ClientSession(
+                timeout=timeout,
+                # https proxies (`local --tls`) chain to the [tls] CA, not the system's
+                connector=aiohttp.TCPConnector(ssl=tls.client_context() or True),
+            ) as session,
             session.get(url.rstrip("/") + "/health") as resp,
         ):
             body = await resp.json(content_type=None)

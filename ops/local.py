@@ -37,7 +37,9 @@ from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_tok
 from foundation.cluster_file import STOPPED, read_cluster_file
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
+from foundation.tls import CertPaths, TlsConfig, build_client_context, issue, make_ca
 from ledger.keys import SECRET_FILE_ENV, write_secret
+from metadata.zk import kazoo_tls
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
@@ -110,6 +112,19 @@ def ensure_ledger_secret(directory: Path) -> Path:
     return path
 
 
+def ensure_local_tls(directory: Path, hosts: Sequence[str]) -> CertPaths:
+    """``DIR/tls/``: a CA and the services' certificate (for ``hosts``), made once and
+    kept across restarts (clients trust ``ca.pem``; cluster.json names it)."""
+    base = directory / "tls"
+    cert = CertPaths(base / "services.pem", base / "services-key.pem", base / "ca.pem")
+    if not all(p.exists() for p in (cert.cert_file, cert.key_file, cert.ca_file)):
+        ca = make_ca(base / "ca", "Bookline local CA")
+        issued = issue(ca, base, "services", hosts=hosts)
+        (base / "ca.pem").write_bytes(ca.cert_file.read_bytes())
+        cert = CertPaths(issued.cert_file, issued.key_file, base / "ca.pem")
+    return cert
+
+
 def _now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
@@ -161,6 +176,7 @@ class LocalCluster:
         service_session_timeout_ms: int | None = None,
         placements: dict[str, Placement] | None = None,
         auth: bool = False,
+        tls: bool = False,
     ) -> None:
         if zk_ensemble not in ZK_ENSEMBLE_SIZES:
             raise ConfigError(f"--zk-ensemble must be one of {ZK_ENSEMBLE_SIZES}")
@@ -194,6 +210,11 @@ class LocalCluster:
         self.auth: LocalAuth | None = None
         # The cluster's ledger secret (DIR/auth/ledger.secret) when auth is on.
         self.ledger_secret_file: Path | None = None
+        # TLS on every hop (`bookline local --tls`): a CA and one certificate for the
+        # services under DIR/tls, made at start; cluster.json names the CA.
+        self.with_tls = tls
+        self.tls: TlsConfig | None = None
+        self.tls_paths: CertPaths | None = None
         self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
         self.zk_servers: list[ZooKeeperServer] = []
         self.zookeepers: list[ProcessInfo] = []
@@ -258,6 +279,9 @@ class LocalCluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         ports = self._ports()
         try:
+            if self.with_tls:
+                self.tls_paths = ensure_local_tls(self.dir, self._tls_hosts())
+                self.tls = self.tls_paths.config()
             self._start_zookeeper(ports)
             for info in self.zookeepers:
                 ready(info.name)
@@ -290,7 +314,11 @@ class LocalCluster:
             where = self.placement("zookeeper")
             self.zk_servers = [
                 ZooKeeperServer(
-                    self.dir / "zookeeper", ports["zookeeper"], where.host, prefix=where.prefix
+                    self.dir / "zookeeper",
+                    ports["zookeeper"],
+                    where.host,
+                    prefix=where.prefix,
+                    tls=self.tls,
                 )
             ]
         else:
@@ -307,6 +335,7 @@ class LocalCluster:
                     host=where.host,
                     quorum=QuorumMember(i, peers, peer_hosts),
                     prefix=where.prefix,
+                    tls=self.tls,
                 )
                 for i, where in hosts.items()
             ]
@@ -327,7 +356,7 @@ class LocalCluster:
     def _ensure_chroot(self) -> None:
         from kazoo.client import KazooClient
 
-        client = KazooClient(hosts=self.zk_hosts, timeout=10)
+        client = KazooClient(hosts=self.zk_hosts, timeout=10, **kazoo_tls(self.tls))
         client.start(timeout=15)
         try:
             client.ensure_path(LOCAL_CHROOT)
@@ -346,7 +375,7 @@ class LocalCluster:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
-        env = {**os.environ, **self._credentials_env()}
+        env = {**os.environ, **self._credentials_env(), **self._tls_env()}
         proc = procs.spawn(argv, log_path=log_path, env=env, cwd=Path.cwd())
         info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
         info.state = "starting"
@@ -364,6 +393,15 @@ class LocalCluster:
             TOKEN_ENV: sign_token(secret, SERVICE_PRINCIPAL, expires),
             SECRET_FILE_ENV: str(self.ledger_secret_file),
         }
+
+    def _tls_hosts(self) -> list[str]:
+        """What clients dial: loopback and every placement's address (certificate SANs)."""
+        hosts = {"localhost", "127.0.0.1", *(p.host for p in self.placements.values())}
+        return sorted(hosts)
+
+    def _tls_env(self) -> dict[str, str]:
+        """With TLS on, every child serves and dials TLS with the services' certificate."""
+        return {} if self.tls_paths is None else self.tls_paths.environ()
 
     def _bookie_auth_args(self) -> list[str]:
         """A bookie's flags turning authentication on with the cluster's secret."""
@@ -428,7 +466,7 @@ class LocalCluster:
         ]  # fmt: skip
         info = self._spawn(name, kind, argv, self.dir / name / f"{kind}.log")
         info.address = f"{self.placement(name).host}:{port}"
-        url = f"http://{info.address}"
+        url = f"{'https' if self.tls else 'http'}://{info.address}"
         info.extra.update(url=url, metrics=f"{url}/metrics")
         return info
 
@@ -479,7 +517,9 @@ class LocalCluster:
         their ready line in the log after this start's offset)."""
         if info.kind == "zookeeper":
             host, port = info.address.rsplit(":", 1)
-            return "Mode:" in four_letter_word(host, int(port), "srvr", timeout_s=0.5)
+            context = None if self.tls is None else build_client_context(self.tls)
+            answer = four_letter_word(host, int(port), "srvr", timeout_s=0.5, ssl_context=context)
+            return "Mode:" in answer
         log_path = Path(info.extra["log"])
         with contextlib.suppress(OSError), open(log_path, "rb") as fh:
             fh.seek(int(info.extra.get("_log_offset", 0)))
@@ -537,6 +577,8 @@ class LocalCluster:
             out["token_file"] = str(self.auth.token_file.relative_to(self.dir))
         if self.ledger_secret_file is not None:  # its name: the file is the owner's only
             out["ledger_secret_file"] = str(self.ledger_secret_file.relative_to(self.dir))
+        if self.tls is not None:  # clients verify the services against this CA
+            out["tls"] = {"ca_file": self.tls.ca_file}
         if self.quorums is not None:
             out["quorums"] = {
                 "ensemble_size": self.quorums.ensemble_size,

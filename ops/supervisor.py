@@ -229,6 +229,12 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
         "--no-autorecovery", action="store_true", help="do not run the autorecovery process"
     )
     parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS on every hop: a CA and the services' certificate under DIR/tls, "
+        "https proxies, ZooKeeper on a TLS port; cluster.json names the CA (docs/security.md)",
+    )
+    parser.add_argument(
         "--no-auth",
         action="store_true",
         help="proxies without authentication (default: tokens required, an admin token "
@@ -248,6 +254,7 @@ def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
         quorums=Quorums(args.ensemble_size, args.write_quorum, args.ack_quorum),
         service_session_timeout_ms=SERVICE_SESSION_TIMEOUT_MS,
         auth=not args.no_auth,
+        tls=bool(args.tls),
     )
 
 
