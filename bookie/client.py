@@ -348,7 +348,8 @@ class BookieConnection:
             wire.fail_all(self._closed_error())
             if wire.transport is not None:
                 wire.transport.close()
-                await wire.wait_gone(CLOSE_WAIT_S)
+                if not await wire.wait_gone(CLOSE_WAIT_S):
+                    wire.transport.abort()  # a peer not reading (paused): drop it now
 
     # -- internals -------------------------------------------------------------------
 
