@@ -37,7 +37,7 @@ from ops import procs
 from ops.zookeeper import ZooKeeperServer, four_letter_word
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
-from streams.records import LogRecord
+from streams.records import LogRecord, ReadRecord
 from thinclient.proxy_client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -194,14 +194,25 @@ async def test_thin_client_writes_and_reads_over_https(cluster: TlsCluster, pki:
         first = await client.write("thin", b"one")
         await client.write("thin", b"two")
         await client.flush()
-        page = await client.read("thin", "earliest", limit=10, wait_ms=2000)
-        assert [r.payload for r in page.records] == [b"one", b"two"]
+        assert await _read_all(client, "thin", 2) == [b"one", b"two"]
         tail = client.tail("thin", str(first))
         got = await asyncio.wait_for(tail.__anext__(), 20)  # a WebSocket over wss
         await tail.aclose()
         assert got.payload == b"one"
     finally:
         await client.close()
+
+
+async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]:
+    """``count`` records from the start: a read answers what the read proxy sees as
+    committed, and the last entry becomes visible a moment after its write."""
+    got: list[bytes] = []
+    position, deadline = "earliest", time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        page = await client.read(stream, position, limit=10, wait_ms=1000)
+        got += [r.payload for r in page.records]
+        position = page.next
+    return got
 
 
 async def test_core_library_writes_and_reads_over_tls(cluster: TlsCluster, pki: Pki) -> None:
@@ -325,8 +336,10 @@ def test_bookline_local_tls(tmp_path: Path) -> None:
         with SyncProxyClient.from_cluster_file(tmp_path / "local") as client:
             client.write("local-tls", b"over https")
             client.flush()
-            page = client.read("local-tls", "earliest", limit=10, wait_ms=2000)
-        assert [r.payload for r in page.records] == [b"over https"]
+            deadline, records = time.monotonic() + 20, list[ReadRecord]()
+            while not records and time.monotonic() < deadline:  # visible a moment later
+                records = client.read("local-tls", "earliest", limit=10, wait_ms=1000).records
+        assert [r.payload for r in records] == [b"over https"]
         status = subprocess.run(
             [sys.executable, "-m", "ops.cli", "status", "--cluster", str(tmp_path / "local"),
              "--json"],
