@@ -195,6 +195,8 @@ async def test_thin_client_writes_and_reads_over_https(cluster: TlsCluster, pki:
         await client.write("thin", b"two")
         await client.flush()
         assert await _read_all(client, "thin", 2) == [b"one", b"two"]
+        # The owner proxies name (and redirect to) is its https URL.
+        assert await client.owner("thin") == cluster.write_url
         tail = client.tail("thin", str(first))
         got = await asyncio.wait_for(tail.__anext__(), 20)  # a WebSocket over wss
         await tail.aclose()
