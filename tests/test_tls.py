@@ -73,6 +73,7 @@ class TlsCluster:
     bookies: list[str]
     write_url: str
     read_url: str
+    other_write_url: str  # a second write proxy (redirects)
 
 
 @pytest.fixture(scope="module")
@@ -127,14 +128,16 @@ def cluster(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsC
             )  # fmt: skip
             bookies.append(f"127.0.0.1:{port}")
         urls = []
-        for kind in ("writeproxy", "readproxy"):
+        for kind, n in (("writeproxy", 1), ("readproxy", 1), ("writeproxy", 2)):
             port = procs.free_port()
             _spawn(
-                [kind, *common, *session, "--proxy-id", f"{kind}-1", "--port", str(port)],
-                base / f"{kind}.log", env, started,
+                [kind, *common, *session, "--proxy-id", f"{kind}-{n}", "--port", str(port)],
+                base / f"{kind}-{n}.log", env, started,
             )  # fmt: skip
             urls.append(f"https://127.0.0.1:{port}")
-        yield TlsCluster(zk=zk, bookies=bookies, write_url=urls[0], read_url=urls[1])
+        yield TlsCluster(
+            zk=zk, bookies=bookies, write_url=urls[0], read_url=urls[1], other_write_url=urls[2]
+        )
     finally:
         for proc in reversed(started):
             procs.stop(proc, grace_s=5.0)
@@ -215,6 +218,30 @@ async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]
         got += [r.payload for r in page.records]
         position = page.next
     return got
+
+
+async def test_redirects_between_proxies_stay_on_https(cluster: TlsCluster, pki: Pki) -> None:
+    """A stream owned by one write proxy, asked of the other: the 307 names the owner's
+    https URL, and a client that only knows the other proxy follows it."""
+    context = pki.client_context()
+    owner, other = cluster.write_url, cluster.other_write_url
+    async with ProxyClient(write_urls=[owner], ssl=context) as client:
+        await client.write("moved", b"first")
+        assert await client.owner("moved") == owner
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{other}/v1/streams/moved/records",
+            json={"payload": "x"},
+            allow_redirects=False,
+            ssl=context,
+        ) as resp,
+    ):
+        assert resp.status == 307
+        assert resp.headers["Location"].startswith(owner + "/")
+    async with ProxyClient(write_urls=[other], ssl=context) as lost:
+        await lost.write("moved", b"via redirect")
+        assert lost.redirects >= 1
 
 
 async def test_core_library_writes_and_reads_over_tls(cluster: TlsCluster, pki: Pki) -> None:
