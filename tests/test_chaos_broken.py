@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from ops.chaos.checker import CheckResult, check, load_history
-from ops.chaos.workload import Layout, WriterSpec, final_phase, run_writer
+from ops.chaos.final import final_phase
+from ops.chaos.workload import Layout, WriterSpec, run_writer
 from streams.dlsn import DLSN
 from streams.namespace import Namespace
 from streams.records import LogRecord

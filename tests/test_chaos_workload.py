@@ -22,14 +22,8 @@ from foundation.errors import (
     UnauthenticatedError,
     WriterFailedError,
 )
-from ops.chaos.workload import (
-    DEFAULT_LAYOUT,
-    WRITER_KINDS,
-    Layout,
-    _plans,
-    classify,
-    writer_argv,
-)
+from ops.chaos.final import _plans
+from ops.chaos.workload import DEFAULT_LAYOUT, WRITER_KINDS, Layout, classify, writer_argv
 
 
 @pytest.mark.parametrize(

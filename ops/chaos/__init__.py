@@ -8,9 +8,11 @@ Package map (who owns what, and the interfaces between the parts):
   ``failed_present`` (anomalies) and ``recovered`` (allowed). Imports nothing of ours
   but the standard library, so anyone can check a history.
 * ``workload`` (H4) -- writer processes (thin client through the write proxies, the
-  core library's ``LogWriter``, topic sends) that record their history before each
-  request; the final reads through every read path (read proxy, ``LogReader``, each
-  replica straight from its bookie).
+  core library's ``LogWriter``, topic sends, ``TopicProducer``) that record their
+  history before each request.
+* ``final`` (H4) -- the final phase: a final write per stream (recovering what killed
+  writers left open), then full reads through every read path (read proxy,
+  ``LogReader``) and each replica straight from its bookie.
 * ``run`` (H4) -- one run: fresh cluster, workload + nemesis for ``duration_s``, heal,
   final reads, check; the summary ``bookline chaos`` prints (``ops/cli_chaos.py``).
 * ``netns`` (H5) -- network namespaces, veth links, a bridge and nftables rules.

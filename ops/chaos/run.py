@@ -27,16 +27,10 @@ from typing import Any, Final
 from foundation.errors import AlreadyExistsError, BooklineError
 from ops import procs
 from ops.chaos.checker import ANOMALIES, check, load_history
+from ops.chaos.final import final_phase
 from ops.chaos.hosts import ChaosCluster
 from ops.chaos.nemesis import Nemesis, ProcessTarget
-from ops.chaos.workload import (
-    DEFAULT_LAYOUT,
-    DRAIN_S,
-    WRITER_KINDS,
-    Layout,
-    final_phase,
-    writer_argv,
-)
+from ops.chaos.workload import DEFAULT_LAYOUT, DRAIN_S, WRITER_KINDS, Layout, writer_argv
 from thinclient.proxy_client import ProxyClient
 
 log = logging.getLogger(__name__)
