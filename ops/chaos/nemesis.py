@@ -64,11 +64,14 @@ STORAGE_KINDS: Final = ("power-cut", "fsync-eio", "disk-full", "bit-flip")
 # How long each kind of fault is held, seconds (low, high): long enough to matter
 # (sessions expire, writers time out and fail over), short enough for many per run.
 HOLD_S: Final = {
-    "kill": (1.0, 5.0),
+    "kill": (0.5, 3.0),
     # A pause outlasts the session timeout, so the paused service's session expires.
-    "pause": (SESSION_TIMEOUT_MS / 1000 + 1.0, SESSION_TIMEOUT_MS / 1000 + 4.0),
-    "network": (2.0, 8.0),
-    "storage": (3.0, 8.0),
+    "pause": (SESSION_TIMEOUT_MS / 1000 + 1.0, SESSION_TIMEOUT_MS / 1000 + 3.0),
+    # Past the client and bookie timeouts that matter (a read's speculative timeout, an
+    # add's retry), below a session's expiry or longer.
+    "network": (1.5, 6.0),
+    # A storage fault also costs the bookie's restart (seconds) on each side of its hold.
+    "storage": (2.0, 5.0),
 }
 
 
