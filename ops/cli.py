@@ -25,6 +25,7 @@ from ops import (
     cli_autorecovery,
     cli_bookie,
     cli_bookie_admin,
+    cli_chaos,
     cli_consume,
     cli_group,
     cli_ledger,
@@ -67,7 +68,9 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 # Commands that run servers or long jobs log at INFO; the others (admin and client
 # commands) print their answer and log only warnings unless -v.
-_SERVICE_COMMANDS = frozenset({"local", "demo", "bench", "pipeline", "writeproxy", "readproxy"})
+_SERVICE_COMMANDS = frozenset(
+    {"local", "demo", "bench", "pipeline", "writeproxy", "readproxy", "chaos"}
+)
 
 
 def _runs_a_service(args: argparse.Namespace) -> bool:
@@ -118,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_subscription.register(sub)
     cli_zk.register(sub)
     cli_auth.register(sub)  # `auth token|hash`: credentials (docs/security.md)
+    cli_chaos.register(sub)  # `chaos`: workload + nemesis + checker (ops/chaos/)
     add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     return parser
 
