@@ -61,6 +61,7 @@ class RecordBuffer:
         "keys",
         "nbytes",
         "payloads",
+        "sent_at",
         "timestamps",
         "txids",
         "waiters",
@@ -80,6 +81,7 @@ class RecordBuffer:
         # Sequence id (offset) of the first record, set when the entry is submitted:
         # its segment's start sequence id + the user records before it in the segment.
         self.first_offset = -1
+        self.sent_at = 0.0  # the loop's time when submitted (the writer's pace)
 
     def append_one(
         self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int

@@ -4,7 +4,11 @@ Cutting (adaptive flush): the buffer becomes one entry when it reaches
 ``buffer_bytes_max``, on flush, or -- while fewer than ``idle_pipe_entries`` (default
 2) entries are in flight or queued -- at the next loop iteration; else
 ``flush_interval_ms`` after its first record or as soon as the pipe drains. An idle
-writer sends at once, a busy one batches.
+writer sends at once, a busy one batches. A writer whose records arrive faster than
+:data:`~streams.writer.pace.BUSY_RECORDS_PER_HOLD` per acknowledgement latency (the
+:class:`~streams.writer.pace.Pace`) holds the buffer open while any entry is in flight,
+for about one acknowledgement latency, and cuts on a drain only once nothing is in
+flight: fewer, fuller entries, so fewer wake-ups per record on every bookie.
 
 Sending: one task encodes the queued entries as record sets and submits them in order
 on the current segment's ledger, rolling the segment first when it is due. Entries
@@ -41,6 +45,7 @@ from streams.dlsn import DLSN
 from streams.records import RECORD_OVERHEAD_BYTES, Compression, LogRecord
 from streams.recordset import encode_control, encode_record_set
 from streams.writer.buffer import RecordBuffer, consume
+from streams.writer.pace import Pace
 from streams.writer.segments import Segments, SegmentState
 
 log = logging.getLogger(__name__)
@@ -64,6 +69,7 @@ class Sender:
         self._loop = asyncio.get_running_loop()
         self.buffer = RecordBuffer(self._loop.create_future())  # records not yet cut
         self._timer: asyncio.Handle | None = None  # the adaptive flush
+        self._pace = Pace(self._loop.time())  # arrival rate vs ack latency: hold or not
         self._outbox: collections.deque[RecordBuffer] = collections.deque()  # cut, not sent
         self._inflight: collections.deque[RecordBuffer] = collections.deque()  # submitted
         self._task: asyncio.Task[None] | None = None  # the send loop, while it has work
@@ -103,11 +109,14 @@ class Sender:
         are in flight, let the buffer grow for up to ``flush_interval_ms`` -- or until
         the pipe drains (:meth:`_on_entry_done` cuts then)."""
         if self._timer is None and self.buffer.payloads:
-            if len(self._inflight) + len(self._outbox) < self._cfg.idle_pipe_entries:
+            pipe = len(self._inflight) + len(self._outbox)
+            floor_s = self._cfg.flush_interval_ms / 1000.0
+            if pipe and self._pace.busy(floor_s):
+                self._timer = self._loop.call_later(self._pace.hold_s(floor_s), self._on_timer)
+            elif pipe < self._cfg.idle_pipe_entries:
                 self._timer = self._loop.call_soon(self._on_timer)
             else:
-                delay = self._cfg.flush_interval_ms / 1000.0
-                self._timer = self._loop.call_later(delay, self._on_timer)
+                self._timer = self._loop.call_later(floor_s, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -123,6 +132,7 @@ class Sender:
             return
         out = self.buffer
         self.buffer = RecordBuffer(self._loop.create_future())
+        self._pace.on_cut(len(out.payloads), self._loop.time())
         self._enqueue(out)
 
     def enqueue_marker(self, kind: str) -> RecordBuffer:
@@ -201,6 +211,7 @@ class Sender:
             if seg.first_txid < 0:
                 seg.first_txid = first_txid
         seg.last_slot = count - 1
+        out.sent_at = self._loop.time()
         self._inflight.append(out)
         fut.add_done_callback(functools.partial(self._on_entry_done, out, seg.meta.seqno, ledger))
 
@@ -222,6 +233,7 @@ class Sender:
             out.fail(err)
             return
         entry_id = fut.result()
+        self._pace.on_ack(self._loop.time() - out.sent_at)
         slots = out.resolve(seqno, entry_id)
         invariant(
             slots == len(out.payloads), "waiters of an entry of %s miss records", self._stream
@@ -230,11 +242,7 @@ class Sender:
             self.last_dlsn = DLSN(seqno, entry_id, slots - 1)
         if not out.done.done():
             out.done.set_result(None)
-        if (
-            self.buffer.payloads
-            and len(self._inflight) + len(self._outbox) < self._cfg.idle_pipe_entries
-            and self.error is None
-        ):
+        if self.buffer.payloads and self.error is None and self._drained():
             self.cut()  # the pipe drained: send what waited for it now
         if not out.control:
             # Tailing readers learn this LAC from the next entry, which carries it --
@@ -245,6 +253,13 @@ class Sender:
             if not (self._inflight or self._outbox or self.buffer.payloads):
                 self._loop.call_soon(ledger.push_lac)
             self._schedule_control()
+
+    def _drained(self) -> bool:
+        """Few enough entries in flight or queued to send the buffer now: fewer than
+        ``idle_pipe_entries``, or none at all while the writer is busy (it holds)."""
+        pipe = len(self._inflight) + len(self._outbox)
+        floor_s = self._cfg.flush_interval_ms / 1000.0
+        return not self._pace.busy(floor_s) and pipe < self._cfg.idle_pipe_entries
 
     # -- control records ---------------------------------------------------------------
 

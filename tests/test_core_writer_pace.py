@@ -1,0 +1,116 @@
+"""A busy writer holds entries open; a slow one sends each record at once (issue 17).
+
+Bookie CPU per record at 10,000 records/s is set by the entries per second (each costs
+every bookie the same wake-ups: docs/benchmarks.md, "Bookie CPU per record, issue
+17"), so a writer whose records come faster than one per few hundred microseconds
+gathers them for about one acknowledgement latency (streams.writer.pace). A writer at
+1,000 records/s must keep one entry per record: its latency is what its users see.
+The pure part checks the rule; the integration part writes at both rates through real
+bookies and counts the entries the records landed in (their DLSNs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bookline import DLSN, LogRecord, Namespace, NamespaceConfig
+from ops.pacing import open_loop
+from streams.writer.pace import BUSY_RECORDS_PER_HOLD, HOLD_MAX_S, HOLD_MIN_S, Pace
+from tests.conftest import BookieCluster
+
+_names = itertools.count()
+
+
+def _paced(rate: float, ack_s: float, cuts: int = 60) -> Pace:
+    """A pace that saw ``cuts`` entries of a writer at ``rate`` acknowledged in ``ack_s``."""
+    pace = Pace(0.0)
+    now, per_cut = 0.0, 0.001
+    for _ in range(cuts):
+        now += per_cut
+        pace.on_cut(round(rate * per_cut), now)
+        pace.on_ack(ack_s)
+    return pace
+
+
+def test_a_writer_at_10000_per_s_is_busy_and_holds_between_the_bounds() -> None:
+    quiet, loaded, slow_disk = _paced(10_000, 0.0008), _paced(10_000, 0.002), _paced(10_000, 1.0)
+    assert quiet.busy(0.001) and loaded.busy(0.001) and slow_disk.busy(0.001)
+    assert quiet.hold_s(0.001) == HOLD_MIN_S  # a fast ack still gathers ~20 records
+    assert HOLD_MIN_S < loaded.hold_s(0.001) <= HOLD_MAX_S
+    assert slow_disk.hold_s(0.001) == HOLD_MAX_S  # never seconds of batching
+    assert loaded.rate == pytest.approx(10_000, rel=0.05)
+
+
+def test_a_writer_at_1000_per_s_is_never_busy_even_with_slow_acks() -> None:
+    for ack_s in (0.0005, 0.002, 0.05, 1.0):
+        assert not _paced(1_000, ack_s).busy(0.001), ack_s
+    # the break-even rate: BUSY_RECORDS_PER_HOLD records within the longest hold
+    assert BUSY_RECORDS_PER_HOLD / HOLD_MAX_S > 2_000
+
+
+def test_an_idle_gap_ends_busy() -> None:
+    pace = _paced(10_000, 0.002)
+    pace.on_cut(1, pace.last_cut + 2.0)  # one record after two seconds of silence
+    pace.on_cut(1, pace.last_cut + 2.0)
+    assert not pace.busy(0.001)
+
+
+# -- through real bookies ------------------------------------------------------------
+
+CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
+
+
+@pytest.fixture
+async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
+    n = await Namespace.open(
+        bookie_cluster.zk, bookie_cluster.root, f"pace{os.getpid()}-{next(_names)}", CONFIG
+    )
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+async def _entries_at(ns: Namespace, rate: float, seconds: float) -> tuple[int, int, float]:
+    """Write at ``rate`` (open loop) for ``seconds``; (records, entries, p50 ack ms)."""
+    name = f"s{next(_names)}"
+    await ns.create_stream(name)
+    w = await ns.open_writer(name)
+    futs: list[asyncio.Future[DLSN]] = []
+    lat: list[float] = []
+
+    def send(scheduled: float) -> None:
+        fut = w.write_nowait(LogRecord(bytes(100)))
+        fut.add_done_callback(lambda _f: lat.append(time.perf_counter() - scheduled))
+        futs.append(fut)
+
+    try:
+        await w.write(LogRecord(b"warm-up"))
+        await open_loop(rate, int(rate * seconds), send)
+        dlsns = await asyncio.gather(*futs)
+    finally:
+        await w.close()
+    entries = {(d.segment_seqno, d.entry_id) for d in dlsns}
+    lat.sort()
+    return len(dlsns), len(entries), lat[len(lat) // 2] * 1000
+
+
+@pytest.mark.integration
+async def test_at_10000_per_s_entries_carry_many_records(ns: Namespace) -> None:
+    records, entries, p50 = await _entries_at(ns, 10_000, 1.5)
+    print(f"10,000/s: {records} records in {entries} entries, ack p50 {p50:.2f} ms")
+    # Before the pace: one entry per ~1 ms or per drained pipe, 6-13 records each.
+    assert records / entries >= 16
+
+
+@pytest.mark.integration
+async def test_at_1000_per_s_each_record_is_sent_at_once(ns: Namespace) -> None:
+    records, entries, p50 = await _entries_at(ns, 1_000, 1.0)
+    print(f"1,000/s: {records} records in {entries} entries, ack p50 {p50:.2f} ms")
+    assert entries >= 0.8 * records  # nothing held back for company
