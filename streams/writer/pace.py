@@ -8,11 +8,11 @@ record now and then -- which should transmit it at once -- from one that sends
 thousands a second, whose records would fill an entry while the previous one is
 acknowledged anyway. The pace measures both: records arriving per second (sampled at
 every cut) and the time an entry takes to be acknowledged (both as moving averages).
-While more than :data:`BUSY_RECORDS_PER_HOLD` records arrive per acknowledgement
-latency, the writer is *busy*: with an entry in flight it holds the buffer open for
-:data:`HOLD_ACK_FRACTION` of that latency (at most :data:`HOLD_MAX_S`) instead of
-sending at the next loop iteration. A lone or slow writer (1,000 records/s against a
-few milliseconds per acknowledgement is a handful of records per latency) is never
+A hold lasts :data:`HOLD_ACK_FRACTION` of that latency, within :data:`HOLD_MIN_S` and
+:data:`HOLD_MAX_S`. While at least :data:`BUSY_RECORDS_PER_HOLD` records arrive within
+one hold, the writer is *busy*: with an entry in flight it holds the buffer open that
+long instead of sending it at the next loop iteration or when the pipe drains. A lone
+or slow writer (1,000 records/s gathers at most 4 records in the longest hold) is never
 busy and keeps the old rule, so its latency does not change.
 """
 

@@ -4,11 +4,12 @@ Cutting (adaptive flush): the buffer becomes one entry when it reaches
 ``buffer_bytes_max``, on flush, or -- while fewer than ``idle_pipe_entries`` (default
 2) entries are in flight or queued -- at the next loop iteration; else
 ``flush_interval_ms`` after its first record or as soon as the pipe drains. An idle
-writer sends at once, a busy one batches. A writer whose records arrive faster than
-:data:`~streams.writer.pace.BUSY_RECORDS_PER_HOLD` per acknowledgement latency (the
-:class:`~streams.writer.pace.Pace`) holds the buffer open while any entry is in flight,
-for about one acknowledgement latency, and cuts on a drain only once nothing is in
-flight: fewer, fuller entries, so fewer wake-ups per record on every bookie.
+writer sends at once, a busy one batches. A writer whose records arrive fast enough
+that a hold of about one acknowledgement latency (2-4 ms) gathers at least
+:data:`~streams.writer.pace.BUSY_RECORDS_PER_HOLD` of them (the
+:class:`~streams.writer.pace.Pace`; 10,000 records/s does, 1,000 does not) is *busy*:
+while any entry is in flight its buffer is cut by that hold alone -- fewer, fuller
+entries, so fewer wake-ups per record on every bookie.
 
 Sending: one task encodes the queued entries as record sets and submits them in order
 on the current segment's ledger, rolling the segment first when it is due. Entries
@@ -256,7 +257,8 @@ class Sender:
 
     def _drained(self) -> bool:
         """Few enough entries in flight or queued to send the buffer now: fewer than
-        ``idle_pipe_entries``, or none at all while the writer is busy (it holds)."""
+        ``idle_pipe_entries`` -- unless the writer is busy, whose hold timer cuts it
+        (an entry per drained pipe would be as small as before)."""
         pipe = len(self._inflight) + len(self._outbox)
         floor_s = self._cfg.flush_interval_ms / 1000.0
         return not self._pace.busy(floor_s) and pipe < self._cfg.idle_pipe_entries
