@@ -14,35 +14,55 @@ non-blocking: :meth:`LocalCluster.is_ready` says when it serves) -- what
 Tests and benchmarks use the class directly (3 bookies, no autorecovery by default);
 ``bookline local`` defaults to settings that survive a lost bookie (see
 :mod:`ops.supervisor`).
+
+The children as data (quorums, placement, one child's entry, ready lines) are
+:mod:`ops.local_children`; the files kept in DIR (ports, secret, certificates,
+cluster.json) :mod:`ops.local_files`; this module starts, restarts and stops them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
-import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_token
-from foundation.cluster_file import STOPPED, read_cluster_file
+from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
-from foundation.tls import CertPaths, TlsConfig, build_client_context, issue, make_ca
-from ledger.keys import SECRET_FILE_ENV, write_secret
+from foundation.tls import CertPaths, TlsConfig, build_client_context
+from ledger.keys import SECRET_FILE_ENV
 from metadata.zk import kazoo_tls
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
+from ops.local_children import LOOPBACK, READY_MARKERS, Placement, ProcessInfo, Quorums
+from ops.local_files import (
+    ensure_ledger_secret,
+    ensure_local_tls,
+    kept_ports,
+    mark_stopped,
+    now_iso,
+    write_cluster_json,
+)
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
+
+__all__ = [
+    "CLUSTER_ROOT",
+    "LOCAL_CHROOT",
+    "SERVICE_SESSION_TIMEOUT_MS",
+    "LocalCluster",
+    "Placement",
+    "ProcessInfo",
+    "Quorums",
+    "bench_cluster",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,99 +83,6 @@ PROXY_SESSION_TIMEOUT_MS = 4_000
 SERVICE_SESSION_TIMEOUT_MS = 4_000
 # ZooKeeper ensemble sizes `--zk-ensemble` accepts (an even size tolerates no more).
 ZK_ENSEMBLE_SIZES = (1, 3, 5)
-# Ready lines each kind of child prints once it serves.
-READY_MARKERS = {
-    "bookie": b"bookie ready",
-    "writeproxy": b"ready id=",
-    "readproxy": b"ready id=",
-    "autorecovery": b"autorecovery ready",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Quorums:
-    """E, Qw, Qa of the ledgers the write proxies create (their `--ensemble-size` ...)."""
-
-    ensemble_size: int = 3
-    write_quorum: int = 3
-    ack_quorum: int = 2
-
-    def args(self) -> list[str]:
-        return [
-            "--ensemble-size",
-            str(self.ensemble_size),
-            "--write-quorum",
-            str(self.write_quorum),
-            "--ack-quorum",
-            str(self.ack_quorum),
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where a child runs: the address it binds and the command prefix that puts it
-    there (``ip netns exec NS`` for a host of its own, :mod:`ops.chaos.hosts`)."""
-
-    host: str = "127.0.0.1"
-    prefix: tuple[str, ...] = ()
-
-
-LOOPBACK = Placement()
-
-
-def ensure_ledger_secret(directory: Path) -> Path:
-    """``DIR/auth/ledger.secret`` (0600), made once and kept across restarts: every
-    ledger's key derives from it (ledger/keys.py)."""
-    path = directory / "auth" / "ledger.secret"
-    if not path.exists():
-        write_secret(str(path))
-    return path
-
-
-def ensure_local_tls(directory: Path, hosts: Sequence[str]) -> CertPaths:
-    """``DIR/tls/``: a CA and the services' certificate (for ``hosts``), made once and
-    kept across restarts (clients trust ``ca.pem``; cluster.json names it)."""
-    base = directory / "tls"
-    cert = CertPaths(base / "services.pem", base / "services-key.pem", base / "ca.pem")
-    if not all(p.exists() for p in (cert.cert_file, cert.key_file, cert.ca_file)):
-        ca = make_ca(base / "ca", "Bookline local CA")
-        issued = issue(ca, base, "services", hosts=hosts)
-        (base / "ca.pem").write_bytes(ca.cert_file.read_bytes())
-        cert = CertPaths(issued.cert_file, issued.key_file, base / "ca.pem")
-    return cert
-
-
-def _now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-@dataclass
-class ProcessInfo:
-    """One child: what it is, its process, and what the supervisor knows of it."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    address: str
-    extra: dict[str, Any] = field(default_factory=dict)
-    kind: str = ""
-    state: str = "running"  # starting | running | down
-    exit_status: int | None = None  # of the last exit
-    exited_at: str = ""
-    restarts: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.name,
-            "pid": self.proc.pid,
-            "address": self.address,
-            "state": self.state,
-            "restarts": self.restarts,
-        }
-        if self.exit_status is not None:
-            out["exit_status"] = self.exit_status
-            out["exited_at"] = self.exited_at
-        out.update({k: v for k, v in self.extra.items() if not k.startswith("_")})
-        return out
 
 
 class LocalCluster:
@@ -225,10 +152,6 @@ class LocalCluster:
 
     # -- ports kept across restarts ------------------------------------------------
     def _ports(self) -> dict[str, int]:
-        path = self.dir / "ports.json"
-        ports: dict[str, int] = {}
-        if path.exists():
-            ports = {k: int(v) for k, v in json.loads(path.read_text()).items()}
         zk_keys = ["zookeeper"]
         if self.zk_ensemble > 1:
             zk_keys += [f"zookeeper-{i}" for i in range(2, self.zk_ensemble + 1)]
@@ -237,20 +160,15 @@ class LocalCluster:
                 for i in range(1, self.zk_ensemble + 1)
                 for what in ("peer", "election")
             ]
-        for key in (
+        return kept_ports(
+            self.dir,
             zk_keys
             + [f"bookie-{i}" for i in range(1, self.bookie_count + 1)]
             + [f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)]
             + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)]
             + [f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)]
-            + (["autorecovery-1"] if self.with_autorecovery else [])
-        ):
-            if key not in ports:
-                ports[key] = procs.free_port()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(ports, indent=2))
-        os.replace(tmp, path)
-        return ports
+            + (["autorecovery-1"] if self.with_autorecovery else []),
+        )
 
     @property
     def zk_hosts(self) -> str:
@@ -530,7 +448,7 @@ class LocalCluster:
         """Record that ``info``'s process has exited (its status, when)."""
         info.state = "down"
         info.exit_status = info.proc.returncode
-        info.exited_at = _now_iso()
+        info.exited_at = now_iso()
 
     def restart_proxy(self, info: ProcessInfo) -> ProcessInfo:
         """Start a stopped/killed proxy again on its port and wait for it (tests)."""
@@ -588,22 +506,7 @@ class LocalCluster:
         return out
 
     def write_cluster_json(self, doc: dict[str, Any] | None = None) -> Path:
-        path = self.dir / "cluster.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc or self.describe(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
-
-    def _mark_stopped(self) -> None:
-        """Keep cluster.json, saying the cluster was stopped (and when)."""
-        path = self.dir / "cluster.json"
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return  # never started far enough to write one
-        if isinstance(doc, dict):
-            doc.update(state=STOPPED, stopped_at=_now_iso())
-            self.write_cluster_json(doc)
+        return write_cluster_json(self.dir, doc or self.describe())
 
     def stop(self) -> None:
         for info in reversed(self.read_proxies + self.write_proxies + self.autorecovery):
@@ -619,7 +522,7 @@ class LocalCluster:
         self.zk_servers.clear()
         self.zookeepers.clear()
         self.zk = None
-        self._mark_stopped()
+        mark_stopped(self.dir)
 
 
 @contextlib.contextmanager

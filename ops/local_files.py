@@ -1,0 +1,81 @@
+"""What a local cluster (:mod:`ops.local`) keeps in its directory besides the children's
+own data: ``ports.json`` (ports and bookie ids chosen once and kept, so a restart on
+the same directory finds its data and cookies again), ``auth/ledger.secret``, ``tls/``
+(a CA and the services' certificate) and ``cluster.json`` (written atomically; kept
+after a stop, marked stopped).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from foundation.cluster_file import STOPPED
+from foundation.tls import CertPaths, issue, make_ca
+from ledger.keys import write_secret
+from ops import procs
+
+
+def kept_ports(directory: Path, keys: Sequence[str]) -> dict[str, int]:
+    """``DIR/ports.json``'s ports, a free one added for each key it lacks."""
+    path = directory / "ports.json"
+    ports: dict[str, int] = {}
+    if path.exists():
+        ports = {k: int(v) for k, v in json.loads(path.read_text()).items()}
+    for key in keys:
+        if key not in ports:
+            ports[key] = procs.free_port()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ports, indent=2))
+    os.replace(tmp, path)
+    return ports
+
+
+def ensure_ledger_secret(directory: Path) -> Path:
+    """``DIR/auth/ledger.secret`` (0600), made once and kept across restarts: every
+    ledger's key derives from it (ledger/keys.py)."""
+    path = directory / "auth" / "ledger.secret"
+    if not path.exists():
+        write_secret(str(path))
+    return path
+
+
+def ensure_local_tls(directory: Path, hosts: Sequence[str]) -> CertPaths:
+    """``DIR/tls/``: a CA and the services' certificate (for ``hosts``), made once and
+    kept across restarts (clients trust ``ca.pem``; cluster.json names it)."""
+    base = directory / "tls"
+    cert = CertPaths(base / "services.pem", base / "services-key.pem", base / "ca.pem")
+    if not all(p.exists() for p in (cert.cert_file, cert.key_file, cert.ca_file)):
+        ca = make_ca(base / "ca", "Bookline local CA")
+        issued = issue(ca, base, "services", hosts=hosts)
+        (base / "ca.pem").write_bytes(ca.cert_file.read_bytes())
+        cert = CertPaths(issued.cert_file, issued.key_file, base / "ca.pem")
+    return cert
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def write_cluster_json(directory: Path, doc: dict[str, Any]) -> Path:
+    path = directory / "cluster.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def mark_stopped(directory: Path) -> None:
+    """Keep cluster.json, saying the cluster was stopped (and when)."""
+    path = directory / "cluster.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # never started far enough to write one
+    if isinstance(doc, dict):
+        doc.update(state=STOPPED, stopped_at=now_iso())
+        write_cluster_json(directory, doc)
