@@ -12,6 +12,7 @@ bookies and counts the entries the records landed in (their DLSNs).
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import os
 import time
@@ -77,8 +78,9 @@ async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
         await n.close()
 
 
-async def _entries_at(ns: Namespace, rate: float, seconds: float) -> tuple[int, int, float]:
-    """Write at ``rate`` (open loop) for ``seconds``; (records, entries, p50 ack ms)."""
+async def _entries_at(ns: Namespace, rate: float, seconds: float) -> tuple[int, list[int], float]:
+    """Write at ``rate`` (open loop) for ``seconds``; (records, records of each entry,
+    p50 ack ms)."""
     name = f"s{next(_names)}"
     await ns.create_stream(name)
     w = await ns.open_writer(name)
@@ -96,21 +98,26 @@ async def _entries_at(ns: Namespace, rate: float, seconds: float) -> tuple[int, 
         dlsns = await asyncio.gather(*futs)
     finally:
         await w.close()
-    entries = {(d.segment_seqno, d.entry_id) for d in dlsns}
+    entries = collections.Counter((d.segment_seqno, d.entry_id) for d in dlsns)
     lat.sort()
-    return len(dlsns), len(entries), lat[len(lat) // 2] * 1000
+    return len(dlsns), list(entries.values()), lat[len(lat) // 2] * 1000
 
 
 @pytest.mark.integration
 async def test_at_10000_per_s_entries_carry_many_records(ns: Namespace) -> None:
     records, entries, p50 = await _entries_at(ns, 10_000, 1.5)
-    print(f"10,000/s: {records} records in {entries} entries, ack p50 {p50:.2f} ms")
+    print(f"10,000/s: {records} records in {len(entries)} entries, ack p50 {p50:.2f} ms")
     # Before the pace: one entry per ~1 ms or per drained pipe, 6-13 records each.
-    assert records / entries >= 16
+    assert records / len(entries) >= 16
 
 
 @pytest.mark.integration
 async def test_at_1000_per_s_each_record_is_sent_at_once(ns: Namespace) -> None:
     records, entries, p50 = await _entries_at(ns, 1_000, 1.0)
-    print(f"1,000/s: {records} records in {entries} entries, ack p50 {p50:.2f} ms")
-    assert entries >= 0.8 * records  # nothing held back for company
+    singles = sum(1 for n in entries if n == 1)
+    print(f"1,000/s: {records} records in {len(entries)} entries, {singles} of one record,"
+          f" ack p50 {p50:.2f} ms")  # fmt: skip
+    # Nothing held back for company: a hold (2 ms at least) would gather 2-4 records
+    # into nearly every entry. A loaded machine still makes some entries of two or more
+    # (entries in flight longer than flush_interval_ms: the old rule), not most.
+    assert singles >= len(entries) / 2
