@@ -6,12 +6,15 @@ API, ``pyspark.sql.datasource``) so that ``spark.read.format("bookline")``,
 
 Layout (control flow in the callers, pure leaves):
 
-* :mod:`pipeline.options`  - option parsing (pure);
+* :mod:`pipeline.options`  - option parsing (pure): the read options, every name;
+  ``options_common`` (connection, strictness), ``options_sink`` (write options);
 * :mod:`pipeline.planning` - offsets -> sequence-id ranges -> segment slices (pure);
 * :mod:`pipeline.schema`   - row schema, records -> tuples / Arrow batches;
 * :mod:`pipeline.client`   - namespaces per process, snapshots, slice reads (I/O);
 * :mod:`pipeline.source`   - the DataSource, batch and streaming readers;
-* :mod:`pipeline.sink`     - batch and streaming writers, exactly once per batch id;
+* :mod:`pipeline.sink`     - batch and streaming writers, exactly once per batch id
+  (the driver's commit); ``sink_task`` (one task's rows), ``sink_marks`` (the
+  exactly-once protocol: tags, digests, markers);
 * :mod:`pipeline.examples` - the access-log example pipeline (``bookline pipeline demo``).
 
 The top-level module :mod:`pyspark_bookline` registers the format by itself in Spark

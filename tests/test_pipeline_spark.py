@@ -278,11 +278,11 @@ def test_a_retried_task_skips_the_rows_it_already_wrote(
 ) -> None:
     import pyarrow as pa
 
-    from pipeline import sink
+    from pipeline import sink_task
     from pipeline.options import parse_sink_options
     from pipeline.sink import Tag, write_batches
 
-    monkeypatch.setattr(sink, "WRITE_BATCH_RECORDS", 10)
+    monkeypatch.setattr(sink_task, "WRITE_BATCH_RECORDS", 10)
 
     stream = _name("retry")
     # A row buffers ~141 bytes: 10 rows fill the buffer, so the crash comes after 3 writes.
