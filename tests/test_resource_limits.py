@@ -136,8 +136,12 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         for s in open_hogs:
             assert is_closed_by_peer(s, max(0.1, deadline - time.monotonic()))
         counts = closed_counts(bookie.metrics_url())
-        assert counts.get("connections_max", 0) >= HOGS - CONNECTIONS_MAX
-        assert counts.get("buffered_bytes", 0) >= 1 and counts.get("idle", 0) >= 1, counts
+        # Every hog was closed, each for one of the three reasons. How many for which
+        # depends on timing: on a loaded machine the bookie accepts the hogs late, and
+        # idle sweeps of the first ones free slots for later ones.
+        assert sum(counts.values()) >= HOGS, counts
+        reasons = ("connections_max", "buffered_bytes", "idle")
+        assert all(counts.get(r, 0) >= 1 for r in reasons), counts
         # A new client gets a slot again.
         fresh = BookieConnection(bookie.address)
         try:
