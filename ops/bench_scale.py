@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from foundation.gctune import settle_heap
-from ops.compare_common import Latencies, TailProcess, e2e_with_reader, stamp_of, stamped
+from ops.compare_common import Latencies, TailProcess, e2e_with_reader, future_sender, stamp_of
 
 GB: Final = 1_000_000_000
 MB: Final = 1_000_000
@@ -179,17 +179,10 @@ async def _readers(layout: dict[str, Any], args: argparse.Namespace) -> dict[str
             params = {"zk": layout["zk"], "root": layout["root"], "stream": name,
                       "readers": count}  # fmt: skip
 
-            def send(scheduled: float, lat: Latencies, done: Callable[..., None],
-                     w: Any = w) -> None:  # fmt: skip
-                fut = w.write_nowait(LogRecord(stamped(scheduled, filler)))
+            def submit(payload: bytes, w: Any = w) -> asyncio.Future[Any]:
+                return w.write_nowait(LogRecord(payload))  # type: ignore[no-any-return]
 
-                def answered(f: asyncio.Future[Any]) -> None:
-                    exc = f.exception()
-                    if exc is None:
-                        lat.since(scheduled)
-                    done(exc)
-
-                fut.add_done_callback(answered)
+            send = future_sender(submit, filler)
 
             async def warm_up(w: Any = w) -> None:
                 await w.write(LogRecord(b"warm-up"))

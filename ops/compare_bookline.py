@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Final
 from foundation.gctune import settle_heap
 from ops.compare_common import (
     Latencies,
+    Sender,
     TailProcess,
     e2e_with_reader,
+    future_sender,
     paced_acks,
     stamp_of,
-    stamped,
     throughput,
 )
 
@@ -164,21 +165,10 @@ class BooklineCore:
             await self._drop(name)
         return throughput(records, record_bytes, elapsed)
 
-    def _sender(self, w: LogWriter, filler: bytes) -> Callable[..., None]:
+    def _sender(self, w: LogWriter, filler: bytes) -> Sender:
         from streams.records import LogRecord
 
-        def send(scheduled: float, lat: Latencies, done: Callable[..., None]) -> None:
-            fut = w.write_nowait(LogRecord(stamped(scheduled, filler)))
-
-            def answered(f: asyncio.Future[Any]) -> None:
-                exc = f.exception()
-                if exc is None:
-                    lat.since(scheduled)
-                done(exc)
-
-            fut.add_done_callback(answered)
-
-        return send
+        return future_sender(lambda payload: w.write_nowait(LogRecord(payload)), filler)
 
     async def ack_latency(self, rate: float, seconds: float, record_bytes: int) -> dict[str, Any]:
         from streams.records import LogRecord
@@ -335,21 +325,9 @@ class BooklineThin:
         await self._drop(name)
         return throughput(records, record_bytes, elapsed)
 
-    def _sender(self, name: str, filler: bytes) -> Callable[..., None]:
+    def _sender(self, name: str, filler: bytes) -> Sender:
         client = self.client
-
-        def send(scheduled: float, lat: Latencies, done: Callable[..., None]) -> None:
-            fut = client.write_nowait(name, stamped(scheduled, filler))
-
-            def answered(f: asyncio.Future[Any]) -> None:
-                exc = f.exception()
-                if exc is None:
-                    lat.since(scheduled)
-                done(exc)
-
-            fut.add_done_callback(answered)
-
-        return send
+        return future_sender(lambda payload: client.write_nowait(name, payload), filler)
 
     async def ack_latency(self, rate: float, seconds: float, record_bytes: int) -> dict[str, Any]:
         name = _name("thin-ack")

@@ -197,6 +197,29 @@ async def paced_acks(
     }
 
 
+Sender = Callable[[float, "Latencies", Callable[..., None]], None]
+
+
+def future_sender(submit: Callable[[bytes], asyncio.Future[Any]], filler: bytes) -> Sender:
+    """:func:`paced_acks`'s ``send`` around ``submit(payload) -> future`` (a writer's
+    ``write_nowait``, or a task for clients without one): the payload is stamped with
+    its scheduled time; when the future resolves the latency is recorded and ``done``
+    is told, with the exception when it failed."""
+
+    def send(scheduled: float, lat: Latencies, done: Callable[..., None]) -> None:
+        fut = submit(stamped(scheduled, filler))
+
+        def answered(f: asyncio.Future[Any]) -> None:
+            exc = f.exception()
+            if exc is None:
+                lat.since(scheduled)
+            done(exc)
+
+        fut.add_done_callback(answered)
+
+    return send
+
+
 TailMain = Callable[[dict[str, Any], int, Callable[[], None]], Coroutine[Any, Any, Latencies]]
 
 

@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any, Final
 from ops import procs
 from ops.compare_common import (
     Latencies,
+    Sender,
     TailProcess,
     e2e_with_reader,
+    future_sender,
     paced_acks,
     stamp_of,
-    stamped,
     throughput,
 )
 
@@ -361,25 +362,14 @@ class JetStream:
         finally:
             await self.js.delete_stream(name)
 
-    def _sender(self, subject: str, filler: bytes) -> Callable[..., None]:
+    def _sender(self, subject: str, filler: bytes) -> Sender:
         js = self.js
         loop = asyncio.get_running_loop()
 
         async def one(payload: bytes) -> None:
             await (await js.publish_async(subject, payload))
 
-        def send(scheduled: float, lat: Latencies, done: Callable[..., None]) -> None:
-            task = loop.create_task(one(stamped(scheduled, filler)))
-
-            def answered(t: asyncio.Task[None]) -> None:
-                exc = t.exception()
-                if exc is None:
-                    lat.since(scheduled)
-                done(exc)
-
-            task.add_done_callback(answered)
-
-        return send
+        return future_sender(lambda payload: loop.create_task(one(payload)), filler)
 
     async def ack_latency(self, rate: float, seconds: float, record_bytes: int) -> dict[str, Any]:
         name, subject = await self._stream("ack")

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any, Final
 from ops import procs
 from ops.compare_common import (
     Latencies,
+    Sender,
     TailProcess,
     e2e_with_reader,
+    future_sender,
     paced_acks,
     stamp_of,
-    stamped,
     throughput,
 )
 
@@ -232,25 +233,14 @@ class RedisStreams:
         await r.delete(key)
         return throughput(records, record_bytes, elapsed)
 
-    def _sender(self, key: str, filler: bytes) -> Callable[..., None]:
+    def _sender(self, key: str, filler: bytes) -> Sender:
         r = self.r
         loop = asyncio.get_running_loop()
 
         async def one(payload: bytes) -> None:
             await r.xadd(key, {"v": payload})
 
-        def send(scheduled: float, lat: Latencies, done: Callable[..., None]) -> None:
-            task = loop.create_task(one(stamped(scheduled, filler)))
-
-            def answered(t: asyncio.Task[Any]) -> None:
-                exc = t.exception()
-                if exc is None:
-                    lat.since(scheduled)
-                done(exc)
-
-            task.add_done_callback(answered)
-
-        return send
+        return future_sender(lambda payload: loop.create_task(one(payload)), filler)
 
     async def ack_latency(self, rate: float, seconds: float, record_bytes: int) -> dict[str, Any]:
         key = _key("ack")
