@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, BooklineError, ConfigError
 from foundation.names import validate_name
+from ops.cli_common import table
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -139,7 +140,7 @@ def _show_topic(topic: dict[str, Any], as_json: bool, text: str) -> None:
     print(text)
     options = topic.get("options") or {}
     rows = [("partitions", topic["partitions"]), *sorted(options.items())]
-    _table("", ("setting", "value"), rows)
+    table("", ("setting", "value"), rows)
 
 
 async def _list(client: ProxyClient, as_json: bool) -> None:
@@ -151,7 +152,7 @@ async def _list(client: ProxyClient, as_json: bool) -> None:
         print(json.dumps({"topics": listed}))
         return
     rows = [(t["name"], t["partitions"], _options_text(t.get("options") or {})) for t in topics]
-    _table("", ("topic", "partitions", "options"), rows)
+    table("", ("topic", "partitions", "options"), rows)
 
 
 def _options_text(options: dict[str, Any]) -> str:
@@ -178,32 +179,11 @@ async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
         for p in parts
     ]
     total = sum(p["end_offset"] - p["start_offset"] for p in parts)
-    _table(
+    table(
         f"{total} records",
         ("partition", "start", "end", "records", "bytes", "segments", "owner"),
         rows,
     )
-
-
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A table with ``rich`` when it is installed, plain aligned columns otherwise."""
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        cells = [list(columns), *([str(v) for v in row] for row in rows)]
-        widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
-        if title:
-            print(title)
-        for r in cells:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
-        return
-    table = Table(title=title or None, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*(str(v) for v in row))
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 # -- produce ---------------------------------------------------------------------------
@@ -288,7 +268,7 @@ def _produce_report(results: list[tuple[int, int] | BaseException], as_json: boo
     else:
         rows = [(p, v["records"], v["first_offset"], v["last_offset"])
                 for p, v in partitions.items()]  # fmt: skip
-        _table(f"{summary['records']} records produced", ("partition", "records", "first offset",
+        table(f"{summary['records']} records produced", ("partition", "records", "first offset",
                                                           "last offset"), rows)  # fmt: skip
         for exc in failed[:ERRORS_SHOWN_MAX]:
             print(f"bookline: produce failed: {_error_text(exc)}", file=sys.stderr)
