@@ -11,7 +11,7 @@ import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from foundation.errors import BooklineError, TooManyRequestsError
 from readproxy.config import ReadProxyConfig
@@ -35,6 +35,16 @@ async def close_quietly(reader: LogReader) -> None:
         log.warning("closing a reader of %s: %s", reader.stream, exc)
 
 
+T = TypeVar("T")
+# Idle readers by (stream, the sequence id their next page starts at), oldest first.
+_Pool = collections.OrderedDict[tuple[str, int], tuple["LogReader", float]]
+
+
+def _key(name: str, start: StartPosition) -> tuple[str, int] | None:
+    """Where a kept reader is found again: only reads from a sequence id."""
+    return (name, start.value) if start.kind.value == "sequence" else None
+
+
 class ReaderPool:
     """Private readers for range reads and catch-up, kept between pages: the reader a
     page ended with is found again by ``(stream, next sequence id)``."""
@@ -43,14 +53,10 @@ class ReaderPool:
         self.ns = ns
         self.cfg = config
         self.metrics = metrics
-        self._idle: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
-            collections.OrderedDict()
-        )
+        self._idle: _Pool = collections.OrderedDict()
         # Readers of record sets (read_sets) are kept apart: one that handed out whole
         # sets is never left mid-set, which a records reader may be.
-        self._idle_sets: collections.OrderedDict[tuple[str, int], tuple[LogReader, float]] = (
-            collections.OrderedDict()
-        )
+        self._idle_sets: _Pool = collections.OrderedDict()
         self.busy = 0
 
     async def read(
@@ -65,8 +71,46 @@ class ReaderPool:
         """Up to ``records_max`` records from ``start``, by the reader a previous page
         ended at when there is one; ``before_open`` runs (and may raise) only when a
         new reader has to be opened (a check that one kept between pages needs not)."""
-        key = (name, start.value) if start.kind.value == "sequence" else None
-        entry = self._idle.pop(key, None) if key is not None else None
+        key = _key(name, start)
+        reader, recs = await self._borrow(
+            self._idle, key, name, start,
+            lambda r: r.read_many(records_max, timeout_s=timeout_s), before_open=before_open,
+        )  # fmt: skip
+        self._count(recs)
+        after = (name, recs[-1].sequence_id + 1) if recs else None
+        await self._give_back(self._idle, after or key, reader)
+        return recs
+
+    async def read_sets(
+        self, name: str, start: StartPosition, bytes_max: int, timeout_s: float
+    ) -> list[RawRecordSet]:
+        """Whole record sets from ``start`` (about ``bytes_max`` of them), by the reader
+        a previous call ended at when there is one, as :meth:`read`."""
+        key = _key(name, start)
+        reader, sets = await self._borrow(
+            self._idle_sets, key, name, start,
+            lambda r: r.read_record_sets(bytes_max, timeout_s=timeout_s),
+        )  # fmt: skip
+        if sets:
+            self.metrics.core_entries.labels("private").inc(len(sets))
+        after = (name, sets[-1].next_sequence_id) if sets else None
+        await self._give_back(self._idle_sets, after or key, reader)
+        return sets
+
+    async def _borrow(
+        self,
+        pool: _Pool,
+        key: tuple[str, int] | None,
+        name: str,
+        start: StartPosition,
+        use: Callable[[LogReader], Awaitable[T]],
+        *,
+        before_open: Callable[[], Awaitable[None]] | None = None,
+    ) -> tuple[LogReader, T]:
+        """``use`` the reader kept in ``pool`` under ``key``, else a new one (within
+        ``private_readers_max``: the oldest idle one is closed first, 429 when every
+        one is busy); a reader whose ``use`` failed is closed."""
+        entry = pool.pop(key, None) if key is not None else None
         if entry is None and self._count_all() >= self.cfg.private_readers_max:
             await self._close_oldest()
             if self.busy >= self.cfg.private_readers_max:
@@ -83,65 +127,28 @@ class ReaderPool:
                 )
             )
             try:
-                recs = await reader.read_many(records_max, timeout_s=timeout_s)
+                got = await use(reader)
             except BaseException:
                 await close_quietly(reader)
                 raise
         finally:
             self.busy -= 1
-        self._count(recs)
-        if recs:
-            self._park((name, recs[-1].sequence_id + 1), reader)
-        elif key is not None:
-            self._park(key, reader)
-        else:
-            await close_quietly(reader)
-        return recs
+        return reader, got
 
-    async def read_sets(
-        self, name: str, start: StartPosition, bytes_max: int, timeout_s: float
-    ) -> list[RawRecordSet]:
-        """Whole record sets from ``start`` (about ``bytes_max`` of them), by the reader
-        a previous call ended at when there is one, as :meth:`read`."""
-        key = (name, start.value) if start.kind.value == "sequence" else None
-        entry = self._idle_sets.pop(key, None) if key is not None else None
-        if entry is None and self._count_all() >= self.cfg.private_readers_max:
-            await self._close_oldest()
-            if self.busy >= self.cfg.private_readers_max:
-                raise TooManyRequestsError("every private reader of this proxy is busy")
-        self.busy += 1
-        try:
-            reader = (
-                entry[0]
-                if entry is not None
-                else await self.ns.open_reader(
-                    name, start, skip_truncated=start.kind.value == "earliest"
-                )
-            )
-            try:
-                sets = await reader.read_record_sets(bytes_max, timeout_s=timeout_s)
-            except BaseException:
-                await close_quietly(reader)
-                raise
-        finally:
-            self.busy -= 1
-        if sets:
-            self.metrics.core_entries.labels("private").inc(len(sets))
-            self._park_set((name, sets[-1].next_sequence_id), reader)
-        elif key is not None:
-            self._park_set(key, reader)
-        else:
+    async def _give_back(self, pool: _Pool, key: tuple[str, int] | None, reader: LogReader) -> None:
+        """Keep ``reader`` for the page that starts at ``key``; closed when there is
+        no such key (a read not from a sequence id that returned nothing)."""
+        if key is None:
             await close_quietly(reader)
-        return sets
+            return
+        old = pool.pop(key, None)
+        pool[key] = (reader, time.monotonic())
+        if old is not None:
+            asyncio.get_running_loop().create_task(close_quietly(old[0]))
+        self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
 
     def _count_all(self) -> int:
         return self.busy + len(self._idle) + len(self._idle_sets)
-
-    def _park_set(self, key: tuple[str, int], reader: LogReader) -> None:
-        old = self._idle_sets.pop(key, None)
-        self._idle_sets[key] = (reader, time.monotonic())
-        if old is not None:
-            asyncio.get_running_loop().create_task(close_quietly(old[0]))
 
     def _count(self, recs: list[ReadRecord]) -> None:
         if not recs:
@@ -150,13 +157,6 @@ class ReaderPool:
         entries = len({(r[1], r[2]) for r in recs})
         self.metrics.core_records.labels("private").inc(len(recs))
         self.metrics.core_entries.labels("private").inc(entries)
-
-    def _park(self, key: tuple[str, int], reader: LogReader) -> None:
-        old = self._idle.pop(key, None)
-        self._idle[key] = (reader, time.monotonic())
-        if old is not None:
-            asyncio.get_running_loop().create_task(close_quietly(old[0]))
-        self.metrics.private_readers.set(len(self._idle))
 
     async def _close_oldest(self) -> None:
         pool = self._idle if self._idle or not self._idle_sets else self._idle_sets
