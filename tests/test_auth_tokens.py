@@ -99,7 +99,7 @@ def test_expiry_of_non_ascii_digits_is_a_malformed_token(expiry: str) -> None:
 
 
 # Every Unicode decimal digit (str.isdigit() says yes to all of them).
-DIGITS = st.characters(categories=("Nd",))
+DIGITS = st.characters(categories=["Nd"])
 B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 
