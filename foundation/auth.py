@@ -20,8 +20,10 @@ Grants
 ------
 Per principal a list of ``(permission, kind, prefix)``: permission in ``produce``,
 ``consume``, ``admin`` (admin implies the other two), kind in ``stream``, ``topic``,
-``group``, ``cluster``, and a name prefix (``""`` matches every name). Superusers (and
-always :data:`SERVICE_PRINCIPAL`, the cluster's own services) may do everything.
+``group``, ``cluster``, and a name prefix (``""`` matches every name). Superusers may do
+everything. :data:`SERVICE_PRINCIPAL`, the cluster's own services, may administer the
+cluster (the bookies' inventory requests) and nothing of a tenant's: no stream, topic or
+group (least privilege; the proxies refuse it on every route that is not open).
 
 Files (TOML, or JSON when the name ends in ``.json``)::
 
@@ -49,6 +51,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets as _secrets
 import stat
 import tomllib
@@ -78,6 +81,7 @@ __all__ = [
     "load_static_tokens",
     "read_token_file",
     "sign_token",
+    "token_expiry",
     "verify_token",
     "write_secret_file",
 ]
@@ -90,9 +94,9 @@ KINDS: Final[tuple[str, ...]] = get_args(Kind)
 TOKEN_VERSION: Final = "bl1"
 # Where clients look for a token when none is given.
 TOKEN_ENV: Final = "BOOKLINE_TOKEN"
-# The principal the cluster's own services use (proxies calling each other,
-# autorecovery); only a holder of the secret can sign for it, and that holder could
-# sign for anyone anyway.
+# The principal the cluster's own services use among themselves (to the bookies, for
+# another service's /health); only a holder of the secret can sign for it. It may do
+# what services need of each other and nothing of a tenant's (Grants.allows).
 SERVICE_PRINCIPAL: Final = "bookline-service"
 # Principals are names in logs and grants, not data: short and printable.
 PRINCIPAL_CHARS_MAX: Final = 128
@@ -101,6 +105,9 @@ TOKEN_CHARS_MAX: Final = 1024
 # 32 random bytes: the HMAC-SHA256 key size; shorter secrets are refused.
 SECRET_BYTES_MIN: Final = 16
 _SECRET_BYTES: Final = 32
+# An expiry is ASCII digits only: str.isdigit() also takes Arabic-Indic, fullwidth and
+# superscript digits, which int() reads (or not) and ASCII encoding refuses.
+_EXPIRY: Final = re.compile(r"[0-9]{1,20}")
 
 
 def _b64(data: bytes) -> str:
@@ -132,9 +139,12 @@ def sign_token(secret: bytes, principal: str, expires_at: float) -> str:
 
 
 def _parse(token: str) -> tuple[str, str, int, bytes]:
-    """(signed payload, principal, expiry, signature) or UnauthenticatedError."""
-    parts = token.split(".") if len(token) <= TOKEN_CHARS_MAX else []
-    if len(parts) != 4 or parts[0] != TOKEN_VERSION or not parts[2].isdigit():
+    """(signed payload, principal, expiry, signature) or UnauthenticatedError; any
+    malformed part (non-ASCII anywhere, an expiry that is not ASCII digits, bad base64,
+    a principal that is not UTF-8) is refused here, never an exception of another kind."""
+    ok = len(token) <= TOKEN_CHARS_MAX and token.isascii()
+    parts = token.split(".") if ok else []
+    if len(parts) != 4 or parts[0] != TOKEN_VERSION or not _EXPIRY.fullmatch(parts[2]):
         raise UnauthenticatedError("malformed token")
     try:
         principal = _unb64(parts[1]).decode("utf-8")
@@ -159,6 +169,18 @@ def verify_token(secrets: Sequence[bytes], token: str, now: float) -> str:
         return _check_principal(principal)
     except ValueError as exc:
         raise UnauthenticatedError("malformed token") from exc
+
+
+def token_expiry(token: str) -> float | None:
+    """When a signed token says it expires (unix seconds), unverified: what a client
+    renews by and a server holds a connection to after verifying it; None for a static
+    or malformed token."""
+    if not token.startswith(f"{TOKEN_VERSION}."):
+        return None
+    try:
+        return float(_parse(token)[2])
+    except UnauthenticatedError:
+        return None
 
 
 def env_token() -> str | None:
@@ -196,6 +218,8 @@ class Authenticator:
     static_tokens: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def principal(self, token: str, now: float) -> str:
+        if not token.isascii() or not token.isprintable():  # tokens are printable ASCII
+            raise UnauthenticatedError("malformed token")
         if token.startswith(f"{TOKEN_VERSION}.") and self.secrets:
             return verify_token(self.secrets, token, now)
         if len(token) <= TOKEN_CHARS_MAX and self.static_tokens:
@@ -231,7 +255,9 @@ class Grants:
     superusers: frozenset[str] = frozenset()
 
     def allows(self, principal: str, permission: str, kind: str, name: str) -> bool:
-        if principal == SERVICE_PRINCIPAL or principal in self.superusers:
+        if principal == SERVICE_PRINCIPAL:  # the services' own: the cluster, no tenant's
+            return kind == "cluster"
+        if principal in self.superusers:
             return True
         grants = self.by_principal.get(principal, ())
         return any(grant.allows(permission, kind, name) for grant in grants)

@@ -12,6 +12,10 @@ answer 503, so a load balancer or a process supervisor can act on the status alo
 
 :class:`RecentErrors` keeps the process's last WARNING-and-above log records (bounded)
 for the ``recent_errors`` field, which the dashboard shows.
+
+Log lines and details may name streams, topics and groups; a service whose ``/health``
+is open to anyone answers callers without the right token :func:`public_health`: only
+whether it is up (:data:`PUBLIC_FIELDS`), nothing of tenants' data.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import threading
 import time
 from typing import Any, Final
 
-__all__ = ["RecentErrors", "State", "health_body", "http_status"]
+__all__ = ["PUBLIC_FIELDS", "RecentErrors", "State", "health_body", "http_status", "public_health"]
 
 # Log records kept for /health: enough to see what went wrong lately, small to send.
 RECENT_ERRORS_MAX: Final = 20
@@ -44,6 +48,16 @@ _SERVING: Final = frozenset({State.OK, State.DEGRADED})
 
 def http_status(state: State) -> int:
     return 200 if state in _SERVING else 503
+
+
+# What /health tells anyone: which service, and whether (and why) it serves. ``why`` is
+# one of each service's fixed sentences, never a name or a log line.
+PUBLIC_FIELDS: Final = ("service", "id", "state", "status", "why", "time_ms")
+
+
+def public_health(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without anything but :data:`PUBLIC_FIELDS` (no details, no log lines)."""
+    return {key: body[key] for key in PUBLIC_FIELDS if key in body}
 
 
 def health_body(

@@ -7,17 +7,25 @@ whose ``auth_enabled`` is set:
    it needs; a route without a rule is refused (fail closed), and
    :func:`check_rules` makes a proxy with such a route fail at start;
 2. open routes (``/health``, ``/metrics``, ``/openapi.json``, the dashboard's static
-   files) pass: probes and scrapers carry no credentials, and none of them shows
-   records or secrets (the dashboard's data, ``/v1/cluster``, needs an admin token);
-3. otherwise the token -- ``Authorization: Bearer <token>``; on a WebSocket upgrade also
-   the ``token`` query parameter, since browsers cannot set headers there -- names the
-   principal (401 UNAUTHENTICATED and ``WWW-Authenticate: Bearer`` when it is missing
-   or does not check out), whose grants must allow the route's permission on the
-   name in the path (403 FORBIDDEN).
+   files) pass: probes and scrapers carry no credentials. Without a token ``/health``
+   and ``/metrics`` say only whether the service is up and how it performs, nothing of
+   tenants' data; a token allowed ``consume`` on the cluster (admins, the services'
+   own principal) sees the detail (:func:`sees_detail`);
+3. otherwise the token -- ``Authorization: Bearer <token>``; on the WebSocket tail's
+   real upgrade (and nowhere else) also the ``token`` query parameter, since browsers
+   cannot set headers there -- names the principal (401 UNAUTHENTICATED and
+   ``WWW-Authenticate: Bearer`` when it is missing or does not check out), whose grants
+   must allow the route's permission on the name in the path (403 FORBIDDEN). The
+   services' own principal (:data:`~foundation.auth.SERVICE_PRINCIPAL`) gets 403 on
+   every such route: the cluster's services never call them, so its token is no key
+   to tenants' data.
 
 Names a route carries in its body (create stream/topic, a group's topics on join,
 commit and reset) are checked by the handler with :func:`require`, which is a no-op
-when auth is off.
+when auth is off. A connection is marked authenticated (:func:`httpapi.strict.
+mark_authenticated`) by its first request whose token checks out, which lifts the short
+deadline of connections that have not shown one; a WebSocket's token expiry is kept on
+the request (:func:`token_expiry`) so the tail can end at it.
 """
 
 from __future__ import annotations
@@ -30,8 +38,16 @@ from typing import Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from foundation.auth import AuthConfig, Authority, load_authority
-from foundation.errors import ConfigError, ForbiddenError
+from foundation.auth import (
+    SERVICE_PRINCIPAL,
+    AuthConfig,
+    Authority,
+    env_token,
+    load_authority,
+)
+from foundation.auth import token_expiry as _signed_expiry
+from foundation.errors import ConfigError, ForbiddenError, UnauthenticatedError
+from httpapi import strict
 
 __all__ = [
     "ROUTE_RULES",
@@ -42,14 +58,20 @@ __all__ = [
     "check_rules",
     "principal_of",
     "require",
+    "sees_detail",
+    "service_token_source",
+    "token_expiry",
 ]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _PRINCIPAL: Final = "bookline.principal"  # request key of who asked
 _AUTHORITY: Final = "bookline.authority"  # request key of the Authority in force
+_EXPIRES: Final = "bookline.expires"  # request key of the token's expiry (unix s)
 # The query parameter a browser's WebSocket puts its token in.
 WS_TOKEN_PARAM: Final = "token"
+# A service token minted for one /health call: long enough for the call, no longer.
+SERVICE_TOKEN_LIFETIME_S: Final = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +85,8 @@ class Rule:
     key: str = ""
     open: bool = False
     check_body: bool = False
+    # The WebSocket tail: a real upgrade may carry its token in the query string.
+    query_token: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -103,7 +127,7 @@ ROUTE_RULES: Final[dict[tuple[str, str], Rule]] = {
     ("POST", f"{_S}/records"): _on("stream", "name", "produce"),
     ("GET", f"{_S}/records"): _on("stream", "name", "consume"),
     ("GET", f"{_S}/recordsets"): _on("stream", "name", "consume"),
-    ("GET", f"{_S}/tail"): _on("stream", "name", "consume"),
+    ("GET", f"{_S}/tail"): Rule(("consume",), "stream", "name", query_token=True),
     ("POST", f"{_S}/heartbeat"): _on("stream", "name", "produce"),
     ("POST", f"{_S}/release"): _on("stream", "name", "produce"),
     ("GET", f"{_S}/owner"): _on("stream", "name", "produce", "consume"),
@@ -140,15 +164,64 @@ def _route_key(request: web.Request) -> tuple[str, str] | None:
     return method, resource.canonical
 
 
-def bearer_token(request: web.Request) -> str | None:
-    """The token a request carries, or None."""
+def _is_websocket_upgrade(request: web.Request) -> bool:
+    """A real WebSocket handshake (RFC 6455 4.1): GET, ``Connection: upgrade``,
+    ``Upgrade: websocket``, version 13 and a key -- not just an ``Upgrade`` header."""
+    headers = request.headers
+    connection = {t.strip().lower() for t in headers.get(hdrs.CONNECTION, "").split(",")}
+    return (
+        request.method == hdrs.METH_GET
+        and "upgrade" in connection
+        and headers.get(hdrs.UPGRADE, "").strip().lower() == "websocket"
+        and headers.get(hdrs.SEC_WEBSOCKET_VERSION, "").strip() == "13"
+        and bool(headers.get(hdrs.SEC_WEBSOCKET_KEY, "").strip())
+    )
+
+
+def bearer_token(request: web.Request, rule: Rule | None = None) -> str | None:
+    """The token a request carries, or None. The query parameter counts only on a
+    route whose ``rule`` allows it (the tail), on a real WebSocket upgrade."""
     header = request.headers.get(hdrs.AUTHORIZATION, "")
     scheme, _sep, value = header.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    if request.headers.get(hdrs.UPGRADE, "").lower() == "websocket":
+    if rule is not None and rule.query_token and _is_websocket_upgrade(request):
         return request.query.get(WS_TOKEN_PARAM) or None
     return None
+
+
+def token_expiry(request: web.Request) -> float | None:
+    """When the token that authenticated ``request`` expires (unix seconds); None when
+    auth is off, the route is open or the token is static."""
+    expires = request.get(_EXPIRES)
+    return expires if isinstance(expires, float) else None
+
+
+def sees_detail(request: web.Request) -> bool:
+    """Whether ``/health`` and ``/metrics`` may show tenants' names to this request:
+    auth off, or a valid token allowed ``consume`` on the cluster (an admin, the
+    services' own principal, a scraper granted just that)."""
+    authority = request.get(_AUTHORITY)
+    if not isinstance(authority, Authority):
+        return True
+    token = bearer_token(request)
+    if token is None:
+        return False
+    try:
+        principal = authority.authenticate(token, time.time())
+    except UnauthenticatedError:
+        return False
+    return authority.grants.allows(principal, "consume", "cluster", "")
+
+
+def service_token_source(config: AuthConfig) -> Callable[[], str | None]:
+    """What a proxy presents to another service's ``/health``: a fresh token of the
+    services' principal signed with its own secret, else ``$BOOKLINE_TOKEN``."""
+    authority = load_authority(config)
+    if authority is None or not authority.authenticator.secrets:
+        return env_token
+    signer = authority
+    return lambda: signer.service_token(time.time(), SERVICE_TOKEN_LIFETIME_S)
 
 
 def principal_of(request: web.Request) -> str | None:
@@ -170,6 +243,8 @@ def require(request: web.Request, permission: str, kind: str, name: str) -> None
 
 
 def _authorize(authority: Authority, principal: str, rule: Rule, request: web.Request) -> None:
+    if principal == SERVICE_PRINCIPAL:  # least privilege: no tenant route (docstring)
+        raise ForbiddenError(f"{principal!r} may not use {request.method} {request.path}")
     if not rule.permissions:
         return
     name = request.match_info.get(rule.key, "") if rule.key else ""
@@ -191,12 +266,16 @@ def auth_middleware(authority: Authority, clock: Callable[[], float] = time.time
         rule = ROUTE_RULES.get(key)
         if rule is None:
             raise ForbiddenError(f"{key[0]} {key[1]} has no access rule")
+        request[_AUTHORITY] = authority
         if rule.open:
             return await handler(request)
-        principal = authority.authenticate(bearer_token(request), clock())
+        token = bearer_token(request, rule)
+        principal = authority.authenticate(token, clock())
+        strict.mark_authenticated(request)  # a valid token: no longer a stranger
         _authorize(authority, principal, rule, request)
         request[_PRINCIPAL] = principal
-        request[_AUTHORITY] = authority
+        if token is not None:
+            request[_EXPIRES] = _signed_expiry(token)
         return await handler(request)
 
     return middleware

@@ -9,7 +9,10 @@ layer's figures as Prometheus families, and the ``/health`` answer.
   scrape time (``bookline_ledger_*``, and with ``autorecovery=True`` the
   ``bookline_autorecovery_*`` families that the replication workers count);
 * :func:`health_response` -- a :mod:`foundation.health` body with its status (200 while
-  serving, 503 otherwise).
+  serving, 503 otherwise); without ``detail`` only its public fields;
+* :class:`PublicMetrics` -- a registry without the families labelled by tenants'
+  names (:data:`TENANT_LABELS`), what ``/metrics`` serves to a scraper without a token
+  allowed to see them (docs/security.md).
 
 Family names and meanings: ``docs/metrics.md``.
 """
@@ -27,12 +30,14 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from foundation.health import State, http_status
+from foundation.health import State, http_status, public_health
 from ledger.metrics import LatencyHistogram, LedgerMetrics
 
 __all__ = [
     "REQUEST_BUCKETS_S",
+    "TENANT_LABELS",
     "LedgerCollector",
+    "PublicMetrics",
     "counter_value",
     "health_response",
     "histogram_totals",
@@ -83,9 +88,28 @@ def latency_middleware(histogram: Histogram) -> Middleware:
     return middleware
 
 
-def health_response(body: dict[str, Any]) -> web.Response:
-    """``/health``: always JSON (a probe need not negotiate), 503 unless serving."""
-    return web.json_response(body, status=http_status(State(body["state"])))
+# Label names whose values are tenants' names (a group's lag by topic, ...).
+TENANT_LABELS: Final = frozenset({"stream", "topic", "group", "partition", "name"})
+
+
+def health_response(body: dict[str, Any], *, detail: bool = True) -> web.Response:
+    """``/health``: always JSON (a probe need not negotiate), 503 unless serving; only
+    the public fields (:func:`foundation.health.public_health`) without ``detail``."""
+    shown = body if detail else public_health(body)
+    return web.json_response(shown, status=http_status(State(body["state"])))
+
+
+class PublicMetrics(Collector):
+    """The families of ``registry`` that no tenant label names (whole families are left
+    out, so what is served stays a family's complete set of samples or nothing)."""
+
+    def __init__(self, registry: Collector) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
+                yield family
 
 
 def counter_value(counter: Counter) -> float:

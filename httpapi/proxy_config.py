@@ -60,6 +60,12 @@ class ProxyConfig:
     auth_grants_file: str = ""
     # Static tokens: SHA-256 hex per principal (TOML or JSON), beside signed ones.
     auth_tokens_file: str = ""
+    # With auth on: connections that have not yet shown a valid token, at most (the
+    # oldest is closed to make room; they cannot take the slots of authenticated ones).
+    unauthenticated_connections_max: int = 256
+    # With auth on: a connection without a valid token by then is closed (a silent or
+    # slow client without credentials holds a slot this long at most).
+    unauthenticated_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         self.check_common()
@@ -72,6 +78,7 @@ class ProxyConfig:
                 f"{self.SECTION}.connections_max, idle_timeout_s and body_timeout_s must be "
                 "positive"
             )
+        self.require_positive("unauthenticated_connections_max", "unauthenticated_timeout_s")
         validate_name(self.proxy_id, "proxy id")
         validate_name(self.namespace, "namespace")
         if not 0 <= self.port <= 65535:

@@ -34,7 +34,8 @@ from foundation.errors import (
     TooLargeError,
     UnknownError,
 )
-from httpapi import strict, wire
+from httpapi import auth, strict, wire
+from httpapi.monitoring import PublicMetrics
 from httpapi.status import http_status
 
 if TYPE_CHECKING:
@@ -141,8 +142,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def metrics_handler(registry: CollectorRegistry) -> Handler:
+    """``/metrics``; families labelled by tenants' names only for a token that may see
+    them (:func:`httpapi.auth.sees_detail`; all of them with auth off)."""
+    public = PublicMetrics(registry)
+
     async def handler(request: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(registry))
+        shown = registry if auth.sees_detail(request) else public
+        resp = web.Response(body=generate_latest(shown))
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
@@ -247,6 +253,9 @@ async def start_site(app: web.Application, config: ProxyConfig) -> tuple[web.App
         app,
         connections_max=config.connections_max,
         idle_timeout_s=config.idle_timeout_s,
+        vetting=config.auth_enabled,  # strangers' budget and deadline (httpapi.strict)
+        strangers_max=config.unauthenticated_connections_max,
+        stranger_timeout_s=config.unauthenticated_timeout_s,
         access_log=ACCESS_LOG,
         access_log_class=AccessLog,
         shutdown_timeout=SHUTDOWN_ANSWER_S,

@@ -9,6 +9,16 @@ whose :meth:`~_StrictRequestHandler.handle_error` answers those with the documen
 request's headers that never finish) are closed by aiohttp's keep-alive timer, which
 starts when the connection is accepted; the runner sets it from ``idle_timeout_s``.
 
+With auth on, a connection is a *stranger* until one of its requests presents a valid
+token (the auth middleware calls :func:`mark_authenticated`). Strangers have a budget
+of their own (``unauthenticated_connections_max``) and a short life
+(``unauthenticated_timeout_s``): when they are over their budget, or every connection
+slot is taken, the oldest stranger is closed to make room for the new connection, and a
+stranger still without a valid token at its deadline is closed. So silent or slow
+clients without credentials cannot hold the slots authenticated clients need: a new
+client gets in by evicting the oldest stranger and keeps its connection once its first
+request authenticates.
+
 Answers to errors inside a request (unknown route, wrong method, bodies) are the error
 middleware's (:mod:`httpapi.server`); :func:`http_error` maps aiohttp's own
 ``HTTPException`` there.
@@ -48,6 +58,7 @@ __all__ = [
     "check_media_type",
     "count_closed",
     "http_error",
+    "mark_authenticated",
     "parser_error_body",
     "scrub_message",
 ]
@@ -57,8 +68,14 @@ MESSAGE_CHARS_MAX: Final = 200
 # A flood of refused connections logs one line this often, with the count.
 REFUSAL_LOG_INTERVAL_S: Final = 10.0
 # Why a proxy closed a connection (the reason label of its connections_closed counter):
-# one connection too many, a body that did not arrive within body_timeout_s.
-CONNECTION_LIMITS: Final = ("connections_max", "body_timeout")
+# one connection too many, a body that did not arrive within body_timeout_s, a stranger
+# (no valid token yet) evicted to make room, a stranger at its deadline.
+CONNECTION_LIMITS: Final = (
+    "connections_max",
+    "body_timeout",
+    "unauthenticated_evicted",
+    "unauthenticated_timeout",
+)
 # Where proxy_app keeps the proxy's connections_closed counter.
 CONNECTIONS_CLOSED: Final = web.AppKey("connections_closed", Counter)
 
@@ -161,18 +178,65 @@ def parser_error_body(status: int, exc: BaseException | None) -> tuple[BooklineE
     return error, wire.encode_error(error, wire.JSON)
 
 
-class _StrictRequestHandler(RequestHandler):
-    """aiohttp's connection handler with JSON error answers and a connection limit."""
+def mark_authenticated(request: web.BaseRequest) -> None:
+    """The connection of ``request`` presented a valid token: no longer a stranger."""
+    handler = request.protocol
+    if isinstance(handler, _StrictRequestHandler):
+        handler.vouch()
 
-    __slots__ = ()
+
+class _StrictRequestHandler(RequestHandler):
+    """aiohttp's connection handler with JSON error answers, a connection limit and
+    the strangers' budget and deadline (module docstring)."""
+
+    __slots__ = ("_stranger_deadline",)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self._stranger_deadline: asyncio.TimerHandle | None = None
         manager = self._manager
-        if isinstance(manager, _StrictServer) and len(manager.connections) > manager.limit:
-            manager.note_refused(str(transport.get_extra_info("peername")))
-            self.force_close()
+        if not isinstance(manager, _StrictServer):
+            return
+        if manager.vetting:
+            manager.strangers[self] = None
+            self._stranger_deadline = self._loop.call_later(
+                manager.stranger_timeout_s, self._stranger_expired
+            )
+        if not manager.make_room(self):
+            manager.note_closed("connections_max", str(transport.get_extra_info("peername")))
+            self.shut()
+
+    def vouch(self) -> None:
+        """A request of this connection presented a valid token."""
+        if self._stranger_deadline is not None:
+            self._stranger_deadline.cancel()
+            self._stranger_deadline = None
+        if isinstance(self._manager, _StrictServer):
+            self._manager.strangers.pop(self, None)
+
+    def shut(self) -> None:
+        """Close this connection now (a limit's decision)."""
+        self.vouch()  # off the strangers' list and timer
+        if isinstance(self._manager, _StrictServer):
+            self._manager.closing.add(self)
+        transport = self.transport
+        self.force_close()
+        if transport is not None:
             transport.close()
+
+    def _stranger_expired(self) -> None:
+        self._stranger_deadline = None
+        manager = self._manager
+        if isinstance(manager, _StrictServer) and self in manager.strangers:
+            manager.note_closed("unauthenticated_timeout", str(self.peername))
+            self.shut()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        manager = self._manager
+        self.vouch()
+        if isinstance(manager, _StrictServer):
+            manager.closing.discard(self)
+        super().connection_lost(exc)
 
     def handle_error(
         self,
@@ -198,37 +262,75 @@ class _StrictServer(web.Server):
 
     limit: int
     app: web.Application
-    _refused: int
-    _last_log: float
+    # Whether connections must show a valid token (auth on), and the strangers' budget.
+    vetting: bool
+    strangers_max: int
+    stranger_timeout_s: float
+    # Connections without a valid token yet, oldest first (a dict keeps the order).
+    strangers: dict[_StrictRequestHandler, None]
+    # Connections this server closed whose connection_lost has not come yet.
+    closing: set[_StrictRequestHandler]
+    _closed: dict[str, int]
+    _last_log: dict[str, float]
 
     def __call__(self) -> RequestHandler:
         return _StrictRequestHandler(self, loop=self._loop, **self._kwargs)
 
-    def note_refused(self, peer: str) -> None:
-        count_closed(self.app, "connections_max")
-        self._refused += 1
+    def make_room(self, new: _StrictRequestHandler) -> bool:
+        """Close the oldest strangers while strangers are over their budget or every
+        slot is taken; False when ``new`` itself must go (no stranger older than it)."""
+        while (
+            len(self.strangers) > self.strangers_max
+            or len(self.connections) - len(self.closing) > self.limit
+        ):
+            oldest = next(iter(self.strangers), None)
+            if oldest is None or oldest is new:
+                return False
+            self.note_closed("unauthenticated_evicted", str(oldest.peername))
+            oldest.shut()
+        return True
+
+    def note_closed(self, reason: str, peer: str) -> None:
+        """Count a connection a limit closes; log one line per reason every
+        REFUSAL_LOG_INTERVAL_S with how many (a flood must not flood the log)."""
+        count_closed(self.app, reason)
+        self._closed[reason] = self._closed.get(reason, 0) + 1
         now = time.monotonic()
-        if now - self._last_log >= REFUSAL_LOG_INTERVAL_S:
+        if now - self._last_log.get(reason, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
             log.warning(
-                "closing connection %s: over connections_max %d (%d closed lately)",
+                "closing connection %s: %s (connections_max %d, %d closed so lately)",
                 peer,
+                reason,
                 self.limit,
-                self._refused,
+                self._closed[reason],
             )
-            self._last_log = now
-            self._refused = 0
+            self._last_log[reason] = now
+            self._closed[reason] = 0
 
 
 class StrictAppRunner(web.AppRunner):
     """An ``AppRunner`` whose connections answer parser errors in the one error body and
     are at most ``connections_max`` at once; ``idle_timeout_s`` is aiohttp's keep-alive
-    timeout (also the time a new connection gets to send its first request)."""
+    timeout (also the time a new connection gets to send its first request). With
+    ``vetting`` (auth on) strangers are at most ``strangers_max`` and live at most
+    ``stranger_timeout_s`` (module docstring)."""
 
     def __init__(
-        self, app: web.Application, *, connections_max: int, idle_timeout_s: float, **kwargs: Any
+        self,
+        app: web.Application,
+        *,
+        connections_max: int,
+        idle_timeout_s: float,
+        vetting: bool = False,
+        strangers_max: int = 1,
+        stranger_timeout_s: float = 10.0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(app, keepalive_timeout=idle_timeout_s, **kwargs)
         self._connections_max = connections_max
+        self._vetting = vetting
+        self._strangers_max = max(1, strangers_max)
+        self._stranger_timeout_s = stranger_timeout_s
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
@@ -237,6 +339,11 @@ class StrictAppRunner(web.AppRunner):
         assert isinstance(strict, _StrictServer)
         strict.limit = self._connections_max
         strict.app = self._app
-        strict._refused = 0
-        strict._last_log = -REFUSAL_LOG_INTERVAL_S
+        strict.vetting = self._vetting
+        strict.strangers_max = self._strangers_max
+        strict.stranger_timeout_s = self._stranger_timeout_s
+        strict.strangers = {}
+        strict.closing = set()
+        strict._closed = {}
+        strict._last_log = {}
         return strict

@@ -40,7 +40,13 @@ from foundation.errors import (
 from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import recordsets, wire
-from httpapi.auth import auth_middlewares, check_rules
+from httpapi.auth import (
+    auth_middlewares,
+    check_rules,
+    sees_detail,
+    service_token_source,
+    token_expiry,
+)
 from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_position
 from httpapi.proxy_config import READ_PROXY_PREFIX
@@ -118,7 +124,9 @@ class ReadProxy:
         # One ZooKeeper session per proxy: the core's. The registration then lives and
         # dies with the same session as the readers.
         self._md = self._ns.context.md
-        self._cluster = ClusterView(self._ns, self._md, self.health_body)
+        # other services' /health details need a token the services accept
+        token = service_token_source(cfg.auth())
+        self._cluster = ClusterView(self._ns, self._md, self.health_body, token=token)
         await self._md.proxies.register(ProxyInfo(self.registration_id, self.url, 0.0))
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
@@ -184,7 +192,8 @@ class ReadProxy:
     # -- plain routes ----------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
-        return health_response(self.health_body())
+        # stream names in log lines are not for anyone: details for a token allowed them
+        return health_response(self.health_body(), detail=sees_detail(request))
 
     def health_body(self) -> dict[str, Any]:
         """State (:mod:`foundation.health`), shared feeds and read totals."""
@@ -257,7 +266,9 @@ class ReadProxy:
         self._websockets.add(ws)
         self.metrics.websockets.set(len(self._websockets))
         try:
-            await serve_tail(ws, self.pages, name, pos, as_json)
+            # the token's expiry ends the tail (auth holds for the WebSocket's life)
+            expires_at = token_expiry(request)
+            await serve_tail(ws, self.pages, name, pos, as_json, expires_at=expires_at)
         finally:
             self._websockets.discard(ws)
             self.metrics.websockets.set(len(self._websockets))

@@ -18,6 +18,9 @@ build):
   bookie ADD and READ requests): a poller's deltas give rates and mean latencies;
 * ``recent_errors`` -- the newest WARNING+ log records of every service that answered.
 
+Services show their ``/health`` details only to a token allowed them: the view presents
+one of the services' own principal (``token``), minted with the proxy's secret.
+
 Nothing here writes: the dashboard is read-only.
 """
 
@@ -72,12 +75,15 @@ class ClusterView:
         md: MetadataClient,
         own_health: Callable[[], dict[str, Any]],
         *,
+        token: Callable[[], str | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ns = ns
         self._md = md
         self._own_health = own_health
         self._clock = clock
+        # a token other services show their /health details to (the services' own)
+        self._token = token
         self._session: aiohttp.ClientSession | None = None
         self._cached: tuple[float, dict[str, Any]] | None = None
         self._building: asyncio.Future[dict[str, Any]] | None = None
@@ -258,8 +264,11 @@ class ClusterView:
                 # https proxies' certificates chain to the [tls] CA, not the system's
                 connector=aiohttp.TCPConnector(ssl=tls.client_context() or True),
             )
+        token = self._token()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            async with self._session.get(f"{base_url.rstrip('/')}/health") as resp:
+            url = f"{base_url.rstrip('/')}/health"
+            async with self._session.get(url, headers=headers) as resp:
                 body = await resp.json(content_type=None)
         except aiohttp.ClientConnectorError as exc:
             return None, f"/health refused: {exc.os_error.strerror or exc.os_error}"

@@ -7,6 +7,12 @@ catches up with a private reader whenever it is behind the feed's ring (a slow c
 a feed restarted after eviction). Frames are ``{"records": [...], "next": "seq:N"}``:
 binary msgpack, or text JSON with ``format=json``. A Bookline error ends the tail with
 a last text frame ``{"error": {code, name, message}}`` and close code 1011.
+
+A tail opened with a token that expires ends when it does (auth holds for the whole
+life of the WebSocket, as it does per request on a keep-alive connection): a last frame
+``{"error": {"code": 48, "name": "UNAUTHENTICATED", ...}}`` and close code
+:data:`WS_CLOSE_UNAUTHENTICATED` (4401, reason ``UNAUTHENTICATED``); the client opens a
+new tail with a fresh token from its ``next`` position.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from aiohttp import WSMsgType, web
 
-from foundation.errors import BooklineError
+from foundation.errors import BooklineError, UnauthenticatedError
 from httpapi.positions import Position
 from readproxy.feeds import Feed
 from readproxy.frames import CachedRecord, json_frame, msgpack_frame, pack_record
@@ -29,23 +37,42 @@ from streams.dlsn import StartPosition
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WS_WAIT_SLICE_S", "serve_tail"]
+__all__ = ["WS_CLOSE_UNAUTHENTICATED", "WS_WAIT_SLICE_S", "serve_tail"]
 
 # A WebSocket tail re-checks its client and feed at least this often while waiting.
 WS_WAIT_SLICE_S: Final = 1.0
+# The close code of a tail whose token expired: 4000-4999 are the application's
+# (RFC 6455 7.4.2); 4401 reads as HTTP's 401.
+WS_CLOSE_UNAUTHENTICATED: Final = 4401
 
 
 async def serve_tail(
-    ws: web.WebSocketResponse, pages: Pages, name: str, pos: Position, as_json: bool
+    ws: web.WebSocketResponse,
+    pages: Pages,
+    name: str,
+    pos: Position,
+    as_json: bool,
+    *,
+    expires_at: float | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> None:
-    """Follow ``name`` from ``pos`` until the client or the proxy ends it; closes ``ws``."""
+    """Follow ``name`` from ``pos`` until the client or the proxy ends it, or until
+    ``expires_at`` (unix seconds: the token's expiry; None: never); closes ``ws``."""
     watcher = asyncio.get_running_loop().create_task(_drain_client(ws))
+    deadline = asyncio.timeout(None if expires_at is None else max(0.0, expires_at - clock()))
     try:
-        await _Tail(ws, pages, name, as_json).follow(pos)
+        try:
+            async with deadline:
+                await _Tail(ws, pages, name, as_json).follow(pos)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            raise UnauthenticatedError("the token expired: the tail ends with it") from exc
     except BooklineError as exc:
         if not ws.closed:
+            code = WS_CLOSE_UNAUTHENTICATED if isinstance(exc, UnauthenticatedError) else 1011
             await ws.send_str(json.dumps({"error": exc.to_dict()}))
-            await ws.close(code=1011, message=exc.name.encode())
+            await ws.close(code=code, message=exc.name.encode())
     except ConnectionResetError:
         pass  # the client went away mid-send: nothing to tell it
     finally:

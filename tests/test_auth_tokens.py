@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from foundation.auth import (
     SERVICE_PRINCIPAL,
@@ -67,6 +69,64 @@ def test_wrong_secret_is_refused() -> None:
 def test_malformed_tokens_are_refused(garbage: str) -> None:
     with pytest.raises(UnauthenticatedError):
         verify_token([SECRET], garbage, NOW)
+
+
+def _with_expiry(expiry: str) -> str:
+    """A token signed over ``expiry`` as written (sign_token writes ASCII digits)."""
+    import base64
+    import hashlib
+    import hmac
+
+    principal = base64.urlsafe_b64encode(b"admin").rstrip(b"=").decode()
+    payload = f"bl1.{principal}.{expiry}"
+    mac = hmac.new(SECRET, payload.encode("utf-8"), hashlib.sha256).digest()
+    return f"{payload}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
+
+
+# Digits str.isdigit() accepts beside ASCII's: Arabic-Indic, fullwidth, superscript,
+# Devanagari (issue 21 (5): these answered 500 and dropped bookie connections).
+@pytest.mark.parametrize(
+    "expiry", ["\u0661\u0668\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0660",
+               "\uff11\uff19\uff10\uff10\uff10\uff10\uff10\uff10\uff10\uff10",
+               "\u00b9\u00b2", "\u0967\u096f\u0966\u0966\u0966\u0966\u0966\u0966\u0966\u0966",
+               "1" * 40],
+)  # fmt: skip
+def test_expiry_of_non_ascii_digits_is_a_malformed_token(expiry: str) -> None:
+    authority = Authority(Authenticator((SECRET,)), Grants())
+    with pytest.raises(UnauthenticatedError, match="malformed"):
+        authority.authenticate(_with_expiry(expiry), NOW)
+    assert authority.authenticate(_with_expiry(str(int(NOW) + 60)), NOW) == "admin"
+
+
+# Every Unicode decimal digit (str.isdigit() says yes to all of them).
+DIGITS = st.characters(categories=["Nd"])
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.builds(
+            lambda *parts: ".".join(parts),
+            st.sampled_from(["bl1", "bl2", ""]),
+            st.one_of(st.text(max_size=30), st.text(B64, max_size=30)),
+            st.one_of(st.text(max_size=30), st.text(DIGITS, min_size=1, max_size=12)),
+            st.one_of(st.text(max_size=60), st.text(B64, max_size=60)),
+        ),
+    )
+)
+def test_any_token_string_is_a_principal_or_unauthenticated(token: str) -> None:
+    """Issue 21 (5): whatever string arrives as a token (header, query, bookie AUTH),
+    authentication names a principal or raises UnauthenticatedError, nothing else."""
+    static = {"bob": hash_static_token("bobs-token")}
+    for authenticator in (Authenticator((SECRET,)), Authenticator((), static)):
+        authority = Authority(authenticator, Grants())
+        try:
+            principal = authority.authenticate(token, NOW)
+        except UnauthenticatedError:
+            continue
+        assert principal in ("bob",) or verify_token([SECRET], token, NOW) == principal
 
 
 def test_rotation_verifies_with_every_secret_and_signs_with_the_first(tmp_path: Path) -> None:
@@ -132,7 +192,17 @@ def test_unknown_principal_may_do_nothing_but_superusers_everything(grants: Gran
     with pytest.raises(ForbiddenError):
         grants.authorize("eve", "consume", "stream", "app-x")
     grants.authorize("ops", "admin", "cluster", "")
-    grants.authorize(SERVICE_PRINCIPAL, "admin", "stream", "x")
+
+
+def test_service_principal_administers_the_cluster_and_nothing_of_a_tenant() -> None:
+    """Issue 21 (2): least privilege; the services' identity is no superuser, even when
+    a grants file names it one."""
+    for grants in (Grants(), Grants(superusers=frozenset({SERVICE_PRINCIPAL}))):
+        grants.authorize(SERVICE_PRINCIPAL, "admin", "cluster", "")  # bookie inventory
+        for kind in ("stream", "topic", "group"):
+            for permission in ("produce", "consume", "admin"):
+                with pytest.raises(ForbiddenError):
+                    grants.authorize(SERVICE_PRINCIPAL, permission, kind, "x")
 
 
 def test_bad_grants_files_name_the_problem(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from foundation.errors import (
 from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import wire, writes
-from httpapi.auth import auth_middlewares, check_rules, require
+from httpapi.auth import auth_middlewares, check_rules, require, sees_detail
 from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
@@ -289,7 +289,8 @@ class WriteProxy:
                 inflight_requests=self.limiter.total_requests,
                 groups=[_group_view(s) for s in self._groups.stats()] if self._groups else [],
                 **self.metrics.health_figures(),
-            )
+            ),
+            detail=sees_detail(request),  # group names and log lines: not for anyone
         )
 
     async def list_streams(self, request: web.Request) -> web.Response:
