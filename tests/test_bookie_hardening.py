@@ -1,0 +1,111 @@
+"""A bookie under a token holder who is not a ledger's writer (issue 21): one answer for
+held and not-held ledgers (defect 7), a deadline and a budget of their own for
+connections that have not authenticated (defect 3), and token expiry for the whole life
+of a connection (defect 4). One bookie server in-process, over real TCP on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bookie.client import BookieConnection
+from bookie.server import BookieServer
+from bookie.storage.engine import BookieStorage
+from foundation.auth import generate_secret, sign_token, write_secret_file
+from foundation.errors import NoLedgerError, NotFoundError, UnauthorizedError
+from metadata.ledger_metadata import LedgerMetadata, master_key
+from tests.ledger_support import keyed_metadata
+from tests.test_bookie_server import bookie_config
+
+KEY = master_key(b"the ledger's key")
+HELD, NOT_HELD, ABSENT = 1, 2, 3
+
+
+@dataclasses.dataclass
+class Served:
+    server: BookieServer
+    secret: bytes
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def token(self, lifetime_s: float = 600.0, principal: str = "alice") -> str:
+        return sign_token(self.secret, principal, time.time() + lifetime_s)
+
+
+async def serve(tmp_path: Path, **overrides: object) -> AsyncIterator[Served]:
+    secret = generate_secret()
+    write_secret_file(tmp_path / "auth.secret", secret)
+    config = bookie_config(
+        tmp_path,
+        auth_enabled=True,
+        auth_secret_file=str(tmp_path / "auth.secret"),
+        **overrides,
+    )
+
+    async def lookup(ledger_id: int) -> LedgerMetadata:
+        if ledger_id == ABSENT:
+            raise NotFoundError(f"ledger {ledger_id}")
+        return keyed_metadata(ledger_id, KEY)
+
+    storage = BookieStorage(config)
+    await storage.start()
+    server = BookieServer(config, storage, bookie_id="b", ledger_lookup=lookup)
+    try:
+        await server.start()
+        yield Served(server, secret)
+    finally:
+        try:
+            await server.stop(drain_timeout_s=5.0)
+        finally:
+            await storage.close()
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    async for s in serve(tmp_path):
+        yield s
+
+
+# -- defect 7: which ledgers a bookie holds --------------------------------------------
+
+
+async def _answer(call: Callable[[], object]) -> str:
+    try:
+        await call()  # type: ignore[misc]
+    except (UnauthorizedError, NoLedgerError) as exc:
+        return exc.name
+    return "OK"
+
+
+async def test_a_caller_without_the_key_cannot_tell_held_from_not_held_ledgers(
+    served: Served,
+) -> None:
+    writer = BookieConnection(served.address, token=served.token())
+    prober = BookieConnection(served.address, token=served.token(principal="mallory"))
+    try:
+        await writer.add(HELD, 0, -1, KEY, b"held here")
+        wrong = master_key(b"a guess")
+        answers: dict[int, set[str]] = {}
+        for ledger_id in (HELD, NOT_HELD):
+            answers[ledger_id] = {
+                await _answer(lambda: prober.read(ledger_id, 0, master_key=wrong)),
+                await _answer(lambda: prober.read_lac(ledger_id, -1, master_key=wrong)),
+                await _answer(lambda: prober.list_entries(ledger_id, master_key=wrong)),
+            }
+        assert answers[HELD] == answers[NOT_HELD] == {"UNAUTHORIZED"}
+        # The key's holder is told the truth: the bookie holds nothing of NOT_HELD.
+        with pytest.raises(NoLedgerError):
+            await writer.read(NOT_HELD, 0, master_key=KEY)
+        assert (await writer.read(HELD, 0, master_key=KEY)).payload == b"held here"
+        # A ledger that exists nowhere: NO_LEDGER for everyone.
+        with pytest.raises(NoLedgerError):
+            await prober.read(ABSENT, 0, master_key=wrong)
+    finally:
+        await writer.close()
+        await prober.close()
