@@ -41,7 +41,7 @@ from typing import Final
 
 from bookie import protocol as p
 from bookie.storage.api import Storage
-from foundation.auth import Authority
+from foundation.auth import Authority, token_expiry
 from foundation.errors import (
     InvariantViolation,
     NoLedgerError,
@@ -71,11 +71,14 @@ class ConnectionAuth:
     """Who is on one connection. Without an authority (auth off) every connection is
     ready at once, as the anonymous principal ``""``."""
 
-    __slots__ = ("_authority", "principal")
+    __slots__ = ("_authority", "expires_at", "principal")
 
     def __init__(self, authority: Authority | None) -> None:
         self._authority = authority
         self.principal: str | None = None if authority is not None else ""
+        # When the token of this connection expires (unix seconds); None: never (auth
+        # off, or a static token). The connection holds to it (see expire()).
+        self.expires_at: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -93,7 +96,14 @@ class ConnectionAuth:
             return p.encode_response(p.AuthResponse(req.request_id, ""))
         self.principal = None  # a failed AUTH leaves nobody authenticated
         self.principal = self._authority.authenticate(req.token, time.time())
+        self.expires_at = token_expiry(req.token)
         return p.encode_response(p.AuthResponse(req.request_id, self.principal))
+
+    def expire(self) -> None:
+        """The token has expired: nothing more is served until a new AUTH (issue 21:
+        a token's expiry holds for the whole life of a connection)."""
+        self.principal = None
+        self.expires_at = None
 
     def authorize(self, req: p.Request) -> None:
         """ForbiddenError for an inventory request of a principal that is not an admin

@@ -111,6 +111,7 @@ class BookieServer:
         self.port = config.port
         self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
         self.gate = LedgerGate(storage, ledger_lookup)
+        self.unauthenticated: dict[ServerConnection, None] = {}
         self.authority = load_authority(config.auth)
         self._requests = RequestHandlers(
             storage,

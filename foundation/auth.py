@@ -161,6 +161,18 @@ def verify_token(secrets: Sequence[bytes], token: str, now: float) -> str:
         raise UnauthenticatedError("malformed token") from exc
 
 
+def token_expiry(token: str) -> float | None:
+    """When a signed token says it expires (unix seconds), unverified: what a client
+    renews by and a server holds a connection to after verifying it; None for a static
+    or malformed token."""
+    if not token.startswith(f"{TOKEN_VERSION}."):
+        return None
+    try:
+        return float(_parse(token)[2])
+    except UnauthenticatedError:
+        return None
+
+
 def env_token() -> str | None:
     """The token in ``$BOOKLINE_TOKEN`` (clients' fallback), or None."""
     return os.environ.get(TOKEN_ENV, "").strip() or None

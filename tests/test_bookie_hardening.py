@@ -5,6 +5,7 @@ of a connection (defect 4). One bookie server in-process, over real TCP on loopb
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -15,7 +16,7 @@ import pytest
 from bookie.client import BookieConnection
 from bookie.server import BookieServer
 from bookie.storage.engine import BookieStorage
-from foundation.auth import generate_secret, sign_token, write_secret_file
+from foundation.auth import SERVICE_PRINCIPAL, generate_secret, sign_token, write_secret_file
 from foundation.errors import NoLedgerError, NotFoundError, UnauthorizedError
 from metadata.ledger_metadata import LedgerMetadata, master_key
 from tests.ledger_support import keyed_metadata
@@ -109,3 +110,49 @@ async def test_a_caller_without_the_key_cannot_tell_held_from_not_held_ledgers(
     finally:
         await writer.close()
         await prober.close()
+
+
+# -- defect 3: idle unauthenticated connections ---------------------------------------
+
+IDLE_SOCKETS = 1_100  # more than connections_max's default 1,024
+
+
+@pytest.fixture
+async def crowded(tmp_path: Path) -> AsyncIterator[Served]:
+    # The shipped limits, and the idle timeout that held every slot before.
+    async for s in serve(tmp_path, idle_timeout_s=600.0):
+        yield s
+
+
+async def test_idle_unauthenticated_connections_leave_room_for_an_authenticated_client(
+    crowded: Served,
+) -> None:
+    host, port = crowded.address.split(":")
+    idle: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(IDLE_SOCKETS):
+            _reader, writer = await asyncio.open_connection(host, int(port))
+            idle.append(writer)  # never sends a byte
+        admin = BookieConnection(crowded.address, token=crowded.token(principal=SERVICE_PRINCIPAL))
+        try:
+            # Served (a generous deadline: the claim is "served", not "fast").
+            assert await asyncio.wait_for(admin.list_ledgers(), 30) == ()
+        finally:
+            await admin.close()
+        server = crowded.server
+        assert len(server.unauthenticated) <= server.config.unauthenticated_connections_max
+    finally:
+        for writer in idle:
+            writer.close()
+
+
+async def test_a_connection_that_does_not_authenticate_in_time_is_closed(
+    tmp_path: Path,
+) -> None:
+    async for served in serve(tmp_path, auth_timeout_s=0.5):
+        host, port = served.address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, unasked
+        finally:
+            writer.close()
