@@ -34,7 +34,9 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -48,7 +50,7 @@ from bookie.client_wire import (
     parse_address,
 )
 from foundation import tls
-from foundation.auth import env_token
+from foundation.auth import env_token, token_expiry
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -57,6 +59,12 @@ from foundation.errors import (
 )
 
 _R = TypeVar("_R")
+
+log = logging.getLogger(__name__)
+
+# A connection re-authenticates this long before its token expires (or after 4/5 of
+# what is left, for short-lived tokens), so a bookie never holds it past the expiry.
+RENEW_BEFORE_EXPIRY_S = 30.0
 
 # Where a connection without a token of its own finds one when it connects: what
 # use_token() installed for this process, else $BOOKLINE_TOKEN (foundation.auth).
@@ -114,6 +122,9 @@ class BookieConnection:
         self._closed = False
         # Optional ops of the bookie (INFO "features"), asked once per connection.
         self._features: frozenset[str] | None = None
+        # Re-authenticates before the token presented on this connection expires.
+        self._renewal: asyncio.TimerHandle | None = None
+        self._renewing: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"BookieConnection({self.address!r})"
@@ -339,6 +350,11 @@ class BookieConnection:
         if self._closed:
             return
         self._closed = True
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+        if self._renewing is not None:
+            self._renewing.cancel()
         waiters, self._room_waiters = self._room_waiters, collections.deque()
         for fut in waiters:
             if not fut.done():
@@ -455,15 +471,49 @@ class BookieConnection:
         token = self._token or _process_token[0]()
         if not token:
             return
-        self._inflight += 1  # released as the answer leaves the wire's pending map
-        rid = next(self._ids)
-        frame = p.encode_request(p.AuthRequest(rid, token))
         try:
-            await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
+            await self._send_auth(wire, token)
         except BaseException:
             if wire.transport is not None:
                 wire.transport.close()
             raise
+
+    async def _send_auth(self, wire: Wire, token: str) -> None:
+        """AUTH with ``token`` on ``wire``, then schedule its renewal: a bookie refuses
+        a connection's requests once its token has expired (issue 21)."""
+        self._inflight += 1  # released as the answer leaves the wire's pending map
+        rid = next(self._ids)
+        frame = p.encode_request(p.AuthRequest(rid, token))
+        await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
+        expires_at = token_expiry(token)
+        if expires_at is None:
+            return  # a static token: nothing to renew
+        left_s = expires_at - time.time()
+        delay_s = max(left_s - RENEW_BEFORE_EXPIRY_S, left_s * 0.8, 0.0)
+        if self._renewal is not None:
+            self._renewal.cancel()
+        self._renewal = asyncio.get_running_loop().call_later(
+            delay_s, self._renew, wire, expires_at
+        )
+
+    def _renew(self, wire: Wire, expires_at: float) -> None:
+        self._renewal = None
+        if wire is self._wire and not wire.lost and not self._closed:
+            self._renewing = asyncio.ensure_future(self._reauthenticate(wire, expires_at))
+
+    async def _reauthenticate(self, wire: Wire, expires_at: float) -> None:
+        """Present a fresher token on the open connection, if the source has one (a
+        service signing its own does; a fixed token lapses, and the bookie then refuses
+        the connection's requests: the caller sees UNAUTHENTICATED)."""
+        token = self._token or _process_token[0]()
+        fresh = token_expiry(token) if token else None
+        if token is None or fresh is None or fresh <= expires_at:
+            log.warning("bookie %s: the token expires and no fresher one is at hand", self.address)
+            return
+        try:
+            await self._send_auth(wire, token)
+        except BooklineError as exc:  # the connection is refused or lost: next call reconnects
+            log.warning("bookie %s: renewing the token failed: %s", self.address, exc)
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         return self.options.ssl or tls.client_context()

@@ -13,13 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from bookie.client import BookieConnection
+from bookie.client import BookieConnection, use_token
 from bookie.server import BookieServer
 from bookie.storage.engine import BookieStorage
-from foundation.auth import SERVICE_PRINCIPAL, generate_secret, sign_token, write_secret_file
-from foundation.errors import NoLedgerError, NotFoundError, UnauthorizedError
+from foundation.auth import (
+    SERVICE_PRINCIPAL,
+    generate_secret,
+    sign_token,
+    token_expiry,
+    write_secret_file,
+)
+from foundation.errors import (
+    ConnectionLostError,
+    NoLedgerError,
+    NotFoundError,
+    UnauthenticatedError,
+    UnauthorizedError,
+)
 from metadata.ledger_metadata import LedgerMetadata, master_key
 from tests.ledger_support import keyed_metadata
+from tests.metadata_support import wait_for
 from tests.test_bookie_server import bookie_config
 
 KEY = master_key(b"the ledger's key")
@@ -156,3 +169,43 @@ async def test_a_connection_that_does_not_authenticate_in_time_is_closed(
             assert await asyncio.wait_for(reader.read(), 30) == b""  # closed, unasked
         finally:
             writer.close()
+
+
+# -- defect 4: a token's expiry on an open connection --------------------------------
+
+SHORT_TOKEN_S = 2.0  # whole seconds: a token's expiry is
+
+
+async def _past(expires_at: float) -> None:
+    await wait_for(lambda: time.time() > expires_at + 0.2, timeout_s=SHORT_TOKEN_S + 30)
+
+
+async def test_an_expired_token_is_refused_on_an_open_connection(served: Served) -> None:
+    token = served.token(lifetime_s=SHORT_TOKEN_S)
+    conn = BookieConnection(served.address, token=token)
+    try:
+        await conn.add(HELD, 0, -1, KEY, b"while valid")
+        expires_at = token_expiry(token)
+        assert expires_at is not None
+        await _past(expires_at)
+        with pytest.raises((UnauthenticatedError, ConnectionLostError)):
+            await conn.read(HELD, 0, master_key=KEY)
+    finally:
+        await conn.close()
+
+
+async def test_a_service_renews_its_token_before_it_expires(served: Served) -> None:
+    use_token(lambda: served.token(lifetime_s=SHORT_TOKEN_S, principal=SERVICE_PRINCIPAL))
+    conn = BookieConnection(served.address)
+    try:
+        await conn.add(HELD, 0, -1, KEY, b"first token")
+        wire = conn._wire
+        first_expiry = time.time() + SHORT_TOKEN_S
+        await _past(first_expiry)
+        # The same connection, still served: it re-authenticated in time.
+        assert (await conn.read(HELD, 0, master_key=KEY)).payload == b"first token"
+        assert await conn.list_ledgers() == (HELD,)
+        assert conn._wire is wire
+    finally:
+        use_token(None)
+        await conn.close()
