@@ -49,6 +49,7 @@ from bookie.client_wire import (
     Wire,
     parse_address,
 )
+from bookie.identity import BookieIdentity
 from foundation import tls
 from foundation.auth import env_token, token_expiry
 from foundation.errors import (
@@ -56,6 +57,7 @@ from foundation.errors import (
     ClosedError,
     ConnectionLostError,
     TimeoutError_,
+    UnauthenticatedError,
 )
 
 _R = TypeVar("_R")
@@ -101,13 +103,21 @@ class BookieConnection:
     after a loss. Use from one event loop."""
 
     def __init__(
-        self, address: str, options: ClientOptions | None = None, *, token: str | None = None
+        self,
+        address: str,
+        options: ClientOptions | None = None,
+        *,
+        token: str | None = None,
+        identity: BookieIdentity | None = None,
     ) -> None:
         """``token``: presented in an AUTH request on every connect (else the
-        process's, see :func:`use_token`)."""
+        process's, see :func:`use_token`). ``identity``: the bookie must prove it
+        belongs to the cluster (HELLO, bookie/identity.py) before anything else is
+        sent on a connection; None: not checked (no ledger secret to check with)."""
         self.address = address
         self.options = options or ClientOptions()
         self._token = token
+        self._identity = identity
         self._host, self._port = parse_address(address)
         self._wire: Wire | None = None
         self._connect_lock = asyncio.Lock()
@@ -461,9 +471,34 @@ class BookieConnection:
                 if new_wire.transport is not None:
                     new_wire.transport.close()
                 raise self._closed_error()
+            await self._verify(new_wire)
             await self._authenticate(new_wire)
             self._wire = new_wire
             return new_wire
+
+    async def _verify(self, wire: Wire) -> None:
+        """HELLO first, with an identity to check: the bookie proves its credential
+        for the address dialled, or the wire is dropped with UnauthenticatedError
+        before a token, a key or an entry went out (issue 21)."""
+        identity = self._identity
+        if identity is None:
+            return
+        nonce = identity.nonce()
+        self._inflight += 1  # released as the answer leaves the wire's pending map
+        rid = next(self._ids)
+        frame = p.encode_request(p.HelloRequest(rid, nonce))
+        try:
+            hello = await wire.send(rid, frame, self.options.request_timeout_s, p.HelloResponse)
+            if hello.address != self.address or not identity.hello_ok(
+                nonce, hello.bookie_id, hello.address, hello.proof
+            ):
+                raise UnauthenticatedError(
+                    f"bookie at {self.address} did not prove it belongs to the cluster"
+                )
+        except BaseException:
+            if wire.transport is not None:
+                wire.transport.close()
+            raise
 
     async def _authenticate(self, wire: Wire) -> None:
         """Send AUTH first when there is a token (the bookie answers everything else
@@ -597,9 +632,17 @@ class LedgerAdder:
 class BookieClientPool:
     """One :class:`BookieConnection` per bookie address, created on first use."""
 
-    def __init__(self, options: ClientOptions | None = None, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        options: ClientOptions | None = None,
+        *,
+        token: str | None = None,
+        identity: BookieIdentity | None = None,
+    ) -> None:
+        """``identity``: what bookies must prove (see :class:`BookieConnection`)."""
         self.options = options or ClientOptions()
         self._token = token
+        self.identity = identity
         self._conns: dict[str, BookieConnection] = {}
         self._closed = False
 
@@ -609,7 +652,9 @@ class BookieClientPool:
             raise ClosedError("bookie client pool closed")
         conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = BookieConnection(address, self.options, token=self._token)
+            conn = BookieConnection(
+                address, self.options, token=self._token, identity=self.identity
+            )
             self._conns[address] = conn
         return conn
 

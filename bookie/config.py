@@ -140,6 +140,10 @@ class BookieConfig:
     auth_tokens_file: str = ""
     # Optional grants file: principals with admin on the cluster besides the services.
     auth_grants_file: str = ""
+    # The credential the cluster issued this bookie (bookie/identity.py; mode 0600):
+    # clients holding the ledger secret talk only to bookies proving it, and placement
+    # picks only bookies whose registration carries its proof. "": none.
+    identity_file: str = ""
     # With auth on, a connection not authenticated within this is closed, so silent
     # sockets cannot hold what authenticated clients need.
     auth_timeout_s: float = 5.0

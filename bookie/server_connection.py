@@ -74,6 +74,9 @@ class Host(Protocol):
     # Bytes of unfinished frames all connections hold (each keeps its share current).
     buffered_bytes: int
 
+    def hello(self, req: p.HelloRequest) -> bytes:
+        """The answer to HELLO (bookie/identity.py)."""
+
     def refuse(self, conn: ServerConnection, reason: str, why: str) -> None:
         """Close ``conn`` for a resource limit: log and count it."""
 
@@ -258,6 +261,9 @@ class ServerConnection(asyncio.Protocol):
     def _dispatch(self, req: p.Request) -> None:
         if self._server.failed.is_set() or self.closed:
             return  # fatal storage error, or refused: act on nothing more
+        if type(req) is p.HelloRequest:  # before AUTH: the client checks us first
+            self.write(self._server.hello(req))
+            return
         if not self.auth.ready or type(req) is p.AuthRequest:
             self._authenticate(req)
             return
