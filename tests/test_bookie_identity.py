@@ -51,7 +51,7 @@ FAKE: dict[str, str] = {}
 def frames(data: bytes) -> list[object]:
     decoder = p.Decoder(responses=False)
     decoder.feed(data)
-    out = []
+    out: list[object] = []
     while (frame := decoder.next_frame()) is not p.NEED_DATA:
         out.append(frame)
     return out
