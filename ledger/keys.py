@@ -161,6 +161,8 @@ def cluster_secret(config: LedgerConfig) -> bytes:
 def bookie_identity(config: LedgerConfig) -> BookieIdentity | None:
     """What bookies must prove to a process with ``config`` (bookie/identity.py): their
     credential derived from the cluster's ledger secret; None without a secret."""
+    if not config.verify_bookies:
+        return None
     return BookieIdentity.from_secret(cluster_secret(config))
 
 
