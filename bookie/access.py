@@ -12,7 +12,10 @@ grant of admin on the cluster), else FORBIDDEN.
 
 A bookie learns a ledger's master key from the first ADD or fence it accepts for it, and
 from then on storage refuses adds, fences and WRITE_LACs under another key. Reads, LAC
-polls and entry listings are checked here against that stored key. What is left is the
+polls and entry listings under that stored key pass here at once; under another key, or
+for a ledger the bookie does not hold, the ledger's metadata decides, so a caller without
+the key gets one answer whether or not the bookie holds the ledger (issue 21):
+UNAUTHORIZED when it exists, NO_LEDGER when it does not. What is left is the
 first contact: without a check, anyone could create a ledger on a bookie (filling its
 disk with entries of ledgers that exist nowhere) or be the first to fence a ledger under
 a key of their choosing. So before storage sees the first ADD or fence of a ledger it
@@ -38,7 +41,7 @@ from typing import Final
 
 from bookie import protocol as p
 from bookie.storage.api import Storage
-from foundation.auth import Authority
+from foundation.auth import Authority, token_expiry
 from foundation.errors import (
     InvariantViolation,
     NoLedgerError,
@@ -68,11 +71,14 @@ class ConnectionAuth:
     """Who is on one connection. Without an authority (auth off) every connection is
     ready at once, as the anonymous principal ``""``."""
 
-    __slots__ = ("_authority", "principal")
+    __slots__ = ("_authority", "expires_at", "principal")
 
     def __init__(self, authority: Authority | None) -> None:
         self._authority = authority
         self.principal: str | None = None if authority is not None else ""
+        # When the token of this connection expires (unix seconds); None: never (auth
+        # off, or a static token). The connection holds to it (see expire()).
+        self.expires_at: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -90,7 +96,14 @@ class ConnectionAuth:
             return p.encode_response(p.AuthResponse(req.request_id, ""))
         self.principal = None  # a failed AUTH leaves nobody authenticated
         self.principal = self._authority.authenticate(req.token, time.time())
+        self.expires_at = token_expiry(req.token)
         return p.encode_response(p.AuthResponse(req.request_id, self.principal))
+
+    def expire(self) -> None:
+        """The token has expired: nothing more is served until a new AUTH (issue 21:
+        a token's expiry holds for the whole life of a connection)."""
+        self.principal = None
+        self.expires_at = None
 
     def authorize(self, req: p.Request) -> None:
         """ForbiddenError for an inventory request of a principal that is not an admin
@@ -111,12 +124,28 @@ class LedgerGate:
         # Metadata look-ups made (a test and an operator can see the cache work).
         self.lookups = 0
 
-    def check_held(self, ledger_id: int, master_key: bytes) -> None:
-        """A read, LAC poll or listing: UnauthorizedError when this bookie holds the
-        ledger under another key. A ledger not held passes (storage answers NO_LEDGER,
-        revealing nothing)."""
+    def holds_under(self, ledger_id: int, master_key: bytes) -> bool:
+        """Whether this bookie holds the ledger under ``master_key`` (a read, LAC poll
+        or listing may go ahead without :meth:`check_read`)."""
         stored = self._storage.master_key_of(ledger_id)
-        if stored is not None and not hmac.compare_digest(stored, master_key):
+        return stored is not None and hmac.compare_digest(stored, master_key)
+
+    async def check_read(self, ledger_id: int, master_key: bytes) -> None:
+        """Before a read, LAC poll or listing. A caller without the ledger's key gets
+        the same answer whether or not this bookie holds the ledger (issue 21: the
+        answer told any token holder which ledgers a bookie holds): UnauthorizedError
+        for a ledger that exists in metadata, NoLedgerError for one that does not (a
+        held one deleted there included). The key's holder passes; storage then
+        answers, NO_LEDGER when this bookie holds nothing of it."""
+        if self.holds_under(ledger_id, master_key):
+            return
+        held = self._storage.master_key_of(ledger_id) is not None
+        if self._lookup is None:  # no metadata (tests): only the stored key decides
+            if held:
+                raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
+            return
+        meta = await self._metadata(ledger_id)
+        if held or not meta.accepts_master_key(master_key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
 
     def admits_now(self, ledger_id: int, master_key: bytes) -> bool:

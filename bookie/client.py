@@ -34,7 +34,9 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -47,16 +49,24 @@ from bookie.client_wire import (
     Wire,
     parse_address,
 )
+from bookie.identity import BookieIdentity
 from foundation import tls
-from foundation.auth import env_token
+from foundation.auth import env_token, token_expiry
 from foundation.errors import (
     BooklineError,
     ClosedError,
     ConnectionLostError,
     TimeoutError_,
+    UnauthenticatedError,
 )
 
 _R = TypeVar("_R")
+
+log = logging.getLogger(__name__)
+
+# A connection re-authenticates this long before its token expires (or after 4/5 of
+# what is left, for short-lived tokens), so a bookie never holds it past the expiry.
+RENEW_BEFORE_EXPIRY_S = 30.0
 
 # Where a connection without a token of its own finds one when it connects: what
 # use_token() installed for this process, else $BOOKLINE_TOKEN (foundation.auth).
@@ -93,13 +103,21 @@ class BookieConnection:
     after a loss. Use from one event loop."""
 
     def __init__(
-        self, address: str, options: ClientOptions | None = None, *, token: str | None = None
+        self,
+        address: str,
+        options: ClientOptions | None = None,
+        *,
+        token: str | None = None,
+        identity: BookieIdentity | None = None,
     ) -> None:
         """``token``: presented in an AUTH request on every connect (else the
-        process's, see :func:`use_token`)."""
+        process's, see :func:`use_token`). ``identity``: the bookie must prove it
+        belongs to the cluster (HELLO, bookie/identity.py) before anything else is
+        sent on a connection; None: not checked (no ledger secret to check with)."""
         self.address = address
         self.options = options or ClientOptions()
         self._token = token
+        self._identity = identity
         self._host, self._port = parse_address(address)
         self._wire: Wire | None = None
         self._connect_lock = asyncio.Lock()
@@ -114,6 +132,9 @@ class BookieConnection:
         self._closed = False
         # Optional ops of the bookie (INFO "features"), asked once per connection.
         self._features: frozenset[str] | None = None
+        # Re-authenticates before the token presented on this connection expires.
+        self._renewal: asyncio.TimerHandle | None = None
+        self._renewing: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"BookieConnection({self.address!r})"
@@ -339,6 +360,11 @@ class BookieConnection:
         if self._closed:
             return
         self._closed = True
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+        if self._renewing is not None:
+            self._renewing.cancel()
         waiters, self._room_waiters = self._room_waiters, collections.deque()
         for fut in waiters:
             if not fut.done():
@@ -445,9 +471,34 @@ class BookieConnection:
                 if new_wire.transport is not None:
                     new_wire.transport.close()
                 raise self._closed_error()
+            await self._verify(new_wire)
             await self._authenticate(new_wire)
             self._wire = new_wire
             return new_wire
+
+    async def _verify(self, wire: Wire) -> None:
+        """HELLO first, with an identity to check: the bookie proves its credential
+        for the address dialled, or the wire is dropped with UnauthenticatedError
+        before a token, a key or an entry went out (issue 21)."""
+        identity = self._identity
+        if identity is None:
+            return
+        nonce = identity.nonce()
+        self._inflight += 1  # released as the answer leaves the wire's pending map
+        rid = next(self._ids)
+        frame = p.encode_request(p.HelloRequest(rid, nonce))
+        try:
+            hello = await wire.send(rid, frame, self.options.request_timeout_s, p.HelloResponse)
+            if hello.address != self.address or not identity.hello_ok(
+                nonce, hello.bookie_id, hello.address, hello.proof
+            ):
+                raise UnauthenticatedError(
+                    f"bookie at {self.address} did not prove it belongs to the cluster"
+                )
+        except BaseException:
+            if wire.transport is not None:
+                wire.transport.close()
+            raise
 
     async def _authenticate(self, wire: Wire) -> None:
         """Send AUTH first when there is a token (the bookie answers everything else
@@ -455,15 +506,49 @@ class BookieConnection:
         token = self._token or _process_token[0]()
         if not token:
             return
-        self._inflight += 1  # released as the answer leaves the wire's pending map
-        rid = next(self._ids)
-        frame = p.encode_request(p.AuthRequest(rid, token))
         try:
-            await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
+            await self._send_auth(wire, token)
         except BaseException:
             if wire.transport is not None:
                 wire.transport.close()
             raise
+
+    async def _send_auth(self, wire: Wire, token: str) -> None:
+        """AUTH with ``token`` on ``wire``, then schedule its renewal: a bookie refuses
+        a connection's requests once its token has expired (issue 21)."""
+        self._inflight += 1  # released as the answer leaves the wire's pending map
+        rid = next(self._ids)
+        frame = p.encode_request(p.AuthRequest(rid, token))
+        await wire.send(rid, frame, self.options.request_timeout_s, p.AuthResponse)
+        expires_at = token_expiry(token)
+        if expires_at is None:
+            return  # a static token: nothing to renew
+        left_s = expires_at - time.time()
+        delay_s = max(left_s - RENEW_BEFORE_EXPIRY_S, left_s * 0.8, 0.0)
+        if self._renewal is not None:
+            self._renewal.cancel()
+        self._renewal = asyncio.get_running_loop().call_later(
+            delay_s, self._renew, wire, expires_at
+        )
+
+    def _renew(self, wire: Wire, expires_at: float) -> None:
+        self._renewal = None
+        if wire is self._wire and not wire.lost and not self._closed:
+            self._renewing = asyncio.ensure_future(self._reauthenticate(wire, expires_at))
+
+    async def _reauthenticate(self, wire: Wire, expires_at: float) -> None:
+        """Present a fresher token on the open connection, if the source has one (a
+        service signing its own does; a fixed token lapses, and the bookie then refuses
+        the connection's requests: the caller sees UNAUTHENTICATED)."""
+        token = self._token or _process_token[0]()
+        fresh = token_expiry(token) if token else None
+        if token is None or fresh is None or fresh <= expires_at:
+            log.warning("bookie %s: the token expires and no fresher one is at hand", self.address)
+            return
+        try:
+            await self._send_auth(wire, token)
+        except BooklineError as exc:  # the connection is refused or lost: next call reconnects
+            log.warning("bookie %s: renewing the token failed: %s", self.address, exc)
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         return self.options.ssl or tls.client_context()
@@ -547,9 +632,17 @@ class LedgerAdder:
 class BookieClientPool:
     """One :class:`BookieConnection` per bookie address, created on first use."""
 
-    def __init__(self, options: ClientOptions | None = None, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        options: ClientOptions | None = None,
+        *,
+        token: str | None = None,
+        identity: BookieIdentity | None = None,
+    ) -> None:
+        """``identity``: what bookies must prove (see :class:`BookieConnection`)."""
         self.options = options or ClientOptions()
         self._token = token
+        self.identity = identity
         self._conns: dict[str, BookieConnection] = {}
         self._closed = False
 
@@ -559,7 +652,9 @@ class BookieClientPool:
             raise ClosedError("bookie client pool closed")
         conn = self._conns.get(address)
         if conn is None or conn.closed:
-            conn = BookieConnection(address, self.options, token=self._token)
+            conn = BookieConnection(
+                address, self.options, token=self._token, identity=self.identity
+            )
             self._conns[address] = conn
         return conn
 

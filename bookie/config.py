@@ -140,6 +140,16 @@ class BookieConfig:
     auth_tokens_file: str = ""
     # Optional grants file: principals with admin on the cluster besides the services.
     auth_grants_file: str = ""
+    # The credential the cluster issued this bookie (bookie/identity.py; mode 0600):
+    # clients holding the ledger secret talk only to bookies proving it, and placement
+    # picks only bookies whose registration carries its proof. "": none.
+    identity_file: str = ""
+    # With auth on, a connection not authenticated within this is closed, so silent
+    # sockets cannot hold what authenticated clients need.
+    auth_timeout_s: float = 5.0
+    # With auth on, connections not yet authenticated have this budget of their own
+    # (connections_max counts authenticated ones): one more closes the oldest of them.
+    unauthenticated_connections_max: int = 256
 
     # --- test-only fault injection (bookie/storage/faults.py); never in production ---
     # "" (off: storage calls the os functions directly, zero cost), "on" (injectable
@@ -200,6 +210,10 @@ class BookieConfig:
             raise ConfigError("bookie.frame_bytes_max must be at least 1024")
         if self.connections_max <= 0 or self.idle_timeout_s <= 0:
             raise ConfigError("bookie.connections_max and idle_timeout_s must be positive")
+        if self.auth_timeout_s <= 0 or self.unauthenticated_connections_max <= 0:
+            raise ConfigError(
+                "bookie.auth_timeout_s and unauthenticated_connections_max must be positive"
+            )
         if self.buffered_bytes_max < self.frame_bytes_max:
             raise ConfigError("bookie.buffered_bytes_max must be at least frame_bytes_max")
         if self.fault_shim not in FAULT_SHIM_MODES:

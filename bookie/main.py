@@ -40,6 +40,7 @@ from typing import Final
 
 from bookie.config import BookieConfig
 from bookie.gc import LedgerGc
+from bookie.identity import registration_proof
 from bookie.registration import Registration
 from bookie.server import BookieServer, install_uvloop
 from bookie.storage.engine import BookieStorage
@@ -192,6 +193,9 @@ def _info(server: BookieServer, config: BookieConfig, bookie_id: str) -> BookieI
         free_bytes=usage.free_bytes,
         total_bytes=usage.total_bytes,
         http_address=server.metrics_address,
+        proof=""
+        if server.credential is None
+        else registration_proof(server.credential, bookie_id, server.address),
     )
 
 

@@ -81,7 +81,13 @@ _OPS: Final = tuple(op.name for op in Op)
 HEALTH_STALE_S: Final = 10.0
 # Why a connection was closed by a limit (bookie/server_connection.py): one connection
 # too many, unfinished frames over the bookie's budget, idle or stalled too long.
-LIMIT_CLOSE_REASONS: Final = ("connections_max", "buffered_bytes", "idle")
+LIMIT_CLOSE_REASONS: Final = (
+    "connections_max",
+    "buffered_bytes",
+    "idle",
+    "auth_timeout",
+    "unauthenticated_max",
+)
 
 
 class _RequestStats:

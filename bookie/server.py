@@ -27,6 +27,7 @@ from typing import Any, Final, cast
 from bookie import protocol as p
 from bookie.access import LedgerGate, Lookup
 from bookie.config import BookieConfig
+from bookie.identity import hello_proof, load_credential
 from bookie.metrics import BookieMetrics, MetricsHttpServer
 from bookie.server_connection import ServerConnection
 from bookie.server_requests import RequestHandlers
@@ -36,6 +37,7 @@ from foundation.auth import load_authority
 from foundation.errors import (
     BooklineError,
     ConfigError,
+    UnauthenticatedError,
 )
 from foundation.health import State, health_body
 
@@ -111,6 +113,9 @@ class BookieServer:
         self.port = config.port
         self.long_poll_cap_s = config.long_poll_timeout_ms_max / 1000.0
         self.gate = LedgerGate(storage, ledger_lookup)
+        self.unauthenticated: dict[ServerConnection, None] = {}
+        # This bookie's credential (bookie/identity.py), else None.
+        self.credential = load_credential(config.identity_file) if config.identity_file else None
         self.authority = load_authority(config.auth)
         self._requests = RequestHandlers(
             storage,
@@ -225,6 +230,17 @@ class BookieServer:
             self._server.close()
         for conn in list(self.connections):
             conn.abort()
+
+    def hello(self, req: p.HelloRequest) -> bytes:
+        """The answer to HELLO: this bookie's proof of its credential, or
+        UNAUTHENTICATED without one."""
+        if self.credential is None:
+            error = UnauthenticatedError(f"bookie {self.bookie_id} has no cluster credential")
+            return p.encode_error(req.request_id, p.Op.HELLO, error)
+        proof = hello_proof(self.credential, req.nonce, self.bookie_id, self.address)
+        return p.encode_response(
+            p.HelloResponse(req.request_id, self.bookie_id, self.address, proof)
+        )
 
     # -- resource limits -------------------------------------------------------------
 

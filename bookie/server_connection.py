@@ -12,7 +12,11 @@ alike) run per connection, more are answered TOO_MANY_REQUESTS at once (no queue
 grows); a malformed frame whose boundaries are intact is answered BAD_REQUEST, one that
 breaks the stream closes this connection only; a client that does not read its
 responses stops being read (transport flow control). A connection beyond
-``connections_max`` is closed as soon as it is accepted; one whose unfinished frame
+``connections_max`` (authenticated ones, with auth on) is closed as soon as it is
+accepted or authenticated; with auth on, connections not yet authenticated have a budget
+of their own (``unauthenticated_connections_max``, one more closes the oldest) and
+``auth_timeout_s`` to authenticate, and a token's expiry ends what it allows on an open
+connection (a new AUTH renews it); one whose unfinished frame
 would take the bytes all connections hold past ``buffered_bytes_max`` is closed; the
 server's idle sweep closes one that stays silent (see :meth:`ServerConnection.idle_for`).
 """
@@ -41,7 +45,6 @@ from foundation.errors import (
     ProtocolVersionError,
     TooManyRequestsError,
     UnauthenticatedError,
-    UnauthorizedError,
 )
 from foundation.invariants import invariant
 
@@ -62,12 +65,17 @@ class Host(Protocol):
     long_poll_cap_s: float
     # Every open connection (a connection adds and removes itself).
     connections: set[ServerConnection]
+    # Those not authenticated yet (auth on), oldest first: a budget of their own.
+    unauthenticated: dict[ServerConnection, None]
     # Ledger key checks (bookie/access.py).
     gate: LedgerGate
     # Token checks and grants (auth on), else None.
     authority: Authority | None
     # Bytes of unfinished frames all connections hold (each keeps its share current).
     buffered_bytes: int
+
+    def hello(self, req: p.HelloRequest) -> bytes:
+        """The answer to HELLO (bookie/identity.py)."""
 
     def refuse(self, conn: ServerConnection, reason: str, why: str) -> None:
         """Close ``conn`` for a resource limit: log and count it."""
@@ -103,6 +111,10 @@ class ServerConnection(asyncio.Protocol):
         # This connection's share of the server's buffered_bytes.
         self.buffered = 0
         self.last_received = time.monotonic()
+        # Closes the connection unless it authenticates in time (auth on).
+        self._auth_deadline: asyncio.TimerHandle | None = None
+        # Ends what the connection's token allows when it expires.
+        self._token_expiry: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -112,15 +124,70 @@ class ServerConnection(asyncio.Protocol):
         server = self._server
         server.connections.add(self)
         server.metrics.connection_opened()
-        if len(server.connections) > server.config.connections_max:
+        if not self.auth.ready:
+            self._await_auth()
+        elif len(server.connections) > server.config.connections_max:
             server.refuse(self, "connections_max", "too many connections")
             return
         if server.draining:
             self.transport.pause_reading()
 
+    def _await_auth(self) -> None:
+        """An unauthenticated connection (auth on): within the budget of its kind, the
+        oldest making room, and closed unless it authenticates within auth_timeout_s
+        (issue 21: idle sockets held every slot for the idle timeout)."""
+        server = self._server
+        pending = server.unauthenticated
+        pending[self] = None
+        if len(pending) > server.config.unauthenticated_connections_max:
+            oldest = next(iter(pending))
+            del pending[oldest]
+            server.refuse(oldest, "unauthenticated_max", "too many unauthenticated connections")
+        timeout_s = server.config.auth_timeout_s
+        self._auth_deadline = self._loop.call_later(timeout_s, self._auth_timed_out, timeout_s)
+
+    def _auth_timed_out(self, timeout_s: float) -> None:
+        self._auth_deadline = None
+        if not self.auth.ready:
+            self._server.unauthenticated.pop(self, None)
+            self._server.refuse(self, "auth_timeout", f"not authenticated within {timeout_s:g} s")
+
+    def _authenticated(self) -> None:
+        """AUTH succeeded: the connection counts against connections_max, and its
+        token's expiry is scheduled."""
+        server = self._server
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
+        if self._token_expiry is not None:
+            self._token_expiry.cancel()
+            self._token_expiry = None
+        if self in server.unauthenticated:  # its first AUTH (not a renewal)
+            del server.unauthenticated[self]
+            authenticated = len(server.connections) - len(server.unauthenticated)
+            if authenticated > server.config.connections_max:
+                server.refuse(self, "connections_max", "too many connections")
+                return
+        expires_at = self.auth.expires_at
+        if expires_at is not None:
+            delay_s = max(0.0, expires_at - time.time())
+            self._token_expiry = self._loop.call_later(delay_s, self._token_expired)
+
+    def _token_expired(self) -> None:
+        """Requests from now on are refused UNAUTHENTICATED (and the connection closed)
+        unless a new AUTH comes first, within auth_timeout_s."""
+        self._token_expiry = None
+        self.auth.expire()
+        timeout_s = self._server.config.auth_timeout_s
+        self._auth_deadline = self._loop.call_later(timeout_s, self._auth_timed_out, timeout_s)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._server.connections.discard(self)
+        self._server.unauthenticated.pop(self, None)
+        for timer in (self._auth_deadline, self._token_expiry):
+            if timer is not None:
+                timer.cancel()
         self._server.metrics.connection_closed()
         self._server.buffered_bytes -= self.buffered
         self.buffered = 0
@@ -194,6 +261,9 @@ class ServerConnection(asyncio.Protocol):
     def _dispatch(self, req: p.Request) -> None:
         if self._server.failed.is_set() or self.closed:
             return  # fatal storage error, or refused: act on nothing more
+        if type(req) is p.HelloRequest:  # before AUTH: the client checks us first
+            self.write(self._server.hello(req))
+            return
         if not self.auth.ready or type(req) is p.AuthRequest:
             self._authenticate(req)
             return
@@ -216,12 +286,10 @@ class ServerConnection(asyncio.Protocol):
                 self.spawn(req)
             return
         if type(req) is p.ReadLacRequest:
-            try:
-                self._server.gate.check_held(req.ledger_id, req.master_key)
-            except UnauthorizedError as exc:
-                self.write(p.encode_error(req.request_id, p.Op.READ_LAC, exc))
-                return
-            _LacPoll(self, req).start()
+            if self._server.gate.holds_under(req.ledger_id, req.master_key):
+                _LacPoll(self, req).start()
+            else:  # not held, or another key: the gate's answer is in a task
+                self.spawn(req)
             return
         self.spawn(req)
 
@@ -235,6 +303,7 @@ class ServerConnection(asyncio.Protocol):
             self.close()
             return
         self.write(frame)
+        self._authenticated()
 
     def spawn(self, req: p.Request) -> None:
         """Handle ``req`` in a task of its own, answering when it ends."""

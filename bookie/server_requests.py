@@ -117,7 +117,7 @@ class RequestHandlers:
             lac = await storage.fence(req.ledger_id, req.master_key)
             payload, entry_id = await self._read_entry(req.ledger_id, req.entry_id)
         else:
-            self._gate.check_held(req.ledger_id, req.master_key)
+            await self._gate.check_read(req.ledger_id, req.master_key)
             payload, entry_id = await self._read_entry(req.ledger_id, req.entry_id)
             lac = storage.last_add_confirmed(req.ledger_id)
         resp = p.ReadResponse(req.request_id, req.ledger_id, entry_id, lac, payload)
@@ -133,7 +133,7 @@ class RequestHandlers:
         return await self._storage.read_entry(ledger_id, last), last
 
     async def _read_lac(self, req: p.ReadLacRequest) -> bytes:
-        self._gate.check_held(req.ledger_id, req.master_key)
+        await self._gate.check_read(req.ledger_id, req.master_key)
         timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
         bytes_max = piggyback_bytes(req, self._frame_bytes_max)
         result = await self._storage.wait_lac(req.ledger_id, req.previous_lac, timeout_s, bytes_max)
@@ -160,7 +160,7 @@ class RequestHandlers:
         return p.encode_response(p.ListLedgersResponse(req.request_id, ledgers))
 
     async def _list_entries(self, req: p.ListEntriesRequest) -> bytes:
-        self._gate.check_held(req.ledger_id, req.master_key)
+        await self._gate.check_read(req.ledger_id, req.master_key)
         entries = tuple(await self._storage.entries(req.ledger_id))
         return p.encode_response(p.ListEntriesResponse(req.request_id, req.ledger_id, entries))
 

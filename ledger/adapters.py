@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bookie.client import BookieClientPool, BookieConnection, ClientOptions, LedgerAdder
+from bookie.identity import BookieIdentity
 from bookie.protocol import FEATURE_LAC_ENTRIES, FEATURE_REPLICA_CHECK, FEATURE_WRITE_LAC
 from foundation.config import MetadataConfig
 from foundation.errors import (
@@ -27,7 +28,9 @@ from foundation.errors import (
     NotFoundError,
     TimeoutError_,
 )
+from ledger.config import LedgerConfig
 from ledger.interfaces import AddCallback, ChecksumPage, LacAnswer, ReadAnswer
+from ledger.keys import bookie_identity
 from ledger.placement import BookieCandidate
 from metadata.bookies import BookieRegistry
 from metadata.client import MetadataClient
@@ -47,11 +50,19 @@ class ZkLedgerStore:
     """:class:`ledger.interfaces.MetadataStore` on ZooKeeper."""
 
     def __init__(
-        self, ledgers: LedgerStore, registry: BookieRegistry, ids: LedgerIdAllocator
+        self,
+        ledgers: LedgerStore,
+        registry: BookieRegistry,
+        ids: LedgerIdAllocator,
+        *,
+        identity: BookieIdentity | None = None,
     ) -> None:
+        """``identity``: placement offers only bookies whose registration proves the
+        credential the cluster issued them (bookie/identity.py); None: every one."""
         self._ledgers = ledgers
         self._registry = registry
         self._ids = ids
+        self._identity = identity
         self.addresses: dict[str, str] = {}
 
     async def next_ledger_id(self) -> int:
@@ -86,6 +97,13 @@ class ZkLedgerStore:
             except NotFoundError:
                 continue  # left while we listed
             if info.state != "writable":
+                continue
+            if self._identity is not None and not self._identity.registration_ok(
+                bookie_id, info.address, info.proof
+            ):
+                log.warning(
+                    "bookie %s: registration without the cluster's proof, skipped", bookie_id
+                )
                 continue
             self.addresses[bookie_id] = info.address
             out.append(BookieCandidate(bookie_id, info.rack))
@@ -322,8 +340,9 @@ async def connect_cluster(
     """Metadata store + bookie transport on a running cluster, and their closer."""
     md = MetadataClient(MetadataConfig(zk=zk, root=root))
     await md.connect()
-    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
-    pool = BookieClientPool(client_options)
+    identity = bookie_identity(LedgerConfig())  # the process's ledger secret, if any
+    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids, identity=identity)
+    pool = BookieClientPool(client_options, identity=identity)
     transport = PoolTransport(pool, store.address_of)
 
     async def close() -> None:

@@ -40,6 +40,7 @@ from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.interfaces import ReplicaInspector
+from ledger.keys import bookie_identity
 from ledger.replication import ListEntries, Outcome, ReplicationWorker
 from ledger.scrub import Scrubber, ScrubSummary
 from metadata.client import MetadataClient
@@ -78,8 +79,9 @@ async def connect_parts(
     except BaseException:
         await md.close()
         raise
-    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
-    pool = BookieClientPool()
+    identity = bookie_identity(ledger_config or LedgerConfig())
+    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids, identity=identity)
+    pool = BookieClientPool(identity=identity)
     transport = PoolTransport(pool, store.address_of)
     list_timeout_s = (ledger_config or LedgerConfig()).read_timeout_ms / 1000.0
 

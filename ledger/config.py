@@ -31,6 +31,10 @@ class LedgerConfig:
     # not. "" = each new ledger gets a random key kept in its metadata (guarded only by
     # ZooKeeper ACLs). See docs/security.md.
     secret_file: str = ""
+    # With a secret: talk only to bookies that prove the credential the cluster issued
+    # them, and place ledgers only on those (bookie/identity.py). Off only while
+    # upgrading a cluster whose bookies have no identity_file yet.
+    verify_bookies: bool = True
 
     # --- timeouts -------------------------------------------------------------------
     # One add request to one bookie; past it the bookie is replaced (ensemble change).

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bookie.identity import BookieIdentity
 from foundation.errors import ConfigError, UnauthorizedError
 from ledger.config import LedgerConfig
 from ledger.digest import DigestManager
@@ -46,6 +47,7 @@ __all__ = [
     "SECRET_FILE_ENV",
     "LedgerAccess",
     "NewLedgerKey",
+    "bookie_identity",
     "check_legacy_password",
     "cluster_secret",
     "derive_key",
@@ -154,6 +156,14 @@ def cluster_secret(config: LedgerConfig) -> bytes:
     from their environment), else none (``b""``)."""
     path = config.secret_file or os.environ.get(SECRET_FILE_ENV, "")
     return read_secret(path) if path else b""
+
+
+def bookie_identity(config: LedgerConfig) -> BookieIdentity | None:
+    """What bookies must prove to a process with ``config`` (bookie/identity.py): their
+    credential derived from the cluster's ledger secret; None without a secret."""
+    if not config.verify_bookies:
+        return None
+    return BookieIdentity.from_secret(cluster_secret(config))
 
 
 def read_secret(path: str) -> bytes:

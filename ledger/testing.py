@@ -24,6 +24,7 @@ replicas). ``no_replica_check`` plays a bookie older than the replica-check ops.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,7 +225,7 @@ class MemoryBookies:
         st = bk.ledgers.get(ledger_id)
         if st is None:
             raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
-        if st.key != master_key:
+        if not hmac.compare_digest(st.key, master_key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if entry_id == NO_ENTRY:
             if not st.entries:
@@ -246,7 +247,7 @@ class MemoryBookies:
         st = bk.ledgers.get(ledger_id)
         if st is None:
             raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
-        if st.key != master_key:
+        if not hmac.compare_digest(st.key, master_key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced:
             raise FencedError(f"ledger {ledger_id} is fenced on {bookie}")
@@ -274,7 +275,7 @@ class MemoryBookies:
             st = bk.ledgers.get(ledger_id)
             if st is None:
                 raise NoLedgerError(f"ledger {ledger_id} not on {bookie}")
-            if st.key != master_key:
+            if not hmac.compare_digest(st.key, master_key):
                 raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
             if st.lac > previous_lac or loop.time() >= deadline:
                 nxt = st.entries.get(previous_lac + 1)

@@ -49,6 +49,9 @@ class BookieInfo:
     free_bytes: int = 0
     total_bytes: int = 0
     http_address: str = ""  # admin/metrics endpoint, if any
+    # Proof of the credential the cluster issued the bookie (bookie/identity.py), hex;
+    # "": none, and placement by clients holding the ledger secret skips the bookie.
+    proof: str = ""
 
     def __post_init__(self) -> None:
         if self.state not in (WRITABLE, READONLY):

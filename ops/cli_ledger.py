@@ -247,9 +247,12 @@ async def _ledger_client(md: MetadataClient) -> AsyncIterator[LedgerClient]:
     from bookie.client import BookieClientPool
     from ledger.adapters import PoolTransport, ZkLedgerStore
     from ledger.client import LedgerClient
+    from ledger.config import LedgerConfig
+    from ledger.keys import bookie_identity
 
-    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
-    pool = BookieClientPool()
+    identity = bookie_identity(LedgerConfig())
+    store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids, identity=identity)
+    pool = BookieClientPool(identity=identity)
     client = LedgerClient(store, PoolTransport(pool, store.address_of), on_close=pool.close)
     try:
         yield client

@@ -33,12 +33,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bookie.identity import write_credential
 from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_token
 from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
 from foundation.tls import CertPaths, TlsConfig, build_client_context
-from ledger.keys import SECRET_FILE_ENV
+from ledger.keys import SECRET_FILE_ENV, read_secret
 from metadata.zk import kazoo_tls
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
@@ -331,6 +332,16 @@ class LocalCluster:
             "--auth-grants-file", str(self.auth.grants_file),
         ]  # fmt: skip
 
+    def _bookie_identity_args(self, name: str, base: Path) -> list[str]:
+        """With a ledger secret, the bookie's credential (bookie/identity.py), issued
+        anew at each start: clients holding the secret talk to no other bookie."""
+        if self.ledger_secret_file is None:
+            return []
+        path = base / "identity"
+        base.mkdir(parents=True, exist_ok=True)
+        write_credential(str(path), read_secret(str(self.ledger_secret_file)).split(b"\n")[0], name)
+        return ["--identity-file", str(path)]
+
     def _session_args(self) -> list[str]:
         ms = self.service_session_timeout_ms
         return [] if ms is None else ["--session-timeout-ms", str(ms)]
@@ -346,7 +357,7 @@ class LocalCluster:
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
             "--journal-dir", str(base / "journal"), "--ledgers-dir", str(base / "ledgers"),
             "--index-dir", str(base / "index"), *self._session_args(),
-            *self._bookie_auth_args(),
+            *self._bookie_auth_args(), *self._bookie_identity_args(name, base),
         ]  # fmt: skip
         info = self._spawn(name, "bookie", argv, base / "bookie.log")
         host = self.placement(name).host

@@ -21,6 +21,7 @@ from foundation.errors import AlreadyExistsError, BooklineError, NoLedgerError, 
 from foundation.names import validate_name
 from ledger.adapters import PoolTransport, ZkLedgerStore
 from ledger.client import LedgerClient
+from ledger.keys import bookie_identity
 from ledger.reader import LedgerReader
 from metadata.client import MetadataClient
 from metadata.segments import SegmentMetadata, TruncationState
@@ -131,7 +132,8 @@ class Namespace:
         md = MetadataClient(MetadataConfig(zk=zk, root=root,
                                            session_timeout_ms=cfg.session_timeout_ms))  # fmt: skip
         await md.connect()
-        pool = BookieClientPool(token=token)
+        identity = bookie_identity(cfg.ledger)  # bookies prove themselves (issue 21)
+        pool = BookieClientPool(token=token, identity=identity)
         try:
             if not await md.streams.namespace_exists(namespace):
                 if not create:
@@ -143,7 +145,7 @@ class Namespace:
                     await md.streams.create_namespace(namespace)
                 except AlreadyExistsError:
                     log.debug("namespace %s created concurrently", namespace)
-            store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids)
+            store = ZkLedgerStore(md.ledgers, md.bookies, md.ledger_ids, identity=identity)
             ledgers = LedgerClient(store, PoolTransport(pool, store.address_of), cfg.ledger)
         except BaseException:
             await pool.close()

@@ -39,6 +39,7 @@ requests = st.one_of(
     st.builds(p.ListLedgersRequest, u64),
     st.builds(p.ListEntriesRequest, u64, u64, key),
     st.builds(p.AuthRequest, u64, st.text(max_size=p.TOKEN_CHARS_MAX)),
+    st.builds(p.HelloRequest, u64, st.binary(min_size=16, max_size=64)),
     st.builds(p.WriteLacRequest, u64, u64, eid, key),
     st.builds(p.ListDamagedRequest, u64, u64, u64),
     st.builds(
@@ -52,6 +53,13 @@ requests = st.one_of(
 responses = st.one_of(
     st.builds(p.AddResponse, u64, u64, u64),
     st.builds(p.AuthResponse, u64, st.text(max_size=128)),
+    st.builds(
+        p.HelloResponse,
+        u64,
+        st.text(max_size=40),
+        st.text(max_size=40),
+        st.binary(min_size=32, max_size=32),
+    ),
     st.builds(p.ReadResponse, u64, u64, u64, eid, payload),
     st.builds(p.ReadLacResponse, u64, u64, eid, st.none(), st.none()),
     st.builds(p.ReadLacResponse, u64, u64, eid, u64, payload),

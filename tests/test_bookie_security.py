@@ -365,7 +365,7 @@ async def test_pipelined_first_adds_share_one_metadata_look_up() -> None:
     held.keys[8] = key  # held by storage: its own check, no look-up
     await gate.admit(8, master_key(b"anything"))
     assert looked_up == [7, 404]
-    gate.check_held(8, key)
+    assert gate.holds_under(8, key) and not gate.holds_under(8, b"")
+    await gate.check_read(8, key)
     with pytest.raises(UnauthorizedError):
-        gate.check_held(8, b"")
-    gate.check_held(9, b"")  # not held: storage answers NO_LEDGER
+        await gate.check_read(8, b"")

@@ -67,6 +67,7 @@ class Op(enum.IntEnum):
     LIST_DAMAGED = 8
     ENTRY_CHECKSUMS = 9
     AUTH = 10
+    HELLO = 11
 
 
 OPS: Final = frozenset(int(op) for op in Op)

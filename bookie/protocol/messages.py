@@ -97,6 +97,20 @@ class AuthResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class HelloRequest:
+    request_id: int
+    nonce: bytes  # the client's fresh nonce (bookie/identity.py)
+
+
+@dataclass(frozen=True, slots=True)
+class HelloResponse:
+    request_id: int
+    bookie_id: str
+    address: str  # the address the bookie is registered at
+    proof: bytes  # HMAC of the nonce, id and address under the bookie's credential
+
+
+@dataclass(frozen=True, slots=True)
 class AddResponse:
     request_id: int
     ledger_id: int
@@ -210,6 +224,7 @@ Request: TypeAlias = (
     | ListDamagedRequest
     | EntryChecksumsRequest
     | AuthRequest
+    | HelloRequest
 )
 Response: TypeAlias = (
     AddResponse
@@ -222,5 +237,6 @@ Response: TypeAlias = (
     | ListDamagedResponse
     | EntryChecksumsResponse
     | AuthResponse
+    | HelloResponse
     | ErrorResponse
 )

@@ -14,6 +14,7 @@ Meta per op (requests)::
     LIST_DAMAGED  [from_ledger_id, from_entry_id]                entries found damaged
     ENTRY_CHECKSUMS [ledger_id, first_entry_id, last_entry_id]   replica check (below)
     AUTH          [token]                                        authentication (below)
+    HELLO         [nonce]                     32 bytes: the bookie proves itself (below)
 
 Meta per op (responses with status OK; a non-OK response's meta is ``[message]``)::
 
@@ -32,6 +33,7 @@ Meta per op (responses with status OK; a non-OK response's meta is ``[message]``
                    [damaged_entry_id, ...]]          both lists ascending, disjoint, and
                                                      within first..last_entry_id
     AUTH          [principal]                                    who the bookie says you are
+    HELLO         [bookie_id, address, proof]  proof: 32 bytes, bookie/identity.py
 
 Every request naming a ledger carries its master key (protocol version 2, issue 15):
 version 1's READ_LAC and LIST_ENTRIES carried none and its READ only when fencing, so
@@ -47,6 +49,12 @@ UNAUTHENTICATED and the connection closed, as is a failed AUTH. LIST_LEDGERS,
 LIST_DAMAGED and ENTRY_CHECKSUMS (a bookie's inventory) then need an admin of the
 cluster (the services' principal or a grant), else FORBIDDEN. With auth off an AUTH is
 answered with the principal ``""``, so a client with a token may always send one.
+
+HELLO (op 11, same PROTOCOL_VERSION, issue 21): a client holding the cluster's ledger
+secret sends it first, before AUTH, and sends nothing else until the proof checks out
+(bookie/identity.py: HMAC-SHA256 under the bookie's credential of "bookline-bookie-hello-v1"
+0x00, the nonce, the bookie id, 0x00 and the address). A bookie serves HELLO before AUTH;
+one without a credential answers UNAUTHENTICATED.
 
 WRITE_LAC (op 7, added after version 1 shipped, same PROTOCOL_VERSION) is the explicit
 LAC: the writer tells the bookies a new LastAddConfirmed without waiting for a later
@@ -105,6 +113,8 @@ from .messages import (
     EntryChecksum,
     EntryChecksumsRequest,
     EntryChecksumsResponse,
+    HelloRequest,
+    HelloResponse,
     InfoRequest,
     InfoResponse,
     ListDamagedRequest,
@@ -555,6 +565,42 @@ def _auth_response_of(rid: int, m: Meta, _payload: bytes) -> AuthResponse:
     return AuthResponse(rid, m[0])
 
 
+# --- HELLO: the bookie proves it belongs to the cluster ----------------------------------
+
+NONCE_BYTES_MIN: Final = 16
+NONCE_BYTES_MAX: Final = 64
+_ID_CHARS_MAX: Final = 1024
+
+
+def _hello_request(r: HelloRequest) -> tuple[int, Meta, bytes]:
+    return 0, [r.nonce], b""
+
+
+def _hello_request_of(rid: int, _flags: int, m: Meta, _payload: bytes) -> HelloRequest:
+    if (
+        len(m) != 1
+        or type(m[0]) is not bytes
+        or not NONCE_BYTES_MIN <= len(m[0]) <= NONCE_BYTES_MAX
+    ):
+        raise bad_meta(rid, Op.HELLO, "expected [nonce]")
+    return HelloRequest(rid, m[0])
+
+
+def _hello_response(r: HelloResponse) -> tuple[Meta, bytes]:
+    return [r.bookie_id, r.address, r.proof], b""
+
+
+def _hello_response_of(rid: int, m: Meta, _payload: bytes) -> HelloResponse:
+    if (
+        len(m) != 3
+        or not all(type(x) is str and len(x) <= _ID_CHARS_MAX for x in m[:2])
+        or type(m[2]) is not bytes
+        or len(m[2]) != 32
+    ):
+        raise bad_meta(rid, Op.HELLO, "expected [bookie_id, address, proof]")
+    return HelloResponse(rid, m[0], m[1], m[2])
+
+
 # --- the table ------------------------------------------------------------------------------
 
 _R, _F = FLAG_RECOVERY, FLAG_FENCE
@@ -586,6 +632,8 @@ TABLE: Final = (
             _entry_checksums_response, _entry_checksums_response_of),
     OpCodec(Op.AUTH, AuthRequest, AuthResponse, 0, False, False,
             _auth_request, _auth_request_of, _auth_response, _auth_response_of),
+    OpCodec(Op.HELLO, HelloRequest, HelloResponse, 0, False, False,
+            _hello_request, _hello_request_of, _hello_response, _hello_response_of),
 )
 # fmt: on
 BY_OP: Final[dict[int, OpCodec]] = {int(c.op): c for c in TABLE}

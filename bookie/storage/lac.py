@@ -11,6 +11,7 @@ raises it as entries become durable; both wake the ledger's waiters
 from __future__ import annotations
 
 import asyncio
+import hmac
 
 from foundation.errors import BadRequestError, FencedError, NoEntryError, UnauthorizedError
 
@@ -40,7 +41,7 @@ class LacTracker:
         if not 0 <= ledger_id <= U64_MAX or not NO_ENTRY_ID <= lac <= I64_MAX:
             raise BadRequestError(f"bad ledger/lac {ledger_id}/{lac}")
         st = self._ledgers.known(ledger_id)
-        if st.master_key != master_key:
+        if not hmac.compare_digest(st.master_key, master_key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         if st.fenced:
             raise FencedError(f"ledger {ledger_id} is fenced")

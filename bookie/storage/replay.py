@@ -10,6 +10,7 @@ was replayed too.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,7 @@ def _apply(ledgers: Ledgers, mem: MemTables, rec: JournalRecord) -> None:
         if st is None:
             ledgers[rec.ledger_id] = LedgerState(rec.data)
             ledgers.dirty.add(rec.ledger_id)
-        elif st.master_key != rec.data:
+        elif not hmac.compare_digest(st.master_key, rec.data):
             log.warning(
                 "ledger %d: journal holds a second master key; keeping the first", rec.ledger_id
             )

@@ -11,6 +11,7 @@ acknowledged (durable) entries.
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Callable
 from typing import Final
 
@@ -126,7 +127,7 @@ class EntryWrites:
             st = self._ledgers[ledger_id] = LedgerState(bytes(master_key))
             self._ledgers.dirty.add(ledger_id)
             jnl.submit((MASTER_KEY, ledger_id, -1, -1, st.master_key, None))
-        elif st.master_key != master_key:
+        elif not hmac.compare_digest(st.master_key, master_key):
             raise UnauthorizedError(f"wrong master key for ledger {ledger_id}")
         return st
 
