@@ -15,6 +15,11 @@ nothing to get out of step.
   was fenced by the new writer, so its writes fail and it stops. It never adds a
   duplicate.
 * Group commits are made for monitoring (lag) only; the output is the truth.
+* A fault (a lost ZooKeeper session, a fenced or failed writer, a partition taken away
+  while its writer lock was awaited) ends the consumer's session, not the task: it
+  closes its writers, waits a moment and joins the group again, resuming every
+  partition it gets from its output as above (up to ``RESTARTS_MAX`` in a row without
+  a record written in between).
 
 Per-key order holds: a key's records are in one input partition, read in order, and
 written in that order to one output partition.
@@ -25,15 +30,16 @@ written in that order to one output partition.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from bookline import LogRecord, LogWriter, Namespace, NamespaceConfig, ProxyClient, StartPosition
-from bookline.errors import AlreadyExistsError, BooklineError
+from bookline.errors import AlreadyExistsError, BooklineError, NotAssignedError, TimeoutError_
 from examples.common import ensure_topic, parse
 from groups.consumer import ConsumerConfig, ConsumerRecord, GroupConsumer, TopicPartition
 from groups.topics import TopicAdmin
@@ -43,6 +49,14 @@ log = logging.getLogger("exactly_once_transform")
 SOURCE_OFFSET = "source-offset"
 # How long a new task waits for a crashed predecessor's writer lock (its session).
 LOCK_WAIT_S = 60.0
+# How long reading the last result of an output partition may take.
+LAST_RESULT_WAIT_S = 10.0
+# Consecutive consumer sessions ended by a fault, with nothing written in between,
+# before the task gives up (a fault that persists is not going to heal by retrying).
+RESTARTS_MAX = 10
+# Pause before rejoining after a fault, doubled per consecutive fault up to the max.
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 8.0
 
 
 def output_stream(topic: str, partition: int) -> str:
@@ -66,10 +80,15 @@ async def last_source_offset(ns: Namespace, stream: str) -> int:
         return -1
     reader = await ns.open_reader(stream, StartPosition.sequence(end - 1))
     try:
-        last = await reader.read_next(timeout_s=10.0)
+        last = await reader.read_next(timeout_s=LAST_RESULT_WAIT_S)
     finally:
         await reader.close()
-    if last is None or not last.headers or SOURCE_OFFSET not in last.headers:
+    if last is None:  # unreadable for now (bookies, a session): a fault, retried
+        raise TimeoutError_(
+            f"{stream}: its last result (sequence id {end - 1}) could not be read "
+            f"within {LAST_RESULT_WAIT_S:.0f} s"
+        )
+    if not last.headers or SOURCE_OFFSET not in last.headers:
         raise RuntimeError(f"{stream}: the last record has no {SOURCE_OFFSET} header")
     return int(last.headers[SOURCE_OFFSET])
 
@@ -80,18 +99,37 @@ class Transformer:
         self.output = output
         self.writers: dict[int, LogWriter] = {}
         self.consumer: GroupConsumer | None = None
+        self.written = 0  # results written by this task (progress between faults)
 
     async def on_assign(self, tps: list[TopicPartition]) -> None:
         assert self.consumer is not None
         for topic, p in tps:
+            await self._close_writer(p)  # given back before its revocation finished
             stream = output_stream(self.output, p)
             writer = await self.ns.open_writer(
                 stream, identity=f"transform-{os.getpid()}", lock_timeout_s=LOCK_WAIT_S
             )
             self.writers[p] = writer
             resume = await last_source_offset(self.ns, stream) + 1
+            try:
+                self.consumer.seek((topic, p), resume)
+            except NotAssignedError:
+                # Taken away while the lock was awaited: on_revoke / on_lost closes
+                # the writer; nothing of the partition is returned meanwhile.
+                log.warning("input %s/%d: revoked while being assigned", topic, p)
+                continue
             log.warning("input %s/%d: resuming at %d (from %s)", topic, p, resume, stream)
-            self.consumer.seek((topic, p), resume)
+
+    async def _close_writer(self, p: int) -> None:
+        writer = self.writers.pop(p, None)
+        if writer is not None:
+            with contextlib.suppress(BooklineError):  # fenced already, most likely
+                await writer.close()
+
+    async def close_all(self) -> None:
+        """After a fault: every writer closed (sealing what it can), none kept."""
+        for p in list(self.writers):
+            await self._close_writer(p)
 
     async def on_revoke(self, tps: list[TopicPartition]) -> None:
         for _topic, p in tps:
@@ -101,16 +139,14 @@ class Transformer:
 
     async def on_lost(self, tps: list[TopicPartition]) -> None:
         for _topic, p in tps:
-            writer = self.writers.pop(p, None)
-            if writer is not None:
-                with contextlib.suppress(BooklineError):  # fenced already, most likely
-                    await writer.close()
+            await self._close_writer(p)
 
     async def handle(self, records: list[ConsumerRecord]) -> None:
         """Write the batch's results; return once all are durable. A writer that fails
         (fenced: another task owns the partition now) raises: this task must stop."""
         pending = [self.writers[r.partition].write_nowait(transform(r)) for r in records]
         await asyncio.gather(*pending)
+        self.written += len(pending)
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
@@ -130,22 +166,53 @@ async def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(f"{args.output} must have {partitions} partitions like {args.topic}")
         task = Transformer(ns, args.output)
         async with ProxyClient.from_cluster_file(args.cluster) as client:
-            consumer = GroupConsumer(
-                args.group, [args.topic], client=client, namespace=ns,
-                config=ConsumerConfig(auto_offset_reset="earliest", session_timeout_ms=3_000),
-                on_assign=task.on_assign, on_revoke=task.on_revoke, on_lost=task.on_lost,
-            )  # fmt: skip
-            task.consumer = consumer
-            await consumer.start()
-            last = time.monotonic()
-            try:
-                while time.monotonic() - last < args.idle_exit_s:
-                    records = await consumer.poll(timeout_s=0.5)
-                    if records:
-                        await task.handle(records)
-                        last = time.monotonic()
-            finally:
-                await consumer.close()  # on_revoke closes the writers
+            await run_with_restarts(lambda: consume(task, client, args), lambda: task.written)
+
+
+async def consume(task: Transformer, client: ProxyClient, args: argparse.Namespace) -> None:
+    """One consumer session until ``idle_exit_s`` without a record. A fault raises
+    (the writers are closed by then)."""
+    consumer = GroupConsumer(
+        args.group, [args.topic], client=client, namespace=task.ns,
+        config=ConsumerConfig(auto_offset_reset="earliest", session_timeout_ms=3_000),
+        on_assign=task.on_assign, on_revoke=task.on_revoke, on_lost=task.on_lost,
+    )  # fmt: skip
+    task.consumer = consumer
+    try:
+        await consumer.start()
+        last = time.monotonic()
+        while time.monotonic() - last < args.idle_exit_s:
+            records = await consumer.poll(timeout_s=0.5)
+            if records:
+                await task.handle(records)
+                last = time.monotonic()
+    except BaseException:
+        await task.close_all()  # before leaving: a fenced writer's close is quick
+        with contextlib.suppress(BooklineError):
+            await consumer.close()
+        raise
+    await consumer.close()  # on_revoke closes the writers
+
+
+async def run_with_restarts(
+    session: Callable[[], Awaitable[None]], progress: Callable[[], int]
+) -> None:
+    """Run consumer sessions until one ends cleanly (idle); a BooklineError ends a
+    session, not the task. Gives up after ``RESTARTS_MAX`` faults with no
+    ``progress()`` in between."""
+    faults, seen = 0, progress()
+    while True:
+        try:
+            await session()
+            return
+        except BooklineError as exc:
+            faults = 1 if progress() != seen else faults + 1
+            seen = progress()
+            if faults > RESTARTS_MAX:
+                raise
+            pause = min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** (faults - 1))
+            log.warning("fault %d (%s: %s); rejoining in %.1f s", faults, exc.name, exc, pause)
+            await asyncio.sleep(pause)
 
 
 if __name__ == "__main__":

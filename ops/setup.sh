@@ -2,7 +2,8 @@
 # Idempotent set-up shared by ./run.sh and ./test.sh:
 #   1. a JRE, Debian's ZooKeeper, redis-server and chromium (apt-get, only when missing;
 #      Redis is a peer of `bookline bench compare`, never started as a service here;
-#      chromium is the headless browser of the dashboard test, driven by Playwright);
+#      chromium is the headless browser of the dashboard test, driven by Playwright;
+#      prometheus only for its promtool, which tests the alert rules);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
 # Source it; it leaves VENV_PY pointing at the venv's python.
@@ -20,6 +21,9 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # nft: the chaos nemesis's partitions (nftables rules inside the hosts' namespaces).
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# promtool (in Debian's prometheus package): the alert rules' tests; the prometheus
+# service itself is never started.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq

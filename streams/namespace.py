@@ -17,7 +17,15 @@ from pathlib import Path
 from bookie.client import BookieClientPool
 from foundation.cluster_file import read_cluster_file
 from foundation.config import MetadataConfig
-from foundation.errors import AlreadyExistsError, BooklineError, NoLedgerError, NotFoundError
+from foundation.errors import (
+    AlreadyExistsError,
+    BooklineError,
+    ForbiddenError,
+    NoLedgerError,
+    NotFoundError,
+    UnauthenticatedError,
+    UnauthorizedError,
+)
 from foundation.names import validate_name
 from ledger.adapters import PoolTransport, ZkLedgerStore
 from ledger.client import LedgerClient
@@ -268,6 +276,8 @@ class Namespace:
             if lac < 0:
                 return seg
             data = await reader.read_entry(lac)
+        except (UnauthenticatedError, UnauthorizedError, ForbiddenError):
+            raise  # wrong or missing credentials are an error, never "no data yet"
         except BooklineError as exc:
             log.debug("%s: cannot read the LAC of segment %d: %s", name, seg.seqno, exc)
             return seg

@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -78,5 +79,67 @@ def test_connector_reads_with_its_token_and_is_refused_without(cluster: LocalClu
         with pytest.raises(BooklineError) as info:
             _read_all(ns, stream, 1)
         assert info.value.name == "UNAUTHENTICATED", info.value
+    finally:
+        pipeline_client.close_all()
+
+
+def _write_rows(cluster: LocalCluster, stream: str, count: int) -> None:
+    with SyncProxyClient.from_cluster_file(cluster.dir / "cluster.json") as client:
+        for first in range(0, count, 500):
+            client.write_many(stream, [b"r%d" % i for i in range(first, first + 500)])
+
+
+def _zk_only(cluster: LocalCluster, stream: str) -> dict[str, str]:
+    """What a user who copies the README's Spark example sets: zk and root, no token."""
+    return {"zk": cluster.zk_connect, "root": CLUSTER_ROOT, "stream": stream, "arrow": "false"}
+
+
+@pytest.mark.integration
+def test_planning_a_read_without_credentials_is_refused_not_empty(cluster: LocalCluster) -> None:
+    """Issue 22 (6): the planner read the in-progress segment's LAC without credentials,
+    took the refusal for "nothing confirmed yet" and planned an empty read. Only zk
+    set: the ledger secret is missing; with it but no token: the bookies refuse."""
+    from pipeline.source import BooklineBatchReader
+
+    stream = f"spark-plan-{uuid.uuid4().hex[:8]}"
+    _write_rows(cluster, stream, 1_000)
+    secret = {"bookline.ledger.secret_file": str(cluster.ledger_secret_file)}
+    cases = [(_zk_only(cluster, stream), "UNAUTHORIZED"),
+             ({**_zk_only(cluster, stream), **secret}, "UNAUTHENTICATED")]  # fmt: skip
+    for options, refusal in cases:
+        reader = BooklineBatchReader(parse_source_options(options), None)  # type: ignore[arg-type]
+        try:
+            with pytest.raises(BooklineError) as info:
+                reader.partitions()
+            assert info.value.name == refusal, info.value
+        finally:
+            pipeline_client.close_all()
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_spark_read_without_credentials_fails_and_with_them_returns_every_row(
+    cluster: LocalCluster, spark: object
+) -> None:
+    """Issue 22 (6): ``spark.read`` with only ``zk`` set on a cluster with auth on gave
+    an empty DataFrame (0 of 2,000 rows, no error)."""
+    from pyspark.errors import PySparkException
+
+    stream = f"spark-auth-{uuid.uuid4().hex[:8]}"
+    _write_rows(cluster, stream, 2_000)
+    admin = sign_token(load_secrets(str(cluster.dir / "auth" / "secret"))[0], "admin",
+                       time.time() + 600)  # fmt: skip
+    options = _zk_only(cluster, stream)
+    session: Any = spark
+    try:
+        with pytest.raises((PySparkException, BooklineError)) as info:
+            session.read.format("bookline").options(**options).load().count()
+        assert "UNAUTHORIZED" in str(info.value) and "secret_file" in str(info.value)
+        options["bookline.ledger.secret_file"] = str(cluster.ledger_secret_file)
+        with pytest.raises((PySparkException, BooklineError)) as info:
+            session.read.format("bookline").options(**options).load().count()
+        assert "UNAUTHENTICATED" in str(info.value), info.value
+        df = session.read.format("bookline").options(**options, token=admin).load()
+        assert df.count() == 2_000
     finally:
         pipeline_client.close_all()

@@ -5,7 +5,10 @@ proxy cluster, crashed with ``kill -9`` while a producer in this process keeps w
 * at-most-once across a crash: no record processed twice;
 * exactly-once consume-transform-produce across three ``kill -9`` of the transformer:
   the output topic holds each input record's result exactly once, in per-key order;
-* exactly-once into SQLite across a crash: each record in the table exactly once.
+* exactly-once into SQLite across a crash: each record in the table exactly once;
+* the exactly-once transform's fault handling (issue 22, 7), against fakes: a partition
+  taken away while its writer lock was awaited, an unreadable last result, and a
+  consumer session ended by a fault are retried, never the end of the task.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from subprocess import Popen
 
 import pytest
 
-from bookline import Namespace, NamespaceConfig, ReadRecord, StartPosition
+from bookline import DLSN, Namespace, NamespaceConfig, ReadRecord, StartPosition
+from bookline.errors import BooklineError, NotAssignedError, SessionSuspendedError
+from examples import exactly_once_transform as eot
 from groups.consumer import ConsumerConfig
 from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
@@ -281,3 +286,95 @@ async def test_exactly_once_sink_across_a_crash(
     expected = await _expected(ns, topic)
     assert set(map(tuple, rows)) == expected
     assert offsets == {p: end for p, end in enumerate(await TopicAdmin(ns).end_offsets(topic))}
+
+
+# -- the exactly-once transform's fault handling, against fakes (issue 22, 7) ----------
+
+
+class _FakeReader:
+    def __init__(self, record: object) -> None:
+        self.record = record
+
+    async def read_next(self, timeout_s: float) -> object:
+        return self.record
+
+    async def close(self) -> None:
+        pass
+
+
+class _FakeWriter:
+    closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class _FakeNs:
+    """An output stream of ``end`` results whose last one is ``last`` (None: not
+    readable right now)."""
+
+    def __init__(self, end: int, last: object) -> None:
+        self.end, self.last = end, last
+        self.opened: list[_FakeWriter] = []
+
+    async def end_offset(self, stream: str) -> int:
+        return self.end
+
+    async def open_reader(self, stream: str, start: object) -> _FakeReader:
+        return _FakeReader(self.last)
+
+    async def open_writer(self, stream: str, **_kw: object) -> _FakeWriter:
+        self.opened.append(_FakeWriter())
+        return self.opened[-1]
+
+
+class _RevokedConsumer:
+    """A consumer whose partitions were all taken away during ``on_assign``."""
+
+    def seek(self, tp: tuple[str, int], offset: int) -> None:
+        raise NotAssignedError(f"partition {tp[1]} of {tp[0]} is being revoked")
+
+
+def _result(source_offset: int | None) -> ReadRecord:
+    headers = None if source_offset is None else {eot.SOURCE_OFFSET: str(source_offset).encode()}
+    return ReadRecord("o~0", DLSN(1, 4, 0), 4, 4, 0, b"X", None, headers)
+
+
+async def test_transform_survives_a_partition_revoked_while_its_writer_lock_was_awaited() -> None:
+    ns = _FakeNs(end=5, last=_result(41))
+    task = eot.Transformer(ns, "out")  # type: ignore[arg-type]
+    task.consumer = _RevokedConsumer()  # type: ignore[assignment]
+    await task.on_assign([("in", 0), ("in", 1)])  # NotAssignedError before the fix
+    await task.on_revoke([("in", 0), ("in", 1)])  # what the consumer calls next
+    assert [w.closed for w in ns.opened] == [True, True] and not task.writers
+
+
+async def test_transform_takes_an_unreadable_last_result_for_a_fault_not_a_bad_header() -> None:
+    with pytest.raises(BooklineError) as info:
+        await eot.last_source_offset(_FakeNs(end=5, last=None), "out~0")  # type: ignore[arg-type]
+    assert info.value.retriable and "header" not in str(info.value), info.value
+    with pytest.raises(RuntimeError, match="no source-offset header"):
+        await eot.last_source_offset(_FakeNs(end=5, last=_result(None)), "o~0")  # type: ignore[arg-type]
+    assert await eot.last_source_offset(_FakeNs(end=5, last=_result(41)), "o~0") == 41  # type: ignore[arg-type]
+
+
+async def test_transform_rejoins_after_a_fault_and_gives_up_only_without_progress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(eot, "RESTART_BACKOFF_S", 0.0)
+    sessions: list[int] = []
+
+    async def flaky() -> None:
+        sessions.append(1)
+        if len(sessions) <= 2 * eot.RESTARTS_MAX:
+            raise SessionSuspendedError("ZooKeeper session lost")
+
+    # Progress between faults (a record written each session) keeps it going.
+    await eot.run_with_restarts(flaky, lambda: len(sessions))
+    assert len(sessions) == 2 * eot.RESTARTS_MAX + 1
+
+    async def broken() -> None:
+        raise SessionSuspendedError("ZooKeeper session lost")
+
+    with pytest.raises(SessionSuspendedError):
+        await eot.run_with_restarts(broken, lambda: 0)
