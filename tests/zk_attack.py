@@ -16,18 +16,21 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from metadata.zk import kazoo_digest
+from foundation.tls import TlsConfig
+from metadata.zk import kazoo_digest, kazoo_tls
 
 # ZooKeeper's own subtree (quotas, config): not the cluster's.
 ZK_OWN = "/zookeeper"
 
 
 @contextmanager
-def kazoo(hosts: str, digest_file: Path | None = None) -> Iterator[Any]:
+def kazoo(
+    hosts: str, digest_file: Path | None = None, tls: TlsConfig | None = None
+) -> Iterator[Any]:
     """A started kazoo client on ``hosts`` (no chroot), with the digest credentials of
-    ``digest_file`` or none at all."""
+    ``digest_file`` or none at all (over TLS with ``tls``)."""
     credentials = kazoo_digest(str(digest_file)) if digest_file else {}
-    client = KazooClient(hosts=hosts, timeout=10, **credentials)
+    client = KazooClient(hosts=hosts, timeout=10, **credentials, **kazoo_tls(tls))
     client.start(timeout=15)
     try:
         yield client
@@ -59,15 +62,24 @@ def _attempts(client: Any, node: str) -> dict[str, Callable[[], object]]:
     return attempts
 
 
-def assert_locked(hosts: str, cluster_root: str, digest_file: Path | None) -> list[str]:
-    """Every znode from ``/`` down (ZooKeeper's own subtree aside) refuses a client with
-    no credentials: no create, set, set-ACL or delete; no read below ``/``. Returns the
-    znodes tried (the cluster's root among them, so the walk was not vacuous)."""
-    with kazoo(hosts, digest_file) as owner:
-        nodes = [n for n in every_znode(owner, "/") if not n.startswith(ZK_OWN)]
+def assert_locked(
+    hosts: str,
+    cluster_root: str,
+    digest_file: Path | None,
+    *,
+    top: str = "/",
+    tls: TlsConfig | None = None,
+) -> list[str]:
+    """Every znode from ``top`` down (ZooKeeper's own subtree aside) refuses a client
+    with no credentials: no create, set, set-ACL or delete; no read below ``/``. Returns
+    the znodes tried (the cluster's root among them, so the walk was not vacuous).
+    ``tls``: dial ZooKeeper's TLS port with these settings (a stranger may well hold the
+    CA's certificate: it is no secret)."""
+    with kazoo(hosts, digest_file, tls) as owner:
+        nodes = [n for n in every_znode(owner, top) if not n.startswith(ZK_OWN)]
     assert cluster_root in nodes, nodes
     let_in: list[str] = []
-    with kazoo(hosts) as stranger:
+    with kazoo(hosts, None, tls) as stranger:
         for node in nodes:
             for what, attempt in _attempts(stranger, node).items():
                 try:
