@@ -324,6 +324,14 @@ class ZkClient:
             todo.extend(f"{node.rstrip('/')}/{child}" for child in await self.get_children(node))
         return done
 
+    async def add_digest(self, path: str) -> None:
+        """Authenticate this session as the user of digest file ``path`` too (the
+        session keeps its own credentials): rotating the password, the old user may
+        hand its znodes over (:meth:`restrict_tree`) to the new one."""
+        self._check_open()
+        user, password = read_digest(path)
+        await self._await(self._kazoo.add_auth_async("digest", f"{user}:{password}"), path)
+
     async def restrict_parents(self, path: str) -> int:
         """Give every parent of ``path`` (``/`` included, ``path`` not) this session's
         digest ACL plus read for everyone: nobody else may then create, delete or

@@ -276,10 +276,13 @@ def check_reachable(cluster: ClusterFile, timeout_s: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_metadata(args: argparse.Namespace) -> AsyncIterator[MetadataClient]:
+async def open_metadata(
+    args: argparse.Namespace, *, previous_digest_file: str | None = None
+) -> AsyncIterator[MetadataClient]:
     """A metadata client on the cluster ``--zk``/``--root`` or ``--cluster`` names;
     connecting waits at most ``--timeout``. NotFoundError when no cluster was ever
-    initialised at that root (a mistyped root must not create one)."""
+    initialised at that root (a mistyped root must not create one).
+    ``previous_digest_file``: also authenticate as that user (a password rotation)."""
     from foundation.config import MetadataConfig
     from metadata.client import MetadataClient
 
@@ -294,6 +297,8 @@ async def open_metadata(args: argparse.Namespace) -> AsyncIterator[MetadataClien
     md = MetadataClient(config)
     await md.connect()
     try:
+        if previous_digest_file:
+            await md.zk.add_digest(previous_digest_file)
         await md.cluster.read()
         yield md
     finally:

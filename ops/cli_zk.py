@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("--zk", help="ZooKeeper connect string (instead of --cluster)")
     r.add_argument("--root", help="cluster root with --zk (default /bookline)")
     r.add_argument(
+        "--previous-digest-file",
+        metavar="FILE",
+        help="rotating the ZooKeeper password: the old credentials, whose znodes are "
+        "handed over to $BOOKLINE_METADATA_DIGEST_FILE's user",
+    )
+    r.add_argument(
         "--parents",
         action="store_true",
         help="also the root's parents up to / (the world may only read them): for a "
@@ -77,7 +83,7 @@ def _run_restrict(args: argparse.Namespace) -> int:
 async def _restrict(args: argparse.Namespace) -> int:
     """Every znode of the cluster admits only the credentials' user from now on
     (docs/security.md, ZooKeeper ACLs)."""
-    async with open_metadata(args) as md:
+    async with open_metadata(args, previous_digest_file=args.previous_digest_file) as md:
         root = md.layout.root.rstrip("/") or "/"
         count = await md.zk.restrict_tree(root)
         parents = await md.zk.restrict_parents(root) if args.parents else 0
