@@ -11,6 +11,9 @@ Schema (JSON object; readers ignore keys they don't know)::
                                                # this file's directory), auth on
      "ledger_secret_file": "auth/ledger.secret",  # optional: the cluster's ledger secret
                                                # (core-library users derive keys with it)
+     "zk_digest_file": "auth/zk.digest",       # optional: ZooKeeper digest credentials
+                                               # (0600 "user:password"); every znode of
+                                               # the cluster admits that user alone
      "bookies": [{...}], "zookeeper": {...}, "dir": "..."}   # informational
 
 Every failure is a :class:`~foundation.errors.ConfigError` that names the file and says
@@ -48,6 +51,9 @@ class ClusterFile:
     token_file: str | None = None  # the token clients use, when the proxies want one
     # The cluster's ledger secret (ledger/keys.py), for core-library users; None: none.
     ledger_secret_file: str | None = None
+    # ZooKeeper digest credentials (metadata.digest_file) for every ZooKeeper client
+    # of the cluster; None: the cluster's znodes are not restricted.
+    zk_digest_file: str | None = None
 
     def token(self) -> str | None:
         """The token of ``token_file`` (ConfigError naming it when unreadable)."""
@@ -108,6 +114,7 @@ def read_cluster_file(path: str | Path) -> ClusterFile:
         raw=doc,
         token_file=_named_file(doc, "token_file", Path(path), where),
         ledger_secret_file=_named_file(doc, "ledger_secret_file", Path(path), where),
+        zk_digest_file=_named_file(doc, "zk_digest_file", Path(path), where),
     )
 
 

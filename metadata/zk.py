@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
-from kazoo.security import make_digest_acl
+from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from foundation.errors import ClosedError, ConfigError, MetadataError, NotFoundError
 from foundation.tls import TlsConfig
@@ -323,6 +323,30 @@ class ZkClient:
             done += 1
             todo.extend(f"{node.rstrip('/')}/{child}" for child in await self.get_children(node))
         return done
+
+    async def add_digest(self, path: str) -> None:
+        """Authenticate this session as the user of digest file ``path`` too (the
+        session keeps its own credentials): rotating the password, the old user may
+        hand its znodes over (:meth:`restrict_tree`) to the new one."""
+        self._check_open()
+        user, password = read_digest(path)
+        await self._await(self._kazoo.add_auth_async("digest", f"{user}:{password}"), path)
+
+    async def restrict_parents(self, path: str) -> int:
+        """Give every parent of ``path`` (``/`` included, ``path`` not) this session's
+        digest ACL plus read for everyone: nobody else may then create, delete or
+        re-ACL beside or above the cluster's root. For a ZooKeeper that serves this
+        cluster alone (other clusters could no longer create their roots there).
+        Returns how many were set; ConfigError without credentials."""
+        acl = self._kazoo.default_acl
+        if not acl:
+            raise ConfigError("no metadata.digest_file: there is no user to restrict znodes to")
+        self._check_open()
+        parts = path.strip("/").split("/")[:-1]
+        parents = ["/", *("/" + "/".join(parts[: i + 1]) for i in range(len(parts)))]
+        for node in parents:
+            await self._await(self._kazoo.set_acls_async(node, [*acl, *READ_ACL_UNSAFE]), node)
+        return len(parents)
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents if missing (idempotent, race-safe)."""

@@ -144,12 +144,14 @@ def _config(args: argparse.Namespace, **extra: object) -> AutorecoveryConfig:
 
 
 def _metadata(args: argparse.Namespace) -> MetadataConfig:
-    """ZooKeeper and root from ``--zk``/``--root``, else from ``--cluster``."""
+    """ZooKeeper and root from ``--zk``/``--root``, else from ``--cluster`` (with its
+    ZooKeeper digest credentials)."""
+    digest = ""  # --zk: $BOOKLINE_METADATA_DIGEST_FILE's, if any
     if args.zk:
         zk, root = args.zk, args.root or DEFAULT_ROOT
     elif args.cluster:
         cluster = read_cluster_file(args.cluster)
-        zk, root = cluster.zk, args.root or cluster.root
+        zk, root, digest = cluster.zk, args.root or cluster.root, cluster.zk_digest_file or ""
         use_cluster_credentials(args)  # its token for the bookies, its ledger secret
     else:
         raise ConfigError(
@@ -157,7 +159,13 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
         )
     timeout_s = getattr(args, "timeout", None)  # client commands: how long to wait for ZK
     connect: dict[str, Any] = {"connect_timeout_ms": int(timeout_s * 1000)} if timeout_s else {}
-    return MetadataConfig(zk=zk, root=root, session_timeout_ms=args.session_timeout_ms, **connect)
+    return MetadataConfig(
+        zk=zk,
+        root=root,
+        session_timeout_ms=args.session_timeout_ms,
+        digest_file=digest,
+        **connect,
+    )
 
 
 def _run_autorecovery(args: argparse.Namespace) -> int:

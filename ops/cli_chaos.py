@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dir", default=None,
                    help="run directory (default: a temp dir)")  # fmt: skip
     p.add_argument("--no-auth", action="store_true",
-                   help="proxies without authentication (default: tokens required)")  # fmt: skip
+                   help="no credentials (default: tokens, ZooKeeper digest ACLs)")  # fmt: skip
     p.add_argument("--rate", type=float, default=None,
                    help="writes per second of each writer process")  # fmt: skip
     p.set_defaults(handler=_run)

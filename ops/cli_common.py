@@ -276,22 +276,29 @@ def check_reachable(cluster: ClusterFile, timeout_s: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_metadata(args: argparse.Namespace) -> AsyncIterator[MetadataClient]:
+async def open_metadata(
+    args: argparse.Namespace, *, previous_digest_file: str | None = None
+) -> AsyncIterator[MetadataClient]:
     """A metadata client on the cluster ``--zk``/``--root`` or ``--cluster`` names;
     connecting waits at most ``--timeout``. NotFoundError when no cluster was ever
-    initialised at that root (a mistyped root must not create one)."""
+    initialised at that root (a mistyped root must not create one).
+    ``previous_digest_file``: also authenticate as that user (a password rotation)."""
     from foundation.config import MetadataConfig
     from metadata.client import MetadataClient
 
+    digest = ""  # --zk: $BOOKLINE_METADATA_DIGEST_FILE's, if any (metadata/client.py)
     if getattr(args, "zk", None):  # --zk/--root, as the server commands take
         zk, root = args.zk, getattr(args, "root", None) or "/bookline"
     else:
         cluster = require_cluster(args)
-        zk, root = cluster.zk, cluster.root
+        zk, root, digest = cluster.zk, cluster.root, cluster.zk_digest_file or ""
     timeout_ms = max(1, int((getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S) * 1000))
-    md = MetadataClient(MetadataConfig(zk=zk, root=root, connect_timeout_ms=timeout_ms))
+    config = MetadataConfig(zk=zk, root=root, connect_timeout_ms=timeout_ms, digest_file=digest)
+    md = MetadataClient(config)
     await md.connect()
     try:
+        if previous_digest_file:
+            await md.zk.add_digest(previous_digest_file)
         await md.cluster.read()
         yield md
     finally:

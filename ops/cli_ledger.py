@@ -79,11 +79,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def use_cluster_credentials(args: argparse.Namespace) -> None:
     """With ``--cluster``: its token for the bookies (unless ``--token`` /
-    ``$BOOKLINE_TOKEN`` gave one) and its ledger secret for the keys (unless
-    ``$BOOKLINE_LEDGER_SECRET_FILE`` names one), for this one command's process."""
+    ``$BOOKLINE_TOKEN`` gave one), its ledger secret for the keys (unless
+    ``$BOOKLINE_LEDGER_SECRET_FILE`` names one) and its ZooKeeper digest credentials
+    (unless ``$BOOKLINE_METADATA_DIGEST_FILE`` names some), for this one command's
+    process."""
     from bookie.client import use_token
     from foundation.auth import env_token
     from ledger.keys import SECRET_FILE_ENV
+    from metadata.client import DIGEST_FILE_ENV
 
     if getattr(args, "zk", None) or not getattr(args, "cluster", None):
         return
@@ -92,6 +95,8 @@ def use_cluster_credentials(args: argparse.Namespace) -> None:
         use_token(cluster.token())
     if cluster.ledger_secret_file:
         os.environ.setdefault(SECRET_FILE_ENV, cluster.ledger_secret_file)
+    if cluster.zk_digest_file:
+        os.environ.setdefault(DIGEST_FILE_ENV, cluster.zk_digest_file)
 
 
 async def _main(args: argparse.Namespace) -> int:

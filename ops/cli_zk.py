@@ -1,5 +1,6 @@
 """``bookline zk tree [PATH]``: the cluster's znodes, for debugging; ``bookline zk
-restrict``: give every one the digest ACL of ``$BOOKLINE_METADATA_DIGEST_FILE``'s user.
+restrict``: give every one the digest ACL of ``$BOOKLINE_METADATA_DIGEST_FILE``'s user
+(``--parents``: the root's parents too, world-readable only).
 
 Paths are under the cluster root (``bookline zk tree ledgers/underreplicated``); each
 node shows its data size, whether it is ephemeral (and its session), and with
@@ -45,6 +46,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     r.add_argument("--zk", help="ZooKeeper connect string (instead of --cluster)")
     r.add_argument("--root", help="cluster root with --zk (default /bookline)")
+    r.add_argument(
+        "--previous-digest-file",
+        metavar="FILE",
+        help="rotating the ZooKeeper password: the old credentials, whose znodes are "
+        "handed over to $BOOKLINE_METADATA_DIGEST_FILE's user",
+    )
+    r.add_argument(
+        "--parents",
+        action="store_true",
+        help="also the root's parents up to / (the world may only read them): for a "
+        "ZooKeeper that serves this cluster alone",
+    )
     add_cluster_flags(r)
     r.set_defaults(handler=_run_restrict)
 
@@ -70,15 +83,19 @@ def _run_restrict(args: argparse.Namespace) -> int:
 async def _restrict(args: argparse.Namespace) -> int:
     """Every znode of the cluster admits only the credentials' user from now on
     (docs/security.md, ZooKeeper ACLs)."""
-    async with open_metadata(args) as md:
+    async with open_metadata(args, previous_digest_file=args.previous_digest_file) as md:
         root = md.layout.root.rstrip("/") or "/"
         count = await md.zk.restrict_tree(root)
-    emit({"root": root, "restricted": count}, args.json, _show_restricted)
+        parents = await md.zk.restrict_parents(root) if args.parents else 0
+    view = {"root": root, "restricted": count, "parents": parents}
+    emit(view, args.json, _show_restricted)
     return 0
 
 
 def _show_restricted(view: dict[str, Any]) -> None:
     print(f"{view['restricted']} znodes under {view['root']} admit only the digest user now")
+    if view["parents"]:
+        print(f"{view['parents']} parents of {view['root']} admit only its changes now")
 
 
 def _decode(data: bytes) -> object:

@@ -9,6 +9,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from metadata.zk import kazoo_digest
+
 # Don't flood the terminal with a big metadata tree.
 TREE_NODES_MAX = 60
 
@@ -28,7 +30,9 @@ def _tree(client: KazooClient, path: str, depth: int, lines: list[str]) -> None:
 def show(layout: dict[str, Any]) -> None:
     print("== cluster layout (cluster.json)")
     print(json.dumps(layout, indent=2))
-    client = KazooClient(hosts=layout["zk"], timeout=10)
+    digest = layout.get("zk_digest_file")  # relative to the cluster's directory
+    credentials = kazoo_digest(str(Path(layout["dir"]) / digest)) if digest else {}
+    client = KazooClient(hosts=layout["zk"], timeout=10, **credentials)
     client.start(timeout=15)
     try:
         lines: list[str] = []

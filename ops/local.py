@@ -40,18 +40,21 @@ from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
 from foundation.tls import CertPaths, TlsConfig, build_client_context
 from ledger.keys import SECRET_FILE_ENV, read_secret
-from metadata.zk import kazoo_tls
+from metadata.client import DIGEST_FILE_ENV
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
 from ops.local_children import LOOPBACK, READY_MARKERS, Placement, ProcessInfo, Quorums
 from ops.local_files import (
     ensure_ledger_secret,
     ensure_local_tls,
+    ensure_zk_digest,
     kept_ports,
+    make_private_dir,
     mark_stopped,
     now_iso,
     write_cluster_json,
 )
+from ops.local_zk import prepare_chroot
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
 
 __all__ = [
@@ -138,6 +141,9 @@ class LocalCluster:
         self.auth: LocalAuth | None = None
         # The cluster's ledger secret (DIR/auth/ledger.secret) when auth is on.
         self.ledger_secret_file: Path | None = None
+        # ZooKeeper digest credentials (DIR/auth/zk.digest) when auth is on: every znode
+        # of the cluster admits that user alone (ops/local_zk.py).
+        self.zk_digest_file: Path | None = None
         # TLS on every hop (`bookline local --tls`): a CA and one certificate for the
         # services under DIR/tls, made at start; cluster.json names the CA.
         self.with_tls = tls
@@ -195,19 +201,21 @@ class LocalCluster:
         """Start every process and wait until each serves; ``on_ready(name)`` after each
         (a progress bar)."""
         ready = on_ready or (lambda _name: None)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.dir)
         ports = self._ports()
         try:
             if self.with_tls:
                 self.tls_paths = ensure_local_tls(self.dir, self._tls_hosts())
                 self.tls = self.tls_paths.config()
-            self._start_zookeeper(ports)
-            for info in self.zookeepers:
-                ready(info.name)
-            self._ensure_chroot()
             if self.with_auth:
                 self.auth = ensure_local_auth(self.dir)
                 self.ledger_secret_file = ensure_ledger_secret(self.dir)
+                self.zk_digest_file = ensure_zk_digest(self.dir)
+            self._start_zookeeper(ports)
+            for info in self.zookeepers:
+                ready(info.name)
+            digest = self.zk_digest_file
+            prepare_chroot(self.zk_hosts, LOCAL_CHROOT, tls=self.tls, digest_file=digest)
             for i in range(1, self.bookie_count + 1):
                 self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
@@ -272,17 +280,6 @@ class LocalCluster:
             name, server.proc, server.connect_string, {"log": str(server.log_path)}, "zookeeper"
         )
 
-    def _ensure_chroot(self) -> None:
-        from kazoo.client import KazooClient
-
-        client = KazooClient(hosts=self.zk_hosts, timeout=10, **kazoo_tls(self.tls))
-        client.start(timeout=15)
-        try:
-            client.ensure_path(LOCAL_CHROOT)
-        finally:
-            client.stop()
-            client.close()
-
     # -- bookies, autorecovery, proxies ----------------------------------------------
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, LOOPBACK)
@@ -294,7 +291,7 @@ class LocalCluster:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
-        env = {**os.environ, **self._credentials_env(), **self._tls_env()}
+        env = {**os.environ, **self._credentials_env(), **self._zk_digest_env(), **self._tls_env()}
         proc = procs.spawn(argv, log_path=log_path, env=env, cwd=Path.cwd())
         info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
         info.state = "starting"
@@ -312,6 +309,11 @@ class LocalCluster:
             TOKEN_ENV: sign_token(secret, SERVICE_PRINCIPAL, expires),
             SECRET_FILE_ENV: str(self.ledger_secret_file),
         }
+
+    def _zk_digest_env(self) -> dict[str, str]:
+        """Every child authenticates to ZooKeeper with the cluster's digest credentials
+        (metadata/client.py reads the variable)."""
+        return {} if self.zk_digest_file is None else {DIGEST_FILE_ENV: str(self.zk_digest_file)}
 
     def _tls_hosts(self) -> list[str]:
         """What clients dial: loopback and every placement's address (certificate SANs)."""
@@ -506,6 +508,8 @@ class LocalCluster:
             out["token_file"] = str(self.auth.token_file.relative_to(self.dir))
         if self.ledger_secret_file is not None:  # its name: the file is the owner's only
             out["ledger_secret_file"] = str(self.ledger_secret_file.relative_to(self.dir))
+        if self.zk_digest_file is not None:  # its name; clients of ZooKeeper need it
+            out["zk_digest_file"] = str(self.zk_digest_file.relative_to(self.dir))
         if self.tls is not None:  # clients verify the services against this CA
             out["tls"] = {"ca_file": self.tls.ca_file}
         if self.quorums is not None:

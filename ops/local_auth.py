@@ -2,9 +2,9 @@
 
 Under ``DIR/auth/``: ``secret`` (the cluster secret, 0600, kept across restarts: tokens
 signed before a restart stay valid), ``grants.toml`` (the principal ``admin`` is a
-superuser; add principals and grants there) and ``admin.token`` (0600, a fresh admin
-token at every start). ``cluster.json`` names the token file, never the secret, so
-clients given the cluster file authenticate as admin.
+superuser; add principals and grants there; 0600) and ``admin.token`` (0600, a fresh
+admin token at every start). ``cluster.json`` names the token file, never the secret,
+so clients given the cluster file authenticate as admin.
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ def ensure_local_auth(directory: Path) -> LocalAuth:
     secret = load_secrets(str(secret_file))[0]  # ConfigError when others may read it
     grants_file = base / "grants.toml"
     if not grants_file.exists():
-        grants_file.write_text(_GRANTS.format(dir=base))
+        write_secret_file(grants_file, _GRANTS.format(dir=base).encode())
+    # Who may do what is the owner's business only (made 0644 before: tighten those).
+    os.chmod(grants_file, 0o600)
     token = sign_token(secret, ADMIN_PRINCIPAL, time.time() + ADMIN_TOKEN_LIFETIME_S)
     token_file = base / "admin.token"
     write_secret_file(token_file, token.encode("ascii"))

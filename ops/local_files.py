@@ -1,8 +1,13 @@
 """What a local cluster (:mod:`ops.local`) keeps in its directory besides the children's
 own data: ``ports.json`` (ports and bookie ids chosen once and kept, so a restart on
-the same directory finds its data and cookies again), ``auth/ledger.secret``, ``tls/``
-(a CA and the services' certificate) and ``cluster.json`` (written atomically; kept
-after a stop, marked stopped).
+the same directory finds its data and cookies again), ``auth/ledger.secret``,
+``auth/zk.digest`` (the ZooKeeper digest credentials), ``tls/`` (a CA and the services'
+certificate) and ``cluster.json`` (written atomically; kept after a stop, marked
+stopped).
+
+Everything here is the owner's only: the directory is 0700 and every file this module
+writes is 0600 (cluster.json names the credentials' files; a log may quote a stream's
+name), so another user of the machine learns nothing from them.
 """
 
 from __future__ import annotations
@@ -10,14 +15,37 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from foundation.auth import write_secret_file
 from foundation.cluster_file import STOPPED
 from foundation.tls import CertPaths, issue, make_ca
 from ledger.keys import write_secret
 from ops import procs
+
+# The ZooKeeper digest user of a local cluster; its password is random, made once.
+ZK_DIGEST_USER = "bookline"
+
+
+def make_private_dir(directory: Path) -> None:
+    """``directory`` (and missing parents) made if need be, then mode 0700: it holds the
+    cluster's credentials, logs and data, the owner's only."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` atomically (a temporary file renamed over it), mode 0600 from the
+    first byte on."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # an older file of that name kept its mode
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def kept_ports(directory: Path, keys: Sequence[str]) -> dict[str, int]:
@@ -29,9 +57,7 @@ def kept_ports(directory: Path, keys: Sequence[str]) -> dict[str, int]:
     for key in keys:
         if key not in ports:
             ports[key] = procs.free_port()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ports, indent=2))
-    os.replace(tmp, path)
+    write_private(path, json.dumps(ports, indent=2))
     return ports
 
 
@@ -41,6 +67,18 @@ def ensure_ledger_secret(directory: Path) -> Path:
     path = directory / "auth" / "ledger.secret"
     if not path.exists():
         write_secret(str(path))
+    return path
+
+
+def ensure_zk_digest(directory: Path) -> Path:
+    """``DIR/auth/zk.digest`` (0600, "user:password"), made once and kept across
+    restarts: every process of the cluster authenticates its ZooKeeper session with it
+    and every znode admits that user alone (metadata/zk.py, ops/local_zk.py)."""
+    make_private_dir(directory / "auth")
+    path = directory / "auth" / "zk.digest"
+    if not path.exists():
+        password = secrets.token_hex(24)
+        write_secret_file(path, f"{ZK_DIGEST_USER}:{password}".encode("ascii"))
     return path
 
 
@@ -62,10 +100,9 @@ def now_iso() -> str:
 
 
 def write_cluster_json(directory: Path, doc: dict[str, Any]) -> Path:
+    """``DIR/cluster.json``, 0600: it names the credentials' files (never their content)."""
     path = directory / "cluster.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_private(path, json.dumps(doc, indent=2) + "\n")
     return path
 
 

@@ -37,9 +37,12 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` with stdout+stderr appended to ``log_path``; remember its pid."""
+    """Start ``argv`` with stdout+stderr appended to ``log_path`` (mode 0600: a log may
+    name streams, principals and files); remember its pid."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as out:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as out:
+        os.fchmod(out.fileno(), 0o600)  # a log made 0644 by an older version: tighten it
         proc = subprocess.Popen(
             list(argv),
             stdout=out,

@@ -237,8 +237,9 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-auth",
         action="store_true",
-        help="proxies without authentication (default: tokens required, an admin token "
-        "printed once and named in cluster.json; docs/security.md)",
+        help="no credentials at all: proxies and bookies without tokens, ZooKeeper open "
+        "to anyone, no ledger secret (default: tokens required, an admin token printed "
+        "once; ZooKeeper digest ACLs; cluster.json names the files; docs/security.md)",
     )
 
 

@@ -130,14 +130,17 @@ class Namespace:
         *,
         create: bool = True,
         token: str | None = None,
+        zk_digest_file: str = "",
     ) -> Namespace:
         """Open ``namespace`` under ``root``, creating the namespace when missing unless
         ``create=False``: then a missing namespace (a wrong ``root``?) is a NotFoundError
         and nothing is written to ZooKeeper (what a reader wants). ``token``: presented
-        to bookies with auth on (else the process's, see ``bookie.client.use_token``)."""
+        to bookies with auth on (else the process's, see ``bookie.client.use_token``).
+        ``zk_digest_file``: ZooKeeper digest credentials (``metadata.digest_file``; ""
+        = ``$BOOKLINE_METADATA_DIGEST_FILE``, else none)."""
         cfg = config or NamespaceConfig()
         validate_name(namespace, "namespace")
-        md = MetadataClient(MetadataConfig(zk=zk, root=root,
+        md = MetadataClient(MetadataConfig(zk=zk, root=root, digest_file=zk_digest_file,
                                            session_timeout_ms=cfg.session_timeout_ms))  # fmt: skip
         await md.connect()
         identity = bookie_identity(cfg.ledger)  # bookies prove themselves (issue 21)
@@ -173,14 +176,20 @@ class Namespace:
     ) -> Namespace:
         """Open on a cluster described by a ``cluster.json`` (``bookline local``), with
         the credentials it names: its token for the bookies (unless ``token`` is given),
-        its ledger secret (unless ``config`` names one)."""
+        its ledger secret (unless ``config`` names one), its ZooKeeper digest file."""
         cluster = read_cluster_file(path)
         cfg = config or NamespaceConfig()
         if cluster.ledger_secret_file and not cfg.ledger.secret_file:
             ledger = dataclasses.replace(cfg.ledger, secret_file=cluster.ledger_secret_file)
             cfg = dataclasses.replace(cfg, ledger=ledger)
         return await cls.open(
-            cluster.zk, cluster.root, namespace, cfg, create=create, token=token or cluster.token()
+            cluster.zk,
+            cluster.root,
+            namespace,
+            cfg,
+            create=create,
+            token=token or cluster.token(),
+            zk_digest_file=cluster.zk_digest_file or "",
         )
 
     async def close(self) -> None:

@@ -148,11 +148,16 @@ class SyncNamespace:
         *,
         create: bool = True,
         token: str | None = None,
+        zk_digest_file: str = "",
     ) -> SyncNamespace:
         runner = LoopThread("bookline-sync")
         try:
+            opening = Namespace.open(
+                zk, root, namespace, config, create=create, token=token,
+                zk_digest_file=zk_digest_file,
+            )  # fmt: skip
             ns = runner.call(
-                Namespace.open(zk, root, namespace, config, create=create, token=token),
+                opening,
                 OPEN_TIMEOUT_S,
             )
         except BaseException:

@@ -16,6 +16,7 @@ import pytest
 
 from foundation.auth import TOKEN_ENV, load_secrets, sign_token
 from foundation.errors import BooklineError
+from metadata.client import DIGEST_FILE_ENV
 from ops.local import CLUSTER_ROOT, LocalCluster
 from pipeline import client as pipeline_client
 from pipeline.options import parse_sink_options, parse_source_options
@@ -57,8 +58,14 @@ def _read_all(ns: SyncNamespace, stream: str, count: int) -> list[bytes]:
 
 
 @pytest.mark.integration
-def test_connector_reads_with_its_token_and_is_refused_without(cluster: LocalCluster) -> None:
+def test_connector_reads_with_its_token_and_is_refused_without(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert TOKEN_ENV not in os.environ  # the test process has no token of its own
+    # The `zk` option: ZooKeeper's digest credentials from the environment, as an
+    # executor of a cluster with ZooKeeper ACLs gets them (the `cluster` option's
+    # file names them itself).
+    monkeypatch.setenv(DIGEST_FILE_ENV, str(cluster.zk_digest_file))
     admin = sign_token(load_secrets(str(cluster.dir / "auth" / "secret"))[0], "admin",
                        time.time() + 600)  # fmt: skip
     stream = f"spark-{uuid.uuid4().hex[:8]}"

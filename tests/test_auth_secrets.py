@@ -25,6 +25,7 @@ from foundation.config import MetadataConfig
 from foundation.errors import BooklineError
 from ledger.keys import read_secret
 from metadata.client import MetadataClient
+from metadata.zk import read_digest
 from ops.local import CLUSTER_ROOT, LocalCluster
 from thinclient.client import ClientConfig, ProxyClient
 
@@ -119,7 +120,9 @@ def workload(cluster: LocalCluster) -> Workload:
 
 
 async def _ledger_passwords(cluster: LocalCluster) -> list[bytes]:
-    md = MetadataClient(MetadataConfig(zk=cluster.zk_connect, root=CLUSTER_ROOT))
+    digest = str(cluster.zk_digest_file)  # the cluster's znodes admit its user alone
+    config = MetadataConfig(zk=cluster.zk_connect, root=CLUSTER_ROOT, digest_file=digest)
+    md = MetadataClient(config)
     await md.connect()
     try:
         out = []
@@ -147,6 +150,8 @@ def hidden(cluster: LocalCluster, workload: Workload) -> dict[str, str]:
         out[f"signature of {name}'s token"] = token.rsplit(".", 1)[1]
     if cluster.ledger_secret_file is not None:
         out["ledger secret"] = read_secret(str(cluster.ledger_secret_file)).decode("ascii")
+    if cluster.zk_digest_file is not None:
+        out["ZooKeeper digest password"] = read_digest(str(cluster.zk_digest_file))[1]
     for i, password in enumerate(asyncio.run(_ledger_passwords(cluster))):
         out[f"ledger password #{i} (hex)"] = password.hex()
         if password.isascii() and password.decode("ascii").isprintable():

@@ -5,14 +5,19 @@ a container or a unit: the files are loaded and checked instead -- the compose f
 YAML with the layout's services, every ``bookline`` command line in it and in the
 units parses with the real CLI parser, every ``BOOKLINE_<SECTION>_<FIELD>`` names a
 real setting, the shared TOML with each instance's environment file makes valid
-settings, and the Dockerfile copies every package ``pyproject.toml`` ships.
+settings, and the Dockerfile copies every package ``pyproject.toml`` ships. The kit is
+at least as locked as ``bookline local`` (issue 21, 11): tokens on the proxies and the
+bookies, TLS on every hop (ZooKeeper's secure port only), ZooKeeper digest ACLs and the
+ledger secret for every process that needs them, no listener on 0.0.0.0
+(tests/test_deploy_kit_live.py starts a cluster from these files on loopback and tries
+ZooKeeper without credentials).
 """
 
 from __future__ import annotations
 
 import argparse
-import configparser
 import dataclasses
+import json
 import re
 import shlex
 import tomllib
@@ -23,12 +28,22 @@ import pytest
 import yaml
 
 from foundation.config import load_config
+from ledger.keys import SECRET_FILE_ENV
+from metadata.client import DIGEST_FILE_ENV
 from ops.cli import build_parser
 from ops.gen_config_docs import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "ops" / "deploy"
 SERVICE_SECTIONS = ("bookie", "writeproxy", "readproxy", "autorecovery")
+# Where the kit keeps the cluster's credentials (0700, files 0600, owner bookline).
+CREDENTIALS = "/etc/bookline/credentials"
+# What each kind of process needs besides its section: ZooKeeper's digest credentials
+# for all; the ledger secret and the services' token (service.env) for those that
+# open ledgers and talk to bookies; bookies need neither.
+DIGEST_ENV = DIGEST_FILE_ENV
+LEDGER_ENV = SECRET_FILE_ENV
+SERVICE_ENV_FILE = f"{CREDENTIALS}/service.env"
 
 
 def _cls(section: str) -> type[Any]:
@@ -45,7 +60,10 @@ def _env_file(path: Path) -> dict[str, str]:
 
 
 def _check_env_key(key: str) -> None:
-    """BOOKLINE_<SECTION>_<FIELD> must name a real setting of a real section."""
+    """BOOKLINE_<SECTION>_<FIELD> must name a real setting of a real section (or be one
+    of the variables processes without that section read)."""
+    if key in (DIGEST_ENV, LEDGER_ENV):
+        return
     for section in SERVICE_SECTIONS:
         prefix = f"BOOKLINE_{section.upper()}_"
         if key.startswith(prefix):
@@ -63,7 +81,7 @@ def _parses(argv: list[str]) -> argparse.Namespace:
 def test_the_shared_toml_and_every_instance_file_make_valid_settings() -> None:
     toml = DEPLOY / "bookline.toml"
     sections = tomllib.loads(toml.read_text())
-    assert set(sections) == set(SERVICE_SECTIONS)
+    assert set(sections) == {*SERVICE_SECTIONS, "tls"}
     env_files = sorted((DEPLOY / "env").glob("*.env"))
     kinds = [p.stem.rsplit("-", 1)[0] for p in env_files]
     assert kinds.count("bookie") == 4 and kinds.count("writeproxy") == 2
@@ -98,14 +116,38 @@ def test_the_layout_survives_a_lost_bookie() -> None:
     assert wp["ensemble_size"] >= wp["write_quorum"] > wp["ack_quorum"] >= 1
 
 
-def _units() -> dict[str, configparser.ConfigParser]:
-    out = {}
-    for path in sorted((DEPLOY / "systemd").glob("*.service")):
-        unit = configparser.ConfigParser(interpolation=None, strict=True)
-        unit.optionxform = str  # type: ignore[assignment,method-assign]
-        unit.read_string(path.read_text())
-        out[path.name] = unit
-    return out
+Unit = dict[str, dict[str, list[str]]]  # section -> key -> every value, in order
+
+
+def _unit(text: str) -> Unit:
+    """A systemd unit: keys may repeat (EnvironmentFile=, Environment=)."""
+    unit: Unit = {}
+    section: dict[str, list[str]] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = unit.setdefault(line[1:-1], {})
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and section is not None, line
+        section.setdefault(key.strip(), []).append(value.strip())
+    return unit
+
+
+def _units() -> dict[str, Unit]:
+    return {p.name: _unit(p.read_text()) for p in sorted((DEPLOY / "systemd").glob("*.service"))}
+
+
+def unit_environment(unit: Unit) -> tuple[dict[str, str], list[str]]:
+    """A unit's Environment= assignments and its EnvironmentFile= paths."""
+    env = {}
+    for assignments in unit["Service"].get("Environment", []):
+        for item in shlex.split(assignments):
+            key, _sep, value = item.partition("=")
+            env[key] = value
+    return env, unit["Service"].get("EnvironmentFile", [])
 
 
 def test_systemd_units() -> None:
@@ -119,17 +161,18 @@ def test_systemd_units() -> None:
     } <= set(units)
     for name, unit in units.items():
         for part in ("Unit", "Service", "Install"):
-            assert unit.has_section(part), f"{name}: no [{part}]"
-        assert unit["Service"]["Restart"] == "on-failure", name
-        argv = shlex.split(unit["Service"]["ExecStart"])
+            assert part in unit, f"{name}: no [{part}]"
+        assert unit["Service"]["Restart"] == ["on-failure"], name
+        (exec_start,) = unit["Service"]["ExecStart"]
+        argv = shlex.split(exec_start)
         if argv[0].endswith("/bookline"):
             args = _parses(argv[1:])
             assert args.command in SERVICE_SECTIONS, name
             assert "/etc/bookline/bookline.toml" in argv, name
-        env_file = unit["Service"].get("EnvironmentFile", "")
-        if "%i" in env_file:
-            kind = name.split("@")[0].removeprefix("bookline-")
-            assert (DEPLOY / "env" / f"{kind}-1.env").exists(), name
+        for env_file in unit_environment(unit)[1]:
+            if "%i" in env_file:
+                kind = name.split("@")[0].removeprefix("bookline-")
+                assert (DEPLOY / "env" / f"{kind}-1.env").exists(), name
 
 
 def test_zookeeper_ensemble_configs() -> None:
@@ -169,11 +212,11 @@ def test_compose_file_has_the_layout_and_valid_commands() -> None:
         if name.startswith("bookie"):
             mounts = {v.split(":")[1] for v in svc["volumes"]}
             assert mounts == {"/srv/bookline/journal", "/srv/bookline/ledgers",
-                              "/srv/bookline/index"}, name  # fmt: skip
+                              "/srv/bookline/index", CREDENTIALS}, name  # fmt: skip
             assert set(svc["depends_on"]) == {"zk1", "zk2", "zk3"}, name
     assert myids == {"1", "2", "3"}
     for volume in (v.split(":")[0] for s in services.values() for v in s.get("volumes", [])):
-        assert volume in doc["volumes"], volume
+        assert volume in doc["volumes"] or volume == "./credentials", volume
     build = services["bookie1"]["build"]
     assert (DEPLOY / "docker" / build["context"] / build["dockerfile"]).resolve() == (
         DEPLOY / "docker" / "Dockerfile"
@@ -197,3 +240,92 @@ def test_dockerfile_copies_every_package() -> None:
 def test_deployment_docs_name_the_kit(doc: str) -> None:
     text = (ROOT / "docs" / doc).read_text()
     assert "ops/deploy" in text
+
+
+# -- security (issue 21, 11) ---------------------------------------------------------------
+
+
+def test_every_service_requires_tokens_and_tls() -> None:
+    toml = tomllib.loads((DEPLOY / "bookline.toml").read_text())
+    for section in ("bookie", "writeproxy", "readproxy"):
+        settings = toml[section]
+        assert settings["auth_enabled"] is True, section
+        assert settings["auth_secret_file"].startswith(CREDENTIALS + "/"), section
+        assert settings["auth_grants_file"].startswith(CREDENTIALS + "/"), section
+        # ZooKeeper's secure port: the plain one does not exist (zoo.cfg below).
+        assert all(h.endswith(":2281") for h in settings["zk"].split(",")), section
+    tls = toml["tls"]
+    assert tls["enabled"] is True
+    for name in ("cert_file", "key_file", "ca_file"):
+        assert tls[name].startswith(CREDENTIALS + "/tls/"), name
+
+
+def test_zookeeper_serves_tls_only() -> None:
+    for path in (DEPLOY / "zookeeper" / "zoo.cfg", DEPLOY / "docker" / "zoo.cfg"):
+        settings = dict(
+            line.split("=", 1)
+            for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        )
+        assert "clientPort" not in settings, path
+        assert settings["secureClientPort"] == "2281", path
+        assert settings["serverCnxnFactory"].endswith("NettyServerCnxnFactory"), path
+        assert settings["ssl.keyStore.type"] == settings["ssl.trustStore.type"] == "PEM"
+    unit = _units()["bookline-zookeeper.service"]
+    assert "netty-codec.jar" in unit["Service"]["ExecStart"][0]  # TLS needs Netty's codec
+
+
+def _needs(kind: str) -> set[str]:
+    return {DIGEST_ENV} if kind == "bookie" else {DIGEST_ENV, LEDGER_ENV}
+
+
+def test_every_unit_gets_the_credentials_it_needs() -> None:
+    for name, unit in _units().items():
+        if name == "bookline-zookeeper.service":
+            continue
+        kind = name.removeprefix("bookline-").split("@")[0].split(".")[0]
+        env, env_files = unit_environment(unit)
+        assert set(env) == _needs(kind), name
+        assert all(v.startswith(CREDENTIALS + "/") for v in env.values()), name
+        assert (SERVICE_ENV_FILE in env_files) == (kind != "bookie"), name
+
+
+def test_no_listener_on_every_address() -> None:
+    """Proxies on their host's own address (its environment file), autorecovery's
+    /metrics too; the compose file publishes ports on the Docker host's loopback."""
+    for path in sorted((DEPLOY / "env").glob("*proxy-*.env")):
+        env = _env_file(path)
+        kind = path.stem.rsplit("-", 1)[0].upper()
+        host = env[f"BOOKLINE_{kind}_HOST"]
+        assert re.fullmatch(r"h\d", host), path
+        assert env[f"BOOKLINE_{kind}_ADVERTISE_URL"].startswith(f"https://{host}:"), path
+    (exec_start,) = _units()["bookline-autorecovery.service"]["Service"]["ExecStart"]
+    assert _parses(shlex.split(exec_start)[1:]).http_host == "%H"
+    for name, svc in _compose()["services"].items():
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:"), (name, port)
+        command = [str(a) for a in svc.get("command", [])]
+        if "--http-host" in command:
+            assert command[command.index("--http-host") + 1] == name
+        for key, value in (svc.get("environment") or {}).items():
+            if key.endswith("_HOST"):
+                assert value == name, (name, key)
+    for path in [DEPLOY / "bookline.toml", *DEPLOY.glob("*/*")]:
+        for line in path.read_text().splitlines():
+            if not line.lstrip().startswith("#"):
+                assert "0.0.0.0" not in line.split("#")[0], (path, line)
+
+
+def test_every_compose_service_gets_the_credentials_it_needs() -> None:
+    for name, svc in _compose()["services"].items():
+        assert f"./credentials:{CREDENTIALS}:ro" in svc.get("volumes", []), name
+        if name.startswith("zk"):
+            continue
+        kind = re.sub(r"\d+$", "", name)
+        env = svc.get("environment") or {}
+        assert {DIGEST_ENV, LEDGER_ENV} & set(env) == _needs(kind), name
+        assert ("credentials/service.env" in svc.get("env_file", [])) == (kind != "bookie")
+    doc = json.loads((DEPLOY / "docker" / "cluster.json").read_text())
+    assert doc["zk_digest_file"] and doc["ledger_secret_file"] and doc["token_file"]
+    assert doc["tls"]["ca_file"].startswith(CREDENTIALS + "/tls/")
+    assert all(p["url"].startswith("https://") for p in doc["write_proxies"] + doc["read_proxies"])

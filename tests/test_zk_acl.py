@@ -151,3 +151,39 @@ async def test_znodes_made_before_the_credentials_are_restricted_after(
                 client.get(path)
     for client in kazoo(zk_connect, "bookline:s3cret-zk-password"):
         assert LedgerMetadata.decode(client.get(ledger_path)[0]).ledger_id == 9
+
+
+async def test_rotating_the_password_hands_every_znode_to_the_new_credentials(
+    zk_connect: str, cluster_root: str, tmp_path: Path
+) -> None:
+    """docs/security.md, rotating the ZooKeeper password: `bookline zk restrict
+    --previous-digest-file OLD` with the new file in the environment gives every znode
+    to the new user; the old one is locked out."""
+    import subprocess
+    import sys
+
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    old = digest_file(old_dir, "bookline:the-old-password")
+    new = digest_file(new_dir, "bookline:the-new-password")
+    md = MetadataClient(MetadataConfig(zk=zk_connect, root=cluster_root, digest_file=old))
+    await md.connect()
+    try:
+        await md.init_cluster()
+        await md.ledgers.create(ledger(11))
+    finally:
+        await md.close()
+    env = {**os.environ, "BOOKLINE_METADATA_DIGEST_FILE": new}
+    argv = ["zk", "restrict", "--zk", zk_connect, "--root", cluster_root, "--json",
+            "--previous-digest-file", old]  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "ops.cli", *argv], check=False,
+                          capture_output=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    ledger_path = md.layout.ledger(11)
+    for client in kazoo(zk_connect, "bookline:the-old-password"):
+        for path in (cluster_root, ledger_path):
+            with pytest.raises(NoAuthError):
+                client.get(path)
+    for client in kazoo(zk_connect, "bookline:the-new-password"):
+        assert LedgerMetadata.decode(client.get(ledger_path)[0]).ledger_id == 11

@@ -52,18 +52,26 @@ class ProxyClient:
         producer_id: str | None = None,
         ssl: SSLContext | None = None,
         token: str | None = None,
+        zk_digest_file: str = "",
     ) -> None:
         """``ssl``: the context to dial ``https`` proxies with (None: the process's
         ``[tls]`` settings, else the system's CAs). ``token``: the proxies' bearer token
         when their auth is on; without one ``$BOOKLINE_TOKEN`` (and, from a cluster
-        file, the token file it names)."""
+        file, the token file it names). ``zk_digest_file``: ZooKeeper digest credentials
+        for discovery through ``zk`` (metadata.digest_file)."""
         if not write_urls and not read_urls and zk is None:
             raise ConfigError("ProxyClient needs proxy URLs or a ZooKeeper connect string")
         self.config = config or ClientConfig()
         self.producer_id = producer_id or uuid.uuid4().hex
         rng = random.Random()  # backoff jitter and read proxy choice
         self._proxies = ProxyDirectory(
-            self.config, write_urls=write_urls, read_urls=read_urls, zk=zk, root=root, rng=rng
+            self.config,
+            write_urls=write_urls,
+            read_urls=read_urls,
+            zk=zk,
+            root=root,
+            rng=rng,
+            zk_digest_file=zk_digest_file,
         )
         self._transport = Transport(
             self.config, self._proxies, rng, ssl=ssl, token=token or env_token()
@@ -90,7 +98,11 @@ class ProxyClient:
         ssl = cluster_ssl(cluster.raw)
         token = token or env_token() or cluster.token()
         if use_zk:
-            return cls(zk=cluster.zk, root=cluster.root, config=config, ssl=ssl, token=token)
+            digest = cluster.zk_digest_file or ""
+            return cls(
+                zk=cluster.zk, root=cluster.root, config=config, ssl=ssl, token=token,
+                zk_digest_file=digest,
+            )  # fmt: skip
         write_urls, read_urls = cluster.write_urls, cluster.read_urls
         return cls(write_urls=write_urls, read_urls=read_urls, config=config, ssl=ssl, token=token)
 

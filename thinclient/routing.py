@@ -51,12 +51,14 @@ class ProxyDirectory:
         zk: str | None,
         root: str,
         rng: random.Random,
+        zk_digest_file: str = "",
     ) -> None:
         self.config = config
         self.write_urls = [u.rstrip("/") for u in write_urls]
         self.read_urls = [u.rstrip("/") for u in read_urls]
         self._zk = zk
         self._root = root
+        self._zk_digest_file = zk_digest_file  # "": $BOOKLINE_METADATA_DIGEST_FILE's
         self._rng = rng
         self._md: MetadataClient | None = None
         self._last_discovery = 0.0
@@ -69,7 +71,8 @@ class ProxyDirectory:
             return
         from metadata.client import MetadataClient
 
-        self._md = MetadataClient(MetadataConfig(zk=self._zk, root=self._root))
+        config = MetadataConfig(zk=self._zk, root=self._root, digest_file=self._zk_digest_file)
+        self._md = MetadataClient(config)
         await self._md.connect()
         await self.discover(force=True)
 
