@@ -15,7 +15,7 @@ import pytest
 from bookie import protocol as p
 from bookie.identity import BookieIdentity, credential, hello_proof
 from foundation.config import MetadataConfig
-from foundation.errors import UnauthenticatedError
+from foundation.errors import ForbiddenError, UnauthenticatedError
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
 from ops import procs
@@ -66,8 +66,21 @@ async def test_a_bookie_without_the_cluster_credential_gets_nothing(tmp_path: Pa
     )
     cluster.start()
     server = None
-    md = MetadataClient(MetadataConfig(zk=cluster.zk_connect, root=CLUSTER_ROOT))
+    # Two locks: a stranger cannot even register (ZooKeeper's ACL), and one who got
+    # hold of the ZooKeeper password but not a bookie credential is still never used.
+    stranger = MetadataClient(MetadataConfig(zk=cluster.zk_connect, root=CLUSTER_ROOT))
+    md = MetadataClient(
+        MetadataConfig(
+            zk=cluster.zk_connect, root=CLUSTER_ROOT, digest_file=str(cluster.zk_digest_file)
+        )
+    )
     try:
+        await stranger.connect()
+        try:
+            with pytest.raises(ForbiddenError):
+                await stranger.bookies.register(BookieInfo("evil-0", "127.0.0.1:1", rack="/x"))
+        finally:
+            await stranger.close()
         port = procs.free_port()
         FAKE["address"] = f"127.0.0.1:{port}"
         server = await asyncio.get_running_loop().create_server(FakeBookie, "127.0.0.1", port)
