@@ -153,7 +153,7 @@ class BookieConfig:
 
     # --- test-only fault injection (bookie/storage/faults.py); never in production ---
     # "" (off: storage calls the os functions directly, zero cost), "on" (injectable
-    # fsync errors and a simulated disk size, steered at runtime by FAULTS.toml in the
+    # fsync errors, slow fsyncs and a simulated disk size, steered at runtime by FAULTS.toml in the
     # journal directory) or "power-cut" (as "on", and writes stay in process memory
     # until their file is fsynced, so kill -9 of the bookie drops what a power cut would).
     fault_shim: str = ""

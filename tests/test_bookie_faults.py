@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -123,9 +124,14 @@ def test_control_file_steers_a_running_shim(tmp_path: Path) -> None:
         with pytest.raises(OSError, match=r"Errno 5\]"):
             fsync(fd)
         assert shim.disk_space(tmp_path).total_bytes == 4096
+        (tmp_path / faults.CONTROL_FILE).write_text("fsync_delay_ms = 50\n")
+        started = time.monotonic()
+        fsync(fd)  # a slow disk: never faster than the delay (a lower bound only)
+        assert time.monotonic() - started >= 0.05
         (tmp_path / faults.CONTROL_FILE).unlink()
         fsync(fd)
         assert shim.disk_space(tmp_path).total_bytes > 4096
+        assert shim.fsync_delay_s == 0
     finally:
         shim.close(fd)
 

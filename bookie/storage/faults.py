@@ -21,6 +21,8 @@ costs one attribute lookup, like ``os.pwrite`` itself.
   A process bookie is steered through a control file, ``FAULTS.toml`` in the journal
   directory (keys ``fsync_error = "EIO"`` and ``disk_bytes_max = N``), read again at
   every fsync and space query when it changed.
+* Both: a slow disk (``fsync_delay_ms = N`` in the control file): every fsync takes N ms
+  more (the alert tests' slow journal).
 
 RocksDB's files cannot be intercepted; the index is written with synced batches
 (``flush_wal(sync=True)``), so nothing acknowledged depends on its page cache.
@@ -37,6 +39,7 @@ import errno
 import logging
 import os
 import threading
+import time
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -153,6 +156,7 @@ class FaultShim:
         self._roots = [Path(r).resolve() for r in roots]
         self.disk_bytes_max = disk_bytes_max
         self.fsync_errno: int | None = None
+        self.fsync_delay_s = 0.0
         self._control = None if control_dir is None else control_dir / CONTROL_FILE
         self._control_mtime_ns = 0  # 0: no control file
         self._lock = threading.Lock()
@@ -199,8 +203,12 @@ class FaultShim:
         name = str(settings.get("fsync_error", ""))
         self.fsync_errno = getattr(errno, name) if name else None
         self.disk_bytes_max = int(settings.get("disk_bytes_max", 0))
+        self.fsync_delay_s = int(settings.get("fsync_delay_ms", 0)) / 1000
         log.warning(
-            "fault shim: fsync_error=%s disk_bytes_max=%d", name or "-", self.disk_bytes_max
+            "fault shim: fsync_error=%s disk_bytes_max=%d fsync_delay_ms=%d",
+            name or "-",
+            self.disk_bytes_max,
+            self.fsync_delay_s * 1000,
         )
 
     # -- file operations --
@@ -310,6 +318,9 @@ class FaultShim:
                     raise OSError(self.fsync_errno, f"{os.strerror(self.fsync_errno)} (fault shim)")
                 for at, chunk in pending.writes if pending is not None else ():
                     _pwrite_all(fd, chunk, at)
+                delay_s = self.fsync_delay_s
+            if delay_s:
+                time.sleep(delay_s)  # the slow disk itself (outside the lock: only fsync)
             fsync(fd)
 
         return shim_fsync
