@@ -42,7 +42,14 @@ from ledger.keys import SECRET_FILE_ENV
 from metadata.zk import kazoo_tls
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
-from ops.local_children import LOOPBACK, READY_MARKERS, Placement, ProcessInfo, Quorums
+from ops.local_children import (
+    LOOPBACK,
+    READY_MARKERS,
+    Placement,
+    ProcessInfo,
+    Quorums,
+    child_environ,
+)
 from ops.local_files import (
     ensure_ledger_secret,
     ensure_local_tls,
@@ -293,7 +300,7 @@ class LocalCluster:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
-        env = {**os.environ, **self._credentials_env(), **self._tls_env()}
+        env = {**child_environ(os.environ), **self._credentials_env(), **self._tls_env()}
         proc = procs.spawn(argv, log_path=log_path, env=env, cwd=Path.cwd())
         info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
         info.state = "starting"
