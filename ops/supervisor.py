@@ -15,9 +15,11 @@ With a fourth, the writer swaps the dead bookie out (an ensemble change) and goe
 and the autorecovery child (the auditor and a replication worker) copies the dead
 bookie's entries to the others, so every entry is back to Qw copies. In a local cluster
 autorecovery acts fast: a bookie absent for 3 s is lost (``--grace-ms``), and a ledger
-still open 10 s after being marked is recovered so it can be repaired
-(``--open-ledger-grace-ms``; BookKeeper's default is 30 s) -- its writer then moves to a
-new segment, which clients only see as a retried request.
+whose writer still has the lost bookie in its ensemble 10 s after being marked is
+recovered so it can be repaired (``--open-ledger-grace-ms``; BookKeeper's default is
+30 s) -- its writer then moves to a new segment, which clients only see as a retried
+request. A writer that swapped the bookie out itself is left alone; the segments before
+its swap are re-replicated under it.
 """
 
 from __future__ import annotations

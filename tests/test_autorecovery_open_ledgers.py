@@ -70,7 +70,7 @@ async def test_a_writer_that_replaced_a_lost_bookie_is_not_fenced(md: MetadataCl
     replacement = next(
         b for b in meta.segments[0].bookies if b not in w.metadata.segments[0].bookies
     )
-    assert sorted(bookies[replacement].ledgers[lid].entries) == list(range(10))
+    assert set(range(10)) <= set(bookies[replacement].ledgers[lid].entries)
     assert not any(bookies[b].ledgers[lid].fenced for b in meta.all_bookies())
     assert await md.underreplicated.list() == []
     # The writer goes on, through another ensemble change too (it takes the repaired
