@@ -47,15 +47,18 @@ CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
 # The dead proxy's session expires (4 s) and ZooKeeper notices; the spare then has to
 # reach the collection age and meet a pass. Generous for a loaded machine.
 COLLECTED_WAIT_S = 90.0
-# A collector that looks often and waits little, so the test sees it act.
-FAST_COLLECTION = AutorecoveryConfig(
-    orphan_check_interval_ms=200,
-    orphan_ledger_age_ms=1_000,
-    worker_enabled=False,  # only the auditor: nothing here is under-replicated
-    full_check_interval_ms=3_600_000,
-    replica_check_interval_ms=0,
-    damaged_poll_interval_ms=0,
-)
+
+
+def fast_collection() -> AutorecoveryConfig:
+    """A collector that looks often and waits little, so the test sees it act."""
+    return AutorecoveryConfig(
+        orphan_check_interval_ms=200,
+        orphan_ledger_age_ms=1_000,
+        worker_enabled=False,  # only the auditor: nothing here is under-replicated
+        full_check_interval_ms=3_600_000,
+        replica_check_interval_ms=0,
+        damaged_poll_interval_ms=0,
+    )
 
 
 async def stream_ledgers(md: MetadataClient, ns: str, stream: str) -> list[LedgerMetadata]:
@@ -130,7 +133,7 @@ async def test_a_killed_write_proxy_leaves_no_orphan_ledger(
         )
 
         ar = await Autorecovery.connect(
-            MetadataConfig(zk=proxy_cluster.zk_connect, root=CLUSTER_ROOT), FAST_COLLECTION
+            MetadataConfig(zk=proxy_cluster.zk_connect, root=CLUSTER_ROOT), fast_collection()
         )
         await ar.start()
         await wait_for(lambda: _no_unreferenced(md, stream), COLLECTED_WAIT_S, poll_s=0.2)
@@ -143,8 +146,8 @@ async def test_a_killed_write_proxy_leaves_no_orphan_ledger(
         read_urls = [p.extra["url"] for p in proxy_cluster.read_proxies]
         async with ProxyClient(write_urls=write_urls, read_urls=read_urls) as client:
             await client.write(stream, b"after the kill")
-            page = await client.read(stream, "earliest", limit=100)
-        assert [r.payload for r in page.records] == [*payloads, b"after the kill"]
+            got = await _read_all(client, stream, len(payloads) + 1)
+        assert got == [*payloads, b"after the kill"]
         ledgers = await stream_ledgers(md, "default", stream)
         segments = await md.segments.list_segments("default", stream)
         assert {s.ledger_id for s, _v in segments} <= {m.ledger_id for m in ledgers}
@@ -153,6 +156,17 @@ async def test_a_killed_write_proxy_leaves_no_orphan_ledger(
             await ar.stop()
         await proxy_support.stop(proc)
         await md.close()
+
+
+async def _read_all(client: ProxyClient, stream: str, n: int) -> list[bytes]:
+    out: list[bytes] = []
+    start = "earliest"
+    while len(out) < n:
+        page = await client.read(stream, start, limit=n, wait_ms=5_000)
+        assert page.records, f"no record after {len(out)} of {n}"
+        out.extend(r.payload for r in page.records)
+        start = page.next
+    return out
 
 
 async def _has_unreferenced(md: MetadataClient, stream: str) -> bool:
