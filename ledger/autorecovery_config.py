@@ -36,7 +36,7 @@ class AutorecoveryConfig:
     auditor_enabled: bool = True
 
     # Ledgers a stream's writer created in advance and left behind when it died
-    # (``kill -9``) are deleted this often by the elected auditor (0: never).
+    # (`kill -9`) are deleted this often by the elected auditor (0: never).
     # Each pass reads every ledger's metadata, like an audit.
     orphan_check_interval_ms: int = 300_000
     # A left-behind ledger is deleted only once this old (since its creation), and only

@@ -235,7 +235,8 @@ async def test_a_live_writers_spare_is_never_collected_while_it_rolls(
     from ledger.orphans import OrphanCollector
 
     caplog.set_level(logging.INFO, logger="ledger.orphans")
-    caplog.set_level(logging.WARNING, logger="streams.writer.segments")
+    # INFO for both: set_level also sets the capturing handler's level.
+    caplog.set_level(logging.INFO, logger="streams.writer.segments")
     name = "rolling"
     await ns.create_stream(name, StreamOptions(segment_rollover_bytes=2_000))
     md = ns.context.md
