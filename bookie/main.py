@@ -149,7 +149,15 @@ async def _check_cookies(md: MetadataClient, config: BookieConfig, bookie_id: st
     cluster = await md.cluster.init()
     cookie = _cookie_for(config, cluster.instance_id)
     if check_local_cookies(config, cookie):
-        await md.bookies.ensure_cookie(bookie_id, cookie)
+        try:
+            await md.bookies.check_cookie(bookie_id, cookie)
+        except NotFoundError:
+            # Its disks joined this cluster, which has forgotten it: retired (`bookline
+            # bookie retire`), and a retired bookie never comes back on its old disks.
+            raise CookieMismatchError(
+                f"bookie {bookie_id} was retired (its directories hold a cookie of this "
+                "cluster, ZooKeeper none): to reuse the id, wipe its directories"
+            ) from None
         return
     # No local cookie: a new bookie -- unless ZooKeeper remembers disks for this id.
     try:

@@ -21,6 +21,9 @@ which entries its storage found damaged (cheap), and every
 the last full check finished is kept in ``ledgers/replicacheck``, so an auditor that
 takes over keeps the schedule instead of starting the hour again (or checking at once
 after every restart).
+
+Every ``orphan_check_interval_ms`` the leader also deletes the ledgers a dead stream
+writer created in advance and left behind (:mod:`ledger.orphans`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from foundation.errors import (
     NotFoundError,
     SessionSuspendedError,
 )
+from ledger.orphans import OrphanCollector
 from ledger.tasks import cancel_and_wait
 from metadata import serde
 from metadata.bookies import BookieSet
@@ -103,6 +107,12 @@ class Auditor:
         self.replica_checks = 0  # completed full replica checks
         self.damaged_sweeps = 0  # completed damaged-entry sweeps
         self.replica_marked = 0  # ledgers marked by either, for entries on live bookies
+        self.orphans = OrphanCollector(
+            md,
+            min_age_ms=config.orphan_ledger_age_ms,
+            reads_in_flight_max=config.audit_reads_in_flight_max,
+            wall_ms=wall_ms,
+        )
 
     # -- election --------------------------------------------------------------------
 
@@ -186,6 +196,8 @@ class Auditor:
         checks: list[asyncio.Task[None]] = []
         if self._scrubber is not None:
             checks.append(asyncio.create_task(self._replica_loop(), name="replica-check"))
+        if self._config.orphan_check_interval_ms:
+            checks.append(asyncio.create_task(self._orphan_loop(), name="orphan-collection"))
         try:
             await self._lead_loop(lost, checks)
         finally:
@@ -309,6 +321,13 @@ class Auditor:
                 await self._step("replica check", self.replica_check)
                 next_full = self._clock() + full_s
             await asyncio.sleep(max(0.0, min(next_sweep, next_full) - self._clock()))
+
+    async def _orphan_loop(self) -> None:
+        """While leading: collect orphaned stream ledgers, at once and then on schedule."""
+        interval_s = self._config.orphan_check_interval_ms / 1000.0
+        while True:
+            await self._step("orphan collection", self.orphans.collect)
+            await asyncio.sleep(interval_s)
 
     async def _step(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
         try:

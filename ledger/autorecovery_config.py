@@ -35,6 +35,14 @@ class AutorecoveryConfig:
     # Stand for auditor election (False: this process only runs a worker).
     auditor_enabled: bool = True
 
+    # Ledgers a stream's writer created in advance and left behind when it died
+    # (`kill -9`) are deleted this often by the elected auditor (0: never).
+    # Each pass reads every ledger's metadata, like an audit.
+    orphan_check_interval_ms: int = 300_000
+    # A left-behind ledger is deleted only once this old (since its creation), and only
+    # when no segment references it and the writer that made it lost the stream's lock.
+    orphan_ledger_age_ms: int = 60_000
+
     # --- replication workers --------------------------------------------------------
     # An OPEN ledger may have a live writer, and changing its ensembles fails that
     # writer; it is recovered (fenced and closed) only once its work item is this old.
@@ -73,6 +81,8 @@ class AutorecoveryConfig:
             "retry_backoff_ms",
             "replica_check_interval_ms",
             "damaged_poll_interval_ms",
+            "orphan_check_interval_ms",
+            "orphan_ledger_age_ms",
         )
         for name in non_negative:
             if getattr(self, name) < 0:

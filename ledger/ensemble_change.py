@@ -9,18 +9,20 @@ metadata. Only then does the writer re-send its unacknowledged entries to the ne
 bookies, so metadata always names the bookies an entry really lives on.
 
 A lost CAS re-reads the metadata: a ledger no longer OPEN was recovered by another
-client (FENCED: the writer stops); changed segments mean a second writer (fail stop);
-otherwise the change is tried again on the new version.
+client (FENCED: the writer stops); a changed last segment, or segments added or
+removed, mean a second writer (fail stop); otherwise -- the same segments, or earlier
+ones whose lost bookies autorecovery re-replicated (:mod:`ledger.replication`) -- the
+change is tried again on the new version, which the writer then holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 from foundation.errors import BadVersionError, FencedError, MetadataError, WriterFailedError
 from ledger.env import LedgerEnv
 from ledger.placement import choose_replacement
-from metadata.ledger_metadata import LedgerMetadata, LedgerState
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 
 __all__ = ["change_ensemble"]
 
@@ -46,7 +48,7 @@ async def change_ensemble(
             written = await env.store.write(new, version)
         except BadVersionError:
             meta, version = await env.store.read(ledger_id)
-            if meta.state is LedgerState.OPEN and meta.segments != segments:
+            if meta.state is LedgerState.OPEN and not _same_writer(meta.segments, segments):
                 raise WriterFailedError(
                     f"ledger {ledger_id}: ensembles changed under the writer"
                 ) from None
@@ -54,6 +56,14 @@ async def change_ensemble(
             env.metrics.ensemble_changes += 1
             return new, written
     raise MetadataError(f"ledger {ledger_id}: ensemble change lost the CAS {retries} times")
+
+
+def _same_writer(now: Sequence[Segment], mine: Sequence[Segment]) -> bool:
+    """The segments as this writer left them, but for bookies re-replicated in its
+    earlier (sealed) segments: the same starts and the same last segment."""
+    return [s.first_entry_id for s in now] == [s.first_entry_id for s in mine] and (
+        now[-1] == mine[-1]
+    )
 
 
 async def _replace(env: LedgerEnv, meta: LedgerMetadata, failed: Set[str]) -> list[str]:

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 
 from foundation.invariants import invariant
-from metadata.ledger_metadata import LedgerMetadata, Segment
+from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.underreplicated import EntryRanges
 
 __all__ = [
@@ -21,8 +21,10 @@ __all__ = [
     "fragment_entries",
     "fragments_to_replace",
     "repair_plan",
+    "sealed_segments",
     "segment_last",
     "with_replacement",
+    "writer_replaced",
 ]
 
 
@@ -44,12 +46,26 @@ def segment_last(meta: LedgerMetadata, index: int) -> int:
     return meta.last_entry_id
 
 
+def sealed_segments(meta: LedgerMetadata) -> int:
+    """How many segments, from the first, hold a final set of entries: all of a CLOSED
+    ledger's; all but the last of an OPEN one (a writer starts a new segment after its
+    last acknowledged entry, so the entries before it are where metadata says and no
+    more come: BookKeeper re-replicates them without fencing the writer)."""
+    return len(meta.segments) if meta.is_closed else len(meta.segments) - 1
+
+
+def writer_replaced(meta: LedgerMetadata, lost: Iterable[str]) -> bool:
+    """True when an OPEN ledger's writer no longer writes to any bookie of ``lost`` (it
+    swapped them out of its last segment itself): only sealed segments need repair."""
+    return meta.state is LedgerState.OPEN and not set(lost) & set(meta.last_segment.bookies)
+
+
 def fragments_to_replace(meta: LedgerMetadata, lost: Iterable[str]) -> list[Fragment]:
-    """Every (segment, position) of a CLOSED ledger held by a bookie in ``lost``."""
-    invariant(meta.is_closed, "ledger %d: fragments of a ledger not closed", meta.ledger_id)
+    """Every (segment, position) of the sealed segments (:func:`sealed_segments`: all of
+    a CLOSED ledger's) held by a bookie in ``lost``."""
     gone = set(lost)
     out: list[Fragment] = []
-    for index, seg in enumerate(meta.segments):
+    for index, seg in enumerate(meta.segments[: sealed_segments(meta)]):
         for position, bookie in enumerate(seg.bookies):
             if bookie in gone:
                 out.append(

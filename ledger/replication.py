@@ -7,11 +7,16 @@ ranges to repair on live bookies (the replica check, :mod:`ledger.scrub`). A wor
 
 1. takes the item's ephemeral claim (another worker's claim -> skip; a crashed
    worker's claim vanishes with its session);
-2. reads the ledger. Deleted -> drop the item. OPEN / IN_RECOVERY -> wait until the
-   item is ``open_ledger_grace_ms`` old (its writer may be alive: changing the
-   ensembles under a live writer fails it), then run ledger recovery, which fences any
-   writer and closes the ledger at its true end;
-3. for every *fragment* -- one lost bookie's position in one ensemble segment -- picks
+2. reads the ledger. Deleted -> drop the item. OPEN, and its writer already swapped
+   every lost bookie out of its ensemble (an ensemble change) -> its earlier, *sealed*
+   segments are repaired as below and the writer is left alone (as BookKeeper does: a
+   new segment starts after the last acknowledged entry, so the ones before it hold
+   their final entries; the writer's next ensemble change takes the repaired segments
+   over). Otherwise OPEN / IN_RECOVERY -> wait until the item is
+   ``open_ledger_grace_ms`` old (its writer may be alive and will swap the bookie out
+   itself), then run ledger recovery, which fences any writer and closes the ledger at
+   its true end;
+3. for every *fragment* -- one lost bookie's position in one sealed segment -- picks
    a replacement (writable, not in that ensemble, rack-aware, :func:`choose_replacement`),
    copies every entry of the segment whose write set includes that position from a
    surviving replica (digest verified, sent as the same packaged bytes with recovery
@@ -65,7 +70,10 @@ from ledger.fragments import (
     fragment_entries,
     fragments_to_replace,
     repair_plan,
+    sealed_segments,
+    segment_last,
     with_replacement,
+    writer_replaced,
 )
 from ledger.keys import ledger_access
 from ledger.placement import choose_replacement
@@ -235,7 +243,9 @@ class ReplicationWorker:
             log.info("ledger %d was deleted; dropping its under-replication item", ledger_id)
             await ur.clear(ledger_id)
             return Outcome.GONE
-        if not meta.is_closed:
+        lost = set(item.missing_bookies)
+        repairs = dict(item.repair_entries)
+        if not meta.is_closed and (repairs or not writer_replaced(meta, lost)):
             age_ms = self._wall_ms() - item.ctime_ms
             if age_ms < self._config.open_ledger_grace_ms:
                 log.info(
@@ -248,10 +258,9 @@ class ReplicationWorker:
                 return Outcome.DEFERRED
             log.info("ledger %d is %s past its grace: recovering it", ledger_id, meta.state.value)
             await self._client.open_ledger(ledger_id, recover=True)
-        lost = set(item.missing_bookies)
-        repairs = dict(item.repair_entries)
         for _ in range(_PASSES_MAX):
-            await self._replace_all(ledger_id, lost)
+            if not await self._replace_all(ledger_id, lost):
+                return Outcome.DEFERRED  # a bookie its writer still uses was added: wait
             await self._repair_entries(ledger_id, repairs, lost)
             try:
                 latest = await ur.get(ledger_id)
@@ -279,13 +288,19 @@ class ReplicationWorker:
                 repairs[bookie] = merge_ranges((*repairs.get(bookie, ()), *ranges))
         raise BadVersionError(f"ledger {ledger_id}: its work item kept changing during repair")
 
-    async def _replace_all(self, ledger_id: int, lost: set[str]) -> None:
+    async def _replace_all(self, ledger_id: int, lost: set[str]) -> bool:
+        """Move every fragment of ``lost`` to other bookies: all of a CLOSED ledger's;
+        of an OPEN one whose writer swapped them out of its ensemble, those of its
+        sealed segments, leaving the writer alone. False (nothing done) when the writer
+        of an OPEN ledger still writes to one of them."""
         meta, _version = await self._env.store.read(ledger_id)
-        invariant(meta.is_closed, "ledger %d: repairing a ledger that is not closed", ledger_id)
+        if not meta.is_closed and not writer_replaced(meta, lost):
+            return False
         for fragment in fragments_to_replace(meta, lost):
             meta = await self._replace(meta, fragment, lost)
-        remaining = meta.all_bookies() & lost
+        remaining = {b for s in meta.segments[: sealed_segments(meta)] for b in s.bookies} & lost
         invariant(not remaining, "ledger %d still on lost bookies %r", ledger_id, remaining)
+        return True
 
     async def _repair_entries(
         self, ledger_id: int, repairs: Mapping[str, EntryRanges], lost: set[str]
@@ -453,14 +468,19 @@ class ReplicationWorker:
         store = self._env.store
         for _ in range(self._env.config.metadata_cas_retries_max):
             meta, version = await store.read(copied.ledger_id)
+            # A sealed segment's entries never change, also while its writer goes on
+            # (the ledger may be closed meanwhile, at or after the segment's end).
+            index = fragment.segment_index
             invariant(
-                meta.is_closed and meta.last_entry_id == copied.last_entry_id,
-                "ledger %d: closed end moved during re-replication (%d -> %d)",
+                index < sealed_segments(meta)
+                and segment_last(meta, index) == fragment.last_entry_id,
+                "ledger %d: end of segment %d moved during re-replication (%d -> %d)",
                 meta.ledger_id,
-                copied.last_entry_id,
-                meta.last_entry_id,
+                fragment.first_entry_id,
+                fragment.last_entry_id,
+                segment_last(meta, min(index, len(meta.segments) - 1)),
             )
-            seg = meta.segments[fragment.segment_index]
+            seg = meta.segments[index]
             if seg.first_entry_id != fragment.first_entry_id:
                 raise BadVersionError(f"ledger {meta.ledger_id}: segments changed under repair")
             if seg.bookies[fragment.position] != fragment.bookie:

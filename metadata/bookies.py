@@ -254,6 +254,20 @@ class BookieRegistry:
     async def delete_cookie(self, bookie_id: str, version: int = -1) -> None:
         await self._zk.delete(self._layout.cookie(bookie_id), version)
 
+    async def forget(self, bookie_id: str) -> list[str]:
+        """Delete every znode kept for the bookie beyond its registration (the cookie,
+        the operator's read-only hold); the paths deleted. Retiring a bookie: the caller
+        checks first that it is not registered and no ledger names it."""
+        deleted = []
+        for path in (
+            self._layout.cookie(bookie_id),
+            self._layout.bookie_forced_readonly(bookie_id),
+        ):
+            with contextlib.suppress(NotFoundError):  # not there: nothing to forget
+                await self._zk.delete(path)
+                deleted.append(path)
+        return deleted
+
 
 class BookieWatch:
     """Membership snapshots: callback in the loop, or ``await next_change()``."""

@@ -4,6 +4,13 @@
 (open, seal + open next, truncate, delete) check every znode they depend on by version
 in the same multi-op as their writes, so either all of it happens or none does: a
 transition that fails halfway leaves the metadata exactly as it was.
+
+A transition that opens a segment also checks that the segment's ledger still exists:
+a writer's spare ledger (created in advance, tagged with :data:`TAG_STREAM` and
+:data:`TAG_WRITER_LOCK`) may be collected as an orphan (:mod:`ledger.orphans`), and the
+collector deletes it in a transaction that checks the stream's max-txid version, which
+every opening bumps. So a segment never names a deleted ledger: whichever of the two
+commits first makes the other fail.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ from metadata.zk import Watch, ZkClient
 
 KIND = "segment"
 FORMAT_VERSION = 1
+# Custom tags of a stream's ledgers, written at creation (before any entry): the stream
+# ("ns/stream") and the node name of the stream lock its writer held ("member-<seq>").
+TAG_STREAM = "stream"
+TAG_WRITER_LOCK = "writer-lock"
 
 DLSN = tuple[int, int, int]  # (segment seqno, entry id, slot id)
 
@@ -162,6 +173,7 @@ class SegmentStore:
         L = self._layout
         tx = self._zk.transaction()
         tx.create(L.segment(ns, stream, segment.seqno), segment.encode())
+        tx.check(L.ledger(segment.ledger_id), -1)  # not collected meanwhile
         tx.set(L.max_txid(ns, stream), encode_max_txid(max_txid), max_txid_version)
         await tx.commit()
 
@@ -192,7 +204,20 @@ class SegmentStore:
                 sealed.seqno,
             )
             tx.create(L.segment(ns, stream, next_segment.seqno), next_segment.encode())
+            tx.check(L.ledger(next_segment.ledger_id), -1)  # not collected meanwhile
         tx.set(L.max_txid(ns, stream), encode_max_txid(max_txid), max_txid_version)
+        await tx.commit()
+
+    async def delete_unreferenced_ledger(
+        self, ns: str, stream: str, ledger_id: int, ledger_version: int, max_txid_version: int
+    ) -> None:
+        """Delete a ledger no segment of the stream references, unless a segment was
+        opened since the caller read the max-txid version (BadVersionError) -- read it
+        *before* listing the segments. Nothing happens unless all of it does."""
+        L = self._layout
+        tx = self._zk.transaction()
+        tx.check(L.max_txid(ns, stream), max_txid_version)
+        tx.delete(L.ledger(ledger_id), ledger_version)
         await tx.commit()
 
     async def update_segment(

@@ -62,6 +62,11 @@ class AuditorCollector(Collector):
             "Full replica checks completed",
             value=a.replica_checks,
         )
+        yield CounterMetricFamily(
+            "bookline_autorecovery_orphan_ledgers_collected",
+            "Ledgers a dead stream writer created in advance, deleted as orphans",
+            value=a.orphans.collected,
+        )
 
 
 class AutorecoveryHttp:

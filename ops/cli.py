@@ -130,13 +130,23 @@ def _tls_settings(args: argparse.Namespace) -> tls.TlsConfig:
     """[tls] of --config and BOOKLINE_TLS_*; when they leave TLS off, a --cluster file
     naming a CA (``bookline local --tls``) turns it on for this client."""
     config = tls.load_tls(getattr(args, "config", None))
-    cluster = getattr(args, "cluster", None)
+    cluster = _cluster_named(args)
     if config.enabled or not cluster:
         return config
     # A missing or stopped cluster file is the command's to report, in its own words.
     with contextlib.suppress(ConfigError):
         return tls.cluster_tls(read_cluster_file(cluster).raw) or config
     return config
+
+
+def _cluster_named(args: argparse.Namespace) -> str | None:
+    """The cluster file this command uses: none when ``--zk`` says where the cluster
+    is (``--cluster`` may be just ``$BOOKLINE_CLUSTER``'s default, of another cluster or
+    of one not started yet)."""
+    if getattr(args, "zk", None):
+        return None
+    cluster: str | None = getattr(args, "cluster", None)
+    return cluster
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,9 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Every command's TLS ([tls] of --config, BOOKLINE_TLS_*): servers listen with
         # it, clients dial bookies, proxies and ZooKeeper with it (foundation.tls).
         tls.configure(_tls_settings(args))
-        if getattr(args, "cluster", None) and getattr(args, "timeout", None):
+        cluster = _cluster_named(args)
+        if cluster and getattr(args, "timeout", None):
             # Something of the cluster answers, or we say so now (not after 30 s).
-            check_reachable(read_cluster_file(args.cluster), args.timeout)
+            check_reachable(read_cluster_file(cluster), args.timeout)
         return handler(args)
     except BooklineError as exc:
         print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)

@@ -9,6 +9,12 @@
   no new entries but serves reads and recovery: before a decommission, or to drain a
   disk) or let its disks decide again; the bookie follows a znode it watches, and the
   command waits up to ``--timeout`` to see the registry agree;
+* ``bookie retire ID`` -- the end of a decommission: forget a bookie that is down and
+  that no ledger names any more (its cookie and its read-only hold go from ZooKeeper),
+  so no view lists it again; refused while it is registered, while a ledger's
+  ensemble names it or a work item still waits for it. The retired bookie cannot
+  rejoin on its old disks (its start refuses: they hold a cookie ZooKeeper does not);
+  ``bookline local`` drops it from ``cluster.json`` and never starts it again;
 * ``cookie show ID`` -- the cookie a bookie wrote at first start (cluster instance id
   and its three directories), checked against the cluster's instance id.
 
@@ -22,7 +28,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from foundation.errors import NotFoundError
+from foundation.errors import BadRequestError, NotFoundError
 from ops.cli_common import add_cluster_flags, emit, open_metadata, sub_ops, table
 
 if TYPE_CHECKING:
@@ -42,9 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     info = ops.add_parser("info", help="one bookie: state, cookie, the ledgers it holds")
     ro = ops.add_parser("readonly", help="hold a bookie read-only (no new entries)")
     rw = ops.add_parser("writable", help="release a held bookie (its disks decide again)")
-    for q in (info, ro, rw):
+    rt = ops.add_parser(
+        "retire", help="forget a decommissioned, stopped bookie (its cookie and hold)"
+    )
+    for q in (info, ro, rw, rt):
         q.add_argument("bookie_id", metavar="ID", help="bookie id as registered")
-    for q in (ls, info, ro, rw):
+    for q in (ls, info, ro, rw, rt):
         add_cluster_flags(q)
         q.set_defaults(handler=_run)
 
@@ -67,6 +76,8 @@ async def _main(args: argparse.Namespace) -> int:
             emit(await bookie_rows(md), args.json, _show_list)
         elif op == "info":
             emit(await _info(md, args.bookie_id), args.json, _show_info)
+        elif op == "retire":
+            emit(await _retire(md, args.bookie_id), args.json, _show_retire)
         else:
             row = await _hold(md, args.bookie_id, op == "readonly", args.timeout)
             emit(row, args.json, _show_hold)
@@ -129,6 +140,36 @@ async def _info(md: MetadataClient, bookie_id: str) -> dict[str, Any]:
             missing.append(ledger_id)
     row["underreplicated_ledgers"] = missing
     return row
+
+
+async def _retire(md: MetadataClient, bookie_id: str) -> dict[str, Any]:
+    """Forget the bookie, or refuse (BAD_REQUEST) saying what still needs it."""
+    from ledger.autorecovery import ledgers_on
+
+    rows = {r["id"]: r for r in await bookie_rows(md)}
+    if bookie_id not in rows:
+        raise NotFoundError(f"no bookie {bookie_id!r}: not registered and no cookie")
+    if rows[bookie_id]["state"] != "down":
+        raise BadRequestError(
+            f"bookie {bookie_id} is {rows[bookie_id]['state']}: decommission it, stop it, "
+            "then retire it"
+        )
+    named = await ledgers_on(md, bookie_id)
+    info = await _info(md, bookie_id)
+    waiting = info["underreplicated_ledgers"]
+    if named or waiting:
+        raise BadRequestError(
+            f"bookie {bookie_id} is still needed: {len(named)} ledgers name it "
+            f"({_first(named)}), {len(waiting)} under-replicated ledgers wait for it "
+            f"({_first(waiting)}); run `bookline bookie decommission {bookie_id}` first"
+        )
+    deleted = await md.bookies.forget(bookie_id)
+    return {"id": bookie_id, "retired": True, "deleted": deleted}
+
+
+def _first(ids: list[int], shown: int = 5) -> str:
+    text = ", ".join(map(str, ids[:shown]))
+    return text + (", ..." if len(ids) > shown else "") if ids else "none"
 
 
 async def _hold(
@@ -252,6 +293,10 @@ def _show_hold(r: dict[str, Any]) -> None:
             f"bookie {r['id']} asked to be {r['requested']}; still {r['state']} (the bookie "
             "applies it within a moment; a full disk keeps it read-only)"
         )
+
+
+def _show_retire(r: dict[str, Any]) -> None:
+    print(f"bookie {r['id']} retired: {', '.join(r['deleted']) or 'nothing was left'} deleted")
 
 
 def _show_cookie(c: dict[str, Any]) -> None:

@@ -2,7 +2,9 @@
 metadata and the bookies hold them (an operator's view below streams).
 
 * ``ledger list [--stream NAME] [--limit N]`` -- id, state, E/Qw/Qa, last entry, size,
-  the bookies of its last ensemble, the stream it belongs to;
+  the bookies of its last ensemble, the stream it belongs to and its role there: a
+  ``segment``, a live writer's ``spare`` (created in advance for its next segment), or an
+  ``orphan`` a dead writer left (the elected auditor deletes it, ``ledger.orphans``);
 * ``ledger show ID`` -- everything the metadata says (ensembles per segment with their
   bookies, quorums, digest, custom tags) plus, for an open ledger, its last add
   confirmed asked of the bookies, and whether it is under-replicated;
@@ -150,21 +152,32 @@ async def _read_meta(md: MetadataClient, ledger_id: int) -> LedgerMetadata:
 
 
 async def _list(md: MetadataClient, stream: str | None, limit: int) -> list[dict[str, Any]]:
+    from ledger.orphans import OrphanCollector
+
     ids = sorted(await md.ledgers.list_ledger_ids())
     slots = asyncio.Semaphore(METADATA_READS_IN_FLIGHT_MAX)
 
-    async def one(ledger_id: int) -> dict[str, Any] | None:
+    async def one(ledger_id: int) -> LedgerMetadata | None:
         async with slots:
             try:
                 meta, _version = await md.ledgers.read(ledger_id)
             except NotFoundError:
                 return None  # deleted while we listed
-        return ledger_view(meta)
+        return meta
 
-    views = [v for v in await asyncio.gather(*(one(i) for i in ids)) if v is not None]
+    metas = [m for m in await asyncio.gather(*(one(i) for i in ids)) if m is not None]
     if stream:
-        views = [v for v in views if v["stream"] in (stream, f"default/{stream}")]
-    return views[:limit]
+        wanted = (stream, f"default/{stream}")
+        metas = [m for m in metas if ledger_view(m)["stream"] in wanted]
+    # Each stream ledger's role there: segment, a live writer's spare, or an orphan.
+    roles = OrphanCollector(md, min_age_ms=0, reads_in_flight_max=METADATA_READS_IN_FLIGHT_MAX)
+    streams: dict[Any, Any] = {}  # each stream's segments, read once
+    views = []
+    for meta in metas[:limit]:
+        view = ledger_view(meta)
+        view["role"] = (await roles.role(meta, streams)).value
+        views.append(view)
+    return views
 
 
 async def _show(md: MetadataClient, ledger_id: int) -> dict[str, Any]:
@@ -190,10 +203,16 @@ async def _show(md: MetadataClient, ledger_id: int) -> dict[str, Any]:
     return view
 
 
+_LIST_COLUMNS = (
+    "ledger", "state", "E/Qw/Qa", "last entry", "bytes", "bookies (last ensemble)", "stream",
+    "role",
+)  # fmt: skip
+
+
 def _show_list(rows: list[dict[str, Any]]) -> None:
     table(
         f"{len(rows)} ledgers",
-        ("ledger", "state", "E/Qw/Qa", "last entry", "bytes", "bookies (last ensemble)", "stream"),
+        _LIST_COLUMNS,
         [
             (
                 r["ledger_id"],
@@ -203,6 +222,7 @@ def _show_list(rows: list[dict[str, Any]]) -> None:
                 r["length"] if r["state"] == "CLOSED" else "",
                 ", ".join(r["ensembles"][-1]["bookies"]),
                 r["stream"],
+                r["role"],
             )
             for r in rows
         ],

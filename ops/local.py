@@ -29,9 +29,9 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bookie.identity import write_credential
 from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_token
@@ -41,9 +41,18 @@ from foundation.quorum import check_quorum
 from foundation.tls import CertPaths, TlsConfig, build_client_context
 from ledger.keys import SECRET_FILE_ENV, read_secret
 from metadata.client import DIGEST_FILE_ENV
+from metadata.layout import Layout
+from metadata.zk import kazoo_digest, kazoo_tls
 from ops import procs
 from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
-from ops.local_children import LOOPBACK, READY_MARKERS, Placement, ProcessInfo, Quorums
+from ops.local_children import (
+    LOOPBACK,
+    READY_MARKERS,
+    Placement,
+    ProcessInfo,
+    Quorums,
+    child_environ,
+)
 from ops.local_files import (
     ensure_ledger_secret,
     ensure_local_tls,
@@ -56,6 +65,9 @@ from ops.local_files import (
 )
 from ops.local_zk import prepare_chroot
 from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 __all__ = [
     "CLUSTER_ROOT",
@@ -216,8 +228,10 @@ class LocalCluster:
                 ready(info.name)
             digest = self.zk_digest_file
             prepare_chroot(self.zk_hosts, LOCAL_CHROOT, tls=self.tls, digest_file=digest)
+            retired = self._retired_bookies(range(1, self.bookie_count + 1))
             for i in range(1, self.bookie_count + 1):
-                self.bookies.append(self._start_bookie(i, ports))
+                if i not in retired:
+                    self.bookies.append(self._start_bookie(i, ports))
             for info in self.bookies:
                 self._wait_ready(info, BOOKIE_START_TIMEOUT_S)
                 ready(info.name)
@@ -280,6 +294,42 @@ class LocalCluster:
             name, server.proc, server.connect_string, {"log": str(server.log_path)}, "zookeeper"
         )
 
+    def _retired_bookies(self, indexes: Iterable[int]) -> set[int]:
+        """Bookies of ours that were retired (`bookline bookie retire`): their
+        directories hold a cookie, ZooKeeper none. Never started again; their ports stay
+        reserved in ports.json, so a later bookie never takes over their ids."""
+        joined = [i for i in indexes if (self.dir / f"bookie-{i}" / "journal" / "COOKIE").exists()]
+        if not joined:
+            return set()
+        layout = Layout(CLUSTER_ROOT)
+        client = self._kazoo()
+        try:
+            gone = {i for i in joined if client.exists(layout.cookie(f"bookie-{i}")) is None}
+        finally:
+            client.stop()
+            client.close()
+        for i in sorted(gone):
+            log.info("bookie-%d was retired: not started", i)
+        return gone
+
+    def forget_retired(self) -> bool:
+        """Drop bookies that are down and were retired from the children (cluster.json
+        lists them no more, the supervisor never restarts them); True when one was."""
+        down = {int(b.name.rsplit("-", 1)[1]): b for b in self.bookies if b.state == "down"}
+        retired = self._retired_bookies(down) if down else set()
+        for i in retired:
+            self.bookies.remove(down[i])
+        return bool(retired)
+
+    def _kazoo(self) -> KazooClient:
+        """A short-lived ZooKeeper client inside the local chroot."""
+        from kazoo.client import KazooClient
+
+        digest = kazoo_digest(str(self.zk_digest_file)) if self.zk_digest_file else {}
+        client = KazooClient(hosts=self.zk_connect, timeout=10, **kazoo_tls(self.tls), **digest)
+        client.start(timeout=15)
+        return client
+
     # -- bookies, autorecovery, proxies ----------------------------------------------
     def placement(self, name: str) -> Placement:
         return self.placements.get(name, LOOPBACK)
@@ -291,7 +341,12 @@ class LocalCluster:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Remember where this start's output begins, to look for its ready line.
         offset = log_path.stat().st_size if log_path.exists() else 0
-        env = {**os.environ, **self._credentials_env(), **self._zk_digest_env(), **self._tls_env()}
+        env = {
+            **child_environ(os.environ),
+            **self._credentials_env(),
+            **self._zk_digest_env(),
+            **self._tls_env(),
+        }
         proc = procs.spawn(argv, log_path=log_path, env=env, cwd=Path.cwd())
         info = ProcessInfo(name, proc, "", {"log": str(log_path), "_log_offset": offset}, kind)
         info.state = "starting"

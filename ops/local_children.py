@@ -1,13 +1,21 @@
 """The children of a local cluster (:mod:`ops.local`), as data: the quorums the write
 proxies are given, where a child runs (:class:`Placement`), one child's entry
-(:class:`ProcessInfo`, what ``cluster.json`` lists) and the log line that says it serves.
+(:class:`ProcessInfo`, what ``cluster.json`` lists), the log line that says it serves
+and the environment it inherits (:func:`child_environ`).
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from foundation.auth import TOKEN_ENV
+from foundation.tls import ENV_PREFIX as TLS_ENV_PREFIX
+from ledger.keys import SECRET_FILE_ENV
+from metadata.client import DIGEST_FILE_ENV
+from ops.cli_common import ENV_CLUSTER
 
 # Ready lines each kind of child prints once it serves.
 READY_MARKERS = {
@@ -16,6 +24,24 @@ READY_MARKERS = {
     "readproxy": b"ready id=",
     "autorecovery": b"autorecovery ready",
 }
+
+# A client's settings in the shell that starts a local cluster (the README exports
+# BOOKLINE_CLUSTER): where a cluster is, who the client is, how it dials. A child gets
+# each of them from the cluster itself (flags, or the variables ops.local sets), never
+# from that shell: the autorecovery child took an inherited BOOKLINE_CLUSTER over its
+# --zk and failed every start whose file was missing or marked stopped (issue 22).
+CLIENT_ENV: Final = (ENV_CLUSTER, TOKEN_ENV, SECRET_FILE_ENV, DIGEST_FILE_ENV)
+CLIENT_ENV_PREFIXES: Final = (TLS_ENV_PREFIX,)
+
+
+def child_environ(parent: Mapping[str, str]) -> dict[str, str]:
+    """``parent`` without the client settings a child must not inherit (log settings,
+    ``BOOKLINE_<SERVICE>_*`` server settings and everything else stay)."""
+    return {
+        k: v
+        for k, v in parent.items()
+        if k not in CLIENT_ENV and not k.startswith(CLIENT_ENV_PREFIXES)
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,19 +84,16 @@ class ProcessInfo:
     address: str
     extra: dict[str, Any] = field(default_factory=dict)
     kind: str = ""
-    state: str = "running"  # starting | running | down
+    state: str = "running"  # starting | running | down (cluster.json: stopped too)
     exit_status: int | None = None  # of the last exit
     exited_at: str = ""
     restarts: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.name,
-            "pid": self.proc.pid,
-            "address": self.address,
-            "state": self.state,
-            "restarts": self.restarts,
-        }
+        out: dict[str, Any] = {"id": self.name}
+        if self.state != "down":  # a reaped child's pid may be another process's by now
+            out["pid"] = self.proc.pid
+        out.update(address=self.address, state=self.state, restarts=self.restarts)
         if self.exit_status is not None:
             out["exit_status"] = self.exit_status
             out["exited_at"] = self.exited_at

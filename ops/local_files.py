@@ -18,7 +18,7 @@ import os
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from foundation.auth import write_secret_file
 from foundation.cluster_file import STOPPED
@@ -106,13 +106,28 @@ def write_cluster_json(directory: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
+# cluster.json's lists of children (each entry has an id, a pid and a state).
+CHILD_LISTS: Final = ("zookeepers", "bookies", "autorecovery", "write_proxies", "read_proxies")
+
+
 def mark_stopped(directory: Path) -> None:
-    """Keep cluster.json, saying the cluster was stopped (and when)."""
+    """Keep cluster.json, saying the cluster was stopped (and when): every child
+    ``stopped`` and no pid anywhere, since a dead process's pid may already be another
+    process's (a tool signalling it would hit that one)."""
     path = directory / "cluster.json"
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return  # never started far enough to write one
-    if isinstance(doc, dict):
-        doc.update(state=STOPPED, stopped_at=now_iso())
-        write_cluster_json(directory, doc)
+    if not isinstance(doc, dict):
+        return
+    doc.update(state=STOPPED, stopped_at=now_iso())
+    doc.pop("pid", None)
+    if isinstance(doc.get("zookeeper"), dict):
+        doc["zookeeper"].pop("pid", None)
+    for key in CHILD_LISTS:
+        for child in doc.get(key, []):
+            if isinstance(child, dict):
+                child.pop("pid", None)
+                child["state"] = STOPPED
+    write_cluster_json(directory, doc)

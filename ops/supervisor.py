@@ -15,9 +15,17 @@ With a fourth, the writer swaps the dead bookie out (an ensemble change) and goe
 and the autorecovery child (the auditor and a replication worker) copies the dead
 bookie's entries to the others, so every entry is back to Qw copies. In a local cluster
 autorecovery acts fast: a bookie absent for 3 s is lost (``--grace-ms``), and a ledger
-still open 10 s after being marked is recovered so it can be repaired
-(``--open-ledger-grace-ms``; BookKeeper's default is 30 s) -- its writer then moves to a
-new segment, which clients only see as a retried request.
+whose writer still has the lost bookie in its ensemble 10 s after being marked is
+recovered so it can be repaired (``--open-ledger-grace-ms``; BookKeeper's default is
+30 s) -- its writer then moves to a new segment, which clients only see as a retried
+request. A writer that swapped the bookie out itself is left alone; the segments before
+its swap are re-replicated under it.
+
+A bookie retired with ``bookline bookie retire`` (decommissioned, stopped, its cookie
+deleted) is dropped: the supervisor, looking while a bookie is down, removes it from
+``cluster.json`` and never restarts it, and later starts skip it (its directories
+hold a cookie ZooKeeper no longer has). Its ports stay in ``ports.json``, so its id is
+never reused by accident; ``--bookies`` counts it, so add one to start a replacement.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ RESTART_READY_TIMEOUT_S: Final = 90.0
 # Autorecovery in a local cluster (see the module docstring).
 LOCAL_AUTORECOVERY_ARGS: Final = ("--grace-ms", "3000", "--open-ledger-grace-ms", "10000")
 DEFAULT_BOOKIES: Final = 4
+# How often a down bookie is looked up in ZooKeeper (retired: dropped, not restarted).
+RETIRED_POLL_S: Final = 5.0
 
 
 def describe_exit(status: int | None) -> str:
@@ -95,6 +105,8 @@ class Supervised(Protocol):
 
     def write_cluster_json(self, doc: dict[str, Any] | None = None) -> Path: ...
 
+    def forget_retired(self) -> bool: ...
+
 
 class Supervisor:
     """Watches a started cluster's children; :meth:`tick` does one round."""
@@ -112,18 +124,32 @@ class Supervisor:
         self._clock = clock
         self._watches: dict[str, _Watch] = {}
         self._on_change = on_change or cluster.write_cluster_json
+        self._retired_checked = -RETIRED_POLL_S
         now = clock()
         for info in cluster.children():
             self._watches[info.name] = _Watch(started_at=now)
 
     def tick(self) -> None:
         now = self._clock()
-        changed = False
+        changed = self._look_for_retired(now)
         for info in self.cluster.children():
             watch = self._watches.setdefault(info.name, _Watch(started_at=now))
             changed |= self._look_at(info, watch, now)
         if changed:
             self._on_change()
+
+    def _look_for_retired(self, now: float) -> bool:
+        """While a bookie is down, every RETIRED_POLL_S: was it retired (`bookline
+        bookie retire`)? Then it is dropped: never restarted, no longer listed."""
+        down = any(i.kind == "bookie" and i.state == "down" for i in self.cluster.children())
+        if not down or now < self._retired_checked + RETIRED_POLL_S:
+            return False
+        self._retired_checked = now
+        try:
+            return self.cluster.forget_retired()
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper down: the next look tries again
+            log.warning("could not look for retired bookies: %s", exc)
+            return False
 
     def _look_at(self, info: ProcessInfo, watch: _Watch, now: float) -> bool:
         """One child; True when cluster.json should be written again."""

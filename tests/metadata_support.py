@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kazoo.client import KazooClient
 
@@ -74,8 +75,14 @@ async def expire_session(connect: str, zk: ZkClient) -> None:
     await asyncio.get_running_loop().run_in_executor(None, _expire, connect, session_id, password)
 
 
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    """Poll ``predicate`` until true; fail the test with a timeout otherwise."""
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float = WAIT_S, poll_s: float = 0.02
+) -> None:
+    """Poll ``predicate`` (plain or async) until true; fail the test with a timeout
+    otherwise."""
     async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.02)
+        while True:
+            answer = predicate()
+            if await answer if inspect.isawaitable(answer) else answer:
+                return
+            await asyncio.sleep(poll_s)

@@ -29,6 +29,8 @@ async def md(clients: Clients) -> MetadataClient:
     client = await clients.new()
     await client.streams.create_namespace(NS)
     await client.streams.create_stream(NS, S, StreamOptions(retention_ms=60_000))
+    for ledger_id in (1, 2, 3, 10, 11, 77):  # segments name only ledgers that exist
+        await client.zk.create(client.layout.ledger(ledger_id), b"", makepath=True)
     return client
 
 
@@ -113,6 +115,33 @@ async def test_transition_failing_halfway_changes_nothing(md: MetadataClient) ->
     assert await snapshot(md) == before
     (seg1, _), _seg2 = await seg.list_segments(NS, S)
     assert seg1.state is SegmentState.IN_PROGRESS
+
+
+async def test_a_segment_never_names_a_collected_ledger(md: MetadataClient) -> None:
+    """Issue 22 (3): a writer's spare ledger may be collected as an orphan while the
+    writer turns it into a segment; ZooKeeper decides which one wins, never both."""
+    seg = md.segments
+    _txid, tv = await md.streams.get_max_txid(NS, S)
+    spare = SegmentMetadata(seqno=1, ledger_id=20)
+    await md.zk.create(md.layout.ledger(20), b"", makepath=True)
+    # The collector deletes the spare first: the segment can't be opened on it.
+    await md.ledgers.delete(20)
+    with pytest.raises(NotFoundError):
+        await seg.open_segment(NS, S, spare, max_txid=0, max_txid_version=tv)
+    assert await snapshot(md) == ([], (NO_TXID, tv))
+    # The writer opens first: the collector's delete, decided on the max-txid version it
+    # read before listing the segments, fails and the ledger stays.
+    await md.zk.create(md.layout.ledger(21), b"", makepath=True)
+    await seg.open_segment(
+        NS, S, SegmentMetadata(seqno=1, ledger_id=21), max_txid=0, max_txid_version=tv
+    )
+    with pytest.raises(BadVersionError):
+        await seg.delete_unreferenced_ledger(NS, S, 21, 0, tv)
+    assert await md.ledgers.exists(21)
+    # Nothing opened since it looked: an unreferenced ledger goes.
+    await md.zk.create(md.layout.ledger(22), b"", makepath=True)
+    await seg.delete_unreferenced_ledger(NS, S, 22, 0, (await md.streams.get_max_txid(NS, S))[1])
+    assert not await md.ledgers.exists(22)
 
 
 async def test_truncate_and_delete_segments_atomically(md: MetadataClient) -> None:

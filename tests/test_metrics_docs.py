@@ -53,7 +53,12 @@ def registries() -> dict[str, CollectorRegistry]:
     fake_ar = types.SimpleNamespace(
         client=types.SimpleNamespace(env=types.SimpleNamespace(metrics=LedgerMetrics())),
         auditor=types.SimpleNamespace(
-            is_leader=False, audits=0, marked=0, replica_marked=0, replica_checks=0
+            is_leader=False,
+            audits=0,
+            marked=0,
+            replica_marked=0,
+            replica_checks=0,
+            orphans=types.SimpleNamespace(collected=0),
         ),
     )
     return {

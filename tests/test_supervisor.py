@@ -52,6 +52,9 @@ class FakeCluster:
         self.infos[self.infos.index(info)] = fresh
         return fresh
 
+    def forget_retired(self) -> bool:
+        return False  # no bookies here
+
     def write_cluster_json(self, doc: dict[str, Any] | None = None) -> Path:
         self.writes += 1
         return self.tmp / "cluster.json"

@@ -13,6 +13,12 @@ Opening (:meth:`Segments.open`, with the stream's lock already held):
 Segments roll when they pass the size or age limit: the sender waits for the old
 ledger's adds, closes it, and seals + opens the next segment in one transaction on a
 ledger that was created in advance, so a roll costs one ZooKeeper round trip.
+
+That ledger (the *spare*) is tagged at creation with the stream and this writer's lock
+node, so once the writer is gone without deleting it (``kill -9``) the elected auditor
+can tell it is an orphan and collect it (:mod:`ledger.orphans`). Opening a segment
+checks its ledger still exists; a spare that vanished (deleted by hand, or collected
+while this writer's lock was lost) is replaced by a fresh ledger, once.
 """
 
 from __future__ import annotations
@@ -21,14 +27,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from foundation.errors import BooklineError, EndOfStreamError
+from foundation.errors import BooklineError, EndOfStreamError, NotFoundError
 from foundation.invariants import invariant
 from ledger.reader import LedgerReader
 from ledger.writer import LedgerWriter
 from metadata.ownership import StreamLock
-from metadata.segments import SegmentMetadata, TruncationState
+from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK, SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
 from streams.context import CoreContext
 from streams.recordset import decode_header, decode_read_records
@@ -125,7 +131,8 @@ class Segments:
             start_sequence_id=0 if prev is None else prev.start_sequence_id + prev.record_count,
             ctime_ms=now,
         )
-        try:
+
+        async def commit(meta: SegmentMetadata) -> None:
             if sealed is not None:
                 await ctx.md.segments.seal_and_open(
                     ns, self._stream, sealed[0], sealed[1], meta,
@@ -135,9 +142,8 @@ class Segments:
                 await ctx.md.segments.open_segment(
                     ns, self._stream, meta, max_txid=max_txid, max_txid_version=max_version
                 )
-        except BaseException:
-            await self._discard_ledger(ledger)
-            raise
+
+        meta, ledger = await self._open_on(meta, ledger, commit)
         _seg, version = await ctx.md.segments.get_segment(ns, self._stream, meta.seqno)
         self.current = SegmentState(meta, version, ledger, opened_ms=now)
         self._next_ledger = asyncio.ensure_future(self._create_ledger())
@@ -213,15 +219,53 @@ class Segments:
                                    segment.start_sequence_id)[2]  # fmt: skip
 
     async def _create_ledger(self) -> LedgerWriter:
+        """A ledger for a segment to come, tagged with the stream and this writer's lock
+        node (the metadata is written before any entry: no ledger is ever untagged)."""
         cfg = self._cfg
         ensemble, write, ack = self._quorums
+        custom = {TAG_STREAM: f"{self._ctx.namespace}/{self._stream}".encode()}
+        node = self._lock.node
+        if node is not None:
+            custom[TAG_WRITER_LOCK] = node.rsplit("/", 1)[1].encode()
         return await self._ctx.ledgers.create_ledger(
             ensemble_size=ensemble,
             write_quorum=write,
             ack_quorum=ack,
             digest_type=cfg.ledger_digest,
-            custom={"stream": f"{self._ctx.namespace}/{self._stream}".encode()},
+            custom=custom,
         )
+
+    async def _open_on(
+        self,
+        meta: SegmentMetadata,
+        ledger: LedgerWriter,
+        commit: Callable[[SegmentMetadata], Awaitable[None]],
+    ) -> tuple[SegmentMetadata, LedgerWriter]:
+        """Run the transition ``commit`` opening segment ``meta`` on ``ledger``. If the
+        ledger vanished (the transition checks it exists), try once more on a fresh
+        one; a failure otherwise deletes the ledger. Returns what was opened."""
+        try:
+            await commit(meta)
+            return meta, ledger
+        except NotFoundError:
+            if await self._ctx.md.ledgers.exists(ledger.ledger_id):
+                await self._discard_ledger(ledger)
+                raise  # something else is missing: not ours to repair
+        except BaseException:
+            await self._discard_ledger(ledger)
+            raise
+        log.warning(
+            "spare ledger %d of %s vanished; opening segment %d on a new ledger",
+            ledger.ledger_id, self._stream, meta.seqno,
+        )  # fmt: skip
+        ledger = await self._create_ledger()  # the vanished one holds no entry, no task
+        meta = dataclasses.replace(meta, ledger_id=ledger.ledger_id)
+        try:
+            await commit(meta)
+        except BaseException:
+            await self._discard_ledger(ledger)
+            raise
+        return meta, ledger
 
     async def _discard_ledger(self, ledger: LedgerWriter) -> None:
         """An allocated ledger that never became a segment: delete it, not leak it."""
@@ -285,11 +329,7 @@ class Segments:
             start_sequence_id=seg.meta.start_sequence_id + seg.records,
             ctime_ms=now,
         )
-        try:
-            await self.seal(meta)
-        except BaseException:
-            await self._discard_ledger(ledger)
-            raise
+        meta, ledger = await self._open_on(meta, ledger, self.seal)
         _m, version = await self._ctx.md.segments.get_segment(
             self._ctx.namespace, self._stream, meta.seqno
         )
