@@ -174,7 +174,9 @@ class ReadProxy:
             connections_closed=self.metrics.connections_closed,
             middlewares=[
                 *auth_middlewares(self.config.auth()),  # none unless auth_enabled
-                latency_middleware(self.metrics.request_seconds),
+                latency_middleware(
+                    self.metrics.request_seconds, self.metrics.long_poll_wait_seconds
+                ),
             ],
         )
         p = wire.API_PREFIX

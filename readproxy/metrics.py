@@ -32,7 +32,15 @@ class ReadProxyMetrics:
         )
         self.request_seconds = Histogram(
             "bookline_readproxy_request_seconds",
-            "Time to answer a request, by route (long polls and tails: until they end)",
+            "Time spent serving a request, by route (a long poll's wait for new records "
+            "excluded: bookline_readproxy_long_poll_wait_seconds)",
+            ["method", "endpoint"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=r,
+        )
+        self.long_poll_wait_seconds = Histogram(
+            "bookline_readproxy_long_poll_wait_seconds",
+            "Time a request waited for new records (long polls, WebSocket tails), by route",
             ["method", "endpoint"],
             buckets=REQUEST_BUCKETS_S,
             registry=r,

@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, NamedTuple
 
 from foundation.errors import (
@@ -38,6 +39,7 @@ from foundation.errors import (
     TimeoutError_,
     TruncatedError,
 )
+from foundation.waits import count_wait
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
@@ -146,6 +148,10 @@ class LogReader:
         self._ended = False
         self._error: BaseException | None = None
         self._closed = False
+        # Time the fetch task spent caught up (everything confirmed read ahead, waiting
+        # for more): closed intervals' sum, and since when it is caught up now.
+        self._head_s = 0.0
+        self._head_since: float | None = None
         self._task = asyncio.get_running_loop().create_task(self._fetch(start))
 
     # -- the application's side ---------------------------------------------------
@@ -212,12 +218,11 @@ class LogReader:
             raise ClosedError(f"reader of {self.stream} was closed")
         if self._error is None and not self._ended:
             try:
-                if timeout_s is None:
-                    item = await self._queue.get()
-                elif timeout_s <= 0:
+                if timeout_s is not None and timeout_s <= 0:
                     item = self._queue.get_nowait()
                 else:
-                    item = await asyncio.wait_for(self._queue.get(), timeout_s)
+                    with self._waiting_at_head():
+                        item = await asyncio.wait_for(self._queue.get(), timeout_s)
             except (TimeoutError, asyncio.QueueEmpty):
                 return None
             if isinstance(item, _Entry):
@@ -233,6 +238,30 @@ class LogReader:
         if self._error is not None:
             raise _again(self._error)
         raise EndOfStreamError(f"stream {self.stream} ended")
+
+    @contextlib.contextmanager
+    def _waiting_at_head(self) -> Iterator[None]:
+        """The part of the block's time during which the fetch task was caught up is
+        the request's waiting for new records (foundation.waits), not serving time."""
+        before = self._head_time()
+        try:
+            yield
+        finally:
+            count_wait(self._head_time() - before)
+
+    def _head_time(self) -> float:
+        since = self._head_since
+        return self._head_s + (time.perf_counter() - since if since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def _at_head(self) -> Iterator[None]:
+        """The fetch task is caught up for the block's duration."""
+        self._head_since = since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._head_s += time.perf_counter() - since
+            self._head_since = None
 
     def __aiter__(self) -> AsyncIterator[ReadRecord]:
         return self._iterate()
@@ -351,7 +380,8 @@ class LogReader:
                     self._truncated(DLSN(seqno, 0, 0), first_readable([s for s, _ in segments]))
                     return None
                 if latest[0] is None:
-                    await changed.wait()
+                    with self._at_head():  # no next segment yet: nothing to read
+                        await changed.wait()
         finally:
             watch.cancel()
 
@@ -424,7 +454,8 @@ class LogReader:
                     return await self._read_range(
                         reader, sealed[0], nxt, sealed[0].last_entry_id, slot
                     )
-                await self._wait_lac_or_seal(reader, nxt - 1, polls)
+                with self._at_head():  # everything confirmed is read ahead
+                    await self._wait_lac_or_seal(reader, nxt - 1, polls)
         finally:
             watch.cancel()
 
