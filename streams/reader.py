@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from foundation.errors import (
     BadRequestError,
@@ -55,6 +55,8 @@ __all__ = ["LogReader", "RawRecordSet"]
 # Pause after a failed long poll (a bookie restarting, a ledger not seen yet) so the
 # loop cannot spin.
 _RETRY_PAUSE_S = 0.05
+# A take from a queue that holds an entry: no wait to count (foundation.waits).
+_SERVED: Final = contextlib.nullcontext()
 # Memory of one decoded record beyond its payload bytes, for the read-ahead budget.
 _RECORD_BYTES = 64
 
@@ -221,7 +223,8 @@ class LogReader:
                 if timeout_s is not None and timeout_s <= 0:
                     item = self._queue.get_nowait()
                 else:
-                    with self._waiting_at_head():
+                    waits = self._waiting_at_head() if self._queue.empty() else _SERVED
+                    with waits:
                         item = await asyncio.wait_for(self._queue.get(), timeout_s)
             except (TimeoutError, asyncio.QueueEmpty):
                 return None
