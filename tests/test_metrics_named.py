@@ -16,6 +16,7 @@ from bookie.metrics import BookieMetrics
 from foundation.metrics import OTHER, BoundedLabels
 from foundation.version import __version__
 from httpapi import wire
+from httpapi.monitoring import PublicMetrics
 from ops.local import LocalCluster
 from readproxy.metrics import ReadProxyMetrics
 from tests.metrics_support import sample_sum, scrape
@@ -89,3 +90,15 @@ async def test_records_are_counted_per_stream_and_per_topic(proxy_cluster: Local
     assert sample_sum(written, "bookline_writeproxy_topic_records_total", f'"{topic}"') == 6
     assert sample_sum(rtext, "bookline_readproxy_stream_served_records_total", f'"{stream}"') == 7
     assert sample_sum(rtext, "bookline_readproxy_topic_served_records_total", f'"{topic}"') == 3
+
+
+def test_per_stream_families_are_not_public() -> None:
+    """Without a token allowed them, /metrics names no stream or topic (security.md)."""
+    metrics = WriteProxyMetrics()
+    metrics.count_written("secret-stream", 1)
+    metrics.count_written("secret-topic~0", 1)
+    public = CollectorRegistry()
+    public.register(PublicMetrics(metrics.registry))
+    text = generate_latest(public).decode()
+    assert "secret" not in text
+    assert "bookline_writeproxy_records_written_total 2.0" in text.splitlines()
