@@ -118,13 +118,10 @@ class ClusterView:
     # -- the parts -----------------------------------------------------------------
 
     async def _build(self) -> dict[str, Any]:
-        states = asyncio.gather(
-            autorecovery_state(self._md), zookeeper_state(self._md, self._zk_connect)
-        )
-        bookies, proxies, streams, topics, ur = await asyncio.gather(
-            self._bookies(), self._proxies(), self._streams(), self._topics(), self._under()
-        )
-        recovery, zk = await states
+        bookies, proxies, streams, topics, (ur, recovery), zk = await asyncio.gather(
+            self._bookies(), self._proxies(), self._streams(), self._topics(),
+            self._autorecovery(), zookeeper_state(self._md, self._zk_connect),
+        )  # fmt: skip
         healths = [b["health"] for b in bookies if b["health"]]
         healths += [p["health"] for p in proxies if p["health"]]
         writers = [p["health"] for p in proxies if p["kind"] == "writeproxy" and p["health"]]
@@ -258,6 +255,10 @@ class ClusterView:
             "total": len(names),
             "items": list(await _bounded(one(n) for n in names[:TOPICS_MAX])),
         }
+
+    async def _autorecovery(self) -> tuple[int | None, dict[str, Any]]:
+        under, state = await asyncio.gather(self._under(), autorecovery_state(self._md))
+        return under, state
 
     async def _under(self) -> int | None:
         try:
