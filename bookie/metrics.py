@@ -74,6 +74,8 @@ _LATENCY_BUCKETS_S: Final = (
     1.0,
     5.0,
 )
+# READ_LAC long polls wait up to the bookie's cap (a minute) for the LAC to move.
+_WAIT_BUCKETS_S: Final = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # Every op of the wire protocol (a new op cannot be served without its metrics).
 _OPS: Final = tuple(op.name for op in Op)
 # /health reports the bookie down when its event loop published nothing for this long
@@ -100,6 +102,12 @@ class _RequestStats:
         self.bucket_counts = {op: [0] * (len(self.buckets) + 1) for op in _OPS}
         self.sums = dict.fromkeys(_OPS, 0.0)
         self.statuses: dict[tuple[str, str], int] = {}
+        self.wait_counts = [0] * (len(_WAIT_BUCKETS_S) + 1)
+        self.wait_sum = 0.0
+
+    def observe_wait(self, seconds: float) -> None:
+        self.wait_counts[bisect.bisect_left(_WAIT_BUCKETS_S, seconds)] += 1
+        self.wait_sum += seconds
 
     def observe(self, op: str, status: str, seconds: float) -> None:
         self.bucket_counts[op][bisect.bisect_left(self.buckets, seconds)] += 1
@@ -127,7 +135,8 @@ class _RequestStats:
         yield requests
         latency = HistogramMetricFamily(
             "bookline_bookie_request_seconds",
-            "Time from decoded request to encoded response",
+            "Time from decoded request to encoded response (a READ_LAC long poll's wait "
+            "for the LAC excluded: bookline_bookie_long_poll_wait_seconds)",
             labels=["op"],
         )
         for op in _OPS:
@@ -138,6 +147,14 @@ class _RequestStats:
                 [op], list(zip(bounds, cumulative, strict=True)), sum_value=self.sums[op]
             )
         yield latency
+        waits = HistogramMetricFamily(
+            "bookline_bookie_long_poll_wait_seconds",
+            "Time READ_LAC long polls waited for the LAC to move",
+        )
+        bounds = [*(repr(b) for b in _WAIT_BUCKETS_S), "+Inf"]
+        cumulative = list(itertools.accumulate(list(self.wait_counts)))
+        waits.add_metric([], list(zip(bounds, cumulative, strict=True)), sum_value=self.wait_sum)
+        yield waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +355,10 @@ class BookieMetrics:
     def observe_request(self, op: str, status: str, seconds: float) -> None:
         """One answered request (event loop thread)."""
         self._requests.observe(op, status, seconds)
+
+    def observe_long_poll_wait(self, seconds: float) -> None:
+        """A READ_LAC long poll's wait for the LAC (event loop thread)."""
+        self._requests.observe_wait(seconds)
 
     def request_rejected(self) -> None:
         self._rejected.inc()

@@ -415,9 +415,11 @@ class _LacPoll:
     ledger's LAC moves (see ``Storage.watch_lac``), a timer ends the wait, and the
     answer -- with the entries that follow, from memory -- is encoded into the
     connection's write buffer in that same callback. An entry that must come from disk
-    is read by an ordinary task (READ_LAC with no wait)."""
+    is read by an ordinary task (READ_LAC with no wait). The time spent waiting for the
+    LAC to move is counted apart from the time spent answering
+    (``bookline_bookie_long_poll_wait_seconds``, not ``..._request_seconds``)."""
 
-    __slots__ = ("_bytes_max", "_conn", "_done", "_req", "_started", "_timer")
+    __slots__ = ("_bytes_max", "_conn", "_done", "_req", "_started", "_timer", "_waited_from")
 
     def __init__(self, conn: ServerConnection, req: p.ReadLacRequest) -> None:
         self._conn = conn
@@ -425,6 +427,8 @@ class _LacPoll:
         self._started = time.perf_counter()
         self._timer: asyncio.TimerHandle | None = None
         self._done = False
+        # when the poll started waiting for the LAC to move (None: it has not waited)
+        self._waited_from: float | None = None
         self._bytes_max = piggyback_bytes(req, conn._server.config.frame_bytes_max)
 
     def start(self) -> None:
@@ -466,20 +470,34 @@ class _LacPoll:
             result = storage.lac_answer_nowait(req.ledger_id, req.previous_lac, self._bytes_max)
             if not expired and result is not None and result.lac <= req.previous_lac:
                 storage.watch_lac(req.ledger_id, self)  # not past the reader's yet
+                if self._waited_from is None:
+                    self._waited_from = time.perf_counter()
                 return
         except Exception as exc:  # noqa: BLE001 - answered to the client with its code
             self._reply_error(exc)
             return
         if result is None:  # the next entry is on disk: read it in a task
             self._finish()
+            self._observe_wait()  # the task's READ_LAC is observed as a request of its own
             self._conn.spawn(dataclasses.replace(req, timeout_ms=0))
             return
         self._finish()
         frame = encode_lac_answer(req, result)
-        self._conn._server.metrics.observe_request(
-            "READ_LAC", "OK", time.perf_counter() - self._started
-        )
+        self._observe("OK")
         self._conn.write(frame)
+
+    def _observe_wait(self) -> float:
+        """Observe the wait for the LAC, if any; its seconds."""
+        if self._waited_from is None:
+            return 0.0
+        waited = time.perf_counter() - self._waited_from
+        self._conn._server.metrics.observe_long_poll_wait(waited)
+        return waited
+
+    def _observe(self, status: str) -> None:
+        """The answer's serving time (the wait for the LAC is not serving)."""
+        serving = time.perf_counter() - self._started - self._observe_wait()
+        self._conn._server.metrics.observe_request("READ_LAC", status, max(0.0, serving))
 
     def _reply_error(self, exc: BaseException) -> None:
         self._finish()
@@ -489,7 +507,7 @@ class _LacPoll:
             log.error("storage failed on READ_LAC", exc_info=exc)
             error = IOFailureError(f"{type(exc).__name__}: {exc}")
         server = self._conn._server
-        server.metrics.observe_request("READ_LAC", error.name, time.perf_counter() - self._started)
+        self._observe(error.name)
         if isinstance(error, InvariantViolation):
             server.fail(error)
         self._conn.write(p.encode_error(self._req.request_id, p.Op.READ_LAC, error))

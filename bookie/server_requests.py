@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from foundation.errors import (
     IOFailureError,
     NoEntryError,
 )
+from foundation.waits import request_waits, waiting
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,16 @@ class RequestHandlers:
         """Run one request; its response frame, or an error frame."""
         started = time.perf_counter()
         op = p.op_of(req)
+        with request_waits() as waited:
+            frame, status = await self._run(req, op)
+        if waited.seconds > 0:  # a long poll's wait for the LAC is not serving time
+            self._metrics.observe_long_poll_wait(waited.seconds)
+        serving = time.perf_counter() - started - waited.seconds
+        self._metrics.observe_request(op.name, status, max(0.0, serving))
+        return frame
+
+    async def _run(self, req: p.Request, op: p.Op) -> tuple[bytes, str]:
+        """The request's answer frame and its status (OK or an error's name)."""
         status = "OK"
         try:
             handler = self._handlers.get(type(req))
@@ -100,8 +112,7 @@ class RequestHandlers:
             status = "IO"
             error = IOFailureError(f"{type(exc).__name__}: {exc}")
             frame = p.encode_error(req.request_id, op, error)
-        self._metrics.observe_request(op.name, status, time.perf_counter() - started)
-        return frame
+        return frame, status
 
     async def _add(self, req: p.AddRequest) -> bytes:
         await self._gate.admit(req.ledger_id, req.master_key)
@@ -136,7 +147,12 @@ class RequestHandlers:
         await self._gate.check_read(req.ledger_id, req.master_key)
         timeout_s = min(req.timeout_ms / 1000.0, self._long_poll_cap_s)
         bytes_max = piggyback_bytes(req, self._frame_bytes_max)
-        result = await self._storage.wait_lac(req.ledger_id, req.previous_lac, timeout_s, bytes_max)
+        now = self._storage.lac_answer_nowait(req.ledger_id, req.previous_lac, bytes_max)
+        caught_up = timeout_s > 0 and now is not None and now.lac <= req.previous_lac
+        with waiting() if caught_up else contextlib.nullcontext():
+            result = await self._storage.wait_lac(
+                req.ledger_id, req.previous_lac, timeout_s, bytes_max
+            )
         return encode_lac_answer(req, result)
 
     async def _write_lac(self, req: p.WriteLacRequest) -> bytes:

@@ -3,6 +3,12 @@
 * :func:`service_registry` -- a registry of its own (several services may share a test
   process) with the process, platform and garbage-collector collectors: CPU seconds,
   resident memory, open file descriptors, start time, ``python_info``, GC counts;
+* ``bookline_build_info`` -- 1, labelled with Bookline's version and the Python
+  version, on every service (which build answers: the usual Prometheus info gauge);
+* :class:`BoundedLabels` -- label values named by tenants (a stream, a topic) kept to
+  a fixed number of series: the first :data:`NAMED_SERIES_MAX` names seen get a series
+  each, every later one counts under :data:`OTHER` (a scrape's size stays bounded
+  whatever the cluster holds);
 * ``_created`` series are off, process-wide: each counter and histogram would
   otherwise export a second series holding its creation time, doubling what is
   scraped for a figure no dashboard of ours uses (Prometheus >= 2.x does not need it).
@@ -14,6 +20,10 @@ counters end in ``_total``, durations are ``_seconds``, sizes ``_bytes``, fracti
 
 from __future__ import annotations
 
+import platform
+from collections.abc import Iterator
+from typing import Final
+
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
@@ -21,10 +31,20 @@ from prometheus_client import (
     CollectorRegistry,
     disable_created_metrics,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from foundation.health import RecentErrors
+from foundation.version import __version__
 
-__all__ = ["service_registry"]
+__all__ = ["NAMED_SERIES_MAX", "OTHER", "BoundedLabels", "service_registry"]
+
+# Series per family labelled by a stream's or topic's name: a scrape stays small with
+# thousands of streams; the busiest few are usually the first ones written.
+NAMED_SERIES_MAX: Final = 100
+# The label value every name past NAMED_SERIES_MAX counts under: never a stream's or a
+# topic's name (names starting with "<" are reserved, foundation/names.py).
+OTHER: Final = "<other>"
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -38,4 +58,31 @@ def service_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
+    registry.register(_BuildInfo())
     return registry
+
+
+class _BuildInfo(Collector):
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "bookline_build_info", "Bookline's build: 1, labelled", labels=["version", "python"]
+        )
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+
+
+class BoundedLabels:
+    """Label values for names, at most ``series_max`` distinct ones: the first names
+    seen keep their own value, later ones share :data:`OTHER`."""
+
+    def __init__(self, series_max: int = NAMED_SERIES_MAX) -> None:
+        self._max = series_max
+        self._named: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        if name in self._named:
+            return name
+        if len(self._named) < self._max:
+            self._named.add(name)
+            return name
+        return OTHER

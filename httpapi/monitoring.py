@@ -3,8 +3,9 @@ layer's figures as Prometheus families, and the ``/health`` answer.
 
 * :func:`latency_middleware` -- one histogram observation per request (never per
   record), labelled by method and route (``/v1/streams/{name}/records``: the pattern,
-  so the label set stays bounded whatever the names). A long poll or a WebSocket tail
-  is observed when it ends: its time is mostly waiting, by design;
+  so the label set stays bounded whatever the names). Time spent waiting for new data
+  (a long poll, a WebSocket tail between records: :mod:`foundation.waits`) is not
+  serving time: it goes to a second histogram, when the service keeps one;
 * :class:`LedgerCollector` -- a :class:`~ledger.metrics.LedgerMetrics` exported at
   scrape time (``bookline_ledger_*``, and with ``autorecovery=True`` the
   ``bookline_autorecovery_*`` families that the replication workers count);
@@ -31,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from foundation.health import State, http_status, public_health
+from foundation.waits import request_waits
 from ledger.metrics import LatencyHistogram, LedgerMetrics
 
 __all__ = [
@@ -72,18 +74,27 @@ def route_label(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
-def latency_middleware(histogram: Histogram) -> Middleware:
-    """Observe every request's time in ``histogram`` (labels: method, endpoint), errors
-    included (the error middleware outside turns them into answers)."""
+def latency_middleware(histogram: Histogram, waits: Histogram | None = None) -> Middleware:
+    """Observe every request's serving time in ``histogram`` (labels: method,
+    endpoint), errors included (the error middleware outside turns them into answers);
+    with ``waits``, the time it waited for new data goes there (same labels; only
+    requests that waited), not into ``histogram``."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.perf_counter()
-        try:
-            return await handler(request)
-        finally:
-            elapsed = time.perf_counter() - started
-            histogram.labels(request.method, route_label(request)).observe(elapsed)
+        with request_waits() as waited:
+            try:
+                return await handler(request)
+            finally:
+                elapsed = time.perf_counter() - started
+                labels = (request.method, route_label(request))
+                if waits is None:  # waits not kept apart: the whole time
+                    histogram.labels(*labels).observe(elapsed)
+                else:
+                    histogram.labels(*labels).observe(max(0.0, elapsed - waited.seconds))
+                    if waited.seconds > 0:
+                        waits.labels(*labels).observe(waited.seconds)
 
     return middleware
 

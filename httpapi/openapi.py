@@ -75,7 +75,8 @@ def build_document() -> dict[str, Any]:
         "/v1/cluster": {
             "get": {
                 "summary": "bookies with state and disks, proxies, streams, topics, groups' lag, "
-                "under-replicated ledgers, totals and recent errors (read proxy; "
+                "under-replicated ledgers, autorecovery's auditor and replication switch, "
+                "ZooKeeper's session and servers, totals and recent errors (read proxy; "
                 "readproxy/cluster.py)",
                 "responses": {"200": _ok("Object"), **_errors(503)},
             }

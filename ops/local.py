@@ -559,6 +559,8 @@ class LocalCluster:
             "read_proxies": [p.to_json() for p in self.read_proxies],
             "dir": str(self.dir),
         }
+        if self.read_proxies:  # README: the dashboard's URL is in cluster.json
+            out["dashboard"] = f"{self.read_proxies[0].extra['url']}/dashboard"
         if self.auth is not None:  # the token's file (relative to this one), never the secret
             out["token_file"] = str(self.auth.token_file.relative_to(self.dir))
         if self.ledger_secret_file is not None:  # its name: the file is the owner's only

@@ -126,7 +126,9 @@ class ReadProxy:
         self._md = self._ns.context.md
         # other services' /health details need a token the services accept
         token = service_token_source(cfg.auth())
-        self._cluster = ClusterView(self._ns, self._md, self.health_body, token=token)
+        self._cluster = ClusterView(
+            self._ns, self._md, self.health_body, token=token, zk_connect=cfg.zk
+        )
         await self._md.proxies.register(ProxyInfo(self.registration_id, self.url, 0.0))
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
@@ -174,7 +176,9 @@ class ReadProxy:
             connections_closed=self.metrics.connections_closed,
             middlewares=[
                 *auth_middlewares(self.config.auth()),  # none unless auth_enabled
-                latency_middleware(self.metrics.request_seconds),
+                latency_middleware(
+                    self.metrics.request_seconds, self.metrics.long_poll_wait_seconds
+                ),
             ],
         )
         p = wire.API_PREFIX
@@ -247,7 +251,7 @@ class ReadProxy:
         sets, nxt = await self.pages.read_sets(name, pos, bytes_max, wait_ms / 1000)
         frames = [recordsets.SetFrame(s.payload, s.segment_seqno, s.entry_id,
                                       s.start_sequence_id, s.from_slot) for s in sets]  # fmt: skip
-        self.metrics.served_records.labels("sets").inc(sum(s.user_count for s in sets))
+        self.metrics.count_served("sets", name, sum(s.user_count for s in sets))
         return web.Response(body=recordsets.encode(frames, nxt),
                             content_type=recordsets.MEDIA_TYPE)  # fmt: skip
 

@@ -13,7 +13,9 @@ build):
 * ``streams`` (user streams) and ``topics`` with segments, records and sizes (at most
   :data:`STREAMS_MAX` / :data:`TOPICS_MAX`; ``truncated`` says when there are more);
 * ``groups`` -- the consumer groups the write proxies coordinate, with their lag;
-* ``underreplicated_ledgers`` -- autorecovery's work items;
+* ``underreplicated_ledgers`` -- autorecovery's work items; ``autorecovery`` -- the
+  elected auditor and whether re-replication is enabled; ``zookeeper`` -- this proxy's
+  session and each server's mode (:mod:`readproxy.cluster_state`);
 * ``totals`` -- cumulative counters (records written and served, their latencies,
   bookie ADD and READ requests): a poller's deltas give rates and mean latencies;
 * ``recent_errors`` -- the newest WARNING+ log records of every service that answered.
@@ -40,6 +42,7 @@ from foundation.errors import BooklineError
 from foundation.names import parse_internal
 from groups.topics import TopicAdmin
 from httpapi.proxy_config import READ_PROXY_PREFIX
+from readproxy.cluster_state import autorecovery_state, zookeeper_state
 
 if TYPE_CHECKING:
     from metadata.bookies import BookieInfo
@@ -76,9 +79,11 @@ class ClusterView:
         own_health: Callable[[], dict[str, Any]],
         *,
         token: Callable[[], str | None] = lambda: None,
+        zk_connect: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ns = ns
+        self._zk_connect = zk_connect  # the servers whose mode the summary shows
         self._md = md
         self._own_health = own_health
         self._clock = clock
@@ -113,9 +118,10 @@ class ClusterView:
     # -- the parts -----------------------------------------------------------------
 
     async def _build(self) -> dict[str, Any]:
-        bookies, proxies, streams, topics, ur = await asyncio.gather(
-            self._bookies(), self._proxies(), self._streams(), self._topics(), self._under()
-        )
+        bookies, proxies, streams, topics, (ur, recovery), zk = await asyncio.gather(
+            self._bookies(), self._proxies(), self._streams(), self._topics(),
+            self._autorecovery(), zookeeper_state(self._md, self._zk_connect),
+        )  # fmt: skip
         healths = [b["health"] for b in bookies if b["health"]]
         healths += [p["health"] for p in proxies if p["health"]]
         writers = [p["health"] for p in proxies if p["kind"] == "writeproxy" and p["health"]]
@@ -129,6 +135,8 @@ class ClusterView:
             "topics": topics,
             "groups": [g for h in writers for g in h.get("groups", [])],
             "underreplicated_ledgers": ur,
+            "autorecovery": recovery,
+            "zookeeper": zk,
             "totals": _totals(bookies, writers, readers),
             "recent_errors": _recent_errors(healths),
         }
@@ -247,6 +255,10 @@ class ClusterView:
             "total": len(names),
             "items": list(await _bounded(one(n) for n in names[:TOPICS_MAX])),
         }
+
+    async def _autorecovery(self) -> tuple[int | None, dict[str, Any]]:
+        under, state = await asyncio.gather(self._under(), autorecovery_state(self._md))
+        return under, state
 
     async def _under(self) -> int | None:
         try:

@@ -4,8 +4,11 @@ fetched from outside) polling ``GET /v1/cluster`` (:mod:`readproxy.cluster`).
 
 The page shows the bookies with their state and disks, the proxies, streams and topics
 with segments, sizes and write rates, consumer groups' lag, under-replicated ledgers,
-recent errors, and throughput and latency graphs drawn from the counters' deltas
-between polls (SVG).
+autorecovery's auditor and replication switch, ZooKeeper's session and servers, recent
+errors, and throughput and serving-latency graphs drawn from the counters' deltas
+between polls (SVG, with axes; the last 10 minutes, kept in the tab's sessionStorage
+so a reload keeps them). The page names an empty favicon (no request, no 404), and
+without a token on a cluster with auth on it says it needs one.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from foundation.errors import BooklineError, ClosedError, TooManyRequestsError
+from foundation.waits import waiting
 from readproxy.config import ReadProxyConfig
 from readproxy.frames import CachedRecord, pack_record
 from readproxy.metrics import ReadProxyMetrics
@@ -110,7 +111,12 @@ class Feed:
         return out
 
     async def wait_beyond(self, seq: int, timeout_s: float) -> bool:
-        """Wait until a record with sequence ``seq`` is cached; False on timeout."""
+        """Wait until a record with sequence ``seq`` is cached; False on timeout. The
+        time is the request's waiting, not its serving (:mod:`foundation.waits`)."""
+        with waiting():
+            return await self._wait_beyond(seq, timeout_s)
+
+    async def _wait_beyond(self, seq: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while self.next_seq <= seq:
             if self.error is not None and self._task.done():

@@ -17,7 +17,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from foundation.metrics import service_registry
+from foundation.metrics import NAMED_SERIES_MAX, BoundedLabels, service_registry
+from foundation.names import parse_internal
 from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
 from httpapi.strict import CONNECTION_LIMITS
 from ledger.metrics import PROCESS_LEDGER_METRICS
@@ -32,7 +33,15 @@ class ReadProxyMetrics:
         )
         self.request_seconds = Histogram(
             "bookline_readproxy_request_seconds",
-            "Time to answer a request, by route (long polls and tails: until they end)",
+            "Time spent serving a request, by route (a long poll's wait for new records "
+            "excluded: bookline_readproxy_long_poll_wait_seconds)",
+            ["method", "endpoint"],
+            buckets=REQUEST_BUCKETS_S,
+            registry=r,
+        )
+        self.long_poll_wait_seconds = Histogram(
+            "bookline_readproxy_long_poll_wait_seconds",
+            "Time a request waited for new records (long polls, WebSocket tails), by route",
             ["method", "endpoint"],
             buckets=REQUEST_BUCKETS_S,
             registry=r,
@@ -61,6 +70,23 @@ class ReadProxyMetrics:
         self.served_records = Counter(
             "bookline_readproxy_served_records", "Records sent to clients", ["path"], registry=r
         )
+        # per stream and per topic (bounded: foundation.metrics.BoundedLabels)
+        self.stream_served = Counter(
+            "bookline_readproxy_stream_served_records",
+            f"Records sent to clients, by stream (the first {NAMED_SERIES_MAX} names; "
+            "later ones as <other>)",
+            ["stream"],
+            registry=r,
+        )
+        self.topic_served = Counter(
+            "bookline_readproxy_topic_served_records",
+            f"Records sent to clients, by topic (the first {NAMED_SERIES_MAX} names; "
+            "later ones as <other>)",
+            ["topic"],
+            registry=r,
+        )
+        self._stream_label = BoundedLabels()
+        self._topic_label = BoundedLabels()
         self.feeds = Gauge("bookline_readproxy_feeds", "Shared tail feeds open", registry=r)
         self.subscribers = Gauge(
             "bookline_readproxy_subscribers", "Readers attached to feeds", registry=r
@@ -72,6 +98,16 @@ class ReadProxyMetrics:
             "bookline_readproxy_private_readers", "Private readers open", registry=r
         )
         self.websockets = Gauge("bookline_readproxy_websockets", "WebSocket tails open", registry=r)
+
+    def count_served(self, path: str, name: str, records: int) -> None:
+        """``records`` of stream ``name`` sent to a client by ``path`` (a topic's
+        partition counts for its topic; a group's log for neither)."""
+        self.served_records.labels(path).inc(records)
+        internal = parse_internal(name)
+        if internal is None:
+            self.stream_served.labels(self._stream_label(name)).inc(records)
+        elif internal[0] == "partition":
+            self.topic_served.labels(self._topic_label(internal[1])).inc(records)
 
     def health_figures(self) -> dict[str, Any]:
         """Read totals for ``/health`` (the dashboard draws rates from them)."""

@@ -91,14 +91,14 @@ class Pages:
                 items = feed.slice(seq, limit, cfg.read_bytes_max)
                 if not items and follow and await feed.wait_beyond(seq, wait_s):
                     items = feed.slice(seq, limit, cfg.read_bytes_max)
-                self.metrics.served_records.labels("feed").inc(len(items))
+                self.metrics.count_served("feed", name, len(items))
                 return items, f"seq:{seq + len(items)}"
             start = StartPosition.sequence(seq)
         else:
             start = to_start(pos)
         timeout = wait_s if follow else cfg.range_read_timeout_ms / 1000
         recs = await self.pool.read(name, start, limit, timeout)
-        self.metrics.served_records.labels("private").inc(len(recs))
+        self.metrics.count_served("private", name, len(recs))
         if recs:
             nxt = recs[-1].sequence_id + 1
             if follow and len(recs) < limit and self.feeds.get(name) is None:

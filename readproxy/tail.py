@@ -147,7 +147,7 @@ class _Tail:
             await self.ws.send_str(json_frame(items, f"seq:{next_seq}"))
         else:
             await self.ws.send_bytes(msgpack_frame(items, f"seq:{next_seq}"))
-        self.pages.metrics.served_records.labels(path).inc(len(items))
+        self.pages.metrics.count_served(path, self.name, len(items))
 
 
 async def _drain_client(ws: web.WebSocketResponse) -> None:

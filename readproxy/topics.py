@@ -92,7 +92,7 @@ async def _read_partition(request: web.Request, pages: Pages) -> web.Response:
             name, offset, recs[0][4], recs[-1][4], len(recs),
         )  # fmt: skip
     rows = rows_of(_within_bytes(recs, cfg.read_bytes_max))
-    pages.metrics.served_records.labels("partition").inc(len(rows))
+    pages.metrics.count_served("partition", name, len(rows))
     media = wire.negotiate(request.headers.get("Accept"))
     body = encode_page(rows, offset + len(rows), media)
     return web.Response(body=body, content_type=media)

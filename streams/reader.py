@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, NamedTuple
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final, NamedTuple
 
 from foundation.errors import (
     BadRequestError,
@@ -38,6 +39,7 @@ from foundation.errors import (
     TimeoutError_,
     TruncatedError,
 )
+from foundation.waits import count_wait
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
@@ -53,6 +55,8 @@ __all__ = ["LogReader", "RawRecordSet"]
 # Pause after a failed long poll (a bookie restarting, a ledger not seen yet) so the
 # loop cannot spin.
 _RETRY_PAUSE_S = 0.05
+# A take from a queue that holds an entry: no wait to count (foundation.waits).
+_SERVED: Final = contextlib.nullcontext()
 # Memory of one decoded record beyond its payload bytes, for the read-ahead budget.
 _RECORD_BYTES = 64
 
@@ -146,6 +150,10 @@ class LogReader:
         self._ended = False
         self._error: BaseException | None = None
         self._closed = False
+        # Time the fetch task spent caught up (everything confirmed read ahead, waiting
+        # for more): closed intervals' sum, and since when it is caught up now.
+        self._head_s = 0.0
+        self._head_since: float | None = None
         self._task = asyncio.get_running_loop().create_task(self._fetch(start))
 
     # -- the application's side ---------------------------------------------------
@@ -212,12 +220,12 @@ class LogReader:
             raise ClosedError(f"reader of {self.stream} was closed")
         if self._error is None and not self._ended:
             try:
-                if timeout_s is None:
-                    item = await self._queue.get()
-                elif timeout_s <= 0:
+                if timeout_s is not None and timeout_s <= 0:
                     item = self._queue.get_nowait()
                 else:
-                    item = await asyncio.wait_for(self._queue.get(), timeout_s)
+                    waits = self._waiting_at_head() if self._queue.empty() else _SERVED
+                    with waits:
+                        item = await asyncio.wait_for(self._queue.get(), timeout_s)
             except (TimeoutError, asyncio.QueueEmpty):
                 return None
             if isinstance(item, _Entry):
@@ -233,6 +241,30 @@ class LogReader:
         if self._error is not None:
             raise _again(self._error)
         raise EndOfStreamError(f"stream {self.stream} ended")
+
+    @contextlib.contextmanager
+    def _waiting_at_head(self) -> Iterator[None]:
+        """The part of the block's time during which the fetch task was caught up is
+        the request's waiting for new records (foundation.waits), not serving time."""
+        before = self._head_time()
+        try:
+            yield
+        finally:
+            count_wait(self._head_time() - before)
+
+    def _head_time(self) -> float:
+        since = self._head_since
+        return self._head_s + (time.perf_counter() - since if since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def _at_head(self) -> Iterator[None]:
+        """The fetch task is caught up for the block's duration."""
+        self._head_since = since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._head_s += time.perf_counter() - since
+            self._head_since = None
 
     def __aiter__(self) -> AsyncIterator[ReadRecord]:
         return self._iterate()
@@ -351,7 +383,8 @@ class LogReader:
                     self._truncated(DLSN(seqno, 0, 0), first_readable([s for s, _ in segments]))
                     return None
                 if latest[0] is None:
-                    await changed.wait()
+                    with self._at_head():  # no next segment yet: nothing to read
+                        await changed.wait()
         finally:
             watch.cancel()
 
@@ -424,7 +457,8 @@ class LogReader:
                     return await self._read_range(
                         reader, sealed[0], nxt, sealed[0].last_entry_id, slot
                     )
-                await self._wait_lac_or_seal(reader, nxt - 1, polls)
+                with self._at_head():  # everything confirmed is read ahead
+                    await self._wait_lac_or_seal(reader, nxt - 1, polls)
         finally:
             watch.cancel()
 

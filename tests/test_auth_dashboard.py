@@ -45,6 +45,9 @@ async def test_dashboard_takes_its_token_from_the_url_fragment(
             timeout=PAGE_TIMEOUT_MS,
         )
         assert await page.evaluate("document.body.dataset.polls") is None  # no data shown
+        # issue 22 (13): the proxy did answer (401); the page says what it needs
+        said = await page.inner_text("#updated")
+        assert "needs an admin token" in said and "not answering" not in said, said
         page = await context.new_page()
         await page.goto(f"{rurl}/dashboard?refresh_ms=500#token={admin}", timeout=PAGE_TIMEOUT_MS)
         await page.wait_for_function(

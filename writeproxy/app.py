@@ -347,7 +347,7 @@ class WriteProxy:
             dlsns, offsets, dups = await stream.write(req)
         finally:
             self.limiter.release(name, admitted)
-        self.metrics.records_written.inc(len(dlsns) - dups)
+        self.metrics.count_written(name, len(dlsns) - dups)
         self.metrics.bytes_written.inc(req.size_bytes if not dups else _new_bytes(req, dups))
         self.metrics.duplicates.inc(dups)
         media = wire.negotiate(request.headers.get("Accept"))

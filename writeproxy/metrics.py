@@ -15,7 +15,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from foundation.metrics import service_registry
+from foundation.metrics import NAMED_SERIES_MAX, BoundedLabels, service_registry
+from foundation.names import parse_internal
 from httpapi.monitoring import REQUEST_BUCKETS_S, LedgerCollector, counter_value, histogram_totals
 from httpapi.strict import CONNECTION_LIMITS
 from ledger.metrics import PROCESS_LEDGER_METRICS
@@ -105,6 +106,23 @@ class WriteProxyMetrics:
         self.records_written = Counter(
             "bookline_writeproxy_records_written", "Records appended to streams", registry=r
         )
+        # per stream and per topic (bounded: foundation.metrics.BoundedLabels)
+        self.stream_records = Counter(
+            "bookline_writeproxy_stream_records",
+            f"Records appended, by stream (the first {NAMED_SERIES_MAX} names; "
+            "later ones as <other>)",
+            ["stream"],
+            registry=r,
+        )
+        self.topic_records = Counter(
+            "bookline_writeproxy_topic_records",
+            f"Records appended, by topic (the first {NAMED_SERIES_MAX} names; "
+            "later ones as <other>)",
+            ["topic"],
+            registry=r,
+        )
+        self._stream_label = BoundedLabels()
+        self._topic_label = BoundedLabels()
         self.bytes_written = Counter(
             "bookline_writeproxy_payload_bytes_written", "Payload bytes appended", registry=r
         )
@@ -176,6 +194,16 @@ class WriteProxyMetrics:
                 ),
             ),
         }
+
+    def count_written(self, name: str, records: int) -> None:
+        """``records`` appended to stream ``name`` (a topic's partition counts for its
+        topic; a group's log for neither)."""
+        self.records_written.inc(records)
+        internal = parse_internal(name)
+        if internal is None:
+            self.stream_records.labels(self._stream_label(name)).inc(records)
+        elif internal[0] == "partition":
+            self.topic_records.labels(self._topic_label(internal[1])).inc(records)
 
     def count_status(self, status: int) -> None:
         """Refusals and redirects, from every answer's status."""

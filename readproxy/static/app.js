@@ -1,13 +1,32 @@
 // Bookline's live dashboard: polls /v1/cluster and renders it (no framework, no
 // external assets). Rates and mean latencies come from the deltas of the cumulative
-// totals between two polls; the graphs keep the last HISTORY_MAX points.
+// totals between two polls; the graphs show the last HISTORY_S seconds, kept for the
+// tab in sessionStorage so a reload does not start them again from nothing.
 "use strict";
 
 const params = new URLSearchParams(location.search);
 const INTERVAL_MS = Math.max(500, Number(params.get("refresh_ms")) || 2000);
-const HISTORY_MAX = 90;
-const history = []; // {t, totals, rates}
+const HISTORY_S = 600;
+const HISTORY_KEY = "bookline-history";
+const history = loadHistory(); // {t, totals, rates}, oldest first
 let previous = null; // the last summary, for per-stream rates
+
+function loadHistory() {
+  let saved = null;
+  try {
+    saved = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || "[]");
+  } catch (err) {
+    // not ours or cut short: the graphs start again rather than the page failing
+    console.warn("dashboard: history in sessionStorage unreadable, dropped", err);
+  }
+  return Array.isArray(saved) ? saved.filter((h) => typeof h?.t === "number") : [];
+}
+
+function keepHistory(point) {
+  history.push(point);
+  while (history.length && history[0].t < point.t - HISTORY_S) history.shift();
+  sessionStorage.setItem(HISTORY_KEY, JSON.stringify(history));
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -127,51 +146,90 @@ function renderErrors(data) {
   list.replaceChildren(...(items.length ? items : [el("li", {class: "empty"}, "none")]));
 }
 
-function drawGraph(id, series, unit) {
+// The top of a graph's scale: 1, 2 or 5 times a power of ten, above every value.
+function niceMax(value) {
+  if (!(value > 0)) return 1;
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 5, 10].map((f) => f * power).find((m) => m >= value);
+}
+
+function svgNode(tag, attrs, text) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  Object.entries(attrs).forEach(([k, v]) => node.setAttribute(k, v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// A graph of series [{name, color, points: [{t, v}]}] over the last HISTORY_S seconds
+// to `now`, with a value axis (0, half, top, in `unit`) and a time axis.
+function drawGraph(id, series, unit, now) {
   const svg = document.getElementById(id);
-  const width = 600, height = 140, pad = 6;
-  const values = series.flatMap((s) => s.points.filter((v) => v !== null));
-  const top = Math.max(1e-9, ...values) * 1.1;
-  const ns = "http://www.w3.org/2000/svg";
+  const width = 600, height = 160, left = 50, right = 10, top = 10, bottom = 22;
+  const plotW = width - left - right, plotH = height - top - bottom;
+  const values = series.flatMap((s) => s.points.map((p) => p.v).filter((v) => v !== null));
+  const max = niceMax(Math.max(0, ...values));
+  const x = (t) => left + plotW * (1 - (now - t) / HISTORY_S);
+  const y = (v) => top + plotH * (1 - v / max);
   const nodes = [];
-  for (const f of [0.25, 0.5, 0.75]) {
-    const line = document.createElementNS(ns, "line");
-    const y = height - pad - f * (height - 2 * pad);
-    Object.entries({x1: 0, x2: width, y1: y, y2: y, class: "grid"}).forEach(([k, v]) => line.setAttribute(k, v));
-    nodes.push(line);
+  for (const f of [0, 0.5, 1]) {
+    nodes.push(svgNode("line", {x1: left, x2: width - right, y1: y(f * max), y2: y(f * max), class: f ? "grid" : "axis-line"}));
+    nodes.push(svgNode("text", {x: left - 4, y: y(f * max) + 4, "text-anchor": "end", class: "tick-y", "data-value": f * max},
+      `${fmtNum(f * max, 2)}${f === 1 ? ` ${unit}` : ""}`));
+  }
+  nodes.push(svgNode("line", {x1: left, x2: left, y1: top, y2: top + plotH, class: "axis-line"}));
+  for (let ago = HISTORY_S; ago >= 0; ago -= HISTORY_S / 4) {
+    const label = ago ? `-${fmtNum(ago / 60, 1)} min` : "now";
+    const anchor = ago === HISTORY_S ? "start" : ago ? "middle" : "end";
+    nodes.push(svgNode("text", {x: x(now - ago), y: height - 6, "text-anchor": anchor, class: "tick-x", "data-ago-s": ago}, label));
   }
   for (const s of series) {
-    const step = width / (HISTORY_MAX - 1);
-    const offset = HISTORY_MAX - s.points.length;
-    const coords = s.points.map((v, i) => v === null ? null :
-      `${((offset + i) * step).toFixed(1)},${(height - pad - (v / top) * (height - 2 * pad)).toFixed(1)}`)
-      .filter((c) => c !== null);
-    if (!coords.length) continue;
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", coords.join(" "));
-    line.setAttribute("stroke", s.color);
-    line.setAttribute("data-series", s.name);
-    nodes.push(line);
+    const coords = s.points.filter((p) => p.v !== null && now - p.t <= HISTORY_S)
+      .map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`);
+    if (coords.length) {
+      nodes.push(svgNode("polyline", {points: coords.join(" "), stroke: s.color, "data-series": s.name}));
+    }
   }
   svg.replaceChildren(...nodes);
-  const last = series.map((s) => `${s.name} ${fmtNum(s.points.at(-1), 2)}`).join(" · ");
-  document.getElementById(id.replace("graph", "axis")).textContent = `max ${fmtNum(top / 1.1, 2)} ${unit} · now: ${last}`;
+  const last = series.map((s) => `${s.name} ${fmtNum(s.points.at(-1)?.v ?? null, 2)}`).join(" · ");
+  document.getElementById(id.replace("graph", "axis")).textContent = `now: ${last}`;
 }
 
 function renderGraphs() {
-  const pick = (key) => history.map((h) => h.rates?.[key] ?? null);
+  const pick = (key) => history.map((h) => ({t: h.t, v: h.rates?.[key] ?? null}));
+  const now = history.at(-1)?.t ?? 0;
   const css = getComputedStyle(document.documentElement);
   const color = (v) => css.getPropertyValue(v).trim();
   drawGraph("graph-throughput", [
     {name: "written", color: color("--w"), points: pick("written")},
     {name: "served", color: color("--r"), points: pick("served")},
     {name: "bookie ADDs", color: color("--b"), points: pick("adds")},
-  ], "/s");
+  ], "/s", now);
   drawGraph("graph-latency", [
     {name: "write", color: color("--w"), points: pick("writeMs")},
     {name: "read", color: color("--r"), points: pick("readMs")},
     {name: "ADD", color: color("--b"), points: pick("addMs")},
-  ], "ms");
+  ], "ms", now);
+}
+
+function setCard(id, text, bad) {
+  const card = document.getElementById(id);
+  card.textContent = text;
+  card.classList.toggle("bad", Boolean(bad));
+}
+
+// Autorecovery (the elected auditor, re-replication on or paused) and ZooKeeper (this
+// proxy's session, each server's ruok and mode).
+function renderRecovery(data) {
+  const recovery = data.autorecovery || {};
+  setCard("card-auditor", recovery.auditor ?? "none", !recovery.auditor);
+  const enabled = recovery.replication_enabled;
+  setCard("card-replication", enabled === null || enabled === undefined ? "?" : enabled ? "enabled" : "paused", enabled === false);
+  const zk = data.zookeeper || {servers: []};
+  setCard("card-zk", (zk.session || "?").toLowerCase(), zk.session !== "CONNECTED");
+  const rows = zk.servers.map((z) => el("tr", {"data-zk": z.address, "data-ok": String(z.ok)},
+    el("td", {}, z.address), el("td", {}, stateBadge(z.ok ? "ok" : "down")),
+    el("td", {}, z.mode ?? "no answer to srvr")));
+  fill(document.querySelector("#zookeeper tbody"), rows, "no servers in the connect string", 3);
 }
 
 function render(data) {
@@ -188,10 +246,7 @@ function render(data) {
     readMs: meanMs(totals, before, "read_count", "read_seconds"),
     addMs: meanMs(totals, before, "bookie_adds", "bookie_add_seconds"),
   } : null;
-  if (!last || seconds > 0) {
-    history.push({t, totals, rates});
-    while (history.length > HISTORY_MAX) history.shift();
-  }
+  if (!last || seconds > 0) keepHistory({t, totals, rates});
   const up = data.bookies.filter((b) => b.state !== "down").length;
   const cardBookies = document.getElementById("card-bookies");
   cardBookies.textContent = `${up} / ${data.bookies.length}`;
@@ -211,6 +266,7 @@ function render(data) {
   renderLogs("topics", data, seconds, 6);
   renderGroups(data);
   renderErrors(data);
+  renderRecovery(data);
   renderGraphs();
   previous = data;
 }
@@ -234,7 +290,11 @@ async function poll() {
     const headers = token ? {Authorization: `Bearer ${token}`} : {};
     const resp = await fetch("/v1/cluster", {cache: "no-store", headers});
     if (resp.status === 401 || resp.status === 403) {
-      throw new Error(`HTTP ${resp.status}: open /dashboard#token=<admin token>`);
+      // the proxy answered: it wants a token (401) or a better one (403)
+      const need = resp.status === 401 ? "needs an admin token" : "refused this token (not an admin's)";
+      updated.textContent = `this dashboard ${need}: open /dashboard#token=<admin token>`;
+      updated.classList.add("stale");
+      return;
     }
     if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
     const data = await resp.json();
