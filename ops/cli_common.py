@@ -45,6 +45,17 @@ from foundation.errors import (
     UnavailableError,
 )
 from foundation.logs import FORMATS
+from ops.cli_exit import (  # exit statuses (README, "Exit status")
+    EXIT_CODES,
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_FOUND,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNKNOWN_OUTCOME,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -53,16 +64,28 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ENV_CLUSTER",
     "EXIT_CODES",
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNKNOWN_OUTCOME",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
     "add_cluster_flags",
     "add_common_flags",
     "check_reachable",
     "emit",
+    "error_text",
     "exit_code",
     "hint",
     "open_metadata",
+    "outcome_unknown",
+    "report_error",
     "require_cluster",
     "sub_ops",
     "table",
+    "write_status",
 ]
 
 ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
@@ -71,24 +94,6 @@ ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
 # one is reported long before the client's own 30 s retry deadline.
 DEFAULT_TIMEOUT_S: Final = 5.0
 START_HINT: Final = "is the cluster running? start one with `bookline local --dir DIR`"
-
-# Exit status per error class (README, "Exit status").
-EXIT_OK: Final = 0
-EXIT_ERROR: Final = 1  # the cluster refused or failed the operation
-EXIT_USAGE: Final = 2  # bad flags or arguments (argparse's own status)
-EXIT_FOUND: Final = 3  # a check found problems (status, scrub)
-EXIT_CONFIG: Final = 4  # configuration: cluster file missing or stopped, bad settings
-EXIT_UNREACHABLE: Final = 5  # nothing answered: ZooKeeper or the proxies are down
-EXIT_INTERRUPTED: Final = 130
-EXIT_CODES: Final = {
-    EXIT_OK: "success",
-    EXIT_ERROR: "the cluster refused or failed the operation (the message names the error)",
-    EXIT_USAGE: "bad flags or arguments",
-    EXIT_FOUND: "a check found problems (`status`: something is down or under-replicated)",
-    EXIT_CONFIG: "configuration: cluster file missing, stopped or malformed; bad settings",
-    EXIT_UNREACHABLE: "the cluster did not answer (ZooKeeper or proxies down, timeout)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-}
 
 _UNREACHABLE: Final = (ConnectionLostError, TimeoutError_, UnavailableError, MetadataError)
 
@@ -99,6 +104,46 @@ def exit_code(exc: BooklineError) -> int:
     if isinstance(exc, ConfigError):
         return EXIT_CONFIG
     return EXIT_ERROR
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """A write that ended in ``exc`` may be stored all the same: the client retries a
+    retriable error (NOT_ENOUGH_BOOKIES, TIMEOUT, CONNECTION_LOST, OUTCOME_UNKNOWN...)
+    until its deadline, and an earlier attempt may have been written and its answer
+    lost. Only a refusal (BAD_REQUEST, TOO_LARGE, FORBIDDEN...) is a definite failure."""
+    return isinstance(exc, BooklineError) and exc.retriable
+
+
+def error_text(exc: BaseException) -> str:
+    """As the CLI prints every error: name, stable code, message."""
+    if isinstance(exc, BooklineError):
+        return f"{exc.name} ({exc.code}): {exc.message}"
+    return repr(exc)
+
+
+def write_status(failed: int, unknown: int) -> int:
+    """The exit status of a batch of writes: 1 if one was refused (a definite failure),
+    else 6 if one's outcome is unknown, else 0 (README, "Exit status")."""
+    if failed:
+        return EXIT_ERROR
+    return EXIT_UNKNOWN_OUTCOME if unknown else EXIT_OK
+
+
+def report_error(exc: BooklineError, *, as_json: bool) -> int:
+    """Print ``exc`` (and a hint) on stderr -- ``bookline: error NAME (code): message``,
+    or under ``--json`` one object ``{"error": {"code", "name", "message", "hint"}}`` --
+    and return its exit status."""
+    advice = hint(exc)
+    if as_json:
+        body: dict[str, Any] = {"code": exc.code, "name": exc.name, "message": exc.message}
+        if advice:
+            body["hint"] = advice
+        print(json.dumps({"error": body}, sort_keys=True), file=sys.stderr)
+    else:
+        print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)
+        if advice:
+            print(f"bookline: hint: {advice}", file=sys.stderr)
+    return exit_code(exc)
 
 
 def hint(exc: BooklineError) -> str:

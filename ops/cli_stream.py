@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from foundation.errors import BooklineError, ConfigError, NotFoundError
 from foundation.names import is_internal, validate_name
 from ops.cli_common import add_cluster_flags, emit, table
+from ops.cli_parser import at_least
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="earliest",
         help="earliest, latest, seg:entry:slot, seq:N, txid:N or time:MS",
     )
-    r.add_argument("--limit", type=int, default=None, help="stop after N records")
+    r.add_argument("--limit", type=at_least(0), metavar="N", help="stop after N records")
+    r.add_argument("--max", dest="limit", type=at_least(0), help=argparse.SUPPRESS)  # consume's
     r.add_argument("--follow", action="store_true", help="keep waiting for new records")
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     r.add_argument(

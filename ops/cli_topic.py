@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from foundation.errors import BadRequestError, BooklineError, ConfigError
 from foundation.names import validate_name
 from ops.cli_common import table
+from ops.cli_parser import at_least
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -62,13 +63,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return q
 
     c = add("create", "create a topic of N partitions")
-    c.add_argument("--partitions", type=int, required=True, help="partition count (>= 1)")
+    c.add_argument("--partitions", type=at_least(1), required=True, help="partition count (>= 1)")
     for option, what in _OPTIONS:
         c.add_argument(f"--{option.replace('_', '-')}", type=int, default=None, help=what)
     add("list", "topics and their partition counts", with_name=False)
     add("describe", "options, and each partition's offsets, size and owner")
     a = add("alter", "grow a topic's partition count (never shrinks)")
-    a.add_argument("--partitions", type=int, required=True, help="the new, larger count")
+    a.add_argument("--partitions", type=at_least(1), required=True, help="the new, larger count")
     add("delete", "delete a topic and its data")
 
     pr = sub.add_parser("produce", help="send stdin lines to a topic, one record each")
