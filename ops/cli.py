@@ -13,7 +13,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from foundation.version import __version__
 from ops.cli_parser import EXIT_USAGE, Parser
@@ -171,11 +171,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()),
     )
     parser.add_argument("--version", action="version", version=f"bookline {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", metavar="COMMAND"),
+    )
     wanted = None if argv is None else command_word(argv)
     done: set[str] = set()
     for name, (_help, registrars) in COMMANDS.items():
-        if (wanted is None and argv is None) or name == wanted:
+        if argv is None or name == wanted:
             for ref in registrars:
                 if ref not in done:
                     done.add(ref)
@@ -195,9 +198,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def _top_flags(parser: argparse.ArgumentParser) -> None:
     """-v and --log-format of the top level alone (no command's parser was built)."""
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from foundation.logs import FORMATS
+
     parser.add_argument(
         "--log-format",
-        choices=("plain", "json"),
+        choices=FORMATS,
         default=None,
         help="log lines as plain text (default) or JSON (also $BOOKLINE_LOG_FORMAT)",
     )

@@ -64,7 +64,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with open_metadata(args) as md:
         op = args.bookie_op
         if op == "list":
-            emit(await bookie_rows(md), args.json, _show_list)
+            emit({"bookies": await bookie_rows(md)}, args.json, _show_list)
         elif op == "info":
             emit(await _info(md, args.bookie_id), args.json, _show_info)
         else:
@@ -197,7 +197,8 @@ def _state(r: dict[str, Any]) -> str:
     return str(r["state"]) + (" (held by operator)" if r.get("forced_readonly") else "")
 
 
-def _show_list(rows: list[dict[str, Any]]) -> None:
+def _show_list(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["bookies"]
     table(
         f"{len(rows)} bookies",
         ("bookie", "state", "address", "rack", "disk used", "free"),

@@ -106,6 +106,16 @@ def exit_code(exc: BooklineError) -> int:
     return EXIT_ERROR
 
 
+# What lists the kind of thing a NOT_FOUND message names (the messages are ours: "no
+# bookie 'b-9'", "no znode /x", "no subscriber s of stream t"); the first match wins.
+_NOT_FOUND_HINTS: Final = (
+    ("bookie", "`bookline bookie list` shows the bookies"),
+    ("znode", "`bookline zk tree` shows the znodes under the cluster root"),
+    ("subscriber", "`bookline subscription list STREAM` shows a stream's subscribers"),
+    ("ledger", "`bookline ledger list` shows the ledgers that exist"),
+)
+
+
 def outcome_unknown(exc: BaseException) -> bool:
     """A write that ended in ``exc`` may be stored all the same: the client retries a
     retriable error (NOT_ENOUGH_BOOKIES, TIMEOUT, CONNECTION_LOST, OUTCOME_UNKNOWN...)
@@ -163,6 +173,9 @@ def hint(exc: BooklineError) -> str:
     if isinstance(exc, ForbiddenError):
         return "the token's principal has no grant for this (docs/security.md, Grants)"
     if isinstance(exc, NotFoundError):
+        for word, advice in _NOT_FOUND_HINTS:
+            if word in exc.message:
+                return advice
         return "list what exists with `bookline stream list`, `topic list` or `group list`"
     return ""
 

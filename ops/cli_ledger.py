@@ -98,7 +98,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with open_metadata(args) as md:
         if args.ledger_op == "list":
             rows = await _list(md, args.stream, args.limit)
-            emit(rows, args.json, _show_list)
+            emit({"ledgers": rows}, args.json, _show_list)
         elif args.ledger_op == "show":
             emit(await _show(md, args.ledger_id), args.json, _show_one)
         else:
@@ -185,7 +185,8 @@ async def _show(md: MetadataClient, ledger_id: int) -> dict[str, Any]:
     return view
 
 
-def _show_list(rows: list[dict[str, Any]]) -> None:
+def _show_list(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["ledgers"]
     table(
         f"{len(rows)} ledgers",
         ("ledger", "state", "E/Qw/Qa", "last entry", "bytes", "bookies (last ensemble)", "stream"),
@@ -321,11 +322,12 @@ async def _underreplicated(args: argparse.Namespace) -> int:
                     "worker": claims.get(ledger_id),
                 }
             )
-    emit(rows, args.json, _show_underreplicated)
+    emit({"ledgers": rows}, args.json, _show_underreplicated)
     return 0
 
 
-def _show_underreplicated(rows: list[dict[str, Any]]) -> None:
+def _show_underreplicated(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["ledgers"]
     table(
         f"{len(rows)} under-replicated ledgers",
         ("ledger", "missing bookies", "entries to repair", "since", "being repaired by"),

@@ -108,6 +108,8 @@ async def _walk(
         data, stat = await md.zk.get_with_stat(path)
         children = await md.zk.get_children(path)
     except NotFoundError:
+        if depth == 0:  # what was asked for does not exist: say so (exit 1)
+            raise NotFoundError(f"no znode {path}") from None
         return  # gone while we walked
     node: dict[str, Any] = {
         "path": path,

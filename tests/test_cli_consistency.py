@@ -111,3 +111,69 @@ def test_consume_and_stream_read_both_say_limit() -> None:
     ):
         assert parser.parse_args(argv).limit == 3, argv
     assert "--max" not in _cli("consume", "--help").stdout
+
+
+class _Stdin:
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+
+class _RetriesRanOut:
+    """A thin client whose every write ran out of retries on NOT_ENOUGH_BOOKIES (3
+    bookies, one stopped), except the lines it is told to refuse or accept."""
+
+    async def write(self, name: str, payload: bytes) -> object:
+        from foundation.errors import NotEnoughBookiesError, TooLargeError
+        from streams.dlsn import DLSN
+
+        if payload == b"ok":
+            return DLSN(1, 0, 0)
+        if payload == b"big":
+            raise TooLargeError("record of 2 MiB is over the limit")
+        raise NotEnoughBookiesError("2 writable bookies, the ensemble needs 3")
+
+
+def test_a_write_whose_retries_ran_out_has_an_unknown_outcome(
+    monkeypatch: object, capsys: object
+) -> None:
+    """`stream write` said "write failed: NOT_ENOUGH_BOOKIES" (exit 1) for a record that
+    was in the stream: after retries on a retriable error the outcome is unknown (6)."""
+    import asyncio
+
+    import pytest
+
+    from ops import cli_stream
+    from ops.cli_exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    assert isinstance(capsys, pytest.CaptureFixture)
+    client: object = _RetriesRanOut()
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"ok\nlost\n"))
+    status = asyncio.run(cli_stream._write(client, "s", False))  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert status == EXIT_UNKNOWN_OUTCOME, err
+    assert "outcome unknown" in err and "write failed" not in err, err
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"ok\nlost\nbig\n"))
+    status = asyncio.run(cli_stream._write(client, "s", True))  # type: ignore[arg-type]
+    summary = json.loads(capsys.readouterr().out)
+    assert status == EXIT_ERROR  # one was refused: that one failed for sure
+    assert (summary["written"], summary["failed"], summary["unknown"]) == (1, 1, 1)
+
+
+def test_produce_reports_an_unknown_outcome_apart_from_failures(capsys: object) -> None:
+    import pytest
+
+    from foundation.errors import NotEnoughBookiesError, TooLargeError
+    from ops.cli_exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
+    from ops.cli_topic import _produce_report
+
+    assert isinstance(capsys, pytest.CaptureFixture)
+    lost = NotEnoughBookiesError("2 writable bookies, the ensemble needs 3")
+    assert _produce_report([(0, 7), lost], False) == EXIT_UNKNOWN_OUTCOME
+    err = capsys.readouterr().err
+    assert "outcome unknown" in err and "produce failed" not in err, err
+    assert _produce_report([(0, 7), lost, TooLargeError("big")], True) == EXIT_ERROR
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["records"], summary["failed"], summary["unknown"]) == (1, 1, 1)
