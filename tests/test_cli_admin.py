@@ -45,6 +45,19 @@ def test_status_shows_every_component(proxy_cluster: LocalCluster) -> None:
     assert all(0 <= b["disk_used"] <= 1 for b in bookies.values())
     kinds = sorted(p["kind"] for p in status["proxies"] if p["state"] != "down")
     assert kinds == ["read", "write", "write"], status["proxies"]
+    # One id per process: the proxies register under their cluster.json names (issue 22,
+    # 11: status showed `wp-1` beside `writeproxy-1`).
+    listed = json.loads((proxy_cluster.dir / "cluster.json").read_text())
+    names = {p["id"] for key in ("write_proxies", "read_proxies") for p in listed[key]}
+    assert (
+        {p["id"] for p in status["proxies"]}
+        == names
+        == {
+            "writeproxy-1",
+            "writeproxy-2",
+            "readproxy-1",
+        }
+    )
     assert isinstance(status["underreplicated"], int)
     # No autorecovery process in this cluster: status says so, and exits 3.
     assert status["autorecovery"]["auditor"] is None

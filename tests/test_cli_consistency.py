@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 from ops.cli_exit import EXIT_CONFIG, EXIT_USAGE
@@ -177,3 +178,39 @@ def test_produce_reports_an_unknown_outcome_apart_from_failures(capsys: object) 
     assert _produce_report([(0, 7), lost, TooLargeError("big")], True) == EXIT_ERROR
     summary = json.loads(capsys.readouterr().out)
     assert (summary["records"], summary["failed"], summary["unknown"]) == (1, 1, 1)
+
+
+def test_local_gives_each_process_one_id_in_every_view(tmp_path: Path, monkeypatch: object) -> None:
+    """Issue 22 (11): status listed a write proxy as `wp-1` in one table and
+    `writeproxy-1` in another, and the auditor as `HOSTNAME-PID`; `bookline local`
+    now passes each child's name as the id the process registers and elects with."""
+    import pytest
+
+    from ops.local import LocalCluster
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    started: dict[str, list[str]] = {}
+
+    def spawn(self: LocalCluster, name: str, kind: str, argv: list[str], log: Path) -> object:
+        started[name] = argv
+        return types.SimpleNamespace(address="", extra={})
+
+    monkeypatch.setattr(LocalCluster, "_spawn", spawn)
+    monkeypatch.setattr(LocalCluster, "zk_connect", "127.0.0.1:1/t")
+    cluster = LocalCluster(tmp_path, write_proxies=1, read_proxies=1, autorecovery=True)
+    ports = {"writeproxy-1": 1, "readproxy-1": 2, "autorecovery-1": 3}
+    cluster._start_proxy("writeproxy", 1, ports)
+    cluster._start_proxy("readproxy", 1, ports)
+    cluster._start_autorecovery(1, ports)
+    for name, flag in (
+        ("writeproxy-1", "--proxy-id"),
+        ("readproxy-1", "--proxy-id"),
+        ("autorecovery-1", "--id"),
+    ):
+        argv = started[name]
+        assert argv[argv.index(flag) + 1] == name, argv
+    # ... and the autorecovery command takes it.
+    from ops.cli import build_parser
+
+    args = build_parser().parse_args(["autorecovery", "--id", "autorecovery-1", "--zk", "z"])
+    assert args.instance_id == "autorecovery-1"
