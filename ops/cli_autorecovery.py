@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("disable", "pause re-replication (the auditor still marks; nothing is copied)"),
     ):
         q = ar_ops.add_parser(name, help=text)
-        add_cluster_flags(q)
+        add_cluster_flags(q, token=False)
         q.set_defaults(handler=_run_admin)
 
     # `bookline bookie` itself runs a bookie; `bookline bookie decommission` hangs off it.

@@ -45,14 +45,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for q in (info, ro, rw):
         q.add_argument("bookie_id", metavar="ID", help="bookie id as registered")
     for q in (ls, info, ro, rw):
-        add_cluster_flags(q)
+        add_cluster_flags(q, token=False)
         q.set_defaults(handler=_run)
 
     cookie = sub.add_parser("cookie", help="bookie cookies (identity of a bookie's disks)")
     c_ops = cookie.add_subparsers(dest="cookie_op", metavar="OP", required=True)
     show = c_ops.add_parser("show", help="a bookie's cookie, checked against the cluster")
     show.add_argument("bookie_id", metavar="ID")
-    add_cluster_flags(show)
+    add_cluster_flags(show, token=False)
     show.set_defaults(handler=_run_cookie)
 
 

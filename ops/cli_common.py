@@ -183,9 +183,12 @@ def hint(exc: BooklineError) -> str:
 # -- flags ---------------------------------------------------------------------------------
 
 
-def add_cluster_flags(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-    """``--cluster`` (default ``$BOOKLINE_CLUSTER``) and ``--json``; ``--timeout`` comes
-    with :func:`add_common_flags`."""
+def add_cluster_flags(
+    p: argparse.ArgumentParser, *, json_flag: bool = True, token: bool = True
+) -> None:
+    """``--cluster`` (default ``$BOOKLINE_CLUSTER``) and ``--json``; ``--timeout`` and
+    ``--token`` come with :func:`add_common_flags`. ``token=False``: the command talks to
+    ZooKeeper alone, so ``--token`` would be silently ignored; it is a usage error."""
     p.add_argument(
         "--cluster",
         default=os.environ.get(ENV_CLUSTER),
@@ -193,6 +196,16 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, json_flag: bool = True) -> 
     )
     if json_flag:
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    if not token:
+        p.set_defaults(**{_ZK_ONLY: True})
+
+
+# Set (as a parser default) on the commands that read or write ZooKeeper alone.
+_ZK_ONLY: Final = "zk_only_command"
+TOKEN_NOT_FOR_ZK: Final = (
+    "this command talks to ZooKeeper directly, which takes no token (ZooKeeper's own "
+    "ACLs guard it: $BOOKLINE_METADATA_DIGEST_FILE); the token is for the proxies and bookies"
+)
 
 
 def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
@@ -268,6 +281,8 @@ class _TokenAction(argparse.Action):
     ) -> None:
         if not isinstance(values, str) or not values.strip():
             parser.error("--token needs a token")
+        if getattr(namespace, _ZK_ONLY, False):  # the sub-command's defaults are set first
+            parser.error(f"--token: {TOKEN_NOT_FOR_ZK}")
         os.environ[TOKEN_ENV] = values.strip()
 
 

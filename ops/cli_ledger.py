@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u = sub.add_parser("underreplicated", help="ledgers autorecovery still has to repair")
     u_ops = u.add_subparsers(dest="ur_op", metavar="OP", required=True)
     ul = u_ops.add_parser("list", help="missing bookies, entries to repair, claims")
-    add_cluster_flags(ul)
+    add_cluster_flags(ul, token=False)
     ul.set_defaults(handler=_run_underreplicated)
 
 

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t.add_argument("--depth", type=int, default=DEPTH_DEFAULT, help="levels to walk")
     t.add_argument("--nodes-max", type=int, default=NODES_MAX_DEFAULT, help="nodes to show")
     t.add_argument("--data", action="store_true", help="show each node's data")
-    add_cluster_flags(t)
+    add_cluster_flags(t, token=False)
     t.set_defaults(handler=_run)
     r = ops.add_parser(
         "restrict",
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     r.add_argument("--zk", help="ZooKeeper connect string (instead of --cluster)")
     r.add_argument("--root", help="cluster root with --zk (default /bookline)")
-    add_cluster_flags(r)
+    add_cluster_flags(r, token=False)
     r.set_defaults(handler=_run_restrict)
 
 

@@ -214,3 +214,24 @@ def test_local_gives_each_process_one_id_in_every_view(tmp_path: Path, monkeypat
 
     args = build_parser().parse_args(["autorecovery", "--id", "autorecovery-1", "--zk", "z"])
     assert args.instance_id == "autorecovery-1"
+
+
+def test_token_is_refused_where_it_would_be_ignored() -> None:
+    """Issue 22 (11): `--token` was silently ignored by the admin commands that talk to
+    ZooKeeper alone; now a usage error saying why. Where a proxy or bookie takes it,
+    it is accepted (the command then fails later only for want of a cluster)."""
+    for argv in (
+        ("zk", "tree"),
+        ("bookie", "list"),
+        ("cookie", "show", "bookie-1"),
+        ("status",),
+        ("underreplicated", "list"),
+        ("autorecovery", "status"),
+    ):
+        out = _cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
+        assert out.returncode == EXIT_USAGE, (argv, out.returncode, out.stderr)
+        assert "ZooKeeper directly, which takes no token" in out.stderr, out.stderr
+    for argv in (("stream", "list"), ("ledger", "show", "1"), ("group", "list")):
+        out = _cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
+        assert out.returncode not in (0, EXIT_USAGE), (argv, out.returncode, out.stderr)
+        assert "takes no token" not in out.stderr, out.stderr
