@@ -77,6 +77,11 @@ def _convert(name: str, value: object, annotation: Any) -> object:
     raise ConfigError(f"setting {name!r}: unsupported type {annotation!r}")
 
 
+def check_setting(name: str, text: str, annotation: Any) -> None:
+    """ConfigError unless ``text`` (a flag's value) converts to ``annotation``."""
+    _convert(name, text, annotation)
+
+
 def _did_you_mean(key: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -13,11 +13,13 @@ import asyncio
 import dataclasses
 import logging
 import signal
+import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from foundation.config import load_config
+from foundation.config import check_setting, load_config
 from foundation.config_docs import FieldDoc, field_docs
+from foundation.errors import ConfigError
 from foundation.gctune import settle_heap
 from foundation.logs import set_identity
 
@@ -68,6 +70,7 @@ def add_config_flags(
     field of ``cls``, ``--foo-bar`` for ``foo_bar``, whose help is the field's meaning."""
     if config_flag:
         parser.add_argument("--config", help=f"TOML file; settings from its [{section}] section")
+    hints = typing.get_type_hints(cls)
     for doc in field_docs(cls):
         if doc.nested is not None:
             continue  # a nested section is set in the TOML file only
@@ -75,9 +78,25 @@ def add_config_flags(
             "--" + doc.name.replace("_", "-"),
             dest=f"cfg_{doc.name}",
             default=None,
+            type=_checked(doc.name, hints[doc.name]),
             metavar=doc.name.upper(),
             help=flag_help(doc, section),
         )
+
+
+def _checked(name: str, annotation: Any) -> Callable[[str], str]:
+    """An argparse ``type``: a flag's value that does not convert to the setting's type
+    is a usage error (exit 2, like any bad flag), not a configuration error (exit 4,
+    kept for files and the environment). The text goes on to load_config unchanged."""
+
+    def check(text: str) -> str:
+        try:
+            check_setting(name, text, annotation)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+        return text
+
+    return check
 
 
 def load_from_args(args: argparse.Namespace, cls: type[T], section: str) -> T:

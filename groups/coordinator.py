@@ -52,14 +52,21 @@ from foundation.names import group_stream
 from groups import log as group_log
 from groups.assignors import ASSIGNORS, TopicPartition, assignor_names
 from groups.coordinator_store import read_group_log
-from groups.partition_offsets import PartitionOffsets, TopicView, gather_bounded
+from groups.partition_offsets import PartitionOffsets, TopicView, reset_plan
 from groups.state import (
     SESSION_TIMEOUT_MS_MAX,
     SESSION_TIMEOUT_MS_MIN,
     GroupState,
     JoinResult,
 )
-from groups.wire import OFFSET_MAX, CommitRequest, HeartbeatRequest, JoinRequest, ResetRequest
+from groups.wire import (
+    OFFSET_MAX,
+    CommitRequest,
+    HeartbeatRequest,
+    JoinRequest,
+    ResetPlan,
+    ResetRequest,
+)
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 
@@ -295,8 +302,9 @@ class GroupCoordinator:
         self._require_exists()
         return dict(self.state.offsets)
 
-    async def reset(self, req: ResetRequest) -> dict[TopicPartition, int]:
-        """An operator's reset; GROUP_NOT_EMPTY while the group has live members."""
+    async def reset(self, req: ResetRequest) -> ResetPlan:
+        """An operator's reset (only its plan when ``req.dry_run``); GROUP_NOT_EMPTY
+        while the group has live members, as Kafka refuses even the dry run then."""
         self._check()
         self.state.require_empty("reset its offsets")
         topics = sorted(
@@ -306,24 +314,18 @@ class GroupCoordinator:
         )
         if not topics:
             raise BadRequestError(f"group {self.group} knows no topics yet; name them (topics)")
-        counts = await self._topics.partition_counts(topics)
-        unknown = [t for t in topics if t not in counts]
-        if unknown:
-            raise NotFoundError(f"unknown topic(s) {', '.join(unknown)}")
-        tps = [(t, p) for t in topics for p in range(counts[t])]
-        values = await gather_bounded(
-            tps, lambda tp: self.offsets.reset_target(tp, req.to, req.value)
-        )
-        targets = dict(zip(tps, values, strict=True))
-        await self.offsets.read(tps, max_age_ms=0)
+        plan = await reset_plan(self.offsets, topics, req)
+        if req.dry_run:
+            return plan
+        await self.offsets.read(plan.offsets, max_age_ms=0)
         self._check()
         self.state.require_empty("reset its offsets")  # a member may have joined meanwhile
-        self.state.reset_offsets(targets, self.offsets.end)
-        self._check_tracked(targets)
-        fut = self._append(group_log.Reset(targets))
+        self.state.reset_offsets(plan.offsets, self.offsets.end)
+        self._check_tracked(plan.offsets)
+        fut = self._append(group_log.Reset(plan.offsets))
         self.exists = True
         await self._durable(fut)
-        return targets
+        return plan
 
     async def delete(self) -> None:
         """Log the group's deletion (GROUP_NOT_EMPTY while members live); the host then

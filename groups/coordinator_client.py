@@ -159,11 +159,24 @@ class CoordinatorClient:
         """Reset committed offsets to ``earliest``, ``latest``, ``offset`` (``value``) or
         ``datetime`` (``value`` = ms since the epoch); GROUP_NOT_EMPTY while the group
         has live members. Returns the new offsets."""
+        return (await self.plan_reset(group, to, value, topics, dry_run=False)).offsets
+
+    async def plan_reset(
+        self,
+        group: str,
+        to: str,
+        value: int | None = None,
+        topics: Sequence[str] | None = None,
+        *,
+        dry_run: bool,
+    ) -> wire.ResetPlan:
+        """The reset's plan: where each partition goes and which were clamped to their
+        end; applied unless ``dry_run`` (Kafka's tool shows the plan by default)."""
         if to not in wire.RESET_TARGETS:
             raise BadRequestError(f"reset to one of {', '.join(wire.RESET_TARGETS)}, not {to!r}")
-        req = wire.ResetRequest(to, value, None if topics is None else tuple(topics))
+        req = wire.ResetRequest(to, value, None if topics is None else tuple(topics), dry_run)
         obj = await self._call("POST", group, "/reset-offsets", req.to_wire(), None)
-        return wire.offsets_from_wire(obj.get("offsets"), "offsets")
+        return wire.reset_plan_from_wire(obj)
 
     async def delete(self, group: str) -> None:
         """Delete the group and its offsets; GROUP_NOT_EMPTY while members live."""

@@ -1,6 +1,7 @@
 """Partition offsets as a group coordinator sees them (:class:`PartitionOffsets`): the
 end and start offsets of the partitions it reports lag for, read through a
-:class:`TopicView` and cached briefly, and where a reset puts a partition.
+:class:`TopicView` and cached briefly, and where a reset puts a partition
+(:func:`reset_plan`).
 
 Lag of a partition = end offset - committed offset, or end - start when the group has
 committed nothing there (everything still kept is unread). Never negative.
@@ -13,10 +14,17 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Final, Protocol, TypeVar
 
-from foundation.errors import NotFoundError, OutOfRangeError
+from foundation.errors import NotFoundError
 from groups.assignors import TopicPartition
+from groups.wire import ResetPlan, ResetRequest
 
-__all__ = ["OFFSET_READS_CONCURRENT", "PartitionOffsets", "TopicView", "gather_bounded"]
+__all__ = [
+    "OFFSET_READS_CONCURRENT",
+    "PartitionOffsets",
+    "TopicView",
+    "gather_bounded",
+    "reset_plan",
+]
 
 # Partitions whose offsets are read at once (each costs a ZooKeeper read and a LAC read).
 OFFSET_READS_CONCURRENT: Final = 16
@@ -104,23 +112,43 @@ class PartitionOffsets:
 
         await gather_bounded(list(tps), one)
 
-    async def reset_target(self, tp: TopicPartition, to: str, value: int | None) -> int:
-        """Where a reset ``to`` earliest | latest | offset | datetime puts ``tp``. An
-        offset past the end is OUT_OF_RANGE; one below the first kept offset is raised
-        to it (the records before are gone)."""
+    async def reset_target(
+        self, tp: TopicPartition, to: str, value: int | None
+    ) -> tuple[int, bool]:
+        """(offset, clamped): where a reset ``to`` earliest | latest | offset | datetime
+        puts ``tp``. An offset past the end is clamped to the end (as Kafka does, and
+        said so: ``clamped``); one below the first kept offset is raised to it (the
+        records before are gone)."""
         if to == "earliest":
-            return await self.topics.start_offset(tp)
+            return await self.topics.start_offset(tp), False
         if to == "latest":
-            return await self.topics.end_offset(tp)
+            return await self.topics.end_offset(tp), False
         assert value is not None
         if to == "datetime":
-            return await self.topics.offset_for_time(tp, value)
+            return await self.topics.offset_for_time(tp, value), False
         end = await self.topics.end_offset(tp)
         if value > end:
-            raise OutOfRangeError(
-                f"offset {value} of {tp[0]}/{tp[1]} is beyond the partition's end offset {end}"
-            )
-        return max(value, await self.topics.start_offset(tp))
+            return end, True
+        return max(value, await self.topics.start_offset(tp)), False
+
+
+async def reset_plan(
+    offsets: PartitionOffsets, topics: Collection[str], req: ResetRequest
+) -> ResetPlan:
+    """Where ``req`` puts every partition of ``topics`` (NOT_FOUND naming the topics
+    that do not exist); nothing is changed. The coordinator applies the plan; a dry run
+    of a group that does not exist yet shows it without creating the group."""
+    counts = await offsets.topics.partition_counts(topics)
+    unknown = [t for t in topics if t not in counts]
+    if unknown:
+        raise NotFoundError(f"unknown topic(s) {', '.join(unknown)}")
+    tps = [(t, p) for t in topics for p in range(counts[t])]
+    targets = await gather_bounded(tps, lambda tp: offsets.reset_target(tp, req.to, req.value))
+    return ResetPlan(
+        offsets={tp: offset for tp, (offset, _c) in zip(tps, targets, strict=True)},
+        clamped=frozenset(tp for tp, (_o, c) in zip(tps, targets, strict=True) if c),
+        dry_run=req.dry_run,
+    )
 
 
 async def gather_bounded(

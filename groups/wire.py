@@ -10,8 +10,11 @@ topic-partition is ``[topic, partition]``, an offset ``[topic, partition, offset
     heartbeat  {member_id, generation, owned: [[t, p]]}  -> {generation, assignment}
     commit     {member_id, generation, offsets: [[t, p, offset]]}  -> {}
     leave      {member_id}  -> {}
-    reset      {to: earliest|latest|offset|datetime, value?, topics?: [str]}
-               -> {offsets: [[t, p, offset]]}
+    reset      {to: earliest|latest|offset|datetime, value?, topics?: [str], dry_run?: bool}
+               -> {offsets: [[t, p, offset]], clamped: [[t, p]], dry_run: bool}
+
+A reset with ``dry_run`` only computes the plan (Kafka's ``--dry-run``); ``clamped``
+names the partitions whose asked offset was past their end and was set to the end.
 
 Unknown fields, wrong types (``true`` is not an int) and values past the limits below
 are refused with BAD_REQUEST before anything is done.
@@ -34,6 +37,7 @@ __all__ = [
     "CommitRequest",
     "HeartbeatRequest",
     "JoinRequest",
+    "ResetPlan",
     "ResetRequest",
     "heartbeat_interval_ms",
     "offsets_from_wire",
@@ -43,6 +47,7 @@ __all__ = [
     "parse_join",
     "parse_leave",
     "parse_reset",
+    "reset_plan_from_wire",
     "tps_from_wire",
     "tps_to_wire",
 ]
@@ -124,6 +129,7 @@ class ResetRequest:
     to: str  # one of RESET_TARGETS
     value: int | None = None  # the offset, or the datetime in ms since the epoch
     topics: tuple[str, ...] | None = None  # None: every topic the group knows
+    dry_run: bool = False  # compute the plan, change nothing
 
     def to_wire(self) -> dict[str, Any]:
         body: dict[str, Any] = {"to": self.to}
@@ -131,7 +137,34 @@ class ResetRequest:
             body["value"] = self.value
         if self.topics is not None:
             body["topics"] = list(self.topics)
+        if self.dry_run:
+            body["dry_run"] = True
         return body
+
+
+@dataclass(frozen=True, slots=True)
+class ResetPlan:
+    """Where a reset puts each partition (applied unless ``dry_run``)."""
+
+    offsets: dict[TopicPartition, int]
+    clamped: frozenset[TopicPartition] = frozenset()  # asked past the end: set to the end
+    dry_run: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "offsets": offsets_to_wire(self.offsets),
+            "clamped": tps_to_wire(self.clamped),
+            "dry_run": self.dry_run,
+        }
+
+
+def reset_plan_from_wire(obj: Mapping[str, Any]) -> ResetPlan:
+    """A reset's answer (``clamped`` and ``dry_run`` absent from older proxies)."""
+    return ResetPlan(
+        offsets=offsets_from_wire(obj.get("offsets"), "offsets"),
+        clamped=tps_from_wire(obj.get("clamped", []), "clamped"),
+        dry_run=obj.get("dry_run") is True,
+    )
 
 
 # -- parsing (the proxy) ----------------------------------------------------------------
@@ -188,7 +221,7 @@ def parse_leave(body: Mapping[str, Any]) -> str:
 
 
 def parse_reset(body: Mapping[str, Any]) -> ResetRequest:
-    _only(body, "reset-offsets", {"to", "value", "topics"})
+    _only(body, "reset-offsets", {"to", "value", "topics", "dry_run"})
     to = body.get("to")
     if to not in RESET_TARGETS:
         raise BadRequestError(f"reset-offsets 'to' must be one of {', '.join(RESET_TARGETS)}")
@@ -198,7 +231,11 @@ def parse_reset(body: Mapping[str, Any]) -> ResetRequest:
         raise BadRequestError(f"reset-offsets to {to} needs a 'value'")
     if to in ("earliest", "latest") and value is not None:
         raise BadRequestError(f"reset-offsets to {to} takes no 'value'")
-    return ResetRequest(to=str(to), value=value, topics=_topics(body.get("topics"), required=False))
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequestError(f"reset-offsets 'dry_run' must be true or false, got {dry_run!r}")
+    topics = _topics(body.get("topics"), required=False)
+    return ResetRequest(to=str(to), value=value, topics=topics, dry_run=dry_run)
 
 
 # -- topic-partitions and offsets ---------------------------------------------------------

@@ -385,9 +385,10 @@ def _group_paths() -> dict[str, Any]:
         ),
         f"{g}/leave": post("leave the group", "GroupLeave", "Object"),
         f"{g}/reset-offsets": post(
-            "reset committed offsets; GROUP_NOT_EMPTY (46) while members live",
+            "reset committed offsets (only the plan with dry_run); GROUP_NOT_EMPTY (46) "
+            "while members live",
             "GroupReset",
-            "GroupOffsets",
+            "GroupResetPlan",
             409,
         ),
     }

@@ -287,9 +287,25 @@ def _group_schemas() -> dict[str, Any]:
                     "description": "offset, or ms since the epoch for datetime",
                 },
                 "topics": {"type": "array", "items": name},
+                "dry_run": {
+                    "type": "boolean",
+                    "description": "only compute the plan; nothing changes (default false)",
+                },
             },
-            "refused with GROUP_NOT_EMPTY while the group has live members",
+            "refused with GROUP_NOT_EMPTY while the group has live members; an offset "
+            "past a partition's end is clamped to the end",
         ),
+        "GroupResetPlan": {
+            "type": "object",
+            "properties": {
+                "offsets": offsets,
+                "clamped": {
+                    **tps,
+                    "description": "partitions whose asked offset was past their end",
+                },
+                "dry_run": {"type": "boolean", "description": "true: nothing was changed"},
+            },
+        },
         "GroupOffsets": {"type": "object", "properties": {"offsets": offsets}},
         "GroupList": {
             "type": "object",

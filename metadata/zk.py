@@ -89,6 +89,22 @@ def kazoo_digest(path: str) -> dict[str, Any]:
     }
 
 
+class _QuietUntilOpen(logging.LoggerAdapter[logging.Logger]):
+    """kazoo's logger for one client: until the session first opens, its warnings (a
+    "Connection dropped" per retry: 18 before a server's one-line error when ZooKeeper
+    is down) are DEBUG; :meth:`ZkClient.connect` then fails with one error naming the
+    connect string and the deadline. Once open, a lost connection is worth a warning."""
+
+    def __init__(self, client: ZkClient) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self._client = client
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level == logging.WARNING and not self._client.opened:
+            level = logging.DEBUG
+        super().log(level, msg, *args, **kwargs)
+
+
 class ZkClient:
     """One ZooKeeper session, used from one asyncio event loop."""
 
@@ -109,6 +125,7 @@ class ZkClient:
             hosts=hosts,
             timeout=session_timeout_ms / 1000.0,
             connection_retry=conn_retry,
+            logger=_QuietUntilOpen(self),
             **kazoo_tls(tls),
             **kazoo_digest(digest_file),
         )
@@ -159,6 +176,11 @@ class ZkClient:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def opened(self) -> bool:
+        """connect() finished once (the session may have been lost since)."""
+        return self._opened
 
     @property
     def session_id(self) -> int:

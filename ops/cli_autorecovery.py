@@ -1,6 +1,6 @@
 """``bookline autorecovery``, ``bookline bookie decommission`` and ``bookline bookie scrub``.
 
-* ``autorecovery --zk ZK --root ROOT [--grace-ms N] ...`` -- stand for auditor
+* ``autorecovery --zk ZK --root ROOT [--id ID] [--grace-ms N] ...`` -- stand for auditor
   election and run a replication worker until SIGTERM/SIGINT
   (:class:`ledger.autorecovery.Autorecovery`);
 * ``autorecovery status|enable|disable`` -- whether re-replication runs, the elected
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from foundation.cluster_file import read_cluster_file
 from foundation.config import MetadataConfig, load_config
 from foundation.errors import ConfigError
+from foundation.names import validate_name
 from foundation.service import add_config_flags
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 from ops.cli_common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
@@ -67,6 +68,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve /metrics and /health on this port (0 picks one; default -1: off)",
     )
     p.add_argument("--http-host", default="127.0.0.1", help="address of /metrics and /health")
+    p.add_argument(
+        "--id",
+        dest="instance_id",
+        metavar="ID",
+        help="this process's id in status, the auditor election and logs "
+        "(default HOSTNAME-PID; `bookline local` passes its child name)",
+    )
     p.set_defaults(handler=_run_autorecovery)
     ar_ops = sub_ops(p, "autorecovery_op")
     for name, text in (
@@ -75,7 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("disable", "pause re-replication (the auditor still marks; nothing is copied)"),
     ):
         q = ar_ops.add_parser(name, help=text)
-        add_cluster_flags(q)
+        add_cluster_flags(q, token=False)
         q.set_defaults(handler=_run_admin)
 
     # `bookline bookie` itself runs a bookie; `bookline bookie decommission` hangs off it.
@@ -171,11 +179,16 @@ def _metadata(args: argparse.Namespace) -> MetadataConfig:
 def _run_autorecovery(args: argparse.Namespace) -> int:
     config = _config(args, auditor_enabled=False if args.no_auditor else None)
     http = (args.http_host, args.http_port) if args.http_port >= 0 else None
-    return asyncio.run(_serve(_metadata(args), config, http))
+    if args.instance_id is not None:
+        validate_name(args.instance_id, "autorecovery id")
+    return asyncio.run(_serve(_metadata(args), config, http, args.instance_id))
 
 
 async def _serve(
-    metadata: MetadataConfig, config: AutorecoveryConfig, http: tuple[str, int] | None = None
+    metadata: MetadataConfig,
+    config: AutorecoveryConfig,
+    http: tuple[str, int] | None = None,
+    instance_id: str | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -184,7 +197,7 @@ async def _serve(
     from ledger.autorecovery import Autorecovery
     from ops.autorecovery_http import AutorecoveryHttp
 
-    ar = await Autorecovery.connect(metadata, config)
+    ar = await Autorecovery.connect(metadata, config, instance_id=instance_id)
     endpoints = AutorecoveryHttp(ar)
     try:
         await ar.start()

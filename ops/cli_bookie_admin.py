@@ -54,14 +54,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for q in (info, ro, rw, rt):
         q.add_argument("bookie_id", metavar="ID", help="bookie id as registered")
     for q in (ls, info, ro, rw, rt):
-        add_cluster_flags(q)
+        add_cluster_flags(q, token=False)
         q.set_defaults(handler=_run)
 
     cookie = sub.add_parser("cookie", help="bookie cookies (identity of a bookie's disks)")
     c_ops = cookie.add_subparsers(dest="cookie_op", metavar="OP", required=True)
     show = c_ops.add_parser("show", help="a bookie's cookie, checked against the cluster")
     show.add_argument("bookie_id", metavar="ID")
-    add_cluster_flags(show)
+    add_cluster_flags(show, token=False)
     show.set_defaults(handler=_run_cookie)
 
 
@@ -73,7 +73,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with open_metadata(args) as md:
         op = args.bookie_op
         if op == "list":
-            emit(await bookie_rows(md), args.json, _show_list)
+            emit({"bookies": await bookie_rows(md)}, args.json, _show_list)
         elif op == "info":
             emit(await _info(md, args.bookie_id), args.json, _show_info)
         elif op == "retire":
@@ -238,7 +238,8 @@ def _state(r: dict[str, Any]) -> str:
     return str(r["state"]) + (" (held by operator)" if r.get("forced_readonly") else "")
 
 
-def _show_list(rows: list[dict[str, Any]]) -> None:
+def _show_list(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["bookies"]
     table(
         f"{len(rows)} bookies",
         ("bookie", "state", "address", "rack", "disk used", "free"),

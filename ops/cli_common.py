@@ -45,6 +45,17 @@ from foundation.errors import (
     UnavailableError,
 )
 from foundation.logs import FORMATS
+from ops.cli_exit import (  # exit statuses (README, "Exit status")
+    EXIT_CODES,
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_FOUND,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNKNOWN_OUTCOME,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -53,16 +64,28 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ENV_CLUSTER",
     "EXIT_CODES",
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_FOUND",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNKNOWN_OUTCOME",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
     "add_cluster_flags",
     "add_common_flags",
     "check_reachable",
     "emit",
+    "error_text",
     "exit_code",
     "hint",
     "open_metadata",
+    "outcome_unknown",
+    "report_error",
     "require_cluster",
     "sub_ops",
     "table",
+    "write_status",
 ]
 
 ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
@@ -71,24 +94,6 @@ ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
 # one is reported long before the client's own 30 s retry deadline.
 DEFAULT_TIMEOUT_S: Final = 5.0
 START_HINT: Final = "is the cluster running? start one with `bookline local --dir DIR`"
-
-# Exit status per error class (README, "Exit status").
-EXIT_OK: Final = 0
-EXIT_ERROR: Final = 1  # the cluster refused or failed the operation
-EXIT_USAGE: Final = 2  # bad flags or arguments (argparse's own status)
-EXIT_FOUND: Final = 3  # a check found problems (status, scrub)
-EXIT_CONFIG: Final = 4  # configuration: cluster file missing or stopped, bad settings
-EXIT_UNREACHABLE: Final = 5  # nothing answered: ZooKeeper or the proxies are down
-EXIT_INTERRUPTED: Final = 130
-EXIT_CODES: Final = {
-    EXIT_OK: "success",
-    EXIT_ERROR: "the cluster refused or failed the operation (the message names the error)",
-    EXIT_USAGE: "bad flags or arguments",
-    EXIT_FOUND: "a check found problems (`status`: something is down or under-replicated)",
-    EXIT_CONFIG: "configuration: cluster file missing, stopped or malformed; bad settings",
-    EXIT_UNREACHABLE: "the cluster did not answer (ZooKeeper or proxies down, timeout)",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-}
 
 _UNREACHABLE: Final = (ConnectionLostError, TimeoutError_, UnavailableError, MetadataError)
 
@@ -99,6 +104,56 @@ def exit_code(exc: BooklineError) -> int:
     if isinstance(exc, ConfigError):
         return EXIT_CONFIG
     return EXIT_ERROR
+
+
+# What lists the kind of thing a NOT_FOUND message names (the messages are ours: "no
+# bookie 'b-9'", "no znode /x", "no subscriber s of stream t"); the first match wins.
+_NOT_FOUND_HINTS: Final = (
+    ("bookie", "`bookline bookie list` shows the bookies"),
+    ("znode", "`bookline zk tree` shows the znodes under the cluster root"),
+    ("subscriber", "`bookline subscription list STREAM` shows a stream's subscribers"),
+    ("ledger", "`bookline ledger list` shows the ledgers that exist"),
+)
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """A write that ended in ``exc`` may be stored all the same: the client retries a
+    retriable error (NOT_ENOUGH_BOOKIES, TIMEOUT, CONNECTION_LOST, OUTCOME_UNKNOWN...)
+    until its deadline, and an earlier attempt may have been written and its answer
+    lost. Only a refusal (BAD_REQUEST, TOO_LARGE, FORBIDDEN...) is a definite failure."""
+    return isinstance(exc, BooklineError) and exc.retriable
+
+
+def error_text(exc: BaseException) -> str:
+    """As the CLI prints every error: name, stable code, message."""
+    if isinstance(exc, BooklineError):
+        return f"{exc.name} ({exc.code}): {exc.message}"
+    return repr(exc)
+
+
+def write_status(failed: int, unknown: int) -> int:
+    """The exit status of a batch of writes: 1 if one was refused (a definite failure),
+    else 6 if one's outcome is unknown, else 0 (README, "Exit status")."""
+    if failed:
+        return EXIT_ERROR
+    return EXIT_UNKNOWN_OUTCOME if unknown else EXIT_OK
+
+
+def report_error(exc: BooklineError, *, as_json: bool) -> int:
+    """Print ``exc`` (and a hint) on stderr -- ``bookline: error NAME (code): message``,
+    or under ``--json`` one object ``{"error": {"code", "name", "message", "hint"}}`` --
+    and return its exit status."""
+    advice = hint(exc)
+    if as_json:
+        body: dict[str, Any] = {"code": exc.code, "name": exc.name, "message": exc.message}
+        if advice:
+            body["hint"] = advice
+        print(json.dumps({"error": body}, sort_keys=True), file=sys.stderr)
+    else:
+        print(f"bookline: error {exc.name} ({exc.code}): {exc.message}", file=sys.stderr)
+        if advice:
+            print(f"bookline: hint: {advice}", file=sys.stderr)
+    return exit_code(exc)
 
 
 def hint(exc: BooklineError) -> str:
@@ -118,6 +173,9 @@ def hint(exc: BooklineError) -> str:
     if isinstance(exc, ForbiddenError):
         return "the token's principal has no grant for this (docs/security.md, Grants)"
     if isinstance(exc, NotFoundError):
+        for word, advice in _NOT_FOUND_HINTS:
+            if word in exc.message:
+                return advice
         return "list what exists with `bookline stream list`, `topic list` or `group list`"
     return ""
 
@@ -125,9 +183,12 @@ def hint(exc: BooklineError) -> str:
 # -- flags ---------------------------------------------------------------------------------
 
 
-def add_cluster_flags(p: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
-    """``--cluster`` (default ``$BOOKLINE_CLUSTER``) and ``--json``; ``--timeout`` comes
-    with :func:`add_common_flags`."""
+def add_cluster_flags(
+    p: argparse.ArgumentParser, *, json_flag: bool = True, token: bool = True
+) -> None:
+    """``--cluster`` (default ``$BOOKLINE_CLUSTER``) and ``--json``; ``--timeout`` and
+    ``--token`` come with :func:`add_common_flags`. ``token=False``: the command talks to
+    ZooKeeper alone, so ``--token`` would be silently ignored; it is a usage error."""
     p.add_argument(
         "--cluster",
         default=os.environ.get(ENV_CLUSTER),
@@ -135,6 +196,16 @@ def add_cluster_flags(p: argparse.ArgumentParser, *, json_flag: bool = True) -> 
     )
     if json_flag:
         p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    if not token:
+        p.set_defaults(**{_ZK_ONLY: True})
+
+
+# Set (as a parser default) on the commands that read or write ZooKeeper alone.
+_ZK_ONLY: Final = "zk_only_command"
+TOKEN_NOT_FOR_ZK: Final = (
+    "this command talks to ZooKeeper directly, which takes no token (ZooKeeper's own "
+    "ACLs guard it: $BOOKLINE_METADATA_DIGEST_FILE); the token is for the proxies and bookies"
+)
 
 
 def _has_option(p: argparse.ArgumentParser, option: str) -> bool:
@@ -210,6 +281,8 @@ class _TokenAction(argparse.Action):
     ) -> None:
         if not isinstance(values, str) or not values.strip():
             parser.error("--token needs a token")
+        if getattr(namespace, _ZK_ONLY, False):  # the sub-command's defaults are set first
+            parser.error(f"--token: {TOKEN_NOT_FOR_ZK}")
         os.environ[TOKEN_ENV] = values.strip()
 
 

@@ -3,10 +3,10 @@
 One line per record (its value as text; ``--json``: one object with topic, partition,
 offset, key, value, headers and timestamp). Partitions without a committed offset start
 at ``--from`` (earliest | latest). Offsets are auto-committed, and the final positions
-at exit (``--max`` records printed, ``--idle-exit-s`` without a record, Ctrl-C or
-SIGTERM): a record printed is a record processed, so a restarted ``consume`` goes on
-after the last one printed. ``--via core`` reads from the bookies with the core library
-instead of through a read proxy.
+at exit (``--limit`` records printed, ``--idle-exit-s`` without a record, Ctrl-C or
+SIGTERM; Ctrl-C exits 130 as every command does): a record printed is a record
+processed, so a restarted ``consume`` goes on after the last one printed. ``--via
+core`` reads from the bookies with the core library instead of through a read proxy.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import ConfigError
 from foundation.names import validate_name
+from ops.cli_exit import EXIT_INTERRUPTED
+from ops.cli_parser import at_least
 
 if TYPE_CHECKING:
     from groups.fetchers import ConsumerRecord
@@ -47,7 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="latest",
         help="where partitions without a committed offset start (default latest)",
     )
-    p.add_argument("--max", type=int, default=None, help="stop after N records")
+    p.add_argument("--limit", type=at_least(0), metavar="N", help="stop after N records")
+    # `--max` was this flag's first name; `stream read` says --limit (issue 22).
+    p.add_argument("--max", dest="limit", type=at_least(0), help=argparse.SUPPRESS)
     p.add_argument("--idle-exit-s", type=float, default=None,
                    help="stop after this many seconds without a record")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON object per record")
@@ -62,8 +66,6 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"say where the cluster is: --cluster DIR/cluster.json or ${ENV_CLUSTER}")
     validate_name(args.topic, "topic")
     validate_name(args.group, "group")
-    if args.max is not None and args.max < 0:
-        raise ConfigError("--max must be >= 0")
     return asyncio.run(_consume(args))
 
 
@@ -87,14 +89,15 @@ async def _consume(args: argparse.Namespace) -> int:
     from groups.consumer import ConsumerConfig, GroupConsumer
 
     stop = asyncio.Event()
+    stopped_by: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _on_signal, sig, stop, stopped_by)
     config = ConsumerConfig(auto_offset_reset=args.start, group_instance_id=args.instance_id)
     consumer = await GroupConsumer.from_cluster_file(
         args.cluster, args.group, [args.topic], via=args.via, config=config
     )
-    remaining = args.max
+    remaining = args.limit
     last_record = time.monotonic()
     try:
         while not stop.is_set() and (remaining is None or remaining > 0):
@@ -109,4 +112,9 @@ async def _consume(args: argparse.Namespace) -> int:
                 break
     finally:
         await consumer.close()  # commits what was printed, leaves the group
-    return 0
+    return EXIT_INTERRUPTED if signal.SIGINT in stopped_by else 0
+
+
+def _on_signal(sig: signal.Signals, stop: asyncio.Event, stopped_by: list[signal.Signals]) -> None:
+    stopped_by.append(sig)
+    stop.set()

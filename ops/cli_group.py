@@ -7,8 +7,10 @@ every command prints readable tables, or the coordinator's answer as JSON with `
 * ``describe GROUP`` -- members (ids, instance ids, assignment), generation, assignor,
   and per partition the committed offset, end offset and lag;
 * ``reset-offsets GROUP --to-earliest | --to-latest | --to-datetime TIME | --to-offset N
-  [--topic T ...]`` -- refused (GROUP_NOT_EMPTY) while the group has live members, as
-  Kafka does; without ``--topic``, every topic the group knows;
+  [--topic T ...] [--execute]`` -- shows the plan (a dry run, as Kafka's tool) and applies
+  it only with ``--execute``; an offset past a partition's end is clamped to the end and
+  the plan says so; refused (GROUP_NOT_EMPTY) while the group has live members, as Kafka
+  does; without ``--topic``, every topic the group knows;
 * ``delete GROUP`` -- the group and its committed offsets (also refused while members live).
 """
 
@@ -28,6 +30,7 @@ from foundation.names import validate_name
 
 if TYPE_CHECKING:
     from groups.coordinator_client import CoordinatorClient
+    from groups.wire import ResetPlan
 
 ENV_CLUSTER = "BOOKLINE_CLUSTER"
 # `group list` describes this many groups at once (each may load a coordinator).
@@ -64,6 +67,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "zone: local time) or milliseconds since the epoch",
     )
     to.add_argument("--to-offset", metavar="N", type=int, help="offset N of every partition")
+    mode = r.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--execute", action="store_true", help="apply the plan (default: only show it)"
+    )
+    mode.add_argument(
+        "--dry-run", action="store_true", help="only show the plan (the default, as Kafka's tool)"
+    )
     r.add_argument(
         "--topic",
         action="append",
@@ -102,11 +112,8 @@ async def _main(args: argparse.Namespace) -> int:
             _emit(answer, args.json, _describe_tables)
         elif op == "reset-offsets":
             to, value = reset_target(args)
-            offsets = await cc.reset_offsets(args.group, to, value, args.topics)
-            rows = [
-                {"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(offsets.items())
-            ]
-            _emit({"group": args.group, "offsets": rows}, args.json, _reset_tables)
+            plan = await cc.plan_reset(args.group, to, value, args.topics, dry_run=not args.execute)
+            _emit(reset_answer(args.group, plan, value), args.json, _reset_tables)
         else:
             await cc.delete(args.group)
             _emit({"deleted": args.group}, args.json, lambda a: [f"deleted group {a['deleted']}"])
@@ -124,6 +131,17 @@ def reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
             raise BadRequestError(f"--to-offset {args.to_offset} is negative")
         return "offset", args.to_offset
     return "datetime", parse_datetime_ms(args.to_datetime)
+
+
+def reset_answer(group: str, plan: ResetPlan, asked: int | None) -> dict[str, Any]:
+    """The reset's plan as the CLI prints it: each partition's new offset, and a note
+    where an asked offset past the partition's end was clamped to the end."""
+    rows = []
+    for (t, p), o in sorted(plan.offsets.items()):
+        clamped = (t, p) in plan.clamped
+        note = f"offset {asked} is past the end: clamped to the end {o}" if clamped else ""
+        rows.append({"topic": t, "partition": p, "offset": o, "clamped": clamped, "note": note})
+    return {"group": group, "executed": not plan.dry_run, "offsets": rows}
 
 
 def parse_datetime_ms(text: str) -> int:
@@ -228,9 +246,14 @@ def _describe_tables(d: dict[str, Any]) -> list[Table | str]:
 
 def _reset_tables(answer: dict[str, Any]) -> list[Table | str]:
     rows: list[Sequence[object]] = [
-        [o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]
+        [o["topic"], o["partition"], o["offset"], o["note"]] for o in answer["offsets"]
     ]
-    return [(f"group {answer['group']}: new offsets", ["TOPIC", "PARTITION", "OFFSET"], rows)]
+    if answer["executed"]:
+        title, tail = f"group {answer['group']}: new offsets", []
+    else:
+        title = f"group {answer['group']}: plan (dry run, nothing changed)"
+        tail = ["add --execute to apply it"]
+    return [(title, ["TOPIC", "PARTITION", "NEW-OFFSET", "NOTE"], rows), *tail]
 
 
 def _tps(tps: Sequence[Sequence[object]]) -> str:

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u = sub.add_parser("underreplicated", help="ledgers autorecovery still has to repair")
     u_ops = u.add_subparsers(dest="ur_op", metavar="OP", required=True)
     ul = u_ops.add_parser("list", help="missing bookies, entries to repair, claims")
-    add_cluster_flags(ul)
+    add_cluster_flags(ul, token=False)
     ul.set_defaults(handler=_run_underreplicated)
 
 
@@ -105,7 +105,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with open_metadata(args) as md:
         if args.ledger_op == "list":
             rows = await _list(md, args.stream, args.limit)
-            emit(rows, args.json, _show_list)
+            emit({"ledgers": rows}, args.json, _show_list)
         elif args.ledger_op == "show":
             emit(await _show(md, args.ledger_id), args.json, _show_one)
         else:
@@ -209,7 +209,8 @@ _LIST_COLUMNS = (
 )  # fmt: skip
 
 
-def _show_list(rows: list[dict[str, Any]]) -> None:
+def _show_list(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["ledgers"]
     table(
         f"{len(rows)} ledgers",
         _LIST_COLUMNS,
@@ -349,11 +350,12 @@ async def _underreplicated(args: argparse.Namespace) -> int:
                     "worker": claims.get(ledger_id),
                 }
             )
-    emit(rows, args.json, _show_underreplicated)
+    emit({"ledgers": rows}, args.json, _show_underreplicated)
     return 0
 
 
-def _show_underreplicated(rows: list[dict[str, Any]]) -> None:
+def _show_underreplicated(listed: dict[str, list[dict[str, Any]]]) -> None:
+    rows = listed["ledgers"]
     table(
         f"{len(rows)} under-replicated ledgers",
         ("ledger", "missing bookies", "entries to repair", "since", "being repaired by"),

@@ -53,7 +53,7 @@ READ_PREFIX: Final = "read@"  # httpapi.proxy_config.READ_PROXY_PREFIX
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("status", help="cluster health at a glance (exit 3 if something is wrong)")
-    add_cluster_flags(p)
+    add_cluster_flags(p, token=False)
     p.set_defaults(handler=_run)
 
 

@@ -6,8 +6,9 @@
   streams Bookline makes for topics and groups (``t~p``, ``g~group``) unless ``--all``;
   ``describe`` adds each segment's ledger quorums and ensembles (from ZooKeeper);
   readable tables, or JSON with ``--json``;
-* ``write NAME`` -- one record per stdin line, through the write proxy; prints the last
-  DLSN; exits 1 if any write failed;
+* ``write NAME [--json]`` -- one record per stdin line, through the write proxy (a
+  stream that does not exist is created, said on stderr); prints the last DLSN; exits
+  1 if a write was refused, 6 if a write's outcome is unknown (retries ran out);
 * ``read NAME [--from earliest|latest|DLSN|seq:N|txid:N|time:MS] [--limit N]
   [--follow] [--json]`` -- one record per line, through the read proxy.
 """
@@ -21,9 +22,17 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from foundation.errors import BooklineError, ConfigError, NotFoundError
+from foundation.errors import AlreadyExistsError, ConfigError, NotFoundError
 from foundation.names import is_internal, validate_name
-from ops.cli_common import add_cluster_flags, emit, table
+from ops.cli_common import (
+    add_cluster_flags,
+    emit,
+    error_text,
+    outcome_unknown,
+    table,
+    write_status,
+)
+from ops.cli_parser import at_least
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
@@ -32,6 +41,8 @@ if TYPE_CHECKING:
 ENV_CLUSTER = "BOOKLINE_CLUSTER"
 # Lines being written at once; more wait (the client batches them into requests).
 WRITES_OUTSTANDING_MAX = 10_000
+# Errors shown in full by `write` (the rest are counted).
+ERRORS_SHOWN_MAX = 5
 # Records asked per read page.
 READ_PAGE_RECORDS = 1_000
 # Long poll of `read --follow`.
@@ -44,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     def add(name: str, help_text: str, with_name: bool = True) -> argparse.ArgumentParser:
         q = ops.add_parser(name, help=help_text)
-        add_cluster_flags(q, json_flag=name not in ("read", "write"))
+        add_cluster_flags(q, json_flag=name != "read")
         if with_name:
             q.add_argument("name", help="stream name")
         q.set_defaults(handler=_run)
@@ -65,7 +76,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="earliest",
         help="earliest, latest, seg:entry:slot, seq:N, txid:N or time:MS",
     )
-    r.add_argument("--limit", type=int, default=None, help="stop after N records")
+    r.add_argument("--limit", type=at_least(0), metavar="N", help="stop after N records")
+    r.add_argument("--max", dest="limit", type=at_least(0), help=argparse.SUPPRESS)  # consume's
     r.add_argument("--follow", action="store_true", help="keep waiting for new records")
     r.add_argument("--json", action="store_true", help="one JSON object per record")
     r.add_argument(
@@ -103,7 +115,8 @@ async def _main(args: argparse.Namespace) -> int:
             await client.delete_stream(args.name)
             emit({"deleted": args.name}, args.json, lambda _o: print(f"deleted {args.name}"))
         elif op == "write":
-            return await _write(client, args.name)
+            await _create_if_missing(client, args.name)
+            return await _write(client, args.name, args.json)
         else:
             return await _read(client, args)
     return 0
@@ -164,7 +177,24 @@ def _show_describe(d: dict[str, Any]) -> None:
     )
 
 
-async def _write(client: ProxyClient, name: str) -> int:
+async def _create_if_missing(client: ProxyClient, name: str) -> None:
+    """A write to a stream that does not exist creates it, as Kafka's producers create a
+    topic (auto.create.topics.enable), and says so on stderr: a mistyped name must not
+    pass unnoticed."""
+    try:
+        await client.describe(name)
+    except NotFoundError:
+        try:
+            await client.create_stream(name)
+        except AlreadyExistsError:
+            return  # created meanwhile by another writer
+        print(f"bookline: stream {name} did not exist: created it", file=sys.stderr)
+
+
+async def _write(client: ProxyClient, name: str, as_json: bool) -> int:
+    """One record per stdin line. A write refused (BAD_REQUEST, TOO_LARGE...) failed; one
+    whose retries ran out on a retriable error (NOT_ENOUGH_BOOKIES, TIMEOUT...) may be
+    stored all the same: its outcome is unknown (exit 6), never "failed"."""
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(WRITES_OUTSTANDING_MAX)
     tasks: list[asyncio.Task[DLSN]] = []
@@ -182,19 +212,40 @@ async def _write(client: ProxyClient, name: str) -> int:
         await slots.acquire()
         tasks.append(loop.create_task(one(raw.rstrip(b"\r\n"))))
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    failed = [r for r in results if isinstance(r, BaseException)]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    unknown = [e for e in errors if outcome_unknown(e)]
+    failed = [e for e in errors if not outcome_unknown(e)]
     written = [r for r in results if isinstance(r, DLSN)]
-    for exc in failed[:5]:
-        detail = (
-            f"{exc.name} ({exc.code}): {exc.message}"
-            if isinstance(exc, BooklineError)
-            else repr(exc)
+    summary = {
+        "written": len(written),
+        "failed": len(failed),
+        "unknown": len(unknown),
+        "last_dlsn": str(written[-1]) if written else None,
+        "errors": [error_text(e) for e in failed[:ERRORS_SHOWN_MAX]],
+        "unknown_errors": [error_text(e) for e in unknown[:ERRORS_SHOWN_MAX]],
+    }
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        _report_writes(summary)
+    return write_status(len(failed), len(unknown))
+
+
+def _report_writes(summary: dict[str, Any]) -> None:
+    for text in summary["errors"]:
+        print(f"bookline: write failed: {text}", file=sys.stderr)
+    for text in summary["unknown_errors"]:
+        print(
+            f"bookline: write outcome unknown (retries ran out; it may be stored): {text}",
+            file=sys.stderr,
         )
-        print(f"bookline: write failed: {detail}", file=sys.stderr)
-    if written:
-        print(str(written[-1]))
-    print(f"{len(written)} records written, {len(failed)} failed", file=sys.stderr)
-    return 1 if failed else 0
+    if summary["last_dlsn"]:
+        print(summary["last_dlsn"])
+    print(
+        f"{summary['written']} records written, {summary['failed']} failed, "
+        f"{summary['unknown']} outcome unknown",
+        file=sys.stderr,
+    )
 
 
 def _line(rec: Any, as_json: bool) -> str:

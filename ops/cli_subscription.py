@@ -16,6 +16,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from foundation.errors import NotFoundError
 from foundation.names import validate_name
 from ops.cli_common import add_cluster_flags, emit, require_cluster, table
 
@@ -63,7 +64,11 @@ async def _main(args: argparse.Namespace) -> int:
                 _show_commit,
             )  # fmt: skip
             return 0
-        names = [args.name] if args.sub_op == "show" else await client.list_subscribers(args.stream)
+        names = await client.list_subscribers(args.stream)
+        if args.sub_op == "show":
+            if args.name not in names:
+                raise NotFoundError(f"no subscriber {args.name} of stream {args.stream}")
+            names = [args.name]
         positions = await asyncio.gather(*(client.committed(args.stream, n) for n in names))
         last = (await client.describe(args.stream)).get("last_dlsn")
     rows = [

@@ -12,8 +12,8 @@ they are; ``--json`` prints one JSON object instead of a table.
 * ``topic delete NAME``;
 * ``produce TOPIC [--key K | --key-field F] [--header k=v ...] [--partition P]`` -- one
   record per stdin line; ``--key-field`` reads each line as a JSON object and keys it by
-  that field. Prints records per partition with their offset range; exits 1 if any
-  record failed.
+  that field. Prints records per partition with their offset range; exits 1 if a
+  record was refused, 6 if a record's outcome is unknown (retries ran out).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, BooklineError, ConfigError
 from foundation.names import validate_name
-from ops.cli_common import table
+from ops.cli_common import error_text, outcome_unknown, table, write_status
+from ops.cli_parser import at_least
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -62,13 +63,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return q
 
     c = add("create", "create a topic of N partitions")
-    c.add_argument("--partitions", type=int, required=True, help="partition count (>= 1)")
+    c.add_argument("--partitions", type=at_least(1), required=True, help="partition count (>= 1)")
     for option, what in _OPTIONS:
         c.add_argument(f"--{option.replace('_', '-')}", type=int, default=None, help=what)
     add("list", "topics and their partition counts", with_name=False)
     add("describe", "options, and each partition's offsets, size and owner")
     a = add("alter", "grow a topic's partition count (never shrinks)")
-    a.add_argument("--partitions", type=int, required=True, help="the new, larger count")
+    a.add_argument("--partitions", type=at_least(1), required=True, help="the new, larger count")
     add("delete", "delete a topic and its data")
 
     pr = sub.add_parser("produce", help="send stdin lines to a topic, one record each")
@@ -247,8 +248,13 @@ async def _produce(args: argparse.Namespace, headers: dict[str, bytes | str] | N
 
 
 def _produce_report(results: list[tuple[int, int] | BaseException], as_json: bool) -> int:
+    """Records and offset ranges per partition; a refused record failed, one whose
+    retries ran out on a retriable error has an unknown outcome (exit 6, never
+    "failed": it may be stored)."""
     per: dict[int, list[int]] = {}
-    failed = [r for r in results if isinstance(r, BaseException)]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    unknown = [e for e in errors if outcome_unknown(e)]
+    failed = [e for e in errors if not outcome_unknown(e)]
     for r in results:
         if not isinstance(r, BaseException):
             per.setdefault(r[0], []).append(r[1])
@@ -257,12 +263,15 @@ def _produce_report(results: list[tuple[int, int] | BaseException], as_json: boo
         for p, o in sorted(per.items())
     }
     summary: dict[str, Any] = {
-        "records": len(results) - len(failed),
+        "records": len(results) - len(errors),
         "failed": len(failed),
+        "unknown": len(unknown),
         "partitions": partitions,
     }
     if failed:
-        summary["errors"] = [_error_text(e) for e in failed[:ERRORS_SHOWN_MAX]]
+        summary["errors"] = [error_text(e) for e in failed[:ERRORS_SHOWN_MAX]]
+    if unknown:
+        summary["unknown_errors"] = [error_text(e) for e in unknown[:ERRORS_SHOWN_MAX]]
     if as_json:
         print(json.dumps(summary, sort_keys=True))
     else:
@@ -270,15 +279,11 @@ def _produce_report(results: list[tuple[int, int] | BaseException], as_json: boo
                 for p, v in partitions.items()]  # fmt: skip
         table(f"{summary['records']} records produced", ("partition", "records", "first offset",
                                                           "last offset"), rows)  # fmt: skip
-        for exc in failed[:ERRORS_SHOWN_MAX]:
-            print(f"bookline: produce failed: {_error_text(exc)}", file=sys.stderr)
-        if failed:
-            print(f"{len(failed)} records failed", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def _error_text(exc: BaseException) -> str:
-    """As the CLI prints every error: name, stable code, message."""
-    if isinstance(exc, BooklineError):
-        return f"{exc.name} ({exc.code}): {exc.message}"
-    return repr(exc)
+        for text in summary.get("errors", []):
+            print(f"bookline: produce failed: {text}", file=sys.stderr)
+        for text in summary.get("unknown_errors", []):
+            print(f"bookline: produce outcome unknown (retries ran out; it may be stored): "
+                  f"{text}", file=sys.stderr)  # fmt: skip
+        if errors:
+            print(f"{len(failed)} records failed, {len(unknown)} outcome unknown", file=sys.stderr)
+    return write_status(len(failed), len(unknown))

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t.add_argument("--depth", type=int, default=DEPTH_DEFAULT, help="levels to walk")
     t.add_argument("--nodes-max", type=int, default=NODES_MAX_DEFAULT, help="nodes to show")
     t.add_argument("--data", action="store_true", help="show each node's data")
-    add_cluster_flags(t)
+    add_cluster_flags(t, token=False)
     t.set_defaults(handler=_run)
     r = ops.add_parser(
         "restrict",
@@ -58,7 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also the root's parents up to / (the world may only read them): for a "
         "ZooKeeper that serves this cluster alone",
     )
-    add_cluster_flags(r)
+    add_cluster_flags(r, token=False)
     r.set_defaults(handler=_run_restrict)
 
 
@@ -125,6 +125,8 @@ async def _walk(
         data, stat = await md.zk.get_with_stat(path)
         children = await md.zk.get_children(path)
     except NotFoundError:
+        if depth == 0:  # what was asked for does not exist: say so (exit 1)
+            raise NotFoundError(f"no znode {path}") from None
         return  # gone while we walked
     node: dict[str, Any] = {
         "path": path,

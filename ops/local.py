@@ -428,7 +428,7 @@ class LocalCluster:
         argv = [
             sys.executable, "-m", "ops.cli", "autorecovery",
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT, *self._session_args(),
-            "--http-port", str(port), *self.autorecovery_args,
+            "--http-port", str(port), "--id", name, *self.autorecovery_args,
         ]  # fmt: skip
         info = self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
         info.address = f"{self.placement(name).host}:{port}"
@@ -438,13 +438,12 @@ class LocalCluster:
 
     def _start_proxy(self, kind: str, index: int, ports: dict[str, int]) -> ProcessInfo:
         """Start write/read proxy ``index`` (``kind`` is the CLI command)."""
-        name = f"{kind}-{index}"
-        short = "wp" if kind == "writeproxy" else "rp"
+        name = f"{kind}-{index}"  # also its proxy id: one id per process in every view
         port = ports[name]
         quorum_args = self.quorums.args() if self.quorums and kind == "writeproxy" else []
         argv = [
             sys.executable, "-m", "ops.cli", kind,
-            "--proxy-id", f"{short}-{index}", "--port", str(port),
+            "--proxy-id", name, "--port", str(port),
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
             "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
             *quorum_args, *(self.auth.proxy_args() if self.auth else []),

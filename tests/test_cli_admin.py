@@ -45,6 +45,19 @@ def test_status_shows_every_component(proxy_cluster: LocalCluster) -> None:
     assert all(0 <= b["disk_used"] <= 1 for b in bookies.values())
     kinds = sorted(p["kind"] for p in status["proxies"] if p["state"] != "down")
     assert kinds == ["read", "write", "write"], status["proxies"]
+    # One id per process: the proxies register under their cluster.json names (issue 22,
+    # 11: status showed `wp-1` beside `writeproxy-1`).
+    listed = json.loads((proxy_cluster.dir / "cluster.json").read_text())
+    names = {p["id"] for key in ("write_proxies", "read_proxies") for p in listed[key]}
+    assert (
+        {p["id"] for p in status["proxies"]}
+        == names
+        == {
+            "writeproxy-1",
+            "writeproxy-2",
+            "readproxy-1",
+        }
+    )
     assert isinstance(status["underreplicated"], int)
     # No autorecovery process in this cluster: status says so, and exits 3.
     assert status["autorecovery"]["auditor"] is None
@@ -56,7 +69,7 @@ def test_status_shows_every_component(proxy_cluster: LocalCluster) -> None:
 
 
 def test_bookie_commands(proxy_cluster: LocalCluster) -> None:
-    rows = _json(proxy_cluster, "bookie", "list")
+    rows = _json(proxy_cluster, "bookie", "list")["bookies"]
     victim = rows[0]["id"]
     try:
         held = _json(proxy_cluster, "bookie", "readonly", victim)
@@ -90,7 +103,7 @@ def test_ledger_and_stream_commands(proxy_cluster: LocalCluster, tmp_path: Path)
     assert read.returncode == 0 and "200 records" in read.stdout, read.stderr
     assert bulk.read_text().splitlines() == [f"line {i}" for i in range(200)]
 
-    ledgers = _json(proxy_cluster, "ledger", "list", "--stream", stream)
+    ledgers = _json(proxy_cluster, "ledger", "list", "--stream", stream)["ledgers"]
     ids = [r["ledger_id"] for r in ledgers]
     assert segment["ledger_id"] in ids
     shown = _json(proxy_cluster, "ledger", "show", str(segment["ledger_id"]))
@@ -105,7 +118,7 @@ def test_ledger_and_stream_commands(proxy_cluster: LocalCluster, tmp_path: Path)
     assert out.stat().st_size == sum(e["bytes"] for e in lines)
     gone = _cli(proxy_cluster, "ledger", "show", "999999999")
     assert gone.returncode == 1 and "NO_LEDGER" in gone.stderr, gone.stderr
-    assert isinstance(_json(proxy_cluster, "underreplicated", "list"), list)
+    assert isinstance(_json(proxy_cluster, "underreplicated", "list")["ledgers"], list)
 
     # Subscriptions of the same stream.
     first = lines[0]["entry_id"]
@@ -137,3 +150,22 @@ def test_zk_tree(proxy_cluster: LocalCluster) -> None:
     assert registered[0]["data"][1] == "bookie"  # serde: ["BL", kind, version, body]
     text = _cli(proxy_cluster, "zk", "tree", "--depth", "1").stdout
     assert "ledgers" in text and "bookies" in text
+
+
+def test_what_does_not_exist_is_not_found(proxy_cluster: LocalCluster) -> None:
+    """Issue 22 (11): `zk tree /nosuch` and `subscription show S nosuch` exited 0 with an
+    empty answer; `bookie info bookie-9` suggested `stream list`; `stream write nosuch`
+    created the stream without a word."""
+    tree = _cli(proxy_cluster, "zk", "tree", "/nosuch")
+    assert tree.returncode == 1 and "NOT_FOUND (17)" in tree.stderr, tree.stderr
+    stream = f"nf-{uuid.uuid4().hex[:8]}"
+    wrote = _cli(proxy_cluster, "stream", "write", stream, stdin="one\n")
+    assert wrote.returncode == 0, wrote.stderr
+    assert f"stream {stream} did not exist: created it" in wrote.stderr
+    again = _cli(proxy_cluster, "stream", "write", stream, "--json", stdin="two\n")
+    assert "did not exist" not in again.stderr
+    assert json.loads(again.stdout)["written"] == 1
+    show = _cli(proxy_cluster, "subscription", "show", stream, "nosuch")
+    assert show.returncode == 1 and "NOT_FOUND (17)" in show.stderr, show.stderr
+    info = _cli(proxy_cluster, "bookie", "info", "bookie-9")
+    assert info.returncode == 1 and "bookline bookie list" in info.stderr, info.stderr

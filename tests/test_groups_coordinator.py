@@ -29,7 +29,7 @@ from groups import log as group_log
 from groups.assignors import TopicPartition
 from groups.coordinator import CoordinatorConfig, GroupCoordinator
 from groups.state import GroupState
-from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetRequest
+from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetPlan, ResetRequest
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 
@@ -322,16 +322,34 @@ async def test_reset_is_refused_while_members_live(
         await c.delete()
     assert len(wlog.payloads) == n
     await c.leave(a.member_id)
-    assert await c.reset(ResetRequest("earliest")) == {("u", 0): 5, ("u", 1): 0}
-    assert await c.reset(ResetRequest("latest", topics=("u",))) == {("u", 0): 100, ("u", 1): 40}
-    assert await c.reset(ResetRequest("offset", 20)) == {("u", 0): 20, ("u", 1): 20}
-    assert await c.reset(ResetRequest("datetime", 7_500)) == {("u", 0): 7, ("u", 1): 7}
+    assert (await c.reset(ResetRequest("earliest"))).offsets == {("u", 0): 5, ("u", 1): 0}
+    latest = await c.reset(ResetRequest("latest", topics=("u",)))
+    assert latest.offsets == {("u", 0): 100, ("u", 1): 40}
+    assert (await c.reset(ResetRequest("offset", 20))).offsets == {("u", 0): 20, ("u", 1): 20}
+    assert (await c.reset(ResetRequest("datetime", 7_500))).offsets == {("u", 0): 7, ("u", 1): 7}
     n = len(wlog.payloads)
-    with pytest.raises(OutOfRangeError, match="beyond"):
-        await c.reset(ResetRequest("offset", 41))
     with pytest.raises(NotFoundError, match="nope"):
         await c.reset(ResetRequest("earliest", topics=("nope",)))
     assert len(wlog.payloads) == n and c.committed() == {("u", 0): 7, ("u", 1): 7}
+
+
+async def test_reset_dry_run_changes_nothing_and_an_offset_past_the_end_is_clamped(
+    fakes: tuple[FakeLog, FakeTopics, Clock],
+) -> None:
+    """Issue 22 (11): Kafka's tool shows the plan and applies it only with --execute,
+    and clamps an offset past a partition's end to that end (saying so)."""
+    wlog, topics, _clock = fakes
+    c = _coord(fakes)
+    a = await c.join(_join(("u",)))
+    await c.leave(a.member_id)
+    topics.ends.update({("u", 0): 100, ("u", 1): 40})
+    before, n = c.committed(), len(wlog.payloads)
+    plan = await c.reset(ResetRequest("offset", 41, dry_run=True))
+    assert plan.offsets == {("u", 0): 41, ("u", 1): 40} and plan.clamped == {("u", 1)}
+    assert plan.dry_run and len(wlog.payloads) == n and c.committed() == before
+    applied = await c.reset(ResetRequest("offset", 41))
+    assert applied.clamped == {("u", 1)} and not applied.dry_run
+    assert c.committed() == {("u", 0): 41, ("u", 1): 40} and len(wlog.payloads) == n + 1
 
 
 # -- the log: replay, compaction, failures, delete --------------------------------------
@@ -478,6 +496,17 @@ def test_cli_group_parses_targets_and_prints_partitions_as_ranges() -> None:
     )
     with pytest.raises(BadRequestError, match="negative"):
         cli_group.reset_target(argparse.Namespace(**{**flags, "to_offset": -1}))
+    # Issue 22 (11): a plan by default (--dry-run accepted), applied only with --execute.
+    parser = argparse.ArgumentParser()
+    cli_group.register(parser.add_subparsers())
+    base = ["group", "reset-offsets", "g", "--to-offset", "5", "--cluster", "c.json"]
+    assert not parser.parse_args(base).execute
+    assert not parser.parse_args([*base, "--dry-run"]).execute
+    assert parser.parse_args([*base, "--execute"]).execute
+    plan = ResetPlan({("t", 0): 5, ("t", 1): 3}, frozenset({("t", 1)}), dry_run=True)
+    answer = cli_group.reset_answer("g", plan, 5)
+    assert not answer["executed"] and [o["clamped"] for o in answer["offsets"]] == [False, True]
+    assert "clamped to the end 3" in answer["offsets"][1]["note"]
     assert cli_group.reset_target(argparse.Namespace(**{**flags, "to_latest": True})) == (
         "latest",
         None,

@@ -105,11 +105,11 @@ async def test_reset_reads_real_offsets_and_times(ns: Namespace) -> None:
     await _produce(ns, "t", 0, 5)
     c, writer = await _load(ns)
     try:
-        assert await c.reset(ResetRequest("datetime", middle_ms, ("t",))) == {("t", 0): 5}
-        assert await c.reset(ResetRequest("latest", None, ("t",))) == {("t", 0): 10}
-        assert await c.reset(ResetRequest("earliest", None, ("t",))) == {("t", 0): 0}
+        assert (await c.reset(ResetRequest("datetime", middle_ms, ("t",)))).offsets == {("t", 0): 5}
+        assert (await c.reset(ResetRequest("latest", None, ("t",)))).offsets == {("t", 0): 10}
+        assert (await c.reset(ResetRequest("earliest", None, ("t",)))).offsets == {("t", 0): 0}
         future = int(time.time() * 1000) + 60_000
-        assert await c.reset(ResetRequest("datetime", future, ("t",))) == {("t", 0): 10}
+        assert (await c.reset(ResetRequest("datetime", future, ("t",)))).offsets == {("t", 0): 10}
         assert (await c.describe())["lag"] == 0
         await c.reset(ResetRequest("offset", 3, ("t",)))
         d = await c.describe()

@@ -175,9 +175,25 @@ async def test_group_routes_errors_lag_metrics_and_cli(
 
     # Without members: reset (CLI and client), list, delete.
     await cc.leave(g, a.member_id)
-    run = await _cli(proxy_cluster, "reset-offsets", g, "--to-offset", "2", "--json")
+    # A plan by default (nothing changes); --execute applies it; past the end clamps.
+    run = await _cli(proxy_cluster, "reset-offsets", g, "--to-offset", "5")
+    assert run.returncode == 0 and "add --execute to apply" in run.stdout, run.stderr
+    assert "clamped to the end 4" in run.stdout
+    assert await cc.offsets(g) == {(topic, 0): 7, (topic, 1): 4}
+    run = await _cli(proxy_cluster, "reset-offsets", g, "--to-offset", "5", "--execute", "--json")
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout)
+    assert answer["executed"] and [o["clamped"] for o in answer["offsets"]] == [False, True]
+    assert await cc.offsets(g) == {(topic, 0): 5, (topic, 1): 4}
+    run = await _cli(proxy_cluster, "reset-offsets", g, "--to-offset", "2", "--execute", "--json")
     assert run.returncode == 0, run.stderr
     assert [o["offset"] for o in json.loads(run.stdout)["offsets"]] == [2, 2]
+    # A dry run for a group that does not exist yet shows the plan and creates nothing.
+    run = await _cli(
+        proxy_cluster, "reset-offsets", f"plan-{g}", "--topic", topic, "--to-latest", "--json"
+    )
+    assert run.returncode == 0 and not json.loads(run.stdout)["executed"], run.stderr
+    assert f"plan-{g}" not in await cc.list_groups()
     assert await cc.reset_offsets(g, "latest") == {(topic, 0): 10, (topic, 1): 4}
     run = await _cli(proxy_cluster, "list", "--json")
     listed = {x["group"]: x for x in json.loads(run.stdout)["groups"]}

@@ -121,7 +121,7 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
                 "ledger", "list", "--stream", "acceptance", "--cluster", str(cluster), "--json"
             ).stdout
         )
-        holder = ledgers[0]["ensembles"][-1]["bookies"][0]
+        holder = ledgers["ledgers"][0]["ensembles"][-1]["bookies"][0]
         victim = next(b for b in layout["bookies"] if b["id"] == holder)
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic()

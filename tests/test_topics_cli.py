@@ -79,7 +79,8 @@ def test_topic_commands_and_produce(proxy_cluster: LocalCluster) -> None:
         _json(_cli(cluster, "topic", "alter", t, "--partitions", "4", "--json"))["partitions"] == 4
     )
     zero = _cli(cluster, "topic", "create", f"z{t}", "--partitions", "0")
-    assert zero.returncode == 1 and "BAD_REQUEST (2)" in zero.stderr
+    # A usage error (exit 2, issue 22), caught before the cluster is asked.
+    assert zero.returncode == 2 and "--partitions: 0 is below 1" in zero.stderr, zero.stderr
     bad = _cli(cluster, "produce", t, "--partition", "9", stdin="x\n")
     assert bad.returncode == 1 and "UNKNOWN_PARTITION (47)" in bad.stderr
 
@@ -90,3 +91,48 @@ def test_topic_commands_and_produce(proxy_cluster: LocalCluster) -> None:
     assert _json(_cli(cluster, "topic", "delete", t, "--json")) == {"deleted": t}
     missing = _cli(cluster, "topic", "describe", t)
     assert missing.returncode == 1 and "NOT_FOUND (17)" in missing.stderr
+
+
+def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
+    """Start ``bookline ARGS``, wait until it printed a record, send SIGINT (Ctrl-C) and
+    return its exit status; the process is killed by its pid if it outlives the test."""
+    import signal
+
+    from ops import procs
+
+    out_path = tmp_path / f"{args[0]}.out"
+    # Unbuffered: a record printed reaches the file at once.
+    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster), "PYTHONUNBUFFERED": "1"}
+    with out_path.open("wb") as out, (tmp_path / f"{args[0]}.err").open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args], stdout=out,
+                                stderr=err, env=env)  # fmt: skip
+    try:
+        procs.wait_for(
+            lambda: proc.poll() is not None or out_path.read_bytes().strip() != b"",
+            120,
+            f"`bookline {' '.join(args)}` printing a record",
+        )
+        assert proc.poll() is None, (tmp_path / f"{args[0]}.err").read_text()
+        proc.send_signal(signal.SIGINT)
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_exits_130_in_consume_and_stream_read_follow(
+    proxy_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Issue 22 (11): SIGINT exited 0 in `consume` (and 130 in `stream read --follow`);
+    README's table says 130 for both: they wait for records until interrupted."""
+    cluster = proxy_cluster.dir / "cluster.json"
+    t = f"sigint-{uuid.uuid4().hex[:8]}"
+    assert _cli(cluster, "topic", "create", t, "--partitions", "1").returncode == 0
+    assert _cli(cluster, "produce", t, stdin="one\n").returncode == 0
+    consume = ("consume", t, "--group", t, "--from", "earliest")
+    assert _interrupted_exit_status(cluster, tmp_path, *consume) == 130
+    s = f"sigint-{uuid.uuid4().hex[:8]}"
+    assert _cli(cluster, "stream", "create", s).returncode == 0
+    assert _cli(cluster, "stream", "write", s, stdin="one\n").returncode == 0
+    assert _interrupted_exit_status(cluster, tmp_path, "stream", "read", s, "--follow") == 130

@@ -15,7 +15,7 @@ Routes (bodies in :mod:`groups.wire`; errors ``{code, name, message}``)::
     POST   /v1/groups/{g}/join | heartbeat | commit | leave
     GET    /v1/groups/{g}                  describe (members, offsets, lag)
     GET    /v1/groups/{g}/offsets          committed offsets
-    POST   /v1/groups/{g}/reset-offsets    GROUP_NOT_EMPTY while members live
+    POST   /v1/groups/{g}/reset-offsets    GROUP_NOT_EMPTY while members live; dry_run: plan only
     DELETE /v1/groups/{g}                  GROUP_NOT_EMPTY while members live
     GET    /v1/groups                      the namespace's groups (any write proxy)
 """
@@ -41,6 +41,7 @@ from foundation.names import group_stream, parse_internal, validate_name
 from groups import wire
 from groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupStats, check_join
 from groups.coordinator_store import CoreTopics, ensure_group_log
+from groups.partition_offsets import PartitionOffsets, reset_plan
 from httpapi.auth import require
 from httpapi.server import read_body, respond
 from httpapi.wire import API_PREFIX
@@ -164,10 +165,16 @@ class GroupRoutes:
         for topic in req.topics or ():
             require(request, "consume", "topic", topic)
         # Kafka lets an operator set a new group's offsets before its consumers start
-        # (naming the topics: a new group knows none).
-        coord = await self.coordinator(group, create=req.topics is not None)
-        offsets = await coord.reset(req)
-        return respond(request, {"offsets": wire.offsets_to_wire(offsets)})
+        # (naming the topics: a new group knows none); its dry run creates nothing.
+        create = req.topics is not None and not req.dry_run
+        try:
+            coord = await self.coordinator(group, create=create)
+        except NotFoundError:
+            if not (req.dry_run and req.topics):
+                raise
+            view = PartitionOffsets(self._topic_view(self.host.ns), lambda: 0)
+            return respond(request, (await reset_plan(view, req.topics, req)).to_wire())
+        return respond(request, (await coord.reset(req)).to_wire())
 
     async def delete(self, request: web.Request) -> web.Response:
         group = _group(request)
