@@ -68,7 +68,7 @@ def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
             check=False,
         )
         assert wrote.returncode == 0, wrote.stderr
-        ledgers = _json(file, "ledger", "list", "--stream", "s")
+        ledgers = _json(file, "ledger", "list", "--stream", "s")["ledgers"]
         victim = ledgers[0]["ensembles"][-1]["bookies"][0]
         info = next(b for b in cluster.bookies if b.name == victim)
         assert _cli(file, "bookie", "readonly", victim).returncode == 0
@@ -101,7 +101,7 @@ def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
         assert cluster.forget_retired()
         cluster.write_cluster_json()
         assert victim not in [b["id"] for b in json.loads(file.read_text())["bookies"]]
-        assert victim not in [b["id"] for b in _json(file, "bookie", "list")]
+        assert victim not in [b["id"] for b in _json(file, "bookie", "list")["bookies"]]
         status = _cli(file, "status", "--json")
         assert status.returncode == 0, status.stdout + status.stderr
         assert victim not in [b["id"] for b in json.loads(status.stdout)["bookies"]]

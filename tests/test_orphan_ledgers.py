@@ -93,7 +93,8 @@ def _cli_json(cluster: LocalCluster, *args: str) -> Any:
 
 def _roles(cluster: LocalCluster, stream: str) -> dict[int, str]:
     return {
-        r["ledger_id"]: r["role"] for r in _cli_json(cluster, "ledger", "list", "--stream", stream)
+        r["ledger_id"]: r["role"]
+        for r in _cli_json(cluster, "ledger", "list", "--stream", stream)["ledgers"]
     }
 
 
@@ -192,7 +193,7 @@ def test_ledger_list_shows_a_live_writers_spare_as_a_spare(proxy_cluster: LocalC
         return _roles(proxy_cluster, stream)
 
     asyncio.run(wait_for(lambda: sorted(roles().values()) == ["segment", "spare"], 60.0, 0.5))
-    rows = _cli_json(proxy_cluster, "ledger", "list", "--stream", stream)
+    rows = _cli_json(proxy_cluster, "ledger", "list", "--stream", stream)["ledgers"]
     assert sorted((r["role"], r["state"]) for r in rows) == [("segment", "OPEN"), ("spare", "OPEN")]
 
 
