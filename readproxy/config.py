@@ -23,8 +23,10 @@ class ReadProxyConfig(ProxyConfig):
     read_bytes_max: int = 8 * MiB
     # Longest long poll a client may ask for.
     long_poll_ms_max: int = 30_000
-    # A read without wait gives a fresh reader this long to fetch the first records.
-    range_read_timeout_ms: int = 300
+    # A read that found no record yet waits this long more for its reader to get one or
+    # to reach the stream's end; then it fails with TIMEOUT (retriable), never an
+    # empty page for records not read yet (below the thin client's request timeout).
+    range_read_timeout_ms: int = 5_000
     # Shared tail feeds (one core reader per hot stream) and their caches.
     feeds_max: int = 256
     feed_records_max: int = 50_000

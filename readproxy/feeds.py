@@ -69,11 +69,19 @@ class Feed:
         self.subscribers = 0
         self.last_used = time.monotonic()
         self.error: BooklineError | None = None
+        self._reader: LogReader | None = None  # the pump's
         self._new = asyncio.Event()
         self._last_entry: tuple[int, int] | None = None
         self._task = asyncio.get_running_loop().create_task(self._pump(start_seq))
 
     # -- reading the ring ----------------------------------------------------------
+
+    @property
+    def at_head(self) -> bool:
+        """The ring ends where the stream does: the pump's reader is caught up (an
+        empty slice at ``next_seq`` then means "no more records", not "not read yet")."""
+        reader = self._reader
+        return self.error is None and reader is not None and reader.caught_up
 
     def covers(self, seq: int) -> bool:
         return self.first_seq <= seq <= self.next_seq
@@ -132,29 +140,29 @@ class Feed:
     # -- the pump ------------------------------------------------------------------
 
     async def _pump(self, start_seq: int) -> None:
-        reader: LogReader | None = None
         try:
             while True:
                 try:
-                    if reader is None:
-                        reader = await self.ns.open_reader(
+                    if self._reader is None:
+                        self._reader = await self.ns.open_reader(
                             self.name, StartPosition.sequence(self.next_seq), skip_truncated=True
                         )
-                    recs = await reader.read_many(PUMP_BATCH_RECORDS, timeout_s=PUMP_WAIT_S)
+                    recs = await self._reader.read_many(PUMP_BATCH_RECORDS, timeout_s=PUMP_WAIT_S)
                 except (ClosedError, asyncio.CancelledError):
                     raise
                 except BooklineError as exc:
                     log.warning("feed %s: reader failed (%s); reopening", self.name, exc)
                     self.error = exc
+                    reader, self._reader = self._reader, None
                     if reader is not None:
                         await close_quietly(reader)
-                        reader = None
                     await asyncio.sleep(PUMP_RETRY_S)
                     continue
                 self.error = None
                 if recs:
                     self._append(recs)
         finally:
+            reader, self._reader = self._reader, None
             if reader is not None:
                 await close_quietly(reader)
 

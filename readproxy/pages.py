@@ -91,13 +91,16 @@ class Pages:
                 items = feed.slice(seq, limit, cfg.read_bytes_max)
                 if not items and follow and await feed.wait_beyond(seq, wait_s):
                     items = feed.slice(seq, limit, cfg.read_bytes_max)
-                self.metrics.count_served("feed", name, len(items))
-                return items, f"seq:{seq + len(items)}"
+                if items or feed.at_head:
+                    self.metrics.count_served("feed", name, len(items))
+                    return items, f"seq:{seq + len(items)}"
+                if feed.error is not None:  # its reader fails: what lies beyond is unknown
+                    raise feed.error
+                follow = False  # the feed is behind the stream: read what it lacks
             start = StartPosition.sequence(seq)
         else:
             start = to_start(pos)
-        timeout = wait_s if follow else cfg.range_read_timeout_ms / 1000
-        recs = await self.pool.read(name, start, limit, timeout)
+        recs = await self.pool.read(name, start, limit, wait_s if follow else 0.0)
         self.metrics.count_served("private", name, len(recs))
         if recs:
             nxt = recs[-1].sequence_id + 1
@@ -113,8 +116,7 @@ class Pages:
         feed, nothing decoded) and the sequence id to continue from (-1: unknown yet)."""
         seq = pos.value if pos.kind == "seq" else None
         start = StartPosition.sequence(seq) if seq is not None else to_start(pos)
-        timeout = wait_s if wait_s > 0 else self.config.range_read_timeout_ms / 1000
-        sets = await self.pool.read_sets(name, start, bytes_max, timeout)
+        sets = await self.pool.read_sets(name, start, bytes_max, wait_s)
         if sets:
             return sets, sets[-1].next_sequence_id
         return sets, seq if seq is not None else -1

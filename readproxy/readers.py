@@ -1,8 +1,12 @@
 """Private readers of one read proxy (:class:`ReaderPool`): range reads, and catch-up
-for a client behind a feed's ring. A reader is kept between pages, found again by
-``(stream, next sequence id)``, so paging through a stream reuses one core reader; idle
-ones are closed after ``private_reader_idle_ms``, and at most ``private_readers_max``
-exist (then 429)."""
+for a client behind a feed's ring. A read answers nothing only when its reader has read
+everything the stream holds (``LogReader.settle``): a reader still fetching gets up to
+``range_read_timeout_ms`` more, and one that cannot read (bookies down) raises its error,
+so a client is never told "no records" for records that exist (503, retriable).
+
+A reader is kept between pages, found again by ``(stream, next sequence id)``, so paging
+through a stream reuses one core reader; idle ones are closed after
+``private_reader_idle_ms``, and at most ``private_readers_max`` exist (then 429)."""
 
 from __future__ import annotations
 
@@ -64,17 +68,19 @@ class ReaderPool:
         name: str,
         start: StartPosition,
         records_max: int,
-        timeout_s: float,
+        wait_s: float,
         *,
         before_open: Callable[[], Awaitable[None]] | None = None,
     ) -> list[ReadRecord]:
         """Up to ``records_max`` records from ``start``, by the reader a previous page
-        ended at when there is one; ``before_open`` runs (and may raise) only when a
-        new reader has to be opened (a check that one kept between pages needs not)."""
+        ended at when there is one: waits up to ``wait_s`` for a record, and answers
+        none only at the stream's end (see the module). ``before_open`` runs (and may
+        raise) only when a new reader has to be opened (a check that one kept between
+        pages needs not)."""
         key = _key(name, start)
         reader, recs = await self._borrow(
             self._idle, key, name, start,
-            lambda r: r.read_many(records_max, timeout_s=timeout_s), before_open=before_open,
+            lambda r, t: r.read_many(records_max, timeout_s=t), wait_s, before_open=before_open,
         )  # fmt: skip
         self._count(recs)
         after = (name, recs[-1].sequence_id + 1) if recs else None
@@ -82,14 +88,14 @@ class ReaderPool:
         return recs
 
     async def read_sets(
-        self, name: str, start: StartPosition, bytes_max: int, timeout_s: float
+        self, name: str, start: StartPosition, bytes_max: int, wait_s: float
     ) -> list[RawRecordSet]:
         """Whole record sets from ``start`` (about ``bytes_max`` of them), by the reader
         a previous call ended at when there is one, as :meth:`read`."""
         key = _key(name, start)
         reader, sets = await self._borrow(
             self._idle_sets, key, name, start,
-            lambda r: r.read_record_sets(bytes_max, timeout_s=timeout_s),
+            lambda r, t: r.read_record_sets(bytes_max, timeout_s=t), wait_s,
         )  # fmt: skip
         if sets:
             self.metrics.core_entries.labels("private").inc(len(sets))
@@ -97,19 +103,21 @@ class ReaderPool:
         await self._give_back(self._idle_sets, after or key, reader)
         return sets
 
-    async def _borrow(
+    async def _borrow(  # noqa: PLR0917 - private, two call sites
         self,
         pool: _Pool,
         key: tuple[str, int] | None,
         name: str,
         start: StartPosition,
-        use: Callable[[LogReader], Awaitable[T]],
+        use: Callable[[LogReader, float], Awaitable[list[T]]],
+        wait_s: float,
         *,
         before_open: Callable[[], Awaitable[None]] | None = None,
-    ) -> tuple[LogReader, T]:
+    ) -> tuple[LogReader, list[T]]:
         """``use`` the reader kept in ``pool`` under ``key``, else a new one (within
         ``private_readers_max``: the oldest idle one is closed first, 429 when every
-        one is busy); a reader whose ``use`` failed is closed."""
+        one is busy), waiting ``wait_s`` and then until it settles; a reader whose
+        ``use`` failed is closed."""
         entry = pool.pop(key, None) if key is not None else None
         if entry is None and self._count_all() >= self.cfg.private_readers_max:
             await self._close_oldest()
@@ -127,7 +135,10 @@ class ReaderPool:
                 )
             )
             try:
-                got = await use(reader)
+                got = await use(reader, wait_s)
+                if not got:  # nothing yet: empty only at the end (settle raises else)
+                    await reader.settle(self.cfg.range_read_timeout_ms / 1000)
+                    got = await use(reader, 0.0)
             except BaseException:
                 await close_quietly(reader)
                 raise

@@ -130,9 +130,7 @@ class _Tail:
         seq = await pages.resolve_seq(name, pos)
         if seq is not None:
             return seq
-        recs = await pages.pool.read(
-            name, to_start(pos), cfg.ws_frame_records_max, cfg.range_read_timeout_ms / 1000
-        )
+        recs = await pages.pool.read(name, to_start(pos), cfg.ws_frame_records_max, 0.0)
         if recs:
             seq = recs[-1].sequence_id + 1
             await self._send([pack_record(r) for r in recs], seq, "private")

@@ -75,13 +75,12 @@ async def _read_partition(request: web.Request, pages: Pages) -> web.Response:
     offset = query_int(request, "offset", 0, 2**63 - 1)
     limit = query_int(request, "limit", PAGE_RECORDS_DEFAULT, cfg.read_records_max) or 1
     wait_ms = query_int(request, "wait_ms", 0, cfg.long_poll_ms_max)
-    timeout_s = (wait_ms if wait_ms > 0 else cfg.range_read_timeout_ms) / 1000
 
     async def check() -> None:
         await check_offset(pages.ns, topic, partition, offset)
 
     recs = await pages.pool.read(
-        name, StartPosition.sequence(offset), limit, timeout_s, before_open=check
+        name, StartPosition.sequence(offset), limit, wait_ms / 1000, before_open=check
     )
     if recs:
         # Offsets are contiguous from the asked one (the reader never skips: it was

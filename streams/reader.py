@@ -13,6 +13,14 @@ bytes, whichever comes first); the application takes records from it.
   poll at once and gives the segment's true last entry.
 * The next segment is found through a ZooKeeper watch on its znode.
 
+A timeout of :meth:`LogReader.read_next`/:meth:`~LogReader.read_many` says only that no
+record came in time. Whether the reader has read everything the stream holds (it waits
+at the readable end: a long poll past the LAC, or a watch for the next segment) is
+:attr:`LogReader.caught_up`, and :meth:`LogReader.settle` waits for that -- so "no
+records" is never answered for records not read yet. While the bookies cannot be reached
+the long polls fail and are retried; meanwhile a read that times out raises their error
+(retriable; the reader goes on when they are back) instead of returning nothing.
+
 Control records and the end-of-stream marker are dropped by the decoder; the marker
 ends the stream (``EndOfStreamError`` after the last record). Positions the stream
 no longer holds raise ``TruncatedError`` unless the reader was opened with
@@ -154,6 +162,12 @@ class LogReader:
         # for more): closed intervals' sum, and since when it is caught up now.
         self._head_s = 0.0
         self._head_since: float | None = None
+        # The fetch task waits at the stream's readable end (a long poll, a watch).
+        self._at_end = False
+        # Why its long polls fail (bookies unreachable), until one is answered again.
+        self._stall: BooklineError | None = None
+        # Set whenever an entry is queued or the two above change (settle waits on it).
+        self._progress = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._fetch(start))
 
     # -- the application's side ---------------------------------------------------
@@ -165,8 +179,49 @@ class LogReader:
             return self._current[self._index].dlsn
         return self._position
 
+    @property
+    def caught_up(self) -> bool:
+        """True when every record the stream holds so far was handed out: the fetch
+        waits at the readable end, its long polls are answered, nothing is read ahead."""
+        return (
+            self._at_end
+            and self._stall is None
+            and self._queue.empty()
+            and self._index >= len(self._current)
+        )
+
+    async def settle(self, timeout_s: float) -> None:
+        """Wait until there is something to hand out (records, the end of the stream, a
+        failure: the next read gives it) or the reader is :attr:`caught_up`. Raises the
+        error of a fetch whose long polls fail (bookies down; retriable) and
+        ``TimeoutError_`` when neither happened within ``timeout_s``: an empty read
+        after this means "no more records", never "not read yet"."""
+        if self._closed:
+            raise ClosedError(f"reader of {self.stream} was closed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            self._progress.clear()
+            if self._index < len(self._current) or not self._queue.empty():
+                return
+            if self._ended or self._error is not None:
+                return
+            if self._stall is not None:
+                raise _again(self._stall)
+            if self._at_end:
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError_(
+                    f"reader of {self.stream} got neither a record nor to the stream's "
+                    f"end within {timeout_s:g} s"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
+
     async def read_next(self, timeout_s: float | None = None) -> ReadRecord | None:
-        """The next record; None if none arrived within ``timeout_s``."""
+        """The next record; None if none arrived within ``timeout_s`` (raises instead
+        while the bookies cannot be reached: records may exist beyond)."""
         if self._index >= len(self._current) and not await self._refill(timeout_s):
             return None
         rec = self._current[self._index]
@@ -219,15 +274,15 @@ class LogReader:
         if self._closed:
             raise ClosedError(f"reader of {self.stream} was closed")
         if self._error is None and not self._ended:
-            try:
-                if timeout_s is not None and timeout_s <= 0:
-                    item = self._queue.get_nowait()
+            waits = self._waiting_at_head() if self._queue.empty() else _SERVED
+            with waits:
+                if timeout_s is None:
+                    item = await self._queue.get()
                 else:
-                    waits = self._waiting_at_head() if self._queue.empty() else _SERVED
-                    with waits:
-                        item = await asyncio.wait_for(self._queue.get(), timeout_s)
-            except (TimeoutError, asyncio.QueueEmpty):
-                return None
+                    got = await self._get_within(timeout_s, raise_now=raise_now)
+                    if got is None:
+                        return None
+                    item = got
             if isinstance(item, _Entry):
                 self._queued_bytes -= item.size
                 self._room.set()
@@ -258,13 +313,34 @@ class LogReader:
 
     @contextlib.contextmanager
     def _at_head(self) -> Iterator[None]:
-        """The fetch task is caught up for the block's duration."""
+        """The fetch task is caught up for the block's duration: readers waiting with
+        a timeout may say "nothing more" (settle), and the time counts as waiting."""
         self._head_since = since = time.perf_counter()
+        self._waiting_at_end(True)
         try:
             yield
         finally:
+            self._waiting_at_end(False)
             self._head_s += time.perf_counter() - since
             self._head_since = None
+
+    async def _get_within(self, timeout_s: float, *, raise_now: bool) -> _Item | None:
+        """The next queued item within ``timeout_s``; None when none came. While the
+        long polls fail (bookies down) raises their error at once with ``raise_now``:
+        a timed read then says why nothing came instead of "nothing"."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            self._progress.clear()
+            with contextlib.suppress(asyncio.QueueEmpty):
+                return self._queue.get_nowait()
+            if raise_now and self._stall is not None:
+                raise _again(self._stall)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), remaining)
 
     def __aiter__(self) -> AsyncIterator[ReadRecord]:
         return self._iterate()
@@ -318,6 +394,22 @@ class LogReader:
                 await self._room.wait()
             self._queued_bytes += size
         await self._queue.put(item)
+        self._progress.set()
+
+    def _waiting_at_end(self, at_end: bool) -> None:
+        self._at_end = at_end
+        if at_end:
+            self._progress.set()
+
+    def _stalled(self, exc: BooklineError | None) -> None:
+        if exc is None and self._stall is None:
+            return
+        if exc is not None and self._stall is None:
+            log.warning("reader of %s: the bookies do not answer (%s); retrying", self.stream, exc)
+        elif exc is None and self._stall is not None:
+            log.info("reader of %s: the bookies answer again", self.stream)
+        self._stall = exc
+        self._progress.set()
 
     async def _fetch(self, start: DLSN) -> None:
         seqno, entry, slot = start
@@ -479,13 +571,21 @@ class LogReader:
             if not poll.done():  # we were cancelled (the reader is closing)
                 poll.cancel()
                 await asyncio.gather(poll, return_exceptions=True)
-        if not poll.cancelled():
-            exc = poll.exception()
-            if isinstance(exc, NoEntryError | NoLedgerError | TimeoutError_ | ConnectionLostError):
-                log.debug("%s: long poll failed: %s", self.stream, exc)
-                await asyncio.sleep(_RETRY_PAUSE_S)
-            elif exc is not None:
-                raise exc
+        if poll.cancelled():
+            return
+        exc = poll.exception()
+        if isinstance(exc, TimeoutError_ | ConnectionLostError):
+            # No bookie answered: what was written past the LAC known is not known
+            # (reads that time out now raise this, see settle).
+            self._stalled(exc)
+            await asyncio.sleep(_RETRY_PAUSE_S)
+            return
+        if exc is not None and not isinstance(exc, NoEntryError | NoLedgerError):
+            raise exc
+        self._stalled(None)  # answered (by "not here yet" too): the LAC is current
+        if exc is not None:
+            log.debug("%s: long poll failed: %s", self.stream, exc)
+            await asyncio.sleep(_RETRY_PAUSE_S)
 
 
 def _again(exc: BaseException) -> BaseException:
