@@ -86,6 +86,8 @@ __all__ = [
 # bookie's disk check runs every 5 s; a loaded machine is slow to show anything).
 VERIFY_TIMEOUT_S: Final = 12.0
 VERIFY_POLL_S: Final = 0.2
+# A bookie whose fsync failed has stopped within this (it exits with status 3).
+FAIL_STOP_TIMEOUT_S: Final = 30.0
 # What a bookie logs when its disk check turns it read-only (bookie/server.py).
 READ_ONLY_MARKER: Final = b"turning read-only"
 # Kinds that take a bookie out of service while they hold (for bookies_down_max).
@@ -491,9 +493,9 @@ class Nemesis:
             offset = _log_size(node)
             setting = 'fsync_error = "EIO"' if plan.kind == "fsync-eio" else "disk_full = true"
             _control_path(node).write_text(setting + "\n")
-            probe = self._fsync_probe(node) if plan.kind == "fsync-eio" else None
-            probe = probe or self._full_probe(node, offset)
-            return Injected(probe, heal, node.id if plan.kind == "fsync-eio" else None)
+            if plan.kind == "disk-full":
+                return Injected(self._full_probe(node, offset), heal)
+            return Injected(self._fsync_probe(node), lambda: _heal_fsync(node), node.id)
         node.stop()  # a clean stop checkpoints: the newest entries reach an entry log
         notes.append(_flip(node, plan.detail))
         node.restart()
@@ -520,6 +522,18 @@ class Nemesis:
             return None
 
         return probe
+
+
+def _heal_fsync(node: Node) -> None:
+    """A bookie whose fsync failed stops (fail-stop): wait for it, then start it again.
+    One still running long after is a defect the nemesis reports (a TimeoutError)."""
+    failed = effects.fault_hits(node.data_dirs["journal"]).get("fsync_errors", 0)
+    _clear_control(node)
+    if failed:
+        what = f"{node.id} to stop after {failed} failed fsync(s)"
+        procs.wait_for(lambda: not node.is_running(), FAIL_STOP_TIMEOUT_S, what)
+    if not node.is_running():
+        node.restart()
 
 
 def _pid(target: Target) -> int | None:
