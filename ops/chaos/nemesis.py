@@ -40,16 +40,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from bookie.storage.entrylog_format import FILE_HEADER_BYTES
 from bookie.storage.faults import CONTROL_FILE, HITS_FILE, flip_bit
@@ -67,6 +64,7 @@ from ops.chaos.plans import (
     Step,
     Topology,
 )
+from ops.chaos.targets import ProcessTarget, Target
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +83,9 @@ __all__ = [
 # A fault not seen to take effect within its hold is looked at this long at least (a
 # bookie's disk check runs every 5 s; a loaded machine is slow to show anything).
 VERIFY_TIMEOUT_S: Final = 12.0
+# An fsync error shows at the bookie's next fsync: its next journal write, or for a
+# bookie in no current ensemble its next checkpoint (every 10 s) if it has anything.
+VERIFY_FSYNC_TIMEOUT_S: Final = 25.0
 VERIFY_POLL_S: Final = 0.2
 # A bookie whose fsync failed has stopped within this (it exits with status 3).
 FAIL_STOP_TIMEOUT_S: Final = 30.0
@@ -94,73 +95,6 @@ READ_ONLY_MARKER: Final = b"turning read-only"
 DOWN_KINDS: Final = ("kill", "power-cut", "pause", "fsync-eio")
 
 Probe = Callable[[], str | None]
-
-
-class Target(Protocol):
-    """A process the nemesis can crash and pause (a cluster node, or a writer)."""
-
-    id: str
-    kind: str
-
-    def kill9(self) -> None: ...
-
-    def restart(self, extra_args: list[str] | None = None) -> None: ...
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def is_running(self) -> bool: ...
-
-
-class ProcessTarget:
-    """Adapts a caller's process (``bookline chaos``'s writers) to :class:`Target`:
-    ``current()`` gives its live Popen (None when down), ``start()`` starts it again."""
-
-    def __init__(
-        self,
-        name: str,
-        current: Callable[[], subprocess.Popen[bytes] | None],
-        start: Callable[[], None],
-        kind: str = "writer",
-    ) -> None:
-        self.id, self.kind = name, kind
-        self._current, self._start = current, start
-        self._paused = False
-
-    def is_running(self) -> bool:
-        proc = self._current()
-        return proc is not None and proc.poll() is None
-
-    def kill9(self) -> None:
-        self.resume()
-        proc = self._current()
-        if proc is not None:
-            procs.kill9(proc)
-
-    def restart(self, extra_args: list[str] | None = None) -> None:
-        if extra_args:
-            raise ValueError(f"{self.id}: a writer restarts without extra arguments")
-        self.kill9()
-        self._start()
-
-    def pause(self) -> None:
-        proc = self._current()
-        if proc is None:
-            raise ProcessLookupError(f"{self.id} is not running")
-        os.killpg(proc.pid, signal.SIGSTOP)
-        self._paused = True
-
-    def current_pid(self) -> int | None:
-        proc = self._current()
-        return None if proc is None else proc.pid
-
-    def resume(self) -> None:
-        proc = self._current()
-        if self._paused and proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
-        self._paused = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +226,8 @@ class Nemesis:
         injected = await asyncio.to_thread(self._begin, plan, f"f{number}", notes)
         evidence: str | None = None
         try:
-            evidence = await self._verify(injected.probe, started, plan.hold_s)
+            wait_s = VERIFY_FSYNC_TIMEOUT_S if plan.kind == "fsync-eio" else VERIFY_TIMEOUT_S
+            evidence = await self._verify(injected.probe, started, max(plan.hold_s, wait_s))
             if evidence is not None:
                 self._enter(number, injected.down)
             await asyncio.sleep(max(0.0, started + plan.hold_s - time.time()))
@@ -313,10 +248,9 @@ class Nemesis:
             self.on_fault(fault)
         return fault
 
-    async def _verify(self, probe: Probe, started: float, hold_s: float) -> str | None:
-        """Poll ``probe`` until it shows the effect, within the hold (at least
-        VERIFY_TIMEOUT_S)."""
-        deadline = started + max(hold_s, VERIFY_TIMEOUT_S)
+    async def _verify(self, probe: Probe, started: float, wait_s: float) -> str | None:
+        """Poll ``probe`` until it shows the effect, at most ``wait_s`` from ``started``."""
+        deadline = started + wait_s
         while True:
             evidence = await asyncio.to_thread(probe)
             if evidence is not None or time.time() >= deadline:
