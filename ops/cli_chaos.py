@@ -52,7 +52,10 @@ def _show(summary: dict[str, Any]) -> None:
     for name in ("lost", "duplicated", "reordered", "inconsistent", "unexpected",
                  "failed_present", "recovered", "unverified", "read_errors"):  # fmt: skip
         print(f"  {name:15} {summary[name]}")
-    print(f"faults: {summary['faults_total']} ({faults})")
+    print(f"faults: {summary['faults_total']} took effect ({faults}); "
+          f"{summary.get('faults_overlapping', 0)} overlapping, at most "
+          f"{summary.get('bookies_down_max', 0)} bookies down at once; not effective: "
+          f"{summary.get('faults_ineffective') or 'none'}")  # fmt: skip
     for name, samples in summary.get("samples", {}).items():
         print(f"  e.g. {name}: {', '.join(samples[:3])}")
     print("OK: no anomaly" if summary["ok"] else "FAILED: see the anomalies above")

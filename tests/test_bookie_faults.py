@@ -345,3 +345,67 @@ async def _restart_same(s: BookieStorage) -> BookieStorage:
     new = BookieStorage(s.config)
     await new.start()
     return new
+
+
+# --- a disk that fills up (issue 21: the chaos nemesis's disk-full) ---------------------
+
+
+def test_disk_full_reports_no_room_keeps_a_reserve_and_counts_its_hits(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.ON, [tmp_path], control_dir=tmp_path)
+    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        shim.pwrite(fd, b"x" * 1000, 0)
+        (tmp_path / faults.CONTROL_FILE).write_text("disk_full = true\n")
+        space = shim.disk_space(tmp_path)
+        assert space.free_bytes == 0 and space.total_bytes > 0
+        shim.pwrite(fd, b"y" * 4096, 1000)  # within the reserve: a flush under way fits
+        with pytest.raises(OSError, match="No space left") as exc:
+            shim.pwrite(fd, b"z", faults.DISK_FULL_RESERVE_BYTES + 10_000)
+        assert exc.value.errno == errno.ENOSPC
+        assert shim.hits()["enospc_errors"] == 1
+        hits = (tmp_path / faults.HITS_FILE).read_text()
+        assert "enospc_errors = 1" in hits and "fsync_errors = 0" in hits
+        (tmp_path / faults.CONTROL_FILE).unlink()
+        assert shim.disk_space(tmp_path).free_bytes > 0  # room again
+        shim.pwrite(fd, b"z", faults.DISK_FULL_RESERVE_BYTES + 10_000)
+    finally:
+        shim.close(fd)
+
+
+def test_an_injected_fsync_error_is_counted_in_the_hits_file(tmp_path: Path) -> None:
+    shim = faults.FaultShim(faults.POWER_CUT, [tmp_path], control_dir=tmp_path)
+    fsync = shim.wrap_fsync(lambda fd: None)
+    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fsync(fd)
+        assert not (tmp_path / faults.HITS_FILE).exists()
+        (tmp_path / faults.CONTROL_FILE).write_text('fsync_error = "EIO"\n')
+        with pytest.raises(OSError, match="fault shim"):
+            fsync(fd)
+        assert "fsync_errors = 1" in (tmp_path / faults.HITS_FILE).read_text()
+    finally:
+        shim.close(fd)
+
+
+async def test_a_full_disk_turns_the_bookie_read_only_not_fatal(tmp_path: Path) -> None:
+    """The chaos suite's "disk full" stopped the bookie fatally (a 1-byte simulated disk:
+    the next entry-log flush failed with ENOSPC) while docs/reliability.md said it turns
+    read-only. A disk that fills up leaves what ext4 reserves for root: the disk check
+    turns the bookie read-only, a checkpoint still flushes, nothing fails."""
+    config = make_config(tmp_path, fault_shim="power-cut")
+    s = BookieStorage(config)
+    await s.start()
+    try:
+        await add_all(s, 1, range(50))
+        (Path(config.journal_dir) / faults.CONTROL_FILE).write_text("disk_full = true\n")
+        assert s.check_disk_usage().read_only
+        with pytest.raises(ReadOnlyError):
+            await s.add_entry(1, 50, 49, KEY, payload(1, 50))
+        await s.checkpoint()  # the memtable reaches the entry logs within the reserve
+        assert s.failed is None
+        await check_all(s, 1, range(50))
+        (Path(config.journal_dir) / faults.CONTROL_FILE).unlink()
+        assert not s.check_disk_usage().read_only
+        await s.add_entry(1, 50, 49, KEY, payload(1, 50))
+    finally:
+        await s.close()

@@ -68,6 +68,7 @@ def check_summary(code: int, summary: dict[str, Any], seed: int) -> None:
     assert summary["seed"] == seed
     assert summary["acked"] > 0
     assert summary["faults_total"] > 0 and summary["faults"], summary
+    assert summary["faults_overlapping"] >= 2, summary  # every other step overlaps
     assert code == 0
 
 
@@ -84,3 +85,5 @@ def test_long_chaos_run_finds_no_anomaly(tmp_path: Path, seed: int) -> None:
     code, summary, _log = run_chaos(tmp_path, duration_s=600, seed=seed)
     check_summary(code, summary, seed=seed)
     assert summary["faults_total"] >= 100, summary
+    assert summary["faults_overlapping"] >= 20, summary
+    assert summary["bookies_down_max"] >= 2, summary

@@ -18,7 +18,7 @@ import pytest
 
 from ops import procs
 from ops.chaos.hosts import ChaosCluster, Node
-from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget
+from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget, Step
 from tests.test_chaos_hosts import PROBLEM
 from thinclient.client import ClientConfig, ProxyClient
 
@@ -107,6 +107,40 @@ def test_a_seed_replays_the_same_faults(chaos: ChaosCluster, writer: ProcessTarg
     assert min(p.hold_s for p in pauses) > 4.0  # longer than the 4 s session timeout
 
 
+def test_every_other_step_overlaps_faults(chaos: ChaosCluster, writer: ProcessTarget) -> None:
+    """Issue 21: faults never overlapped. Every other step is now an overlap scenario,
+    drawn from the seed: Qa or more bookies down at once, a kill inside a network
+    fault, a bookie lost while a ZooKeeper server is cut off or down."""
+
+    def steps(seed: int) -> list[Step]:
+        nemesis = Nemesis(chaos, random.Random(seed))
+        nemesis.add_target(writer)
+        return [nemesis.plan_step() for _ in range(200)]
+
+    first = steps(21)
+    assert first == steps(21)
+    overlaps = first[1::2]
+    assert all(s.scenario != "single" and len(s.plans) >= 2 for s in overlaps)
+    assert all(s.scenario == "single" and len(s.plans) == 1 for s in first[0::2])
+    bookies = {b.id for b in chaos.bookies}
+    for s in overlaps:
+        outer, inner = s.plans[0], s.plans[1:]
+        assert all(0 < p.delay_s < outer.hold_s for p in inner), s  # starts while it holds
+        if s.scenario == "bookies-down":
+            assert len({p.target for p in s.plans}) == len(s.plans) >= 2
+            assert {p.target for p in s.plans} <= bookies
+            assert {p.kind for p in s.plans} <= {"kill", "power-cut"}
+        elif s.scenario == "partition-during-kill":
+            assert outer.kind in NETWORK_KINDS and inner[0].kind == "kill"
+        else:
+            assert outer.target.startswith("zookeeper-") and inner[0].target in bookies
+    scenarios = {s.scenario for s in overlaps}
+    assert scenarios == {
+        "bookies-down", "partition-during-kill", "zk-minority-during-bookie-loss"
+    }  # fmt: skip
+    assert any(len(s.plans) == 3 for s in overlaps if s.scenario == "bookies-down")
+
+
 async def _write(client: ProxyClient, what: str) -> None:
     await _write_to(client, "nemesis", what)
 
@@ -129,10 +163,12 @@ async def test_kill_and_pause_are_healed(
     fault = await _fault(nemesis, "kill", bookie.id)
     assert bookie.pid != before and bookie.is_running()
     assert fault.healed_at - fault.started_at >= HOLD_S
+    assert fault.effective and fault.evidence.startswith(f"pid {before} gone"), fault
     old_writer = writer._current()
     await _fault(nemesis, "kill", "writer-1")
     assert writer.is_running() and writer._current() is not old_writer
-    await _fault(nemesis, "pause", chaos.write_proxies[0].id)
+    paused = await _fault(nemesis, "pause", chaos.write_proxies[0].id)
+    assert paused.effective and "state T" in paused.evidence, paused
     zk = chaos.zookeepers[1]
     before = zk.pid
     await _fault(nemesis, "kill", zk.id)
@@ -212,33 +248,62 @@ def _cmdline(node: Node) -> list[str]:
     return Path(f"/proc/{node.pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
 
 
-@pytest.mark.slow
-async def test_storage_faults_restart_a_bookie_with_the_shim_and_heal_without_it(
+async def test_storage_faults_hit_a_serving_bookie_and_are_verified(
     chaos: ChaosCluster, client: ProxyClient
 ) -> None:
+    """Issue 21: an injected fsync EIO failed an fsync in 1 of 6 injections (the bookie
+    was restarted with the shim and got no writes), and "disk full" stopped the bookie
+    fatally. Every chaos bookie runs under the power-cut overlay; the faults switch on
+    in a bookie that serves, and each counts only once it took effect."""
     nemesis = Nemesis(chaos, random.Random(4))
     bookie = chaos.bookies[0]
-    async with _held(nemesis, "power-cut", bookie.id):
-        assert _cmdline(bookie)[-2:] == ["--fault-shim", "power-cut"]
-        await _write(client, "while the power-cut shim runs")
-    async with _held(nemesis, "disk-full", bookie.id):
-        assert _cmdline(bookie)[-2:] == ["--fault-shim", "on"]
-        assert "disk_bytes_max = 1" in (bookie.data_dirs["journal"] / "FAULTS.toml").read_text()
-        await _write(client, "while a bookie's disk is full")
-    async with _held(nemesis, "fsync-eio", bookie.id):
-        # The next journal fsync fails: a fatal storage error ends the bookie (status 3).
-        # Fresh streams get fresh ledgers; 3 of the 4 bookies are in each one's ensemble.
+    assert _cmdline(bookie)[-2:] == ["--fault-shim", "power-cut"]
+
+    async def writes(prefix: str) -> None:
+        # Fresh streams get fresh ledgers: 3 of the 4 bookies are in each ensemble.
         for i in range(8):
-            await _write_to(client, f"eio-{i}", "while fsync fails")
-            if not bookie.is_running():
-                break
-        procs.wait_for(lambda: not bookie.is_running(), 10.0, "the bookie to stop")
-        assert bookie.info.proc.returncode == FATAL_STORAGE_EXIT
-    for node in (bookie, *chaos.bookies):
-        assert "FAULTS.toml" not in {p.name for p in node.data_dirs["journal"].iterdir()}
-        assert "--fault-shim" not in _cmdline(node)
+            await _write_to(client, f"{prefix}-{i}", "while a storage fault holds")
+
+    cut = await nemesis.run(Plan("power-cut", bookie.id, HOLD_S))
+    assert cut.effective and "power-cut overlay" in cut.evidence, cut
+    full_task = asyncio.create_task(nemesis.run(Plan("disk-full", bookie.id, HOLD_S)))
+    await writes("full")
+    full = await full_task
+    assert full.effective and "read-only" in full.evidence, full
+    assert bookie.is_running()  # read-only, not stopped
+    eio_task = asyncio.create_task(nemesis.run(Plan("fsync-eio", bookie.id, HOLD_S)))
+    await writes("eio")
+    eio = await eio_task
+    assert eio.effective and "failed with EIO" in eio.evidence, eio
+    assert nemesis.ineffective() == {}
+    for node in chaos.bookies:
+        names = {p.name for p in node.data_dirs["journal"].iterdir()}
+        assert not names & {"FAULTS.toml", "FAULTS.hits"}
+        assert _cmdline(node)[-2:] == ["--fault-shim", "power-cut"]
     _serving(chaos)
     await _write(client, "after the storage faults")
+
+
+async def test_overlapping_bookie_losses_and_a_verified_partition(
+    chaos: ChaosCluster, client: ProxyClient
+) -> None:
+    nemesis = Nemesis(chaos, random.Random(6))
+    b1, b2, zk1 = chaos.bookies[1], chaos.bookies[2], chaos.zookeepers[0]
+    step = Step("bookies-down", (
+        Plan("power-cut", b1.id, 3.0), Plan("kill", b2.id, 1.0, delay_s=0.5),
+    ))  # fmt: skip
+    faults = await nemesis.run_step(step)
+    assert all(f.effective and f.overlapped for f in faults), faults
+    assert nemesis.overlap_stats() == {"faults_overlapping": 2, "bookies_down_max": 2}
+    step = Step("zk-minority-during-bookie-loss", (
+        Plan("partition-zk-minority", zk1.id, 3.0), Plan("kill", b1.id, 1.0, delay_s=0.5),
+    ))  # fmt: skip
+    partition, kill = await nemesis.run_step(step)
+    assert partition.effective and "does not get through" in partition.evidence, partition
+    assert kill.effective and partition.overlapped and kill.overlapped
+    assert nemesis.counts() == {"power-cut": 1, "kill": 2, "partition-zk-minority": 1}
+    _serving(chaos)
+    await _write(client, "after the overlapping faults")
 
 
 async def test_bit_flip_damages_an_entry_log_of_a_stopped_bookie(

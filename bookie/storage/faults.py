@@ -19,8 +19,15 @@ costs one attribute lookup, like ``os.pwrite`` itself.
   disk size per directory (``disk_bytes_max``): preallocation and writes that would grow
   the directory's files past it fail with ENOSPC, and :meth:`disk_space` reports it.
   A process bookie is steered through a control file, ``FAULTS.toml`` in the journal
-  directory (keys ``fsync_error = "EIO"`` and ``disk_bytes_max = N``), read again at
-  every fsync and space query when it changed.
+  directory (keys ``fsync_error = "EIO"``, ``disk_bytes_max = N`` and ``disk_full =
+  true``), read again at every fsync and space query when it changed.
+* ``disk_full``: the disk fills up *now*, as ext4 with root's reserved blocks does: the
+  space query reports no free byte (so the bookie's disk check turns it read-only), and
+  writes that grow a directory more than :data:`DISK_FULL_RESERVE_BYTES` past its size
+  at that moment fail with ENOSPC (what a memtable flush already under way needs).
+* Every fault that hits is counted in ``FAULTS.hits`` next to the control file
+  (``fsync_errors = N``, ``enospc_errors = M``, rewritten at each hit): the chaos
+  nemesis counts an injection only once it took effect.
 * Both: a slow disk (``fsync_delay_ms = N`` in the control file): every fsync takes N ms
   more (the alert tests' slow journal).
 
@@ -52,6 +59,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CONTROL_FILE",
+    "HITS_FILE",
     "REAL_IO",
     "DiskSpace",
     "FaultShim",
@@ -71,6 +79,11 @@ ON: Final = "on"
 POWER_CUT: Final = "power-cut"
 # The control file a running bookie's shim reads (in the journal directory).
 CONTROL_FILE: Final = "FAULTS.toml"
+# What the shim has injected so far (written next to the control file at each hit).
+HITS_FILE: Final = "FAULTS.hits"
+# Room left to a bookie whose disk just filled up (``disk_full``), like the blocks ext4
+# reserves for root: a checkpoint under way still gets its entry logs written.
+DISK_FULL_RESERVE_BYTES: Final = 64 << 20
 # Name of the ballast file fill_disk() creates.
 BALLAST_FILE: Final = "BALLAST"
 
@@ -163,6 +176,9 @@ class FaultShim:
         self._keys: dict[int, tuple[int, int]] = {}  # fd -> (st_dev, st_ino)
         self._fd_roots: dict[int, Path | None] = {}
         self._pending: dict[tuple[int, int], _Pending] = {}
+        # disk_full: each root's size limit, pinned when the disk filled up.
+        self._full_limits: dict[Path, int] | None = None
+        self._hits = {"fsync_errors": 0, "enospc_errors": 0}
 
     # -- steering (tests) --
 
@@ -204,12 +220,37 @@ class FaultShim:
         self.fsync_errno = getattr(errno, name) if name else None
         self.disk_bytes_max = int(settings.get("disk_bytes_max", 0))
         self.fsync_delay_s = int(settings.get("fsync_delay_ms", 0)) / 1000
+        self.set_disk_full(bool(settings.get("disk_full", False)))
         log.warning(
-            "fault shim: fsync_error=%s disk_bytes_max=%d fsync_delay_ms=%d",
-            name or "-",
-            self.disk_bytes_max,
+            "fault shim: fsync_error=%s disk_bytes_max=%d disk_full=%s fsync_delay_ms=%d",
+            name or "-", self.disk_bytes_max, self._full_limits is not None,
             self.fsync_delay_s * 1000,
-        )
+        )  # fmt: skip
+
+    def set_disk_full(self, full: bool) -> None:
+        """The disk fills up now (see ``disk_full`` in the module docstring), or has
+        room again. Caller holds the lock or no other thread runs yet."""
+        if not full:
+            self._full_limits = None
+        elif self._full_limits is None:
+            self._full_limits = {
+                root: _tree_bytes(root) + DISK_FULL_RESERVE_BYTES for root in self._roots
+            }
+
+    def _hit(self, what: str) -> None:
+        """Count an injected failure in HITS_FILE (caller holds the lock)."""
+        self._hits[what] += 1
+        if self._control is None:
+            return
+        hits = self._control.with_name(HITS_FILE)
+        tmp = hits.with_name(HITS_FILE + ".tmp")
+        tmp.write_text("".join(f"{k} = {v}\n" for k, v in self._hits.items()))
+        tmp.replace(hits)
+
+    def hits(self) -> dict[str, int]:
+        """Failures injected so far: fsync_errors, enospc_errors."""
+        with self._lock:
+            return dict(self._hits)
 
     # -- file operations --
 
@@ -236,12 +277,14 @@ class FaultShim:
 
     def _check_space(self, fd: int, new_end: int, current_end: int) -> None:
         """ENOSPC when growing this file to ``new_end`` overflows its simulated disk."""
-        if not self.disk_bytes_max or new_end <= current_end:
-            return
         root = self._fd_roots.get(fd)
-        if root is None:
+        if new_end <= current_end or root is None:
             return
-        if _tree_bytes(root) + new_end - current_end > self.disk_bytes_max:
+        limits = [self.disk_bytes_max] if self.disk_bytes_max else []
+        if self._full_limits is not None:
+            limits.append(self._full_limits.get(root, 0))
+        if limits and _tree_bytes(root) + new_end - current_end > min(limits):
+            self._hit("enospc_errors")
             raise OSError(errno.ENOSPC, "No space left on device (fault shim)")
 
     def _size(self, fd: int) -> int:
@@ -302,6 +345,9 @@ class FaultShim:
     def disk_space(self, path: str | Path) -> DiskSpace:
         with self._lock:
             self._read_control()
+            if self._full_limits is not None:
+                used = _tree_bytes(Path(path).resolve())
+                return DiskSpace(max(1, used), 0)  # full: not a byte left to report
             if not self.disk_bytes_max:
                 return _disk_space(path)
             used = _tree_bytes(Path(path).resolve())
@@ -315,6 +361,7 @@ class FaultShim:
                 pending = None if key is None else self._pending.pop(key, None)
                 if self.fsync_errno is not None:
                     # Linux drops the dirty pages of a failed writeback: so do we.
+                    self._hit("fsync_errors")
                     raise OSError(self.fsync_errno, f"{os.strerror(self.fsync_errno)} (fault shim)")
                 for at, chunk in pending.writes if pending is not None else ():
                     _pwrite_all(fd, chunk, at)

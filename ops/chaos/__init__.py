@@ -24,10 +24,14 @@ Package map (who owns what, and the interfaces between the parts):
   ``pid``, data directories) and ``skip_reason`` (why namespaces were not used, else
   None).
 * ``nemesis`` (H5) -- ``Nemesis(cluster, rng: random.Random)`` with ``async step() ->
-  Fault`` (one fault started and, later, healed: ``kind``, ``target``, start and end
-  times), ``async heal_all()`` and ``counts() -> dict[str, int]`` (faults by kind);
-  ``add_target(ProcessTarget(name, current, start))`` registers a writer process it
-  may kill and pause (``run`` registers the workload's four).
+  list[Fault]`` (the next step's faults -- one, or an overlap scenario's several --
+  started, verified, held and healed: ``kind``, ``target``, times, ``effective`` and its
+  ``evidence``), ``async heal_all()``, ``counts()`` (effective faults by kind),
+  ``ineffective()`` and ``overlap_stats()``; ``add_target(ProcessTarget(name, current,
+  start))`` registers a writer process it may kill and pause (``run`` registers the
+  workload's four). ``plans`` (issue 21) chooses the steps from the seed and the
+  topology only; ``effects`` looks at whether a fault took effect; ``targets`` holds
+  what may be crashed and paused.
 
 All randomness of a run comes from its seed (printed at the start): the nemesis's
 ``rng``, each writer's choices (``seed`` + writer index + incarnation).

@@ -26,7 +26,9 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +48,10 @@ QUORUMS: Final = Quorums(ensemble_size=3, write_quorum=3, ack_quorum=2)
 SESSION_TIMEOUT_MS: Final = 4_000
 # A restarted child serves within this (a bookie first waits out its old session).
 RESTART_TIMEOUT_S: Final = 90.0
+# Every chaos bookie runs under the storage fault shim's power-cut overlay (only fsynced
+# writes reach its files), so any kill -9 of a bookie is a power cut, and fsync errors
+# and a full disk can be switched on in a bookie that is serving (FAULTS.toml).
+BOOKIE_ARGS: Final = ("--fault-shim", "power-cut")
 # Short host names per child kind (interface names have at most 15 characters).
 SHORT_NAMES: Final = {"zookeeper": "zk", "bookie": "b", "writeproxy": "wp", "readproxy": "rp"}
 
@@ -141,12 +147,15 @@ class Node:
         """Stop the process if it runs, start it again (with ``extra_args`` on its
         command line, none by default) and wait until it serves."""
         local = self._cluster.local
+        if self.kind == "bookie" and extra_args is None:
+            extra_args = list(self._cluster.bookie_args)
         if self.kind != "zookeeper":
             local.extra_args[self.id] = list(extra_args or [])
         if self.is_running():
             self.resume()
             procs.stop(self.info.proc)
-        fresh = local.respawn(self.info)
+        with self._cluster.lock:  # the nemesis restarts several nodes at once
+            fresh = local.respawn(self.info)
         deadline = time.monotonic() + RESTART_TIMEOUT_S
         while not local.is_ready(fresh):
             if fresh.proc.poll() is not None:
@@ -167,9 +176,15 @@ class ChaosCluster:
     failed start, and it removes every namespace and link the cluster made."""
 
     def __init__(
-        self, directory: Path, *, namespaces: bool, seed: int | None = None, auth: bool = False
-    ) -> None:
+        self, directory: Path, *, namespaces: bool, seed: int | None = None, auth: bool = False,
+        bookie_args: Sequence[str] = BOOKIE_ARGS,
+    ) -> None:  # fmt: skip
         self.dir = Path(directory).resolve()
+        # Every bookie's extra command line (a restart without arguments uses it too);
+        # the broken-build test adds --no-journal-sync.
+        self.bookie_args = tuple(bookie_args)
+        # Held while a node is respawned or cluster.json written (threads of the nemesis).
+        self.lock = threading.Lock()
         # Proxies require tokens (as `bookline local` does by default); cluster.json
         # names the admin token's file, so the run's clients send it.
         self.auth = auth
@@ -183,12 +198,16 @@ class ChaosCluster:
         self.nodes: list[Node] = [Node(self, n, k, None) for n, k in _child_names()]
 
     def _local(self, placements: dict[str, Placement]) -> LocalCluster:
-        return LocalCluster(
+        local = LocalCluster(
             self.dir, bookies=BOOKIES, write_proxies=WRITE_PROXIES, read_proxies=READ_PROXIES,
             zk_ensemble=ZK_ENSEMBLE, quorums=QUORUMS,
             service_session_timeout_ms=SESSION_TIMEOUT_MS, placements=placements,
             auth=self.auth,
         )  # fmt: skip
+        for name, kind in _child_names():
+            if kind == "bookie":
+                local.extra_args[name] = list(self.bookie_args)
+        return local
 
     # -- what callers use ------------------------------------------------------------
     @property
@@ -312,7 +331,8 @@ class ChaosCluster:
         return doc
 
     def write_cluster_file(self) -> Path:
-        path = self.local.write_cluster_json(self.describe())
+        with self.lock:
+            path = self.local.write_cluster_json(self.describe())
         log.debug("wrote %s", path)
         return path
 

@@ -1,10 +1,16 @@
 """The nemesis: seeded faults against a :class:`~ops.chaos.hosts.ChaosCluster`.
 
-Each :meth:`Nemesis.step` picks one fault with the run's ``random.Random`` (what, on
-whom, for how long), starts it, holds it, heals it and returns a :class:`Fault`. The
-choice depends only on the ``rng`` and the cluster's fixed topology (never on timing or
-state), so a seed replays the same sequence of kinds, targets and holds. Steps run one
-at a time (a lock), so faults never overlap and each is healed within its step.
+Each :meth:`Nemesis.step` takes the next :class:`~ops.chaos.plans.Step` from the run's
+``random.Random`` (:mod:`ops.chaos.plans`: what, on whom, for how long, and for an
+overlap scenario when each fault starts), runs its faults concurrently -- each started
+after its delay, held and healed on its own clock -- and returns them as
+:class:`Fault`. Steps run one after another; the faults inside an overlap step overlap.
+
+A fault counts only once it took effect (:mod:`ops.chaos.effects`): a killed pid is
+gone, a paused one is stopped, a power-cut bookie ran under the overlay, the shim says
+it failed an fsync or a write, the full bookie turned read-only, a cut host's
+connection does not get through. One that did not (within its hold, or
+``VERIFY_TIMEOUT_S``) is healed and reported as ineffective, not counted.
 
 Kinds (the ``bookline chaos`` summary counts them):
 
@@ -17,15 +23,16 @@ Kinds (the ``bookline chaos`` summary counts them):
   hosts, a majority side with two and the rest), ``one-way`` (a host drops what
   another sends it), ``bookie-cut-from-proxies`` (a bookie cannot reach the write
   proxies, nor they it, but reaches ZooKeeper);
-* storage (bookies restarted with the fault shim, bookie/storage/faults.py):
-  ``power-cut`` (shim in power-cut mode, then ``kill -9``: unsynced writes are lost),
-  ``fsync-eio`` (every fsync fails with EIO), ``disk-full`` (a simulated disk that is
-  already full), ``bit-flip`` (one bit of the newest entry log flipped while the
-  bookie is down after a clean stop, which checkpoints; checksums must catch it on
-  read).
+* storage (every chaos bookie runs under the fault shim's power-cut overlay,
+  bookie/storage/faults.py): ``power-cut`` (``kill -9``: what was not fsynced is lost),
+  ``fsync-eio`` (the serving bookie's fsyncs fail with EIO: it stops, fail-stop, at
+  the next one), ``disk-full`` (its disks fill up: it turns read-only), ``bit-flip``
+  (one bit of the newest entry log flipped while the bookie is down after a clean
+  stop, which checkpoints; checksums must catch it on read).
 
-Healing restarts what is down without the shim, sets links up, SIGCONTs and deletes
-the fault's nftables table; :meth:`Nemesis.heal_all` does all of it for every host.
+Healing restarts what is down (bookies under the overlay again), sets links up,
+SIGCONTs, removes the shim's control file and deletes the fault's nftables table;
+:meth:`Nemesis.heal_all` does all of it for every host.
 """
 
 from __future__ import annotations
@@ -33,119 +40,61 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from bookie.storage.entrylog_format import FILE_HEADER_BYTES
-from bookie.storage.faults import CONTROL_FILE, flip_bit
+from bookie.storage.faults import CONTROL_FILE, HITS_FILE, flip_bit
 from ops import procs
-from ops.chaos.hosts import SESSION_TIMEOUT_MS, ChaosCluster, Node
+from ops.chaos import effects
+from ops.chaos.hosts import ChaosCluster, Node
 from ops.chaos.netns import NetHost
+from ops.chaos.plans import (
+    HOLD_S,
+    NETWORK_KINDS,
+    PROCESS_KINDS,
+    STORAGE_KINDS,
+    Plan,
+    Planner,
+    Step,
+    Topology,
+)
+from ops.chaos.targets import ProcessTarget, Target
 
 log = logging.getLogger(__name__)
 
-PROCESS_KINDS: Final = ("kill", "pause")
-NETWORK_KINDS: Final = (
-    "link-down",
-    "partition-zk-minority",
-    "partition-halves",
-    "one-way",
-    "bookie-cut-from-proxies",
-)
-STORAGE_KINDS: Final = ("power-cut", "fsync-eio", "disk-full", "bit-flip")
-# How long each kind of fault is held, seconds (low, high): long enough to matter
-# (sessions expire, writers time out and fail over), short enough for many per run.
-HOLD_S: Final = {
-    "kill": (0.5, 3.0),
-    # A pause outlasts the session timeout, so the paused service's session expires.
-    "pause": (SESSION_TIMEOUT_MS / 1000 + 1.0, SESSION_TIMEOUT_MS / 1000 + 3.0),
-    # Past the client and bookie timeouts that matter (a read's speculative timeout, an
-    # add's retry), below a session's expiry or longer.
-    "network": (1.5, 6.0),
-    # A storage fault also costs the bookie's restart (seconds) on each side of its hold.
-    "storage": (2.0, 5.0),
-}
+__all__ = [
+    "HOLD_S",
+    "NETWORK_KINDS",
+    "PROCESS_KINDS",
+    "STORAGE_KINDS",
+    "Fault",
+    "Nemesis",
+    "Plan",
+    "ProcessTarget",
+    "Step",
+]
 
+# A fault not seen to take effect within its hold is looked at this long at least (a
+# bookie's disk check runs every 5 s; a loaded machine is slow to show anything).
+VERIFY_TIMEOUT_S: Final = 12.0
+# An fsync error shows at the bookie's next fsync: its next journal write, or for a
+# bookie in no current ensemble its next checkpoint (every 10 s) if it has anything.
+VERIFY_FSYNC_TIMEOUT_S: Final = 25.0
+VERIFY_POLL_S: Final = 0.2
+# A bookie whose fsync failed has stopped within this (it exits with status 3).
+FAIL_STOP_TIMEOUT_S: Final = 30.0
+# What a bookie logs when its disk check turns it read-only (bookie/server.py).
+READ_ONLY_MARKER: Final = b"turning read-only"
+# Kinds that take a bookie out of service while they hold (for bookies_down_max).
+DOWN_KINDS: Final = ("kill", "power-cut", "pause", "fsync-eio")
 
-class Target(Protocol):
-    """A process the nemesis can crash and pause (a cluster node, or a writer)."""
-
-    id: str
-    kind: str
-
-    def kill9(self) -> None: ...
-
-    def restart(self, extra_args: list[str] | None = None) -> None: ...
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def is_running(self) -> bool: ...
-
-
-class ProcessTarget:
-    """Adapts a caller's process (``bookline chaos``'s writers) to :class:`Target`:
-    ``current()`` gives its live Popen (None when down), ``start()`` starts it again."""
-
-    def __init__(
-        self,
-        name: str,
-        current: Callable[[], subprocess.Popen[bytes] | None],
-        start: Callable[[], None],
-        kind: str = "writer",
-    ) -> None:
-        self.id, self.kind = name, kind
-        self._current, self._start = current, start
-        self._paused = False
-
-    def is_running(self) -> bool:
-        proc = self._current()
-        return proc is not None and proc.poll() is None
-
-    def kill9(self) -> None:
-        self.resume()
-        proc = self._current()
-        if proc is not None:
-            procs.kill9(proc)
-
-    def restart(self, extra_args: list[str] | None = None) -> None:
-        if extra_args:
-            raise ValueError(f"{self.id}: a writer restarts without extra arguments")
-        self.kill9()
-        self._start()
-
-    def pause(self) -> None:
-        proc = self._current()
-        if proc is None:
-            raise ProcessLookupError(f"{self.id} is not running")
-        os.killpg(proc.pid, signal.SIGSTOP)
-        self._paused = True
-
-    def resume(self) -> None:
-        proc = self._current()
-        if self._paused and proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGCONT)
-        self._paused = False
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """A fault chosen but not started: what only the seed decides."""
-
-    kind: str
-    target: str  # e.g. "bookie-2"; "a|b,c" for a partition of sides a and b,c
-    hold_s: float
-    detail: str = ""  # kind-specific choice (e.g. which bit), also seeded
+Probe = Callable[[], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +108,29 @@ class Fault:
     healed_at: float
     detail: str = ""
     notes: list[str] = field(default_factory=list)  # what happened (e.g. nothing to flip)
+    effective: bool = True  # seen to take effect (else not counted)
+    evidence: str = ""  # what showed it (a pid gone, a probe that did not get through)
+    scenario: str = "single"  # the step's: "single" or an overlap scenario
+    step: int = 0
+    overlapped: bool = False  # in effect while another fault was
 
     def to_json(self) -> dict[str, object]:
         return {
             "kind": self.kind, "target": self.target, "hold_s": round(self.hold_s, 3),
             "started_at": self.started_at, "healed_at": self.healed_at,
-            "detail": self.detail, "notes": list(self.notes),
+            "detail": self.detail, "notes": list(self.notes), "effective": self.effective,
+            "evidence": self.evidence, "scenario": self.scenario, "step": self.step,
+            "overlapped": self.overlapped,
         }  # fmt: skip
+
+
+@dataclass(slots=True)
+class Injected:
+    """A fault started: how to see it took effect, how to heal it, what it takes down."""
+
+    probe: Probe
+    heal: Callable[[], None]
+    down: str | None = None  # the bookie it takes out of service, if any
 
 
 class Nemesis:
@@ -174,78 +139,141 @@ class Nemesis:
     def __init__(self, cluster: ChaosCluster, rng: random.Random) -> None:
         self.cluster = cluster
         self.rng = rng
+        self.planner = Planner(rng)
         self.writers: list[Target] = []
+        self.on_fault: Callable[[Fault], None] | None = None  # each fault once healed
         self._counts: Counter[str] = Counter()
+        self._ineffective: Counter[str] = Counter()
         self._lock = asyncio.Lock()
         self._tag = 0
+        self._steps = 0
+        self._active: dict[int, bool] = {}  # fault number -> overlapped so far
+        self._overlapping = 0
+        self._down: Counter[str] = Counter()
+        self._down_max = 0
 
     def add_target(self, target: Target) -> None:
         """A process of the caller (a writer) that ``kill`` and ``pause`` may hit.
         Register every one before the first step: the choice depends on the list."""
         self.writers.append(target)
 
+    def topology(self) -> Topology:
+        c = self.cluster
+        return Topology(
+            zookeepers=tuple(n.id for n in c.zookeepers),
+            bookies=tuple(n.id for n in c.bookies),
+            services=tuple(n.id for n in c.proxies),
+            writers=tuple(w.id for w in self.writers),
+            namespaces=c.namespaces,
+        )
+
     def kinds(self) -> tuple[str, ...]:
-        network = NETWORK_KINDS if self.cluster.namespaces else ()
-        return (*PROCESS_KINDS, *network, *STORAGE_KINDS)
+        return self.planner.kinds(self.topology())
 
     def counts(self) -> dict[str, int]:
+        """Faults that took effect, by kind."""
         return dict(self._counts)
+
+    def ineffective(self) -> dict[str, int]:
+        """Faults injected that were not seen to take effect (not counted), by kind."""
+        return dict(self._ineffective)
+
+    def overlap_stats(self) -> dict[str, int]:
+        """Counted faults in effect while another was; most bookies out at once."""
+        return {"faults_overlapping": self._overlapping, "bookies_down_max": self._down_max}
 
     # -- choosing (pure: rng + topology) -----------------------------------------------
     def plan(self) -> Plan:
-        kind = self.rng.choice(self.kinds())
-        group = "network" if kind in NETWORK_KINDS else "storage" if kind in STORAGE_KINDS else kind
-        low, high = HOLD_S[group]
-        target, detail = self._choose_target(kind)
-        return Plan(kind, target, round(self.rng.uniform(low, high), 3), detail)
+        """One single fault (tests); :meth:`plan_step` is what a run draws."""
+        return self.planner.plan(self.topology())
 
-    def _choose_target(self, kind: str) -> tuple[str, str]:
-        c, rng = self.cluster, self.rng
-        names = [n.id for n in c.nodes]
-        if kind in PROCESS_KINDS:
-            return rng.choice([*names, *(w.id for w in self.writers)]), ""
-        if kind == "link-down":
-            return rng.choice(names), ""
-        if kind == "partition-zk-minority":
-            return rng.choice([z.id for z in c.zookeepers]), ""
-        if kind == "partition-halves":
-            zks = [z.id for z in c.zookeepers]
-            lone = rng.choice(zks)
-            others = [n.id for n in c.nodes if n.kind != "zookeeper"]
-            side = sorted(rng.sample(others, len(others) // 2))
-            minority = [lone, *side]
-            majority = [n for n in names if n not in minority]
-            return f"{','.join(minority)}|{','.join(majority)}", ""
-        if kind == "one-way":
-            receiver, sender = rng.sample(names, 2)
-            return f"{receiver}<-{sender}", "receiver drops what the sender sends"
-        bookie = rng.choice([b.id for b in c.bookies])
-        if kind == "bit-flip":
-            return bookie, f"position={rng.random():.6f} bit={rng.randrange(8)}"
-        return bookie, ""
+    def plan_step(self) -> Step:
+        return self.planner.step(self.topology())
 
     # -- running ---------------------------------------------------------------------
-    async def step(self) -> Fault:
-        """Choose, start, hold and heal one fault."""
+    async def step(self) -> list[Fault]:
+        """Choose the next step and run it: its faults started, held, healed."""
         async with self._lock:
-            return await self._run(self.plan())
+            return await self._run_step(self.plan_step())
+
+    async def run_step(self, step: Step) -> list[Fault]:
+        """Run ``step`` (tests and the broken-build check choose their own)."""
+        async with self._lock:
+            return await self._run_step(step)
 
     async def run(self, plan: Plan) -> Fault:
-        """Start, hold and heal the fault ``plan`` names (tests choose their own)."""
-        async with self._lock:
-            return await self._run(plan)
+        """Start, hold and heal the single fault ``plan`` names (tests)."""
+        return (await self.run_step(Step("single", (plan,))))[0]
 
-    async def _run(self, plan: Plan) -> Fault:
-        notes: list[str] = []
+    async def _run_step(self, step: Step) -> list[Fault]:
+        self._steps += 1
+        results = await asyncio.gather(
+            *(self._run_one(plan, step.scenario, self._steps) for plan in step.plans),
+            return_exceptions=True,
+        )
+        faults = [r for r in results if isinstance(r, Fault)]
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return faults
+
+    async def _run_one(self, plan: Plan, scenario: str, step: int) -> Fault:
+        await asyncio.sleep(plan.delay_s)
+        self._tag += 1
+        number, notes = self._tag, list[str]()
         log.info("nemesis: %s %s for %.1fs %s", plan.kind, plan.target, plan.hold_s, plan.detail)
         started = time.time()
-        heal = await asyncio.to_thread(self.begin, plan, notes)
+        injected = await asyncio.to_thread(self._begin, plan, f"f{number}", notes)
+        evidence: str | None = None
         try:
-            await asyncio.sleep(plan.hold_s)
+            wait_s = VERIFY_FSYNC_TIMEOUT_S if plan.kind == "fsync-eio" else VERIFY_TIMEOUT_S
+            evidence = await self._verify(injected.probe, started, max(plan.hold_s, wait_s))
+            if evidence is not None:
+                self._enter(number, injected.down)
+            await asyncio.sleep(max(0.0, started + plan.hold_s - time.time()))
         finally:
-            await asyncio.to_thread(heal)
-        self._counts[plan.kind] += 1
-        return Fault(plan.kind, plan.target, plan.hold_s, started, time.time(), plan.detail, notes)
+            await asyncio.to_thread(injected.heal)
+            overlapped = self._leave(number, injected.down) if evidence is not None else False
+        if evidence is None:
+            self._ineffective[plan.kind] += 1
+            log.warning("nemesis: %s %s did not take effect", plan.kind, plan.target)
+        else:
+            self._counts[plan.kind] += 1
+        fault = Fault(
+            plan.kind, plan.target, plan.hold_s, started, time.time(), plan.detail, notes,
+            evidence is not None, evidence or "not seen to take effect", scenario, step,
+            overlapped,
+        )  # fmt: skip
+        if self.on_fault is not None:
+            self.on_fault(fault)
+        return fault
+
+    async def _verify(self, probe: Probe, started: float, wait_s: float) -> str | None:
+        """Poll ``probe`` until it shows the effect, at most ``wait_s`` from ``started``."""
+        deadline = started + wait_s
+        while True:
+            evidence = await asyncio.to_thread(probe)
+            if evidence is not None or time.time() >= deadline:
+                return evidence
+            await asyncio.sleep(VERIFY_POLL_S)
+
+    def _enter(self, number: int, down: str | None) -> None:
+        if self._active:
+            for other in self._active:
+                self._active[other] = True
+            self._active[number] = True
+        else:
+            self._active[number] = False
+        if down is not None:
+            self._down[down] += 1
+            self._down_max = max(self._down_max, len(+self._down))
+
+    def _leave(self, number: int, down: str | None) -> bool:
+        overlapped = self._active.pop(number, False)
+        self._overlapping += overlapped
+        if down is not None:
+            self._down[down] -= 1
+        return overlapped
 
     async def heal_all(self) -> None:
         """Heal everything: network, paused processes, shims, processes that are down."""
@@ -259,9 +287,9 @@ class Nemesis:
         for target in [*c.nodes, *self.writers]:
             target.resume()
         for node in c.nodes:
-            shim = node.kind == "bookie" and _has_shim(c, node)
-            if shim or not node.is_running():
-                _clear_control(node)
+            odd_args = node.kind == "bookie" and not _has_cluster_args(c, node)
+            _clear_control(node)
+            if odd_args or not node.is_running():
                 node.restart()
         for writer in self.writers:
             if not writer.is_running():
@@ -274,23 +302,29 @@ class Nemesis:
         return self.cluster.node(name)
 
     def begin(self, plan: Plan, notes: list[str] | None = None) -> Callable[[], None]:
-        """Start ``plan``'s fault now (blocking: restarts wait until the process
-        serves); the function that heals it. What happened is added to ``notes``.
-        :meth:`step` holds the fault in between; tests look at it instead."""
+        """Start ``plan``'s fault now (blocking); the function that heals it. Tests look
+        at the fault in between; :meth:`step` also verifies and holds it."""
         self._tag += 1
-        tag, notes = f"f{self._tag}", notes if notes is not None else []
+        return self._begin(plan, f"f{self._tag}", notes if notes is not None else []).heal
+
+    def _begin(self, plan: Plan, tag: str, notes: list[str]) -> Injected:
         kind = plan.kind
-        if kind == "kill":
-            target = self._target(plan.target)
-            target.kill9()
-            return target.restart
-        if kind == "pause":
-            target = self._target(plan.target)
-            target.pause()
-            return target.resume
+        if kind in PROCESS_KINDS:
+            return self._start_process(plan)
         if kind in NETWORK_KINDS:
             return self._start_network(plan, tag)
         return self._start_storage(plan, notes)
+
+    # -- processes -----------------------------------------------------------------------
+    def _start_process(self, plan: Plan) -> Injected:
+        target = self._target(plan.target)
+        pid = _pid(target)
+        down = plan.target if getattr(target, "kind", "") == "bookie" else None
+        if plan.kind == "kill":
+            target.kill9()
+            return Injected(lambda: effects.pid_gone(pid), target.restart, down)
+        target.pause()
+        return Injected(lambda: effects.stopped(pid), target.resume, down)
 
     # -- network -----------------------------------------------------------------------
     def _net(self, name: str) -> NetHost:
@@ -299,14 +333,15 @@ class Nemesis:
             raise RuntimeError(f"{name} is not on a host of its own (no namespaces)")
         return net
 
-    def _start_network(self, plan: Plan, tag: str) -> Callable[[], None]:
+    def _start_network(self, plan: Plan, tag: str) -> Injected:
         network = self.cluster.network
         if network is None:
             raise RuntimeError(f"{plan.kind} needs namespaced hosts")
+        probe = self._network_probe(plan)
         if plan.kind == "link-down":
             host = self._net(plan.target)
             network.set_link(host, up=False)
-            return lambda: network.set_link(host, up=True)
+            return Injected(probe, lambda: network.set_link(host, up=True))
         cuts = self._cuts(plan)  # (host, peers, both ways)
         touched = []
         try:
@@ -322,7 +357,34 @@ class Nemesis:
             for host in touched:
                 network.unblock(host, tag)
 
-        return heal
+        return Injected(probe, heal)
+
+    def _network_probe(self, plan: Plan) -> Probe:
+        """A connection that the fault must stop: (from whom, to whose service)."""
+        c = self.cluster
+        source: Node | None
+        if plan.kind == "link-down":
+            source, dest = None, c.node(plan.target)  # from the root namespace
+        elif plan.kind == "one-way":
+            receiver, sender = plan.target.split("<-")
+            source, dest = c.node(sender), c.node(receiver)
+        elif plan.kind == "partition-zk-minority":
+            source = next(z for z in c.zookeepers if z.id != plan.target)
+            dest = c.node(plan.target)
+        elif plan.kind == "partition-halves":
+            left, right = (side.split(",") for side in plan.target.split("|"))
+            source, dest = c.node(right[0]), c.node(left[0])
+        else:  # bookie-cut-from-proxies
+            source, dest = c.write_proxies[0], c.node(plan.target)
+        namespace = None if source is None or source.net is None else source.net.ns
+        what = f"{source.id if source else 'root'} -> {dest.id}"
+
+        def probe() -> str | None:
+            if effects.blocked(dest.address, namespace):
+                return f"{what} ({dest.address}) does not get through"
+            return None
+
+        return probe
 
     def _cuts(self, plan: Plan) -> list[tuple[NetHost, list[NetHost], bool]]:
         c = self.cluster
@@ -340,30 +402,89 @@ class Nemesis:
         return [(self._net(plan.target), proxies, True)]
 
     # -- storage -------------------------------------------------------------------------
-    def _start_storage(self, plan: Plan, notes: list[str]) -> Callable[[], None]:
+    def _start_storage(self, plan: Plan, notes: list[str]) -> Injected:
         node = self.cluster.node(plan.target)
+        pid = node.pid
 
         def heal() -> None:
             _clear_control(node)
-            node.restart()
+            if not node.is_running():
+                node.restart()
 
         if plan.kind == "power-cut":
-            node.restart(["--fault-shim", "power-cut"])
+            argv = effects.cmdline(pid)
+            node.kill9()  # what was not fsynced is lost with the process
 
-            def cut_then_heal() -> None:
-                node.kill9()  # what was not fsynced is lost with the process
-                heal()
+            def power_cut() -> str | None:
+                if not effects.under_power_cut(argv):
+                    return None  # a plain kill: the page cache kept everything
+                gone = effects.pid_gone(pid)
+                return gone and f"{gone}; it ran under the power-cut overlay"
 
-            return cut_then_heal
+            return Injected(power_cut, node.restart, node.id)
         if plan.kind in ("fsync-eio", "disk-full"):
-            node.restart(["--fault-shim", "on"])
-            setting = 'fsync_error = "EIO"' if plan.kind == "fsync-eio" else "disk_bytes_max = 1"
+            _clear_control(node)
+            offset = _log_size(node)
+            setting = 'fsync_error = "EIO"' if plan.kind == "fsync-eio" else "disk_full = true"
             _control_path(node).write_text(setting + "\n")
-            return heal
+            if plan.kind == "disk-full":
+                return Injected(self._full_probe(node, offset), heal)
+            return Injected(self._fsync_probe(node), lambda: _heal_fsync(node), node.id)
         node.stop()  # a clean stop checkpoints: the newest entries reach an entry log
         notes.append(_flip(node, plan.detail))
         node.restart()
-        return lambda: None
+        flipped = notes[-1] if notes[-1].startswith("flipped") else None
+        return Injected(lambda: flipped, lambda: None)
+
+    def _fsync_probe(self, node: Node) -> Probe:
+        def probe() -> str | None:
+            errors = effects.fault_hits(node.data_dirs["journal"]).get("fsync_errors", 0)
+            if not errors:
+                return None
+            state = "stopped (fail-stop)" if not node.is_running() else "still running"
+            return f"{errors} fsync(s) failed with EIO; bookie {state}"
+
+        return probe
+
+    def _full_probe(self, node: Node, offset: int) -> Probe:
+        def probe() -> str | None:
+            if effects.log_says(_log_path(node), offset, READ_ONLY_MARKER):
+                return "the bookie turned read-only"
+            refused = effects.fault_hits(node.data_dirs["journal"]).get("enospc_errors", 0)
+            if refused and not node.is_running():
+                return f"{refused} write(s) refused with ENOSPC; the bookie stopped (fail-stop)"
+            return None
+
+        return probe
+
+
+def _heal_fsync(node: Node) -> None:
+    """A bookie whose fsync failed stops (fail-stop): wait for it, then start it again.
+    One still running long after is a defect the nemesis reports (a TimeoutError)."""
+    failed = effects.fault_hits(node.data_dirs["journal"]).get("fsync_errors", 0)
+    _clear_control(node)
+    if failed:
+        what = f"{node.id} to stop after {failed} failed fsync(s)"
+        procs.wait_for(lambda: not node.is_running(), FAIL_STOP_TIMEOUT_S, what)
+    if not node.is_running():
+        node.restart()
+
+
+def _pid(target: Target) -> int | None:
+    if isinstance(target, Node):
+        return target.pid if target.is_running() else None
+    current = getattr(target, "current_pid", None)
+    return current() if callable(current) else None
+
+
+def _log_path(node: Node) -> Path:
+    return Path(str(node.info.extra["log"]))
+
+
+def _log_size(node: Node) -> int:
+    with contextlib.suppress(FileNotFoundError):
+        return _log_path(node).stat().st_size
+    return 0
 
 
 def _control_path(node: Node) -> Path:
@@ -373,10 +494,11 @@ def _control_path(node: Node) -> Path:
 def _clear_control(node: Node) -> None:
     if node.kind == "bookie":
         _control_path(node).unlink(missing_ok=True)
+        (node.data_dirs["journal"] / HITS_FILE).unlink(missing_ok=True)
 
 
-def _has_shim(cluster: ChaosCluster, node: Node) -> bool:
-    return "--fault-shim" in cluster.local.extra_args.get(node.id, [])
+def _has_cluster_args(cluster: ChaosCluster, node: Node) -> bool:
+    return cluster.local.extra_args.get(node.id, []) == list(cluster.bookie_args)
 
 
 def _flip(node: Node, detail: str) -> str:

@@ -129,13 +129,15 @@ async def _setup(cluster_file: Path, layout: Layout) -> None:
 
 
 async def _unleash(nemesis: Nemesis, config: RunConfig, faults_path: Path) -> tuple[int, list[str]]:
-    """Faults one after another until the duration is over; (steps, errors)."""
+    """Steps one after another until the duration is over; (steps, errors)."""
     gaps = random.Random(f"{config.seed}/gaps")
     deadline = time.monotonic() + config.duration_s
     steps, errors = 0, []
+    # Every fault, as it is healed (also the ones of a step that failed).
+    nemesis.on_fault = lambda fault: _append_line(faults_path, json.dumps(fault.to_json()))
     while time.monotonic() < deadline:
         try:
-            fault = await nemesis.step()
+            await nemesis.step()
         except (BooklineError, OSError, RuntimeError, TimeoutError) as exc:
             # A fault that could not be started or healed: said, healed, and on.
             log.error("nemesis step failed: %r", exc)
@@ -143,7 +145,6 @@ async def _unleash(nemesis: Nemesis, config: RunConfig, faults_path: Path) -> tu
             await nemesis.heal_all()
             continue
         steps += 1
-        _append_line(faults_path, json.dumps(fault.to_json()))
         await asyncio.sleep(gaps.uniform(*GAP_S))
     return steps, errors
 
@@ -190,6 +191,9 @@ async def _run(config: RunConfig) -> dict[str, Any]:
         **result.to_json(),
         "faults": faults,
         "faults_total": sum(faults.values()),
+        "faults_ineffective": nemesis.ineffective(),
+        **nemesis.overlap_stats(),
+        "steps": steps,
         "nemesis_errors": nemesis_errors,
         "seed": config.seed,
         "duration_s": config.duration_s,
