@@ -142,9 +142,7 @@ class KitCluster:
         """Every bookie registered as writable, as ZooKeeper holds it."""
         with kazoo(f"127.0.0.1:{self.zk.port}", self.creds / "zk.digest", self.tls) as zk:
             where = f"{CLUSTER_ROOT}/bookies/available"
-            return {
-                b: BookieInfo.decode(zk.get(f"{where}/{b}")[0]) for b in zk.get_children(where)
-            }
+            return {b: BookieInfo.decode(zk.get(f"{where}/{b}")[0]) for b in zk.get_children(where)}
 
     def ensembles(self) -> list[tuple[str, ...]]:
         """The ensemble of every segment of every ledger."""
