@@ -39,8 +39,9 @@ SERVICE_SECTIONS = ("bookie", "writeproxy", "readproxy", "autorecovery")
 # Where the kit keeps the cluster's credentials (0700, files 0600, owner bookline).
 CREDENTIALS = "/etc/bookline/credentials"
 # What each kind of process needs besides its section: ZooKeeper's digest credentials
-# for all; the ledger secret and the services' token (service.env) for those that
-# open ledgers and talk to bookies; bookies need neither.
+# for all; the ledger secret for those that open ledgers; the services' token
+# (service.env) for autorecovery alone (the proxies sign their own with the token
+# secret); bookies get neither, but their own identity.
 DIGEST_ENV = DIGEST_FILE_ENV
 LEDGER_ENV = SECRET_FILE_ENV
 SERVICE_ENV_FILE = f"{CREDENTIALS}/service.env"
@@ -295,7 +296,7 @@ def test_every_unit_gets_the_credentials_it_needs() -> None:
         env, env_files = unit_environment(unit)
         assert set(env) == _needs(kind), name
         assert all(v.startswith(CREDENTIALS + "/") for v in env.values()), name
-        assert (SERVICE_ENV_FILE in env_files) == (kind != "bookie"), name
+        assert (SERVICE_ENV_FILE in env_files) == (kind == "autorecovery"), name
         hidden = " ".join(unit["Service"].get("InaccessiblePaths", [])).split()
         if kind == "bookie":  # same user as the host's proxies, yet never their secrets
             assert {f"-{LEDGER_SECRET_FILE}", f"-{SERVICE_ENV_FILE}"} <= set(hidden), name
@@ -352,7 +353,7 @@ def test_every_compose_service_gets_the_credentials_it_needs() -> None:
             continue
         env = svc.get("environment") or {}
         assert {DIGEST_ENV, LEDGER_ENV} & set(env) == _needs(kind), name
-        assert ("credentials/service.env" in svc.get("env_file", [])) == (kind != "bookie")
+        assert ("credentials/service.env" in svc.get("env_file", [])) == (kind == "autorecovery")
     doc = json.loads((DEPLOY / "docker" / "cluster.json").read_text())
     assert doc["zk_digest_file"] and doc["ledger_secret_file"] and doc["token_file"]
     assert doc["tls"]["ca_file"].startswith(CREDENTIALS + "/tls/")

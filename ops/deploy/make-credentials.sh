@@ -10,8 +10,8 @@
 #   ledger.secret   every ledger's key derives from it: back it up, losing it loses data
 #   zk.digest       ZooKeeper digest credentials (user:password): every znode admits
 #                   this user alone
-#   service.env     BOOKLINE_TOKEN=... autorecovery's token for the bookies (a year:
-#                   re-issue it before then; the proxies sign their own, short-lived)
+#   service.env     BOOKLINE_TOKEN=... autorecovery's token for the bookies, valid a
+#                   year: re-issue it before then (the proxies sign their own)
 #   admin.token     an admin token for you (a day; mint more with `bookline auth token`)
 #   tls/ca.pem      the CA every process trusts (no secret: give it to clients)
 #   tls/ca-key.pem  the CA's key: keep it offline, it is needed only to issue more
