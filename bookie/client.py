@@ -93,6 +93,7 @@ __all__ = [
     "BookieConnection",
     "ClientOptions",
     "LedgerAdder",
+    "TokenSource",
     "parse_address",
     "use_token",
 ]
@@ -107,11 +108,12 @@ class BookieConnection:
         address: str,
         options: ClientOptions | None = None,
         *,
-        token: str | None = None,
+        token: str | TokenSource | None = None,
         identity: BookieIdentity | None = None,
     ) -> None:
-        """``token``: presented in an AUTH request on every connect (else the
-        process's, see :func:`use_token`). ``identity``: the bookie must prove it
+        """``token``: presented in an AUTH request on every connect -- for a callable,
+        what it returns then and at each renewal (a service signing its own) -- else
+        the process's, see :func:`use_token`. ``identity``: the bookie must prove it
         belongs to the cluster (HELLO, bookie/identity.py) before anything else is
         sent on a connection; None: not checked (no ledger secret to check with)."""
         self.address = address
@@ -500,10 +502,17 @@ class BookieConnection:
                 wire.transport.close()
             raise
 
+    def _current_token(self) -> str | None:
+        """What to present now: this connection's token (or its source's), else the
+        process's."""
+        if callable(self._token):
+            return self._token()
+        return self._token or _process_token[0]()
+
     async def _authenticate(self, wire: Wire) -> None:
         """Send AUTH first when there is a token (the bookie answers everything else
         UNAUTHENTICATED until then); its error is the caller's, the wire is dropped."""
-        token = self._token or _process_token[0]()
+        token = self._current_token()
         if not token:
             return
         try:
@@ -540,7 +549,7 @@ class BookieConnection:
         """Present a fresher token on the open connection, if the source has one (a
         service signing its own does; a fixed token lapses, and the bookie then refuses
         the connection's requests: the caller sees UNAUTHENTICATED)."""
-        token = self._token or _process_token[0]()
+        token = self._current_token()
         fresh = token_expiry(token) if token else None
         if token is None or fresh is None or fresh <= expires_at:
             log.warning("bookie %s: the token expires and no fresher one is at hand", self.address)
@@ -636,10 +645,10 @@ class BookieClientPool:
         self,
         options: ClientOptions | None = None,
         *,
-        token: str | None = None,
+        token: str | TokenSource | None = None,
         identity: BookieIdentity | None = None,
     ) -> None:
-        """``identity``: what bookies must prove (see :class:`BookieConnection`)."""
+        """``token`` and ``identity``: every connection's (see :class:`BookieConnection`)."""
         self.options = options or ClientOptions()
         self._token = token
         self.identity = identity

@@ -9,8 +9,8 @@ do)::
     credential = hex(HMAC-SHA256(ledger_secret, "bookline-bookie-credential" 0x00 || bookie_id))
 
 kept by the bookie in a file of its own (``[bookie] identity_file``, mode 0600;
-``bookline local`` writes one per bookie, ``bookline bookie credential`` makes one for a
-deployment). The hex text is the HMAC key of the two proofs below, so clients holding
+``bookline local`` writes one per bookie, ``bookline auth bookie-credential`` makes one
+for a deployment). The hex text is the HMAC key of the two proofs below, so clients holding
 the ledger secret can recompute it for any bookie id, and a bookie's credential says
 nothing about another's or about the secret.
 

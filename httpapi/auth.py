@@ -70,7 +70,8 @@ _AUTHORITY: Final = "bookline.authority"  # request key of the Authority in forc
 _EXPIRES: Final = "bookline.expires"  # request key of the token's expiry (unix s)
 # The query parameter a browser's WebSocket puts its token in.
 WS_TOKEN_PARAM: Final = "token"
-# A service token minted for one /health call: long enough for the call, no longer.
+# A service token a proxy signs for itself ([*proxy] auth_service_token_lifetime_s's
+# default): a leaked one ages out in minutes; bookie connections renew theirs.
 SERVICE_TOKEN_LIFETIME_S: Final = 300.0
 
 
@@ -214,14 +215,17 @@ def sees_detail(request: web.Request) -> bool:
     return authority.grants.allows(principal, "consume", "cluster", "")
 
 
-def service_token_source(config: AuthConfig) -> Callable[[], str | None]:
-    """What a proxy presents to another service's ``/health``: a fresh token of the
-    services' principal signed with its own secret, else ``$BOOKLINE_TOKEN``."""
+def service_token_source(
+    config: AuthConfig, lifetime_s: float = SERVICE_TOKEN_LIFETIME_S
+) -> Callable[[], str | None]:
+    """What a proxy presents to bookies and to another service's ``/health``: a fresh
+    token of the services' principal signed with its own secret, valid ``lifetime_s``
+    (the bookie client renews it before then), else ``$BOOKLINE_TOKEN``."""
     authority = load_authority(config)
     if authority is None or not authority.authenticator.secrets:
         return env_token
     signer = authority
-    return lambda: signer.service_token(time.time(), SERVICE_TOKEN_LIFETIME_S)
+    return lambda: signer.service_token(time.time(), lifetime_s)
 
 
 def principal_of(request: web.Request) -> str | None:

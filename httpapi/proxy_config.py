@@ -66,6 +66,10 @@ class ProxyConfig:
     # With auth on: a connection without a valid token by then is closed (a silent or
     # slow client without credentials holds a slot this long at most).
     unauthenticated_timeout_s: float = 10.0
+    # With auth on and a secret file: lifetime of the tokens of the services' principal
+    # this proxy signs for its own calls (bookies, the other services' /health); each
+    # bookie connection presents a fresh one before its token expires.
+    auth_service_token_lifetime_s: float = 300.0
 
     def __post_init__(self) -> None:
         self.check_common()
@@ -78,7 +82,11 @@ class ProxyConfig:
                 f"{self.SECTION}.connections_max, idle_timeout_s and body_timeout_s must be "
                 "positive"
             )
-        self.require_positive("unauthenticated_connections_max", "unauthenticated_timeout_s")
+        self.require_positive(
+            "unauthenticated_connections_max",
+            "unauthenticated_timeout_s",
+            "auth_service_token_lifetime_s",
+        )
         validate_name(self.proxy_id, "proxy id")
         validate_name(self.namespace, "namespace")
         if not 0 <= self.port <= 65535:

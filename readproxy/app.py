@@ -110,11 +110,16 @@ class ReadProxy:
 
         cfg = self.config
         self.build_app()  # bad auth files (or an unruled route) fail here, before ZooKeeper
+        # Its own short-lived service tokens, when it holds the signing secret, for the
+        # bookies (renewed per connection) and the other services' /health details;
+        # else $BOOKLINE_TOKEN.
+        token = service_token_source(cfg.auth(), cfg.auth_service_token_lifetime_s)
         self._ns = await Namespace.open(
             zk=cfg.zk,
             root=cfg.root,
             namespace=cfg.namespace,
             config=NamespaceConfig(session_timeout_ms=cfg.session_timeout_ms),
+            token=token,
         )
         self._feeds = FeedRegistry(self._ns, cfg, self.metrics)
         self._feeds.start()
@@ -124,8 +129,6 @@ class ReadProxy:
         # One ZooKeeper session per proxy: the core's. The registration then lives and
         # dies with the same session as the readers.
         self._md = self._ns.context.md
-        # other services' /health details need a token the services accept
-        token = service_token_source(cfg.auth())
         self._cluster = ClusterView(
             self._ns, self._md, self.health_body, token=token, zk_connect=cfg.zk
         )

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from bookie.client import BookieClientPool
+from bookie.client import BookieClientPool, TokenSource
 from foundation.cluster_file import read_cluster_file
 from foundation.config import MetadataConfig
 from foundation.errors import (
@@ -129,13 +129,15 @@ class Namespace:
         config: NamespaceConfig | None = None,
         *,
         create: bool = True,
-        token: str | None = None,
+        token: str | TokenSource | None = None,
         zk_digest_file: str = "",
     ) -> Namespace:
         """Open ``namespace`` under ``root``, creating the namespace when missing unless
         ``create=False``: then a missing namespace (a wrong ``root``?) is a NotFoundError
         and nothing is written to ZooKeeper (what a reader wants). ``token``: presented
-        to bookies with auth on (else the process's, see ``bookie.client.use_token``).
+        to bookies with auth on -- a callable is asked at each connect and renewal (a
+        service signing short-lived tokens) -- else the process's
+        (``bookie.client.use_token``).
         ``zk_digest_file``: ZooKeeper digest credentials (``metadata.digest_file``; ""
         = ``$BOOKLINE_METADATA_DIGEST_FILE``, else none)."""
         cfg = config or NamespaceConfig()

@@ -39,11 +39,18 @@ SERVICE_SECTIONS = ("bookie", "writeproxy", "readproxy", "autorecovery")
 # Where the kit keeps the cluster's credentials (0700, files 0600, owner bookline).
 CREDENTIALS = "/etc/bookline/credentials"
 # What each kind of process needs besides its section: ZooKeeper's digest credentials
-# for all; the ledger secret and the services' token (service.env) for those that
-# open ledgers and talk to bookies; bookies need neither.
+# for all; the ledger secret for those that open ledgers; the services' token
+# (service.env) for autorecovery alone (the proxies sign their own with the token
+# secret); bookies get neither, but their own identity.
 DIGEST_ENV = DIGEST_FILE_ENV
 LEDGER_ENV = SECRET_FILE_ENV
 SERVICE_ENV_FILE = f"{CREDENTIALS}/service.env"
+LEDGER_SECRET_FILE = f"{CREDENTIALS}/ledger.secret"
+
+
+def identity_file(bookie_id: str) -> str:
+    """Where a bookie's credential lives (make-credentials.sh issues one per bookie)."""
+    return f"{CREDENTIALS}/bookies/{bookie_id}.identity"
 
 
 def _cls(section: str) -> type[Any]:
@@ -105,6 +112,7 @@ def test_the_shared_toml_and_every_instance_file_make_valid_settings() -> None:
         if section == "bookie":
             dirs = {config.journal_dir, config.ledgers_dir, config.index_dir}
             assert len(dirs) == 3, path
+            assert config.identity_file == identity_file(config.bookie_id), path
     load_config(_cls("autorecovery"), path=toml, section="autorecovery")
 
 
@@ -210,13 +218,14 @@ def test_compose_file_has_the_layout_and_valid_commands() -> None:
         args = _parses([str(a) for a in svc["command"]])
         assert args.command in SERVICE_SECTIONS, name
         if name.startswith("bookie"):
-            mounts = {v.split(":")[1] for v in svc["volumes"]}
-            assert mounts == {"/srv/bookline/journal", "/srv/bookline/ledgers",
-                              "/srv/bookline/index", CREDENTIALS}, name  # fmt: skip
+            mounts = {v.split(":")[1] for v in svc["volumes"]} - {CREDENTIALS}
+            disks = {m for m in mounts if not m.startswith(CREDENTIALS + "/")}
+            assert disks == {"/srv/bookline/journal", "/srv/bookline/ledgers",
+                             "/srv/bookline/index"}, name  # fmt: skip
             assert set(svc["depends_on"]) == {"zk1", "zk2", "zk3"}, name
     assert myids == {"1", "2", "3"}
     for volume in (v.split(":")[0] for s in services.values() for v in s.get("volumes", [])):
-        assert volume in doc["volumes"] or volume == "./credentials", volume
+        assert volume in doc["volumes"] or volume.startswith("./credentials"), volume
     build = services["bookie1"]["build"]
     assert (DEPLOY / "docker" / build["context"] / build["dockerfile"]).resolve() == (
         DEPLOY / "docker" / "Dockerfile"
@@ -287,7 +296,24 @@ def test_every_unit_gets_the_credentials_it_needs() -> None:
         env, env_files = unit_environment(unit)
         assert set(env) == _needs(kind), name
         assert all(v.startswith(CREDENTIALS + "/") for v in env.values()), name
-        assert (SERVICE_ENV_FILE in env_files) == (kind != "bookie"), name
+        assert (SERVICE_ENV_FILE in env_files) == (kind == "autorecovery"), name
+        hidden = " ".join(unit["Service"].get("InaccessiblePaths", [])).split()
+        if kind == "bookie":  # same user as the host's proxies, yet never their secrets
+            assert {f"-{LEDGER_SECRET_FILE}", f"-{SERVICE_ENV_FILE}"} <= set(hidden), name
+
+
+def test_make_credentials_issues_every_bookie_of_the_kit_its_identity() -> None:
+    """The script's default bookies are the kit's (ops/deploy/env), each issued its
+    credential with `bookline auth bookie-credential` (tests/test_deploy_kit_live.py runs
+    the script and the bookies prove themselves with what it made)."""
+    script = (DEPLOY / "make-credentials.sh").read_text()
+    found = re.search(r"^bookies=\$\{BOOKIES:-([^}]*)\}$", script, re.M)
+    assert found, "make-credentials.sh: no default $BOOKIES"
+    kit = {_env_file(p)["BOOKLINE_BOOKIE_BOOKIE_ID"] for p in (DEPLOY / "env").glob("bookie-*.env")}
+    assert set(found.group(1).split()) == kit
+    issue = re.search(r"auth bookie-credential \"\$id\".*\n.*--out \"([^\"]+)\"", script)
+    assert issue and issue.group(1) == "$out/bookies/$id.identity"
+    _parses(["auth", "bookie-credential", "bookie-1", "--ledger-secret-file", "f", "--out", "o"])
 
 
 def test_no_listener_on_every_address() -> None:
@@ -318,14 +344,36 @@ def test_no_listener_on_every_address() -> None:
 
 def test_every_compose_service_gets_the_credentials_it_needs() -> None:
     for name, svc in _compose()["services"].items():
-        assert f"./credentials:{CREDENTIALS}:ro" in svc.get("volumes", []), name
+        kind = re.sub(r"\d+$", "", name)
+        if kind == "bookie":
+            _check_bookie_mounts(name, svc)
+        else:
+            assert f"./credentials:{CREDENTIALS}:ro" in svc.get("volumes", []), name
         if name.startswith("zk"):
             continue
-        kind = re.sub(r"\d+$", "", name)
         env = svc.get("environment") or {}
         assert {DIGEST_ENV, LEDGER_ENV} & set(env) == _needs(kind), name
-        assert ("credentials/service.env" in svc.get("env_file", [])) == (kind != "bookie")
+        assert ("credentials/service.env" in svc.get("env_file", [])) == (kind == "autorecovery")
     doc = json.loads((DEPLOY / "docker" / "cluster.json").read_text())
     assert doc["zk_digest_file"] and doc["ledger_secret_file"] and doc["token_file"]
     assert doc["tls"]["ca_file"].startswith(CREDENTIALS + "/tls/")
     assert all(p["url"].startswith("https://") for p in doc["write_proxies"] + doc["read_proxies"])
+
+
+def _check_bookie_mounts(name: str, svc: dict[str, Any]) -> None:
+    """A bookie container mounts only what it uses of the credentials, its own identity
+    among them: not the ledger secret, the services' token, the CA's key, nor another
+    bookie's identity (issue 21, 2)."""
+    bookie_id = svc["environment"]["BOOKLINE_BOOKIE_BOOKIE_ID"]
+    own = identity_file(bookie_id)
+    assert svc["environment"]["BOOKLINE_BOOKIE_IDENTITY_FILE"] == own, name
+    mounts = {}
+    for volume in svc["volumes"]:
+        source, target, *_mode = volume.split(":")
+        if source.startswith("./credentials"):
+            assert volume.endswith(":ro"), volume
+            assert source == "./credentials" + target.removeprefix(CREDENTIALS), volume
+            mounts[target] = source
+    used = {f"{CREDENTIALS}/{f}" for f in ("secret", "grants.toml", "zk.digest")}
+    used |= {f"{CREDENTIALS}/tls/{f}" for f in ("ca.pem", "node.pem", "node-key.pem")}
+    assert set(mounts) == used | {own}, (name, sorted(mounts))

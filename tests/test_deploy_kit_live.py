@@ -5,10 +5,12 @@ systemd units' environment (``Environment=``, ``EnvironmentFile=``) and the inst
 environment files are the kit's, with only what loopback needs changed: the hosts'
 names become 127.0.0.1, ports are free ones, /etc and /srv are under the test's
 directory. ZooKeeper serves TLS only, as the kit's zoo.cfg says (started with
-ops/zookeeper.py's TLS settings, the same ones). Three bookies and a write proxy take a
-write over https with the admin token; then a ZooKeeper client holding the CA (no
-secret) but not the digest credentials can neither read nor create, change, re-ACL or
-delete any znode under the cluster's root.
+ops/zookeeper.py's TLS settings, the same ones). Three bookies, each with the identity
+the script issued it, and a write proxy (which holds the ledger secret, so it checks
+bookies' proofs) take writes over https with the admin token; a fourth bookie started
+from the kit without its identity file registers but is in no ensemble (issue 21, 2).
+Then a ZooKeeper client holding the CA (no secret) but not the digest credentials can
+neither read nor create, change, re-ACL or delete any znode under the cluster's root.
 """
 
 from __future__ import annotations
@@ -25,12 +27,16 @@ from pathlib import Path
 
 import pytest
 
+from bookie.identity import BookieIdentity
 from foundation.tls import TlsConfig
+from ledger.keys import read_secret
+from metadata.bookies import BookieInfo
+from metadata.ledger_metadata import LedgerMetadata
 from ops import procs
 from ops.local_children import READY_MARKERS
 from ops.zookeeper import ZooKeeperServer
 from tests.test_deploy_kit import DEPLOY, ROOT, _env_file, _units, unit_environment
-from tests.zk_attack import assert_locked
+from tests.zk_attack import assert_locked, every_znode, kazoo
 from thinclient.proxy_client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -39,6 +45,10 @@ KIT_CREDENTIALS = "/etc/bookline/credentials"
 KIT_HOSTS = "h1:2281,h2:2281,h3:2281"
 READY_TIMEOUT_S = 90.0
 CLUSTER_ROOT = "/bookline"
+# Streams written, one new ledger each: were the unproven bookie placeable, it would be
+# in one of these ensembles (3 of 4 bookies each) but with chance (1/4)^6.
+STREAMS = 6
+IDENTITY_ENV = "BOOKLINE_BOOKIE_IDENTITY_FILE"
 
 
 def _make_credentials(base: Path) -> Path:
@@ -104,11 +114,15 @@ class KitCluster:
             out[f"{prefix}ADVERTISE_URL"] = self.proxy_url = f"https://127.0.0.1:{port}"
         return out
 
-    def _spawn(self, kind: str, index: int) -> None:
+    def _spawn(self, kind: str, index: int, without: str = "") -> None:
+        """The kit's instance ``index`` of ``kind``; ``without``: a variable of its
+        environment left out."""
         toml = self.base / "etc" / "bookline.toml"
         log = self.base / f"{kind}-{index}.log"
         argv = [sys.executable, "-m", "ops.cli", kind, "--config", str(toml)]
-        proc = procs.spawn(argv, log_path=log, env=self._environment(kind, index), cwd=ROOT)
+        env = self._environment(kind, index)
+        env.pop(without, None)
+        proc = procs.spawn(argv, log_path=log, env=env, cwd=ROOT)
         self.procs.append((kind, proc, log))
 
     def start(self) -> None:
@@ -120,6 +134,25 @@ class KitCluster:
         self._wait_ready()
         self._spawn("writeproxy", 1)
         self._wait_ready()
+        # bookie-4 as someone would start it who forgot (or never had) its identity.
+        self._spawn("bookie", 4, without=IDENTITY_ENV)
+        self._wait_ready()
+
+    def registrations(self) -> dict[str, BookieInfo]:
+        """Every bookie registered as writable, as ZooKeeper holds it."""
+        with kazoo(f"127.0.0.1:{self.zk.port}", self.creds / "zk.digest", self.tls) as zk:
+            where = f"{CLUSTER_ROOT}/bookies/available"
+            return {b: BookieInfo.decode(zk.get(f"{where}/{b}")[0]) for b in zk.get_children(where)}
+
+    def ensembles(self) -> list[tuple[str, ...]]:
+        """The ensemble of every segment of every ledger."""
+        out: list[tuple[str, ...]] = []
+        with kazoo(f"127.0.0.1:{self.zk.port}", self.creds / "zk.digest", self.tls) as zk:
+            for node in every_znode(zk, f"{CLUSTER_ROOT}/ledgers/L"):
+                if node.rsplit("/", 1)[1].startswith("L") and node.count("/") == 7:
+                    metadata = LedgerMetadata.decode(zk.get(node)[0], node)
+                    out.extend(s.bookies for s in metadata.segments)
+        return out
 
     def _wait_ready(self) -> None:
         for kind, proc, log in self.procs:
@@ -169,8 +202,22 @@ def test_a_cluster_from_the_kit_serves_its_token_over_tls_and_locks_zookeeper(
     async def write() -> None:
         async with ProxyClient(write_urls=[kit.proxy_url], ssl=context, token=token) as client:
             await client.write("kit-stream", b"acknowledged")
+            for i in range(STREAMS):
+                await client.write(f"kit-stream-{i}", b"acknowledged")
 
     asyncio.run(write())
+    # Bookies 1-3 prove the identity make-credentials.sh issued them; bookie-4, started
+    # without its file, registered too, yet the write proxy placed nothing on it.
+    identity = BookieIdentity.from_secret(read_secret(str(kit.creds / "ledger.secret")))
+    assert identity is not None
+    registered = kit.registrations()
+    assert set(registered) == {"bookie-1", "bookie-2", "bookie-3", "bookie-4"}
+    for bookie_id, info in registered.items():
+        proven = identity.registration_ok(bookie_id, info.address, info.proof)
+        assert proven == (bookie_id != "bookie-4"), (bookie_id, info)
+    ensembles = kit.ensembles()
+    assert len(ensembles) >= STREAMS + 1, ensembles
+    assert all("bookie-4" not in e for e in ensembles), ensembles
     kit.restrict_parents()  # docs/deployment.md: once, after the first start
     stranger_tls = TlsConfig(enabled=True, ca_file=kit.tls.ca_file)  # the CA is no secret
     nodes = assert_locked(

@@ -37,7 +37,13 @@ from foundation.errors import (
 from foundation.health import State, health_body
 from foundation.names import validate_name
 from httpapi import wire, writes
-from httpapi.auth import auth_middlewares, check_rules, require, sees_detail
+from httpapi.auth import (
+    auth_middlewares,
+    check_rules,
+    require,
+    sees_detail,
+    service_token_source,
+)
 from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
@@ -129,6 +135,9 @@ class WriteProxy:
             root=cfg.root,
             namespace=cfg.namespace,
             config=NamespaceConfig(**core_overrides),
+            # Its own short-lived service tokens for the bookies when it holds the
+            # signing secret (renewed per connection), else $BOOKLINE_TOKEN.
+            token=service_token_source(cfg.auth(), cfg.auth_service_token_lifetime_s),
         )
         # One ZooKeeper session per proxy: the core's. The owner records then live and
         # die with the same session as the writer locks.

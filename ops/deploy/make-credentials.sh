@@ -10,17 +10,25 @@
 #   ledger.secret   every ledger's key derives from it: back it up, losing it loses data
 #   zk.digest       ZooKeeper digest credentials (user:password): every znode admits
 #                   this user alone
-#   service.env     BOOKLINE_TOKEN=... the services' token for the bookies (a year)
+#   service.env     BOOKLINE_TOKEN=... autorecovery's token for the bookies, valid a
+#                   year: re-issue it before then (the proxies sign their own)
 #   admin.token     an admin token for you (a day; mint more with `bookline auth token`)
 #   tls/ca.pem      the CA every process trusts (no secret: give it to clients)
 #   tls/ca-key.pem  the CA's key: keep it offline, it is needed only to issue more
 #   tls/HOST/       per host: node.pem (SANs HOST and each SAN), node-key.pem, and
 #                   zk-keystore.pem (the key, then the certificate: ZooKeeper's PEM
 #                   key store)
-# On each host put OUT's files, with tls/HOST/* as tls/*, into
-# /etc/bookline/credentials/ (owner bookline, 0700); ZooKeeper's zk-keystore.pem and
-# ca.pem into /etc/zookeeper/tls/ (owner zookeeper). Never copy ca-key.pem to a host.
-# $BOOKLINE names the bookline command (default: bookline on the PATH).
+#   bookies/ID.identity  bookie ID's credential ([bookie] identity_file): it proves to
+#                   the clients that the bookie belongs to the cluster (docs/security.md,
+#                   "Bookie identity"); one per bookie of $BOOKIES
+# On each host put OUT's files, with tls/HOST/* as tls/* and only the host's own
+# bookies' bookies/ID.identity, into /etc/bookline/credentials/ (owner bookline,
+# 0700); ZooKeeper's zk-keystore.pem and ca.pem into /etc/zookeeper/tls/ (owner
+# zookeeper). Never copy ca-key.pem to a host.
+# $BOOKLINE names the bookline command (default: bookline on the PATH): the tokens and
+# the bookies' credentials are Bookline's own (`bookline auth token`, `bookline auth
+# bookie-credential`), so run this where Bookline is installed.
+# $BOOKIES names the bookies (default: the kit's, bookie-1 .. bookie-4 of ops/deploy/env).
 set -eu
 umask 077
 
@@ -35,6 +43,7 @@ if [ -e "$out/secret" ]; then
     exit 1
 fi
 bookline=${BOOKLINE:-bookline}
+bookies=${BOOKIES:-bookie-1 bookie-2 bookie-3 bookie-4}
 days=825  # certificates: renew before (docs/deployment.md, "Rotating")
 
 mkdir -p "$out/tls"
@@ -47,6 +56,11 @@ token=$($bookline auth token --secret-file "$out/secret" --principal bookline-se
     --expires-in 31536000)
 printf 'BOOKLINE_TOKEN=%s\n' "$token" > "$out/service.env"
 $bookline auth token --secret-file "$out/secret" --principal admin > "$out/admin.token"
+mkdir -p "$out/bookies"
+for id in $bookies; do
+    $bookline auth bookie-credential "$id" --ledger-secret-file "$out/ledger.secret" \
+        --out "$out/bookies/$id.identity" > /dev/null
+done
 
 key() {
     openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null
