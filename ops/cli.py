@@ -87,7 +87,7 @@ COMMANDS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "underreplicated": ("ledgers autorecovery still has to repair", _LEDGER),
     "subscription": ("a stream's named read positions", ("ops.cli_subscription:register",)),
     "zk": ("look at the cluster's ZooKeeper nodes (debugging)", ("ops.cli_zk:register",)),
-    "auth": ("make tokens for the proxies (docs/security.md)", ("ops.cli_auth:register",)),
+    "auth": ("make tokens and bookie credentials (docs/security.md)", ("ops.cli_auth:register",)),
     "chaos": (
         "Jepsen-style test: workload + faults on a fresh cluster, then check the history",
         ("ops.cli_chaos:register",),
