@@ -137,14 +137,22 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
         text = local_log.read_text()
         assert f"{victim['id']} (pid {victim['pid']}) exited: killed by SIGKILL" in text, text
 
+        # A writer that already swapped the dead bookie out lets autorecovery re-copy
+        # the earlier segments without fencing it: marked and repaired can both happen
+        # between two looks at `status`, so the auditor's log is asked as well.
+        recovery_log = next((tmp_path / "c" / "autorecovery-1").glob("*.log"))
+        lost = f"under-replicated: lost ['{victim['id']}']"
+
         def status_sees_it() -> bool:
             status = _status(cluster)
             row = next(b for b in status["bookies"] if b["id"] == victim["id"])
-            return bool(row["state"] == "down" and status["underreplicated"] > 0)
+            marked = status["underreplicated"] > 0 or lost in recovery_log.read_text()
+            return bool(row["state"] == "down" and marked)
 
         procs.wait_for(status_sees_it, 30, "status: bookie down, ledgers under-replicated")
         seen_s = time.monotonic() - killed_at
         procs.wait_for(lambda: _status(cluster)["underreplicated"] == 0, 120, "re-replication")
+        assert " repaired (lost " in recovery_log.read_text()
         writer.stop.set()
         writer.join(30)
         assert not writer.failures, writer.failures[:5]
