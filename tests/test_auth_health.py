@@ -155,8 +155,8 @@ async def test_bookies_and_autorecovery_answer_strangers_only_whether_they_are_u
         assert all(b["state"] == "ok" and b["disk"] for b in view["bookies"]), view["bookies"]
         assert any("closing connection" in e["message"] for e in view["recent_errors"]), view
         # the services' own token sees the detail (what the dashboard presents)
-        service = _bearer(secret, SERVICE_PRINCIPAL)
-        _status, body = await _get(http, f"{services['autorecovery']}/health", service)
+        own = _bearer(secret, SERVICE_PRINCIPAL)
+        _status, body = await _get(http, f"{services['autorecovery']}/health", own)
         assert "recent_errors" in body and "auditor_leader" in body, body
     finally:
         await asyncio.to_thread(_pause_autorecovery, cluster, "enable")
@@ -167,16 +167,17 @@ async def test_a_warning_naming_a_stream_reaches_only_a_token_allowed_it(
 ) -> None:
     auth = cluster.auth
     assert auth is not None and cluster.zk_digest_file is not None
-    files = {"secret_file": str(auth.secret_file), "grants_file": str(auth.grants_file)}
+    secret_file, grants_file = str(auth.secret_file), str(auth.grants_file)
     metrics = BookieMetrics()
-    bookie = MetricsHttpServer(
-        metrics, "127.0.0.1", 0, load_authority(AuthConfig(enabled=True, **files))
-    )
+    authority = load_authority(AuthConfig(True, secret_file, grants_file))
+    bookie = MetricsHttpServer(metrics, "127.0.0.1", 0, authority)
     ar = await Autorecovery.connect(
         MetadataConfig(
             zk=cluster.zk_connect, root=CLUSTER_ROOT, digest_file=str(cluster.zk_digest_file)
         ),
-        AutorecoveryConfig(auth_enabled=True, **{f"auth_{k}": v for k, v in files.items()}),
+        AutorecoveryConfig(
+            auth_enabled=True, auth_secret_file=secret_file, auth_grants_file=grants_file
+        ),
     )
     endpoints = AutorecoveryHttp(ar)
     try:
