@@ -24,6 +24,13 @@ Journal fsync latency and group size are histograms fed by the journal thread th
 ``/health`` answers the snapshot the event loop last published
 (:meth:`BookieMetrics.publish_health`, every second); a snapshot older than
 :data:`HEALTH_STALE_S` means the loop is stuck, and the bookie is reported down.
+
+Both are open (scrapers and probes carry no credentials), so with auth on they show
+what may name tenants' data -- ``/health``'s details and recent log lines, ``/metrics``'
+families labelled by tenants' names -- only to a token allowed ``consume`` on the
+cluster (:func:`foundation.auth.sees_detail`: admins, the services' own principal the
+dashboard polls with); anyone else gets :func:`foundation.health.public_health` and
+:class:`foundation.metrics.PublicMetrics` (issue 21, docs/security.md).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from socketserver import ThreadingMixIn
 from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -51,8 +58,9 @@ from prometheus_client.registry import Collector
 
 from bookie.protocol import Op
 from bookie.storage.api import DiskUsage
-from foundation.health import State, health_body, http_status
-from foundation.metrics import service_registry
+from foundation.auth import Authority, bearer, sees_detail
+from foundation.health import State, health_body, http_status, public_health
+from foundation.metrics import PublicMetrics, service_registry
 
 log = logging.getLogger(__name__)
 
@@ -430,11 +438,18 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 class MetricsHttpServer:
     """``/metrics`` (Prometheus text) and ``/health`` (JSON) on a thread of their own,
-    so they answer while the event loop is busy; any other path is 404."""
+    so they answer while the event loop is busy; any other path is 404. With an
+    ``authority`` (auth on) the detail only for a token allowed it (module docstring)."""
 
-    def __init__(self, metrics: BookieMetrics, host: str, port: int) -> None:
+    def __init__(
+        self, metrics: BookieMetrics, host: str, port: int, authority: Authority | None = None
+    ) -> None:
         self._metrics = metrics
+        self._authority = authority
         self._prometheus = make_wsgi_app(metrics.registry)
+        public = CollectorRegistry(auto_describe=False)  # a registry: ?name[]= works too
+        public.register(PublicMetrics(metrics.registry))
+        self._public_prometheus = make_wsgi_app(public)
         self._httpd = make_server(host, port, self._app, _ThreadingServer, handler_class=_Quiet)
         self.port = int(self._httpd.server_address[1])
         self.host = host
@@ -445,19 +460,22 @@ class MetricsHttpServer:
 
     def _app(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path not in ("/metrics", "/health"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics or /health\n"]
+        token = bearer(str(environ.get("HTTP_AUTHORIZATION", "")))
+        detail = sees_detail(self._authority, token, time.time())
         if path == "/metrics":
-            return self._prometheus(environ, start_response)  # type: ignore[no-any-return]
-        if path == "/health":
-            status, body = self._metrics.health()
-            data = json.dumps(body).encode()
-            reason = "OK" if status == 200 else "Service Unavailable"
-            start_response(
-                f"{status} {reason}",
-                [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
-            )
-            return [data]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: try /metrics or /health\n"]
+            app = self._prometheus if detail else self._public_prometheus
+            return app(environ, start_response)  # type: ignore[no-any-return]
+        status, body = self._metrics.health()
+        data = json.dumps(body if detail else public_health(body)).encode()
+        reason = "OK" if status == 200 else "Service Unavailable"
+        start_response(
+            f"{status} {reason}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
+        )
+        return [data]
 
     @property
     def address(self) -> str:

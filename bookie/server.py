@@ -157,7 +157,7 @@ class BookieServer:
         if self.config.metrics_port >= 0:
             try:
                 self._metrics_http = MetricsHttpServer(
-                    self.metrics, self.config.host, self.config.metrics_port
+                    self.metrics, self.config.host, self.config.metrics_port, self.authority
                 )
             except OSError as exc:
                 self._server.close()
@@ -342,7 +342,8 @@ class BookieServer:
             "requests": self.metrics.request_totals(),
         }
         if self.failed.is_set():
-            state, why = State.DOWN, f"fatal storage error: {self.fatal_error}"
+            state, why = State.DOWN, "fatal storage error"
+            details["error"] = str(self.fatal_error)  # may name files: a detail
         elif self.draining:
             state, why = State.STOPPING, "stopping: draining requests"
         elif usage is None:

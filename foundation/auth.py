@@ -72,6 +72,7 @@ __all__ = [
     "Grants",
     "Kind",
     "Permission",
+    "bearer",
     "env_token",
     "generate_secret",
     "hash_static_token",
@@ -80,6 +81,7 @@ __all__ = [
     "load_secrets",
     "load_static_tokens",
     "read_token_file",
+    "sees_detail",
     "sign_token",
     "token_expiry",
     "verify_token",
@@ -308,6 +310,30 @@ class Authority:
         if not self.authenticator.secrets:
             raise ConfigError("service tokens need auth.secret_file")
         return sign_token(self.authenticator.secrets[0], SERVICE_PRINCIPAL, now + lifetime_s)
+
+
+def bearer(authorization: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header's value, or None."""
+    scheme, _sep, value = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+def sees_detail(authority: Authority | None, token: str | None, now: float) -> bool:
+    """Whether a service's open ``/health`` and ``/metrics`` may show tenants' names
+    (log lines, per-group figures) to a caller presenting ``token``: auth off (no
+    authority), or a valid token allowed ``consume`` on the cluster (an admin, the
+    services' own principal, a scraper granted just that)."""
+    if authority is None:
+        return True
+    if token is None:
+        return False
+    try:
+        principal = authority.authenticate(token, now)
+    except UnauthenticatedError:
+        return False
+    return authority.grants.allows(principal, "consume", "cluster", "")
 
 
 def _read_private(path: str, what: str) -> bytes:

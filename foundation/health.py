@@ -5,7 +5,8 @@ Body (JSON)::
     {"service": "bookie", "id": "bookie-1", "state": "ok", "why": "writable",
      "time_ms": 1700000000000, "recent_errors": [...], ...service details...}
 
-``state`` is one of :class:`State`; ``why`` says in a sentence what made it so.
+``state`` is one of :class:`State`; ``why`` says in a fixed sentence what made it so
+(a failure's own text, which may name anything, goes into the ``error`` detail).
 ``ok`` and ``degraded`` (serving, with something to look at: a read-only bookie, a
 suspended ZooKeeper session) answer HTTP 200; ``starting``, ``stopping`` and ``down``
 answer 503, so a load balancer or a process supervisor can act on the status alone.
@@ -13,9 +14,10 @@ answer 503, so a load balancer or a process supervisor can act on the status alo
 :class:`RecentErrors` keeps the process's last WARNING-and-above log records (bounded)
 for the ``recent_errors`` field, which the dashboard shows.
 
-Log lines and details may name streams, topics and groups; a service whose ``/health``
-is open to anyone answers callers without the right token :func:`public_health`: only
-whether it is up (:data:`PUBLIC_FIELDS`), nothing of tenants' data.
+Log lines and details may name streams, topics and groups; every service's ``/health``
+is open to anyone, and answers callers without the right token
+(:func:`foundation.auth.sees_detail`) :func:`public_health`: only whether it is up
+(:data:`PUBLIC_FIELDS`), nothing of tenants' data.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
   a fixed number of series: the first :data:`NAMED_SERIES_MAX` names seen get a series
   each, every later one counts under :data:`OTHER` (a scrape's size stays bounded
   whatever the cluster holds);
+* :class:`PublicMetrics` -- a registry's families but those labelled by tenants' names
+  (:data:`TENANT_LABELS`): what every service's ``/metrics`` serves to a scraper without
+  a token allowed to see them (docs/security.md);
 * ``_created`` series are off, process-wide: each counter and histogram would
   otherwise export a second series holding its creation time, doubling what is
   scraped for a figure no dashboard of ours uses (Prometheus >= 2.x does not need it).
@@ -37,7 +40,14 @@ from prometheus_client.registry import Collector
 from foundation.health import RecentErrors
 from foundation.version import __version__
 
-__all__ = ["NAMED_SERIES_MAX", "OTHER", "BoundedLabels", "service_registry"]
+__all__ = [
+    "NAMED_SERIES_MAX",
+    "OTHER",
+    "TENANT_LABELS",
+    "BoundedLabels",
+    "PublicMetrics",
+    "service_registry",
+]
 
 # Series per family labelled by a stream's or topic's name: a scrape stays small with
 # thousands of streams; the busiest few are usually the first ones written.
@@ -45,6 +55,8 @@ NAMED_SERIES_MAX: Final = 100
 # The label value every name past NAMED_SERIES_MAX counts under: never a stream's or a
 # topic's name (names starting with "<" are reserved, foundation/names.py).
 OTHER: Final = "<other>"
+# Label names whose values are tenants' names (a group's lag by topic, ...).
+TENANT_LABELS: Final = frozenset({"stream", "topic", "group", "partition", "name"})
 
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -69,6 +81,19 @@ class _BuildInfo(Collector):
         )
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
+
+
+class PublicMetrics(Collector):
+    """The families of ``registry`` that no tenant label names (whole families are left
+    out, so what is served stays a family's complete set of samples or nothing)."""
+
+    def __init__(self, registry: Collector) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
+                yield family
 
 
 class BoundedLabels:

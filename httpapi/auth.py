@@ -42,11 +42,13 @@ from foundation.auth import (
     SERVICE_PRINCIPAL,
     AuthConfig,
     Authority,
+    bearer,
     env_token,
     load_authority,
 )
+from foundation.auth import sees_detail as _sees_detail
 from foundation.auth import token_expiry as _signed_expiry
-from foundation.errors import ConfigError, ForbiddenError, UnauthenticatedError
+from foundation.errors import ConfigError, ForbiddenError
 from httpapi import strict
 
 __all__ = [
@@ -182,10 +184,9 @@ def _is_websocket_upgrade(request: web.Request) -> bool:
 def bearer_token(request: web.Request, rule: Rule | None = None) -> str | None:
     """The token a request carries, or None. The query parameter counts only on a
     route whose ``rule`` allows it (the tail), on a real WebSocket upgrade."""
-    header = request.headers.get(hdrs.AUTHORIZATION, "")
-    scheme, _sep, value = header.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
+    token = bearer(request.headers.get(hdrs.AUTHORIZATION, ""))
+    if token is not None:
+        return token
     if rule is not None and rule.query_token and _is_websocket_upgrade(request):
         return request.query.get(WS_TOKEN_PARAM) or None
     return None
@@ -203,16 +204,8 @@ def sees_detail(request: web.Request) -> bool:
     auth off, or a valid token allowed ``consume`` on the cluster (an admin, the
     services' own principal, a scraper granted just that)."""
     authority = request.get(_AUTHORITY)
-    if not isinstance(authority, Authority):
-        return True
-    token = bearer_token(request)
-    if token is None:
-        return False
-    try:
-        principal = authority.authenticate(token, time.time())
-    except UnauthenticatedError:
-        return False
-    return authority.grants.allows(principal, "consume", "cluster", "")
+    shown = authority if isinstance(authority, Authority) else None
+    return _sees_detail(shown, bearer_token(request), time.time())
 
 
 def service_token_source(

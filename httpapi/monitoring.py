@@ -13,7 +13,8 @@ layer's figures as Prometheus families, and the ``/health`` answer.
   serving, 503 otherwise); without ``detail`` only its public fields;
 * :class:`PublicMetrics` -- a registry without the families labelled by tenants'
   names (:data:`TENANT_LABELS`), what ``/metrics`` serves to a scraper without a token
-  allowed to see them (docs/security.md).
+  allowed to see them (docs/security.md); from :mod:`foundation.metrics`, which the
+  bookie's ``/metrics`` uses too.
 
 Family names and meanings: ``docs/metrics.md``.
 """
@@ -32,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from foundation.health import State, http_status, public_health
+from foundation.metrics import TENANT_LABELS, PublicMetrics
 from foundation.waits import request_waits
 from ledger.metrics import LatencyHistogram, LedgerMetrics
 
@@ -99,28 +101,11 @@ def latency_middleware(histogram: Histogram, waits: Histogram | None = None) -> 
     return middleware
 
 
-# Label names whose values are tenants' names (a group's lag by topic, ...).
-TENANT_LABELS: Final = frozenset({"stream", "topic", "group", "partition", "name"})
-
-
 def health_response(body: dict[str, Any], *, detail: bool = True) -> web.Response:
     """``/health``: always JSON (a probe need not negotiate), 503 unless serving; only
     the public fields (:func:`foundation.health.public_health`) without ``detail``."""
     shown = body if detail else public_health(body)
     return web.json_response(shown, status=http_status(State(body["state"])))
-
-
-class PublicMetrics(Collector):
-    """The families of ``registry`` that no tenant label names (whole families are left
-    out, so what is served stays a family's complete set of samples or nothing)."""
-
-    def __init__(self, registry: Collector) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._registry.collect():
-            if not any(TENANT_LABELS & sample.labels.keys() for sample in family.samples):
-                yield family
 
 
 def counter_value(counter: Counter) -> float:

@@ -178,12 +178,13 @@ class Autorecovery:
             self._tasks.append(asyncio.create_task(self.worker.run(), name="replication"))
         log.info("autorecovery %s started", self.instance_id)
 
-    def failed_part(self) -> str | None:
-        """Which part stopped on its own, and why; None while every part runs."""
+    def failed_part(self) -> tuple[str, str] | None:
+        """Which part stopped on its own (``"<part> stopped"``) and its error's text
+        ('' when none), apart: the error may name anything; None while every part runs."""
         for task in self._tasks:
             if task.done():
                 exc = None if task.cancelled() else task.exception()
-                return f"{task.get_name()} stopped" + (f": {exc}" if exc else "")
+                return f"{task.get_name()} stopped", str(exc) if exc else ""
         return None
 
     async def wait(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from foundation.auth import AuthConfig
 from foundation.errors import ConfigError
 
 __all__ = ["ENV_PREFIX", "AutorecoveryConfig"]
@@ -74,6 +75,27 @@ class AutorecoveryConfig:
     # Ledgers checked at once.
     replica_check_ledgers_in_flight_max: int = 2
 
+    # --- /health and /metrics (--http-port) -------------------------------------------
+    # Show /health's details and recent log lines (which can name streams) only to a
+    # token allowed consume on the cluster, signed with the cluster's secret (as the
+    # proxies and bookies do); anyone else learns only whether autorecovery is up.
+    auth_enabled: bool = False
+    # File of the cluster's token secrets, one per line, owner-only (the proxies' file).
+    auth_secret_file: str = ""
+    # TOML/JSON file of grants and superusers (the proxies' file).
+    auth_grants_file: str = ""
+    # Optional TOML/JSON file of static tokens (SHA-256 hex per principal).
+    auth_tokens_file: str = ""
+
+    def auth(self) -> AuthConfig:
+        """The ``auth_*`` settings as foundation.auth takes them."""
+        return AuthConfig(
+            enabled=self.auth_enabled,
+            secret_file=self.auth_secret_file,
+            grants_file=self.auth_grants_file,
+            tokens_file=self.auth_tokens_file,
+        )
+
     def __post_init__(self) -> None:
         non_negative = (
             "grace_ms",
@@ -104,3 +126,8 @@ class AutorecoveryConfig:
                 raise ConfigError(f"autorecovery.{name} must be positive")
         if not (self.auditor_enabled or self.worker_enabled):
             raise ConfigError("autorecovery needs the auditor or the worker enabled")
+        if self.auth_enabled and not (self.auth_secret_file or self.auth_tokens_file):
+            raise ConfigError(
+                "autorecovery.auth_enabled needs autorecovery.auth_secret_file or "
+                "autorecovery.auth_tokens_file"
+            )

@@ -5,12 +5,20 @@
 (:class:`httpapi.monitoring.LedgerCollector`), what the auditor found
 (:class:`AuditorCollector`) and the under-replicated ledgers, counted in ZooKeeper when
 scraped (one children listing). ``/health``: :mod:`foundation.health`'s shape, ``down``
-once a part (auditor, worker) stopped on an error.
+once a part (auditor, worker) stopped on an error (its text in ``error``, a detail).
+
+Both are open (probes and scrapers carry no credentials). With ``[autorecovery]
+auth_enabled`` (``bookline local`` and the deploy kit turn it on) ``/health``'s details
+and recent log lines -- which can name streams: ledgers' metadata and the orphan
+collector do -- and any family labelled by tenants' names go only to a token allowed
+``consume`` on the cluster (:func:`foundation.auth.sees_detail`), as on the proxies and
+bookies; anyone else learns whether autorecovery is up (docs/security.md).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -19,9 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from foundation.auth import Authority, bearer, load_authority, sees_detail
 from foundation.errors import BooklineError
 from foundation.health import State, health_body
-from foundation.metrics import service_registry
+from foundation.metrics import PublicMetrics, service_registry
 from httpapi.monitoring import LedgerCollector, health_response
 from metadata.zk import SessionState
 
@@ -73,8 +82,12 @@ class AutorecoveryHttp:
     """The endpoints of one :class:`~ledger.autorecovery.Autorecovery`."""
 
     def __init__(self, ar: Autorecovery) -> None:
+        """Loads the token secret and grants ``ar.config`` names (ConfigError at start
+        for bad ones)."""
         self._ar = ar
+        self._authority: Authority | None = load_authority(ar.config.auth())
         self.registry = service_registry()
+        self._public = PublicMetrics(self.registry)
         self.registry.register(LedgerCollector(ar.client.env.metrics, autorecovery=True))
         self.registry.register(AuditorCollector(ar))
         self._underreplicated = Gauge(
@@ -109,19 +122,26 @@ class AutorecoveryHttp:
             log.warning("could not count under-replicated ledgers: %s", exc)
         return self._last_count
 
+    def _sees_detail(self, request: web.Request) -> bool:
+        token = bearer(request.headers.get("Authorization", ""))
+        return sees_detail(self._authority, token, time.time())
+
     async def _metrics(self, request: web.Request) -> web.Response:
         count = await self._count()
         if count is not None:
             self._underreplicated.set(count)
-        resp = web.Response(body=generate_latest(self.registry))
+        shown = self.registry if self._sees_detail(request) else self._public
+        resp = web.Response(body=generate_latest(shown))
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
     async def _health(self, request: web.Request) -> web.Response:
         ar = self._ar
         failed = ar.failed_part()
-        if failed is not None:
-            state, why = State.DOWN, failed
+        error: dict[str, str] = {}
+        if failed is not None:  # the part's error may name anything: a detail
+            (why, text), state = failed, State.DOWN
+            error = {"error": text} if text else {}
         elif ar.md.zk.state is not SessionState.CONNECTED:
             state, why = State.DEGRADED, "ZooKeeper session suspended"
         else:
@@ -135,5 +155,7 @@ class AutorecoveryHttp:
                 auditor_leader=ar.auditor.is_leader,
                 underreplicated_ledgers=await self._count(),
                 ledgers_replicated=ar.client.env.metrics.ledgers_replicated,
-            )
+                **error,
+            ),
+            detail=self._sees_detail(request),
         )

@@ -380,7 +380,8 @@ class LocalCluster:
         return {} if self.tls_paths is None else self.tls_paths.environ()
 
     def _bookie_auth_args(self) -> list[str]:
-        """A bookie's flags turning authentication on with the cluster's secret."""
+        """A bookie's (and autorecovery's, for its /health and /metrics) flags turning
+        authentication on with the cluster's secret."""
         if self.auth is None:
             return []
         return [
@@ -428,7 +429,8 @@ class LocalCluster:
         argv = [
             sys.executable, "-m", "ops.cli", "autorecovery",
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT, *self._session_args(),
-            "--http-port", str(port), "--id", name, *self.autorecovery_args,
+            "--http-port", str(port), "--id", name, *self._bookie_auth_args(),
+            *self.autorecovery_args,
         ]  # fmt: skip
         info = self._spawn(name, "autorecovery", argv, self.dir / name / "autorecovery.log")
         info.address = f"{self.placement(name).host}:{port}"

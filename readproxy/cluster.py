@@ -161,7 +161,7 @@ class ClusterView:
             health, error = await self._health(url) if url else (None, "no health URL known")
             registered = info.state if info is not None else "no"
             if health is not None:
-                state, why = str(health.get("state", "down")), str(health.get("why", ""))
+                state, why = str(health.get("state", "down")), _why(health)
             else:
                 state = "down"
                 why = error if info is not None else f"not registered; {error}"
@@ -291,6 +291,12 @@ class ClusterView:
         if not isinstance(body, dict) or "state" not in body:
             return None, "/health answered something else"
         return body, ""
+
+
+def _why(health: dict[str, Any]) -> str:
+    """``why``, with the error a down service shows its detail readers (``error``)."""
+    why, error = str(health.get("why", "")), health.get("error")
+    return f"{why}: {error}" if error else why
 
 
 async def _bounded(coros: Iterable[Awaitable[Any]]) -> list[Any]:

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bookie.metrics import BookieMetrics
+from ledger.autorecovery_config import AutorecoveryConfig
 from ledger.metrics import LedgerMetrics
 from ops.autorecovery_http import AutorecoveryHttp
 from readproxy.metrics import ReadProxyMetrics
@@ -51,6 +52,7 @@ def registries() -> dict[str, CollectorRegistry]:
     wp = WriteProxyMetrics()
     wp.bind_groups(lambda: [])
     fake_ar = types.SimpleNamespace(
+        config=AutorecoveryConfig(),
         client=types.SimpleNamespace(env=types.SimpleNamespace(metrics=LedgerMetrics())),
         auditor=types.SimpleNamespace(
             is_leader=False,

@@ -79,7 +79,9 @@ async def test_bookie_health_follows_its_state(
         monkeypatch.undo()
         b.server.fail(IOFailureError("journal fsync failed"))
         body = await _wait_state(url, "down")
-        assert "journal fsync failed" in str(body["why"])
+        # why: a fixed sentence (public); the error's own text is a detail
+        assert body["why"] == "fatal storage error", body
+        assert "journal fsync failed" in str(body["error"])
     finally:
         await stop_bookie(b)
 
