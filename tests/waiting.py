@@ -5,10 +5,12 @@ A test asserts behaviour, never the machine's speed: it waits for what it expect
 happen, and the deadline only bounds how long a broken build takes to fail. On a
 machine whose cores are shared (load average 6-10 on 2 cores), everything takes a few
 times longer, so every deadline -- and pytest-timeout's per-test limit, in
-``tests/conftest.py`` -- is multiplied by :data:`TIME_SCALE`:
-``BOOKLINE_TEST_TIME_SCALE`` when set (``1`` on a dedicated CI machine, ``4`` beside a
-CPU hog), else the one-minute load average per core when pytest starts, between 1 and
-:data:`AUTO_SCALE_MAX`. The value is exported, so processes a test starts agree.
+``tests/conftest.py`` -- is multiplied by a time scale: ``BOOKLINE_TEST_TIME_SCALE``
+when set (``1`` on a dedicated CI machine, ``3`` beside a CPU hog of every core), else
+the one-minute load average per core, between 1 and :data:`AUTO_SCALE_MAX`:
+:data:`TIME_SCALE` when pytest starts (the per-test limits), and the larger of that and
+the load at the time for each wait (a hog started with the run raises the load average
+only over a minute).
 
 Sleeps that are the behaviour under test (a token left to expire, records left to flow
 for a measured while) stay ``asyncio.sleep``/``time.sleep``: they are not waits.
@@ -23,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-__all__ = ["TIME_SCALE", "scaled", "wait_for", "wait_until"]
+__all__ = ["TIME_SCALE", "WAIT_S", "scaled", "time_scale", "wait_for", "wait_until"]
 
 T = TypeVar("T")
 
@@ -36,34 +38,43 @@ WAIT_S: Final = 20.0
 POLL_S: Final = 0.05
 
 
-def _time_scale() -> float:
+def _fixed_scale() -> float | None:
     raw = os.environ.get(SCALE_ENV)
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError(f"{SCALE_ENV} must be a number >= 1, got {raw!r}") from None
-        if not value >= 1.0:
-            raise ValueError(f"{SCALE_ENV} must be a number >= 1, got {raw!r}")
-        return value
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{SCALE_ENV} must be a number >= 1, got {raw!r}") from None
+    if not value >= 1.0:
+        raise ValueError(f"{SCALE_ENV} must be a number >= 1, got {raw!r}")
+    return value
+
+
+def _load_scale() -> float:
     per_core = os.getloadavg()[0] / (os.cpu_count() or 1) if hasattr(os, "getloadavg") else 1.0
     return round(min(AUTO_SCALE_MAX, max(1.0, per_core)), 2)
 
 
-TIME_SCALE: Final = _time_scale()
-os.environ[SCALE_ENV] = str(TIME_SCALE)
+_FIXED: Final = _fixed_scale()
+#: The time scale when the tests started (pytest-timeout's limits use it).
+TIME_SCALE: Final = _FIXED if _FIXED is not None else _load_scale()
+
+
+def time_scale() -> float:
+    """The time scale now: fixed by the environment, else never below the start's."""
+    return _FIXED if _FIXED is not None else max(TIME_SCALE, _load_scale())
 
 
 def scaled(seconds: float) -> float:
-    """``seconds`` of patience on a quiet machine, as much as this machine needs."""
-    return seconds * TIME_SCALE
+    """``seconds`` of patience on a quiet machine, as much as this machine needs now."""
+    return seconds * time_scale()
 
 
-def _timeout_message(what: str, timeout_s: float, last: object) -> str:
+def _timeout_message(what: str, timeout_s: float, waited_s: float, last: object) -> str:
     seen = "" if last is None or isinstance(last, bool) else f" (last seen: {last!r:.300})"
     return (
-        f"timed out after {scaled(timeout_s):.1f}s ({timeout_s:g}s x time scale "
-        f"{TIME_SCALE:g}) waiting for {what}{seen}"
+        f"timed out after {waited_s:.1f}s ({timeout_s:g}s at time scale 1) waiting for {what}{seen}"
     )
 
 
@@ -78,7 +89,8 @@ async def wait_for(
     returns something truthy, and return that; after ``scaled(timeout_s)`` fail the
     test naming ``what`` was awaited. An exception the condition raises ends the wait
     at once (a condition can fail fast, e.g. when a process it waits on died)."""
-    deadline = time.monotonic() + scaled(timeout_s)
+    start = time.monotonic()
+    deadline = start + scaled(timeout_s)
     while True:
         value = condition()
         if inspect.isawaitable(value):
@@ -86,7 +98,8 @@ async def wait_for(
         if value:
             return value  # type: ignore[return-value]
         if time.monotonic() >= deadline:
-            raise AssertionError(_timeout_message(what, timeout_s, value))
+            waited = time.monotonic() - start
+            raise AssertionError(_timeout_message(what, timeout_s, waited, value))
         await asyncio.sleep(interval_s)
 
 
@@ -98,11 +111,13 @@ def wait_until(
     interval_s: float = POLL_S,
 ) -> T:
     """:func:`wait_for` for code without an event loop (blocks the calling thread)."""
-    deadline = time.monotonic() + scaled(timeout_s)
+    start = time.monotonic()
+    deadline = start + scaled(timeout_s)
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(_timeout_message(what, timeout_s, value))
+            waited = time.monotonic() - start
+            raise AssertionError(_timeout_message(what, timeout_s, waited, value))
         time.sleep(interval_s)
