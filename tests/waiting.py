@@ -71,7 +71,13 @@ def scaled(seconds: float) -> float:
     return seconds * time_scale()
 
 
-def _timeout_message(what: str, timeout_s: float, waited_s: float, last: object) -> str:
+#: What a wait awaited: a description, or a function giving one when the wait fails
+#: (e.g. with a log's tail as it is then).
+What = str | Callable[[], str]
+
+
+def _timeout_message(what: What, timeout_s: float, waited_s: float, last: object) -> str:
+    what = what() if callable(what) else what
     seen = "" if last is None or isinstance(last, bool) else f" (last seen: {last!r:.300})"
     return (
         f"timed out after {waited_s:.1f}s ({timeout_s:g}s at time scale 1) waiting for {what}{seen}"
@@ -80,15 +86,16 @@ def _timeout_message(what: str, timeout_s: float, waited_s: float, last: object)
 
 async def wait_for(
     condition: Callable[[], T | Awaitable[T]],
-    what: str = "the condition",
+    what: What = "the condition",
     *,
     timeout_s: float = WAIT_S,
     interval_s: float = POLL_S,
 ) -> T:
     """Poll ``condition()`` (a plain or async callable) every ``interval_s`` until it
     returns something truthy, and return that; after ``scaled(timeout_s)`` fail the
-    test naming ``what`` was awaited. An exception the condition raises ends the wait
-    at once (a condition can fail fast, e.g. when a process it waits on died)."""
+    test (AssertionError) naming ``what`` was awaited. An exception the condition
+    raises ends the wait at once (a condition can fail fast, e.g. when a process it
+    waits on died)."""
     start = time.monotonic()
     deadline = start + scaled(timeout_s)
     while True:
@@ -105,7 +112,7 @@ async def wait_for(
 
 def wait_until(
     condition: Callable[[], T],
-    what: str = "the condition",
+    what: What = "the condition",
     *,
     timeout_s: float = WAIT_S,
     interval_s: float = POLL_S,
