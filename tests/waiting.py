@@ -23,7 +23,7 @@ import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 __all__ = ["TIME_SCALE", "WAIT_S", "scaled", "time_scale", "wait_for", "wait_until"]
 
@@ -84,13 +84,29 @@ def _timeout_message(what: What, timeout_s: float, waited_s: float, last: object
     )
 
 
+@overload
+async def wait_for(  # an async condition: the value it gives
+    condition: Callable[[], Awaitable[T]],
+    what: What = ...,
+    *,
+    timeout_s: float = ...,
+    interval_s: float = ...,
+) -> T: ...
+
+
+@overload
 async def wait_for(
-    condition: Callable[[], T | Awaitable[T]],
+    condition: Callable[[], T], what: What = ..., *, timeout_s: float = ..., interval_s: float = ...
+) -> T: ...
+
+
+async def wait_for(
+    condition: Callable[[], Any],
     what: What = "the condition",
     *,
     timeout_s: float = WAIT_S,
     interval_s: float = POLL_S,
-) -> T:
+) -> Any:
     """Poll ``condition()`` (a plain or async callable) every ``interval_s`` until it
     returns something truthy, and return that; after ``scaled(timeout_s)`` fail the
     test (AssertionError) naming ``what`` was awaited. An exception the condition
@@ -103,7 +119,7 @@ async def wait_for(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             waited = time.monotonic() - start
             raise AssertionError(_timeout_message(what, timeout_s, waited, value))
