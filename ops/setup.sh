@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by ./run.sh and ./test.sh:
-#   1. a JRE, Debian's ZooKeeper, redis-server and chromium (apt-get, only when missing;
-#      Redis is a peer of `bookline bench compare`, never started as a service here;
+#   1. a JRE, Debian's ZooKeeper, redis-server, chromium and stress-ng (apt-get, only
+#      when missing; stress-ng is the CPU hog the tests are run beside (README); Redis is a peer of `bookline bench compare`, never started as a service here;
 #      chromium is the headless browser of the dashboard test, driven by Playwright);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
@@ -20,6 +20,8 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # nft: the chaos nemesis's partitions (nftables rules inside the hosts' namespaces).
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# stress-ng: the CPU hog the test suite is run beside (README, "Commands").
+command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq
