@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by ./run.sh and ./test.sh:
 #   1. a JRE, Debian's ZooKeeper, redis-server, chromium and stress-ng (apt-get, only
-#      when missing; stress-ng is the CPU hog the tests are run beside (README); Redis is a peer of `bookline bench compare`, never started as a service here;
-#      chromium is the headless browser of the dashboard test, driven by Playwright);
+#      when missing; Redis is a peer of `bookline bench compare`, never started as a
+#      service here; chromium is the headless browser of the dashboard test, driven by
+#      Playwright; stress-ng is the CPU hog the tests are run beside, README);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
 # Source it; it leaves VENV_PY pointing at the venv's python.
