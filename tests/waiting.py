@@ -86,7 +86,7 @@ def _timeout_message(what: What, timeout_s: float, waited_s: float, last: object
 
 @overload
 async def wait_for(  # an async condition: the value it gives
-    condition: Callable[[], Awaitable[T]],
+    condition: Callable[[], Awaitable[T | None]],
     what: What = ...,
     *,
     timeout_s: float = ...,
@@ -96,7 +96,11 @@ async def wait_for(  # an async condition: the value it gives
 
 @overload
 async def wait_for(
-    condition: Callable[[], T], what: What = ..., *, timeout_s: float = ..., interval_s: float = ...
+    condition: Callable[[], T | None],
+    what: What = ...,
+    *,
+    timeout_s: float = ...,
+    interval_s: float = ...,
 ) -> T: ...
 
 
@@ -127,7 +131,7 @@ async def wait_for(
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     what: What = "the condition",
     *,
     timeout_s: float = WAIT_S,
@@ -138,7 +142,7 @@ def wait_until(
     deadline = start + scaled(timeout_s)
     while True:
         value = condition()
-        if value:
+        if value is not None and value:
             return value
         if time.monotonic() >= deadline:
             waited = time.monotonic() - start
