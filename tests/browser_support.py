@@ -17,6 +17,7 @@ from typing import Final
 from playwright.async_api import Browser, async_playwright
 
 from ops import procs
+from tests.waiting import scaled
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 # The flags that work on this machine (no GPU, no sandbox as root, nothing fetched).
@@ -38,7 +39,7 @@ START_TIMEOUT_S: Final = 30.0
 
 
 async def _devtools_port(profile: Path, log: Path, proc: subprocess.Popen[bytes]) -> int:
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + scaled(START_TIMEOUT_S)
     marker = profile / "DevToolsActivePort"
     while time.monotonic() < deadline:
         if proc.poll() is not None:

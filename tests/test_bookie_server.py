@@ -36,6 +36,7 @@ from foundation.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
+from tests.waiting import scaled
 
 KEY = b"master-key"
 
@@ -577,7 +578,7 @@ async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> No
             "bookline_bookie_storage_adds_total 100.0",
         )
         text = ""
-        async with asyncio.timeout(10.0):  # the health loop refreshes gauges every second
+        async with asyncio.timeout(scaled(10.0)):  # the health loop refreshes gauges every second
             while True:
                 text = await asyncio.to_thread(_scrape, url)
                 if all(w in text for w in wanted):

@@ -113,7 +113,7 @@ async def test_a_retry_across_a_failover_after_an_epoch_bump_writes_nothing_twic
         pending = asyncio.ensure_future(c.write(s, b"b"))
         killed = False
         try:
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + scaled(10)
             while await _read_all(c, s) != [b"a", b"b"]:  # durable, answer still stalled
                 if pending.done():
                     pytest.fail(f"b answered before it was in the log: {pending.exception()}")
