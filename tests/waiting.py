@@ -142,7 +142,7 @@ def wait_until(
     deadline = start + scaled(timeout_s)
     while True:
         value = condition()
-        if value is not None and value:
+        if value:
             return value
         if time.monotonic() >= deadline:
             waited = time.monotonic() - start
