@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from ops import procs
 from ops.chaos.hosts import ChaosCluster, Node
 from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget
 from tests.test_chaos_hosts import PROBLEM
+from tests.waiting import wait_until
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no namespaces: {PROBLEM}")
@@ -47,7 +49,9 @@ def _serving(cluster: ChaosCluster) -> None:
     """Every host runs and takes connections from the root namespace."""
     for node in cluster.nodes:
         assert node.is_running(), f"{node.id} is down after the heal"
-        procs.wait_for(lambda n=node: _reachable(n.address), SERVE_TIMEOUT_S, n_name(node))
+        wait_until(
+            functools.partial(_reachable, node.address), n_name(node), timeout_s=SERVE_TIMEOUT_S
+        )
 
 
 def n_name(node: Node) -> str:
@@ -232,7 +236,7 @@ async def test_storage_faults_restart_a_bookie_with_the_shim_and_heal_without_it
             await _write_to(client, f"eio-{i}", "while fsync fails")
             if not bookie.is_running():
                 break
-        procs.wait_for(lambda: not bookie.is_running(), 10.0, "the bookie to stop")
+        wait_until(lambda: not bookie.is_running(), "the bookie to stop", timeout_s=10.0)
         assert bookie.info.proc.returncode == FATAL_STORAGE_EXIT
     for node in (bookie, *chaos.bookies):
         assert "FAULTS.toml" not in {p.name for p in node.data_dirs["journal"].iterdir()}
