@@ -29,7 +29,7 @@ from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
 from ops import procs
 from ops.local import LocalCluster
-from tests.waiting import scaled
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -111,11 +111,7 @@ def _lines(path: Path) -> list[tuple[int, int, str, str]]:
 
 async def _until(what: str, timeout_s: float, check: object) -> None:
     assert callable(check)
-    deadline = time.monotonic() + scaled(timeout_s)
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
+    await wait_for(check, what, timeout_s=timeout_s, interval_s=0.1)
 
 
 async def _exit(proc: Popen[bytes], timeout_s: float) -> int:

@@ -213,7 +213,7 @@ async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]
     """``count`` records from the start: a read answers what the read proxy sees as
     committed, and the last entry becomes visible a moment after its write."""
     got: list[bytes] = []
-    position, deadline = "earliest", time.monotonic() + 20
+    position, deadline = "earliest", time.monotonic() + scaled(20)
     while len(got) < count and time.monotonic() < deadline:
         page = await client.read(stream, position, limit=10, wait_ms=1000)
         got += [r.payload for r in page.records]
