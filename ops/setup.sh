@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Idempotent set-up shared by ./run.sh and ./test.sh:
-#   1. a JRE, Debian's ZooKeeper, redis-server and chromium (apt-get, only when missing;
-#      Redis is a peer of `bookline bench compare`, never started as a service here;
-#      chromium is the headless browser of the dashboard test, driven by Playwright;
-#      prometheus only for its promtool, which tests the alert rules);
+#   1. a JRE, Debian's ZooKeeper, redis-server, chromium, prometheus and stress-ng
+#      (apt-get, only when missing; Redis is a peer of `bookline bench compare`, never
+#      started as a service here; chromium is the headless browser of the dashboard
+#      test, driven by Playwright; prometheus only for its promtool, which tests the
+#      alert rules; stress-ng is the CPU hog the tests are run beside, README);
 #   2. a venv in .venv with the project (editable) and its dependencies,
 #      reinstalled only when pyproject.toml changed (stamp file).
 # Source it; it leaves VENV_PY pointing at the venv's python.
@@ -24,6 +25,8 @@ command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 # promtool (in Debian's prometheus package): the alert rules' tests; the prometheus
 # service itself is never started.
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# stress-ng: the CPU hog the test suite is run beside (README, "Commands").
+command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq

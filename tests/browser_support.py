@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -17,6 +16,7 @@ from typing import Final
 from playwright.async_api import Browser, async_playwright
 
 from ops import procs
+from tests.waiting import wait_for
 
 CHROMIUM: Final = Path("/usr/bin/chromium")
 # The flags that work on this machine (no GPU, no sandbox as root, nothing fetched).
@@ -38,15 +38,19 @@ START_TIMEOUT_S: Final = 30.0
 
 
 async def _devtools_port(profile: Path, log: Path, proc: subprocess.Popen[bytes]) -> int:
-    deadline = time.monotonic() + START_TIMEOUT_S
     marker = profile / "DevToolsActivePort"
-    while time.monotonic() < deadline:
+
+    def port() -> int:
         if proc.poll() is not None:
             raise RuntimeError(f"chromium exited at start:\n{_tail(log)}")
         with contextlib.suppress(OSError, ValueError, IndexError):
             return int(marker.read_text().splitlines()[0])
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"chromium gave no DevTools port:\n{_tail(log)}")
+        return 0
+
+    def what() -> str:
+        return f"chromium's DevTools port:\n{_tail(log)}"
+
+    return await wait_for(port, what, timeout_s=START_TIMEOUT_S, interval_s=0.1)
 
 
 def _tail(log: Path) -> str:

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +20,31 @@ import pytest
 
 from ops import procs
 from ops.zookeeper import ZooKeeperServer
+from tests.waiting import SCALE_ENV, TIME_SCALE, scaled, wait_until
 
 _roots = itertools.count()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"test time scale: {TIME_SCALE:g} (deadlines and timeouts; {SCALE_ENV})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # pytest-timeout's limit is a deadline like any other: on a loaded machine a test
+    # gets the time scale's multiple of it (tests/waiting.py), whether the limit comes
+    # from the test's own mark, --timeout or pyproject.toml.
+    if TIME_SCALE == 1.0:
+        return
+    option = config.getoption("timeout", None)
+    default = float(option if option is not None else config.getini("timeout") or 0)
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        base = default
+        if mark is not None:
+            base = float(mark.kwargs.get("timeout", mark.args[0] if mark.args else default))
+        if base > 0:
+            rest = {k: v for k, v in (mark.kwargs if mark else {}).items() if k != "timeout"}
+            item.add_marker(pytest.mark.timeout(scaled(base), **rest), append=False)
 
 
 @pytest.fixture(scope="session")
@@ -99,13 +121,13 @@ class BookieCluster:
         )
         proc = procs.spawn(argv, log_path=log, env=env)
         self.bookies.append((proc, port, d))
-        deadline = time.monotonic() + BOOKIE_READY_TIMEOUT_S
-        while b"bookie ready" not in (log.read_bytes() if log.exists() else b""):
+
+        def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"bookie exited {proc.returncode}: {log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bookie on {port} not ready: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
+            return b"bookie ready" in (log.read_bytes() if log.exists() else b"")
+
+        wait_until(ready, f"bookie on {port} to be ready", timeout_s=BOOKIE_READY_TIMEOUT_S)
 
     def cluster_file(self) -> Path:
         """A cluster.json other processes (subprocess writers, Spark) can open."""

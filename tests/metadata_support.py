@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from kazoo.client import KazooClient
 
 from foundation.config import MetadataConfig
 from metadata import MetadataClient, ZkClient
+from tests.waiting import WAIT_S, wait_for
+
+__all__ = ["WAIT_S", "Clients", "expire_session", "metadata_clients", "wait_for"]
 
 # Short sessions so an expired owner is noticed quickly; well within ZK's 1..60 s range.
 TEST_SESSION_TIMEOUT_MS = 4_000
-WAIT_S = 20.0
 
 
 class Clients:
@@ -73,16 +74,3 @@ async def expire_session(connect: str, zk: ZkClient) -> None:
     session_id, password = zk.session_id, zk.session_password
     assert session_id, "client not connected"
     await asyncio.get_running_loop().run_in_executor(None, _expire, connect, session_id, password)
-
-
-async def wait_for(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float = WAIT_S, poll_s: float = 0.02
-) -> None:
-    """Poll ``predicate`` (plain or async) until true; fail the test with a timeout
-    otherwise."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            answer = predicate()
-            if await answer if inspect.isawaitable(answer) else answer:
-                return
-            await asyncio.sleep(poll_s)

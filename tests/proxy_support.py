@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from subprocess import Popen
@@ -15,6 +14,7 @@ from subprocess import Popen
 import aiohttp
 
 from ops import procs
+from tests.waiting import wait_for
 
 # A write proxy process prints its ready line within seconds; a loaded machine gets room.
 PROXY_READY_TIMEOUT_S = 60.0
@@ -46,32 +46,32 @@ async def wait_ready(
 ) -> None:
     """Wait for ``writeproxy ready`` after ``offset`` in the log; RuntimeError with the
     log's tail if the process exits first."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def ready() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(
                 f"write proxy exited with {proc.returncode}:\n{log_tail(log_path, offset)}"
             )
-        if b"ready id=" in (log_path.read_bytes()[offset:] if log_path.exists() else b""):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"write proxy not ready:\n{log_tail(log_path, offset)}")
-        await asyncio.sleep(0.05)
+        return b"ready id=" in (log_path.read_bytes()[offset:] if log_path.exists() else b"")
+
+    await wait_for(
+        ready, lambda: f"write proxy ready:\n{log_tail(log_path, offset)}", timeout_s=timeout_s
+    )
 
 
 async def wait_listening(url: str, timeout_s: float = PROXY_READY_TIMEOUT_S) -> None:
     """Wait until ``url`` answers HTTP at all (any status)."""
-    deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as session:
-        while True:
+
+        async def answers() -> bool:
             try:
                 async with session.get(f"{url}/health") as resp:
                     await resp.read()
-                    return
+                    return True
             except aiohttp.ClientError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+                return False
+
+        await wait_for(answers, f"{url} to answer HTTP", timeout_s=timeout_s)
 
 
 async def stop(proc: Popen[bytes]) -> None:

@@ -132,8 +132,10 @@ async def test_bookies_and_autorecovery_answer_strangers_only_whether_they_are_u
             _status, body = await _get(http, f"{base}/health", admin)
             return any(words in e["message"] for e in body.get("recent_errors", []))
 
-        await wait_for(lambda: logged(services["bookie"], "closing connection"), WAIT_S)
-        await wait_for(lambda: logged(services["autorecovery"], "paused"), WAIT_S)
+        await wait_for(
+            lambda: logged(services["bookie"], "closing connection"), "the bookie's warning"
+        )
+        await wait_for(lambda: logged(services["autorecovery"], "paused"), "autorecovery's warning")
         for service, base in services.items():
             for headers in _strangers(secret):
                 status, body = await _get(http, f"{base}/health", headers)

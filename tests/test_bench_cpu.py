@@ -12,36 +12,59 @@ from ops.cpu import CpuWindow, cpu_seconds
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
-SPIN = "import time\nend = time.perf_counter() + 30\nwhile time.perf_counter() < end: pass\n"
-SLEEP = "import time\ntime.sleep(30)\n"
+# Each child says "ready" once started; the busy one then burns BUSY_CPU_S of its own CPU
+# time when told to (a line on stdin) and says "done". CPU time, not wall time: on a
+# loaded machine a spinning process gets a fraction of a core, but what it used is
+# what the window must report.
+BUSY_CPU_S = 0.5
+SPIN = f"""
+import sys, time
+print("ready", flush=True)
+sys.stdin.readline()
+end = time.process_time() + {BUSY_CPU_S}
+while time.process_time() < end:
+    pass
+print("done", flush=True)
+time.sleep(300)
+"""
+SLEEP = 'import time\nprint("ready", flush=True)\ntime.sleep(300)\n'
 
 
-def _start(code: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code])
+def _start(code: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"  # past interpreter start-up
+    return proc
 
 
 def test_busy_and_idle_processes_are_told_apart_per_role() -> None:
     busy, idle = _start(SPIN), _start(SLEEP)
     try:
-        time.sleep(0.3)  # past interpreter start-up
+        assert busy.stdin is not None and busy.stdout is not None
+        t0 = time.perf_counter()
         window = CpuWindow({"busy": [busy.pid], "idle": [idle.pid]})
         window.start()
-        time.sleep(1.0)
+        busy.stdin.write("go\n")
+        busy.stdin.flush()
+        assert busy.stdout.readline() == "done\n"
         report = window.stop()
+        outer_s = time.perf_counter() - t0
     finally:
         for proc in (busy, idle):  # stopped by pid, also on failure
             proc.kill()
             proc.wait(10)
-    # A spinning process gets most of a core even on a loaded 2-core machine; a
-    # sleeping one next to nothing. The total is the roles' sum.
-    assert report["busy"] > 30.0
-    assert report["idle"] < 5.0
+    # The busy process used at least BUSY_CPU_S within a window no longer than outer_s
+    # (less one clock tick of rounding); the sleeping one next to nothing in the same
+    # window, however loaded the machine. The total is the roles' sum.
+    assert report["busy"] >= (BUSY_CPU_S - 0.02) / outer_s * 100.0, (report, outer_s)
+    assert report["idle"] < report["busy"] / 10, report
     assert report["total"] == pytest.approx(report["busy"] + report["idle"], abs=0.2)
 
 
 def test_a_process_gone_during_the_window_is_left_out() -> None:
     proc = _start(SLEEP)
-    time.sleep(0.2)
     window = CpuWindow({"gone": [proc.pid]})
     window.start()
     proc.kill()

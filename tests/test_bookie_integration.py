@@ -26,6 +26,7 @@ from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, Segment, master_key_check
 from ops import procs
 from tests.ledger_support import register_ledgers
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,16 +76,17 @@ class BookieProcess:
         return self._wait_ready(offset)
 
     def _wait_ready(self, offset: int) -> subprocess.Popen[bytes]:
-        assert self.proc is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
+        proc = self.proc
+        assert proc is not None
+
+        def ready() -> bool:
             text = self.log_path.read_bytes()[offset:].decode(errors="replace")
-            if "bookie ready id=" in text:
-                return self.proc
-            if self.proc.poll() is not None:
-                raise AssertionError(f"bookie exited {self.proc.returncode}:\n{text}")
-            time.sleep(0.05)
-        raise AssertionError(f"bookie not ready after {READY_TIMEOUT_S}s")
+            if proc.poll() is not None and "bookie ready id=" not in text:
+                raise AssertionError(f"bookie exited {proc.returncode}:\n{text}")
+            return "bookie ready id=" in text
+
+        wait_until(ready, "the bookie to be ready", timeout_s=READY_TIMEOUT_S)
+        return proc
 
     def metrics_url(self) -> str:
         ready = [ln for ln in self.log_path.read_text().splitlines() if "bookie ready" in ln]
@@ -170,10 +172,10 @@ async def _registered_state(md: MetadataClient, bookie_id: str) -> str:
 
 
 async def _wait_state(md: MetadataClient, bookie_id: str, state: str) -> None:
-    deadline = time.monotonic() + 20.0
-    while (current := await _registered_state(md, bookie_id)) != state:
-        assert time.monotonic() < deadline, f"bookie stayed {current}, wanted {state}"
-        await asyncio.sleep(0.1)
+    async def reached() -> bool:
+        return await _registered_state(md, bookie_id) == state
+
+    await wait_for(reached, f"bookie {bookie_id} {state}", interval_s=0.1)
 
 
 async def test_read_only_transition_both_ways(
@@ -265,14 +267,17 @@ async def test_gc_drops_ledgers_deleted_from_metadata(
         assert await conn.list_ledgers() == tuple(ledgers)
         for ledger_id in set(ledgers) - survivors:
             await md.ledgers.delete(ledger_id)
-        deadline = time.monotonic() + 30.0
-        while await conn.list_ledgers() != tuple(sorted(survivors)):
-            assert time.monotonic() < deadline, await conn.list_ledgers()
+
+        async def only_survivors() -> bool:
+            if await conn.list_ledgers() == tuple(sorted(survivors)):
+                return True
             # Survivors read correctly all along, also while logs are being compacted.
             for lid in survivors:
                 e = int(time.monotonic() * 1000) % 100
                 assert (await conn.read(lid, e, master_key=KEY)).payload == data(lid, e)
-            await asyncio.sleep(0.05)
+            return False
+
+        await wait_for(only_survivors, "only the surviving ledgers listed", timeout_s=30.0)
         await _wait_until(lambda: _entry_log_bytes(bookie) < before * 0.5, "space reclaimed")
         for lid in survivors:
             for e in range(100):
@@ -285,10 +290,7 @@ async def test_gc_drops_ledgers_deleted_from_metadata(
 
 
 async def _wait_until(predicate: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        await asyncio.sleep(0.05)
+    await wait_for(predicate, what, timeout_s=timeout_s)
 
 
 async def test_reregisters_after_session_expiry(
@@ -311,10 +313,11 @@ async def test_reregisters_after_session_expiry(
         os.kill(proc.pid, signal.SIGSTOP)
         try:
             # session_timeout_ms is 2000: the registration goes with the session.
-            deadline = time.monotonic() + 20.0
-            while bookie.address in (await md.bookies.list_all()).all:
-                assert time.monotonic() < deadline, "session never expired"
-                await asyncio.sleep(0.1)
+
+            async def expired() -> bool:
+                return bookie.address not in (await md.bookies.list_all()).all
+
+            await wait_for(expired, "the stopped bookie's session to expire", interval_s=0.1)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
         await _wait_state_after_loss(md, bookie.address, "readonly")
@@ -331,13 +334,13 @@ async def test_reregisters_after_session_expiry(
 
 
 async def _wait_state_after_loss(md: MetadataClient, bookie_id: str, state: str) -> None:
-    deadline = time.monotonic() + 20.0
-    while True:
+    async def current() -> str:
         try:
-            current = await _registered_state(md, bookie_id)
+            return await _registered_state(md, bookie_id)
         except NotFoundError:
-            current = "unregistered"
-        if current == state:
-            return
-        assert time.monotonic() < deadline, f"bookie is {current}, wanted {state}"
-        await asyncio.sleep(0.1)
+            return "unregistered"
+
+    async def reached() -> bool:
+        return await current() == state
+
+    await wait_for(reached, f"bookie {bookie_id} {state}", interval_s=0.1)

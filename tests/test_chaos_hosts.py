@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from bookline import Namespace, NamespaceConfig, ReadRecord
-from ops import procs
 from ops.chaos import netns
 from ops.chaos.hosts import ChaosCluster, namespace_problem
 from ops.chaos.nemesis import NETWORK_KINDS, Nemesis
+from tests.waiting import wait_until
 from thinclient.client import ClientConfig, ProxyClient
 
 # Fail fast when a host is cut off, instead of waiting out the default timeouts.
@@ -64,7 +64,7 @@ def _reachable(address: str) -> bool:
 def _wait_reachable(address: str) -> None:
     """Until ``address`` takes connections again: a link that comes back up takes a
     moment (the root namespace asks for the host's MAC address again)."""
-    procs.wait_for(lambda: _reachable(address), RESTORE_TIMEOUT_S, f"{address} reachable")
+    wait_until(lambda: _reachable(address), f"{address} reachable", timeout_s=RESTORE_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

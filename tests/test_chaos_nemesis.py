@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from ops import procs
 from ops.chaos.hosts import ChaosCluster, Node
 from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget, Step
 from tests.test_chaos_hosts import PROBLEM
+from tests.waiting import wait_until
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no namespaces: {PROBLEM}")
@@ -47,7 +49,9 @@ def _serving(cluster: ChaosCluster) -> None:
     """Every host runs and takes connections from the root namespace."""
     for node in cluster.nodes:
         assert node.is_running(), f"{node.id} is down after the heal"
-        procs.wait_for(lambda n=node: _reachable(n.address), SERVE_TIMEOUT_S, n_name(node))
+        wait_until(
+            functools.partial(_reachable, node.address), n_name(node), timeout_s=SERVE_TIMEOUT_S
+        )
 
 
 def n_name(node: Node) -> str:

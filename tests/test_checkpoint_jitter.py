@@ -20,6 +20,7 @@ from bookie.config import BookieConfig
 from bookie.storage.checkpoint import FIRST_CHECKPOINT_SPREAD, checkpoint_delays_s
 from bookie.storage.engine import BookieStorage
 from foundation.errors import ConfigError
+from tests.waiting import scaled
 
 KEY = b"jitter-key"
 
@@ -96,7 +97,7 @@ async def test_engines_started_together_with_different_seeds_checkpoint_apart(
     try:
         for engine in engines:  # something to flush, so the checkpoints do real work
             await engine.add_entry(1, 0, -1, KEY, b"x" * 100)
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + scaled(10.0)
         while min(len(t) for t in times) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         seen = [list(t) for t in times]

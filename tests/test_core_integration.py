@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import os
 import random
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from bookline import (
     Namespace,
     NamespaceConfig,
     StartPosition,
+    StreamInfo,
     StreamOptions,
 )
 from foundation.errors import (
@@ -33,6 +33,7 @@ from foundation.errors import (
     WriterFailedError,
 )
 from tests.conftest import BookieCluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -77,15 +78,14 @@ async def test_write_read_info_and_reopen(ns: Namespace) -> None:
     first = await w.write(LogRecord(b"one", key=b"k", headers={"h": b"v"}))
     dlsns = await w.write_many([LogRecord(b"two"), LogRecord(b"three")])
     assert first < dlsns[0] < dlsns[1]
+
     # The in-progress segment's counters are as of the LAC the bookies know, which the
     # next entry (here: the idle control record, ~2 ms later) brings along.
-    info = await ns.stream_info("s")
-    for _ in range(100):
-        if info.record_count == 3:
-            break
-        await asyncio.sleep(0.01)
+    async def counted() -> StreamInfo | None:
         info = await ns.stream_info("s")
-    assert info.record_count == 3
+        return info if info.record_count == 3 else None
+
+    info = await wait_for(counted, "3 records counted", interval_s=0.01)
     assert info.first_dlsn == first
     assert info.next_sequence_id == 3
     await w.close()
@@ -329,11 +329,13 @@ async def test_bookie_disk_usage_drops_after_retention(
     assert await ns.apply_retention("gc")
     left = {s.seqno for s in await ns.segments("gc") if not s.truncated}
     deleted = sum(s.size_bytes for s in segs if s.seqno not in left) * 3  # 3 replicas
-    deadline = time.monotonic() + 30
+    await wait_for(
+        lambda: before - _ledger_bytes(bookie_cluster) >= deleted // 2,
+        lambda: f"GC to reclaim {deleted // 2} of {before} bytes",
+        timeout_s=30,
+        interval_s=0.5,
+    )
     after = _ledger_bytes(bookie_cluster)
-    while before - after < deleted // 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        after = _ledger_bytes(bookie_cluster)
     print(f"bookie ledger bytes: before {before}, after GC {after}, deleted {deleted}")
     await w.close()  # type: ignore[attr-defined]
     assert before - after >= deleted // 2, f"GC reclaimed {before - after} of {deleted} bytes"

@@ -15,11 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import scaled, wait_for, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 32  # records in flight in the writer process
@@ -76,11 +77,15 @@ class WriterProc:
             return [int(x.split()[1]) for x in self.lines if x.startswith("ACK ")]
 
     def wait_acks(self, n: int, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while len(self.acks()) < n:
+        def acked() -> bool:
             assert self.proc.poll() is None, f"writer exited: {self.lines[-5:]}"
-            assert time.monotonic() < deadline, f"only {len(self.acks())} acks"
-            time.sleep(0.05)
+            return len(self.acks()) >= n
+
+        wait_until(acked, lambda: f"{n} acks (got {len(self.acks())})", timeout_s=timeout_s)
+
+    def wait_output_end(self) -> None:
+        """Every line the (ended) writer printed has been read."""
+        wait_until(lambda: not self._thread.is_alive(), "the writer's output to end")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -135,8 +140,8 @@ if __name__ != "__main__":
             writer_procs.append(old)
             old.wait_acks(1500)
             os.kill(old.proc.pid, signal.SIGKILL)
-            await asyncio.to_thread(old.proc.wait, 10)
-            await asyncio.sleep(0.2)
+            await asyncio.to_thread(old.proc.wait, scaled(10))
+            await asyncio.to_thread(old.wait_output_end)
             acked = old.acks()
             segs_before = await ns.segments("s")
             assert segs_before[-1].state == "in_progress"  # killed mid-segment
@@ -167,16 +172,13 @@ if __name__ != "__main__":
             writer_procs.append(old)
             old.wait_acks(500)
             os.kill(old.proc.pid, signal.SIGSTOP)
-            await asyncio.sleep(0.3)  # let acks written before the stop reach our pipe reader
+            await asyncio.sleep(0.3)  # acks printed before the stop reach us (count only shown)
             acked_before = len(old.acks())
             # Takes over once the paused writer's session expires; recovery fences it.
             w = await ns.open_writer("s", "new-writer", lock_timeout_s=30)
             first_new = await w.write(LogRecord(b"new-0"))
             os.kill(old.proc.pid, signal.SIGCONT)
-            deadline = time.monotonic() + 20
-            while old.proc.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            assert old.proc.poll() is not None, "the fenced writer kept running"
+            await wait_for(lambda: old.proc.poll() is not None, "the fenced writer to exit")
             assert any(x.startswith("ERR ") for x in old.lines), old.lines[-3:]
             await w.write(LogRecord(b"new-1"))
             await w.close()

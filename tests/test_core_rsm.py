@@ -16,6 +16,7 @@ import pytest
 
 from ops import procs
 from tests.conftest import BookieCluster
+from tests.waiting import scaled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +48,11 @@ class Node:
             return buf.decode().strip()
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while b"READY" not in (self.log.read_bytes() if self.log.exists() else b""):
+        def ready() -> bool:
             assert self.proc.poll() is None, self.log.read_text()[-2000:]
-            assert time.monotonic() < deadline, "node not ready"
-            time.sleep(0.1)
+            return b"READY" in (self.log.read_bytes() if self.log.exists() else b"")
+
+        wait_until(ready, f"node {self.node_id} ready", timeout_s=60, interval_s=0.1)
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def nodes(bookie_cluster: BookieCluster, tmp_path: Path) -> Iterator[list[Node]]
 def put(nodes: list[Node], seq: int, alive: set[str]) -> str:
     """Send command ``seq`` until a leader acknowledges it (retries keep (client, seq))."""
     by_id = {n.node_id: n for n in nodes}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)  # a retry loop: each turn sends again
     target = next(n for n in nodes if n.node_id in alive)
     while time.monotonic() < deadline:
         try:
@@ -89,7 +90,7 @@ def put(nodes: list[Node], seq: int, alive: set[str]) -> str:
             candidates = [n for n in nodes if n.node_id in alive]
             target = candidates[(candidates.index(target) + 1) % len(candidates)
                                 if target in candidates else 0]  # fmt: skip
-    raise AssertionError(f"command {seq} not acknowledged within 60 s")
+    raise AssertionError(f"command {seq} not acknowledged within {scaled(60):.0f} s")
 
 
 def applied(directory: Path, node_id: str) -> list[tuple[str, int]]:
@@ -114,7 +115,7 @@ def test_leader_killed_another_takes_over_exactly_once_in_order(
     survivors = [n for n in nodes if n.node_id in alive]
     assert any('"leader": true' in n.call("STATE") for n in survivors)
     want = [("c1", s) for s in range(COMMANDS)]
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)  # then the asserts below say what differs
     while any(applied(tmp_path, n.node_id) != want for n in survivors):
         if time.monotonic() > deadline:
             break

@@ -34,6 +34,7 @@ from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
 from ops import procs
 from ops.local import LocalCluster
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -115,15 +116,11 @@ def _lines(path: Path) -> list[tuple[int, int, str, str]]:
 
 async def _until(what: str, timeout_s: float, check: object) -> None:
     assert callable(check)
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
+    await wait_for(check, what, timeout_s=timeout_s, interval_s=0.1)
 
 
 async def _exit(proc: Popen[bytes], timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while proc.poll() is None:
         if time.monotonic() > deadline:
             raise AssertionError(f"still running after {timeout_s:.0f}s: {_tail(proc)}")
@@ -211,7 +208,7 @@ async def test_exactly_once_transform_across_three_kill9(
             proc = _example(proxy_cluster, tmp_path, "exactly_once_transform", *args)
             spawned.append(proc)
             before = await results()
-            deadline = time.monotonic() + START_S
+            deadline = time.monotonic() + scaled(START_S)
             while await results() < before + 300 and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert await results() >= before + 300, f"no progress: {_tail(proc)}"

@@ -33,6 +33,7 @@ from httpapi import positions, recordsets, topics, wire, writes
 from metadata import serde
 from streams import recordset
 from streams.records import Compression
+from tests.waiting import scaled
 from thinclient.reads import decode_sets
 
 # BOOKLINE_FUZZ_EXAMPLES=5000 for a longer hunt without atheris.
@@ -78,7 +79,7 @@ def only_documented(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except BooklineError:
         return None
     finally:
-        assert time.monotonic() - started < CALL_SECONDS_MAX, "decoder took too long"
+        assert time.monotonic() - started < scaled(CALL_SECONDS_MAX), "decoder took too long"
 
 
 # -- bookie frames -----------------------------------------------------------------------

@@ -7,6 +7,7 @@ proxy killed with kill -9 (last: it restarts the proxy)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -103,6 +104,26 @@ async def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess
     )
 
 
+@contextlib.asynccontextmanager
+async def _alive(cc: CoordinatorClient, group: str, member: Any) -> AsyncIterator[None]:
+    """Heartbeats for ``member`` every heartbeat interval, as its consumer would: the
+    steps of a test (CLI processes among them) can outlast a session on a loaded
+    machine. A heartbeat that fails is raised when the block ends."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(member.heartbeat_interval_ms / 1000)  # the member's period
+            await cc.heartbeat(group, member.member_id, member.generation, member.assignment)
+
+    task = asyncio.ensure_future(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def _lags(d: dict[str, Any]) -> dict[TopicPartition, int]:
     return {(p["topic"], p["partition"]): p["lag"] for p in d["partitions"]}
 
@@ -116,62 +137,63 @@ async def test_group_routes_errors_lag_metrics_and_cli(
     a = await cc.join(g, [topic], session_timeout_ms=SESSION_MS)
     assert a.assignment == {(topic, 0), (topic, 1)} and a.heartbeat_interval_ms == SESSION_MS // 3
     await cc.heartbeat(g, a.member_id, a.generation, a.assignment)
+    async with _alive(cc, g, a):
+        # Lag before consumption: HTTP, metrics (on the coordinator's proxy), CLI.
+        d = await cc.describe(g)
+        coordinator = d["coordinator"]
+        assert coordinator in _wurls(proxy_cluster) and d["generation"] == a.generation
+        assert _lags(d) == {(topic, 0): 10, (topic, 1): 4} and d["lag"] == 14
+        lag0 = {"group": g, "topic": topic, "partition": "0"}
+        assert await _metric(coordinator, "bookline_group_lag_records", lag0) == 10
+        assert await _metric(coordinator, "bookline_group_members", {"group": g}) == 1
+        assert await _metric(coordinator, "bookline_group_generation", {"group": g}) == a.generation
+        rebalances = await _metric(coordinator, "bookline_group_rebalances_total", {"group": g})
+        assert rebalances is not None
+        other = next(u for u in _wurls(proxy_cluster) if u != coordinator)
+        assert await _metric(other, "bookline_group_members", {"group": g}) is None
 
-    # Lag before consumption: HTTP, metrics (on the coordinator's proxy), CLI.
-    d = await cc.describe(g)
-    coordinator = d["coordinator"]
-    assert coordinator in _wurls(proxy_cluster) and d["generation"] == a.generation
-    assert _lags(d) == {(topic, 0): 10, (topic, 1): 4} and d["lag"] == 14
-    lag0 = {"group": g, "topic": topic, "partition": "0"}
-    assert await _metric(coordinator, "bookline_group_lag_records", lag0) == 10
-    assert await _metric(coordinator, "bookline_group_members", {"group": g}) == 1
-    assert await _metric(coordinator, "bookline_group_generation", {"group": g}) == a.generation
-    assert await _metric(coordinator, "bookline_group_rebalances_total", {"group": g}) is not None
-    other = next(u for u in _wurls(proxy_cluster) if u != coordinator)
-    assert await _metric(other, "bookline_group_members", {"group": g}) is None
+        # ... and after: a commit moves every view.
+        await cc.commit(g, a.member_id, a.generation, {(topic, 0): 7, (topic, 1): 4})
+        d = await cc.describe(g)
+        assert _lags(d) == {(topic, 0): 3, (topic, 1): 0} and d["lag"] == 3
+        assert await _metric(coordinator, "bookline_group_lag_records", lag0) == 3
+        assert await cc.offsets(g) == {(topic, 0): 7, (topic, 1): 4}
+        run = await _cli(proxy_cluster, "describe", g, "--json")
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["lag"] == 3
+        run = await _cli(proxy_cluster, "describe", g)
+        assert run.returncode == 0 and g in run.stdout and "LAG" in run.stdout, run.stderr
 
-    # ... and after: a commit moves every view.
-    await cc.commit(g, a.member_id, a.generation, {(topic, 0): 7, (topic, 1): 4})
-    d = await cc.describe(g)
-    assert _lags(d) == {(topic, 0): 3, (topic, 1): 0} and d["lag"] == 3
-    assert await _metric(coordinator, "bookline_group_lag_records", lag0) == 3
-    assert await cc.offsets(g) == {(topic, 0): 7, (topic, 1): 4}
-    run = await _cli(proxy_cluster, "describe", g, "--json")
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["lag"] == 3
-    run = await _cli(proxy_cluster, "describe", g)
-    assert run.returncode == 0 and g in run.stdout and "LAG" in run.stdout, run.stderr
+        # Bad input: a clear error with its stable code, nothing changed.
+        with pytest.raises(BadRequestError, match="unknown assignor 'nope'"):
+            await cc.join(f"new-{g}", [topic], assignor="nope")
+        with pytest.raises(BadRequestError, match="unknown assignor"):
+            await cc.join(g, [topic], assignor="nope")
+        with pytest.raises(OutOfRangeError, match="end offset 10"):
+            await cc.commit(g, a.member_id, a.generation, {(topic, 0): 11})
+        with pytest.raises(NotAssignedError):
+            await cc.commit(g, a.member_id, a.generation, {("elsewhere", 0): 1})
+        with pytest.raises(StaleGenerationError):
+            await cc.heartbeat(g, a.member_id, a.generation - 1, a.assignment)
+        with pytest.raises(GroupNotEmptyError):
+            await cc.reset_offsets(g, "earliest")
+        run = await _cli(proxy_cluster, "reset-offsets", g, "--to-earliest")
+        assert run.returncode == 1 and "GROUP_NOT_EMPTY (46)" in run.stderr
+        with pytest.raises(GroupNotEmptyError):
+            await cc.delete(g)
+        assert f"new-{g}" not in await cc.list_groups()
+        assert await cc.offsets(g) == {(topic, 0): 7, (topic, 1): 4}
+        assert (await cc.describe(g))["generation"] == a.generation
 
-    # Bad input: a clear error with its stable code, nothing changed.
-    with pytest.raises(BadRequestError, match="unknown assignor 'nope'"):
-        await cc.join(f"new-{g}", [topic], assignor="nope")
-    with pytest.raises(BadRequestError, match="unknown assignor"):
-        await cc.join(g, [topic], assignor="nope")
-    with pytest.raises(OutOfRangeError, match="end offset 10"):
-        await cc.commit(g, a.member_id, a.generation, {(topic, 0): 11})
-    with pytest.raises(NotAssignedError):
-        await cc.commit(g, a.member_id, a.generation, {("elsewhere", 0): 1})
-    with pytest.raises(StaleGenerationError):
-        await cc.heartbeat(g, a.member_id, a.generation - 1, a.assignment)
-    with pytest.raises(GroupNotEmptyError):
-        await cc.reset_offsets(g, "earliest")
-    run = await _cli(proxy_cluster, "reset-offsets", g, "--to-earliest")
-    assert run.returncode == 1 and "GROUP_NOT_EMPTY (46)" in run.stderr
-    with pytest.raises(GroupNotEmptyError):
-        await cc.delete(g)
-    assert f"new-{g}" not in await cc.list_groups()
-    assert await cc.offsets(g) == {(topic, 0): 7, (topic, 1): 4}
-    assert (await cc.describe(g))["generation"] == a.generation
-
-    # The other proxy redirects to the coordinator; bodies are validated strictly.
-    async with aiohttp.ClientSession() as session:
-        url = other + group_path(g, "/join")
-        async with session.post(url, json={"topics": [topic]}, allow_redirects=False) as resp:
-            assert resp.status == 307 and resp.headers["Location"].startswith(coordinator)
-        url = coordinator + group_path(g, "/join")
-        async with session.post(url, json={"topics": [topic], "colour": "red"}) as resp:
-            body = await resp.json()
-            assert resp.status == 400 and body["code"] == 2 and "colour" in body["message"]
+        # The other proxy redirects to the coordinator; bodies are validated strictly.
+        async with aiohttp.ClientSession() as session:
+            url = other + group_path(g, "/join")
+            async with session.post(url, json={"topics": [topic]}, allow_redirects=False) as resp:
+                assert resp.status == 307 and resp.headers["Location"].startswith(coordinator)
+            url = coordinator + group_path(g, "/join")
+            async with session.post(url, json={"topics": [topic], "colour": "red"}) as resp:
+                body = await resp.json()
+                assert resp.status == 400 and body["code"] == 2 and "colour" in body["message"]
 
     # Without members: reset (CLI and client), list, delete.
     await cc.leave(g, a.member_id)

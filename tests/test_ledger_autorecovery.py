@@ -40,6 +40,7 @@ from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
 from ops import procs
 from tests.metadata_support import expire_session, metadata_clients
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
+from tests.waiting import scaled
 
 FAST = AutorecoveryConfig(
     grace_ms=2_000,
@@ -147,7 +148,7 @@ async def write_ledgers(client: LedgerClient) -> list[int]:
 
 
 async def wait_until_clean(md: MetadataClient, bookie: str) -> None:
-    async with asyncio.timeout(WAIT_S):
+    async with asyncio.timeout(scaled(WAIT_S)):
         while await ledgers_on(md, bookie) or await md.underreplicated.list():
             await asyncio.sleep(0.2)
 
@@ -208,7 +209,7 @@ async def test_killed_bookie_is_rereplicated(cluster: Cluster) -> None:
         ar = Autorecovery(md, client, FAST, instance_id="ar-1", list_entries=lister)
         await ar.start()
         try:
-            async with asyncio.timeout(WAIT_S):  # the auditor notices and marks
+            async with asyncio.timeout(scaled(WAIT_S)):  # the auditor notices and marks
                 while ar.auditor.marked == 0:
                     await asyncio.sleep(0.1)
             await wait_until_clean(md, victim)
@@ -267,7 +268,7 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
         slow = dataclasses.replace(FAST, grace_ms=60_000)
         auditors = [Auditor(mds[0], slow, "a-0"), Auditor(mds[1], FAST, "a-1")]
         tasks = [asyncio.create_task(auditors[0].run())]
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(scaled(WAIT_S)):
             while not auditors[0].is_leader:
                 await asyncio.sleep(0.05)
         tasks.append(asyncio.create_task(auditors[1].run()))
@@ -279,7 +280,7 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
         # could stand again on a new session).
         await expire_session(zk_connect, mds[0].zk)
         tasks[0].cancel()
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(scaled(WAIT_S)):
             while await current_leader(mds[1]) != "a-1":
                 await asyncio.sleep(0.05)
             while await mds[1].underreplicated.list() != [42]:
@@ -288,7 +289,7 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
         assert item.missing_bookies == {"ghost:1", "ghost:2"}
         assert leading(auditors[1])
         tasks[1].cancel()  # stopped with its session alive: it resigns at once
-        async with asyncio.timeout(5.0):
+        async with asyncio.timeout(scaled(5.0)):
             while await current_leader(mds[1]) is not None:
                 await asyncio.sleep(0.05)
     finally:
@@ -321,7 +322,7 @@ async def test_autorecovery_process_runs_until_sigterm(
         await md.init_cluster()
         proc = procs.spawn(argv, log_path=log)
         try:
-            async with asyncio.timeout(WAIT_S):
+            async with asyncio.timeout(scaled(WAIT_S)):
                 while await current_leader(md) is None:
                     assert proc.poll() is None, log.read_text()[-3000:]
                     await asyncio.sleep(0.1)

@@ -35,6 +35,7 @@ from ledger.placement import BookieCandidate
 from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState, Segment
 from tests.conftest import BookieCluster
+from tests.waiting import scaled
 
 KEY = master_key(b"pw")
 TIMEOUT_S = 5.0
@@ -69,7 +70,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     cluster: BookieCluster = request.getfixturevalue("bookie_cluster")
     store, transport, close = await connect_cluster(cluster.zk, cluster.root)
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             while len(writable := await store.writable_bookies()) < 3:
                 await asyncio.sleep(0.05)
         yield Backend("real", store, transport, sorted(c.bookie_id for c in writable))
@@ -311,7 +312,7 @@ async def test_tailing_reader_sees_pushed_lacs(backend: Backend) -> None:
         await w.add_entry(b"%d" % i)
     w.push_lac()
     assert await r.wait_lac(NO_ENTRY, 2_000) >= 0
-    async with asyncio.timeout(TIMEOUT_S):
+    async with asyncio.timeout(scaled(TIMEOUT_S)):
         while r.last_add_confirmed < 4:
             await r.wait_lac(r.last_add_confirmed, 500)
     assert await r.read(0, 4) == [b"%d" % i for i in range(5)]

@@ -31,6 +31,7 @@ from ledger.digest import DigestManager, master_key
 from ledger.keys import ledger_access
 from ledger.reader import LedgerReader
 from ops import procs
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -91,15 +92,14 @@ class Cluster:
 
     @staticmethod
     def _wait_ready(b: Bookie, starts: int) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while (b.log.read_bytes() if b.log.exists() else b"").count(b"bookie ready") < starts:
+        def ready() -> bool:
             if b.proc.poll() is not None:
                 raise RuntimeError(
                     f"bookie exited {b.proc.returncode}: {b.log.read_text()[-2000:]}"
                 )
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bookie on {b.port} not ready: {b.log.read_text()[-2000:]}")
-            time.sleep(0.05)
+            return (b.log.read_bytes() if b.log.exists() else b"").count(b"bookie ready") >= starts
+
+        wait_until(ready, f"bookie on {b.port} to be ready", timeout_s=READY_TIMEOUT_S)
 
     def by_id(self, bookie_id: str) -> Bookie:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
@@ -147,11 +147,10 @@ def record_ack(acked: list[int]) -> Callable[[asyncio.Future[int]], None]:
 
 
 async def wait_writable(client: LedgerClient, n: int) -> None:
-    for _ in range(200):
-        if len(await client.store.writable_bookies()) >= n:
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"fewer than {n} writable bookies registered")
+    async def registered() -> bool:
+        return len(await client.store.writable_bookies()) >= n
+
+    await wait_for(registered, f"{n} writable bookies registered", timeout_s=10)
 
 
 async def start(c: Cluster, n: int) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from foundation import logs
 from ops import procs
+from tests.waiting import wait_until
 
 
 def _cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -53,10 +54,10 @@ def test_a_service_logs_no_kazoo_chatter_nor_a_false_session_loss(
     argv += ["--root", cluster_root]
     proc = procs.spawn(argv, log_path=log_path, env=dict(os.environ))
     try:
-        procs.wait_for(
+        wait_until(
             lambda: b"autorecovery ready" in log_path.read_bytes() or proc.poll() is not None,
-            60,
             "autorecovery to start",
+            timeout_s=60,
         )
         time.sleep(0.5)  # let late session-state callbacks log, if they would
     finally:

@@ -13,6 +13,7 @@ from metadata import MetadataClient, SessionState
 from metadata.ownership import LockState
 from metadata.proxies import ProxyInfo
 from tests.metadata_support import WAIT_S, Clients, expire_session, metadata_clients, wait_for
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ async def test_acquire_waits_then_times_out_naming_owner(clients: Clients) -> No
     with pytest.raises(LockOwnedError) as err:
         await waiter.acquire(timeout_s=0.3)
     assert err.value.owner == "holder"
-    pending = asyncio.ensure_future(waiter.acquire(timeout_s=WAIT_S))
+    pending = asyncio.ensure_future(waiter.acquire(timeout_s=scaled(WAIT_S)))
     await asyncio.sleep(0.2)
     assert not pending.done()
     await holder.release()
@@ -89,13 +90,13 @@ async def test_expired_owner_is_told_lost_and_other_takes_over(
     node = owner.node
     assert node is not None
     contender = b.stream_lock(NS, S, "contender-b")
-    takeover = asyncio.ensure_future(contender.acquire(timeout_s=WAIT_S))
+    takeover = asyncio.ensure_future(contender.acquire(timeout_s=scaled(WAIT_S)))
     await asyncio.sleep(0.1)
     assert not takeover.done()
 
     await expire_session(zk_connect, a.zk)
 
-    async with asyncio.timeout(WAIT_S):
+    async with asyncio.timeout(scaled(WAIT_S)):
         await takeover
         await owner.lost.wait()
     assert owner.state is LockState.LOST
@@ -141,7 +142,9 @@ async def test_owner_records_and_proxies(clients: Clients, zk_connect: str) -> N
     assert record.proxy_id == "p1"
     await expire_session(zk_connect, a.zk)
     await wait_for(lambda: a.zk.state is SessionState.CONNECTED)
-    async with asyncio.timeout(WAIT_S):
-        while await b.proxies.get_owner(NS, S) is not None:
-            await asyncio.sleep(0.05)
+
+    async def released() -> bool:
+        return await b.proxies.get_owner(NS, S) is None
+
+    await wait_for(released, "the expired proxy's ownership to go")
     assert list(await b.proxies.list()) == ["p2"]

@@ -18,6 +18,7 @@ from foundation.errors import (
 )
 from metadata.zk import SessionState, ZkClient
 from tests.metadata_support import TEST_SESSION_TIMEOUT_MS, expire_session, wait_for
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -118,7 +119,7 @@ async def test_children_watch_iterates_latest(zk: ZkClient, cluster_root: str) -
         snapshots = aiter(watch)
         assert await anext(snapshots) == []
         await zk.create(f"{cluster_root}/c1")
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             assert await anext(snapshots) == ["c1"]
     finally:
         watch.cancel()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
@@ -21,6 +20,7 @@ from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from ops import procs
 from tests.metrics_support import family_types, sample_sum, scrape
 from tests.test_ledger_integration import BOOKLINE
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,15 +28,18 @@ READY_S = 60.0
 
 
 async def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> str:
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        m = re.search(r"autorecovery ready id=\S+ http=(\S+)", text)
-        if m:
-            return m.group(1)
-        assert proc.poll() is None, text[-3000:]
-        await asyncio.sleep(0.1)
-    raise TimeoutError(log.read_text(errors="replace")[-3000:])
+    def text() -> str:
+        return log.read_text(errors="replace") if log.exists() else ""
+
+    def ready() -> str:
+        m = re.search(r"autorecovery ready id=\S+ http=(\S+)", text())
+        assert m or proc.poll() is None, text()[-3000:]
+        return m.group(1) if m else ""
+
+    def what() -> str:
+        return f"autorecovery ready:\n{text()[-3000:]}"
+
+    return await wait_for(ready, what, timeout_s=READY_S)
 
 
 async def test_autorecovery_serves_health_and_metrics(
@@ -62,13 +65,13 @@ async def test_autorecovery_serves_health_and_metrics(
         try:
             url = await _wait_ready(proc, log)
             async with aiohttp.ClientSession() as session:
-                deadline = time.monotonic() + READY_S
-                while True:  # the auditor marks, the worker tries and fails, again
+
+                async def failed_once() -> str:  # the auditor marks, the worker tries
                     text = await scrape(session, f"{url}/metrics")
-                    if sample_sum(text, "bookline_autorecovery_replication_failures_total"):
-                        break
-                    assert time.monotonic() < deadline, text
-                    await asyncio.sleep(0.2)
+                    failures = "bookline_autorecovery_replication_failures_total"
+                    return text if sample_sum(text, failures) else ""
+
+                text = await wait_for(failed_once, "a replication failure", timeout_s=READY_S)
                 async with session.get(f"{url}/health") as resp:
                     assert resp.status == 200
                     health = await resp.json()

@@ -17,6 +17,7 @@ from bookie import metrics as bookie_metrics
 from foundation.errors import IOFailureError
 from foundation.health import RecentErrors, State, health_body, http_status
 from tests.test_bookie_server import bookie_config, start_bookie, stop_bookie
+from tests.waiting import wait_for
 
 
 def _get(url: str) -> tuple[int, dict[str, object]]:
@@ -29,13 +30,14 @@ def _get(url: str) -> tuple[int, dict[str, object]]:
 
 
 async def _wait_state(url: str, state: str) -> dict[str, object]:
-    async with asyncio.timeout(10.0):
-        while True:
-            status, body = await asyncio.to_thread(_get, url)
-            if body["state"] == state:
-                assert status == http_status(State(state)), (status, body)
-                return body
-            await asyncio.sleep(0.05)
+    async def reached() -> dict[str, object]:
+        status, body = await asyncio.to_thread(_get, url)
+        if body["state"] != state:
+            return {}
+        assert status == http_status(State(state)), (status, body)
+        return body
+
+    return await wait_for(reached, f"{url} in state {state}", timeout_s=10.0)
 
 
 def test_states_and_statuses() -> None:

@@ -24,6 +24,7 @@ from httpapi import wire
 from ops.local import LocalCluster
 from tests.metrics_support import family_types, sample_sum, scrape
 from tests.test_metrics_docs import SECTIONS, documented
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +100,7 @@ async def test_documented_families_move_under_a_workload(proxy_cluster: LocalClu
     rows = list(documented())
     async with aiohttp.ClientSession() as session:
         await _workload(session, proxy_cluster)
-        deadline = time.monotonic() + SETTLE_S
+        deadline = time.monotonic() + scaled(SETTLE_S)
         while True:
             texts = {s: [await scrape(session, u) for u in us] for s, us in urls.items()}
             zero, missing = [], []

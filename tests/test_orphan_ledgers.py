@@ -122,22 +122,33 @@ async def test_a_killed_write_proxy_leaves_no_orphan_ledger(
         async with ProxyClient(write_urls=[url]) as client:
             for p in payloads:
                 await client.write(stream, p)
-        await wait_for(lambda: _has_unreferenced(md, stream), COLLECTED_WAIT_S, poll_s=0.2)
+        await wait_for(
+            lambda: _has_unreferenced(md, stream),
+            "the writer's spare",
+            timeout_s=COLLECTED_WAIT_S,
+            interval_s=0.2,
+        )
         (spare,) = await unreferenced(md, "default", stream)
         assert _roles(proxy_cluster, stream)[spare.ledger_id] == "spare"
         procs.kill9(proc)
         # Once the dead proxy's session is gone, `ledger list` calls it what it is.
         await wait_for(
             lambda: _roles(proxy_cluster, stream).get(spare.ledger_id) == "orphan",
-            COLLECTED_WAIT_S,
-            poll_s=0.5,
+            "ledger list to call the dead proxy's spare an orphan",
+            timeout_s=COLLECTED_WAIT_S,
+            interval_s=0.5,
         )
 
         ar = await Autorecovery.connect(
             MetadataConfig(zk=proxy_cluster.zk_connect, root=CLUSTER_ROOT), fast_collection()
         )
         await ar.start()
-        await wait_for(lambda: _no_unreferenced(md, stream), COLLECTED_WAIT_S, poll_s=0.2)
+        await wait_for(
+            lambda: _no_unreferenced(md, stream),
+            "the orphan to be collected",
+            timeout_s=COLLECTED_WAIT_S,
+            interval_s=0.2,
+        )
         assert ar.auditor.orphans.collected >= 1
         assert not await md.ledgers.exists(spare.ledger_id)
 
@@ -192,7 +203,14 @@ def test_ledger_list_shows_a_live_writers_spare_as_a_spare(proxy_cluster: LocalC
     def roles() -> dict[int, str]:
         return _roles(proxy_cluster, stream)
 
-    asyncio.run(wait_for(lambda: sorted(roles().values()) == ["segment", "spare"], 60.0, 0.5))
+    asyncio.run(
+        wait_for(
+            lambda: sorted(roles().values()) == ["segment", "spare"],
+            "a segment and a spare",
+            timeout_s=60.0,
+            interval_s=0.5,
+        )
+    )
     rows = _cli_json(proxy_cluster, "ledger", "list", "--stream", stream)["ledgers"]
     assert sorted((r["role"], r["state"]) for r in rows) == [("segment", "OPEN"), ("spare", "OPEN")]
 
@@ -279,7 +297,7 @@ async def test_a_writer_whose_spare_vanished_rolls_onto_a_new_ledger(ns: Namespa
     md = ns.context.md
     writer = await ns.open_writer(name)
     await writer.write(LogRecord(payload(0)))
-    await wait_for(lambda: _spare_of(md, ns.name, name), 30.0, poll_s=0.1)
+    await wait_for(lambda: _spare_of(md, ns.name, name), "a spare", timeout_s=30.0, interval_s=0.1)
     (spare,) = await unreferenced(md, ns.name, name)
     await ns.context.ledgers.delete_ledger(spare.ledger_id)
     count = 20

@@ -18,6 +18,7 @@ from pyspark.errors import PySparkException
 
 from foundation.errors import BadRequestError, NotFoundError
 from streams.records import LogRecord
+from tests.waiting import scaled
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -90,7 +91,7 @@ def test_interleaved_rows_keep_one_writer_per_stream_per_task(
     assert _values(spark, conn, stream=b) == sorted(f"r{i}".encode() for i in range(1, 200, 2))
     # One writer (so one segment) per stream and task: 2 tasks -> at most 2 segments.
     assert _segments(ns, a) <= 2 and _segments(ns, b) <= 2, (_segments(ns, a), _segments(ns, b))
-    assert elapsed < 6, f"200 interleaved rows took {elapsed:.1f} s"
+    assert elapsed < scaled(6), f"200 interleaved rows took {elapsed:.1f} s"
 
 
 # -- defect 2: exactly once whatever the replay's partitioning ----------------------

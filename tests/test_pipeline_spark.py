@@ -18,6 +18,7 @@ from pyspark.errors import PySparkException
 
 from streams.dlsn import DLSN
 from streams.records import LogRecord
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -212,9 +213,7 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
         .trigger(processingTime="100 milliseconds")
         .start()
     )
-    deadline = time.monotonic() + 60
-    while len(_data_batches(query)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: len(_data_batches(query)) >= 2, "two batches", timeout_s=60, interval_s=0.1)
     query.stop()
     assert 0 < sum(_data_batches(query)) < 2000
     query = (

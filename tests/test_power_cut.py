@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import pytest
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, StreamOptions
 from foundation.errors import BooklineError
 from ops import procs
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -77,13 +77,17 @@ class ShimBookies:
 
     def _wait_ready(self, port: int, proc: subprocess.Popen[bytes], before: int) -> None:
         log = self._log(port)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while log.read_bytes().count(b"bookie ready") <= before:
+
+        def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"bookie exited {proc.returncode}: {log.read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bookie on {port} not ready: {log.read_text()[-3000:]}")
-            time.sleep(0.05)
+            return log.read_bytes().count(b"bookie ready") > before
+
+        wait_until(
+            ready,
+            lambda: f"bookie on {port} to be ready: {log.read_text()[-3000:]}",
+            timeout_s=READY_TIMEOUT_S,
+        )
 
     def power_cut(self) -> None:
         """SIGKILL every bookie at once (first all signals, then the reaping)."""
@@ -144,6 +148,10 @@ async def _writer(ns: Namespace, stream: str, acked: list[int]) -> None:
                 await asyncio.sleep(0.002)  # a steady stream, not a flood
 
 
+def _counts(acked: dict[str, list[int]]) -> dict[str, int]:
+    return {name: len(indexes) for name, indexes in acked.items()}
+
+
 async def _read_all(ns: Namespace, stream: str) -> list[bytes]:
     info = await ns.stream_info(stream)
     reader = await ns.open_reader(stream)
@@ -170,8 +178,11 @@ async def _cut_run(bookies: ShimBookies, namespace: str, streams: int, write_s: 
         for name in names:
             await ns.create_stream(name, StreamOptions(segment_rollover_bytes=rollover_bytes))
         tasks = [asyncio.create_task(_writer(ns, name, acked[name])) for name in names]
-        await asyncio.sleep(write_s)
-        assert all(acked.values()), {k: len(v) for k, v in acked.items()}
+        await asyncio.sleep(write_s)  # the writers run this long before the cut
+        await wait_for(
+            lambda: all(acked.values()),
+            lambda: f"an acknowledged write on every stream: {_counts(acked)}",
+        )
         bookies.power_cut()
         await asyncio.sleep(0.5)  # answers already on their way are still counted
         for task in tasks:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 
 from ops import procs
 from ops.local import LocalCluster
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +105,9 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
     proc = _start_local(tmp_path)
     try:
         cluster = tmp_path / "c" / "cluster.json"
-        procs.wait_for(lambda: cluster.exists() or proc.poll() is not None, 90, "cluster.json")
+        wait_until(
+            lambda: cluster.exists() or proc.poll() is not None, "cluster.json", timeout_s=90
+        )
         layout = json.loads(cluster.read_text())
         assert "/" in layout["zk"]
         assert layout["zookeeper"]["pid"] > 0
@@ -119,17 +123,17 @@ def test_bookline_local_runs_every_process_and_stops_on_ctrl_c(tmp_path: Path) -
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
         for pid in pids:
-            procs.wait_for(lambda pid=pid: _gone(pid), 30, f"pid {pid} to exit")
+            wait_until(functools.partial(_gone, pid), f"pid {pid} to exit", timeout_s=30)
         # Stopped: cluster.json stays, marked stopped (commands say so).
         assert json.loads(cluster.read_text())["state"] == "stopped"
         # Restart on the same directory: the data is still there.
         proc = _start_local(tmp_path)
-        procs.wait_for(
+        wait_until(
             lambda: (
                 json.loads(cluster.read_text())["state"] == "running" or proc.poll() is not None
             ),
-            90,
             "cluster.json",
+            timeout_s=90,
         )
         read = _cli(cluster, "read", "kept")
         assert read.stdout.splitlines() == ["survives a restart"], read.stderr

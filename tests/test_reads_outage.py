@@ -67,7 +67,11 @@ def _kill_bookies(cluster: LocalCluster) -> None:
 
 async def _restart_bookies(cluster: LocalCluster) -> None:
     fresh = [cluster.respawn(b) for b in list(cluster.bookies)]
-    await wait_for(lambda: all(cluster.is_ready(b) for b in fresh), RECOVERY_S)
+    await wait_for(
+        lambda: all(cluster.is_ready(b) for b in fresh),
+        "the bookies to serve",
+        timeout_s=RECOVERY_S,
+    )
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:

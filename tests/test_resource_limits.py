@@ -24,6 +24,7 @@ from bookie.client import BookieConnection
 from bookie.protocol import frames as f
 from tests.ledger_support import register_ledgers
 from tests.test_bookie_integration import KEY, BookieProcess
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +133,7 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         await conn.add(1, 1, 0, KEY, b"during")
         assert (await conn.read(1, 1, master_key=KEY)).payload == b"during"
         # Partial frames that make no progress are closed after the idle timeout.
-        deadline = time.monotonic() + IDLE_TIMEOUT_S * 3
+        deadline = time.monotonic() + scaled(IDLE_TIMEOUT_S * 3)
         for s in open_hogs:
             assert is_closed_by_peer(s, max(0.1, deadline - time.monotonic()))
         counts = closed_counts(bookie.metrics_url())

@@ -31,6 +31,7 @@ from ledger.client import LedgerClient
 from ledger.digest import DigestManager, master_key
 from ops import procs
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -238,7 +239,7 @@ async def test_entries_missing_on_a_live_bookie_are_recopied(cluster: ScrubClust
         )
         await ar.start()
         try:
-            async with asyncio.timeout(WAIT_S):
+            async with asyncio.timeout(scaled(WAIT_S)):
                 while (
                     ar.worker.entries_repaired < len(lost) - by_hand
                     or await md.underreplicated.list()
@@ -296,14 +297,7 @@ def scrape(url: str, name: str) -> float:
 
 
 async def eventually(check: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.2)
+    await wait_for(check, what, timeout_s=timeout_s, interval_s=0.2)
 
 
 async def test_one_flipped_bit_in_one_replica(quick_cluster: ScrubCluster) -> None:

@@ -38,6 +38,7 @@ from ops.zookeeper import ZooKeeperServer, four_letter_word
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
 from streams.records import LogRecord, ReadRecord
+from tests.waiting import scaled
 from thinclient.proxy_client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -90,7 +91,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def _wait_line(proc: Popen[bytes], log: Path, line: bytes) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
+    deadline = time.monotonic() + scaled(READY_TIMEOUT_S)
     while line not in (log.read_bytes() if log.exists() else b""):
         if proc.poll() is not None:
             raise RuntimeError(f"{log.name}: exited {proc.returncode}: {log.read_text()[-3000:]}")
@@ -212,7 +213,7 @@ async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]
     """``count`` records from the start: a read answers what the read proxy sees as
     committed, and the last entry becomes visible a moment after its write."""
     got: list[bytes] = []
-    position, deadline = "earliest", time.monotonic() + 20
+    position, deadline = "earliest", time.monotonic() + scaled(20)
     while len(got) < count and time.monotonic() < deadline:
         page = await client.read(stream, position, limit=10, wait_ms=1000)
         got += [r.payload for r in page.records]

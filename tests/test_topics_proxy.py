@@ -6,7 +6,6 @@ offsets across segment rolls, and an idempotent produce across a proxy failover.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,13 +25,18 @@ from foundation.names import partition_stream
 from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.records import LogRecord
+from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient, SyncProxyClient
 from thinclient.routing import rendezvous
 
 pytestmark = pytest.mark.integration
 
+# The retry deadline is the test's patience with a failover (scaled: tests.waiting).
 CLIENT_CONFIG = ClientConfig(
-    batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000, retry_deadline_ms=40_000
+    batch_bytes_max=1 << 20,
+    buffer_bytes_max=8 << 20,
+    proxy_down_ms=1_000,
+    retry_deadline_ms=int(scaled(40.0) * 1000),
 )
 # Kafka's own murmur2 test vectors (UtilsTest.testMurmur2): its default partitioner puts
 # key k in partition toPositive(murmur2(k)) % N.
@@ -296,7 +300,15 @@ async def test_produce_is_idempotent_across_a_proxy_failover(
     proxy_cluster: LocalCluster, client: ProxyClient, core: Namespace
 ) -> None:
     urls = _wurls(proxy_cluster)
-    t = f"fo-{_uid()}"
+    victim = proxy_cluster.write_proxies[0]
+
+    def victims(topic: str) -> list[int]:
+        owner = victim.extra["url"]
+        return [p for p in range(6) if rendezvous(partition_stream(topic, p), urls) == owner]
+
+    # A topic whose partitions both proxies own (for 1 name in 32 one proxy owns all 6).
+    t = next(name for name in (f"fo-{_uid()}" for _ in range(1000)) if 0 < len(victims(name)) < 6)
+    owned = victims(t)
     await client.create_topic(t, 6)
     acked: list[tuple[bytes, int, int]] = []
     stop = asyncio.Event()
@@ -311,19 +323,23 @@ async def test_produce_is_idempotent_across_a_proxy_failover(
             acked.extend((v, p, o) for v, (p, o) in zip(values, sent, strict=True))
             i += 5
 
+    def acked_on_owned(since: int, at_least: int) -> bool:
+        for task in producers:
+            if task.done():  # a producer that failed fails the wait at once
+                task.result()
+        return sum(1 for _v, p, _o in acked[since:] if p in owned) >= at_least
+
     producers = [asyncio.ensure_future(produce(w)) for w in range(8)]
-    await asyncio.sleep(2.0)
-    victim = proxy_cluster.write_proxies[0]
-    owned = [p for p in range(6) if rendezvous(partition_stream(t, p), urls) == victim.extra["url"]]
-    assert owned, "the victim owns some partitions"
-    before = len(acked)
-    procs.kill9(victim.proc)
-    killed_at = time.monotonic()
     try:
-        while not any(p in owned for _v, p, _o in acked[before:]):
-            assert time.monotonic() < killed_at + 30, "produce did not resume after failover"
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(1.0)
+        await wait_for(lambda: acked_on_owned(0, 40), "produce acknowledged by the victim")
+        before = len(acked)
+        procs.kill9(victim.proc)
+        await wait_for(
+            lambda: acked_on_owned(before, 1), "produce to resume after failover", timeout_s=30
+        )
+        resumed = len(acked)
+        # The producers keep writing to the moved partitions for a while.
+        await wait_for(lambda: acked_on_owned(resumed, 40), "more produce after failover")
         stop.set()
         await asyncio.gather(*producers)
     finally:

@@ -20,6 +20,7 @@ import pytest
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, ProxyClient
 from foundation.errors import OutOfRangeError
 from tests.conftest import BookieCluster
+from tests.waiting import scaled
 from thinclient.client import ClientConfig
 
 pytestmark = pytest.mark.integration
@@ -131,7 +132,7 @@ async def test_proxy_truncate_past_the_end_is_a_clear_error(proxy_cluster: objec
         want = [b"a%d" % i for i in range(5)] + [b"b%d" % i for i in range(5)]
         got: list[bytes] = []
         pos: object = "earliest"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while len(got) < len(want) and time.monotonic() < deadline:
             page = await client.read(stream, pos, limit=100)  # type: ignore[arg-type]
             got.extend(r.payload for r in page.records)
