@@ -164,12 +164,7 @@ class BookieConfig:
     @property
     def auth(self) -> AuthConfig:
         """The ``auth_*`` settings as foundation.auth takes them."""
-        return AuthConfig(
-            enabled=self.auth_enabled,
-            secret_file=self.auth_secret_file,
-            grants_file=self.auth_grants_file,
-            tokens_file=self.auth_tokens_file,
-        )
+        return AuthConfig.of(self)
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not (self.auth_secret_file or self.auth_tokens_file):

@@ -292,6 +292,18 @@ class AuthConfig:
                 "auth enabled needs a secret file or a tokens file (auth secret_file/tokens_file)"
             )
 
+    @classmethod
+    def of(cls, settings: Any) -> AuthConfig:
+        """The ``auth_enabled``/``auth_secret_file``/``auth_grants_file``/
+        ``auth_tokens_file`` settings a service's config section carries (bookie,
+        proxies, autorecovery), as one :class:`AuthConfig`."""
+        return cls(
+            enabled=settings.auth_enabled,
+            secret_file=settings.auth_secret_file,
+            grants_file=settings.auth_grants_file,
+            tokens_file=settings.auth_tokens_file,
+        )
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Authority:

@@ -95,12 +95,7 @@ class ProxyConfig:
         self.auth()  # validates the auth settings
 
     def auth(self) -> AuthConfig:
-        return AuthConfig(
-            enabled=self.auth_enabled,
-            secret_file=self.auth_secret_file,
-            grants_file=self.auth_grants_file,
-            tokens_file=self.auth_tokens_file,
-        )
+        return AuthConfig.of(self)
 
     def require_positive(self, *names: str) -> None:
         for name in names:

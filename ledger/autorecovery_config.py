@@ -89,12 +89,7 @@ class AutorecoveryConfig:
 
     def auth(self) -> AuthConfig:
         """The ``auth_*`` settings as foundation.auth takes them."""
-        return AuthConfig(
-            enabled=self.auth_enabled,
-            secret_file=self.auth_secret_file,
-            grants_file=self.auth_grants_file,
-            tokens_file=self.auth_tokens_file,
-        )
+        return AuthConfig.of(self)
 
     def __post_init__(self) -> None:
         non_negative = (
