@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import streams.namespace
+import streams.seek
 from foundation.errors import BooklineError
 from foundation.names import partition_stream
 from groups.coordinator_store import CoreTopics
@@ -187,7 +188,7 @@ async def test_seeks_by_time_fail_when_the_bookies_stop_after_the_position_is_fo
     read them) and its first record. The reader's reads fail or stay unanswered: either
     way "no record came" is an error, not "none". Before, a frozen outage answered the
     end offset after 0.5-2 s."""
-    real = streams.namespace.resolve_start
+    real = streams.seek.resolve_start
     armed: list[str] = []
 
     async def resolve_then_stop(*args: Any, **kwargs: Any) -> DLSN:
