@@ -18,7 +18,6 @@ from foundation.names import group_stream, partition_stream
 from groups import log as group_log
 from groups.assignors import TopicPartition
 from groups.state import GroupState
-from streams.dlsn import StartPosition
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -27,8 +26,6 @@ __all__ = ["CoreTopics", "ensure_group_log", "read_group_log"]
 
 # Entries read per request while replaying a group log.
 REPLAY_ENTRIES_PER_READ: Final = 64
-# A reset to a datetime waits this long for the first record at or after it.
-TIME_LOOKUP_WAIT_S: Final = 1.0
 
 
 async def ensure_group_log(ns: Namespace, group: str) -> bool:
@@ -93,12 +90,8 @@ class CoreTopics:
         return (await self._ns.stream_info(partition_stream(*tp))).first_sequence_id
 
     async def offset_for_time(self, tp: TopicPartition, ms: int) -> int:
-        name = partition_stream(*tp)
-        reader = await self._ns.open_reader(name, StartPosition.timestamp(ms), skip_truncated=True)
-        try:
-            record = await reader.read_next(timeout_s=TIME_LOOKUP_WAIT_S)
-        finally:
-            await reader.close()
-        if record is None or record.timestamp_ms < ms:
-            return await self.end_offset(tp)
-        return record.sequence_id
+        """The first offset at or after ``ms``; the end offset when there is none (the
+        stream read to its end). An outage raises (retriable), never answers the end."""
+        end = await self.end_offset(tp)
+        record = await self._ns.record_at_time(partition_stream(*tp), ms)
+        return end if record is None else record.sequence_id

@@ -64,8 +64,6 @@ _new = tuple.__new__
 # Back-off after a fetch failed for a reason that may pass (a proxy or bookie away).
 FETCH_RETRY_INITIAL_S: Final = 0.1
 FETCH_RETRY_MAX_S: Final = 2.0
-# A first record after a time is looked for this long (an empty stream answers "end").
-TIME_LOOKUP_WAIT_S: Final = 0.5
 
 
 class ConsumerRecord(tuple[Any, ...]):
@@ -189,7 +187,9 @@ async def check_offset(ns: Namespace, topic: str, partition: int, offset: int) -
 async def offset_at(ns: Namespace, topic: str, partition: int, at: str) -> int:
     """The partition's first offset still kept (``earliest``), its end offset
     (``latest``: the offset the next record gets), or the offset of its first record
-    written at or after ``time:MS`` (the end offset when there is none yet)."""
+    written at or after ``time:MS`` (the end offset when there is none yet). Raises
+    the bookies' error (retriable) rather than answer the end offset for records not
+    read."""
     kind, ms = parse_at(at)
     name = partition_stream(topic, partition)
     if not await ns.exists(name):
@@ -199,13 +199,9 @@ async def offset_at(ns: Namespace, topic: str, partition: int, at: str) -> int:
     if kind == "earliest":
         return int((await ns.stream_info(name)).first_sequence_id)
     end = await ns.end_offset(name)
-    reader = await ns.open_reader(name, StartPosition.timestamp(ms), skip_truncated=True)
-    try:
-        recs = await reader.read_many(1, timeout_s=TIME_LOOKUP_WAIT_S)
-    finally:
-        with contextlib.suppress(BooklineError):
-            await reader.close()
-    return recs[0].sequence_id if recs and recs[0].sequence_id < end else end
+    # Found, or none: the stream read to its end (an outage or a slow read raises).
+    record = await ns.record_at_time(name, ms)
+    return end if record is None else record.sequence_id
 
 
 # -- sources ------------------------------------------------------------------------------

@@ -58,8 +58,6 @@ __all__ = [
 READ_CHUNK_RECORDS = 8_192
 # ...and never for more entries than this (records per entry may be 1).
 READ_CHUNK_ENTRIES_MAX = 2_048
-# How long a timestamp lookup waits for a record at/after the timestamp to show up.
-TIMESTAMP_LOOKUP_TIMEOUT_S = 2.0
 
 _lock = threading.Lock()
 _namespaces: dict[ConnectionOptions, SyncNamespace] = {}
@@ -208,15 +206,11 @@ def snapshot(ns: SyncNamespace, stream: str) -> StreamView:
 
 
 def sequence_at_timestamp(ns: SyncNamespace, stream: str, ts_ms: int) -> int | None:
-    """Sequence id of the first record written at or after ``ts_ms``; None if none is."""
-    from streams.dlsn import StartPosition
-
+    """Sequence id of the first record written at or after ``ts_ms``; None if none is
+    (up to the stream's end as of now). Raises the bookies' error (retriable) during an
+    outage: a planner never takes records not read yet for "none" and skips them."""
     end = ns.stream_info(stream).next_sequence_id
-    reader = ns.open_reader(stream, StartPosition.timestamp(ts_ms), skip_truncated=True)
-    try:
-        rec = reader.read_next(timeout_s=TIMESTAMP_LOOKUP_TIMEOUT_S)
-    finally:
-        reader.close()
+    rec = ns.record_at_time(stream, ts_ms)
     if rec is None or rec.sequence_id >= end:
         return None
     return rec.sequence_id

@@ -20,6 +20,7 @@ from foundation.config import MetadataConfig
 from foundation.errors import (
     AlreadyExistsError,
     BooklineError,
+    EndOfStreamError,
     ForbiddenError,
     NoLedgerError,
     NotFoundError,
@@ -51,6 +52,11 @@ __all__ = ["Namespace", "SegmentInfo", "StreamInfo"]
 # Rounds of fencing a stream before its deletion: each finds the in-progress segments a
 # writer opened since the last (a roll), which takes far longer than a round.
 FENCE_ROUNDS_MAX = 5
+# How long a lookup by time (record_at_time) waits to find the record or to know the
+# stream holds none: past a fetch's own failure (a bookie read times out after
+# read_timeout_ms, 5 s by default) on a loaded machine. A lookup is rare, and a wrong
+# "none" makes a consumer skip every record after the time.
+TIME_LOOKUP_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +394,23 @@ class Namespace:
             self._ctx, name, StartPosition.coerce(start), skip_truncated=skip_truncated
         )
         return LogReader(self._ctx, name, position, skip_truncated=skip_truncated)
+
+    async def record_at_time(
+        self, name: str, ms: int, timeout_s: float = TIME_LOOKUP_TIMEOUT_S
+    ) -> ReadRecord | None:
+        """The first record written at or after ``ms``; None only when the stream holds
+        none (a reader got to its end: :meth:`LogReader.settle`). While the bookies
+        cannot be reached raises their error (retriable), and ``TimeoutError_`` when
+        neither the record nor the end came within ``timeout_s``: a slow read is never
+        taken for "no record" (issue 22)."""
+        reader = await self.open_reader(name, StartPosition.timestamp(ms), skip_truncated=True)
+        try:
+            await reader.settle(timeout_s)
+            return await reader.read_next(timeout_s=0.0)
+        except EndOfStreamError:
+            return None  # the stream was ended: no record will come
+        finally:
+            await reader.close()
 
     async def resolve(
         self, name: str, start: StartPosition | DLSN | str, *, skip_truncated: bool = False

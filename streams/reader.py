@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from foundation.errors import (
     BadRequestError,
@@ -52,8 +52,9 @@ from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
 from streams.dlsn import DLSN
+from streams.reader_items import END, End, Entry, Item, RawRecordSet
 from streams.records import ReadRecord
-from streams.recordset import RecordSetHeader, decode_verified, verify_record_set
+from streams.recordset import decode_verified, verify_record_set
 from streams.seek import first_readable
 
 log = logging.getLogger(__name__)
@@ -65,79 +66,6 @@ __all__ = ["LogReader", "RawRecordSet"]
 _RETRY_PAUSE_S = 0.05
 # A take from a queue that holds an entry: no wait to count (foundation.waits).
 _SERVED: Final = contextlib.nullcontext()
-# Memory of one decoded record beyond its payload bytes, for the read-ahead budget.
-_RECORD_BYTES = 64
-
-
-class _End:
-    """Queue item: the end-of-stream marker was read."""
-
-
-class RawRecordSet(NamedTuple):
-    """A verified record set as the entry held it (:meth:`LogReader.read_record_sets`):
-    its records are ``decode_verified(*verify_record_set(payload), stream,
-    segment_seqno, entry_id, start_sequence_id, from_slot)``. A read proxy hands these
-    through to a thin client without decoding or re-encoding a record."""
-
-    payload: bytes  # the stored set: header, checksum, body (compressed as it says)
-    segment_seqno: int
-    entry_id: int
-    start_sequence_id: int  # of the segment
-    from_slot: int  # the first record wanted (0 but where a reader started mid-set)
-    next_sequence_id: int  # of the first user record after this set
-    user_count: int  # user records in the set (from_slot aside)
-
-
-class _Entry:
-    """Queue item: one entry's records, or a verified record set whose records are
-    built only when the application reaches it. Building records late keeps them
-    short-lived: a read-ahead queue of hundreds of thousands of record objects made
-    the cyclic GC rescan them over and over (over half the reader's CPU in py-spy).
-    The stored set (``payload``) is kept too, for :meth:`LogReader.read_record_sets`."""
-
-    __slots__ = ("body", "entry_id", "from_slot", "header", "payload", "records", "seqno",
-                 "size", "start_sequence_id")  # fmt: skip
-
-    def __init__(  # noqa: PLR0917 - private, two call sites
-        self,
-        records: list[ReadRecord] | None,
-        header: RecordSetHeader,
-        body: bytes,
-        seqno: int,
-        entry_id: int,
-        start_sequence_id: int,
-        payload: bytes,
-        from_slot: int,
-    ) -> None:
-        self.records = records
-        self.header = header
-        self.body = body
-        self.seqno = seqno
-        self.entry_id = entry_id
-        self.start_sequence_id = start_sequence_id
-        self.payload = payload
-        self.from_slot = from_slot
-        # The read-ahead budget counts the set's bytes (decoded and stored) plus a
-        # per-record overhead.
-        self.size = header.raw_bytes + len(payload) + _RECORD_BYTES * header.user_count
-
-    def raw(self) -> RawRecordSet:
-        h = self.header
-        next_seq = self.start_sequence_id + h.first_index + h.user_count
-        return RawRecordSet(self.payload, self.seqno, self.entry_id, self.start_sequence_id,
-                            self.from_slot, next_seq, h.user_count)  # fmt: skip
-
-    def build(self, stream: str) -> list[ReadRecord]:
-        if self.records is None:
-            self.records, _eos = decode_verified(
-                self.header, self.body, stream, self.seqno, self.entry_id,
-                self.start_sequence_id,
-            )  # fmt: skip
-        return self.records
-
-
-_END = _End()
-_Item = _Entry | _End | BaseException
 
 
 class LogReader:
@@ -148,7 +76,7 @@ class LogReader:
         self.stream = stream
         self._skip_truncated = skip_truncated
         cfg = ctx.config
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue(cfg.read_ahead_entries)
+        self._queue: asyncio.Queue[Item] = asyncio.Queue(cfg.read_ahead_entries)
         self._queued_bytes = 0
         self._room = asyncio.Event()
         self._room.set()
@@ -268,7 +196,7 @@ class LogReader:
             self._position = DLSN(raw.segment_seqno, raw.entry_id + 1, 0)
         return out
 
-    async def _take(self, timeout_s: float | None, *, raise_now: bool) -> _Entry | None:
+    async def _take(self, timeout_s: float | None, *, raise_now: bool) -> Entry | None:
         """The next read-ahead entry, as :meth:`_refill` takes it (None: timeout, or a
         stored end/error with ``raise_now=False``)."""
         if self._closed:
@@ -283,11 +211,11 @@ class LogReader:
                     if got is None:
                         return None
                     item = got
-            if isinstance(item, _Entry):
+            if isinstance(item, Entry):
                 self._queued_bytes -= item.size
                 self._room.set()
                 return item
-            if isinstance(item, _End):
+            if isinstance(item, End):
                 self._ended = True
             else:
                 self._error = item
@@ -324,7 +252,7 @@ class LogReader:
             self._head_s += time.perf_counter() - since
             self._head_since = None
 
-    async def _get_within(self, timeout_s: float, *, raise_now: bool) -> _Item | None:
+    async def _get_within(self, timeout_s: float, *, raise_now: bool) -> Item | None:
         """The next queued item within ``timeout_s``; None when none came. While the
         long polls fail (bookies down) raises their error at once with ``raise_now``:
         a timed read then says why nothing came instead of "nothing"."""
@@ -383,8 +311,8 @@ class LogReader:
 
     # -- the fetch task ------------------------------------------------------------
 
-    async def _put(self, item: _Item) -> None:
-        if isinstance(item, _Entry):
+    async def _put(self, item: Item) -> None:
+        if isinstance(item, Entry):
             size = item.size
             while (
                 self._queued_bytes
@@ -427,7 +355,7 @@ class LogReader:
                         seqno, entry, slot = floor_here
                 ended = await self._read_segment(seg, entry, slot)
                 if ended:
-                    await self._put(_END)
+                    await self._put(END)
                     return
                 seqno, entry, slot = seqno + 1, 0, 0
         except asyncio.CancelledError:
@@ -504,13 +432,13 @@ class LogReader:
                     # Only user records (the decoder checks the count): build them
                     # when the application gets here.
                     await self._put(
-                        _Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0)
+                        Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0)
                     )
                     continue
                 records, eos = decode_verified(header, body, stream, seqno, e.entry_id, base,
                                                from_slot)  # fmt: skip
                 if records:
-                    await self._put(_Entry(records, header, body, seqno, e.entry_id, base,
+                    await self._put(Entry(records, header, body, seqno, e.entry_id, base,
                                            e.payload, from_slot))  # fmt: skip
                 if eos:
                     return True

@@ -23,7 +23,7 @@ from foundation.loopthread import LoopThread
 from metadata.streams import StreamOptions
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, StartPosition
-from streams.namespace import Namespace, SegmentInfo, StreamInfo
+from streams.namespace import TIME_LOOKUP_TIMEOUT_S, Namespace, SegmentInfo, StreamInfo
 from streams.reader import LogReader
 from streams.records import LogRecord, ReadRecord
 from streams.writer import LogWriter
@@ -247,6 +247,11 @@ class SyncNamespace:
         self, name: str, start: StartPosition | DLSN | str, *, skip_truncated: bool = False
     ) -> DLSN:
         return self._call(self.ns.resolve(name, start, skip_truncated=skip_truncated))
+
+    def record_at_time(
+        self, name: str, ms: int, timeout_s: float = TIME_LOOKUP_TIMEOUT_S
+    ) -> ReadRecord | None:
+        return self._call(self.ns.record_at_time(name, ms, timeout_s))
 
     def read_entries(
         self, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
