@@ -67,7 +67,11 @@ def _kill_bookies(cluster: LocalCluster) -> None:
 
 async def _restart_bookies(cluster: LocalCluster) -> None:
     fresh = [cluster.respawn(b) for b in list(cluster.bookies)]
-    await wait_for(lambda: all(cluster.is_ready(b) for b in fresh), RECOVERY_S)
+    await wait_for(
+        lambda: all(cluster.is_ready(b) for b in fresh),
+        "the bookies to serve",
+        timeout_s=RECOVERY_S,
+    )
 
 
 async def _write_around_a_time(ns: Namespace, name: str) -> int:
@@ -152,7 +156,7 @@ async def _answers_once_back(what: str, lookup: Lookup) -> None:
             return False
         return True
 
-    await wait_for(answered, RECOVERY_S, poll_s=0.2)
+    await wait_for(answered, f"{what} to answer", timeout_s=RECOVERY_S, interval_s=0.2)
     assert answer == [BEFORE], (what, answer)
 
 
