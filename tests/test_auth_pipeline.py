@@ -102,18 +102,25 @@ def _zk_only(cluster: LocalCluster, stream: str) -> dict[str, str]:
 
 
 @pytest.mark.integration
-def test_planning_a_read_without_credentials_is_refused_not_empty(cluster: LocalCluster) -> None:
+def test_planning_a_read_without_credentials_is_refused_not_empty(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 22 (6): the planner read the in-progress segment's LAC without credentials,
-    took the refusal for "nothing confirmed yet" and planned an empty read. Only zk
-    set: the ledger secret is missing; with it but no token: the bookies refuse."""
+    took the refusal for "nothing confirmed yet" and planned an empty read. Each missing
+    credential is its own refusal: only zk set, ZooKeeper's ACL refuses (issue 21); with
+    its digest, the ledger secret is missing; with that too but no token, the bookies
+    refuse."""
     from pipeline.source import BooklineBatchReader
 
     stream = f"spark-plan-{uuid.uuid4().hex[:8]}"
     _write_rows(cluster, stream, 1_000)
     secret = {"bookline.ledger.secret_file": str(cluster.ledger_secret_file)}
-    cases = [(_zk_only(cluster, stream), "UNAUTHORIZED"),
-             ({**_zk_only(cluster, stream), **secret}, "UNAUTHENTICATED")]  # fmt: skip
-    for options, refusal in cases:
+    cases = [(_zk_only(cluster, stream), "FORBIDDEN", False),
+             (_zk_only(cluster, stream), "UNAUTHORIZED", True),
+             ({**_zk_only(cluster, stream), **secret}, "UNAUTHENTICATED", True)]  # fmt: skip
+    for options, refusal, with_digest in cases:
+        if with_digest:
+            monkeypatch.setenv(DIGEST_FILE_ENV, str(cluster.zk_digest_file))
         reader = BooklineBatchReader(parse_source_options(options), None)  # type: ignore[arg-type]
         try:
             with pytest.raises(BooklineError) as info:
@@ -141,12 +148,11 @@ def test_spark_read_without_credentials_fails_and_with_them_returns_every_row(
     try:
         with pytest.raises((PySparkException, BooklineError)) as info:
             session.read.format("bookline").options(**options).load().count()
-        assert "UNAUTHORIZED" in str(info.value) and "secret_file" in str(info.value)
-        options["bookline.ledger.secret_file"] = str(cluster.ledger_secret_file)
-        with pytest.raises((PySparkException, BooklineError)) as info:
-            session.read.format("bookline").options(**options).load().count()
-        assert "UNAUTHENTICATED" in str(info.value), info.value
-        df = session.read.format("bookline").options(**options, token=admin).load()
+        # ZooKeeper's ACL (issue 21) is the first credential a zk-only read lacks.
+        assert "FORBIDDEN" in str(info.value) and "digest_file" in str(info.value)
+        # With every credential (the cluster file names them) and a token: every row.
+        full = {"cluster": str(cluster.dir / "cluster.json"), "stream": stream}
+        df = session.read.format("bookline").options(**full, arrow="false", token=admin).load()
         assert df.count() == 2_000
     finally:
         pipeline_client.close_all()
