@@ -1,0 +1,43 @@
+"""Helpers for tests against a ``LocalCluster`` (real processes): one started for a block
+and stopped by pid when it ends, also on failure, and the credentials of one started
+with ``auth=True`` (its signing secret, a token, the header that carries it)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from foundation.auth import load_secrets, sign_token
+from ops.local import LocalCluster
+
+# A token's default lifetime: longer than any test that does not let it expire.
+TOKEN_LIFETIME_S = 600.0
+
+
+@contextlib.contextmanager
+def started_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
+    """``LocalCluster(directory, **options)``, started; every process it started is
+    stopped when the block ends."""
+    cluster = LocalCluster(directory, **options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def cluster_secret(cluster: LocalCluster) -> bytes:
+    """The secret the cluster's services check tokens with (its first, current one)."""
+    return load_secrets(str(cluster.dir / "auth" / "secret"))[0]
+
+
+def token(secret: bytes, principal: str, lifetime_s: float = TOKEN_LIFETIME_S) -> str:
+    return sign_token(secret, principal, time.time() + lifetime_s)
+
+
+def bearer(tok: str) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``tok``."""
+    return {"Authorization": f"Bearer {tok}"}
