@@ -37,6 +37,7 @@ from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
+from tests.background import in_background
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -115,13 +116,8 @@ async def _alive(cc: CoordinatorClient, group: str, member: Any) -> AsyncIterato
             await asyncio.sleep(member.heartbeat_interval_ms / 1000)  # the member's period
             await cc.heartbeat(group, member.member_id, member.generation, member.assignment)
 
-    task = asyncio.ensure_future(beat())
-    try:
+    async with in_background(beat()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _lags(d: dict[str, Any]) -> dict[TopicPartition, int]:
