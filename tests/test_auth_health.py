@@ -16,11 +16,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -34,6 +31,7 @@ from ledger.autorecovery import Autorecovery
 from ledger.autorecovery_config import AutorecoveryConfig
 from ops.autorecovery_http import AutorecoveryHttp
 from ops.local import CLUSTER_ROOT, LocalCluster
+from tests.cli_support import run_cli
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from tests.metadata_support import wait_for
 
@@ -94,11 +92,8 @@ def _send_garbage(address: str) -> None:
 
 def _pause_autorecovery(cluster: LocalCluster, op: str) -> None:
     """``bookline autorecovery disable|enable``: the worker logs a WARNING."""
-    subprocess.run(
-        [sys.executable, "-m", "ops.cli", "autorecovery", op,
-         "--cluster", str(cluster.dir / "cluster.json")],
-        check=True, capture_output=True, timeout=60, cwd=Path.cwd(),
-    )  # fmt: skip
+    out = run_cli("autorecovery", op, cluster=cluster.dir / "cluster.json")
+    assert out.returncode == 0, out.stderr
 
 
 async def test_bookies_and_autorecovery_answer_strangers_only_whether_they_are_up(

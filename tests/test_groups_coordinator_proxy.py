@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,6 +37,7 @@ from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.background import in_background
+from tests.cli_support import run_cli
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -98,11 +98,8 @@ async def _metric(url: str, name: str, labels: dict[str, str]) -> float | None:
 
 
 async def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "ops.cli", "group", *args]
-    argv += ["--cluster", str(cluster.dir / "cluster.json")]
-    return await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
-    )
+    file = cluster.dir / "cluster.json"
+    return await asyncio.to_thread(run_cli, "group", *args, cluster=file, timeout_s=CLI_TIMEOUT_S)
 
 
 @contextlib.asynccontextmanager

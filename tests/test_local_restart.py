@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 
 from ops import procs
 from ops.local import LocalCluster, Quorums
+from tests.cli_support import run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +39,6 @@ def _doc(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return doc
-
-
-def _cli(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
 
 
 def _assert_stopped(cluster: Path) -> None:
@@ -106,16 +94,18 @@ def test_readme_commands_through_two_stop_start_cycles_with_bookline_cluster_exp
     for cycle in range(3):  # a start, then two stop/start cycles
         proc = _start(directory, tmp_path / f"local-{cycle}.log", env)
         try:
-            status = _cli(env, "status")
+            status = run_cli("status", env=env)
             assert status.returncode == 0, status.stdout + status.stderr
             if cycle == 0:
-                created = _cli(env, "stream", "create", "orders")
+                created = run_cli("stream", "create", "orders", env=env)
                 assert created.returncode == 0, created.stderr
             lines = [f"cycle {cycle} record {i}" for i in range(3)]
-            wrote = _cli(env, "stream", "write", "orders", stdin="".join(f"{x}\n" for x in lines))
+            wrote = run_cli(
+                "stream", "write", "orders", stdin="".join(f"{x}\n" for x in lines), env=env
+            )
             assert wrote.returncode == 0, wrote.stderr
             written += lines
-            read = _cli(env, "stream", "read", "orders", "--from", "earliest")
+            read = run_cli("stream", "read", "orders", "--from", "earliest", env=env)
             assert read.returncode == 0, read.stderr
             assert read.stdout.splitlines() == written
         finally:

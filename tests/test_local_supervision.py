@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from ops import procs
+from tests.cli_support import cli_json, run_cli
 from tests.waiting import scaled, wait_until
 
 pytestmark = pytest.mark.integration
@@ -34,16 +35,6 @@ pytestmark = pytest.mark.integration
 # Writes are acknowledged within this long even while a bookie is swapped out (the
 # add timeout is 5 s; recovery of a fenced segment takes a second or two).
 WRITE_GAP_S_MAX = 15.0
-
-
-def _cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 def _doc(path: Path) -> dict[str, Any]:
@@ -55,9 +46,7 @@ def _doc(path: Path) -> dict[str, Any]:
 
 
 def _status(cluster: Path) -> dict[str, Any]:
-    out = _cli("status", "--cluster", str(cluster), "--json")
-    assert out.returncode in (0, 3), out.stderr
-    status: dict[str, Any] = json.loads(out.stdout)
+    status: dict[str, Any] = cli_json("status", cluster=cluster)
     return status
 
 
@@ -118,11 +107,7 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
         wait_until(lambda: writer is not None and writer.acked >= 20, "first writes", timeout_s=60)
 
         # A bookie holding the stream's entries (4 bookies, ensembles of 3).
-        ledgers = json.loads(
-            _cli(
-                "ledger", "list", "--stream", "acceptance", "--cluster", str(cluster), "--json"
-            ).stdout
-        )
+        ledgers = cli_json("ledger", "list", "--stream", "acceptance", cluster=cluster)
         holder = ledgers["ledgers"][0]["ensembles"][-1]["bookies"][0]
         victim = next(b for b in layout["bookies"] if b["id"] == holder)
         os.kill(victim["pid"], signal.SIGKILL)
@@ -176,7 +161,7 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
         procs.stop(proc)
     # Stopped: cluster.json stays, says so, and a command says how to start it again.
     assert _doc(cluster)["state"] == "stopped"
-    out = _cli("stream", "list", "--cluster", str(cluster))
+    out = run_cli("stream", "list", cluster=cluster)
     assert out.returncode == 4 and "was stopped" in out.stderr, out.stderr
     assert "bookline local --dir" in out.stderr, out.stderr
 
