@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,14 @@ TOKEN_LIFETIME_S = 600.0
 
 
 @contextlib.contextmanager
-def started_cluster(directory: Path, **options: Any) -> Iterator[LocalCluster]:
-    """``LocalCluster(directory, **options)``, started; every process it started is
-    stopped when the block ends."""
+def started_cluster(
+    directory: Path, *, extra_args: Mapping[str, list[str]] | None = None, **options: Any
+) -> Iterator[LocalCluster]:
+    """``LocalCluster(directory, **options)``, started (``extra_args``: more flags for the
+    named children, e.g. ``{"bookie-1": [...]}``); every process it started is stopped
+    when the block ends."""
     cluster = LocalCluster(directory, **options)
+    cluster.extra_args.update(extra_args or {})
     cluster.start()
     try:
         yield cluster
