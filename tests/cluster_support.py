@@ -1,10 +1,12 @@
 """Helpers for tests against a ``LocalCluster`` (real processes): one started for a block
-and stopped by pid when it ends, also on failure, and the credentials of one started
-with ``auth=True`` (its signing secret, a token, the header that carries it)."""
+and stopped by pid when it ends, also on failure; its ``cluster.json`` as it is now; and
+the credentials of one started with ``auth=True`` (its signing secret, a token, the
+header that carries it)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -31,6 +33,16 @@ def started_cluster(
         yield cluster
     finally:
         cluster.stop()
+
+
+def cluster_doc(path: Path) -> dict[str, Any]:
+    """``cluster.json`` (``bookline local``'s) as it is now: ``{}`` while it is missing or
+    half written."""
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc
 
 
 def cluster_secret(cluster: LocalCluster) -> bytes:

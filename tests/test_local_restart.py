@@ -11,7 +11,6 @@ with code 4``). And a stopped cluster's ``cluster.json`` kept every dead child a
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -23,6 +22,7 @@ import pytest
 from ops import procs
 from ops.local import LocalCluster, Quorums
 from tests.cli_support import run_cli
+from tests.cluster_support import cluster_doc
 
 pytestmark = pytest.mark.integration
 
@@ -33,17 +33,9 @@ STOP_TIMEOUT_S = 60.0
 CHILD_LISTS = ("zookeepers", "bookies", "autorecovery", "write_proxies", "read_proxies")
 
 
-def _doc(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc
-
-
 def _assert_stopped(cluster: Path) -> None:
     """Defect 10: after a stop no child is shown running or with a pid."""
-    doc = _doc(cluster)
+    doc = cluster_doc(cluster)
     assert doc["state"] == "stopped", doc
     assert "pid" not in doc and "pid" not in doc["zookeeper"], doc
     for key in CHILD_LISTS:
@@ -58,7 +50,7 @@ def _start(directory: Path, log_path: Path, env: dict[str, str]) -> Any:
     proc = procs.spawn(argv, log_path=log_path, env=env)
 
     def up_or_dead() -> bool:
-        doc = _doc(cluster)
+        doc = cluster_doc(cluster)
         return (doc.get("state") == "running" and doc.get("pid") == proc.pid) or (
             proc.poll() is not None
         )
@@ -117,7 +109,7 @@ def test_a_stopped_cluster_shows_no_child_running_and_no_pid(tmp_path: Path) -> 
     cluster = LocalCluster(tmp_path / "c", bookies=1, write_proxies=1, quorums=Quorums(1, 1, 1))
     cluster.start()
     try:
-        doc = _doc(cluster.dir / "cluster.json")
+        doc = cluster_doc(cluster.dir / "cluster.json")
         pids = [c["pid"] for key in CHILD_LISTS for c in doc[key]]
         assert len(pids) == 3 and all(p > 0 for p in pids), doc
     finally:
