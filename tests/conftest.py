@@ -13,9 +13,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from ops import procs
@@ -189,9 +190,9 @@ def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     shared by the proxy tests (each test uses its own stream names). Write proxies run
     with small limits (so overload is cheap to provoke) and the test-only fault hook
     that stalls the answer of durable writes to streams named ``fault-*``."""
-    from ops.local import LocalCluster
+    from tests.cluster_support import started_cluster
 
-    cluster = LocalCluster(
+    with started_cluster(
         tmp_path_factory.mktemp("proxy-cluster"),
         bookies=3,
         write_proxies=2,
@@ -210,9 +211,12 @@ def proxy_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
                 "1500",
             ]
         },
-    )
-    cluster.start()
-    try:
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    """An HTTP client session for one test, closed after it."""
+    async with aiohttp.ClientSession() as session:
+        yield session

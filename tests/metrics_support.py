@@ -1,14 +1,36 @@
-"""Reading Prometheus text in tests: scrape, sum a family's samples, family types."""
+"""Reading Prometheus text in tests: scrape, sum a family's samples, family types; and the
+msgpack requests to a proxy whose counting the tests check."""
 
 from __future__ import annotations
 
+import io
 import re
 
 import aiohttp
 
+from httpapi import wire
+
 # Label values may hold braces (route patterns: endpoint="/v1/streams/{name}").
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? ([-+0-9.eE]+|NaN|[+-]Inf)$", re.M)
 _TYPE = re.compile(r"^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (\w+)$", re.M)
+
+
+_MSGPACK_HEADERS = {"Content-Type": wire.MSGPACK, "Accept": wire.MSGPACK}
+
+
+async def post_msgpack(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> None:
+    """POST ``body`` in msgpack; the proxy accepted it (200 or 201)."""
+    data = io.BytesIO(wire.encode_body(body, wire.MSGPACK))
+    async with session.post(url, data=data, headers=_MSGPACK_HEADERS) as resp:
+        await resp.read()
+        assert resp.status in (200, 201), (url, resp.status)
+
+
+async def get_msgpack(session: aiohttp.ClientSession, url: str) -> None:
+    """GET ``url`` in msgpack, read to the end; the proxy answered 200."""
+    async with session.get(url, headers={"Accept": wire.MSGPACK}) as resp:
+        await resp.read()
+        assert resp.status == 200, (url, resp.status)
 
 
 async def scrape(session: aiohttp.ClientSession, url: str) -> str:

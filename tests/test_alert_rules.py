@@ -51,6 +51,7 @@ from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.alert_support import Window, check, instance, rules, scrape
+from tests.cluster_support import started_cluster
 from tests.test_ledger_integration import CONFIG
 from tests.test_scrub_integration import flip_payload_bit, read_from
 from thinclient.client import ProxyClient
@@ -87,7 +88,7 @@ def _all() -> set[str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
+    with started_cluster(
         tmp_path_factory.mktemp("alerts"),
         bookies=4,
         write_proxies=1,
@@ -117,14 +118,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "0",
         ],
         service_session_timeout_ms=4_000,
-    )
-    for i in range(1, 5):
-        c.extra_args[f"bookie-{i}"] = ["--fault-shim", "on"]
-    c.start()
-    try:
+        extra_args={f"bookie-{i}": ["--fault-shim", "on"] for i in range(1, 5)},
+    ) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _journal(cluster: LocalCluster, name: str) -> Path:

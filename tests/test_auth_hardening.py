@@ -24,16 +24,17 @@ import resource
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
-from foundation.auth import SERVICE_PRINCIPAL, load_secrets, sign_token
+from foundation.auth import SERVICE_PRINCIPAL
 from groups import wire as group_wire
 from httpapi.auth import ROUTE_RULES
 from ops.local import LocalCluster
+from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -57,37 +58,14 @@ def _uid() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path_factory.mktemp("auth-hardening"),
-        bookies=3,
-        write_proxies=1,
-        read_proxies=1,
-        auth=True,
-    )
-    c.start()
-    try:
+    directory = tmp_path_factory.mktemp("auth-hardening")
+    with started_cluster(directory, bookies=3, write_proxies=1, read_proxies=1, auth=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
 def secret(cluster: LocalCluster) -> bytes:
-    return load_secrets(str(cluster.dir / "auth" / "secret"))[0]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-def token(secret: bytes, principal: str, lifetime_s: float = 600) -> str:
-    return sign_token(secret, principal, time.time() + lifetime_s)
-
-
-def _bearer(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
+    return cluster_secret(cluster)
 
 
 def _wurl(cluster: LocalCluster) -> str:
@@ -112,7 +90,7 @@ async def _answer(
 async def test_service_token_is_forbidden_on_every_tenant_route(
     cluster: LocalCluster, secret: bytes, http: aiohttp.ClientSession
 ) -> None:
-    service = _bearer(token(secret, SERVICE_PRINCIPAL))
+    service = bearer(token(secret, SERVICE_PRINCIPAL))
     checked = []
     for (method, pattern), rule in sorted(ROUTE_RULES.items()):
         if rule.open:
@@ -143,13 +121,13 @@ async def test_dashboard_and_health_detail_need_a_token_allowed_them(
     join = group_wire.JoinRequest(topics=(topic,)).to_wire()
     url = f"{_wurl(cluster)}/v1/groups/{group}/join"
     for _ in range(40):  # the coordinator starts on the first join: 503 meanwhile
-        async with http.post(url, json=join, headers=_bearer(admin)) as resp:
+        async with http.post(url, json=join, headers=bearer(admin)) as resp:
             if resp.status != 503:
                 assert resp.status == 200, await resp.text()
                 break
         await asyncio.sleep(0.5)
     for base in (_wurl(cluster), _rurl(cluster)):
-        for headers in ({}, _bearer("garbage"), _bearer(token(secret, "nobody"))):
+        for headers in ({}, bearer("garbage"), bearer(token(secret, "nobody"))):
             async with http.get(f"{base}/health", headers=headers) as resp:
                 body = await resp.json()
                 assert resp.status == 200 and body["state"] == "ok", body
@@ -158,14 +136,14 @@ async def test_dashboard_and_health_detail_need_a_token_allowed_them(
                 text = await resp.text()
                 assert resp.status == 200 and "bookline_" in text
                 assert group not in text and topic not in text
-    async with http.get(f"{_wurl(cluster)}/metrics", headers=_bearer(admin)) as resp:
+    async with http.get(f"{_wurl(cluster)}/metrics", headers=bearer(admin)) as resp:
         assert f'group="{group}"' in await resp.text()  # the scrape token's view
-    async with http.get(f"{_wurl(cluster)}/health", headers=_bearer(admin)) as resp:
+    async with http.get(f"{_wurl(cluster)}/health", headers=bearer(admin)) as resp:
         body = await resp.json()
         assert "recent_errors" in body and group in {g["group"] for g in body["groups"]}
     # the dashboard: the read proxy reads the write proxy's details with the services'
     # own token, which it mints itself
-    async with http.get(f"{_rurl(cluster)}/v1/cluster", headers=_bearer(admin)) as resp:
+    async with http.get(f"{_rurl(cluster)}/v1/cluster", headers=bearer(admin)) as resp:
         view = await resp.json()
         assert resp.status == 200, view
     assert {p["kind"]: p["state"] for p in view["proxies"]} == {
@@ -238,7 +216,7 @@ async def test_tail_ends_when_its_token_expires_and_keepalive_rechecks(
         await client.write(stream, b"r1")
     short = token(secret, "admin", lifetime_s=4)
     ws_url = f"{_rurl(cluster).replace('http', 'ws', 1)}/v1/streams/{stream}/tail?format=json"
-    async with aiohttp.ClientSession(headers=_bearer(short)) as http:
+    async with aiohttp.ClientSession(headers=bearer(short)) as http:
         async with http.ws_connect(f"{ws_url}&from=earliest") as ws:
             frames = []
             async with asyncio.timeout(60):
@@ -280,7 +258,7 @@ async def test_idle_unauthenticated_connections_do_not_starve_authenticated_clie
             timeout = aiohttp.ClientTimeout(total=SERVED_WITHIN_S)
             async with (
                 aiohttp.ClientSession(timeout=timeout) as http,
-                http.get(f"{base}/v1/streams", headers=_bearer(admin)) as resp,
+                http.get(f"{base}/v1/streams", headers=bearer(admin)) as resp,
             ):
                 assert resp.status == 200, await resp.text()
     finally:

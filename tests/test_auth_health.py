@@ -16,25 +16,23 @@ import asyncio
 import contextlib
 import logging
 import socket
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
 import pytest
 
 from bookie.metrics import BookieMetrics, MetricsHttpServer
-from foundation.auth import SERVICE_PRINCIPAL, AuthConfig, load_authority, load_secrets, sign_token
+from foundation.auth import SERVICE_PRINCIPAL, AuthConfig, load_authority
 from foundation.config import MetadataConfig
 from foundation.health import PUBLIC_FIELDS, State, health_body
 from ledger.autorecovery import Autorecovery
 from ledger.autorecovery_config import AutorecoveryConfig
 from ops.autorecovery_http import AutorecoveryHttp
 from ops.local import CLUSTER_ROOT, LocalCluster
+from tests.cli_support import run_cli
+from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from tests.metadata_support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,33 +44,18 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path_factory.mktemp("auth-health"),
-        bookies=3,
-        read_proxies=1,
-        autorecovery=True,
-        auth=True,
-    )
-    c.start()
-    try:
+    directory = tmp_path_factory.mktemp("auth-health")
+    with started_cluster(directory, bookies=3, read_proxies=1, autorecovery=True, auth=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
 def secret(cluster: LocalCluster) -> bytes:
-    return load_secrets(str(cluster.dir / "auth" / "secret"))[0]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
+    return cluster_secret(cluster)
 
 
 def _bearer(secret: bytes, principal: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {sign_token(secret, principal, time.time() + 600)}"}
+    return bearer(token(secret, principal))
 
 
 def _strangers(secret: bytes) -> list[dict[str, str]]:
@@ -109,11 +92,8 @@ def _send_garbage(address: str) -> None:
 
 def _pause_autorecovery(cluster: LocalCluster, op: str) -> None:
     """``bookline autorecovery disable|enable``: the worker logs a WARNING."""
-    subprocess.run(
-        [sys.executable, "-m", "ops.cli", "autorecovery", op,
-         "--cluster", str(cluster.dir / "cluster.json")],
-        check=True, capture_output=True, timeout=60, cwd=Path.cwd(),
-    )  # fmt: skip
+    out = run_cli("autorecovery", op, cluster=cluster.dir / "cluster.json")
+    assert out.returncode == 0, out.stderr
 
 
 async def test_bookies_and_autorecovery_answer_strangers_only_whether_they_are_up(

@@ -7,20 +7,20 @@ parsed for sources and sinks and never shown in a repr."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from foundation.auth import TOKEN_ENV, load_secrets, sign_token
+from foundation.auth import TOKEN_ENV
 from foundation.errors import BooklineError
 from metadata.client import DIGEST_FILE_ENV
 from ops.local import CLUSTER_ROOT, LocalCluster
 from pipeline import client as pipeline_client
 from pipeline.options import parse_sink_options, parse_source_options
 from streams.sync import SyncNamespace
+from tests.cluster_support import cluster_secret, started_cluster, token
 from thinclient.client import SyncProxyClient
 
 ZK = {"zk": "127.0.0.1:2181/x", "root": "/r"}
@@ -37,18 +37,9 @@ def test_token_option_is_parsed_and_never_shown() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        tmp_path_factory.mktemp("auth-pipeline"),
-        bookies=3,
-        write_proxies=1,
-        read_proxies=0,
-        auth=True,
-    )
-    c.start()
-    try:
+    directory = tmp_path_factory.mktemp("auth-pipeline")
+    with started_cluster(directory, bookies=3, write_proxies=1, read_proxies=0, auth=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _read_all(ns: SyncNamespace, stream: str, count: int) -> list[bytes]:
@@ -66,8 +57,7 @@ def test_connector_reads_with_its_token_and_is_refused_without(
     # executor of a cluster with ZooKeeper ACLs gets them (the `cluster` option's
     # file names them itself).
     monkeypatch.setenv(DIGEST_FILE_ENV, str(cluster.zk_digest_file))
-    admin = sign_token(load_secrets(str(cluster.dir / "auth" / "secret"))[0], "admin",
-                       time.time() + 600)  # fmt: skip
+    admin = token(cluster_secret(cluster), "admin")
     stream = f"spark-{uuid.uuid4().hex[:8]}"
     with SyncProxyClient.from_cluster_file(cluster.dir / "cluster.json") as client:
         client.write_many(stream, [b"r0", b"r1", b"r2"])
@@ -141,8 +131,7 @@ def test_spark_read_without_credentials_fails_and_with_them_returns_every_row(
 
     stream = f"spark-auth-{uuid.uuid4().hex[:8]}"
     _write_rows(cluster, stream, 2_000)
-    admin = sign_token(load_secrets(str(cluster.dir / "auth" / "secret"))[0], "admin",
-                       time.time() + 600)  # fmt: skip
+    admin = token(cluster_secret(cluster), "admin")
     options = _zk_only(cluster, stream)
     session: Any = spark
     try:

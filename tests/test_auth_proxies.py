@@ -16,18 +16,19 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from foundation.auth import load_secrets, sign_token
+from foundation.auth import sign_token
 from foundation.errors import ForbiddenError, UnauthenticatedError
 from groups import wire as group_wire
 from httpapi.openapi import build_document
 from ops.local import LocalCluster
+from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -76,21 +77,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     directory = tmp_path_factory.mktemp("auth-cluster")
     (directory / "auth").mkdir(mode=0o700)
     (directory / "auth" / "grants.toml").write_text(GRANTS)
-    c = LocalCluster(directory, bookies=3, write_proxies=2, read_proxies=1, auth=True)
-    c.start()
-    try:
+    with started_cluster(directory, bookies=3, write_proxies=2, read_proxies=1, auth=True) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
 def secret(cluster: LocalCluster) -> bytes:
-    return load_secrets(str(cluster.dir / "auth" / "secret"))[0]
-
-
-def token(secret: bytes, principal: str, lifetime_s: float = 600) -> str:
-    return sign_token(secret, principal, time.time() + lifetime_s)
+    return cluster_secret(cluster)
 
 
 def _wurls(cluster: LocalCluster) -> list[str]:
@@ -99,16 +92,6 @@ def _wurls(cluster: LocalCluster) -> list[str]:
 
 def _rurl(cluster: LocalCluster) -> str:
     return str(cluster.read_proxies[0].extra["url"])
-
-
-def _bearer(tok: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {tok}"}
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -147,7 +130,7 @@ async def test_every_route_refuses_no_token_and_a_wrong_token(
             continue
         refused_by = []
         for base in bases:
-            for headers in ({}, _bearer(forged), _bearer("garbage")):
+            for headers in ({}, bearer(forged), bearer("garbage")):
                 status, body, www = await _status(http, method, base + path, headers)
                 if status in (404, 405) and body.get("name") != "UNAUTHENTICATED":
                     break  # this proxy does not serve the route (or not that method)
@@ -195,12 +178,12 @@ async def test_consume_grants_reads_and_websocket_tails(
     async with ProxyClient(write_urls=_wurls(cluster), config=CLIENT, token=alice) as client:
         await client.write(stream, b"r1")
     url = f"{_rurl(cluster)}/v1/streams/{stream}/records?from=earliest"
-    async with http.get(url, headers=_bearer(bob)) as resp:
+    async with http.get(url, headers=bearer(bob)) as resp:
         assert resp.status == 403
         assert (await resp.json(content_type=None))["name"] == "FORBIDDEN"
-    async with http.get(url, headers=_bearer(alice)) as resp:
+    async with http.get(url, headers=bearer(alice)) as resp:
         assert resp.status == 200
-    async with http.get(f"{_rurl(cluster)}/v1/streams/{stream}", headers=_bearer(bob)) as resp:
+    async with http.get(f"{_rurl(cluster)}/v1/streams/{stream}", headers=bearer(bob)) as resp:
         assert resp.status == 403
         message = (await resp.json(content_type=None))["message"]
         assert message == f"'bob' may not produce or consume on stream '{stream}'"
@@ -209,10 +192,10 @@ async def test_consume_grants_reads_and_websocket_tails(
         await http.ws_connect(ws_url)
     assert info.value.status == 401
     with pytest.raises(aiohttp.WSServerHandshakeError) as info:
-        await http.ws_connect(ws_url, headers=_bearer(bob))
+        await http.ws_connect(ws_url, headers=bearer(bob))
     assert info.value.status == 403
     # the header, or the query parameter a browser uses
-    for target, headers in ((ws_url, _bearer(alice)), (f"{ws_url}&format=json&token={alice}", {})):
+    for target, headers in ((ws_url, bearer(alice)), (f"{ws_url}&format=json&token={alice}", {})):
         async with http.ws_connect(target, headers=headers) as ws:
             msg = await asyncio.wait_for(ws.receive(), 20)
             assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT)
@@ -228,7 +211,7 @@ async def test_group_join_checks_the_group_and_its_topics(
         await client.create_topic(topic, 2)
         await client.create_topic(f"secret-{uid}", 1)
     join = group_wire.JoinRequest(topics=(topic,)).to_wire()
-    async with aiohttp.ClientSession(headers=_bearer(bob)) as http:
+    async with aiohttp.ClientSession(headers=bearer(bob)) as http:
 
         async def post(group_name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
             for _ in range(10):  # follow the coordinator's redirect
@@ -270,7 +253,7 @@ async def test_redirect_to_the_owner_stays_authorized(
         await client.write(stream, b"owned by the second proxy")
     url = f"{first}/v1/streams/{stream}/records"
     body = {"records": [{"payload": "x"}]}
-    async with http.post(url, json=body, headers=_bearer(alice), allow_redirects=False) as resp:
+    async with http.post(url, json=body, headers=bearer(alice), allow_redirects=False) as resp:
         assert resp.status == 307
         location = resp.headers["Location"]
     assert location.startswith(second)

@@ -16,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import pytest
 
 from ledger.client import LedgerClient
 from ledger.replication import Outcome, ReplicationWorker
 from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
+from ledger.writer import LedgerWriter
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerState
@@ -42,21 +44,36 @@ async def _write(writer: object, first: int, count: int) -> None:
     await asyncio.gather(*futures)
 
 
-async def test_a_writer_that_replaced_a_lost_bookie_is_not_fenced(md: MetadataClient) -> None:
-    cands = candidates(5)
+class _Lost(NamedTuple):
+    bookies: MemoryBookies
+    store: MemoryMetadataStore
+    client: LedgerClient
+    writer: LedgerWriter
+    victim: str
+
+
+async def _lose_a_bookie(md: MetadataClient, bookie_count: int, seed: int) -> _Lost:
+    """A ledger (E=Qw=3, Qa=2) open for writing with entries 0-9, whose ensemble's first
+    bookie then died: down, and gone from the candidates and the registry."""
+    cands = candidates(bookie_count)
     bookies = MemoryBookies([c.bookie_id for c in cands])
     store = MemoryMetadataStore(cands)
-    client = LedgerClient(store, bookies, LEDGER_FAST, rng=random.Random(4))
+    client = LedgerClient(store, bookies, LEDGER_FAST, rng=random.Random(seed))
     for c in cands:
         await md.bookies.register(BookieInfo(c.bookie_id, c.bookie_id))
     w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw")
-    lid = w.ledger_id
     await _write(w, 0, 10)
-    # A bookie of the ensemble dies: the writer swaps it out and goes on.
     victim = w.metadata.last_segment.bookies[0]
     bookies[victim].down = True
     store.bookies = [c for c in store.bookies if c.bookie_id != victim]
     await md.bookies.unregister(victim)
+    return _Lost(bookies, store, client, w, victim)
+
+
+async def test_a_writer_that_replaced_a_lost_bookie_is_not_fenced(md: MetadataClient) -> None:
+    # A bookie of the ensemble dies: the writer swaps it out and goes on.
+    bookies, store, client, w, victim = await _lose_a_bookie(md, bookie_count=5, seed=4)
+    lid = w.ledger_id
     await _write(w, 10, 10)
     meta, _v = await store.read(lid)
     assert len(meta.segments) == 2 and victim not in meta.last_segment.bookies, meta
@@ -91,19 +108,8 @@ async def test_a_lost_bookie_still_in_the_writers_ensemble_past_its_grace_is_rec
 ) -> None:
     """The other case stays as it was: the writer never replaced the bookie (it may be
     dead itself), so past the grace the ledger is recovered and repaired."""
-    cands = candidates(4)
-    bookies = MemoryBookies([c.bookie_id for c in cands])
-    store = MemoryMetadataStore(cands)
-    client = LedgerClient(store, bookies, LEDGER_FAST, rng=random.Random(5))
-    for c in cands:
-        await md.bookies.register(BookieInfo(c.bookie_id, c.bookie_id))
-    w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw")
+    _bookies, store, client, w, victim = await _lose_a_bookie(md, bookie_count=4, seed=5)
     lid = w.ledger_id
-    await _write(w, 0, 10)
-    victim = w.metadata.last_segment.bookies[0]
-    bookies[victim].down = True
-    store.bookies = [c for c in store.bookies if c.bookie_id != victim]
-    await md.bookies.unregister(victim)
     await md.underreplicated.mark(lid, {victim})
     worker = ReplicationWorker(md, client, FAST, "w")
     assert await worker.run_once() == {lid: Outcome.REPLICATED}

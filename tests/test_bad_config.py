@@ -5,24 +5,13 @@ the bookies available. Exit status 4 (configuration), never a traceback."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ops.cli_common import EXIT_CONFIG
 from ops.local import CLUSTER_ROOT, LocalCluster
-
-
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-        cwd=cwd,
-    )
+from tests.cli_support import run_cli
 
 
 def _refused(out: subprocess.CompletedProcess[str], *says: str) -> None:
@@ -35,20 +24,20 @@ def _refused(out: subprocess.CompletedProcess[str], *says: str) -> None:
 def test_unknown_key_and_wrong_type_in_the_file(tmp_path: Path) -> None:
     conf = tmp_path / "bookie.toml"
     conf.write_text('[bookie]\njournal_dirr = "/tmp/j"\n')
-    _refused(_cli("bookie", "--config", str(conf)), "unknown setting 'journal_dirr'",
+    _refused(run_cli("bookie", "--config", str(conf)), "unknown setting 'journal_dirr'",
              "did you mean 'journal_dir'?")  # fmt: skip
     conf.write_text('[bookie]\nport = "high"\n')
-    _refused(_cli("bookie", "--config", str(conf)), "bookie.port", "expected an integer")
+    _refused(run_cli("bookie", "--config", str(conf)), "bookie.port", "expected an integer")
     conf.write_text("[writeproxy]\nack_quorum = true\n")
-    _refused(_cli("writeproxy", "--config", str(conf)), "writeproxy.ack_quorum")
+    _refused(run_cli("writeproxy", "--config", str(conf)), "writeproxy.ack_quorum")
 
 
 def test_inconsistent_quorums(tmp_path: Path) -> None:
-    out = _cli("writeproxy", "--ensemble-size", "2", "--write-quorum", "3")
+    out = run_cli("writeproxy", "--ensemble-size", "2", "--write-quorum", "3")
     _refused(out, "writeproxy: quorums must satisfy ensemble_size >= write_quorum")
-    out = _cli("local", "--dir", str(tmp_path / "c"), "--ack-quorum", "4")
+    out = run_cli("local", "--dir", str(tmp_path / "c"), "--ack-quorum", "4")
     _refused(out, "ensemble_size >= write_quorum >= ack_quorum")
-    out = _cli("local", "--dir", str(tmp_path / "c"), "--bookies", "2")
+    out = run_cli("local", "--dir", str(tmp_path / "c"), "--bookies", "2")
     _refused(out, "--ensemble-size 3 needs at least that many bookies; --bookies is 2")
     assert not (tmp_path / "c").exists()  # refused before anything started
 
@@ -57,7 +46,7 @@ def test_inconsistent_quorums(tmp_path: Path) -> None:
 def test_a_quorum_larger_than_the_bookies_fails_the_write_proxy_at_start(
     proxy_cluster: LocalCluster,
 ) -> None:
-    out = _cli(
+    out = run_cli(
         "writeproxy", "--zk", proxy_cluster.zk_connect, "--root", CLUSTER_ROOT,
         "--port", "0", "--proxy-id", "wp-too-big", "--ensemble-size", "5",
         "--write-quorum", "3",

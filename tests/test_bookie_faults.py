@@ -8,10 +8,12 @@ with ``fault_shim = "power-cut"`` and kill -9 (tests/test_power_cut.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,16 @@ async def power_cut(s: BookieStorage) -> BookieStorage:
     return new
 
 
+@contextlib.contextmanager
+def _new_file(shim: faults.FaultShim, path: Path) -> Iterator[int]:
+    """A file created through ``shim``, open for the block (closed through it after)."""
+    fd = shim.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        yield fd
+    finally:
+        shim.close(fd)
+
+
 def test_off_is_the_os_functions(tmp_path: Path) -> None:
     """Zero cost when off: the layer's functions are the os functions themselves."""
     s = BookieStorage(make_config(tmp_path))
@@ -61,8 +73,7 @@ def test_overlay_is_read_back_and_applied_only_at_fsync(tmp_path: Path) -> None:
     shim = faults.FaultShim(faults.POWER_CUT, [tmp_path])
     fsync = shim.wrap_fsync(os.fdatasync)
     path = tmp_path / "f"
-    fd = shim.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, path) as fd:
         shim.pwrite(fd, b"hello world", 0)
         shim.pwritev(fd, [b"HE", b"LLO"], 0)
         assert path.read_bytes() == b""  # nothing reached the file
@@ -74,15 +85,12 @@ def test_overlay_is_read_back_and_applied_only_at_fsync(tmp_path: Path) -> None:
         shim.pwrite(fd, b"!!", 11)
         assert shim.cut_power() == 2
         assert shim.pread(fd, 100, 0) == b"HELLO world"
-    finally:
-        shim.close(fd)
 
 
 def test_fsync_error_drops_the_unsynced_writes(tmp_path: Path) -> None:
     shim = faults.FaultShim(faults.POWER_CUT, [tmp_path])
     fsync = shim.wrap_fsync(os.fdatasync)
-    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, tmp_path / "f") as fd:
         shim.pwrite(fd, b"lost", 0)
         shim.fail_fsync(errno.EIO)
         with pytest.raises(OSError, match=r"Errno 5\]") as info:
@@ -91,8 +99,6 @@ def test_fsync_error_drops_the_unsynced_writes(tmp_path: Path) -> None:
         shim.fail_fsync(None)
         fsync(fd)
         assert (tmp_path / "f").read_bytes() == b""
-    finally:
-        shim.close(fd)
 
 
 def test_simulated_disk_size_and_ballast(tmp_path: Path) -> None:
@@ -100,8 +106,7 @@ def test_simulated_disk_size_and_ballast(tmp_path: Path) -> None:
     assert shim.disk_space(tmp_path) == (1 << 20, 1 << 20)
     ballast = faults.fill_disk(tmp_path, 1000 << 10)
     assert shim.disk_space(tmp_path).free_bytes == (1 << 20) - (1000 << 10)
-    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, tmp_path / "f") as fd:
         shim.fallocate(fd, 0, 10 << 10)  # fits
         with pytest.raises(OSError, match=r"Errno 28\]") as info:
             shim.fallocate(fd, 0, 100 << 10)
@@ -110,15 +115,12 @@ def test_simulated_disk_size_and_ballast(tmp_path: Path) -> None:
             shim.pwrite(fd, bytes(100 << 10), 0)
         ballast.unlink()
         shim.fallocate(fd, 0, 100 << 10)
-    finally:
-        shim.close(fd)
 
 
 def test_control_file_steers_a_running_shim(tmp_path: Path) -> None:
     shim = faults.FaultShim(faults.ON, [tmp_path], control_dir=tmp_path)
     fsync = shim.wrap_fsync(lambda fd: None)
-    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, tmp_path / "f") as fd:
         fsync(fd)
         (tmp_path / faults.CONTROL_FILE).write_text('fsync_error = "EIO"\ndisk_bytes_max = 4096\n')
         with pytest.raises(OSError, match=r"Errno 5\]"):
@@ -132,8 +134,6 @@ def test_control_file_steers_a_running_shim(tmp_path: Path) -> None:
         fsync(fd)
         assert shim.disk_space(tmp_path).total_bytes > 4096
         assert shim.fsync_delay_s == 0
-    finally:
-        shim.close(fd)
 
 
 def test_offline_damage_helpers(tmp_path: Path) -> None:
@@ -352,8 +352,7 @@ async def _restart_same(s: BookieStorage) -> BookieStorage:
 
 def test_disk_full_reports_no_room_keeps_a_reserve_and_counts_its_hits(tmp_path: Path) -> None:
     shim = faults.FaultShim(faults.ON, [tmp_path], control_dir=tmp_path)
-    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, tmp_path / "f") as fd:
         shim.pwrite(fd, b"x" * 1000, 0)
         (tmp_path / faults.CONTROL_FILE).write_text("disk_full = true\n")
         space = shim.disk_space(tmp_path)
@@ -368,23 +367,18 @@ def test_disk_full_reports_no_room_keeps_a_reserve_and_counts_its_hits(tmp_path:
         (tmp_path / faults.CONTROL_FILE).unlink()
         assert shim.disk_space(tmp_path).free_bytes > 0  # room again
         shim.pwrite(fd, b"z", faults.DISK_FULL_RESERVE_BYTES + 10_000)
-    finally:
-        shim.close(fd)
 
 
 def test_an_injected_fsync_error_is_counted_in_the_hits_file(tmp_path: Path) -> None:
     shim = faults.FaultShim(faults.POWER_CUT, [tmp_path], control_dir=tmp_path)
     fsync = shim.wrap_fsync(lambda fd: None)
-    fd = shim.open(tmp_path / "f", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    with _new_file(shim, tmp_path / "f") as fd:
         fsync(fd)
         assert not (tmp_path / faults.HITS_FILE).exists()
         (tmp_path / faults.CONTROL_FILE).write_text('fsync_error = "EIO"\n')
         with pytest.raises(OSError, match="fault shim"):
             fsync(fd)
         assert "fsync_errors = 1" in (tmp_path / faults.HITS_FILE).read_text()
-    finally:
-        shim.close(fd)
 
 
 async def test_a_full_disk_turns_the_bookie_read_only_not_fatal(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from kazoo.client import KazooClient
 from metadata.layout import Layout
 from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster, Quorums
+from tests.cli_support import cli_json, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -30,20 +30,16 @@ pytestmark = pytest.mark.integration
 UNREGISTERED_S = 60.0
 
 
+# Decommissioning copies a ledger's entries: more than the commands' usual deadline.
+COMMAND_TIMEOUT_S = 180.0
+
+
 def _cli(cluster: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args, "--cluster", str(cluster)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_cli(*args, cluster=cluster, timeout_s=COMMAND_TIMEOUT_S)
 
 
 def _json(cluster: Path, *args: str) -> Any:
-    out = _cli(cluster, *args, "--json")
-    assert out.returncode in (0, 3), out.stderr
-    return json.loads(out.stdout)
+    return cli_json(*args, cluster=cluster, timeout_s=COMMAND_TIMEOUT_S)
 
 
 def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
@@ -59,13 +55,8 @@ def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
     cluster.start()
     try:
         file = cluster.dir / "cluster.json"
-        wrote = subprocess.run(
-            [sys.executable, "-m", "ops.cli", "stream", "write", "s", "--cluster", str(file)],
-            input="".join(f"r{i}\n" for i in range(20)),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        wrote = run_cli(
+            "stream", "write", "s", cluster=file, stdin="".join(f"r{i}\n" for i in range(20))
         )
         assert wrote.returncode == 0, wrote.stderr
         ledgers = _json(file, "ledger", "list", "--stream", "s")["ledgers"]

@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from bookline import __version__
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.cli_support import run_cli
 
 
 def test_version() -> None:
-    out = _run("--version")
+    out = run_cli("--version")
     assert out.returncode == 0
     assert out.stdout.strip() == f"bookline {__version__}"
 
 
 def test_help_lists_commands() -> None:
-    out = _run("--help")
+    out = run_cli("--help")
     assert out.returncode == 0
     for command in ("local", "demo", "bench"):
         assert command in out.stdout
 
 
 def test_unknown_command_fails() -> None:
-    out = _run("no-such-command")
+    out = run_cli("no-such-command")
     assert out.returncode == 2
     assert "invalid choice" in out.stderr
 
@@ -42,7 +30,7 @@ def test_bench_machine_prints_its_yardsticks_as_json() -> None:
     echo child answers the round trips and is gone afterwards)."""
     import json
 
-    out = _run("bench", "machine", "--json")
+    out = run_cli("bench", "machine", "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["bench"] == "machine"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,25 +14,17 @@ import pytest
 
 from ops.cli_common import EXIT_FOUND
 from ops.local import LocalCluster
+from tests.cli_support import cli_json, run_cli
 
 pytestmark = pytest.mark.integration
 
 
 def _cli(cluster: LocalCluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args, "--cluster", str(cluster.dir / "cluster.json")],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    return run_cli(*args, cluster=cluster.dir / "cluster.json", stdin=stdin)
 
 
 def _json(cluster: LocalCluster, *args: str) -> Any:
-    out = _cli(cluster, *args, "--json")
-    assert out.returncode in (0, EXIT_FOUND), out.stderr
-    return json.loads(out.stdout)
+    return cli_json(*args, cluster=cluster.dir / "cluster.json")
 
 
 def test_status_shows_every_component(proxy_cluster: LocalCluster) -> None:

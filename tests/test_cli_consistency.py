@@ -5,25 +5,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import types
 from pathlib import Path
 
 from ops.cli_exit import EXIT_CONFIG, EXIT_USAGE
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "BOOKLINE_CLUSTER"}
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env=env,
-    )
+from tests.cli_support import run_cli
 
 
 def test_version_and_help_do_not_import_the_stack() -> None:
@@ -67,7 +55,7 @@ def test_bad_flag_values_are_usage_errors() -> None:
         ("topic", "create", "t", "--partitions", "0", "--cluster", "/nonexistent.json"),
         ("consume", "t", "--group", "g", "--limit", "-1", "--cluster", "/nonexistent.json"),
     ):
-        out = _cli(*argv)
+        out = run_cli(*argv)
         assert out.returncode == EXIT_USAGE, (argv, out.returncode, out.stderr)
         assert "Traceback" not in out.stderr
 
@@ -75,27 +63,27 @@ def test_bad_flag_values_are_usage_errors() -> None:
 def test_an_unknown_sub_command_is_a_short_error_with_a_suggestion() -> None:
     """`bookline bookie lst` printed 40 lines of the bookie's server flags and no hint."""
     for argv, meant in ((("bookie", "lst"), "list"), (("strem", "list"), "stream")):
-        out = _cli(*argv)
+        out = run_cli(*argv)
         assert out.returncode == EXIT_USAGE, out.stderr
         assert f"did you mean {meant!r}?" in out.stderr, out.stderr
         assert len(out.stderr.splitlines()) <= 3, out.stderr
 
 
 def test_help_shows_defaults() -> None:
-    out = _cli("stream", "read", "--help")
+    out = run_cli("stream", "read", "--help")
     assert "(default: earliest)" in " ".join(out.stdout.split()), out.stdout
-    out = _cli("autorecovery", "--help")
+    out = run_cli("autorecovery", "--help")
     assert "(default: 127.0.0.1)" in " ".join(out.stdout.split()), out.stdout
 
 
 def test_errors_under_json_are_one_json_object(tmp_path: Path) -> None:
     missing = str(tmp_path / "nothere.json")
-    out = _cli("stream", "list", "--json", "--cluster", missing)
+    out = run_cli("stream", "list", "--json", "--cluster", missing)
     assert out.returncode == EXIT_CONFIG, out.stderr
     error = json.loads(out.stderr.strip().splitlines()[-1])["error"]
     assert (error["code"], error["name"]) == (14, "CONFIG")
     assert missing in error["message"]
-    out = _cli("topic", "create", "t", "--partitions", "0", "--json", "--cluster", missing)
+    out = run_cli("topic", "create", "t", "--partitions", "0", "--json", "--cluster", missing)
     assert out.returncode == EXIT_USAGE
     assert json.loads(out.stderr)["error"]["name"] == "BAD_REQUEST", out.stderr
 
@@ -111,7 +99,7 @@ def test_consume_and_stream_read_both_say_limit() -> None:
         ["stream", "read", "s", "--limit", "3"],
     ):
         assert parser.parse_args(argv).limit == 3, argv
-    assert "--max" not in _cli("consume", "--help").stdout
+    assert "--max" not in run_cli("consume", "--help").stdout
 
 
 class _Stdin:
@@ -228,10 +216,10 @@ def test_token_is_refused_where_it_would_be_ignored() -> None:
         ("underreplicated", "list"),
         ("autorecovery", "status"),
     ):
-        out = _cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
+        out = run_cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
         assert out.returncode == EXIT_USAGE, (argv, out.returncode, out.stderr)
         assert "ZooKeeper directly, which takes no token" in out.stderr, out.stderr
     for argv in (("stream", "list"), ("ledger", "show", "1"), ("group", "list")):
-        out = _cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
+        out = run_cli(*argv, "--token", "t0ken", "--cluster", "/nonexistent.json")
         assert out.returncode not in (0, EXIT_USAGE), (argv, out.returncode, out.stderr)
         assert "takes no token" not in out.stderr, out.stderr

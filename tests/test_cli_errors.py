@@ -4,27 +4,13 @@ never a traceback, never a 30 s hang."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from ops import procs
 from ops.cli_common import EXIT_CONFIG, EXIT_UNREACHABLE
+from tests.cli_support import run_cli
 from tests.waiting import scaled
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_a_missing_or_bad_cluster_file_is_a_message_with_a_hint(tmp_path: Path) -> None:
@@ -38,7 +24,7 @@ def test_a_missing_or_bad_cluster_file_is_a_message_with_a_hint(tmp_path: Path) 
         str(bad): "is not JSON",
     }
     for path, says in cases.items():
-        out = _cli("stream", "list", env={"BOOKLINE_CLUSTER": path})
+        out = run_cli("stream", "list", env={"BOOKLINE_CLUSTER": path})
         assert "Traceback" not in out.stderr, out.stderr
         assert f"bookline: error CONFIG (14): cluster file {path} {says}" in out.stderr
         assert "bookline local" in out.stderr, out.stderr  # the hint
@@ -62,7 +48,7 @@ def test_a_stale_cluster_file_fails_fast_with_a_hint(tmp_path: Path) -> None:
     )
     for args in (("stream", "list"), ("stream", "list", "--timeout", "1")):
         start = time.monotonic()
-        out = _cli(*args, "--cluster", str(stale))
+        out = run_cli(*args, "--cluster", str(stale))
         took = time.monotonic() - start
         assert out.returncode == EXIT_UNREACHABLE, (out.returncode, out.stderr)
         assert "CONNECTION_LOST (11)" in out.stderr, out.stderr

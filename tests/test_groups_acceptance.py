@@ -28,6 +28,7 @@ from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
 from ops import procs
 from ops.local import LocalCluster
+from tests.background import in_background
 from tests.waiting import scaled, time_scale, wait_for
 from thinclient.client import ClientConfig, ProxyClient
 
@@ -149,13 +150,10 @@ async def producing(
             i += 1
             await asyncio.sleep(1 / per_s)
 
-    task = asyncio.ensure_future(run())
     try:
-        yield
+        async with in_background(run()):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await producer.close()
 
 

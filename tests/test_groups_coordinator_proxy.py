@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,6 +36,8 @@ from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
+from tests.background import in_background
+from tests.cli_support import run_cli
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -97,11 +98,8 @@ async def _metric(url: str, name: str, labels: dict[str, str]) -> float | None:
 
 
 async def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "ops.cli", "group", *args]
-    argv += ["--cluster", str(cluster.dir / "cluster.json")]
-    return await asyncio.to_thread(
-        subprocess.run, argv, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
-    )
+    file = cluster.dir / "cluster.json"
+    return await asyncio.to_thread(run_cli, "group", *args, cluster=file, timeout_s=CLI_TIMEOUT_S)
 
 
 @contextlib.asynccontextmanager
@@ -115,13 +113,8 @@ async def _alive(cc: CoordinatorClient, group: str, member: Any) -> AsyncIterato
             await asyncio.sleep(member.heartbeat_interval_ms / 1000)  # the member's period
             await cc.heartbeat(group, member.member_id, member.generation, member.assignment)
 
-    task = asyncio.ensure_future(beat())
-    try:
+    async with in_background(beat()):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _lags(d: dict[str, Any]) -> dict[TopicPartition, int]:

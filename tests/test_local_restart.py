@@ -11,10 +11,8 @@ with code 4``). And a stopped cluster's ``cluster.json`` kept every dead child a
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,8 @@ import pytest
 
 from ops import procs
 from ops.local import LocalCluster, Quorums
+from tests.cli_support import run_cli
+from tests.cluster_support import cluster_doc
 
 pytestmark = pytest.mark.integration
 
@@ -33,29 +33,9 @@ STOP_TIMEOUT_S = 60.0
 CHILD_LISTS = ("zookeepers", "bookies", "autorecovery", "write_proxies", "read_proxies")
 
 
-def _doc(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc
-
-
-def _cli(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-
-
 def _assert_stopped(cluster: Path) -> None:
     """Defect 10: after a stop no child is shown running or with a pid."""
-    doc = _doc(cluster)
+    doc = cluster_doc(cluster)
     assert doc["state"] == "stopped", doc
     assert "pid" not in doc and "pid" not in doc["zookeeper"], doc
     for key in CHILD_LISTS:
@@ -70,7 +50,7 @@ def _start(directory: Path, log_path: Path, env: dict[str, str]) -> Any:
     proc = procs.spawn(argv, log_path=log_path, env=env)
 
     def up_or_dead() -> bool:
-        doc = _doc(cluster)
+        doc = cluster_doc(cluster)
         return (doc.get("state") == "running" and doc.get("pid") == proc.pid) or (
             proc.poll() is not None
         )
@@ -106,16 +86,18 @@ def test_readme_commands_through_two_stop_start_cycles_with_bookline_cluster_exp
     for cycle in range(3):  # a start, then two stop/start cycles
         proc = _start(directory, tmp_path / f"local-{cycle}.log", env)
         try:
-            status = _cli(env, "status")
+            status = run_cli("status", env=env)
             assert status.returncode == 0, status.stdout + status.stderr
             if cycle == 0:
-                created = _cli(env, "stream", "create", "orders")
+                created = run_cli("stream", "create", "orders", env=env)
                 assert created.returncode == 0, created.stderr
             lines = [f"cycle {cycle} record {i}" for i in range(3)]
-            wrote = _cli(env, "stream", "write", "orders", stdin="".join(f"{x}\n" for x in lines))
+            wrote = run_cli(
+                "stream", "write", "orders", stdin="".join(f"{x}\n" for x in lines), env=env
+            )
             assert wrote.returncode == 0, wrote.stderr
             written += lines
-            read = _cli(env, "stream", "read", "orders", "--from", "earliest")
+            read = run_cli("stream", "read", "orders", "--from", "earliest", env=env)
             assert read.returncode == 0, read.stderr
             assert read.stdout.splitlines() == written
         finally:
@@ -127,7 +109,7 @@ def test_a_stopped_cluster_shows_no_child_running_and_no_pid(tmp_path: Path) -> 
     cluster = LocalCluster(tmp_path / "c", bookies=1, write_proxies=1, quorums=Quorums(1, 1, 1))
     cluster.start()
     try:
-        doc = _doc(cluster.dir / "cluster.json")
+        doc = cluster_doc(cluster.dir / "cluster.json")
         pids = [c["pid"] for key in CHILD_LISTS for c in doc[key]]
         assert len(pids) == 3 and all(p > 0 for p in pids), doc
     finally:

@@ -14,7 +14,6 @@ write failed with NOT_ENOUGH_BOOKIES after ~30 s.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,8 @@ from typing import Any
 import pytest
 
 from ops import procs
+from tests.cli_support import cli_json, run_cli
+from tests.cluster_support import cluster_doc
 from tests.waiting import scaled, wait_until
 
 pytestmark = pytest.mark.integration
@@ -36,28 +37,8 @@ pytestmark = pytest.mark.integration
 WRITE_GAP_S_MAX = 15.0
 
 
-def _cli(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
-def _doc(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc
-
-
 def _status(cluster: Path) -> dict[str, Any]:
-    out = _cli("status", "--cluster", str(cluster), "--json")
-    assert out.returncode in (0, 3), out.stderr
-    status: dict[str, Any] = json.loads(out.stdout)
+    status: dict[str, Any] = cli_json("status", cluster=cluster)
     return status
 
 
@@ -106,34 +87,30 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
     writer: Writer | None = None
     try:
         wait_until(
-            lambda: _doc(cluster).get("state") == "running" or proc.poll() is not None,
+            lambda: cluster_doc(cluster).get("state") == "running" or proc.poll() is not None,
             "cluster.json",
             timeout_s=120,
         )
         assert proc.poll() is None, f"bookline local exited:\n{local_log.read_text()[-3000:]}"
-        layout = _doc(cluster)
+        layout = cluster_doc(cluster)
         assert len(layout["bookies"]) == 4, layout
         writer = Writer(cluster)
         writer.start()
         wait_until(lambda: writer is not None and writer.acked >= 20, "first writes", timeout_s=60)
 
         # A bookie holding the stream's entries (4 bookies, ensembles of 3).
-        ledgers = json.loads(
-            _cli(
-                "ledger", "list", "--stream", "acceptance", "--cluster", str(cluster), "--json"
-            ).stdout
-        )
+        ledgers = cli_json("ledger", "list", "--stream", "acceptance", cluster=cluster)
         holder = ledgers["ledgers"][0]["ensembles"][-1]["bookies"][0]
         victim = next(b for b in layout["bookies"] if b["id"] == holder)
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
 
         def shown_down() -> bool:
-            entry = next(b for b in _doc(cluster)["bookies"] if b["id"] == victim["id"])
+            entry = next(b for b in cluster_doc(cluster)["bookies"] if b["id"] == victim["id"])
             return bool(entry["state"] == "down")
 
         wait_until(shown_down, "cluster.json to show the bookie down", timeout_s=5)
-        entry = next(b for b in _doc(cluster)["bookies"] if b["id"] == victim["id"])
+        entry = next(b for b in cluster_doc(cluster)["bookies"] if b["id"] == victim["id"])
         assert entry["exit_status"] == -9, entry
         assert _gone(victim["pid"]), "the dead bookie is still a zombie"
         text = local_log.read_text()
@@ -175,8 +152,8 @@ def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(
         wait_until(lambda: proc.poll() is not None, "bookline local to stop", timeout_s=60)
         procs.stop(proc)
     # Stopped: cluster.json stays, says so, and a command says how to start it again.
-    assert _doc(cluster)["state"] == "stopped"
-    out = _cli("stream", "list", "--cluster", str(cluster))
+    assert cluster_doc(cluster)["state"] == "stopped"
+    out = run_cli("stream", "list", cluster=cluster)
     assert out.returncode == 4 and "was stopped" in out.stderr, out.stderr
     assert "bookline local --dir" in out.stderr, out.stderr
 
@@ -191,11 +168,11 @@ def test_restart_and_a_zookeeper_ensemble(tmp_path: Path) -> None:
     proc = procs.spawn(argv, log_path=tmp_path / "local.log")
     try:
         wait_until(
-            lambda: _doc(cluster).get("state") == "running" or proc.poll() is not None,
+            lambda: cluster_doc(cluster).get("state") == "running" or proc.poll() is not None,
             "cluster.json",
             timeout_s=180,
         )
-        layout = _doc(cluster)
+        layout = cluster_doc(cluster)
         modes = sorted(z["mode"] for z in _status(cluster)["zookeeper"])
         assert modes == ["follower", "follower", "leader"], modes
         victims = [layout["zookeepers"][0], layout["write_proxies"][0]]
@@ -203,12 +180,12 @@ def test_restart_and_a_zookeeper_ensemble(tmp_path: Path) -> None:
             os.kill(victim["pid"], signal.SIGKILL)
 
         def back() -> bool:
-            doc = _doc(cluster)
+            doc = cluster_doc(cluster)
             now = [doc["zookeepers"][0], doc["write_proxies"][0]]
             return all(e["state"] == "running" and e["restarts"] == 1 for e in now)
 
         wait_until(back, "the killed children to run again", timeout_s=90)
-        doc = _doc(cluster)
+        doc = cluster_doc(cluster)
         assert doc["zookeepers"][0]["exit_status"] == -9
         assert doc["write_proxies"][0]["pid"] != victims[1]["pid"]
         out = subprocess.run(

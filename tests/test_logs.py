@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,28 +16,19 @@ import pytest
 
 from foundation import logs
 from ops import procs
+from tests.cli_support import run_cli
 from tests.waiting import wait_until
-
-
-def _cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
 
 
 def test_verbose_and_log_format_work_after_the_sub_command(tmp_path: Path) -> None:
     """Before: ``bookline stream list -v`` was 'unrecognized arguments: -v' (exit 2)."""
     missing = str(tmp_path / "nothere.json")
-    out = _cli("stream", "list", "--cluster", missing, "-v", "--log-format", "json")
+    out = run_cli("stream", "list", "--cluster", missing, "-v", "--log-format", "json")
     assert "unrecognized arguments" not in out.stderr, out.stderr
     assert out.returncode != 2, out.stderr
     assert "CONFIG (14)" in out.stderr
     # ... and still before it
-    out = _cli("-v", "stream", "list", "--cluster", missing)
+    out = run_cli("-v", "stream", "list", "--cluster", missing)
     assert out.returncode != 2 and "CONFIG (14)" in out.stderr, out.stderr
 
 

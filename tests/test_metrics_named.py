@@ -4,7 +4,6 @@ Prometheus query can draw), with a bounded number of series, and
 
 from __future__ import annotations
 
-import io
 import platform
 import uuid
 
@@ -15,14 +14,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from bookie.metrics import BookieMetrics
 from foundation.metrics import OTHER, BoundedLabels
 from foundation.version import __version__
-from httpapi import wire
 from httpapi.monitoring import PublicMetrics
 from ops.local import LocalCluster
 from readproxy.metrics import ReadProxyMetrics
-from tests.metrics_support import sample_sum, scrape
+from tests.metrics_support import get_msgpack, post_msgpack, sample_sum, scrape
 from writeproxy.metrics import WriteProxyMetrics
-
-HEADERS = {"Content-Type": wire.MSGPACK, "Accept": wire.MSGPACK}
 
 
 def test_named_series_are_bounded() -> None:
@@ -54,34 +50,21 @@ def test_every_service_says_its_build(registry: str) -> None:
     assert want in text.splitlines(), text[:2000]
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> None:
-    data = io.BytesIO(wire.encode_body(body, wire.MSGPACK))
-    async with session.post(url, data=data, headers=HEADERS) as resp:
-        await resp.read()
-        assert resp.status in (200, 201), (url, resp.status)
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> None:
-    async with session.get(url, headers={"Accept": wire.MSGPACK}) as resp:
-        await resp.read()
-        assert resp.status == 200, (url, resp.status)
-
-
 @pytest.mark.integration
 async def test_records_are_counted_per_stream_and_per_topic(proxy_cluster: LocalCluster) -> None:
     wurl = str(proxy_cluster.write_proxies[0].extra["url"])
     rurl = str(proxy_cluster.read_proxies[0].extra["url"])
     stream, topic = f"m-named-{uuid.uuid4().hex[:8]}", f"m-named-{uuid.uuid4().hex[:8]}"
     async with aiohttp.ClientSession() as session:
-        await _post(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"s"] * 7})
-        await _post(session, f"{wurl}/v1/topics", {"name": topic, "partitions": 2})
+        await post_msgpack(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"s"] * 7})
+        await post_msgpack(session, f"{wurl}/v1/topics", {"name": topic, "partitions": 2})
         for p in (0, 1):
-            await _post(
+            await post_msgpack(
                 session, f"{wurl}/v1/topics/{topic}/partitions/{p}/records",
                 {"payloads": [b"t"] * 3},
             )  # fmt: skip
-        await _get(session, f"{rurl}/v1/streams/{stream}/records?from=earliest")
-        await _get(session, f"{rurl}/v1/topics/{topic}/partitions/1/records?offset=0")
+        await get_msgpack(session, f"{rurl}/v1/streams/{stream}/records?from=earliest")
+        await get_msgpack(session, f"{rurl}/v1/topics/{topic}/partitions/1/records?offset=0")
         texts = [await scrape(session, f"{w.extra['url']!s}/metrics")
                  for w in proxy_cluster.write_proxies]  # fmt: skip
         rtext = await scrape(session, f"{rurl}/metrics")

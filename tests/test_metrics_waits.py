@@ -12,7 +12,6 @@ must be in the wait family, and the serving family must not have grown by it.
 from __future__ import annotations
 
 import asyncio
-import io
 import uuid
 
 import aiohttp
@@ -22,31 +21,16 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from foundation.waits import waiting
-from httpapi import wire
 from httpapi.monitoring import latency_middleware
 from ops.local import LocalCluster
-from tests.metrics_support import sample_sum, scrape
+from tests.metrics_support import get_msgpack, post_msgpack, sample_sum, scrape
 
 # The long polls' wait: every one of them times out (nothing is written meanwhile).
 WAIT_MS = 1000
-HEADERS = {"Content-Type": wire.MSGPACK, "Accept": wire.MSGPACK}
 
 
 def _uid() -> str:
     return uuid.uuid4().hex[:8]
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, object]) -> None:
-    data = io.BytesIO(wire.encode_body(body, wire.MSGPACK))
-    async with session.post(url, data=data, headers=HEADERS) as resp:
-        await resp.read()
-        assert resp.status in (200, 201), (url, resp.status)
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> None:
-    async with session.get(url, headers={"Accept": wire.MSGPACK}) as resp:
-        await resp.read()
-        assert resp.status == 200, (url, resp.status)
 
 
 def _split(text: str, route: str) -> tuple[float, float, float]:
@@ -64,7 +48,7 @@ async def _assert_poll_is_a_wait(
 ) -> None:
     before = _split(await scrape(session, f"{rurl}/metrics"), route)
     for _ in range(polls):
-        await _get(session, poll_url)  # caught up: each one waits WAIT_MS for nothing
+        await get_msgpack(session, poll_url)  # caught up: each one waits WAIT_MS for nothing
     after = _split(await scrape(session, f"{rurl}/metrics"), route)
     served, waited, waits = (a - b for a, b in zip(after, before, strict=True))
     assert waits == polls, (route, before, after)
@@ -81,9 +65,13 @@ async def test_a_caught_up_long_poll_is_a_wait_not_serving_time(
     rurl = str(proxy_cluster.read_proxies[0].extra["url"])
     stream, topic = f"m-wait-{_uid()}", f"m-wait-{_uid()}"
     async with aiohttp.ClientSession() as session:
-        await _post(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"a", b"b"]})
-        await _post(session, f"{wurl}/v1/topics", {"name": topic, "partitions": 1})
-        await _post(session, f"{wurl}/v1/topics/{topic}/partitions/0/records", {"payloads": [b"x"]})
+        await post_msgpack(
+            session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"a", b"b"]}
+        )
+        await post_msgpack(session, f"{wurl}/v1/topics", {"name": topic, "partitions": 1})
+        await post_msgpack(
+            session, f"{wurl}/v1/topics/{topic}/partitions/0/records", {"payloads": [b"x"]}
+        )
         # a stream page past the end: the shared feed's long poll
         await _assert_poll_is_a_wait(
             session, rurl, "/v1/streams/{name}/records",
@@ -117,12 +105,14 @@ async def test_a_bookie_read_lac_long_poll_is_a_wait_not_serving_time(
         return serving, waited
 
     async with aiohttp.ClientSession() as session:
-        await _post(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"a"]})
+        await post_msgpack(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"a"]})
         before = await totals(session)
         # the feed opened for this poll follows the stream: its reader is caught up
-        await _get(session, f"{rurl}/v1/streams/{stream}/records?from=seq:1&wait_ms={WAIT_MS}")
-        await _post(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"b"]})
-        await _get(session, f"{rurl}/v1/streams/{stream}/records?from=seq:1&wait_ms=30000")
+        await get_msgpack(
+            session, f"{rurl}/v1/streams/{stream}/records?from=seq:1&wait_ms={WAIT_MS}"
+        )
+        await post_msgpack(session, f"{wurl}/v1/streams/{stream}/records", {"payloads": [b"b"]})
+        await get_msgpack(session, f"{rurl}/v1/streams/{stream}/records?from=seq:1&wait_ms=30000")
         after = await totals(session)
     served, waited = after[0] - before[0], after[1] - before[1]
     assert waited >= WAIT_MS / 1000 * 0.9, (before, after)

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,9 +30,9 @@ from ledger.autorecovery import Autorecovery, AutorecoveryConfig
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, LedgerState
 from ops import procs
-from ops.cli_common import EXIT_FOUND
 from ops.local import CLUSTER_ROOT, LocalCluster
 from tests import proxy_support
+from tests.cli_support import cli_json
 from tests.conftest import BookieCluster
 from tests.metadata_support import wait_for
 from thinclient.client import ProxyClient
@@ -82,13 +79,7 @@ async def unreferenced(md: MetadataClient, ns: str, stream: str) -> list[LedgerM
 
 
 def _cli_json(cluster: LocalCluster, *args: str) -> Any:
-    out = subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args, "--cluster", str(cluster.dir / "cluster.json"),
-         "--json"],
-        capture_output=True, text=True, timeout=90, check=False,
-    )  # fmt: skip
-    assert out.returncode in (0, EXIT_FOUND), out.stderr
-    return json.loads(out.stdout)
+    return cli_json(*args, cluster=cluster.dir / "cluster.json")
 
 
 def _roles(cluster: LocalCluster, stream: str) -> dict[int, str]:

@@ -16,22 +16,14 @@ import pytest
 
 from ops import procs
 from ops.local import LocalCluster
+from tests.cli_support import run_cli
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def _cli(cluster: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster)}
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", "stream", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    return run_cli("stream", *args, stdin=stdin, env={"BOOKLINE_CLUSTER": str(cluster)})
 
 
 def test_stream_commands_end_to_end(proxy_cluster: LocalCluster) -> None:

@@ -15,21 +15,13 @@ import pytest
 
 from foundation.partitioner import partition_for_key
 from ops.local import LocalCluster
+from tests.cli_support import run_cli
 
 pytestmark = pytest.mark.integration
 
 
 def _cli(cluster: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster)}
-    return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+    return run_cli(*args, stdin=stdin, env={"BOOKLINE_CLUSTER": str(cluster)})
 
 
 def _json(out: subprocess.CompletedProcess[str]) -> dict[str, Any]:

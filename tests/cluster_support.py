@@ -1,0 +1,59 @@
+"""Helpers for tests against a ``LocalCluster`` (real processes): one started for a block
+and stopped by pid when it ends, also on failure; its ``cluster.json`` as it is now; and
+the credentials of one started with ``auth=True`` (its signing secret, a token, the
+header that carries it)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from foundation.auth import load_secrets, sign_token
+from ops.local import LocalCluster
+
+# A token's default lifetime: longer than any test that does not let it expire.
+TOKEN_LIFETIME_S = 600.0
+
+
+@contextlib.contextmanager
+def started_cluster(
+    directory: Path, *, extra_args: Mapping[str, list[str]] | None = None, **options: Any
+) -> Iterator[LocalCluster]:
+    """``LocalCluster(directory, **options)``, started (``extra_args``: more flags for the
+    named children, e.g. ``{"bookie-1": [...]}``); every process it started is stopped
+    when the block ends."""
+    cluster = LocalCluster(directory, **options)
+    cluster.extra_args.update(extra_args or {})
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def cluster_doc(path: Path) -> dict[str, Any]:
+    """``cluster.json`` (``bookline local``'s) as it is now: ``{}`` while it is missing or
+    half written."""
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc
+
+
+def cluster_secret(cluster: LocalCluster) -> bytes:
+    """The secret the cluster's services check tokens with (its first, current one)."""
+    return load_secrets(str(cluster.dir / "auth" / "secret"))[0]
+
+
+def token(secret: bytes, principal: str, lifetime_s: float = TOKEN_LIFETIME_S) -> str:
+    return sign_token(secret, principal, time.time() + lifetime_s)
+
+
+def bearer(tok: str) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``tok``."""
+    return {"Authorization": f"Bearer {tok}"}
