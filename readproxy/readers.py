@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from streams.reader import LogReader, RawRecordSet
 
 log = logging.getLogger(__name__)
+# At the stream's readable end, a record already acknowledged to its writer becomes
+# visible one LAC round trip later (the explicit LAC): a read that found nothing gives
+# it this long before answering an empty page (range reads waited 300 ms before).
+AT_END_GRACE_S = 0.3
 
 __all__ = ["ReaderPool", "close_quietly"]
 
@@ -138,7 +142,7 @@ class ReaderPool:
                 got = await use(reader, wait_s)
                 if not got:  # nothing yet: empty only at the end (settle raises else)
                     await reader.settle(self.cfg.range_read_timeout_ms / 1000)
-                    got = await use(reader, 0.0)
+                    got = await use(reader, max(0.0, AT_END_GRACE_S - wait_s))
             except BaseException:
                 await close_quietly(reader)
                 raise
