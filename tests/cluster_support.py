@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from foundation.auth import load_secrets, sign_token
+from ops import procs
 from ops.local import LocalCluster
+from tests.waiting import wait_for
 
 # A token's default lifetime: longer than any test that does not let it expire.
 TOKEN_LIFETIME_S = 600.0
@@ -57,3 +59,18 @@ def token(secret: bytes, principal: str, lifetime_s: float = TOKEN_LIFETIME_S) -
 def bearer(tok: str) -> dict[str, str]:
     """The ``Authorization`` header that carries ``tok``."""
     return {"Authorization": f"Bearer {tok}"}
+
+
+def kill_bookies(cluster: LocalCluster) -> None:
+    """Every bookie of ``cluster`` killed at once (kill -9, by pid): an outage."""
+    for bookie in cluster.bookies:
+        procs.kill9(bookie.proc)
+
+
+async def restart_bookies(cluster: LocalCluster, timeout_s: float = 90.0) -> None:
+    """Every bookie of ``cluster`` started again on its ports and directories, and
+    serving (a restarted machine gets ``timeout_s``, scaled)."""
+    fresh = [cluster.respawn(b) for b in list(cluster.bookies)]
+    await wait_for(
+        lambda: all(cluster.is_ready(b) for b in fresh), "the bookies to serve", timeout_s=timeout_s
+    )

@@ -27,7 +27,6 @@ from foundation.names import partition_stream
 from groups.coordinator_store import CoreTopics
 from groups.fetchers import CoreFetchers
 from groups.topics import TopicAdmin
-from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster
 from pipeline import client as pipeline_client
 from streams.config import NamespaceConfig
@@ -35,6 +34,7 @@ from streams.dlsn import DLSN, StartPosition
 from streams.namespace import Namespace
 from streams.records import LogRecord, ReadRecord
 from streams.sync import SyncNamespace
+from tests.cluster_support import kill_bookies, restart_bookies
 from tests.metadata_support import wait_for
 
 pytestmark = pytest.mark.integration
@@ -58,20 +58,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
-
-
-def _kill_bookies(cluster: LocalCluster) -> None:
-    for bookie in cluster.bookies:
-        procs.kill9(bookie.proc)
-
-
-async def _restart_bookies(cluster: LocalCluster) -> None:
-    fresh = [cluster.respawn(b) for b in list(cluster.bookies)]
-    await wait_for(
-        lambda: all(cluster.is_ready(b) for b in fresh),
-        "the bookies to serve",
-        timeout_s=RECOVERY_S,
-    )
 
 
 async def _write_around_a_time(ns: Namespace, name: str) -> int:
@@ -163,12 +149,12 @@ async def _answers_once_back(what: str, lookup: Lookup) -> None:
 async def test_seeks_by_time_fail_while_every_bookie_is_down_and_answer_after(
     cluster: LocalCluster, lookups: Lookups
 ) -> None:
-    _kill_bookies(cluster)
+    kill_bookies(cluster)
     try:
         for what, lookup in lookups.items():
             await _fails_with_an_outage_error(what, lookup)
     finally:
-        await _restart_bookies(cluster)
+        await restart_bookies(cluster, RECOVERY_S)
     for what, lookup in lookups.items():
         await _answers_once_back(what, lookup)
 
@@ -200,7 +186,7 @@ async def test_seeks_by_time_fail_when_the_bookies_stop_after_the_position_is_fo
         if armed:
             armed.clear()
             if outage == "killed":
-                _kill_bookies(cluster)
+                kill_bookies(cluster)
             else:
                 _freeze_bookies(cluster, signal.SIGSTOP)
         return position
@@ -213,7 +199,7 @@ async def test_seeks_by_time_fail_when_the_bookies_stop_after_the_position_is_fo
         assert not armed, f"{what} did not look the position up"
     finally:
         if outage == "killed":
-            await _restart_bookies(cluster)
+            await restart_bookies(cluster, RECOVERY_S)
         else:
             _freeze_bookies(cluster, signal.SIGCONT)
     await _answers_once_back(what, lookup)

@@ -20,13 +20,12 @@ import aiohttp
 import pytest
 
 from foundation.errors import BooklineError, ConnectionLostError, TimeoutError_
-from ops import procs
 from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.config import NamespaceConfig
 from streams.dlsn import StartPosition
 from streams.namespace import Namespace
 from streams.records import LogRecord
-from tests.metadata_support import wait_for
+from tests.cluster_support import kill_bookies, restart_bookies
 
 pytestmark = pytest.mark.integration
 
@@ -60,20 +59,6 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-def _kill_bookies(cluster: LocalCluster) -> None:
-    for bookie in cluster.bookies:
-        procs.kill9(bookie.proc)
-
-
-async def _restart_bookies(cluster: LocalCluster) -> None:
-    fresh = [cluster.respawn(b) for b in list(cluster.bookies)]
-    await wait_for(
-        lambda: all(cluster.is_ready(b) for b in fresh),
-        "the bookies to serve",
-        timeout_s=RECOVERY_S,
-    )
-
-
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
     async with session.get(url) as resp:
         body = await resp.read()
@@ -96,7 +81,7 @@ async def test_proxy_reads_fail_while_every_bookie_is_down_and_recover_every_rec
         for j in range(RECORDS):
             async with http.post(f"{wp}/v1/streams/{name}/records", json={"payload": f"r{j}"}) as r:
                 assert r.status == 200, await r.text()
-    _kill_bookies(cluster)
+    kill_bookies(cluster)
     try:
         # Never read before: each stream's first page, its record sets, and many
         # concurrent pages of one stream -- every answer an error, none a 200.
@@ -109,7 +94,7 @@ async def test_proxy_reads_fail_while_every_bookie_is_down_and_recover_every_rec
                  if not _is_outage_error(s, b)]  # fmt: skip
         assert not wrong, f"{len(wrong)} reads not an outage error: {wrong[:3]}"
     finally:
-        await _restart_bookies(cluster)
+        await restart_bookies(cluster, RECOVERY_S)
     # The writer's next add carries the LAC the restarted bookies forgot (their explicit
     # LAC is not kept across a restart): only then is the last record readable.
     # The owner's writer may have failed while its bookies were gone: its answer is then
@@ -163,7 +148,7 @@ async def test_core_reader_raises_while_every_bookie_is_down_and_reads_on_after(
             got = [r.payload async for r in _take(reader, RECORDS)]
             await reader.settle(RECOVERY_S)
             assert reader.caught_up  # read to the LAC, its long polls answered
-            _kill_bookies(cluster)
+            kill_bookies(cluster)
             try:
                 # At the LAC with nothing answering: a timed read says why nothing came
                 # (once a long poll failed; before, it returned nothing for ever).
@@ -178,7 +163,7 @@ async def test_core_reader_raises_while_every_bookie_is_down_and_reads_on_after(
                 finally:
                     await fresh.close()
             finally:
-                await _restart_bookies(cluster)
+                await restart_bookies(cluster, RECOVERY_S)
             await writer.write(LogRecord(b"after"))  # carries the LAC (see the proxy test)
 
             async def more() -> bool:
