@@ -87,11 +87,10 @@ class LogReader:
         self._error: BaseException | None = None
         self._closed = False
         # Time the fetch task spent caught up (everything confirmed read ahead, waiting
-        # for more): closed intervals' sum, and since when it is caught up now.
+        # at the readable end: a long poll, a watch): closed intervals' sum, and since
+        # when it waits there now (None: it is fetching).
         self._head_s = 0.0
         self._head_since: float | None = None
-        # The fetch task waits at the stream's readable end (a long poll, a watch).
-        self._at_end = False
         # Why its long polls fail (bookies unreachable), until one is answered again.
         self._stall: BooklineError | None = None
         # Set whenever an entry is queued or the two above change (settle waits on it).
@@ -112,7 +111,7 @@ class LogReader:
         """True when every record the stream holds so far was handed out: the fetch
         waits at the readable end, its long polls are answered, nothing is read ahead."""
         return (
-            self._at_end
+            self._head_since is not None
             and self._stall is None
             and self._queue.empty()
             and self._index >= len(self._current)
@@ -136,7 +135,7 @@ class LogReader:
                 return
             if self._stall is not None:
                 raise _again(self._stall)
-            if self._at_end:
+            if self._head_since is not None:  # waiting at the readable end
                 return
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -244,11 +243,10 @@ class LogReader:
         """The fetch task is caught up for the block's duration: readers waiting with
         a timeout may say "nothing more" (settle), and the time counts as waiting."""
         self._head_since = since = time.perf_counter()
-        self._waiting_at_end(True)
+        self._progress.set()  # settle() may answer "nothing more" now
         try:
             yield
         finally:
-            self._waiting_at_end(False)
             self._head_s += time.perf_counter() - since
             self._head_since = None
 
@@ -323,11 +321,6 @@ class LogReader:
             self._queued_bytes += size
         await self._queue.put(item)
         self._progress.set()
-
-    def _waiting_at_end(self, at_end: bool) -> None:
-        self._at_end = at_end
-        if at_end:
-            self._progress.set()
 
     def _stalled(self, exc: BooklineError | None) -> None:
         if exc is None and self._stall is None:
