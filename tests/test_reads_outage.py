@@ -111,6 +111,9 @@ async def test_proxy_reads_fail_while_every_bookie_is_down_and_recover_every_rec
                 assert r.status == 503 and body["name"] in RETRIED_WRITE, (r.status, body)
                 return False
 
+        # Twice: the second add carries the LAC that makes the first readable even
+        # when the writer's explicit LAC is lost (kept in the bookies' memory only).
+        await _eventually(wrote)
         await _eventually(wrote)
     want = [f"r{j}" for j in range(RECORDS)]
     for name in streams:
