@@ -10,7 +10,9 @@ echo "== ruff" && "$VENV_PY" -m ruff check . && "$VENV_PY" -m ruff format --chec
 echo "== mypy --strict" && "$VENV_PY" -m mypy
 echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache | tail -n +12
 echo "== pytest"
-if [ $# -eq 0 ]; then set -- -m "not slow"; fi
+# The default suite runs in BOOKLINE_TEST_WORKERS processes (pytest-xdist): most of a
+# test is waiting on servers, so three share two cores well; each runs whole files.
+if [ $# -eq 0 ]; then set -- -m "not slow" -n "${BOOKLINE_TEST_WORKERS:-3}" --dist loadgroup; fi
 # Coverage follows the processes the tests start (bookies, proxies: coverage's
 # subprocess patch); their data files are combined when pytest ends.
 rm -f .coverage .coverage.*

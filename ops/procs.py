@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -105,11 +106,43 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+# Ports handed out by free_port in this process: never handed out twice, so two servers
+# started side by side cannot be given the same port before either has bound it.
+_handed_out: set[int] = set()
+_FALLBACK_EPHEMERAL_LOW = 32768
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _FALLBACK_EPHEMERAL_LOW
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host`` (loopback only)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port that was free a moment ago on ``host`` (loopback only).
+
+    It is drawn at random from below the kernel's ephemeral range, so an outgoing
+    connection (which takes an ephemeral port) cannot take it before the server that
+    asked for it binds, and it is never handed out twice by this process."""
+    top = _ephemeral_low() - 1
+    for _ in range(200):
+        # With no room below the ephemeral range, port 0 lets the kernel choose.
+        candidate = random.randint(_LOWEST_PORT, top) if top > _LOWEST_PORT + 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, candidate))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        with _lock:
+            if port in _handed_out:
+                continue
+            _handed_out.add(port)
+        return port
+    raise OSError(f"no free TCP port found on {host}")
 
 
 def wait_for(predicate: object, timeout_s: float, what: str, interval_s: float = 0.1) -> None:

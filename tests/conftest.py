@@ -30,7 +30,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"test time scale: {TIME_SCALE:g} (deadlines and timeouts; {SCALE_ENV})"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _group_for_workers(items)
     # pytest-timeout's limit is a deadline like any other: on a loaded machine a test
     # gets the time scale's multiple of it (tests/waiting.py), whether the limit comes
     # from the test's own mark, --timeout or pyproject.toml.
@@ -46,6 +48,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if base > 0:
             rest = {k: v for k, v in (mark.kwargs if mark else {}).items() if k != "timeout"}
             item.add_marker(pytest.mark.timeout(scaled(base), **rest), append=False)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (./test.sh's default), a worker runs a
+    whole test file, so a file's module-scoped cluster starts once; and every file with a
+    Spark test runs on one worker, so one JVM serves them all (a local[2] session per
+    worker would take both cores each)."""
+    spark_files = {item.path for item in items if item.get_closest_marker("spark")}
+    for item in items:
+        group = "spark" if item.path in spark_files else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
