@@ -28,7 +28,9 @@ collapse; a request's new records are consecutive, retries answered from the pro
 table carry their original offsets).
 
 The write proxy marks each producer batch in the log with ``bl.*`` record headers
-(below), which is why clients may not use that prefix.
+(:mod:`serving.write.dedup`), which is why clients may not use that prefix. The route
+hands the write core a ``serving.write.batch.WriteBatch`` made of the request's lists
+(no copy).
 """
 
 from __future__ import annotations
@@ -46,10 +48,6 @@ from httpapi.wire import MSGPACK, get_bytes, get_int
 
 __all__ = [
     "EPOCH_MAX",
-    "PRODUCER_COUNT_HEADER",
-    "PRODUCER_EPOCH_HEADER",
-    "PRODUCER_HEADER",
-    "PRODUCER_SEQ_HEADER",
     "WireRecord",
     "WriteRequest",
     "answer_count",
@@ -65,14 +63,6 @@ __all__ = [
     "write_body",
 ]
 
-
-# Record headers the write proxy adds to the first record of each producer batch so a
-# new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
-PRODUCER_HEADER: Final = "bl.producer"
-PRODUCER_SEQ_HEADER: Final = "bl.seq"
-PRODUCER_COUNT_HEADER: Final = "bl.count"
-# The batch's producer epoch (4 bytes big-endian), present when it is not 0.
-PRODUCER_EPOCH_HEADER: Final = "bl.epoch"
 
 # A producer id is a client-chosen token (uuid4 hex); bounded so a table entry is small.
 PRODUCER_CHARS_MAX: Final = 64
@@ -196,26 +186,6 @@ class WriteRequest:
     @property
     def count(self) -> int:
         return len(self.payloads) if self.payloads is not None else len(self.records)
-
-    @property
-    def size_bytes(self) -> int:
-        if self.payloads is not None:
-            keys = 0 if self.keys is None else sum(len(k) for k in self.keys if k)
-            return sum(map(len, self.payloads)) + keys
-        return sum(r.size_bytes for r in self.records)
-
-    @property
-    def record_bytes_max(self) -> int:
-        """The largest record's size."""
-        if self.payloads is not None:
-            if self.keys is None:
-                return max(map(len, self.payloads), default=0)
-            return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
-        return max((r.size_bytes for r in self.records), default=0)
-
-
-def _key_and_payload_bytes(payload: bytes, key: bytes | None) -> int:
-    return len(payload) + (len(key) if key else 0)
 
 
 def payloads_crc(payloads: Iterable[bytes]) -> int:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from foundation.errors import NotEnoughBookiesError
+from serving.write.ownership import Ownership
 from writeproxy.config import WriteProxyConfig
-from writeproxy.ownership import Ownership
 
 
 class FakeNamespace:
@@ -52,7 +52,8 @@ async def _value(v: object) -> object:
 
 async def test_a_failed_acquisition_is_not_retried_for_every_request() -> None:
     ns = FakeNamespace()
-    own = Ownership(WriteProxyConfig(), ns, _md(), "http://127.0.0.1:1")  # type: ignore[arg-type]
+    config = WriteProxyConfig().write_config()
+    own = Ownership(config, ns, _md(), "http://127.0.0.1:1")  # type: ignore[arg-type]
     for _ in range(11):
         with pytest.raises(NotEnoughBookiesError):
             await own.get("s")
@@ -63,7 +64,7 @@ async def test_the_back_off_doubles_and_ends_with_a_success() -> None:
     ns = FakeNamespace()
     now = [0.0]
     own = Ownership(
-        WriteProxyConfig(),
+        WriteProxyConfig().write_config(),
         ns,  # type: ignore[arg-type]
         _md(),
         "http://127.0.0.1:1",

@@ -9,11 +9,11 @@ from typing import Any, cast
 import pytest
 
 from foundation.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
-from httpapi.writes import WriteRequest
+from serving.write.batch import ProducerSeq, WriteBatch
+from serving.write.dedup import DedupTable
+from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord
-from writeproxy.dedup import DedupTable
-from writeproxy.owned import OwnedStream
 
 
 class FakeWriter:
@@ -38,8 +38,8 @@ def stream(wait_s: float = 1.0, ack_delay_s: float = 0.01) -> tuple[OwnedStream,
     return OwnedStream("s", cast(Any, writer), table, reorder_wait_s=wait_s), writer
 
 
-def req(seq: int, *payloads: bytes, producer: str = "p", epoch: int = 0) -> WriteRequest:
-    return WriteRequest(producer, seq, payloads=list(payloads), epoch=epoch)
+def req(seq: int, *payloads: bytes, producer: str = "p", epoch: int = 0) -> WriteBatch:
+    return WriteBatch("s", ProducerSeq(producer, seq, epoch), payloads=list(payloads))
 
 
 async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -> None:

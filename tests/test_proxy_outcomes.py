@@ -18,11 +18,11 @@ from typing import Any, cast
 import pytest
 
 from foundation.errors import BooklineError, WriterFailedError
-from httpapi.writes import WriteRequest
+from serving.write import dedup
+from serving.write.batch import ProducerSeq, WriteBatch
+from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord
-from writeproxy import dedup
-from writeproxy.owned import OwnedStream
 
 
 @dataclass
@@ -80,8 +80,8 @@ def _table(log: list[_Logged] | None = None) -> dedup.DedupTable:
     return table
 
 
-def _req(seq: int, payloads: list[bytes]) -> WriteRequest:
-    return WriteRequest("p", seq, payloads=list(payloads))
+def _req(seq: int, payloads: list[bytes]) -> WriteBatch:
+    return WriteBatch("s", ProducerSeq("p", seq), payloads=list(payloads))
 
 
 async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_from_the_log() -> (

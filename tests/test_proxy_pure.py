@@ -25,12 +25,12 @@ from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from httpapi import positions, wire, writes
 from httpapi.openapi import build_document
 from httpapi.views import record_from_view, record_view
+from serving.write import dedup
+from serving.write.limits import InflightLimiter
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from thinclient.client import ClientConfig
-from writeproxy import dedup
 from writeproxy.config import WriteProxyConfig
-from writeproxy.limits import InflightLimiter
 
 
 def test_negotiate_prefers_msgpack_only_when_asked() -> None:
@@ -216,7 +216,7 @@ def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     """The epoch travels in the batch marker (absent = 0, as in logs from before
     epochs), so a new owner knows which epoch of a producer is current."""
     assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
-    assert writes.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
+    assert dedup.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
     log = [
         _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
         _Rec((1, 0, 1), None),

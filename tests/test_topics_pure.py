@@ -16,6 +16,7 @@ from foundation.partitioner import key_hash, murmur2, partition_for_key
 from httpapi import topics as topic_wire
 from httpapi import writes
 from httpapi.wire import MSGPACK
+from serving.write.batch import WriteBatch
 from thinclient.config import ClientConfig
 from thinclient.topics import TopicRouter, records_path
 
@@ -62,7 +63,8 @@ def test_keyed_write_body_is_two_flat_lists() -> None:
     assert body["payloads"] == [b"a", b"b", b"c"] and body["keys"] == [b"k1", None, b""]
     req = writes.parse_write(body, records_max=10)
     assert req.keys == [b"k1", None, b""]
-    assert req.size_bytes == 5 and req.record_bytes_max == 3
+    batch = WriteBatch("t~0", None, payloads=req.payloads, keys=req.keys)
+    assert batch.size_bytes() == 5 and batch.record_bytes_max == 3
     assert [r.key for r in req.records] == [b"k1", None, b""]
     for bad in (
         {"payloads": [b"a"], "keys": [b"k", b"l"]},

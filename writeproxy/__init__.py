@@ -1,13 +1,12 @@
-"""Write proxy: an aiohttp service that owns streams (ZooKeeper owner record + the
-stream's writer lock), batches concurrent client writes into record sets through the
-core writer, de-duplicates retried writes by producer id and sequence number (also
-across failover), and answers 429 when its per-stream or per-proxy limits are reached.
+"""Write proxy: the HTTP front end of the write core (:mod:`serving.write`: stream
+ownership, producer order, de-duplication, admission limits). It registers in
+ZooKeeper, decodes write bodies into the core's batches and encodes its answers, and
+hosts the topic and consumer group routes.
 
-Modules: ``config`` (settings), ``limits`` (admission), ``dedup`` (producer table,
-pure), ``owned`` (one owned stream's write path: producer order, retries, the append),
-``ownership`` (acquiring and dropping streams), ``faults`` (the test-only stall
-middleware), ``metrics``, ``app`` (HTTP routes), ``main`` (CLI).
+Modules: ``config`` (settings; builds the core's), ``faults`` (the test-only stall
+middleware), ``metrics`` (Prometheus; what the core reports too), ``app`` (HTTP routes
+and lifecycle), ``topics`` and ``groups`` (their routes), ``main`` (CLI).
 
-A write goes straight down: ``app`` -> ``owned`` -> the core writer
-(:mod:`streams.writer`) -> ledgers -> bookies.
+A write goes straight down: ``app`` -> :mod:`serving.write.core` -> the owned stream
+-> the core writer (:mod:`streams.writer`) -> ledgers -> bookies.
 """

@@ -50,14 +50,14 @@ from httpapi.server import cancel_task, proxy_app, read_body, respond, start_sit
 from httpapi.views import info_view
 from metadata.proxies import ProxyInfo
 from metadata.zk import SessionState
+from serving.write.batch import ProducerSeq, WriteBatch
+from serving.write.core import WriteCore
+from serving.write.ownership import Ownership
 from streams.dlsn import DLSN
-from streams.records import RECORD_OVERHEAD_BYTES
 from writeproxy.config import WriteProxyConfig
 from writeproxy.faults import fault_middlewares
 from writeproxy.groups import GroupRoutes, register_group_routes
-from writeproxy.limits import InflightLimiter
 from writeproxy.metrics import WriteProxyMetrics
-from writeproxy.ownership import Ownership
 from writeproxy.topics import register_topic_routes
 
 if TYPE_CHECKING:
@@ -87,12 +87,9 @@ class WriteProxy:
     def __init__(self, config: WriteProxyConfig) -> None:
         self.config = config
         self.metrics = WriteProxyMetrics()
-        self.limiter = InflightLimiter(
-            stream_bytes_max=config.stream_inflight_bytes_max,
-            stream_requests_max=config.stream_inflight_requests_max,
-            proxy_bytes_max=config.proxy_inflight_bytes_max,
-            proxy_requests_max=config.proxy_inflight_requests_max,
-        )
+        # The write path (serving.write): admission, ownership, producer order, dedup.
+        self.core = WriteCore(config.write_config(), self.metrics, lambda: self.ownership)
+        self.limiter = self.core.limiter
         self.url = config.url
         self._ns: Namespace | None = None
         self._md: MetadataClient | None = None
@@ -104,10 +101,6 @@ class WriteProxy:
             lambda: float(len(self._ownership.owned) if self._ownership else 0),
             lambda: float(self.limiter.total_bytes),
             lambda: float(self.limiter.total_requests),
-        )
-        self.metrics.bind_counters(
-            lambda: float(self._ownership.acquisitions if self._ownership else 0),
-            lambda: float(self._ownership.takeover_scan_records if self._ownership else 0),
         )
         self._groups: GroupRoutes | None = None
 
@@ -122,7 +115,7 @@ class WriteProxy:
         core_overrides: dict[str, Any] = {
             "session_timeout_ms": cfg.session_timeout_ms,
             # Admission keeps a stream's pending bytes under half of this, so the core
-            # writer never makes a batch wait for room (see writeproxy.owned).
+            # writer never makes a batch wait for room (see serving.write.owned).
             "pending_bytes_max": 2 * cfg.stream_inflight_bytes_max,
             "ensemble_size": cfg.ensemble_size,
             "write_quorum": cfg.write_quorum,
@@ -143,7 +136,9 @@ class WriteProxy:
         # die with the same session as the writer locks.
         self._md = self._ns.context.md
         await self._check_bookies()
-        self._ownership = Ownership(cfg, self._ns, self._md, self.url)
+        self._ownership = Ownership(
+            self.core.config, self._ns, self._md, self.url, metrics=self.metrics
+        )
         self._md.zk.add_state_listener(self._on_session)
         await self._register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
         self._load_task = asyncio.get_running_loop().create_task(self._report_load())
@@ -340,27 +335,12 @@ class WriteProxy:
         if size > cfg.request_bytes_max:
             raise TooLargeError(f"request of {size} bytes; at most {cfg.request_bytes_max}")
         # Admit on the declared size before reading the body: memory stays bounded.
-        self.limiter.admit(name, size)
-        admitted = size
-        try:
+        with self.core.admit(name, size) as admission:
             body = await read_body(request)
             req = writes.parse_write(body, records_max=cfg.request_records_max)
-            largest = req.record_bytes_max
-            if largest > cfg.record_bytes_max:
-                raise TooLargeError(f"record of {largest} bytes; at most {cfg.record_bytes_max}")
-            cost = req.size_bytes + RECORD_OVERHEAD_BYTES * req.count
-            if cost > admitted:
-                self.limiter.grow(name, cost - admitted)
-                admitted = cost
-            stream = await self.ownership.get(name)
-            dlsns, offsets, dups = await stream.write(req)
-        finally:
-            self.limiter.release(name, admitted)
-        self.metrics.count_written(name, len(dlsns) - dups)
-        self.metrics.bytes_written.inc(req.size_bytes if not dups else _new_bytes(req, dups))
-        self.metrics.duplicates.inc(dups)
+            result = await self.core.write(admission, _batch(name, req))
         media = wire.negotiate(request.headers.get("Accept"))
-        answer = writes.write_answer(dlsns, media, dups, offsets)
+        answer = writes.write_answer(result.dlsns, media, result.duplicates, result.offsets)
         return web.Response(body=wire.encode_body(answer, media), content_type=media)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
@@ -416,10 +396,14 @@ def _group_view(stats: GroupStats) -> dict[str, Any]:
     }
 
 
-def _new_bytes(req: writes.WriteRequest, dups: int) -> int:
-    """Payload (and key) bytes of the records after the first ``dups``: a retried
-    batch's already written records come first (writeproxy.dedup)."""
-    return sum(r.size_bytes for r in req.records[dups:])
+def _batch(name: str, req: writes.WriteRequest) -> WriteBatch:
+    """The write core's batch of a request body: its lists, not copied."""
+    producer = None
+    if req.producer is not None and req.seq is not None:
+        producer = ProducerSeq(req.producer, req.seq, req.epoch)
+    if req.payloads is not None:
+        return WriteBatch(name, producer, payloads=req.payloads, keys=req.keys)
+    return WriteBatch(name, producer, records=req.records)
 
 
 __all__ = ["WriteProxy"]

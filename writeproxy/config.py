@@ -10,6 +10,7 @@ from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 from foundation.quorum import check_quorum
 from httpapi.proxy_config import MiB, ProxyConfig
+from serving.write.config import WriteConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +99,24 @@ class WriteProxyConfig(ProxyConfig):
         )
         if self.fault_stall_writes < 0 or self.fault_stall_ms < 0:
             raise ConfigError("writeproxy fault settings must be >= 0")
+        self.write_config()  # the core's own checks (the ones above name our settings)
+
+    def write_config(self) -> WriteConfig:
+        """The write core's settings (:mod:`serving.write`)."""
+        return WriteConfig(
+            namespace=self.namespace,
+            proxy_id=self.proxy_id,
+            record_bytes_max=self.record_bytes_max,
+            stream_inflight_bytes_max=self.stream_inflight_bytes_max,
+            stream_inflight_requests_max=self.stream_inflight_requests_max,
+            proxy_inflight_bytes_max=self.proxy_inflight_bytes_max,
+            proxy_inflight_requests_max=self.proxy_inflight_requests_max,
+            streams_owned_max=self.streams_owned_max,
+            auto_create_streams=self.auto_create_streams,
+            dedup_window_ms=self.dedup_window_ms,
+            dedup_scan_records_max=self.dedup_scan_records_max,
+            dedup_batches_per_producer=self.dedup_batches_per_producer,
+            dedup_producers_max=self.dedup_producers_max,
+            reorder_wait_ms=self.reorder_wait_ms,
+            acquire_timeout_ms=self.acquire_timeout_ms,
+        )

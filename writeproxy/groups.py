@@ -2,7 +2,7 @@
 
 The coordinator of group ``g`` is the owner of its log stream ``g~group``
 (``docs/topics-design.md``): a request for ``g`` acquires that stream like any stream
-(:class:`~writeproxy.ownership.Ownership`: owner record + writer lock in this proxy's
+(:class:`~serving.write.ownership.Ownership`: owner record + writer lock in this proxy's
 ZooKeeper session), answers ``307 OWNER_MOVED`` when another proxy owns it, and takes
 it over once the owner's session has expired. On acquisition the log is replayed into a
 :class:`~groups.coordinator.GroupCoordinator`. The writer lock fences a coordinator
@@ -48,10 +48,10 @@ from httpapi.wire import API_PREFIX
 from metadata.zk import SessionState
 
 if TYPE_CHECKING:
+    from serving.write.owned import OwnedStream
+    from serving.write.ownership import Ownership
     from streams.namespace import Namespace
     from writeproxy.metrics import WriteProxyMetrics
-    from writeproxy.owned import OwnedStream
-    from writeproxy.ownership import Ownership
 
 log = logging.getLogger(__name__)
 

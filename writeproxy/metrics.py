@@ -1,4 +1,5 @@
-"""The write proxy's Prometheus metrics, in one place (one registry per proxy).
+"""The write proxy's Prometheus metrics, in one place (one registry per proxy); also
+what its write core reports (:class:`serving.write.metrics.WriteMetrics`).
 
 Besides its own families (``bookline_writeproxy_*``, ``bookline_group_*``): the
 process collectors (:func:`foundation.metrics.service_registry`) and the ledger layer's
@@ -70,22 +71,22 @@ class GroupCollector(Collector):
 
 
 class _Counted(Collector):
-    """Counters kept elsewhere (plain ints), read at scrape time."""
+    """Counters kept as plain ints (one add per acquisition), read at scrape time."""
 
     def __init__(self) -> None:
-        self.acquisitions: Callable[[], float] = lambda: 0.0
-        self.takeover_scan_records: Callable[[], float] = lambda: 0.0
+        self.acquisitions = 0
+        self.takeover_scan_records = 0
 
     def collect(self) -> Iterator[Metric]:
         yield CounterMetricFamily(
             "bookline_writeproxy_acquisitions",
             "Streams acquired (owner record, writer lock, recovery of the last segment)",
-            value=self.acquisitions(),
+            value=self.acquisitions,
         )
         yield CounterMetricFamily(
             "bookline_writeproxy_takeover_scan_records",
             "Records read back at acquisitions to rebuild the producers' dedup tables",
-            value=self.takeover_scan_records(),
+            value=self.takeover_scan_records,
         )
 
 
@@ -175,12 +176,16 @@ class WriteProxyMetrics:
         self.inflight_bytes.set_function(inflight_bytes)
         self.inflight_requests.set_function(inflight_requests)
 
-    def bind_counters(
-        self, acquisitions: Callable[[], float], takeover_scan_records: Callable[[], float]
-    ) -> None:
-        """Counters the ownership table keeps (``writeproxy.ownership.Ownership``)."""
-        self._counted.acquisitions = acquisitions
-        self._counted.takeover_scan_records = takeover_scan_records
+    # -- what the write core reports (serving.write.metrics.WriteMetrics) -------------
+
+    def stream_acquired(self, scan_records: int) -> None:
+        self._counted.acquisitions += 1
+        self._counted.takeover_scan_records += scan_records
+
+    def batch_written(self, stream: str, records: int, payload_bytes: int, duplicates: int) -> None:
+        self.count_written(stream, records)
+        self.bytes_written.inc(payload_bytes)
+        self.duplicates.inc(duplicates)
 
     def health_figures(self) -> dict[str, Any]:
         """Write totals for ``/health`` (the dashboard draws rates from them)."""

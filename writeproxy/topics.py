@@ -27,8 +27,8 @@ from httpapi.server import read_body, respond
 from metadata.topics import TopicRecord
 
 if TYPE_CHECKING:
+    from serving.write.ownership import Ownership
     from streams.namespace import Namespace
-    from writeproxy.ownership import Ownership
 
 log = logging.getLogger(__name__)
 

@@ -29,16 +29,19 @@ import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 
 from foundation.errors import OutcomeUnknownError, ProducerFencedError
 from foundation.invariants import invariant
-from httpapi.writes import (
-    PRODUCER_COUNT_HEADER,
-    PRODUCER_EPOCH_HEADER,
-    PRODUCER_HEADER,
-    PRODUCER_SEQ_HEADER,
-)
+
+# Record headers the write core adds to the first record of each producer batch so a
+# new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
+# Clients may not use the ``bl.`` prefix (foundation.limits.RESERVED_HEADER_PREFIX).
+PRODUCER_HEADER: Final = "bl.producer"
+PRODUCER_SEQ_HEADER: Final = "bl.seq"
+PRODUCER_COUNT_HEADER: Final = "bl.count"
+# The batch's producer epoch (4 bytes big-endian), present when it is not 0.
+PRODUCER_EPOCH_HEADER: Final = "bl.epoch"
 
 _SEQ = struct.Struct(">Q")
 _COUNT = struct.Struct(">I")

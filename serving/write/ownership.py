@@ -1,4 +1,4 @@
-"""Stream ownership of one write proxy (:class:`Ownership`): acquiring and dropping.
+"""Stream ownership of one process (:class:`Ownership`): acquiring and dropping.
 
 Owning a stream takes two things, in this order:
 
@@ -8,8 +8,8 @@ Owning a stream takes two things, in this order:
    recovers and seals the previous owner's last segment (fencing it) and starts a new
    segment.
 
-Then the de-duplication table is rebuilt from the stream's tail (:mod:`writeproxy.dedup`)
-and the stream is served by an :class:`~writeproxy.owned.OwnedStream`. A stream whose
+Then the de-duplication table is rebuilt from the stream's tail (:mod:`serving.write.dedup`)
+and the stream is served by an :class:`~serving.write.owned.OwnedStream`. A stream whose
 writer fails (lost lock, bookies gone) is dropped: the writer is closed, the record
 released, and the next request acquires it again from scratch, so the table is always
 rebuilt from what the log really holds. An acquisition that failed is not tried again
@@ -37,9 +37,10 @@ from foundation.errors import (
     UnavailableError,
     for_code,
 )
-from writeproxy import dedup
-from writeproxy.config import WriteProxyConfig
-from writeproxy.owned import OwnedStream
+from serving.write import dedup
+from serving.write.config import WriteConfig
+from serving.write.metrics import UncountedWrites, WriteMetrics
+from serving.write.owned import OwnedStream
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -74,15 +75,16 @@ class _Failure:
 
 
 class Ownership:
-    """The streams this proxy owns, acquiring and dropping them."""
+    """The streams this process owns, acquiring and dropping them."""
 
     def __init__(
         self,
-        config: WriteProxyConfig,
+        config: WriteConfig,
         ns: Namespace,
         md: MetadataClient,
         address: str,
         *,
+        metrics: WriteMetrics | None = None,
         on_change: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -98,8 +100,7 @@ class Ownership:
         self._on_change = on_change or (lambda: None)
         self._closing = False
         self._drops: set[asyncio.Task[None]] = set()
-        self.acquisitions = 0
-        self.takeover_scan_records = 0
+        self._metrics = metrics or UncountedWrites()
 
     @property
     def identity(self) -> str:
@@ -215,25 +216,25 @@ class Ownership:
             await self._release_record(name)
             raise
         try:
-            table = await self._rebuild_table(name)
+            table, scanned = await self._rebuild_table(name)
         except BaseException:
             await _close_writer(writer, name)
             await self._release_record(name)
             raise
         owned = OwnedStream(name, writer, table, self.config.reorder_wait_ms / 1000.0)
         self.owned[name] = owned
-        self.acquisitions += 1
+        self._metrics.stream_acquired(scanned)
         self._on_change()
         log.info("acquired stream %s (%d producers remembered)", name, len(table))
         return owned
 
-    async def _rebuild_table(self, name: str) -> dedup.DedupTable:
+    async def _rebuild_table(self, name: str) -> tuple[dedup.DedupTable, int]:
+        """The stream's producers' table, and how many records were read for it."""
         cfg = self.config
         table = dedup.DedupTable(cfg.dedup_batches_per_producer, cfg.dedup_producers_max)
         records = await self._scan_tail(name)
-        self.takeover_scan_records += len(records)
         dedup.rebuild(table, records)
-        return table
+        return table, len(records)
 
     async def _scan_tail(self, name: str) -> list[Any]:
         """The stream's most recent records (oldest first) within the dedup window."""

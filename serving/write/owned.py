@@ -1,11 +1,11 @@
-"""The write path of one stream this write proxy owns (:class:`OwnedStream`).
+"""The write path of one stream this process owns (:class:`OwnedStream`).
 
-A request's records go to the stream's core writer (:class:`streams.writer.LogWriter`)
+A batch's records go to the stream's core writer (:class:`streams.writer.LogWriter`)
 in its producer's order: pipelined requests of one producer may arrive out of order
 and wait (``reorder_wait_ms``) for the ones before them; retries are answered from the
-de-duplication table (:mod:`writeproxy.dedup`) and only what is missing is written; the
+de-duplication table (:mod:`serving.write.dedup`) and only what is missing is written; the
 first record of each producer batch carries the ``bl.*`` markers a new owner rebuilds
-the table from. A writer failure fails the stream (:mod:`writeproxy.ownership` drops
+the table from. A writer failure fails the stream (:mod:`serving.write.ownership` drops
 it): what was handed to the writer is answered OUTCOME_UNKNOWN, never a definite
 failure, and the retry learns the truth from the log through the next owner.
 """
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -30,10 +29,10 @@ from foundation.errors import (
     TooLargeError,
     UnavailableError,
 )
-from httpapi.writes import WriteRequest
+from serving.write import dedup
+from serving.write.batch import WriteBatch, WriteResult
 from streams.dlsn import DLSN
 from streams.records import LogRecord
-from writeproxy import dedup
 
 if TYPE_CHECKING:
     from streams.writer import LogWriter
@@ -91,22 +90,24 @@ class OwnedStream:
             self._aborted.set_result(None)
         self._seq_moved.set()
 
-    async def write(self, req: WriteRequest) -> tuple[Sequence[DLSN], list[int], int]:
-        """Write ``req``'s new records; answer every record's DLSN and offset (sequence
+    async def write(self, batch: WriteBatch) -> WriteResult:
+        """Write ``batch``'s new records; answer every record's DLSN and offset (sequence
         id in the stream) and the count of records that were retries (not written
         again: answered with their original positions)."""
-        if req.producer is None or req.seq is None:
-            dlsns, offsets = await self._append(_log_records(req, 0), None, 0, 0)
-            return dlsns, offsets, 0
-        producer, epoch, seq, count = req.producer, req.epoch, req.seq, req.count
+        if batch.producer is None:
+            dlsns, offsets = await self._append(batch.log_records(0), None, 0, 0)
+            return WriteResult(dlsns, offsets, 0)
+        producer, epoch, seq = batch.producer.producer, batch.producer.epoch, batch.producer.seq
+        count = batch.count
         fenced_by = await self._wait_turn(producer, epoch, seq, seq + count)
         if fenced_by is None:
             plan = self.table.plan(producer, epoch, seq, count)
         else:
             plan = self.table.plan_fenced(producer, epoch, seq, count, fenced_by)
-        new = _log_records(req, plan.write_from)
+        new = batch.log_records(plan.write_from)
         if not new:
-            return [DLSN(*d) for d in plan.duplicates], plan.offsets, len(plan.duplicates)
+            answered = [DLSN(*d) for d in plan.duplicates]
+            return WriteResult(answered, plan.offsets, len(answered))
         pending = _Pending(epoch, plan.first_new_seq, seq + count)
         self._pending.setdefault(producer, []).append(pending)
         # From here to the writer's append nothing suspends, so a request woken by this
@@ -133,7 +134,7 @@ class OwnedStream:
                     # refused batch is kept: later requests must not wait for it.)
                     del self._next_pos[producer]
         dups = plan.duplicates
-        return [*(DLSN(*d) for d in dups), *dlsns], plan.offsets + offsets, len(dups)
+        return WriteResult([*(DLSN(*d) for d in dups), *dlsns], plan.offsets + offsets, len(dups))
 
     def _expected(self, producer: str) -> Pos | None:
         """The producer's next position, or None for a producer not seen yet."""
@@ -280,14 +281,3 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
     request cancelled): its outcome is read back from the log by the next owner."""
     if not task.cancelled() and task.exception() is not None:
         log.debug("abandoned write ended with %s", task.exception())
-
-
-def _log_records(req: WriteRequest, start: int) -> list[LogRecord]:
-    """The request's records from ``start`` on, as the writer takes them (straight from
-    the payload list for a plain ``payloads`` body)."""
-    if req.payloads is not None:
-        if req.keys is None:
-            return list(map(LogRecord, req.payloads[start:]))
-        no_txids = itertools.repeat(None)
-        return list(map(LogRecord, req.payloads[start:], no_txids, req.keys[start:]))
-    return [LogRecord(r.payload, r.txid, r.key, r.headers) for r in req.records[start:]]

@@ -1,0 +1,121 @@
+"""The write core's input and answer, whatever the front end: a :class:`WriteBatch`
+(one stream's records, and the producer that orders and de-duplicates them) and a
+:class:`WriteResult`.
+
+Records travel in the form the front end decoded them in, without a copy: plain
+records (payload, optional key) as two columns (``payloads``, ``keys``), the form the
+core writer's fast path takes; records with headers or txids as ``records``, any
+objects with the fields of :class:`BatchRecord`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from foundation.invariants import invariant
+from foundation.limits import record_bytes
+from streams.dlsn import DLSN
+from streams.records import LogRecord
+
+__all__ = ["BatchRecord", "ProducerSeq", "WriteBatch", "WriteResult"]
+
+
+class BatchRecord(Protocol):
+    """One record of a batch (e.g. ``httpapi.writes.WireRecord``)."""
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> dict[str, bytes] | None: ...
+
+    @property
+    def txid(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSeq:
+    """Who wrote a batch, for ordering and de-duplication: record ``i`` of the batch has
+    sequence ``seq + i`` within the producer's ``epoch`` (:mod:`serving.write.dedup`)."""
+
+    producer: str
+    seq: int
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBatch:
+    """Records to append to ``stream``: ``payloads`` (with ``keys`` when keyed, one
+    each) or ``records``, never both; ``producer`` None for a fire-and-forget write."""
+
+    stream: str
+    producer: ProducerSeq | None
+    payloads: Sequence[bytes] | None = None
+    keys: Sequence[bytes | None] | None = None
+    records: Sequence[BatchRecord] | None = None
+
+    def __post_init__(self) -> None:
+        invariant((self.payloads is None) != (self.records is None), "payloads or records")
+        keys, payloads = self.keys, self.payloads
+        keys_fit = keys is None or (payloads is not None and len(keys) == len(payloads))
+        invariant(keys_fit, "keys go with payloads, one each")
+
+    @property
+    def count(self) -> int:
+        return len(self.payloads) if self.payloads is not None else len(self._records)
+
+    @property
+    def _records(self) -> Sequence[BatchRecord]:
+        assert self.records is not None  # payloads is None (checked at construction)
+        return self.records
+
+    def size_bytes(self, start: int = 0) -> int:
+        """Payload, key and header bytes of the records from ``start`` on (what every
+        record limit counts: :func:`foundation.limits.record_bytes`)."""
+        if self.payloads is None:
+            return sum(_record_sizes(self._records[start:]))
+        keys = 0 if self.keys is None else sum(len(k) for k in self.keys[start:] if k)
+        return sum(map(len, self.payloads[start:])) + keys
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest record's size."""
+        if self.payloads is None:
+            return max(_record_sizes(self._records), default=0)
+        if self.keys is None:
+            return max(map(len, self.payloads), default=0)
+        return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
+
+    def log_records(self, start: int) -> list[LogRecord]:
+        """The records from ``start`` on, as the writer takes them (straight from the
+        payload column for plain records)."""
+        if self.payloads is not None:
+            if self.keys is None:
+                return list(map(LogRecord, self.payloads[start:]))
+            no_txids = itertools.repeat(None)
+            return list(map(LogRecord, self.payloads[start:], no_txids, self.keys[start:]))
+        return [LogRecord(r.payload, r.txid, r.key, r.headers) for r in self._records[start:]]
+
+
+def _record_sizes(records: Iterable[BatchRecord]) -> Iterator[int]:
+    return (record_bytes(r.payload, r.key, r.headers) for r in records)
+
+
+def _key_and_payload_bytes(payload: bytes, key: bytes | None) -> int:
+    return len(payload) + (len(key) if key else 0)
+
+
+class WriteResult(NamedTuple):
+    """Every record's DLSN and offset (sequence id in the stream), in batch order, and
+    how many of the first records were retries answered with their original positions
+    (not written again)."""
+
+    dlsns: Sequence[DLSN]
+    offsets: list[int]
+    duplicates: int
