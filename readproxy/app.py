@@ -5,7 +5,7 @@ Routes:
 * ``GET /v1/streams/{name}/records?from=POS&limit=N&wait_ms=MS`` -- a page of records
   from ``POS`` (earliest, latest, ``s:e:s``, ``seq:N``, ``txid:N``, ``time:MS``);
   ``wait_ms > 0`` makes it a long poll (answers as soon as one record is there) and
-  serves it from the stream's shared feed (:mod:`readproxy.pages`);
+  serves it from the stream's shared feed (:mod:`serving.read.pages`);
 * ``GET /v1/streams/{name}/recordsets?from=POS&bytes_max=B&wait_ms=MS`` -- catch-up
   reads: the entries' record sets as the bookies stored them, nothing decoded or
   re-encoded (binary, :mod:`httpapi.recordsets`; the thin client decodes them);
@@ -58,13 +58,13 @@ from readproxy import subscriptions, topics
 from readproxy.cluster import ClusterView
 from readproxy.config import ReadProxyConfig
 from readproxy.dashboard import register_dashboard
-from readproxy.feeds import FeedRegistry
-from readproxy.frames import page_body
 from readproxy.metrics import ReadProxyMetrics
-from readproxy.pages import Pages
-from readproxy.readers import ReaderPool
 from readproxy.tail import serve_tail
 from readproxy.topics import query_int
+from serving.read.feeds import FeedRegistry
+from serving.read.frames import page_body
+from serving.read.pages import Pages
+from serving.read.readers import ReaderPool
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -121,10 +121,11 @@ class ReadProxy:
             config=NamespaceConfig(session_timeout_ms=cfg.session_timeout_ms),
             token=token,
         )
-        self._feeds = FeedRegistry(self._ns, cfg, self.metrics)
+        core = cfg.read_config()
+        self._feeds = FeedRegistry(self._ns, core, self.metrics)
         self._feeds.start()
-        self._pool = ReaderPool(self._ns, cfg, self.metrics)
-        self._pages = Pages(self._ns, self._feeds, self._pool, cfg, self.metrics)
+        self._pool = ReaderPool(self._ns, core, self.metrics)
+        self._pages = Pages(self._ns, self._feeds, self._pool, core, self.metrics)
         self._runner, self.url = await start_site(self.build_app(), cfg)
         # One ZooKeeper session per proxy: the core's. The registration then lives and
         # dies with the same session as the readers.
@@ -190,7 +191,7 @@ class ReadProxy:
         app.router.add_get(f"{p}/streams/{{name}}/records", self.read)
         app.router.add_get(f"{p}/streams/{{name}}/recordsets", self.read_sets)
         app.router.add_get(f"{p}/streams/{{name}}/tail", self.tail)
-        topics.add_routes(app, lambda: self.pages)
+        topics.add_routes(app, lambda: self.pages, self.config)
         subscriptions.add_routes(app, lambda: self.ns)
         register_dashboard(app, lambda: self._cluster)
         check_rules(app)  # every route has an access rule (httpapi.auth)
@@ -254,7 +255,6 @@ class ReadProxy:
         sets, nxt = await self.pages.read_sets(name, pos, bytes_max, wait_ms / 1000)
         frames = [recordsets.SetFrame(s.payload, s.segment_seqno, s.entry_id,
                                       s.start_sequence_id, s.from_slot) for s in sets]  # fmt: skip
-        self.metrics.count_served("sets", name, sum(s.user_count for s in sets))
         return web.Response(body=recordsets.encode(frames, nxt),
                             content_type=recordsets.MEDIA_TYPE)  # fmt: skip
 
@@ -275,7 +275,15 @@ class ReadProxy:
         try:
             # the token's expiry ends the tail (auth holds for the WebSocket's life)
             expires_at = token_expiry(request)
-            await serve_tail(ws, self.pages, name, pos, as_json, expires_at=expires_at)
+            await serve_tail(
+                ws,
+                self.pages,
+                name,
+                pos,
+                as_json,
+                frame_records_max=self.config.ws_frame_records_max,
+                expires_at=expires_at,
+            )
         finally:
             self._websockets.discard(ws)
             self.metrics.websockets.set(len(self._websockets))

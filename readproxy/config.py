@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from foundation.errors import ConfigError
 from httpapi.proxy_config import MiB, ProxyConfig
+from serving.read.config import ReadConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +63,17 @@ class ReadProxyConfig(ProxyConfig):
         )
         if self.cache_bytes_max < self.feed_bytes_max:
             raise ConfigError("readproxy.cache_bytes_max must be >= feed_bytes_max")
+
+    def read_config(self) -> ReadConfig:
+        """The read core's settings (:mod:`serving.read`), taken from these."""
+        return ReadConfig(
+            read_bytes_max=self.read_bytes_max,
+            range_read_timeout_ms=self.range_read_timeout_ms,
+            feeds_max=self.feeds_max,
+            feed_records_max=self.feed_records_max,
+            feed_bytes_max=self.feed_bytes_max,
+            cache_bytes_max=self.cache_bytes_max,
+            feed_idle_ms=self.feed_idle_ms,
+            private_readers_max=self.private_readers_max,
+            private_reader_idle_ms=self.private_reader_idle_ms,
+        )

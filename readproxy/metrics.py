@@ -5,7 +5,8 @@
 clients. With many tailing readers of one stream the second grows N times faster than
 the first: that is the shared cache at work.
 
-Besides its own families: the process collectors
+It implements the read core's :class:`serving.read.metrics.ReadMetrics` with these
+families. Besides its own families: the process collectors
 (:func:`foundation.metrics.service_registry`) and the ledger layer's figures of its
 readers (``bookline_ledger_*``, :class:`httpapi.monitoring.LedgerCollector`). Every
 family is in ``docs/metrics.md``.
@@ -98,6 +99,26 @@ class ReadProxyMetrics:
             "bookline_readproxy_private_readers", "Private readers open", registry=r
         )
         self.websockets = Gauge("bookline_readproxy_websockets", "WebSocket tails open", registry=r)
+
+    # -- the read core's reports (serving.read.metrics.ReadMetrics) ---------------------
+
+    def count_core(self, source: str, *, records: int = 0, entries: int = 0) -> None:
+        if records:
+            self.core_records.labels(source).inc(records)
+        if entries:
+            self.core_entries.labels(source).inc(entries)
+
+    def set_feeds(self, count: int) -> None:
+        self.feeds.set(count)
+
+    def set_cache_bytes(self, size: int) -> None:
+        self.cache_bytes.set(size)
+
+    def set_private_readers(self, count: int) -> None:
+        self.private_readers.set(count)
+
+    def add_subscribers(self, delta: int) -> None:
+        self.subscribers.inc(delta)
 
     def count_served(self, path: str, name: str, records: int) -> None:
         """``records`` of stream ``name`` sent to a client by ``path`` (a topic's

@@ -1,12 +1,11 @@
 """One WebSocket tail (``GET /v1/streams/{name}/tail``) on a prepared WebSocket.
 
-The tail starts where ``from`` says; a start that is not a sequence id (a txid, a time,
-a DLSN behind the ring, earliest) is found with a first private page. Then it follows
-the stream's shared feed, frame by frame (at most ``ws_frame_records_max`` records), and
-catches up with a private reader whenever it is behind the feed's ring (a slow client,
-a feed restarted after eviction). Frames are ``{"records": [...], "next": "seq:N"}``:
-binary msgpack, or text JSON with ``format=json``. A Bookline error ends the tail with
-a last text frame ``{"error": {code, name, message}}`` and close code 1011.
+The tail starts where ``from`` says and follows the stream's shared feed, one frame per
+batch of the read core (:mod:`serving.read.follow`: at most ``ws_frame_records_max``
+records; catch-up with a private reader behind the feed's ring). Frames are
+``{"records": [...], "next": "seq:N"}``: binary msgpack, or text JSON with
+``format=json``. A Bookline error ends the tail with a last text frame
+``{"error": {code, name, message}}`` and close code 1011.
 
 A tail opened with a token that expires ends when it does (auth holds for the whole
 life of the WebSocket, as it does per request on a keep-alive connection): a last frame
@@ -30,10 +29,9 @@ from aiohttp import WSMsgType, web
 
 from foundation.errors import BooklineError, UnauthenticatedError
 from httpapi.positions import Position
-from readproxy.feeds import Feed
-from readproxy.frames import CachedRecord, json_frame, msgpack_frame, pack_record
-from readproxy.pages import Pages, to_start
-from streams.dlsn import StartPosition
+from serving.read.follow import Batch, follow
+from serving.read.frames import json_frame, msgpack_frame
+from serving.read.pages import Pages
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +51,19 @@ async def serve_tail(
     pos: Position,
     as_json: bool,
     *,
+    frame_records_max: int,
     expires_at: float | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Follow ``name`` from ``pos`` until the client or the proxy ends it, or until
-    ``expires_at`` (unix seconds: the token's expiry; None: never); closes ``ws``."""
+    """Follow ``name`` from ``pos`` (frames of at most ``frame_records_max`` records)
+    until the client or the proxy ends it, or until ``expires_at`` (unix seconds: the
+    token's expiry; None: never); closes ``ws``."""
     watcher = asyncio.get_running_loop().create_task(_drain_client(ws))
     deadline = asyncio.timeout(None if expires_at is None else max(0.0, expires_at - clock()))
     try:
         try:
             async with deadline:
-                await _Tail(ws, pages, name, as_json).follow(pos)
+                await _Tail(ws, pages, name, as_json, frame_records_max).follow(pos)
         except TimeoutError as exc:
             if not deadline.expired():
                 raise
@@ -89,63 +89,25 @@ class _Tail:
     pages: Pages
     name: str
     as_json: bool
+    frame_records_max: int
 
     async def follow(self, pos: Position) -> None:
-        pages, name = self.pages, self.name
-        cfg = pages.config
-        frame_max = cfg.ws_frame_records_max
-        seq = await self._first_seq(pos)
-        feed: Feed = await pages.feeds.open(name, seq)
-        feed.subscribers += 1
-        pages.metrics.subscribers.inc()
-        try:
+        """Send the core's batches (:func:`serving.read.follow.follow`) as frames while
+        the client is there."""
+        batches = follow(self.pages, self.name, pos, self.frame_records_max, WS_WAIT_SLICE_S)
+        async with contextlib.aclosing(batches):
             while not self.ws.closed:
-                if pages.feeds.get(name) is not feed:
-                    feed.subscribers -= 1
-                    feed = await pages.feeds.open(name, seq)
-                    feed.subscribers += 1
-                if seq < feed.first_seq:  # behind the ring: catch up privately
-                    recs = await pages.pool.read(
-                        name, StartPosition.sequence(seq), frame_max, WS_WAIT_SLICE_S
-                    )
-                    if recs:
-                        seq = recs[-1].sequence_id + 1
-                        await self._send([pack_record(r) for r in recs], seq, "private")
-                    continue
-                items = feed.slice(seq, frame_max, cfg.read_bytes_max)
-                if items:
-                    seq += len(items)
-                    await self._send(items, seq, "feed")
-                else:
-                    await feed.wait_beyond(seq, WS_WAIT_SLICE_S)
-        finally:
-            feed.subscribers -= 1
-            pages.metrics.subscribers.dec()
+                batch = await anext(batches)
+                if batch.items:
+                    await self._send(batch)
 
-    async def _first_seq(self, pos: Position) -> int:
-        """The sequence id the tail follows from; a start that is not one is found with
-        a first private page (sent), or from the stream's info when it has nothing there."""
-        pages, name = self.pages, self.name
-        cfg = pages.config
-        seq = await pages.resolve_seq(name, pos)
-        if seq is not None:
-            return seq
-        recs = await pages.pool.read(name, to_start(pos), cfg.ws_frame_records_max, 0.0)
-        if recs:
-            seq = recs[-1].sequence_id + 1
-            await self._send([pack_record(r) for r in recs], seq, "private")
-            return seq
-        info = await pages.ns.stream_info(name)
-        if pos.kind != "earliest" or info.first_sequence_id is None:
-            return int(info.next_sequence_id)
-        return int(info.first_sequence_id)
-
-    async def _send(self, items: list[CachedRecord], next_seq: int, path: str) -> None:
+    async def _send(self, batch: Batch) -> None:
+        nxt = f"seq:{batch.next_seq}"
         if self.as_json:
-            await self.ws.send_str(json_frame(items, f"seq:{next_seq}"))
+            await self.ws.send_str(json_frame(batch.items, nxt))
         else:
-            await self.ws.send_bytes(msgpack_frame(items, f"seq:{next_seq}"))
-        self.pages.metrics.count_served(path, self.name, len(items))
+            await self.ws.send_bytes(msgpack_frame(batch.items, nxt))
+        self.pages.metrics.count_served(batch.path, self.name, len(batch.items))
 
 
 async def _drain_client(ws: web.WebSocketResponse) -> None:

@@ -1,6 +1,7 @@
-"""The serving floor: the front-end-neutral write and read cores every protocol front
-end of a proxy process sits on (``write/`` and ``read/``). A front end (the HTTP
-services in ``writeproxy`` and ``readproxy`` today) decodes a request, calls a core
-and encodes the answer; ownership, ordering, de-duplication, limits and the read
-paths live here, once.
+"""The serving floor: the front-end-neutral cores every protocol front end shares.
+
+``write/`` (stream ownership, the owned-stream write path, de-duplication, admission
+limits) and ``read/`` (shared feeds, the private reader pool, pages, tails). No HTTP
+here: the proxies (and any later front end) decode a request, call a core and encode
+its answer.
 """

@@ -5,10 +5,10 @@ A :class:`Feed` reads a stream forward from some sequence id with one core
 ring (by records and bytes), each with its msgpack encoding made once. Every tailing
 client of that stream -- long polls and WebSockets alike -- is served from the ring, so
 N tailers cost one bookie read per entry instead of N. A client behind the ring's start
-catches up with a private reader (:class:`~readproxy.readers.ReaderPool`) and joins the
-feed once it reaches the ring. Records are packed by :mod:`readproxy.frames`.
+catches up with a private reader (:class:`~serving.read.readers.ReaderPool`) and joins the
+feed once it reaches the ring. Records are packed by :mod:`serving.read.frames`.
 
-Positions inside the read proxy are sequence ids (contiguous per stream).
+Positions inside the read core are sequence ids (contiguous per stream).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from foundation.errors import BooklineError, ClosedError, TooManyRequestsError
 from foundation.waits import waiting
-from readproxy.config import ReadProxyConfig
-from readproxy.frames import CachedRecord, pack_record
-from readproxy.metrics import ReadProxyMetrics
-from readproxy.readers import close_quietly
+from serving.read.config import ReadConfig
+from serving.read.frames import CachedRecord, pack_record
+from serving.read.metrics import ReadMetrics
+from serving.read.readers import close_quietly
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
 
@@ -53,8 +53,8 @@ class Feed:
         name: str,
         start_seq: int,
         *,
-        config: ReadProxyConfig,
-        metrics: ReadProxyMetrics,
+        config: ReadConfig,
+        metrics: ReadMetrics,
         on_bytes: Callable[[int], None],
     ) -> None:
         self.ns = ns
@@ -188,8 +188,7 @@ class Feed:
             if entry != self._last_entry:
                 entries += 1
                 self._last_entry = entry
-        self._metrics.core_records.labels("feed").inc(len(recs))
-        self._metrics.core_entries.labels("feed").inc(entries)
+        self._metrics.count_core("feed", records=len(recs), entries=entries)
         self._on_bytes(added)
         self._evict()
         old, self._new = self._new, asyncio.Event()
@@ -226,9 +225,9 @@ class Feed:
 
 
 class FeedRegistry:
-    """The feeds of one read proxy, bounded in count and in total cached bytes."""
+    """The feeds of one read core, bounded in count and in total cached bytes."""
 
-    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
+    def __init__(self, ns: Namespace, config: ReadConfig, metrics: ReadMetrics) -> None:
         self.ns = ns
         self.cfg = config
         self.metrics = metrics
@@ -244,7 +243,7 @@ class FeedRegistry:
 
     def _account(self, delta: int) -> None:
         self.cache_bytes += delta
-        self.metrics.cache_bytes.set(self.cache_bytes)
+        self.metrics.set_cache_bytes(self.cache_bytes)
         if self.cache_bytes > self.cfg.cache_bytes_max:
             for feed in sorted(self.feeds.values(), key=lambda f: f.last_used):
                 feed.shrink(0.5)
@@ -268,14 +267,14 @@ class FeedRegistry:
             self.ns, name, start_seq, config=self.cfg, metrics=self.metrics, on_bytes=self._account
         )
         self.feeds[name] = feed
-        self.metrics.feeds.set(len(self.feeds))
+        self.metrics.set_feeds(len(self.feeds))
         return feed
 
     async def close_feed(self, name: str) -> None:
         feed = self.feeds.pop(name, None)
         if feed is not None:
             await feed.close()
-            self.metrics.feeds.set(len(self.feeds))
+            self.metrics.set_feeds(len(self.feeds))
 
     async def _reap(self) -> None:
         idle_s = self.cfg.feed_idle_ms / 1000

@@ -1,7 +1,7 @@
 """Pages of records by position, from a stream's shared feed when it covers the
 position, else from a private reader (:class:`Pages`). No HTTP here.
 
-Positions inside the read proxy are sequence ids: a start (earliest, latest, DLSN,
+Positions inside the read core are sequence ids: a start (earliest, latest, DLSN,
 ``seq:N``, ``txid:N``, ``time:MS``) is turned into one when that is cheap (``seq``,
 ``latest``, a DLSN inside a feed's ring); otherwise a private reader seeks it and the
 page's last record tells the next sequence id.
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from httpapi.positions import Position
-from readproxy.config import ReadProxyConfig
-from readproxy.feeds import FeedRegistry
-from readproxy.frames import CachedRecord
-from readproxy.metrics import ReadProxyMetrics
-from readproxy.readers import ReaderPool
+from serving.read.config import ReadConfig
+from serving.read.feeds import FeedRegistry
+from serving.read.frames import CachedRecord
+from serving.read.metrics import ReadMetrics
+from serving.read.readers import ReaderPool
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
 
@@ -44,15 +44,15 @@ def to_start(pos: Position) -> StartPosition:
 
 
 class Pages:
-    """Reads by position over one proxy's feeds and private readers."""
+    """Reads by position over one core's feeds and private readers."""
 
     def __init__(
         self,
         ns: Namespace,
         feeds: FeedRegistry,
         pool: ReaderPool,
-        config: ReadProxyConfig,
-        metrics: ReadProxyMetrics,
+        config: ReadConfig,
+        metrics: ReadMetrics,
     ) -> None:
         self.ns = ns
         self.feeds = feeds
@@ -117,6 +117,7 @@ class Pages:
         seq = pos.value if pos.kind == "seq" else None
         start = StartPosition.sequence(seq) if seq is not None else to_start(pos)
         sets = await self.pool.read_sets(name, start, bytes_max, wait_s)
+        self.metrics.count_served("sets", name, sum(s.user_count for s in sets))
         if sets:
             return sets, sets[-1].next_sequence_id
         return sets, seq if seq is not None else -1

@@ -1,4 +1,4 @@
-"""Private readers of one read proxy (:class:`ReaderPool`): range reads, and catch-up
+"""Private readers of one read core (:class:`ReaderPool`): range reads, and catch-up
 for a client behind a feed's ring. A read answers nothing only when its reader has read
 everything the stream holds (``LogReader.settle``): a reader still fetching gets up to
 ``range_read_timeout_ms`` more, and one that cannot read (bookies down) raises its error,
@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from foundation.errors import BooklineError, TooManyRequestsError
-from readproxy.config import ReadProxyConfig
-from readproxy.metrics import ReadProxyMetrics
+from serving.read.config import ReadConfig
+from serving.read.metrics import ReadMetrics
 from streams.dlsn import StartPosition
 from streams.records import ReadRecord
 
@@ -57,7 +57,7 @@ class ReaderPool:
     """Private readers for range reads and catch-up, kept between pages: the reader a
     page ended with is found again by ``(stream, next sequence id)``."""
 
-    def __init__(self, ns: Namespace, config: ReadProxyConfig, metrics: ReadProxyMetrics) -> None:
+    def __init__(self, ns: Namespace, config: ReadConfig, metrics: ReadMetrics) -> None:
         self.ns = ns
         self.cfg = config
         self.metrics = metrics
@@ -102,7 +102,7 @@ class ReaderPool:
             lambda r, t: r.read_record_sets(bytes_max, timeout_s=t), wait_s,
         )  # fmt: skip
         if sets:
-            self.metrics.core_entries.labels("private").inc(len(sets))
+            self.metrics.count_core("private", entries=len(sets))
         after = (name, sets[-1].next_sequence_id) if sets else None
         await self._give_back(self._idle_sets, after or key, reader)
         return sets
@@ -160,7 +160,7 @@ class ReaderPool:
         pool[key] = (reader, time.monotonic())
         if old is not None:
             asyncio.get_running_loop().create_task(close_quietly(old[0]))
-        self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
+        self.metrics.set_private_readers(len(self._idle) + len(self._idle_sets))
 
     def _count_all(self) -> int:
         return self.busy + len(self._idle) + len(self._idle_sets)
@@ -170,15 +170,14 @@ class ReaderPool:
             return
         # A ReadRecord is a tuple: [1] segment seqno, [2] entry id (no DLSN built).
         entries = len({(r[1], r[2]) for r in recs})
-        self.metrics.core_records.labels("private").inc(len(recs))
-        self.metrics.core_entries.labels("private").inc(entries)
+        self.metrics.count_core("private", records=len(recs), entries=entries)
 
     async def _close_oldest(self) -> None:
         pool = self._idle if self._idle or not self._idle_sets else self._idle_sets
         if pool:
             _key, (reader, _t) = pool.popitem(last=False)
             await close_quietly(reader)
-            self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
+            self.metrics.set_private_readers(len(self._idle) + len(self._idle_sets))
 
     async def reap(self) -> None:
         cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
@@ -187,7 +186,7 @@ class ReaderPool:
                 if t < cutoff:
                     del pool[key]
                     await close_quietly(reader)
-        self.metrics.private_readers.set(len(self._idle) + len(self._idle_sets))
+        self.metrics.set_private_readers(len(self._idle) + len(self._idle_sets))
 
     async def close(self) -> None:
         while self._idle or self._idle_sets:
