@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foundation.backoff import BackoffPolicy
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 
@@ -65,3 +66,13 @@ class ClientConfig:
         if self.record_bytes_max > RECORD_BYTES_MAX:
             # The proxies and the core writer would refuse what this lets through.
             raise ConfigError(f"client.record_bytes_max above {RECORD_BYTES_MAX}")
+
+    def retry_backoff(self, *, deadline: bool = True) -> BackoffPolicy:
+        """The waits between retries: doubling, full jitter, until the retry deadline
+        (or without one, for loops that never give up, like a tail's)."""
+        return BackoffPolicy(
+            delay_s=self.backoff_initial_ms / 1000,
+            max_delay_s=self.backoff_max_ms / 1000,
+            jitter=1.0,
+            deadline_s=self.retry_deadline_ms / 1000 if deadline else None,
+        )
