@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from foundation.backoff import BackoffPolicy
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 
@@ -46,7 +47,7 @@ class ClientConfig:
     topic_metadata_max_age_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        for name in (
+        positive = (
             "request_timeout_ms",
             "retry_deadline_ms",
             "backoff_initial_ms",
@@ -58,9 +59,8 @@ class ClientConfig:
             "connections_per_proxy",
             "requests_in_flight_per_stream",
             "topic_metadata_max_age_ms",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"client.{name} must be positive")
+        )
+        check_bounds("client", self, positive=positive)
         if self.buffer_bytes_max < self.batch_bytes_max:
             raise ConfigError("client.buffer_bytes_max must be >= batch_bytes_max")
         if self.record_bytes_max > RECORD_BYTES_MAX:
