@@ -29,11 +29,10 @@ from typing import Final
 from aiohttp import WSMsgType, web
 
 from foundation.errors import BooklineError, UnauthenticatedError
-from httpapi.positions import Position
 from readproxy.feeds import Feed
 from readproxy.frames import CachedRecord, json_frame, msgpack_frame, pack_record
-from readproxy.pages import Pages, to_start
-from streams.dlsn import StartPosition
+from readproxy.pages import Pages
+from streams.dlsn import PositionKind, StartPosition
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ async def serve_tail(
     ws: web.WebSocketResponse,
     pages: Pages,
     name: str,
-    pos: Position,
+    pos: StartPosition,
     as_json: bool,
     *,
     expires_at: float | None = None,
@@ -90,7 +89,7 @@ class _Tail:
     name: str
     as_json: bool
 
-    async def follow(self, pos: Position) -> None:
+    async def follow(self, pos: StartPosition) -> None:
         pages, name = self.pages, self.name
         cfg = pages.config
         frame_max = cfg.ws_frame_records_max
@@ -122,7 +121,7 @@ class _Tail:
             feed.subscribers -= 1
             pages.metrics.subscribers.dec()
 
-    async def _first_seq(self, pos: Position) -> int:
+    async def _first_seq(self, pos: StartPosition) -> int:
         """The sequence id the tail follows from; a start that is not one is found with
         a first private page (sent), or from the stream's info when it has nothing there."""
         pages, name = self.pages, self.name
@@ -130,13 +129,13 @@ class _Tail:
         seq = await pages.resolve_seq(name, pos)
         if seq is not None:
             return seq
-        recs = await pages.pool.read(name, to_start(pos), cfg.ws_frame_records_max, 0.0)
+        recs = await pages.pool.read(name, pos, cfg.ws_frame_records_max, 0.0)
         if recs:
             seq = recs[-1].sequence_id + 1
             await self._send([pack_record(r) for r in recs], seq, "private")
             return seq
         info = await pages.ns.stream_info(name)
-        if pos.kind != "earliest" or info.first_sequence_id is None:
+        if pos.kind is not PositionKind.EARLIEST or info.first_sequence_id is None:
             return int(info.next_sequence_id)
         return int(info.first_sequence_id)
 
