@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from foundation.auth import AuthConfig
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 
 # A journal record stores its offset in its group commit as a u32 (journal_format.py);
@@ -15,6 +16,25 @@ from foundation.errors import ConfigError
 JOURNAL_GROUP_BYTES_LIMIT = 1 << 30
 # BookieConfig.fault_shim values (see bookie/storage/faults.py).
 FAULT_SHIM_MODES = ("", "on", "power-cut")
+# Settings that must be above 0, and those that may be 0 (off, or no wait).
+_POSITIVE = (
+    "journal_group_bytes_max",
+    "journal_prealloc_bytes",
+    "journal_file_bytes_max",
+    "entry_log_bytes_max",
+    "checkpoint_interval_ms",
+    "gc_interval_ms",
+    "connections_max",
+    "idle_timeout_s",
+    "auth_timeout_s",
+    "unauthenticated_connections_max",
+)
+_NON_NEGATIVE = (
+    "journal_group_wait_ms",
+    "read_cache_bytes_max",
+    "entry_log_sync_bytes",
+    "read_ahead_entries",
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -179,22 +199,9 @@ class BookieConfig:
             )
         if self.memtable_flush_bytes > self.memtable_bytes_max:
             raise ConfigError("bookie.memtable_flush_bytes must not exceed memtable_bytes_max")
-        if self.journal_group_bytes_max <= 0 or self.journal_group_wait_ms < 0:
-            raise ConfigError("bookie journal group limits must be positive")
+        check_bounds("bookie", self, positive=_POSITIVE, non_negative=_NON_NEGATIVE)
         if self.journal_group_bytes_max > JOURNAL_GROUP_BYTES_LIMIT:
             raise ConfigError("bookie.journal_group_bytes_max must be at most 1 GiB")
-        if self.journal_prealloc_bytes <= 0 or self.journal_file_bytes_max <= 0:
-            raise ConfigError("bookie journal file and preallocation sizes must be positive")
-        if (
-            self.entry_log_bytes_max <= 0
-            or self.read_cache_bytes_max < 0
-            or self.entry_log_sync_bytes < 0
-        ):
-            raise ConfigError("bookie entry log and read cache sizes must be positive")
-        if self.read_ahead_entries < 0:
-            raise ConfigError("bookie.read_ahead_entries must not be negative")
-        if self.checkpoint_interval_ms <= 0 or self.gc_interval_ms <= 0:
-            raise ConfigError("bookie checkpoint and gc intervals must be positive")
         if not 0.0 <= self.checkpoint_jitter_fraction <= 0.5:
             raise ConfigError("bookie.checkpoint_jitter_fraction must be within [0, 0.5]")
         if not 0.0 <= self.compaction_threshold < 1.0:
@@ -203,12 +210,6 @@ class BookieConfig:
             raise ConfigError("bookie.gil_switch_interval_ms must be within [0.01, 100]")
         if self.frame_bytes_max < 1024:
             raise ConfigError("bookie.frame_bytes_max must be at least 1024")
-        if self.connections_max <= 0 or self.idle_timeout_s <= 0:
-            raise ConfigError("bookie.connections_max and idle_timeout_s must be positive")
-        if self.auth_timeout_s <= 0 or self.unauthenticated_connections_max <= 0:
-            raise ConfigError(
-                "bookie.auth_timeout_s and unauthenticated_connections_max must be positive"
-            )
         if self.buffered_bytes_max < self.frame_bytes_max:
             raise ConfigError("bookie.buffered_bytes_max must be at least frame_bytes_max")
         if self.fault_shim not in FAULT_SHIM_MODES:

@@ -60,28 +60,13 @@ from bookie.protocol import Op
 from bookie.storage.api import DiskUsage
 from foundation.auth import Authority, bearer, sees_detail
 from foundation.health import State, health_body, http_status, public_health
+from foundation.histograms import LATENCY_BUCKETS_S
 from foundation.metrics import PublicMetrics, service_registry
 
 log = logging.getLogger(__name__)
 
 __all__ = ["STORAGE_FAMILIES", "BookieMetrics", "MetricsHttpServer", "StorageCollector"]
 
-# Request latencies span a cached read (~50 us) to a slow fsync (~100 ms).
-_LATENCY_BUCKETS_S: Final = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    1.0,
-    5.0,
-)
 # READ_LAC long polls wait up to the bookie's cap (a minute) for the LAC to move.
 _WAIT_BUCKETS_S: Final = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # Every op of the wire protocol (a new op cannot be served without its metrics).
@@ -106,7 +91,7 @@ class _RequestStats:
     at 50k requests/s that is a measurable share of the bookie's CPU."""
 
     def __init__(self) -> None:
-        self.buckets = _LATENCY_BUCKETS_S
+        self.buckets = LATENCY_BUCKETS_S
         self.bucket_counts = {op: [0] * (len(self.buckets) + 1) for op in _OPS}
         self.sums = dict.fromkeys(_OPS, 0.0)
         self.statuses: dict[tuple[str, str], int] = {}
@@ -341,7 +326,7 @@ class BookieMetrics:
         self._fsync = Histogram(
             "bookline_bookie_journal_fsync_seconds",
             "Journal group commit: write + fdatasync latency",
-            buckets=_LATENCY_BUCKETS_S,
+            buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
         self._group = Histogram(

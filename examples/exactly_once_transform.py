@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from bookline import LogRecord, LogWriter, Namespace, NamespaceConfig, ProxyClient, StartPosition
 from bookline.errors import AlreadyExistsError, BooklineError, NotAssignedError, TimeoutError_
 from examples.common import ensure_topic, parse
+from foundation.backoff import Backoff, BackoffPolicy
 from groups.consumer import ConsumerConfig, ConsumerRecord, GroupConsumer, TopicPartition
 from groups.topics import TopicAdmin
 
@@ -200,18 +201,25 @@ async def run_with_restarts(
     """Run consumer sessions until one ends cleanly (idle); a BooklineError ends a
     session, not the task. Gives up after ``RESTARTS_MAX`` faults with no
     ``progress()`` in between."""
-    faults, seen = 0, progress()
+    policy = BackoffPolicy(
+        delay_s=RESTART_BACKOFF_S, max_delay_s=RESTART_BACKOFF_MAX_S, max_tries=RESTARTS_MAX
+    )
+    backoff = Backoff(policy)
+    seen = progress()
     while True:
         try:
             await session()
             return
         except BooklineError as exc:
-            faults = 1 if progress() != seen else faults + 1
+            if progress() != seen:
+                backoff.reset()
             seen = progress()
-            if faults > RESTARTS_MAX:
+            if backoff.expired():
                 raise
-            pause = min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** (faults - 1))
-            log.warning("fault %d (%s: %s); rejoining in %.1f s", faults, exc.name, exc, pause)
+            pause = backoff.next_s()
+            log.warning(
+                "fault %d (%s: %s); rejoining in %.1f s", backoff.tries, exc.name, exc, pause
+            )
             await asyncio.sleep(pause)
 
 

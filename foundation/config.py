@@ -30,7 +30,7 @@ from foundation.errors import ConfigError
 
 T = TypeVar("T")
 
-__all__ = ["ConfigError", "MetadataConfig", "config_to_dict", "load_config"]
+__all__ = ["ConfigError", "MetadataConfig", "check_bounds", "config_to_dict", "load_config"]
 
 
 def _convert(name: str, value: object, annotation: Any) -> object:
@@ -147,6 +147,24 @@ def load_config(
         raise ConfigError(f"{cls.__name__}: {exc}") from exc
 
 
+def check_bounds(
+    section: str,
+    config: object,
+    *,
+    positive: Iterable[str] = (),
+    non_negative: Iterable[str] = (),
+) -> None:
+    """The one check of settings' signs: a ConfigError naming ``section.field`` for the
+    first field of ``positive`` that is not above 0, or of ``non_negative`` below 0.
+    (Cross-field rules and ranges stay with each config: they say more than a sign.)"""
+    for name in positive:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{section}.{name} must be positive")
+    for name in non_negative:
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{section}.{name} must be >= 0")
+
+
 def config_to_dict(config: object) -> dict[str, object]:
     """Plain dict of a config dataclass (for logging and `cluster.json`)."""
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
@@ -182,5 +200,4 @@ class MetadataConfig:
             raise ConfigError(f"metadata.root must be an absolute znode path, got {self.root!r}")
         if not 1_000 <= self.session_timeout_ms <= 120_000:
             raise ConfigError("metadata.session_timeout_ms must be within 1000..120000")
-        if self.connect_timeout_ms <= 0:
-            raise ConfigError("metadata.connect_timeout_ms must be positive")
+        check_bounds("metadata", self, positive=("connect_timeout_ms",))

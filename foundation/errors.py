@@ -7,6 +7,8 @@ Policy lives on the class: ``retriable`` (a retry may succeed as is) and
 ``refresh_owner`` (re-learn who owns the stream, then retry). The HTTP status of each
 code is the HTTP contract's business (:mod:`httpapi.status`).
 
+``fresh(error)`` copies an error for another raise (every field, chained to it).
+
 ``for_code(code, message)`` rebuilds the right class from a code received over the wire;
 an unknown code becomes :class:`UnknownError` that keeps the code.
 
@@ -16,7 +18,7 @@ Foreign exceptions (OSError, kazoo, rocksdict) are translated at the layer bound
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 __all__ = [
     "AlreadyExistsError",
@@ -65,6 +67,7 @@ __all__ = [
     "UnknownPartitionError",
     "WriterFailedError",
     "for_code",
+    "fresh",
     "registered_codes",
 ]
 
@@ -452,6 +455,24 @@ def for_code(code: int, message: str = "") -> BooklineError:
     if cls is UnknownError:
         return UnknownError(message, original_code=code)
     return cls(message)
+
+
+E = TypeVar("E", bound=BooklineError)
+
+
+def fresh(error: E, message: str | None = None) -> E:
+    """A new instance of ``error``'s class with every field of it (``owner``,
+    ``original_code``, ...), its message unless ``message`` is given, caused by
+    ``error``: a stored error raised to many callers gives each its own traceback
+    instead of sharing (and growing) one object's. The class's ``__init__`` is not run:
+    subclasses differ in their keywords, and the fields are copied as they are."""
+    err = type(error).__new__(type(error))
+    BooklineError.__init__(err, error.message if message is None else message)
+    for field, value in vars(error).items():
+        if field != "message" and not field.startswith("__"):
+            setattr(err, field, value)
+    err.__cause__ = error
+    return err
 
 
 def registered_codes() -> dict[int, type[BooklineError]]:

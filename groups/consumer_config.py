@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 from groups.membership import MembershipConfig
 from groups.state import DEFAULT_ASSIGNOR
@@ -61,12 +62,11 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
             raise ConfigError(f"auto_offset_reset must be one of {', '.join(OFFSET_RESETS)}")
-        for name in (
+        positive = (
             "auto_commit_interval_ms", "max_poll_interval_ms", "max_poll_records",
             "fetch_records_max", "buffered_records_max", "fetch_wait_ms", "commit_timeout_ms",
-        ):  # fmt: skip
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"consumer.{name} must be positive")
+        )  # fmt: skip
+        check_bounds("consumer", self, positive=positive)
         if self.buffered_records_max < self.fetch_records_max:
             raise ConfigError("consumer.buffered_records_max must be >= fetch_records_max")
 

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from foundation.backoff import Backoff, BackoffPolicy
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -62,8 +63,7 @@ __all__ = [
 # Builds records without a Python-level __init__ per record.
 _new = tuple.__new__
 # Back-off after a fetch failed for a reason that may pass (a proxy or bookie away).
-FETCH_RETRY_INITIAL_S: Final = 0.1
-FETCH_RETRY_MAX_S: Final = 2.0
+FETCH_RETRY: Final = BackoffPolicy(delay_s=0.1, max_delay_s=2.0)
 
 
 class ConsumerRecord(tuple[Any, ...]):
@@ -300,7 +300,7 @@ class PartitionFetch:
             self._wake()
 
     async def _loop(self) -> None:
-        backoff = FETCH_RETRY_INITIAL_S
+        backoff = Backoff(FETCH_RETRY)
         # The flag as well as the cancellation: asyncio.wait_for (deep in a read) can
         # swallow a cancel that races its own completion, and a loop that went on to
         # wait for room nobody makes any more would never end.
@@ -320,10 +320,9 @@ class PartitionFetch:
             except BooklineError as exc:
                 log.warning("fetch of %s/%d at %d failed (%s); retrying", *self.tp,
                             self.fetch_offset, exc)  # fmt: skip
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, FETCH_RETRY_MAX_S)
+                await backoff.sleep()
                 continue
-            backoff = FETCH_RETRY_INITIAL_S
+            backoff.reset()
             if recs and not self.stopped():
                 self.batches.append(recs)
                 self.buffered += len(recs)

@@ -5,10 +5,11 @@ floor's read core and the consumer's fetchers share it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from foundation.errors import BadRequestError, NotFoundError, OutOfRangeError
 from foundation.names import partition_stream
+from streams.dlsn import PositionKind, StartPosition
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -16,14 +17,20 @@ if TYPE_CHECKING:
 __all__ = ["check_offset", "offset_at", "parse_at"]
 
 
-def parse_at(at: str) -> tuple[str, int]:
-    """``earliest`` | ``latest`` | ``time:MS`` -> (kind, ms)."""
-    if at in ("earliest", "latest"):
-        return at, 0
-    kind, _, raw = at.partition(":")
-    if kind == "time" and raw.isascii() and raw.isdigit():
-        return "time", int(raw)
-    raise BadRequestError(f"offset lookup {at!r}: expected earliest, latest or time:MS")
+_LOOKUP_KINDS: Final = (PositionKind.EARLIEST, PositionKind.LATEST, PositionKind.TIMESTAMP)
+
+
+def parse_at(at: str) -> StartPosition:
+    """``earliest`` | ``latest`` | ``time:MS``, as the start position it names."""
+    try:
+        start = StartPosition.parse(at) if at else None
+    except BadRequestError as exc:
+        raise BadRequestError(
+            f"offset lookup {at!r}: expected earliest, latest or time:MS"
+        ) from exc
+    if start is None or start.kind not in _LOOKUP_KINDS:
+        raise BadRequestError(f"offset lookup {at!r}: expected earliest, latest or time:MS")
+    return start
 
 
 async def check_offset(ns: Namespace, topic: str, partition: int, offset: int) -> None:
@@ -50,15 +57,15 @@ async def offset_at(ns: Namespace, topic: str, partition: int, at: str) -> int:
     written at or after ``time:MS`` (the end offset when there is none yet). Raises
     the bookies' error (retriable) rather than answer the end offset for records not
     read."""
-    kind, ms = parse_at(at)
+    start = parse_at(at)
     name = partition_stream(topic, partition)
     if not await ns.exists(name):
         raise NotFoundError(f"topic {topic} has no partition {partition} (or does not exist)")
-    if kind == "latest":
+    if start.kind is PositionKind.LATEST:
         return await ns.end_offset(name)
-    if kind == "earliest":
+    if start.kind is PositionKind.EARLIEST:
         return int((await ns.stream_info(name)).first_sequence_id)
     end = await ns.end_offset(name)
     # Found, or none: the stream read to its end (an outage or a slow read raises).
-    record = await ns.record_at_time(name, ms)
+    record = await ns.record_at_time(name, start.value)
     return end if record is None else record.sequence_id

@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 
 from foundation.health import State, http_status, public_health
+from foundation.histograms import LATENCY_BUCKETS_S
 from foundation.metrics import TENANT_LABELS, PublicMetrics
 from foundation.waits import request_waits
 from ledger.metrics import LatencyHistogram, LedgerMetrics
@@ -50,24 +51,8 @@ __all__ = [
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# From an answer out of a proxy's cache (~200 us) to a long poll's wait (up to 30 s).
-REQUEST_BUCKETS_S: Final = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
+# The proxies' request latencies: the one set (foundation.histograms).
+REQUEST_BUCKETS_S: Final = LATENCY_BUCKETS_S
 
 
 def route_label(request: web.Request) -> str:

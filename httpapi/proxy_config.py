@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from foundation.auth import AuthConfig
-from foundation.config import MetadataConfig
+from foundation.config import MetadataConfig, check_bounds
 from foundation.errors import ConfigError
 from foundation.names import validate_name
 from foundation.tls import scheme
@@ -77,12 +77,10 @@ class ProxyConfig:
     def check_common(self) -> None:
         """The checks every proxy's settings pass (a subclass's ``__post_init__`` calls
         this first: zero-argument ``super()`` does not work in slotted dataclasses)."""
-        if self.connections_max <= 0 or self.idle_timeout_s <= 0 or self.body_timeout_s <= 0:
-            raise ConfigError(
-                f"{self.SECTION}.connections_max, idle_timeout_s and body_timeout_s must be "
-                "positive"
-            )
         self.require_positive(
+            "connections_max",
+            "idle_timeout_s",
+            "body_timeout_s",
             "unauthenticated_connections_max",
             "unauthenticated_timeout_s",
             "auth_service_token_lifetime_s",
@@ -98,9 +96,7 @@ class ProxyConfig:
         return AuthConfig.of(self)
 
     def require_positive(self, *names: str) -> None:
-        for name in names:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{self.SECTION}.{name} must be positive")
+        check_bounds(self.SECTION, self, positive=names)
 
     @property
     def url(self) -> str:

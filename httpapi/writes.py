@@ -43,8 +43,9 @@ import crc32c
 
 from foundation.errors import BadRequestError
 from foundation.limits import record_bytes
-from httpapi.positions import DlsnTuple, format_dlsn, parse_dlsn
+from httpapi.positions import format_dlsn, parse_dlsn
 from httpapi.wire import MSGPACK, get_bytes, get_int
+from streams.dlsn import DLSN
 
 __all__ = [
     "EPOCH_MAX",
@@ -291,7 +292,7 @@ def write_body(
 # -- DLSN runs (compact batch answers) --------------------------------------------------
 
 
-def encode_runs(dlsns: Iterable[DlsnTuple]) -> list[list[int]]:
+def encode_runs(dlsns: Iterable[tuple[int, int, int]]) -> list[list[int]]:
     runs: list[list[int]] = []
     last: list[int] | None = None
     for seg, entry, slot in dlsns:
@@ -303,15 +304,15 @@ def encode_runs(dlsns: Iterable[DlsnTuple]) -> list[list[int]]:
     return runs
 
 
-def decode_runs(runs: Any) -> list[DlsnTuple]:
+def decode_runs(runs: Any) -> list[DLSN]:
     if not isinstance(runs, list):
         raise BadRequestError("runs must be a list")
-    out: list[DlsnTuple] = []
+    out: list[DLSN] = []
     for run in runs:
         if not isinstance(run, list) or len(run) != 4:
             raise BadRequestError("each run is [segment, entry, first_slot, count]")
         seg, entry, slot, count = run
-        out.extend((seg, entry, slot + i) for i in range(count))
+        out.extend(DLSN(seg, entry, slot + i) for i in range(count))
     return out
 
 
@@ -341,7 +342,7 @@ def decode_offset_runs(runs: Any) -> list[int]:
 
 
 def write_answer(
-    dlsns: Sequence[DlsnTuple],
+    dlsns: Sequence[tuple[int, int, int]],
     media: str,
     duplicates: int = 0,
     offsets: Sequence[int] | None = None,
@@ -364,7 +365,7 @@ def write_answer(
     return answer
 
 
-def answer_dlsns(obj: Mapping[str, Any]) -> list[DlsnTuple]:
+def answer_dlsns(obj: Mapping[str, Any]) -> list[DLSN]:
     if "runs" in obj:
         return decode_runs(obj["runs"])
     raw = obj.get("dlsns")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from foundation.auth import AuthConfig
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 
 __all__ = ["ENV_PREFIX", "AutorecoveryConfig"]
@@ -101,9 +102,6 @@ class AutorecoveryConfig:
             "orphan_check_interval_ms",
             "orphan_ledger_age_ms",
         )
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"autorecovery.{name} must be >= 0")
         positive = (
             "full_check_interval_ms",
             "audit_poll_ms",
@@ -116,9 +114,7 @@ class AutorecoveryConfig:
             "replica_check_page_entries",
             "replica_check_ledgers_in_flight_max",
         )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"autorecovery.{name} must be positive")
+        check_bounds("autorecovery", self, positive=positive, non_negative=non_negative)
         if not (self.auditor_enabled or self.worker_enabled):
             raise ConfigError("autorecovery needs the auditor or the worker enabled")
         if self.auth_enabled and not (self.auth_secret_file or self.auth_tokens_file):

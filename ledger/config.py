@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 from foundation.quorum import check_quorum
 
@@ -108,16 +109,13 @@ class LedgerConfig:
             "reads_in_flight_max",
             "metadata_cas_retries_max",
         )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"ledger.{name} must be positive")
+        non_negative = (
+            "close_replication_timeout_ms",
+            "ensemble_change_retries_max",
+            "placement_avoid_ms",
+        )
+        check_bounds("ledger", self, positive=positive, non_negative=non_negative)
         if self.speculative_read_max_timeout_ms < self.speculative_read_first_timeout_ms:
             raise ConfigError("ledger.speculative_read_max_timeout_ms must be >= the first timeout")
         if not 0 <= self.long_poll_piggyback_bytes_max <= 16 << 20:
             raise ConfigError("ledger.long_poll_piggyback_bytes_max must be within [0, 16 MiB]")
-        if self.close_replication_timeout_ms < 0:
-            raise ConfigError("ledger.close_replication_timeout_ms must be >= 0")
-        if self.ensemble_change_retries_max < 0 or self.placement_avoid_ms < 0:
-            raise ConfigError(
-                "ledger.ensemble_change_retries_max and placement_avoid_ms must be >= 0"
-            )

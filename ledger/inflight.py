@@ -20,12 +20,12 @@ import asyncio
 import collections
 from collections.abc import Callable
 
-from foundation.errors import BooklineError
+from foundation.errors import BooklineError, fresh
 from foundation.invariants import invariant
 from ledger.digest import DigestManager
 from metadata.ledger_metadata import NO_ENTRY
 
-__all__ = ["InFlight", "PendingAdd", "copy_error"]
+__all__ = ["InFlight", "PendingAdd"]
 
 
 class PendingAdd:
@@ -48,17 +48,6 @@ class PendingAdd:
         self.future = future
         self.acked: set[int] = set()  # ensemble positions that acknowledged
         self.waiting: set[str] = set()  # bookies with a send of this entry unanswered
-
-
-def copy_error(exc: BooklineError) -> BooklineError:
-    """A fresh instance per waiter, chained to the original (tracebacks stay short)."""
-    err = type(exc).__new__(type(exc))
-    BooklineError.__init__(err, exc.message)
-    for attr in ("owner", "original_code"):
-        if hasattr(exc, attr):
-            setattr(err, attr, getattr(exc, attr))
-    err.__cause__ = exc
-    return err
 
 
 class InFlight:
@@ -148,7 +137,7 @@ class InFlight:
         self._lagging_bytes = 0
         for pa in pending:
             if not pa.future.done():
-                pa.future.set_exception(copy_error(exc))
+                pa.future.set_exception(fresh(exc))
         self.room.set()
 
     async def drain(self, timeout_s: float, stopped: Callable[[], bool]) -> None:

@@ -24,26 +24,9 @@ import bisect
 import collections
 from typing import Final
 
-__all__ = ["PROCESS_LEDGER_METRICS", "AddTimer", "LatencyHistogram", "LedgerMetrics"]
+from foundation.histograms import LATENCY_BUCKETS_S
 
-# From a memtable hit on loopback (~100 us) to a request timeout (seconds).
-LATENCY_BUCKETS_S: Final = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    10.0,
-)
+__all__ = ["PROCESS_LEDGER_METRICS", "AddTimer", "LatencyHistogram", "LedgerMetrics"]
 
 
 class LatencyHistogram:

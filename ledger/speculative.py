@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from foundation.errors import BooklineError, NoEntryError, NoLedgerError
+from foundation.errors import BooklineError, NoEntryError, NoLedgerError, fresh
 from ledger.metrics import PROCESS_LEDGER_METRICS, LedgerMetrics
 from ledger.placement import BookieHealth
 from ledger.tasks import abandon
@@ -124,13 +124,11 @@ async def speculative(
         if not others:
             raise NoEntryError(f"{what}: no replica of {list(order)} holds it")
         bookie, first = others[0]
-        err = type(first).__new__(type(first))
-        BooklineError.__init__(
-            err,
+        raise fresh(
+            first,
             f"{what}: all replicas failed; {bookie}: {first.message}"
             + "".join(f"; {b}: {e.name}" for b, e in errors if e is not first),
-        )
-        raise err from first
+        ) from first
     finally:
         now = clock()
         abandon(running)  # retrieve the outcome of every loser, finished or not

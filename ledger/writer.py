@@ -51,6 +51,7 @@ from foundation.errors import (
     TooManyRequestsError,
     UnauthorizedError,
     WriterFailedError,
+    fresh,
 )
 from foundation.invariants import invariant
 from foundation.quorum import write_set
@@ -58,7 +59,7 @@ from ledger.add_retry import AddRetry
 from ledger.close import record_closed
 from ledger.ensemble_change import change_ensemble
 from ledger.env import LedgerEnv
-from ledger.inflight import InFlight, PendingAdd, copy_error
+from ledger.inflight import InFlight, PendingAdd
 from ledger.interfaces import EntryAdder
 from ledger.keys import ledger_access
 from ledger.lac_push import LacPusher
@@ -251,7 +252,7 @@ class LedgerWriter:
 
     def _check_writable(self) -> None:
         if self._error is not None:
-            raise copy_error(self._error)
+            raise fresh(self._error)
         if self._closed:
             raise LedgerClosedError(f"ledger {self.ledger_id} was closed by this writer")
 

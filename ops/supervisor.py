@@ -38,10 +38,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from foundation.backoff import Backoff, BackoffPolicy
 from ops.local import SERVICE_SESSION_TIMEOUT_MS, LocalCluster, ProcessInfo, Quorums
 
 log = logging.getLogger("bookline.local")
@@ -60,6 +61,7 @@ TICK_S: Final = 0.2
 # Restart back-off: first wait, doubling up to the max; reset after a stable run.
 BACKOFF_INITIAL_S: Final = 1.0
 BACKOFF_MAX_S: Final = 30.0
+RESTART_BACKOFF: Final = BackoffPolicy(delay_s=BACKOFF_INITIAL_S, max_delay_s=BACKOFF_MAX_S)
 STABLE_S: Final = 60.0
 # A child that does not print its ready line this long after a restart is killed and
 # counts as another failed start.
@@ -87,7 +89,7 @@ def describe_exit(status: int | None) -> str:
 class _Watch:
     """Restart bookkeeping of one child (by name)."""
 
-    backoff_s: float = BACKOFF_INITIAL_S
+    backoff: Backoff = field(default_factory=lambda: Backoff(RESTART_BACKOFF))
     restart_at: float | None = None  # when to start it again (None: not scheduled)
     started_at: float = 0.0  # last (re)start; ready deadline and stability from here
 
@@ -173,7 +175,7 @@ class Supervisor:
                 procs.kill9(info.proc)  # the next tick sees the exit
             return False
         if now - watch.started_at > STABLE_S:
-            watch.backoff_s = BACKOFF_INITIAL_S
+            watch.backoff.reset()
         return False
 
     def _exited(self, info: ProcessInfo, watch: _Watch, now: float) -> None:
@@ -193,14 +195,14 @@ class Supervisor:
             )
             return
         if was == "starting":
-            watch.backoff_s = min(watch.backoff_s * 2, BACKOFF_MAX_S)
-        watch.restart_at = now + watch.backoff_s
+            watch.backoff.grow()
+        watch.restart_at = now + watch.backoff.delay_s
         log.warning(
             "%s (pid %d) exited: %s; restarting in %.0f s; see %s",
             info.name,
             info.proc.pid,
             what,
-            watch.backoff_s,
+            watch.backoff.delay_s,
             info.extra.get("log", "its log"),
         )
 
@@ -210,10 +212,10 @@ class Supervisor:
         try:
             fresh = self.cluster.respawn(info)
         except Exception as exc:  # noqa: BLE001 - any failure to start is one more failed start
-            watch.backoff_s = min(watch.backoff_s * 2, BACKOFF_MAX_S)
-            watch.restart_at = now + watch.backoff_s
+            watch.backoff.grow()
+            watch.restart_at = now + watch.backoff.delay_s
             log.error("%s could not be started again: %s; retrying in %.0f s", info.name, exc,
-                      watch.backoff_s)  # fmt: skip
+                      watch.backoff.delay_s)  # fmt: skip
             return
         log.info("%s started again as pid %d (restart %d)", fresh.name, fresh.proc.pid,
                  fresh.restarts)  # fmt: skip

@@ -28,10 +28,10 @@ from typing import Final
 from aiohttp import WSMsgType, web
 
 from foundation.errors import BooklineError, UnauthenticatedError
-from httpapi.positions import Position
 from serving.read.follow import Batch, follow
 from serving.read.frames import json_frame, msgpack_frame
 from serving.read.pages import Pages
+from streams.dlsn import StartPosition
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ async def serve_tail(
     ws: web.WebSocketResponse,
     pages: Pages,
     name: str,
-    pos: Position,
+    pos: StartPosition,
     as_json: bool,
     *,
     frame_records_max: int,
@@ -91,7 +91,7 @@ class _Tail:
     as_json: bool
     frame_records_max: int
 
-    async def follow(self, pos: Position) -> None:
+    async def follow(self, pos: StartPosition) -> None:
         """Send the core's batches (:func:`serving.read.follow.follow`) as frames while
         the client is there."""
         batches = follow(self.pages, self.name, pos, self.frame_records_max, WS_WAIT_SLICE_S)

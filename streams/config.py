@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 from foundation.quorum import check_quorum
@@ -100,7 +101,7 @@ class NamespaceConfig:
             )
         if self.buffer_bytes_max > self.ledger.entry_bytes_max // 2:
             raise ConfigError("core.buffer_bytes_max must be at most half the ledger entry limit")
-        for name in (
+        positive = (
             "buffer_bytes_max",
             "control_interval_ms",
             "pending_bytes_max",
@@ -111,11 +112,8 @@ class NamespaceConfig:
             "read_cache_bytes_max",
             "long_poll_timeout_ms",
             "open_ledgers_max",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"core.{name} must be positive")
-        if self.flush_interval_ms < 0:
-            raise ConfigError("core.flush_interval_ms must not be negative")
+        )
+        check_bounds("core", self, positive=positive, non_negative=("flush_interval_ms",))
         if self.idle_pipe_entries < 1:
             raise ConfigError("core.idle_pipe_entries must be at least 1")
         if self.pending_bytes_max < self.buffer_bytes_max:

@@ -25,7 +25,7 @@ import itertools
 import operator
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, Final, NamedTuple, overload
 
 from foundation.errors import BadRequestError
 
@@ -37,6 +37,7 @@ __all__ = [
     "DLSNSequence",
     "PositionKind",
     "StartPosition",
+    "parse_dlsn",
 ]
 
 _BARE = struct.Struct(">qqq")
@@ -255,6 +256,40 @@ class StartPosition:
         return cls(PositionKind.TIMESTAMP, value=ms)
 
     @classmethod
+    def parse(cls, text: str | None) -> StartPosition:
+        """A start as text (the HTTP API's ``from``, the CLI's and the consumer's
+        targets): ``earliest`` (also "" and None), ``latest``, ``dlsn:S:E:S`` (or a bare
+        ``S:E:S``), ``seq:N``, ``txid:N`` or ``time:MS``; BadRequestError otherwise."""
+        if text is None or text in {"", "earliest"}:
+            return cls.earliest()
+        if text == "latest":
+            return cls.latest()
+        kind, sep, rest = text.partition(":")
+        if sep and kind in _TEXT_KINDS:
+            try:
+                value = int(rest)
+            except ValueError as exc:
+                raise BadRequestError(f"position {text!r}: {kind} needs an integer") from exc
+            if value < 0:
+                raise BadRequestError(f"position {text!r} must be non-negative")
+            return cls(_TEXT_KINDS[kind], value=value)
+        if kind == "dlsn":
+            return cls.dlsn(parse_dlsn(rest))
+        if text.count(":") == 2:
+            return cls.dlsn(parse_dlsn(text))
+        raise BadRequestError(
+            f"position {text!r}: expected earliest, latest, DLSN, seq:N, txid:N or time:MS"
+        )
+
+    def __str__(self) -> str:
+        """The text :meth:`parse` reads back (``dlsn:S:E:S``, ``seq:N``, ...)."""
+        if self.kind is PositionKind.DLSN:
+            return f"dlsn:{self.dlsn_value}"
+        if self.kind in (PositionKind.EARLIEST, PositionKind.LATEST):
+            return str(self.kind.value)
+        return f"{_KIND_TEXT[self.kind]}:{self.value}"
+
+    @classmethod
     def coerce(cls, start: StartPosition | DLSN | str | None) -> StartPosition:
         """Accept what ``open_reader`` accepts: a StartPosition, a DLSN, ``"earliest"``,
         ``"latest"`` or a DLSN string ``"seg:entry:slot"``."""
@@ -272,6 +307,30 @@ class StartPosition:
                 return cls.latest()
             return cls.dlsn(DLSN.parse(text))
         raise BadRequestError(f"not a start position: {start!r}")
+
+
+# The text prefixes of the integer kinds (``seq:N``, ...).
+_TEXT_KINDS: Final = {
+    "seq": PositionKind.SEQUENCE,
+    "txid": PositionKind.TXID,
+    "time": PositionKind.TIMESTAMP,
+}
+_KIND_TEXT: Final = {kind: text for text, kind in _TEXT_KINDS.items()}
+
+
+def parse_dlsn(text: str) -> DLSN:
+    """``seg:entry:slot`` with non-negative parts, strictly (what the HTTP API and
+    :meth:`StartPosition.parse` accept; :meth:`DLSN.parse` also takes negatives)."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise BadRequestError(f"{text!r} is not a DLSN 'segment:entry:slot'")
+    try:
+        seg, entry, slot = (int(p) for p in parts)
+    except ValueError as exc:
+        raise BadRequestError(f"{text!r} is not a DLSN 'segment:entry:slot'") from exc
+    if seg < 0 or entry < 0 or slot < 0:
+        raise BadRequestError(f"{text!r}: DLSN parts must be non-negative")
+    return DLSN(seg, entry, slot)
 
 
 def _non_negative(value: int, what: str) -> int:

@@ -34,7 +34,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final
+from typing import Final
 
 from foundation.errors import (
     BadRequestError,
@@ -46,6 +46,7 @@ from foundation.errors import (
     NoLedgerError,
     TimeoutError_,
     TruncatedError,
+    fresh,
 )
 from foundation.waits import count_wait
 from ledger.reader import LedgerReader
@@ -512,8 +513,5 @@ class LogReader:
 def _again(exc: BaseException) -> BaseException:
     """A fresh exception per raise (the stored one keeps the original traceback)."""
     if isinstance(exc, BooklineError):
-        err: Any = type(exc).__new__(type(exc))
-        BooklineError.__init__(err, exc.message)
-        err.__cause__ = exc
-        return err  # type: ignore[no-any-return]
+        return fresh(exc)
     return exc

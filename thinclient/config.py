@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foundation.backoff import BackoffPolicy
+from foundation.config import check_bounds
 from foundation.errors import ConfigError
 from foundation.limits import RECORD_BYTES_MAX
 
@@ -45,7 +47,7 @@ class ClientConfig:
     topic_metadata_max_age_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        for name in (
+        positive = (
             "request_timeout_ms",
             "retry_deadline_ms",
             "backoff_initial_ms",
@@ -57,11 +59,20 @@ class ClientConfig:
             "connections_per_proxy",
             "requests_in_flight_per_stream",
             "topic_metadata_max_age_ms",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"client.{name} must be positive")
+        )
+        check_bounds("client", self, positive=positive)
         if self.buffer_bytes_max < self.batch_bytes_max:
             raise ConfigError("client.buffer_bytes_max must be >= batch_bytes_max")
         if self.record_bytes_max > RECORD_BYTES_MAX:
             # The proxies and the core writer would refuse what this lets through.
             raise ConfigError(f"client.record_bytes_max above {RECORD_BYTES_MAX}")
+
+    def retry_backoff(self, *, deadline: bool = True) -> BackoffPolicy:
+        """The waits between retries: doubling, full jitter, until the retry deadline
+        (or without one, for loops that never give up, like a tail's)."""
+        return BackoffPolicy(
+            delay_s=self.backoff_initial_ms / 1000,
+            max_delay_s=self.backoff_max_ms / 1000,
+            jitter=1.0,
+            deadline_s=self.retry_deadline_ms / 1000 if deadline else None,
+        )

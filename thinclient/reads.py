@@ -12,6 +12,7 @@ from typing import Final
 
 import aiohttp
 
+from foundation.backoff import Backoff
 from foundation.errors import BadRequestError, BooklineError
 from httpapi import recordsets, wire
 from httpapi.partitions import PartitionRow, decode_page
@@ -72,13 +73,13 @@ async def tail(transport: Transport, stream: str, start: str) -> AsyncGenerator[
     cfg = transport.config
     proxies = transport.directory
     position = start
-    backoff = cfg.backoff_initial_ms / 1000
+    backoff = Backoff(cfg.retry_backoff(deadline=False), rng=transport.rng)
     while True:
         url = proxies.read_url()
         ws_url = url.replace("http", "ws", 1) + stream_path(stream, "/tail") + f"?from={position}"
         try:
             async with transport.session.ws_connect(ws_url, heartbeat=30.0, max_msg_size=0) as ws:
-                backoff = cfg.backoff_initial_ms / 1000
+                backoff.reset()
                 async for msg in ws:
                     if msg.type is aiohttp.WSMsgType.BINARY:
                         obj = wire.decode_body(msg.data, wire.MSGPACK)
@@ -98,8 +99,7 @@ async def tail(transport: Transport, stream: str, start: str) -> AsyncGenerator[
         except (aiohttp.ClientError, OSError) as exc:
             log.info("tail of %s via %s broke (%s); resuming at %s", stream, url, exc, position)
             proxies.mark_down(url)
-        await asyncio.sleep(transport.rng.uniform(0, backoff))
-        backoff = min(backoff * 2, cfg.backoff_max_ms / 1000)
+        await backoff.sleep()
         await proxies.discover(force=True)
 
 

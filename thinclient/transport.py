@@ -11,10 +11,8 @@ per attempt). A successful write-side answer teaches the directory the stream's 
 
 from __future__ import annotations
 
-import asyncio
 import io
 import random
-import time
 from collections.abc import Callable
 from ssl import SSLContext
 from typing import Any, Final
@@ -22,6 +20,7 @@ from typing import Any, Final
 import aiohttp
 
 from foundation import tls
+from foundation.backoff import Backoff
 from foundation.errors import (
     BooklineError,
     ClosedError,
@@ -126,8 +125,7 @@ class Transport:
         that time out only on a hung proxy, whose streams another proxy takes over."""
         cfg = self.config
         proxies = self.directory
-        deadline = time.monotonic() + cfg.retry_deadline_ms / 1000
-        backoff = cfg.backoff_initial_ms / 1000
+        backoff = Backoff(cfg.retry_backoff(), rng=self.rng)
         redirects = 0
         target: str | None = None
         while True:
@@ -177,11 +175,9 @@ class Transport:
                 raise error
             if give_up is not None and give_up(error):
                 raise error
-            now = time.monotonic()
-            if now >= deadline:
+            if backoff.expired():
                 raise error
             self.retries += 1
             redirects = 0
-            await asyncio.sleep(min(self.rng.uniform(0, backoff), deadline - now))
-            backoff = min(backoff * 2, cfg.backoff_max_ms / 1000)
+            await backoff.sleep()
             target = None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from foundation.backoff import BackoffPolicy, retry
 from foundation.errors import BooklineError, NoEntryError
 from foundation.names import partition_stream
 from ledger.reader import LedgerReader
@@ -86,17 +87,12 @@ def _plans(layout: Layout) -> list[_StreamPlan]:
 
 async def _retrying(what: str, op: Callable[[], Awaitable[tuple[str, str]]]) -> tuple[str, str]:
     """``op`` until it succeeds or :data:`FINAL_WRITE_DEADLINE_S` passes."""
-    deadline = time.monotonic() + FINAL_WRITE_DEADLINE_S
-    delay = 0.5
-    while True:
-        try:
-            return await op()
-        except BooklineError as exc:
-            if time.monotonic() > deadline:
-                raise
-            log.info("final write to %s: %s; again in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    policy = BackoffPolicy(delay_s=0.5, max_delay_s=5.0, deadline_s=FINAL_WRITE_DEADLINE_S)
+
+    def note(exc: BaseException, delay_s: float) -> None:
+        log.info("final write to %s: %s; again in %.1fs", what, exc, delay_s)
+
+    return await retry(op, policy, retry_on=(BooklineError,), on_retry=note)
 
 
 class _Final:

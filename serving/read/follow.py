@@ -16,11 +16,10 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Final
 
-from httpapi.positions import Position
 from serving.read.feeds import Feed
 from serving.read.frames import CachedRecord, pack_record
-from serving.read.pages import Pages, to_start
-from streams.dlsn import StartPosition
+from serving.read.pages import Pages
+from streams.dlsn import PositionKind, StartPosition
 
 __all__ = ["WAIT_SLICE_S", "Batch", "follow"]
 
@@ -38,7 +37,7 @@ class Batch:
 async def follow(
     pages: Pages,
     name: str,
-    pos: Position,
+    pos: StartPosition,
     batch_records_max: int,
     wait_slice_s: float = WAIT_SLICE_S,
 ) -> AsyncGenerator[Batch, None]:
@@ -75,16 +74,16 @@ async def follow(
         pages.metrics.add_subscribers(-1)
 
 
-async def _first_batch(pages: Pages, name: str, pos: Position, records_max: int) -> Batch:
+async def _first_batch(pages: Pages, name: str, pos: StartPosition, records_max: int) -> Batch:
     """The sequence id the tail follows from, with a first private batch when the start
     is not one, or from the stream's info when it has nothing there."""
     seq = await pages.resolve_seq(name, pos)
     if seq is not None:
         return Batch([], seq, "feed")
-    recs = await pages.pool.read(name, to_start(pos), records_max, 0.0)
+    recs = await pages.pool.read(name, pos, records_max, 0.0)
     if recs:
         return Batch([pack_record(r) for r in recs], recs[-1].sequence_id + 1, "private")
     info = await pages.ns.stream_info(name)
-    if pos.kind != "earliest" or info.first_sequence_id is None:
+    if pos.kind is not PositionKind.EARLIEST or info.first_sequence_id is None:
         return Batch([], int(info.next_sequence_id), "feed")
     return Batch([], int(info.first_sequence_id), "feed")

@@ -11,36 +11,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from httpapi.positions import Position
 from serving.read.config import ReadConfig
 from serving.read.feeds import FeedRegistry
 from serving.read.frames import CachedRecord
 from serving.read.metrics import ReadMetrics
 from serving.read.readers import ReaderPool
-from streams.dlsn import DLSN, StartPosition
+from streams.dlsn import PositionKind, StartPosition
 from streams.records import ReadRecord
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
     from streams.reader import RawRecordSet
 
-__all__ = ["Pages", "to_start"]
-
-
-def to_start(pos: Position) -> StartPosition:
-    if pos.kind == "earliest":
-        return StartPosition.earliest()
-    if pos.kind == "latest":
-        return StartPosition.latest()
-    if pos.kind == "dlsn":
-        assert pos.dlsn is not None
-        return StartPosition.dlsn(DLSN(*pos.dlsn))
-    assert pos.value is not None
-    if pos.kind == "seq":
-        return StartPosition.sequence(pos.value)
-    if pos.kind == "txid":
-        return StartPosition.txid(pos.value)
-    return StartPosition.timestamp(pos.value)
+__all__ = ["Pages"]
 
 
 class Pages:
@@ -60,23 +43,23 @@ class Pages:
         self.config = config
         self.metrics = metrics
 
-    async def resolve_seq(self, name: str, pos: Position) -> int | None:
+    async def resolve_seq(self, name: str, pos: StartPosition) -> int | None:
         """The position as a sequence id, when that is cheap to know."""
-        if pos.kind == "seq":
+        if pos.kind is PositionKind.SEQUENCE:
             return pos.value
         feed = self.feeds.get(name)
-        if pos.kind == "latest":
+        if pos.kind is PositionKind.LATEST:
             if feed is not None:
                 return feed.next_seq
             info = await self.ns.stream_info(name)
             return int(info.next_sequence_id)
-        if pos.kind == "dlsn" and feed is not None:
-            assert pos.dlsn is not None
-            return feed.seq_of(DLSN(*pos.dlsn))
+        if pos.kind is PositionKind.DLSN and feed is not None:
+            assert pos.dlsn_value is not None
+            return feed.seq_of(pos.dlsn_value)
         return None
 
     async def read_page(
-        self, name: str, pos: Position, limit: int, wait_s: float
+        self, name: str, pos: StartPosition, limit: int, wait_s: float
     ) -> tuple[list[CachedRecord] | list[ReadRecord], str]:
         """Records from ``pos`` and where to continue; ``wait_s > 0`` long-polls (from
         the stream's feed, opened for it)."""
@@ -85,7 +68,7 @@ class Pages:
         seq = await self.resolve_seq(name, pos)
         if seq is not None:
             feed = self.feeds.get(name)
-            if feed is None and (follow or pos.kind == "latest"):
+            if feed is None and (follow or pos.kind is PositionKind.LATEST):
                 feed = await self.feeds.open(name, seq)
             if feed is not None and feed.covers(seq):
                 items = feed.slice(seq, limit, cfg.read_bytes_max)
@@ -99,7 +82,7 @@ class Pages:
                 follow = False  # the feed is behind the stream: read what it lacks
             start = StartPosition.sequence(seq)
         else:
-            start = to_start(pos)
+            start = pos
         recs = await self.pool.read(name, start, limit, wait_s if follow else 0.0)
         self.metrics.count_served("private", name, len(recs))
         if recs:
@@ -110,12 +93,12 @@ class Pages:
         return recs, f"seq:{seq}" if seq is not None else str(pos)
 
     async def read_sets(
-        self, name: str, pos: Position, bytes_max: int, wait_s: float
+        self, name: str, pos: StartPosition, bytes_max: int, wait_s: float
     ) -> tuple[list[RawRecordSet], int]:
         """Record sets as stored from ``pos`` by a private reader (a catch-up read: no
         feed, nothing decoded) and the sequence id to continue from (-1: unknown yet)."""
-        seq = pos.value if pos.kind == "seq" else None
-        start = StartPosition.sequence(seq) if seq is not None else to_start(pos)
+        seq = pos.value if pos.kind is PositionKind.SEQUENCE else None
+        start = StartPosition.sequence(seq) if seq is not None else pos
         sets = await self.pool.read_sets(name, start, bytes_max, wait_s)
         self.metrics.count_served("sets", name, sum(s.user_count for s in sets))
         if sets:

@@ -21,11 +21,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from foundation.errors import BooklineError
+from foundation.errors import BooklineError, fresh
 from streams.dlsn import DLSN, DLSNRun, DLSNSequence
 from streams.records import LogRecord
 
-__all__ = ["Batch", "RecordBuffer", "Waiter", "chained", "consume"]
+__all__ = ["Batch", "RecordBuffer", "Waiter", "consume"]
 
 # Builds a DLSN (a tuple subclass) without a Python-level call.
 _NEW_DLSN = tuple.__new__
@@ -159,15 +159,6 @@ class RecordBuffer:
         _fail_future(self.done, error)
 
 
-def chained(error: BooklineError) -> BooklineError:
-    """A fresh exception of the same type and message, caused by ``error``: each caller
-    gets its own traceback rather than sharing (and growing) one object's."""
-    err = type(error).__new__(type(error))
-    BooklineError.__init__(err, error.message)
-    err.__cause__ = error
-    return err
-
-
 def consume(fut: asyncio.Future[Any]) -> None:
     """Mark a future's exception retrieved (the caller may have stopped waiting)."""
     if not fut.cancelled():
@@ -176,5 +167,5 @@ def consume(fut: asyncio.Future[Any]) -> None:
 
 def _fail_future(fut: asyncio.Future[Any], error: BooklineError) -> None:
     if not fut.done():
-        fut.set_exception(chained(error))
+        fut.set_exception(fresh(error))
         fut.add_done_callback(consume)

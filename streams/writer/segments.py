@@ -29,7 +29,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from foundation.errors import BooklineError, EndOfStreamError, NotFoundError
+from foundation.errors import BooklineError, EndOfStreamError, NotFoundError, fresh
 from foundation.invariants import invariant
 from ledger.reader import LedgerReader
 from ledger.writer import LedgerWriter
@@ -38,7 +38,6 @@ from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK, SegmentMetadata, Trun
 from metadata.streams import StreamOptions
 from streams.context import CoreContext
 from streams.recordset import decode_header, decode_read_records
-from streams.writer.buffer import chained
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +291,7 @@ class Segments:
         await seg.ledger.close()
         error = self._failed()
         if error is not None:
-            raise chained(error)
+            raise fresh(error)
         last_entry = seg.ledger.last_add_confirmed
         invariant(last_entry == seg.ledger.last_add_pushed, "closed with entries unconfirmed")
         sealed = dataclasses.replace(

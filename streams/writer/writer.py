@@ -33,6 +33,7 @@ from foundation.errors import (
     OwnershipLostError,
     TooLargeError,
     TooManyRequestsError,
+    fresh,
 )
 from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from metadata.ownership import LockState, StreamLock
@@ -41,7 +42,7 @@ from streams.context import CoreContext
 from streams.dlsn import DLSN, DLSNSequence
 from streams.records import RECORD_OVERHEAD_BYTES, LogRecord
 from streams.retention import apply_retention, truncate_before
-from streams.writer.buffer import Batch, chained
+from streams.writer.buffer import Batch
 from streams.writer.segments import Segments
 from streams.writer.sender import Sender
 
@@ -153,7 +154,7 @@ class LogWriter:
     def _check(self) -> None:
         error = self._sender.error
         if error is not None:
-            raise chained(error)
+            raise fresh(error)
         if self._closed:
             raise ClosedError(f"writer of {self.stream} was closed")
         if self._ended or self._ending:
