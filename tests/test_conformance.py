@@ -47,13 +47,15 @@ from bookline.client import ClientConfig
 from metadata.topics import TopicRecord
 from ops.local import CLUSTER_ROOT, LocalCluster
 from streams.writer import LogWriter
-from tests.waiting import scaled
+from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
 
 CLIENT_CONFIG = ClientConfig(proxy_down_ms=1_000, retry_deadline_ms=int(scaled(40.0) * 1000))
 # A read or tail waits this long for the records a test wrote (scaled on a loaded machine).
 READ_TIMEOUT_S = 30.0
+# A thin-client page long-polls this long for its first record (the proxy allows 30 s).
+PAGE_WAIT_MS = 5_000
 
 
 class Streams(Protocol):
@@ -180,11 +182,11 @@ def _thin_client(thin: ProxyClient) -> Client:
     async def read(stream: str, start: StartPosition, n: int) -> list[ReadRecord]:
         out: list[ReadRecord] = []
         position: StartPosition | str = start
-        wait_ms = int(scaled(READ_TIMEOUT_S) * 1000)
-        while len(out) < n:
-            page = await thin.read(stream, position, limit=n - len(out), wait_ms=wait_ms)
-            out += page.records
-            position = page.next
+        async with asyncio.timeout(scaled(READ_TIMEOUT_S)):
+            while len(out) < n:
+                page = await thin.read(stream, position, limit=n - len(out), wait_ms=PAGE_WAIT_MS)
+                out += page.records
+                position = page.next
         return out
 
     async def truncate(stream: str, dlsn: DLSN) -> None:
@@ -236,9 +238,15 @@ async def test_writes_are_acknowledged_in_order_and_described(client: Client) ->
     stream, dlsns = await _new_stream(client, values)
     assert dlsns == sorted(dlsns) and len(set(dlsns)) == 3
     assert stream in await client.streams.list_streams()
-    info = await client.streams.stream_info(stream)
+
+    async def described() -> StreamInfo | None:
+        # Counters are as of the LAC, which follows the last acknowledgement shortly.
+        info = await client.streams.stream_info(stream)
+        return info if info.record_count == 3 else None
+
+    info = await wait_for(described, "the stream's counters to show the three records")
     assert isinstance(info, StreamInfo)
-    assert (info.name, info.record_count, info.next_sequence_id) == (stream, 3, 3)
+    assert (info.name, info.next_sequence_id) == (stream, 3)
     assert info.last_dlsn == dlsns[-1]
     records = await client.read(stream, StartPosition.earliest(), 3)
     assert [r.payload for r in records] == values
@@ -349,7 +357,13 @@ async def test_topics_create_describe_grow_delete(client: Client) -> None:
     sent = [await client.producer.send(topic, b"v%d" % i, key=b"k") for i in range(3)]
     p = sent[0][0]
     assert sent == [(p, 0), (p, 1), (p, 2)]  # one key, one partition, offsets in order
-    info = await client.topics.describe_topic(topic)
+
+    async def described() -> TopicInfo | None:
+        # Offsets are as of the LAC, which follows the last acknowledgement shortly.
+        info = await client.topics.describe_topic(topic)
+        return info if info.record_count == 3 else None
+
+    info = await wait_for(described, "the topic's offsets to show the three records")
     assert isinstance(info, TopicInfo) and all(
         isinstance(x, PartitionInfo) for x in info.partitions
     )
