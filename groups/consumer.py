@@ -111,7 +111,7 @@ class GroupConsumer:
         self._topics = tuple(sorted(set(topics)))
         self._client = client
         self._fetchers: Fetchers = (
-            CoreFetchers(namespace) if namespace is not None else ProxyFetchers(client._transport)
+            CoreFetchers(namespace) if namespace is not None else ProxyFetchers(client.transport)
         )
         self._coordinator = CoordinatorClient.of(client)
         self._membership: Membership | None = None

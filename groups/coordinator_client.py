@@ -66,7 +66,7 @@ class CoordinatorClient:
     @classmethod
     def of(cls, client: ProxyClient) -> CoordinatorClient:
         """Share a started :class:`ProxyClient`'s connections, proxies and owners."""
-        return cls(client._transport)
+        return cls(client.transport)
 
     # -- membership ----------------------------------------------------------------------
 

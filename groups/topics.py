@@ -8,7 +8,7 @@ the stream's next sequence id and its *start offset* the first one still readabl
 ::
 
     admin = TopicAdmin(ns)
-    await admin.create_topic("orders", 6, retention_ms=7 * 86_400_000)
+    await admin.create_topic("orders", 6, TopicOptions(retention_ms=7 * 86_400_000))
     await admin.alter_partitions("orders", 12)        # grow only
     info = await admin.describe_topic("orders")       # TopicInfo: partitions, offsets
     ends = await admin.end_offsets("orders")          # [next offset of p0, p1, ...]
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Final
 
 from foundation.errors import NotFoundError
@@ -29,39 +28,14 @@ from foundation.names import parse_internal, partition_stream, validate_name
 from metadata.streams import StreamOptions
 from metadata.topics import TopicRecord, check_partitions
 from streams.namespace import Namespace
+from streams.vocabulary import PartitionInfo, TopicInfo, TopicOptions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PartitionInfo", "TopicAdmin", "TopicInfo"]
+__all__ = ["PartitionInfo", "TopicAdmin", "TopicInfo", "TopicOptions"]
 
 # Partitions described (bookie reads of their LAC) at once.
 DESCRIBE_CONCURRENCY: Final = 16
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    partition: int
-    stream: str  # "t~p"
-    start_offset: int  # the oldest offset still readable (after retention/truncation)
-    end_offset: int  # the offset the next record gets (= records ever written)
-    size_bytes: int  # payload bytes still stored
-    segments: int
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    partitions: list[PartitionInfo]
-    options: StreamOptions
-    ctime_ms: int
-
-    @property
-    def record_count(self) -> int:
-        return sum(p.end_offset - p.start_offset for p in self.partitions)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(p.size_bytes for p in self.partitions)
 
 
 class TopicAdmin:
@@ -72,17 +46,7 @@ class TopicAdmin:
         self._topics = ns.context.md.topics
 
     async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        segment_rollover_bytes: int | None = None,
-        segment_rollover_ms: int | None = None,
-        ensemble_size: int | None = None,
-        write_quorum: int | None = None,
-        ack_quorum: int | None = None,
+        self, name: str, partitions: int, options: TopicOptions | None = None
     ) -> TopicRecord:
         """Create a topic of ``partitions`` partition streams. Quorums not given are
         the namespace config's (stored with the topic, so they hold for its life).
@@ -90,48 +54,17 @@ class TopicAdmin:
         a stream of that name)."""
         validate_name(name, "topic")
         check_partitions(partitions)
-        options = self.options(
-            retention_ms=retention_ms,
-            retention_bytes=retention_bytes,
-            segment_rollover_bytes=segment_rollover_bytes,
-            segment_rollover_ms=segment_rollover_ms,
-            ensemble_size=ensemble_size,
-            write_quorum=write_quorum,
-            ack_quorum=ack_quorum,
-        )
+        stream_options = self.stream_options(options or TopicOptions())
         ns = self._ns
         return await self._topics.create_topic(
-            ns.name, name, partitions, options, ns.context.clock_ms()
+            ns.name, name, partitions, stream_options, ns.context.clock_ms()
         )
 
-    def options(
-        self,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        segment_rollover_bytes: int | None = None,
-        segment_rollover_ms: int | None = None,
-        ensemble_size: int | None = None,
-        write_quorum: int | None = None,
-        ack_quorum: int | None = None,
-    ) -> StreamOptions:
+    def stream_options(self, options: TopicOptions) -> StreamOptions:
         """The partition streams' options; quorums not given come from the namespace
         config when any is given (StreamOptions checks E >= Qw >= Qa)."""
-        quorums = (ensemble_size, write_quorum, ack_quorum)
-        if any(q is not None for q in quorums):
-            cfg = self._ns.config
-            ensemble_size = cfg.ensemble_size if ensemble_size is None else ensemble_size
-            write_quorum = cfg.write_quorum if write_quorum is None else write_quorum
-            ack_quorum = cfg.ack_quorum if ack_quorum is None else ack_quorum
-        return StreamOptions(
-            retention_ms=retention_ms,
-            retention_bytes=retention_bytes,
-            segment_rollover_bytes=segment_rollover_bytes,
-            segment_rollover_ms=segment_rollover_ms,
-            ensemble_size=ensemble_size,
-            write_quorum=write_quorum,
-            ack_quorum=ack_quorum,
-        )
+        cfg = self._ns.config
+        return options.stream_options((cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum))
 
     async def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
         """Grow the topic to ``partitions`` (BAD_REQUEST to shrink or for 0)."""

@@ -24,6 +24,7 @@ stream's sequence ids; ``end_offset`` is the offset of the next record).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,6 +32,9 @@ from typing import Any, Final
 from foundation.errors import BadRequestError
 from foundation.names import PARTITIONS_MAX, validate_name
 from httpapi.wire import get_int
+from metadata.streams import StreamOptions
+from metadata.topics import TopicRecord
+from streams.vocabulary import PartitionInfo, TopicOptions
 
 __all__ = [
     "OPTION_FIELDS",
@@ -38,7 +42,10 @@ __all__ = [
     "parse_alter",
     "parse_create",
     "parse_partition",
+    "parse_partition_view",
+    "parse_topic_record",
     "parse_topic_view",
+    "record_view",
     "topic_view",
 ]
 
@@ -59,7 +66,7 @@ _OPTION_MAX: Final = (1 << 63) - 1
 class TopicCreate:
     name: str
     partitions: int
-    options: dict[str, int]  # only the options given
+    options: TopicOptions
 
 
 def _only(body: Mapping[str, Any], allowed: set[str], what: str) -> None:
@@ -87,7 +94,7 @@ def parse_create(body: Mapping[str, Any]) -> TopicCreate:
         value = get_int(body, f, 1, _OPTION_MAX)
         if value is not None:
             options[f] = value
-    return TopicCreate(name, partitions, options)
+    return TopicCreate(name, partitions, TopicOptions(**options))
 
 
 def parse_alter(body: Mapping[str, Any]) -> int:
@@ -124,3 +131,41 @@ def parse_topic_view(obj: Mapping[str, Any]) -> tuple[str, int]:
     if not isinstance(name, str) or type(count) is not int or count < 1:
         raise BadRequestError("a topic answer carries 'name' and 'partitions'")
     return name, count
+
+
+def record_view(record: TopicRecord) -> dict[str, Any]:
+    """A topic's record as a topic answer carries it."""
+    options = dataclasses.asdict(record.options)
+    return topic_view(record.topic, record.partitions, options, record.ctime_ms)
+
+
+def parse_topic_record(obj: Mapping[str, Any]) -> TopicRecord:
+    """A topic answer as the record it shows (the client's side). The answer does not
+    name the proxies' namespace: ``namespace`` is ""."""
+    name, count = parse_topic_view(obj)
+    options = obj.get("options") or {}
+    ctime_ms = obj.get("ctime_ms")
+    if not isinstance(options, Mapping) or type(ctime_ms) is not int:
+        raise BadRequestError("a topic answer carries 'options' and 'ctime_ms'")
+    known = {f.name for f in dataclasses.fields(StreamOptions)}
+    stream_options = StreamOptions(**{k: v for k, v in options.items() if k in known})
+    return TopicRecord("", name, count, stream_options, ctime_ms)
+
+
+def parse_partition_view(obj: Any) -> PartitionInfo:
+    """One partition of a ``/v1/topics/{t}/partitions`` answer (the client's side)."""
+    if not isinstance(obj, Mapping):
+        raise BadRequestError("a partition description must be an object")
+    try:
+        owner = obj.get("owner")
+        return PartitionInfo(
+            partition=int(obj["partition"]),
+            stream=str(obj["stream"]),
+            start_offset=int(obj["start_offset"]),
+            end_offset=int(obj["end_offset"]),
+            size_bytes=int(obj["size_bytes"]),
+            segments=int(obj["segments"]),
+            owner=None if owner is None else str(owner),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequestError(f"malformed partition description: {exc}") from exc

@@ -14,6 +14,7 @@ from httpapi.positions import parse_dlsn
 from httpapi.wire import get_bytes
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
+from streams.vocabulary import SegmentInfo, StreamInfo
 
 
 def _plain(value: Any) -> Any:
@@ -34,6 +35,36 @@ def info_view(info: Any) -> dict[str, Any]:
     if not isinstance(out, dict):
         raise TypeError(f"not a dataclass: {info!r}")
     return out
+
+
+def _dlsn_or_none(raw: Any) -> DLSN | None:
+    return None if raw is None else DLSN(*parse_dlsn(str(raw)))
+
+
+def info_from_view(obj: Any) -> StreamInfo:
+    """A stream's :func:`info_view` read back (the client's side); fields the view
+    adds (a write proxy's ``owner``) are not part of a StreamInfo."""
+    if not isinstance(obj, dict):
+        raise BadRequestError("a stream description must be an object")
+    try:
+        segments = [
+            SegmentInfo(**{**s, "min_active_dlsn": _dlsn_or_none(s.get("min_active_dlsn"))})
+            for s in obj["segments"]
+        ]
+        return StreamInfo(
+            name=str(obj["name"]),
+            segments=segments,
+            record_count=int(obj["record_count"]),
+            size_bytes=int(obj["size_bytes"]),
+            first_dlsn=_dlsn_or_none(obj.get("first_dlsn")),
+            last_dlsn=_dlsn_or_none(obj.get("last_dlsn")),
+            first_txid=obj.get("first_txid"),
+            last_txid=obj.get("last_txid"),
+            first_sequence_id=int(obj["first_sequence_id"]),
+            next_sequence_id=int(obj["next_sequence_id"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadRequestError(f"malformed stream description: {exc}") from exc
 
 
 def record_view(rec: ReadRecord) -> dict[str, Any]:

@@ -108,7 +108,7 @@ async def _main(args: argparse.Namespace) -> int:
             names = [n for n in await client.list_streams() if args.all or not is_internal(n)]
             emit({"streams": names}, args.json, lambda o: print("\n".join(o["streams"])))
         elif op == "describe":
-            described = await client.describe(args.name)
+            described = await _described(client, args.name)
             await _add_ensembles(args, described)
             emit(described, args.json, _show_describe)
         elif op == "delete":
@@ -120,6 +120,14 @@ async def _main(args: argparse.Namespace) -> int:
         else:
             return await _read(client, args)
     return 0
+
+
+async def _described(client: ProxyClient, name: str) -> dict[str, Any]:
+    """The stream as the write proxy describes it: its StreamInfo and owner."""
+    from httpapi.views import info_view
+
+    info, owner = await asyncio.gather(client.stream_info(name), client.owner(name))
+    return {**info_view(info), "owner": owner}
 
 
 async def _add_ensembles(args: argparse.Namespace, described: dict[str, Any]) -> None:
@@ -182,7 +190,7 @@ async def _create_if_missing(client: ProxyClient, name: str) -> None:
     topic (auto.create.topics.enable), and says so on stderr: a mistyped name must not
     pass unnoticed."""
     try:
-        await client.describe(name)
+        await client.stream_info(name)
     except NotFoundError:
         try:
             await client.create_stream(name)
@@ -269,7 +277,7 @@ async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
 
     total = args.limit
     if args.out is not None and args.start == "earliest" and not args.follow:
-        count = int((await client.describe(args.name)).get("record_count") or 0)
+        count = (await client.stream_info(args.name)).record_count
         total = count if total is None else min(total, count)
     out: TextIO = sys.stdout
     if args.out is not None:

@@ -70,7 +70,8 @@ async def _main(args: argparse.Namespace) -> int:
                 raise NotFoundError(f"no subscriber {args.name} of stream {args.stream}")
             names = [args.name]
         positions = await asyncio.gather(*(client.committed(args.stream, n) for n in names))
-        last = (await client.describe(args.stream)).get("last_dlsn")
+        last_dlsn = (await client.stream_info(args.stream)).last_dlsn
+        last = None if last_dlsn is None else str(last_dlsn)
     rows = [
         {"subscriber": n, "committed": str(p) if p else None}
         for n, p in zip(names, positions, strict=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -109,16 +110,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from httpapi.topics import record_view
+    from streams.vocabulary import TopicOptions
     from thinclient.client import ProxyClient  # aiohttp: only when a command runs
 
     async with ProxyClient.from_cluster_file(args.cluster) as client:
         op = args.topic_op
         if op == "create":
-            options = {o: getattr(args, o) for o, _w in _OPTIONS}
-            out = await client.create_topic(args.name, args.partitions, **options)
+            options = TopicOptions(**{o: getattr(args, o) for o, _w in _OPTIONS})
+            out = record_view(await client.create_topic(args.name, args.partitions, options))
             _show_topic(out, args.json, f"created topic {args.name}")
         elif op == "alter":
-            out = await client.alter_topic(args.name, args.partitions)
+            out = record_view(await client.alter_partitions(args.name, args.partitions))
             _show_topic(out, args.json, f"topic {args.name} has {out['partitions']} partitions")
         elif op == "delete":
             await client.delete_topic(args.name)
@@ -145,8 +148,11 @@ def _show_topic(topic: dict[str, Any], as_json: bool, text: str) -> None:
 
 
 async def _list(client: ProxyClient, as_json: bool) -> None:
+    from httpapi.topics import record_view
+
     names = await client.list_topics()
-    topics = await asyncio.gather(*(client.describe_topic(n) for n in names))
+    records = await asyncio.gather(*(client.get_topic(n) for n in names))
+    topics = [record_view(r) for r in records]
     if as_json:
         listed = [{"name": t["name"], "partitions": t["partitions"],
                    "options": t.get("options", {})} for t in topics]  # fmt: skip
@@ -161,25 +167,30 @@ def _options_text(options: dict[str, Any]) -> str:
 
 
 async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
-    topic, parts = await asyncio.gather(client.describe_topic(name), client.topic_partitions(name))
+    from httpapi.topics import topic_view
+
+    info = await client.describe_topic(name)
+    options = dataclasses.asdict(info.options)
+    topic = topic_view(info.name, len(info.partitions), options, info.ctime_ms)
+    parts = info.partitions
     if as_json:
-        print(json.dumps({**topic, "partitions": topic["partitions"], "partition_info": parts},
-                         sort_keys=True))  # fmt: skip
+        infos = [dataclasses.asdict(p) for p in parts]
+        print(json.dumps({**topic, "partition_info": infos}, sort_keys=True))
         return
     print(f"topic {name}: {topic['partitions']} partitions, {_options_text(topic['options'])}")
     rows = [
         (
-            p["partition"],
-            p["start_offset"],
-            p["end_offset"],
-            p["end_offset"] - p["start_offset"],
-            p["size_bytes"],
-            p["segments"],
-            p.get("owner") or "-",
+            p.partition,
+            p.start_offset,
+            p.end_offset,
+            p.record_count,
+            p.size_bytes,
+            p.segments,
+            p.owner or "-",
         )
         for p in parts
     ]
-    total = sum(p["end_offset"] - p["start_offset"] for p in parts)
+    total = sum(p.record_count for p in parts)
     table(
         f"{total} records",
         ("partition", "start", "end", "records", "bytes", "segments", "owner"),

@@ -56,7 +56,7 @@ def write_and_read(cluster_file: Path) -> None:
         async with ProxyClient.from_cluster_file(cluster_file) as client:
             stream = "demo"
             before = (
-                (await client.describe(stream))["next_sequence_id"]
+                (await client.stream_info(stream)).next_sequence_id
                 if stream in (await client.list_streams())
                 else 0
             )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from bookie.client import BookieClientPool, TokenSource
@@ -43,6 +42,7 @@ from streams.records import ReadRecord
 from streams.recordset import decode_header, decode_read_records
 from streams.retention import apply_retention
 from streams.seek import first_readable, resolve_start
+from streams.vocabulary import SegmentInfo, StreamInfo
 from streams.writer import LogWriter
 
 log = logging.getLogger(__name__)
@@ -57,64 +57,6 @@ FENCE_ROUNDS_MAX = 5
 # read_timeout_ms, 5 s by default) on a loaded machine. A lookup is rare, and a wrong
 # "none" makes a consumer skip every record after the time.
 TIME_LOOKUP_TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    seqno: int
-    ledger_id: int
-    state: str  # "in_progress" | "sealed"
-    first_txid: int
-    last_txid: int
-    last_entry_id: int  # in progress: the LAC (what readers may read now)
-    record_count: int
-    start_sequence_id: int
-    size_bytes: int
-    ctime_ms: int
-    truncated: bool  # wholly truncated (its records are gone)
-    min_active_dlsn: DLSN | None = None  # partially truncated: first record kept
-    last_slot_id: int = -1  # slot of the last record of the last entry
-
-    @classmethod
-    def from_metadata(cls, seg: SegmentMetadata) -> SegmentInfo:
-        return cls(
-            seqno=seg.seqno,
-            ledger_id=seg.ledger_id,
-            state="sealed" if seg.is_sealed else "in_progress",
-            first_txid=seg.first_txid,
-            last_txid=seg.last_txid,
-            last_entry_id=seg.last_entry_id,
-            record_count=seg.record_count,
-            start_sequence_id=seg.start_sequence_id,
-            size_bytes=seg.size_bytes,
-            ctime_ms=seg.ctime_ms,
-            truncated=seg.truncation is TruncationState.TRUNCATED,
-            min_active_dlsn=DLSN(*seg.min_active_dlsn)
-            if seg.truncation is TruncationState.PARTIALLY_TRUNCATED
-            else None,
-            last_slot_id=seg.last_slot_id,
-        )
-
-    @property
-    def last_dlsn(self) -> DLSN | None:
-        """DLSN of the last slot (control records included) or None when empty."""
-        if self.last_entry_id < 0:
-            return None
-        return DLSN(self.seqno, self.last_entry_id, max(self.last_slot_id, 0))
-
-
-@dataclass(frozen=True, slots=True)
-class StreamInfo:
-    name: str
-    segments: list[SegmentInfo]
-    record_count: int  # readable records (after truncation)
-    size_bytes: int
-    first_dlsn: DLSN | None
-    last_dlsn: DLSN | None
-    first_txid: int | None
-    last_txid: int | None
-    first_sequence_id: int  # of the oldest readable record
-    next_sequence_id: int  # the sequence id the next record will get
 
 
 class Namespace:

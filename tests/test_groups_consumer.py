@@ -133,7 +133,7 @@ async def _topic(ns: Namespace, partitions: int, counts: list[int]) -> str:
 @pytest.mark.integration
 async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: ProxyClient) -> None:
     topic = await _topic(ns, 2, [250, 0])
-    transport = client._transport
+    transport = client.transport
     page = await reads.read_partition(transport, topic, 0, 0, limit=100, wait_ms=0)
     assert [r[0] for r in page.rows] == list(range(100))
     assert page.rows[5][3] == b"0-5" and page.rows[5][2] == b"k2"
@@ -179,7 +179,7 @@ async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: Prox
 async def test_fetchers_core_and_proxy_agree(ns: Namespace, client: ProxyClient) -> None:
     topic = await _topic(ns, 1, [3000])
     woke = asyncio.Event()
-    for fetchers in (CoreFetchers(ns), ProxyFetchers(client._transport)):
+    for fetchers in (CoreFetchers(ns), ProxyFetchers(client.transport)):
         source = fetchers.source((topic, 0))
         fetch = PartitionFetch(
             (topic, 0), source, 1000, fetch_records_max=700, buffered_records_max=1500,

@@ -10,7 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
+from bookline import (
+    LogRecord,
+    Namespace,
+    NamespaceConfig,
+    StartPosition,
+    StreamOptions,
+    TopicOptions,
+)
 from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -44,7 +51,8 @@ async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
 
 async def test_topic_create_describe_grow_delete(ns: Namespace) -> None:
     admin = TopicAdmin(ns)
-    record = await admin.create_topic("orders", 3, retention_ms=60_000, write_quorum=2)
+    options = TopicOptions(retention_ms=60_000, write_quorum=2)
+    record = await admin.create_topic("orders", 3, options)
     assert record.partitions == 3
     assert record.options.retention_ms == 60_000
     assert record.options.quorums == (3, 2, 2)  # the rest from the namespace config
@@ -89,7 +97,7 @@ async def test_topic_bad_input_changes_nothing(ns: Namespace) -> None:
         with pytest.raises(InvalidNameError):
             await admin.create_topic(name, 1)
     with pytest.raises(BadRequestError):
-        await admin.create_topic("t", 1, ensemble_size=2, write_quorum=3)
+        await admin.create_topic("t", 1, TopicOptions(ensemble_size=2, write_quorum=3))
     assert await admin.list_topics() == []
     assert await ns.list_streams() == []
 

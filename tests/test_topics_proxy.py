@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bookline import Namespace, NamespaceConfig, StartPosition
+from bookline import Namespace, NamespaceConfig, StartPosition, StreamOptions, TopicOptions
 from foundation.errors import (
     AlreadyExistsError,
     BadRequestError,
@@ -207,7 +207,7 @@ async def test_same_key_same_partition_across_clients_as_kafka_computes(
     with pytest.raises(UnknownPartitionError):
         await client.send_many(t, [b"x"], partition=6)
     async with _client(proxy_cluster) as admin:
-        await admin.alter_topic(t, 8)
+        await admin.alter_partitions(t, 8)
     assert await client.send(t, b"grown", partition=7) == (7, 0)  # refreshed on the miss
     with pytest.raises(NotFoundError):
         await client.send(f"missing-{t}", b"x")
@@ -215,14 +215,15 @@ async def test_same_key_same_partition_across_clients_as_kafka_computes(
 
 async def test_topic_admin_through_the_clients(client: ProxyClient) -> None:
     t = f"adm-{_uid()}"
-    created = await client.create_topic(t, 2, retention_bytes=1 << 30, write_quorum=2)
-    assert created["options"] == {
-        "retention_bytes": 1 << 30, "ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2
-    }  # fmt: skip
+    options = TopicOptions(retention_bytes=1 << 30, write_quorum=2)
+    created = await client.create_topic(t, 2, options)
+    assert created.options == StreamOptions(
+        retention_bytes=1 << 30, ensemble_size=3, write_quorum=2, ack_quorum=2
+    )
     assert t in await client.list_topics()
-    assert (await client.describe_topic(t))["partitions"] == 2
+    assert (await client.get_topic(t)).partitions == 2
     with pytest.raises(BadRequestError):
-        await client.alter_topic(t, 1)
+        await client.alter_partitions(t, 1)
     with pytest.raises(BadRequestError):
         await client.create_topic(f"z{t}", 0)
     with pytest.raises(InvalidNameError):
@@ -233,11 +234,11 @@ async def test_topic_admin_through_the_clients(client: ProxyClient) -> None:
     s = f"kh-{_uid()}"
     await client.write(s, b"v", key=b"k", headers={"h": "1"})
     await client.write(s, LogRecord(b"w", key=b"k2"))
-    assert (await client.alter_topic(t, 3))["partitions"] == 3
+    assert (await client.alter_partitions(t, 3)).partitions == 3
     sent = await client.send(t, "hello", key="k", headers={"trace": "abc"})
-    parts = await client.topic_partitions(t)
-    assert parts[sent[0]]["end_offset"] == sent[1] + 1
-    assert parts[sent[0]]["owner"] is not None
+    parts = (await client.describe_topic(t)).partitions
+    assert parts[sent[0]].end_offset == sent[1] + 1
+    assert parts[sent[0]].owner is not None
     await client.delete_topic(t)
     assert t not in await client.list_topics()
 
@@ -256,7 +257,7 @@ def test_sync_client_sends(proxy_cluster: LocalCluster) -> None:
 
 async def test_offsets_continue_across_segment_rolls(client: ProxyClient, core: Namespace) -> None:
     t = f"roll-{_uid()}"
-    await client.create_topic(t, 1, segment_rollover_bytes=4096)
+    await client.create_topic(t, 1, TopicOptions(segment_rollover_bytes=4096))
     sent: list[tuple[int, int]] = []
     for b in range(20):
         sent += await client.send_many(t, [b"%04d" % (b * 10 + i) + b"x" * 96 for i in range(10)])

@@ -17,6 +17,7 @@ from httpapi import topics as topic_wire
 from httpapi import writes
 from httpapi.wire import MSGPACK
 from serving.write.batch import WriteBatch
+from streams.vocabulary import TopicOptions
 from thinclient.config import ClientConfig
 from thinclient.topics import TopicRouter, records_path
 
@@ -95,7 +96,7 @@ def test_offsets_in_write_answers() -> None:
 
 def test_topic_bodies_are_strict() -> None:
     req = topic_wire.parse_create({"name": "t", "partitions": 3, "retention_ms": 10})
-    assert (req.name, req.partitions, req.options) == ("t", 3, {"retention_ms": 10})
+    assert (req.name, req.partitions, req.options) == ("t", 3, TopicOptions(retention_ms=10))
     for bad in (
         {"name": "t"},
         {"name": "t", "partitions": 0},
@@ -137,3 +138,29 @@ def test_router_groups_keyed_by_kafka_and_unkeyed_sticky() -> None:
     sticky = [p for p, idx in groups.items() if 200 in idx]
     assert len(sticky) == 1 and all(i in groups[sticky[0]] for i in range(200, 210))
     assert router.choose("t", 6, b"key-7") == partition_for_key(b"key-7", 6)
+
+
+def test_both_clients_read_the_same_result_types_from_the_wire() -> None:
+    """The thin client reads a topic answer, a partition and a stream description back
+    into the dataclasses the core library answers (streams.vocabulary), losslessly."""
+    from dataclasses import asdict
+
+    from httpapi.views import info_from_view, info_view
+    from metadata.streams import StreamOptions
+    from metadata.topics import TopicRecord
+    from streams.dlsn import DLSN
+    from streams.vocabulary import PartitionInfo, SegmentInfo, StreamInfo
+
+    record = TopicRecord("", "t", 3, StreamOptions(retention_ms=5), 17)
+    assert topic_wire.parse_topic_record(topic_wire.record_view(record)) == record
+    part = PartitionInfo(1, "t~1", 2, 9, 100, 3, owner="wp-1")
+    assert topic_wire.parse_partition_view(asdict(part)) == part
+    seg = SegmentInfo(1, 7, "sealed", 0, 4, 2, 5, 0, 50, 9, False, DLSN(1, 1, 0), 1)
+    info = StreamInfo("s", [seg], 5, 50, DLSN(1, 0, 0), DLSN(1, 2, 1), 0, 4, 0, 5)
+    assert info_from_view({**info_view(info), "owner": None}) == info
+    assert TopicOptions(retention_ms=1, ack_quorum=2).given() == {
+        "retention_ms": 1,
+        "ack_quorum": 2,
+    }
+    with pytest.raises(BadRequestError):
+        topic_wire.parse_partition_view({"partition": 0})

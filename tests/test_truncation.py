@@ -138,7 +138,7 @@ async def test_proxy_truncate_past_the_end_is_a_clear_error(proxy_cluster: objec
             got.extend(r.payload for r in page.records)
             pos = page.next
         assert got == want
-        described = await client.describe(stream)
-        assert described["name"] == stream
+        described = await client.stream_info(stream)
+        assert described.name == stream
     finally:
         await client.close()

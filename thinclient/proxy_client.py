@@ -23,19 +23,26 @@ from foundation.cluster_file import read_cluster_file
 from foundation.errors import ConfigError, NotFoundError, TooManyRequestsError
 from foundation.names import partition_stream
 from foundation.tls import cluster_ssl
+from httpapi import topics as topic_wire
 from httpapi import wire
-from streams.dlsn import DLSN
+from httpapi.views import info_from_view
+from metadata.topics import TopicRecord
+from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
+from streams.vocabulary import StreamInfo, TopicInfo, TopicOptions
 from thinclient import reads
 from thinclient.config import ClientConfig
 from thinclient.producer import Producer, check_sizes
-from thinclient.reads import ReadPage, stream_path
+from thinclient.reads import ReadPage, position_text, stream_path
 from thinclient.records import RecordLike, Records, as_records, key_of, keyed, one, size_of
 from thinclient.routing import ProxyDirectory
 from thinclient.topics import TopicRouter, topic_path
 from thinclient.transport import Transport
 
-__all__ = ["ProxyClient"]
+__all__ = ["ProxyClient", "Start"]
+
+# Where a read starts: the core library's positions, or the HTTP API's text.
+Start = StartPosition | DLSN | str
 
 
 class ProxyClient:
@@ -127,6 +134,13 @@ class ProxyClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    @property
+    def transport(self) -> Transport:
+        """The client's HTTP: one logical request, routed, retried and redirected
+        (``call``), its session and proxy directory. Public for the layers built on the
+        thin client (consumer groups' fetchers and coordinator client)."""
+        return self._transport
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -277,49 +291,36 @@ class ProxyClient:
     # -- topics: management ---------------------------------------------------------------
 
     async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        segment_rollover_bytes: int | None = None,
-        segment_rollover_ms: int | None = None,
-        ensemble_size: int | None = None,
-        write_quorum: int | None = None,
-        ack_quorum: int | None = None,
-    ) -> dict[str, Any]:
-        """Create a topic; its record ``{name, partitions, options, ctime_ms}``."""
-        options = {
-            "retention_ms": retention_ms,
-            "retention_bytes": retention_bytes,
-            "segment_rollover_bytes": segment_rollover_bytes,
-            "segment_rollover_ms": segment_rollover_ms,
-            "ensemble_size": ensemble_size,
-            "write_quorum": write_quorum,
-            "ack_quorum": ack_quorum,
-        }
-        result: dict[str, Any] = await self._topics.create(name, partitions, options)
-        return result
+        self, name: str, partitions: int, options: TopicOptions | None = None
+    ) -> TopicRecord:
+        """Create a topic (``TopicAdmin.create_topic`` over HTTP); its record.
+        Quorums not given are the write proxy's defaults."""
+        obj = await self._topics.create(name, partitions, options or TopicOptions())
+        return topic_wire.parse_topic_record(obj)
 
     async def list_topics(self) -> list[str]:
-        obj = await self._transport.call("GET", f"{wire.API_PREFIX}/topics", None)
+        obj = await self.transport.call("GET", f"{wire.API_PREFIX}/topics", None)
         return list(obj.get("topics", []))
 
-    async def describe_topic(self, name: str) -> dict[str, Any]:
-        """``{name, partitions, options, ctime_ms}``."""
-        return await self._transport.call("GET", topic_path(name), None)
+    async def get_topic(self, name: str) -> TopicRecord:
+        """The topic's record: partition count, options, ctime (one ZooKeeper read at
+        the proxy). Its ``namespace`` is "" (the proxies' is not named over HTTP)."""
+        obj = await self.transport.call("GET", topic_path(name), None)
+        return topic_wire.parse_topic_record(obj)
 
-    async def topic_partitions(self, name: str) -> list[dict[str, Any]]:
-        """Each partition's ``start_offset``, ``end_offset``, ``size_bytes``,
-        ``segments``, ``stream`` and ``owner``."""
-        obj = await self._transport.call("GET", topic_path(name, "/partitions"), None)
-        return list(obj.get("partitions", []))
+    async def describe_topic(self, name: str) -> TopicInfo:
+        """The topic with every partition's start and end offsets, size, segments and
+        owning write proxy."""
+        record, obj = await asyncio.gather(
+            self.get_topic(name),
+            self.transport.call("GET", topic_path(name, "/partitions"), None),
+        )
+        parts = [topic_wire.parse_partition_view(p) for p in obj.get("partitions", [])]
+        return TopicInfo(record.topic, parts, record.options, record.ctime_ms)
 
-    async def alter_topic(self, name: str, partitions: int) -> dict[str, Any]:
-        """Grow the topic to ``partitions`` (BAD_REQUEST to shrink)."""
-        result: dict[str, Any] = await self._topics.alter(name, partitions)
-        return result
+    async def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
+        """Grow the topic to ``partitions`` (BAD_REQUEST to shrink); its record."""
+        return topic_wire.parse_topic_record(await self._topics.alter(name, partitions))
 
     async def delete_topic(self, name: str) -> None:
         await self._topics.delete(name)
@@ -334,8 +335,9 @@ class ProxyClient:
         obj = await self._transport.call("GET", f"{wire.API_PREFIX}/streams", None)
         return list(obj.get("streams", []))
 
-    async def describe(self, name: str) -> dict[str, Any]:
-        return await self._transport.call("GET", stream_path(name), None)
+    async def stream_info(self, name: str) -> StreamInfo:
+        """The stream's segments and counters (``Namespace.stream_info`` over HTTP)."""
+        return info_from_view(await self.transport.call("GET", stream_path(name), None))
 
     async def delete_stream(self, name: str) -> None:
         await self._transport.call("DELETE", stream_path(name), None, stream=name)
@@ -362,25 +364,26 @@ class ProxyClient:
     # -- reads ------------------------------------------------------------------------
 
     async def read(
-        self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
+        self, stream: str, start: Start = "earliest", limit: int = 100, wait_ms: int = 0
     ) -> ReadPage:
-        """A page of records from ``start`` (earliest, latest, ``s:e:s``, ``seq:N``,
+        """A page of records from ``start`` (a StartPosition or DLSN, as the core
+        library's readers take, or text: earliest, latest, ``s:e:s``, ``seq:N``,
         ``txid:N``, ``time:MS``); ``wait_ms`` long-polls for the first record."""
-        return await reads.read_page(self._transport, stream, start, limit, wait_ms)
+        return await reads.read_page(self._transport, stream, position_text(start), limit, wait_ms)
 
     def catch_up(
-        self, stream: str, start: str = "earliest", wait_ms: int = 0
+        self, stream: str, start: Start = "earliest", wait_ms: int = 0
     ) -> AsyncGenerator[list[ReadRecord], None]:
         """Batches of records from ``start``, read as record sets the read proxy hands
         through as stored (the fast way to read a stream's history: no per-record work
         in the proxy, the core's decoder here). Ends with the stream; ``wait_ms`` > 0
         long-polls at the written end (empty batches meanwhile)."""
-        return reads.catch_up(self._transport, stream, start, wait_ms)
+        return reads.catch_up(self._transport, stream, position_text(start), wait_ms)
 
-    def tail(self, stream: str, start: str = "latest") -> AsyncGenerator[ReadRecord, None]:
+    def tail(self, stream: str, start: Start = "latest") -> AsyncGenerator[ReadRecord, None]:
         """Every record from ``start`` on, following the stream (WebSocket), across
         read proxy failures (it resumes where it stopped)."""
-        return reads.tail(self._transport, stream, start)
+        return reads.tail(self._transport, stream, position_text(start))
 
     # -- topic partitions by offset and core subscriptions (read proxy) ----------------
 

@@ -18,7 +18,7 @@ from httpapi import recordsets, wire
 from httpapi.partitions import PartitionRow, decode_page
 from httpapi.positions import format_dlsn, parse_dlsn, parse_position
 from httpapi.views import record_from_view
-from streams.dlsn import DLSN
+from streams.dlsn import DLSN, PositionKind, StartPosition
 from streams.records import ReadRecord
 from streams.recordset import decode_verified, verify_record_set
 from thinclient.transport import Transport
@@ -32,6 +32,7 @@ __all__ = [
     "decode_sets",
     "list_subscribers",
     "partition_offset",
+    "position_text",
     "read_page",
     "read_partition",
     "read_subscription",
@@ -44,6 +45,28 @@ __all__ = [
 class ReadPage:
     records: list[ReadRecord]
     next: str  # position to continue from ("seq:N")
+
+
+# A start position as the read proxies' ``from=`` names it (httpapi.positions).
+_KIND_TEXT: Final = {
+    PositionKind.SEQUENCE: "seq",
+    PositionKind.TXID: "txid",
+    PositionKind.TIMESTAMP: "time",
+}
+
+
+def position_text(start: StartPosition | DLSN | str) -> str:
+    """``start`` as the HTTP API's text: the core library's positions (StartPosition,
+    DLSN) are the thin client's too; text passes through (checked by the caller)."""
+    if isinstance(start, str):
+        return start
+    if isinstance(start, DLSN):
+        return f"dlsn:{start}"
+    if start.kind is PositionKind.EARLIEST or start.kind is PositionKind.LATEST:
+        return str(start.kind.value)
+    if start.kind is PositionKind.DLSN:
+        return f"dlsn:{start.dlsn_value}"
+    return f"{_KIND_TEXT[start.kind]}:{start.value}"
 
 
 def stream_path(stream: str, suffix: str = "") -> str:

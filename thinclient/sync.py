@@ -15,9 +15,11 @@ from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
 from foundation.tls import cluster_ssl
+from metadata.topics import TopicRecord
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
-from thinclient.proxy_client import ProxyClient
+from streams.vocabulary import StreamInfo, TopicInfo, TopicOptions
+from thinclient.proxy_client import ProxyClient, Start
 from thinclient.reads import PartitionPage, ReadPage
 from thinclient.records import RecordLike
 
@@ -102,26 +104,28 @@ class SyncProxyClient:
     def partitions_for(self, topic: str) -> int:
         return self._loop.call(self._client.partitions_for(topic))
 
-    def create_topic(self, name: str, partitions: int, **options: int | None) -> dict[str, Any]:
-        return self._loop.call(self._client.create_topic(name, partitions, **options))
+    def create_topic(
+        self, name: str, partitions: int, options: TopicOptions | None = None
+    ) -> TopicRecord:
+        return self._loop.call(self._client.create_topic(name, partitions, options))
 
     def list_topics(self) -> list[str]:
         return self._loop.call(self._client.list_topics())
 
-    def describe_topic(self, name: str) -> dict[str, Any]:
+    def get_topic(self, name: str) -> TopicRecord:
+        return self._loop.call(self._client.get_topic(name))
+
+    def describe_topic(self, name: str) -> TopicInfo:
         return self._loop.call(self._client.describe_topic(name))
 
-    def topic_partitions(self, name: str) -> list[dict[str, Any]]:
-        return self._loop.call(self._client.topic_partitions(name))
-
-    def alter_topic(self, name: str, partitions: int) -> dict[str, Any]:
-        return self._loop.call(self._client.alter_topic(name, partitions))
+    def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
+        return self._loop.call(self._client.alter_partitions(name, partitions))
 
     def delete_topic(self, name: str) -> None:
         self._loop.call(self._client.delete_topic(name))
 
     def read(
-        self, stream: str, start: str = "earliest", limit: int = 100, wait_ms: int = 0
+        self, stream: str, start: Start = "earliest", limit: int = 100, wait_ms: int = 0
     ) -> ReadPage:
         return self._loop.call(self._client.read(stream, start, limit, wait_ms))
 
@@ -144,7 +148,7 @@ class SyncProxyClient:
     def list_subscribers(self, stream: str) -> list[str]:
         return self._loop.call(self._client.list_subscribers(stream))
 
-    def tail(self, stream: str, start: str = "latest") -> Iterator[ReadRecord]:
+    def tail(self, stream: str, start: Start = "latest") -> Iterator[ReadRecord]:
         agen = self._client.tail(stream, start)
 
         async def step() -> ReadRecord:
@@ -165,8 +169,8 @@ class SyncProxyClient:
     def list_streams(self) -> list[str]:
         return self._loop.call(self._client.list_streams())
 
-    def describe(self, name: str) -> dict[str, Any]:
-        return self._loop.call(self._client.describe(name))
+    def stream_info(self, name: str) -> StreamInfo:
+        return self._loop.call(self._client.stream_info(name))
 
     def delete_stream(self, name: str) -> None:
         self._loop.call(self._client.delete_stream(name))

@@ -21,7 +21,7 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from foundation.errors import BadRequestError, UnknownPartitionError
@@ -30,6 +30,7 @@ from foundation.partitioner import StickyPartitioner, key_hash
 from httpapi import topics as topic_wire
 from httpapi import wire
 from httpapi.writes import WireRecord
+from streams.vocabulary import TopicOptions
 from thinclient.config import ClientConfig
 from thinclient.transport import Transport
 
@@ -171,9 +172,9 @@ class TopicRouter:
 
     # -- admin -------------------------------------------------------------------------
 
-    async def create(self, name: str, partitions: int, options: Mapping[str, int | None]) -> Any:
+    async def create(self, name: str, partitions: int, options: TopicOptions) -> Any:
         body: dict[str, Any] = {"name": validate_name(name, "topic"), "partitions": partitions}
-        body.update({k: v for k, v in options.items() if v is not None})
+        body.update(options.given())
         obj = await self._transport.call(
             "POST", f"{wire.API_PREFIX}/topics", wire.encode_body(body, wire.MSGPACK)
         )

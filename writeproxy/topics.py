@@ -81,7 +81,7 @@ class _TopicRoutes:
     async def create(self, request: web.Request) -> web.Response:
         req = topic_wire.parse_create(await read_body(request))
         require(request, "admin", "topic", req.name)
-        record = await self._admin().create_topic(req.name, req.partitions, **req.options)
+        record = await self._admin().create_topic(req.name, req.partitions, req.options)
         return respond(request, _view(record), status=201)
 
     async def describe(self, request: web.Request) -> web.Response:
