@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from bookie.client import BookieConnection
 from ops.bench_common import Answers, asyncio_run, latency_summary
-from ops.local import bench_cluster
+from ops.cluster.local import bench_cluster
 from ops.pacing import open_loop
 
 T = TypeVar("T")
@@ -143,7 +143,7 @@ async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.cli_ledger import use_cluster_credentials
+    from ops.cluster.client_env import use_cluster_credentials
 
     use_cluster_credentials(args)  # --cluster: its token for bookies with auth on
     with bench_layout(args, bookies=1) as layout:

@@ -99,8 +99,8 @@ def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[
     """Every system's servers started (stopped by pid on the way out, also on failure);
     the systems to drive and the ones skipped, with why."""
     from ops import peer_nats, peer_redis
+    from ops.cluster.local import LocalCluster
     from ops.compare_bookline import BooklineCore, BooklineThin
-    from ops.local import LocalCluster
 
     systems: list[System] = []
     skipped: dict[str, str] = {}

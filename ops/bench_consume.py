@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def _cluster(args: argparse.Namespace) -> Iterator[Path]:
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
 
     if args.cluster:
         yield Path(args.cluster)

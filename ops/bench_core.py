@@ -55,7 +55,7 @@ _STAMP = struct.Struct(">d")
 @contextlib.contextmanager
 def cluster_layout(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """``{"zk", "root"}`` of the cluster to use: --cluster, or 3 bookies we start."""
-    from ops.local import bench_cluster
+    from ops.cluster.local import bench_cluster
 
     with bench_cluster(args, bookies=3, prefix="bl-core-") as layout:
         yield layout

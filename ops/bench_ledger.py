@@ -1,6 +1,6 @@
 """``bookline bench ledger``: adds through the replicated ledger client.
 
-Starts ZooKeeper + 3 bookies (``ops.local.LocalCluster``) unless ``--cluster`` names a
+Starts ZooKeeper + 3 bookies (``ops.cluster.local.LocalCluster``) unless ``--cluster`` names a
 running one's ``cluster.json``; creates one ledger with E=Qw=3, Qa=2 and adds
 ``--entries`` entries of ``--entry-size`` bytes. Closed loop (``--rate 0``): the writer
 keeps ``--inflight`` adds outstanding, latency from submit to acknowledgement. Open loop
@@ -25,7 +25,7 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
 from ops.bench_common import Answers, asyncio_run, latency_summary
-from ops.local import CLUSTER_ROOT, bench_cluster
+from ops.cluster.local import CLUSTER_ROOT, bench_cluster
 from ops.pacing import open_loop
 
 # Entries added (closed loop) before measuring: connections, caches, the JIT-less warm-up

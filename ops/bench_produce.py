@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ops.bench_common import asyncio_run, latency_summary
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ops.bench_common import Answers, asyncio_run, latency_summary
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from ops.pacing import open_loop
 
 if TYPE_CHECKING:

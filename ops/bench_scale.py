@@ -209,7 +209,7 @@ async def _readers(layout: dict[str, Any], args: argparse.Namespace) -> dict[str
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ops.bench_common import asyncio_run
-    from ops.local import bench_cluster
+    from ops.cluster.local import bench_cluster
 
     extra: dict[str, Any] = {}
     if args.curve == "stored":

@@ -178,7 +178,7 @@ def _rate(count: int, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
     from pipeline.session import local_session, stop_session
     from streams.sync import SyncNamespace
 

@@ -99,20 +99,20 @@ _TOP_VALUED: Final = frozenset({"--log-format"})
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ops import supervisor
+    from ops.cluster import supervisor
 
     return supervisor.run_demo(args)
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from ops import supervisor
+    from ops.cluster import supervisor
 
     return supervisor.run_local(args)
 
 
 def register_local(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`local` and `demo`: the supervisor's cluster flags."""
-    from ops.supervisor import add_cluster_flags as local_flags
+    from ops.cluster.supervisor import add_cluster_flags as local_flags
 
     p_local = sub.add_parser("local", help=COMMANDS["local"][0])
     p_local.add_argument("--dir", required=True, help="state directory (kept across restarts)")

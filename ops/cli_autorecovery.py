@@ -40,7 +40,7 @@ from foundation.names import validate_name
 from foundation.service import add_config_flags
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
 from ops.cli_common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
-from ops.cli_ledger import use_cluster_credentials
+from ops.cluster.client_env import use_cluster_credentials
 from ops.progress import progress
 
 if TYPE_CHECKING:  # the runtime is imported when a command runs, not to build the CLI
@@ -195,7 +195,7 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     from ledger.autorecovery import Autorecovery
-    from ops.autorecovery_http import AutorecoveryHttp
+    from ops.cluster.autorecovery_http import AutorecoveryHttp
 
     ar = await Autorecovery.connect(metadata, config, instance_id=instance_id)
     endpoints = AutorecoveryHttp(ar)

@@ -56,6 +56,7 @@ from ops.cli_exit import (  # exit statuses (README, "Exit status")
     EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
+from ops.cluster.client_env import ENV_CLUSTER
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -88,7 +89,6 @@ __all__ = [
     "write_status",
 ]
 
-ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
 # How long a client command waits for the cluster's first answer. A running local
 # cluster answers in milliseconds; a few seconds rides out a busy machine, and a dead
 # one is reported long before the client's own 30 s retry deadline.

@@ -26,7 +26,6 @@ import asyncio
 import base64
 import datetime as dt
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from foundation.errors import BadRequestError, NoLedgerError, NotFoundError
-from ops.cli_common import add_cluster_flags, emit, open_metadata, require_cluster, table
+from ops.cli_common import add_cluster_flags, emit, open_metadata, table
+from ops.cluster.client_env import use_cluster_credentials
 from ops.progress import progress
 
 if TYPE_CHECKING:
@@ -77,28 +77,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     use_cluster_credentials(args)
     return asyncio.run(_main(args))
-
-
-def use_cluster_credentials(args: argparse.Namespace) -> None:
-    """With ``--cluster``: its token for the bookies (unless ``--token`` /
-    ``$BOOKLINE_TOKEN`` gave one), its ledger secret for the keys (unless
-    ``$BOOKLINE_LEDGER_SECRET_FILE`` names one) and its ZooKeeper digest credentials
-    (unless ``$BOOKLINE_METADATA_DIGEST_FILE`` names some), for this one command's
-    process."""
-    from bookie.client import use_token
-    from foundation.auth import env_token
-    from ledger.keys import SECRET_FILE_ENV
-    from metadata.client import DIGEST_FILE_ENV
-
-    if getattr(args, "zk", None) or not getattr(args, "cluster", None):
-        return
-    cluster = require_cluster(args)
-    if not env_token() and cluster.token_file:
-        use_token(cluster.token())
-    if cluster.ledger_secret_file:
-        os.environ.setdefault(SECRET_FILE_ENV, cluster.ledger_secret_file)
-    if cluster.zk_digest_file:
-        os.environ.setdefault(DIGEST_FILE_ENV, cluster.zk_digest_file)
 
 
 async def _main(args: argparse.Namespace) -> int:

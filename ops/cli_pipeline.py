@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
     from pipeline.examples import demo
 
     with tempfile.TemporaryDirectory(prefix="bl-pipeline-") as tmp, contextlib.ExitStack() as stack:

@@ -76,7 +76,7 @@ async def _gather(args: argparse.Namespace, cluster: ClusterFile) -> dict[str, A
 
 
 def _srvr_mode(address: str) -> str:
-    from ops.zookeeper import four_letter_word
+    from ops.cluster.zookeeper import four_letter_word
 
     host, _sep, port = address.rpartition(":")
     answer = four_letter_word(host or "127.0.0.1", int(port), "srvr", timeout_s=1.0)
@@ -298,7 +298,7 @@ def _size(n: object) -> str:
 
 
 def _bookie_cells(b: dict[str, Any]) -> Iterable[object]:
-    from ops.supervisor import describe_exit
+    from ops.cluster.supervisor import describe_exit
 
     state = b["state"] + (" (by operator)" if b.get("forced_readonly") else "")
     if "exit_status" in b and b["state"] == "down":

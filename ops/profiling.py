@@ -2,7 +2,7 @@
 
 ``Profiles(roles, seconds, out_dir)`` starts one ``py-spy record`` per process (raw
 collapsed stacks, native frames off, ``--nonblocking`` so the process is never paused;
-each through :func:`ops.procs.spawn`, stopped by pid) while a benchmark measures;
+each through :func:`ops.cluster.procs.spawn`, stopped by pid) while a benchmark measures;
 ``summary()`` then reads the stacks back and gives, per role, the functions holding the
 most samples by themselves ("self") and with what they call ("total"), as shares of the
 role's samples -- the tables ``docs/benchmarks.md`` quotes. The raw files stay in
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from ops import procs
+from ops.cluster import procs
 
 #: Samples per second (py-spy's default is 100; more gives steadier shares in 10 s).
 RATE_HZ: Final = 250

@@ -174,7 +174,7 @@ def test_local_gives_each_process_one_id_in_every_view(tmp_path: Path, monkeypat
     now passes each child's name as the id the process registers and elects with."""
     import pytest
 
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
     started: dict[str, list[str]] = {}

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from foundation.errors import AlreadyExistsError, BooklineError
-from ops import procs
 from ops.chaos.checker import ANOMALIES, check, load_history
 from ops.chaos.final import final_phase
 from ops.chaos.hosts import ChaosCluster
 from ops.chaos.nemesis import Nemesis, ProcessTarget
 from ops.chaos.workload import DEFAULT_LAYOUT, DRAIN_S, WRITER_KINDS, Layout, writer_argv
+from ops.cluster import procs
 from thinclient.proxy_client import ProxyClient
 
 log = logging.getLogger(__name__)

@@ -10,14 +10,14 @@ was stopped instead of "no such file".
 
 Children can be started again one at a time (:meth:`LocalCluster.respawn`,
 non-blocking: :meth:`LocalCluster.is_ready` says when it serves) -- what
-``bookline local``'s supervisor (:mod:`ops.supervisor`) does with a child that died.
+``bookline local``'s supervisor (:mod:`ops.cluster.supervisor`) does with a child that died.
 Tests and benchmarks use the class directly (3 bookies, no autorecovery by default);
 ``bookline local`` defaults to settings that survive a lost bookie (see
-:mod:`ops.supervisor`).
+:mod:`ops.cluster.supervisor`).
 
 The children as data (quorums, placement, one child's entry, ready lines) are
-:mod:`ops.local_children`; the files kept in DIR (ports, secret, certificates,
-cluster.json) :mod:`ops.local_files`; this module starts, restarts and stops them.
+:mod:`ops.cluster.children`; the files kept in DIR (ports, secret, certificates,
+cluster.json) :mod:`ops.cluster.files`; this module starts, restarts and stops them.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from ledger.keys import SECRET_FILE_ENV, read_secret
 from metadata.client import DIGEST_FILE_ENV
 from metadata.layout import Layout
 from metadata.zk import kazoo_digest, kazoo_tls
-from ops import procs
-from ops.local_auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
-from ops.local_children import (
+from ops.cluster import procs
+from ops.cluster.auth import ADMIN_TOKEN_LIFETIME_S, LocalAuth, ensure_local_auth
+from ops.cluster.children import (
     LOOPBACK,
     READY_MARKERS,
     Placement,
@@ -53,7 +53,7 @@ from ops.local_children import (
     Quorums,
     child_environ,
 )
-from ops.local_files import (
+from ops.cluster.files import (
     ensure_ledger_secret,
     ensure_local_tls,
     ensure_zk_digest,
@@ -63,8 +63,8 @@ from ops.local_files import (
     now_iso,
     write_cluster_json,
 )
-from ops.local_zk import prepare_chroot
-from ops.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
+from ops.cluster.zk_acl import prepare_chroot
+from ops.cluster.zookeeper import QuorumMember, ZooKeeperServer, four_letter_word
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 # Chroot of a local cluster inside its ZooKeeper; clients get it in cluster.json's `zk`.
 LOCAL_CHROOT = "/local"
 # The children's token (the services' principal, for the bookies) lasts as long as the
-# admin token of ops.local_auth; each start signs a new one.
+# admin token of ops.cluster.auth; each start signs a new one.
 SERVICE_TOKEN_LIFETIME_S = ADMIN_TOKEN_LIFETIME_S
 CLUSTER_ROOT = "/bookline"
 # A bookie process (Python start + journal replay) is ready within seconds.
@@ -147,14 +147,14 @@ class LocalCluster:
         # flags added to its command line at its next (re)start (the chaos nemesis).
         self.placements = placements or {}
         self.extra_args: dict[str, list[str]] = {}
-        # Proxies require tokens (`bookline local` default; ops.local_auth): the
+        # Proxies require tokens (`bookline local` default; ops.cluster.auth): the
         # credentials are made at start, cluster.json names the admin token file.
         self.with_auth = auth
         self.auth: LocalAuth | None = None
         # The cluster's ledger secret (DIR/auth/ledger.secret) when auth is on.
         self.ledger_secret_file: Path | None = None
         # ZooKeeper digest credentials (DIR/auth/zk.digest) when auth is on: every znode
-        # of the cluster admits that user alone (ops/local_zk.py).
+        # of the cluster admits that user alone (ops/cluster/zk_acl.py).
         self.zk_digest_file: Path | None = None
         # TLS on every hop (`bookline local --tls`): a CA and one certificate for the
         # services under DIR/tls, made at start; cluster.json names the CA.

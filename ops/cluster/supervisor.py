@@ -1,6 +1,6 @@
 """``bookline local`` and ``bookline demo``: a local cluster that watches its children.
 
-:class:`Supervisor` looks at every child process (:class:`ops.local.LocalCluster`) five
+:class:`Supervisor` looks at every child process (:class:`ops.cluster.local.LocalCluster`) five
 times a second. A child that exited is reaped at once (no zombie), its exit is logged
 with its status (``bookie-2 (pid 4242) exited: killed by SIGKILL``), and
 ``cluster.json`` says so (``"state": "down"``, ``exit_status``, ``exited_at``) -- which
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from ops.local import SERVICE_SESSION_TIMEOUT_MS, LocalCluster, ProcessInfo, Quorums
+from ops.cluster.local import SERVICE_SESSION_TIMEOUT_MS, LocalCluster, ProcessInfo, Quorums
 
 log = logging.getLogger("bookline.local")
 
@@ -168,7 +168,7 @@ class Supervisor:
                 return True
             if now - watch.started_at > RESTART_READY_TIMEOUT_S:
                 log.warning("%s (pid %d) not ready in time; killing it", info.name, info.proc.pid)
-                from ops import procs
+                from ops.cluster import procs
 
                 procs.kill9(info.proc)  # the next tick sees the exit
             return False
@@ -345,7 +345,7 @@ def _print_token(cluster: LocalCluster) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from ops import demo
+    from ops.cluster import demo
 
     stop = _signals()
     cluster = _cluster_from_args(args)

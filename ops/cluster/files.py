@@ -1,4 +1,4 @@
-"""What a local cluster (:mod:`ops.local`) keeps in its directory besides the children's
+"""What a local cluster (:mod:`ops.cluster.local`) keeps in its directory besides the children's
 own data: ``ports.json`` (ports and bookie ids chosen once and kept, so a restart on
 the same directory finds its data and cookies again), ``auth/ledger.secret``,
 ``auth/zk.digest`` (the ZooKeeper digest credentials), ``tls/`` (a CA and the services'
@@ -24,7 +24,7 @@ from foundation.auth import write_secret_file
 from foundation.cluster_file import STOPPED
 from foundation.tls import CertPaths, issue, make_ca
 from ledger.keys import write_secret
-from ops import procs
+from ops.cluster import procs
 
 # The ZooKeeper digest user of a local cluster; its password is random, made once.
 ZK_DIGEST_USER = "bookline"
@@ -73,7 +73,7 @@ def ensure_ledger_secret(directory: Path) -> Path:
 def ensure_zk_digest(directory: Path) -> Path:
     """``DIR/auth/zk.digest`` (0600, "user:password"), made once and kept across
     restarts: every process of the cluster authenticates its ZooKeeper session with it
-    and every znode admits that user alone (metadata/zk.py, ops/local_zk.py)."""
+    and every znode admits that user alone (metadata/zk.py, ops/cluster/zk_acl.py)."""
     make_private_dir(directory / "auth")
     path = directory / "auth" / "zk.digest"
     if not path.exists():

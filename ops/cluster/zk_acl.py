@@ -1,4 +1,4 @@
-"""The ZooKeeper side of a local cluster's credentials (:mod:`ops.local`).
+"""The ZooKeeper side of a local cluster's credentials (:mod:`ops.cluster.local`).
 
 A local cluster owns its ZooKeeper. Before any child starts, :func:`prepare_chroot`
 creates the chroot the children connect under (``/local``) and, with digest

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 
 from foundation.tls import TlsConfig, build_client_context
-from ops import procs
+from ops.cluster import procs
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The children of a local cluster (:mod:`ops.local`), as data: the quorums the write
+"""The children of a local cluster (:mod:`ops.cluster.local`), as data: the quorums the write
 proxies are given, where a child runs (:class:`Placement`), one child's entry
 (:class:`ProcessInfo`, what ``cluster.json`` lists), the log line that says it serves
 and the environment it inherits (:func:`child_environ`).
@@ -15,7 +15,7 @@ from foundation.auth import TOKEN_ENV
 from foundation.tls import ENV_PREFIX as TLS_ENV_PREFIX
 from ledger.keys import SECRET_FILE_ENV
 from metadata.client import DIGEST_FILE_ENV
-from ops.cli_common import ENV_CLUSTER
+from ops.cluster.client_env import ENV_CLUSTER
 
 # Ready lines each kind of child prints once it serves.
 READY_MARKERS = {
@@ -27,7 +27,7 @@ READY_MARKERS = {
 
 # A client's settings in the shell that starts a local cluster (the README exports
 # BOOKLINE_CLUSTER): where a cluster is, who the client is, how it dials. A child gets
-# each of them from the cluster itself (flags, or the variables ops.local sets), never
+# each of them from the cluster itself (flags, or the variables ops.cluster.local sets), never
 # from that shell: the autorecovery child took an inherited BOOKLINE_CLUSTER over its
 # --zk and failed every start whose file was missing or marked stopped (issue 22).
 CLIENT_ENV: Final = (ENV_CLUSTER, TOKEN_ENV, SECRET_FILE_ENV, DIGEST_FILE_ENV)
