@@ -52,7 +52,7 @@ COMMANDS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "bookie": ("run a bookie (storage node) until SIGTERM", _BOOKIE),
     "autorecovery": ("run the auditor and a replication worker", _BOOKIE),
     "cookie": ("bookie cookies (identity of a bookie's disks)", _BOOKIE),
-    "bench": ("benchmarks (last stdout line: one JSON object)", ("ops.bench:register",)),
+    "bench": ("benchmarks (last stdout line: one JSON object)", ("ops.bench.command:register",)),
     "writeproxy": (
         "run a write proxy (owns streams, batches writes)",
         ("writeproxy.main:add_parser",),

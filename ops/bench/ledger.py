@@ -24,9 +24,9 @@ from typing import Any
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.writer import LedgerWriter
-from ops.bench_common import Answers, asyncio_run, latency_summary
+from ops.bench.common import Answers, asyncio_run, latency_summary
+from ops.bench.pacing import open_loop
 from ops.cluster.local import CLUSTER_ROOT, bench_cluster
-from ops.pacing import open_loop
 
 # Entries added (closed loop) before measuring: connections, caches, the JIT-less warm-up
 # of the bookies' code paths.

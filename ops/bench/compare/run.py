@@ -4,7 +4,7 @@ Starts, each in its own processes under one directory (``--dir`` or a temporary 
 a Bookline cluster (ZooKeeper, 3 bookies, a write proxy, a read proxy; E=Qw=3, Qa=2,
 fsync before ack), a 3-node NATS JetStream cluster (file storage, 3 replicas,
 ``sync_interval: always``) and one Redis (``appendonly yes``, ``appendfsync
-always``); measures the disk's own limits (:mod:`ops.bench_disk`: fsync latency,
+always``); measures the disk's own limits (:mod:`ops.bench.disk`: fsync latency,
 fsync'd sequential bandwidth), then runs every workload against every system:
 
 * ``batched``: throughput with the best batching each system offers Python users;
@@ -19,7 +19,7 @@ B, C, ...) so a neighbour's noise hits them alike; the figures are medians. It p
 a table and, last, one JSON object ``{"bookline": ..., "jetstream": ..., "redis": ...,
 "limits": ..., "ratios": ..., "targets": ...}`` (the thin client under
 ``bookline.thin_client``), and with ``--plots DIR`` draws the latency CDFs and
-throughput bars there (:mod:`ops.compare_plots`). ``--smoke`` runs every workload a
+throughput bars there (:mod:`ops.bench.compare.plots`). ``--smoke`` runs every workload a
 few hundred records long (seconds; the default test suite runs it).
 
 Peers come from the ``bench`` extra and Debian's ``redis-server`` (``ops/setup.sh``
@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ops.compare_common import Latencies, Sizes, System
+from ops.bench.compare.common import Latencies, Sizes, System
 
 #: Numeric figures a workload's median is taken of.
 _MEDIAN_KEYS: Final = (
@@ -98,9 +98,9 @@ def _loadavg() -> float | None:
 def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[str, str]]]:
     """Every system's servers started (stopped by pid on the way out, also on failure);
     the systems to drive and the ones skipped, with why."""
-    from ops import peer_nats, peer_redis
+    from ops.bench.compare import nats, redis
+    from ops.bench.compare.bookline import BooklineCore, BooklineThin
     from ops.cluster.local import LocalCluster
-    from ops.compare_bookline import BooklineCore, BooklineThin
 
     systems: list[System] = []
     skipped: dict[str, str] = {}
@@ -114,21 +114,21 @@ def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[
             if "bookline_thin" in wanted:
                 systems.append(BooklineThin(cluster.dir / "cluster.json"))
         if "jetstream" in wanted:
-            why = peer_nats.available()
+            why = nats.available()
             if why is None:
-                nats = peer_nats.NatsCluster(base / "nats")
-                nats.start()
-                stack.callback(nats.stop)
-                systems.append(peer_nats.JetStream(nats.urls, nats.logs))
+                servers = nats.NatsCluster(base / "nats")
+                servers.start()
+                stack.callback(servers.stop)
+                systems.append(nats.JetStream(servers.urls, servers.logs))
             else:
                 skipped["jetstream"] = why
         if "redis" in wanted:
-            why = peer_redis.available()
+            why = redis.available()
             if why is None:
-                server = peer_redis.RedisServer(base / "redis")
+                server = redis.RedisServer(base / "redis")
                 server.start()
                 stack.callback(server.stop)
-                systems.append(peer_redis.RedisStreams(server.port))
+                systems.append(redis.RedisStreams(server.port))
             else:
                 skipped["redis"] = why
         yield systems, skipped
@@ -331,8 +331,8 @@ def _terminated(signum: int, _frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_disk
-    from ops.bench_common import asyncio_run
+    from ops.bench import disk
+    from ops.bench.common import asyncio_run
 
     sizes = Sizes.smoke() if args.smoke else Sizes.full()
     if args.repeats is not None or args.records is not None:
@@ -353,7 +353,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         base = Path(args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-cmp-")))
         base.mkdir(parents=True, exist_ok=True)
-        limits = bench_disk.measure(base)
+        limits = disk.measure(base)
         limits.pop("bench", None)
         with _servers(base, wanted) as (systems, skipped):
             runs = asyncio_run(_run_all(systems, sizes, only, pause_s))
@@ -364,7 +364,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     order = [s for s in ("bookline", "bookline_thin", "jetstream", "redis") if s in results]
     print(table(results, order), flush=True)
     if args.plots:
-        from ops.compare_plots import render
+        from ops.bench.compare.plots import render
 
         render(results, limits, Path(args.plots))
     for per_system in results.values():  # histograms went into the plots

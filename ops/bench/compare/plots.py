@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from ops.compare_common import Latencies
+from ops.bench.compare.common import Latencies
 
 LABELS: Final = {
     "bookline": "Bookline (core)",

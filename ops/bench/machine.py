@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from ops.bench_common import percentile_ms
+from ops.bench.common import percentile_ms
 
 ROUNDS = 5
 LOOP_ITERATIONS = 1_000_000

@@ -16,7 +16,7 @@ process, on uvloop when installed.
   writer's acknowledgement latency is reported too (``ack_*``), and the CPU each role's
   processes used while records were timed (``cpu_pct``, % of one core; per record in
   ``cpu_us_per_record``); ``--profile DIR`` samples each process with py-spy meanwhile
-  (:mod:`ops.profiling`).
+  (:mod:`ops.bench.profiling`).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
 """
@@ -38,9 +38,9 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from foundation.gctune import settle_heap
-from ops.bench_common import Answers, latency_summary
-from ops.cpu import CpuWindow, bookie_requests
-from ops.pacing import open_loop
+from ops.bench.common import Answers, latency_summary
+from ops.bench.cpu import CpuWindow, bookie_requests
+from ops.bench.pacing import open_loop
 
 if TYPE_CHECKING:
     from streams.config import NamespaceConfig
@@ -191,7 +191,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     if args.profile:
         from pathlib import Path
 
-        from ops.profiling import Profiles
+        from ops.bench.profiling import Profiles
 
         del roles["zookeeper"]
         profiles = Profiles(roles, args.duration_s * 0.8, Path(args.profile))
@@ -335,7 +335,7 @@ class _ReaderProcess:
 
 
 def _reader_process_main(zk: str, root: str, stream: str, total: int, conn: Connection) -> None:
-    from ops.bench_common import asyncio_run
+    from ops.bench.common import asyncio_run
 
     async def main() -> dict[str, float]:
         from streams.config import NamespaceConfig
@@ -406,7 +406,7 @@ async def _bench(layout: dict[str, Any], args: argparse.Namespace) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.bench_common import asyncio_run
+    from ops.bench.common import asyncio_run
 
     with cluster_layout(args) as layout:
         return asyncio_run(_bench(layout, args))

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ops.cluster import procs
-from ops.compare_common import (
+from ops.bench.compare.common import (
     Latencies,
     Sender,
     TailProcess,
@@ -35,6 +34,7 @@ from ops.compare_common import (
     stamp_of,
     throughput,
 )
+from ops.cluster import procs
 
 if TYPE_CHECKING:
     import subprocess

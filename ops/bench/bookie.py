@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from bookie.client import BookieConnection
-from ops.bench_common import Answers, asyncio_run, latency_summary
+from ops.bench.common import Answers, asyncio_run, latency_summary
+from ops.bench.pacing import open_loop
 from ops.cluster.local import bench_cluster
-from ops.pacing import open_loop
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@
 # (run it on a quiet machine). JSON lines go to $BENCH_OUT/results.jsonl (default
 # /tmp/bookline-bench). Takes about 25 minutes on 2 cores. Needs ./test.sh or ./run.sh first.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 B=.venv/bin/bookline
 OUT=${BENCH_OUT:-/tmp/bookline-bench}; mkdir -p $OUT; : > $OUT/results.jsonl
 run() { # name, bench arguments...

@@ -29,7 +29,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from foundation.gctune import settle_heap
-from ops.compare_common import Latencies, TailProcess, e2e_with_reader, future_sender, stamp_of
+from ops.bench.compare.common import (
+    Latencies,
+    TailProcess,
+    e2e_with_reader,
+    future_sender,
+    stamp_of,
+)
 
 GB: Final = 1_000_000_000
 MB: Final = 1_000_000
@@ -208,7 +214,7 @@ async def _readers(layout: dict[str, Any], args: argparse.Namespace) -> dict[str
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.bench_common import asyncio_run
+    from ops.bench.common import asyncio_run
     from ops.cluster.local import bench_cluster
 
     extra: dict[str, Any] = {}

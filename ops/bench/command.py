@@ -1,8 +1,8 @@
 """``bookline bench …``: benchmarks that print one JSON object as the last stdout line.
 
-Each benchmark lives in its own module (``ops/bench_*.py``) and is registered here;
+Each benchmark lives in its own module (``ops/bench/*.py``) and is registered here;
 what they share (percentiles, answer counting, output, the event loop) is in
-:mod:`ops.bench_common`.
+:mod:`ops.bench.common`.
 Throughput and latency targets are checked by running these, never by timing
 assertions in tests; figures go to ``docs/benchmarks.md``.
 """
@@ -13,77 +13,77 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ops.bench_common import emit
+from ops.bench.common import emit
 
 Runner = Callable[[argparse.Namespace], dict[str, Any]]
 
 
 def _run_machine(_args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_machine
+    from ops.bench import machine
 
-    return bench_machine.measure()
+    return machine.measure()
 
 
 def _run_disk(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from ops import bench_disk
+    from ops.bench import disk
 
-    return bench_disk.measure(Path(args.dir) if args.dir else None)
+    return disk.measure(Path(args.dir) if args.dir else None)
 
 
 def _run_bookie(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_bookie
+    from ops.bench import bookie
 
-    return bench_bookie.run(args)
+    return bookie.run(args)
 
 
 def _run_ledger(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_ledger
+    from ops.bench import ledger
 
-    return bench_ledger.run(args)
+    return ledger.run(args)
 
 
 def _run_spark(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_spark
+    from ops.bench import spark
 
-    return bench_spark.run(args)
+    return spark.run(args)
 
 
 def _run_proxy(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_proxy
+    from ops.bench import proxy
 
-    return bench_proxy.run(args)
+    return proxy.run(args)
 
 
 def _run_produce(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_produce
+    from ops.bench import produce
 
-    return bench_produce.run(args)
+    return produce.run(args)
 
 
 def _run_consume(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_consume
+    from ops.bench import consume
 
-    return bench_consume.run(args)
+    return consume.run(args)
 
 
 def _run_compare(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_compare
+    from ops.bench.compare import run as compare
 
-    return bench_compare.run(args)
+    return compare.run(args)
 
 
 def _run_scale(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_scale
+    from ops.bench import scale
 
-    return bench_scale.run(args)
+    return scale.run(args)
 
 
 def _run_core(args: argparse.Namespace) -> dict[str, Any]:
-    from ops import bench_core
+    from ops.bench import core
 
-    return bench_core.run(args)
+    return core.run(args)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,25 +103,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_spark = add(
         "spark", _run_spark, "batch read through Spark local[N] vs the core library single-threaded"
     )
-    from ops.bench_spark import add_arguments as spark_arguments
+    from ops.bench.spark import add_arguments as spark_arguments
 
     spark_arguments(p_spark)
 
-    from ops.bench_proxy import add_arguments as proxy_arguments
+    from ops.bench.proxy import add_arguments as proxy_arguments
 
     proxy_arguments(add("proxy", _run_proxy, "thin client through one write proxy + read proxy"))
-    from ops.bench_consume import add_arguments as consume_arguments
+    from ops.bench.consume import add_arguments as consume_arguments
 
     consume_arguments(add("consume", _run_consume, "consumer groups: core, read proxy, rebalance"))
-    from ops.bench_compare import add_arguments as compare_arguments
+    from ops.bench.compare.run import add_arguments as compare_arguments
 
     compare_arguments(
         add("compare", _run_compare, "Bookline vs NATS JetStream vs Redis Streams, one run")
     )
-    from ops.bench_scale import add_arguments as scale_arguments
+    from ops.bench.scale import add_arguments as scale_arguments
 
     scale_arguments(add("scale", _run_scale, "curves: data stored 100 MB -> 10 GB, readers"))
-    from ops.bench_produce import add_arguments as produce_arguments
+    from ops.bench.produce import add_arguments as produce_arguments
 
     produce_arguments(
         add("produce", _run_produce, "keyed sends to a topic through the thin client")
@@ -146,7 +146,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")
 
     # The core library (log streams): write, e2e, read.
-    from ops.bench_core import add_arguments as add_core_arguments
+    from ops.bench.core import add_arguments as add_core_arguments
 
     for name, what in (
         ("write", "stream writes: write_many batches (or --per-record)"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.gctune import settle_heap
-from ops.compare_common import (
+from ops.bench.compare.common import (
     Latencies,
     Sender,
     TailProcess,

@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 
 from hdrh.histogram import HdrHistogram
 
-from ops.pacing import open_loop
+from ops.bench.pacing import open_loop
 
 #: Histogram range: 1 µs .. 120 s, 3 significant digits.
 _LOWEST_US: Final = 1
@@ -271,7 +271,7 @@ class TailProcess:
 def _tail_process_main(
     target: TailMain, params: dict[str, Any], total: int, conn: Connection
 ) -> None:
-    from ops.bench_common import asyncio_run
+    from ops.bench.common import asyncio_run
 
     try:
         lat = asyncio_run(target(params, total, lambda: conn.send("ready")))

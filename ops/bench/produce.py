@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench_common import asyncio_run, latency_summary
+from ops.bench.common import asyncio_run, latency_summary
 from ops.cluster.local import LocalCluster
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ops.bench_common import asyncio_run, percentile_ms
+from ops.bench.common import asyncio_run, percentile_ms
 
 if TYPE_CHECKING:
     from groups.consumer import ConsumerConfig, GroupConsumer

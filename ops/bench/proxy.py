@@ -13,7 +13,7 @@ process) in a temporary directory unless ``--cluster`` names a running one. Mode
 * ``cpu``: open-loop single writes at ``--rate`` for ``--seconds`` while a WebSocket
   tail in the same process reads them back: end-to-end latency, and the CPU each role
   (client, write proxy, read proxy, bookies) used per record (``--profile DIR``: py-spy
-  of each process meanwhile, :mod:`ops.profiling`);
+  of each process meanwhile, :mod:`ops.bench.profiling`);
 * ``all``: every mode but ``cpu``; the last line carries ``many``'s figures plus each
   mode's.
 
@@ -35,9 +35,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench_common import Answers, asyncio_run, latency_summary
+from ops.bench.common import Answers, asyncio_run, latency_summary
+from ops.bench.pacing import open_loop
 from ops.cluster.local import LocalCluster
-from ops.pacing import open_loop
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -212,8 +212,8 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
 
 async def _cpu(client: ProxyClient, args: argparse.Namespace, cluster_file: Path) -> dict[str, Any]:
     from foundation.cluster_file import read_cluster_file
-    from ops.compare_common import Latencies, stamp_of, stamped
-    from ops.cpu import CpuWindow
+    from ops.bench.compare.common import Latencies, stamp_of, stamped
+    from ops.bench.cpu import CpuWindow
 
     raw = read_cluster_file(cluster_file).raw
     roles = {
@@ -248,7 +248,7 @@ async def _cpu(client: ProxyClient, args: argparse.Namespace, cluster_file: Path
     cpu = CpuWindow(roles)
     profiles = None
     if args.profile:
-        from ops.profiling import Profiles
+        from ops.bench.profiling import Profiles
 
         profiles = Profiles(roles, args.seconds * 0.8, Path(args.profile))
     cpu.start()
