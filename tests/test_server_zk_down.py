@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ops.cli_exit import EXIT_CODES
+from ops.cli.exit import EXIT_CODES
 from ops.cluster import procs
 
 

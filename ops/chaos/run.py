@@ -1,6 +1,6 @@
 """One chaos run: fresh cluster, workload + nemesis for a while, heal, final reads, check.
 
-:func:`run_chaos` is what ``bookline chaos`` (``ops/cli_chaos.py``) calls. Everything
+:func:`run_chaos` is what ``bookline chaos`` (``ops/cli/chaos.py``) calls. Everything
 random comes from the seed: the nemesis's ``random.Random(seed)``, the gaps between its
 faults, every writer's choices. A run's directory keeps what is needed to look again:
 ``cluster/`` (every process's log and data), ``history/`` (the writers' and the final

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from foundation.errors import AlreadyExistsError, ConfigError, NotFoundError
 from foundation.names import is_internal, validate_name
-from ops.cli_common import (
+from ops.cli.common import (
     add_cluster_flags,
     emit,
     error_text,
@@ -32,7 +32,7 @@ from ops.cli_common import (
     table,
     write_status,
 )
-from ops.cli_parser import at_least
+from ops.cli.parser import at_least
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 async def _add_ensembles(args: argparse.Namespace, described: dict[str, Any]) -> None:
     """Each segment's ledger quorums and ensembles, from the metadata (not the proxy)."""
-    from ops.cli_common import open_metadata
+    from ops.cli.common import open_metadata
 
     async with open_metadata(args) as md:
         for seg in described.get("segments", []):

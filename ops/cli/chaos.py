@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-from ops.cli_common import EXIT_ERROR, EXIT_OK
+from ops.cli.common import EXIT_ERROR, EXIT_OK
 
 __all__ = ["register"]
 

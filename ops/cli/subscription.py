@@ -18,7 +18,7 @@ from typing import Any
 
 from foundation.errors import NotFoundError
 from foundation.names import validate_name
-from ops.cli_common import add_cluster_flags, emit, require_cluster, table
+from ops.cli.common import add_cluster_flags, emit, require_cluster, table
 
 __all__ = ["register"]
 

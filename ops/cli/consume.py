@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import ConfigError
 from foundation.names import validate_name
-from ops.cli_exit import EXIT_INTERRUPTED
-from ops.cli_parser import at_least
+from ops.cli.exit import EXIT_INTERRUPTED
+from ops.cli.parser import at_least
 
 if TYPE_CHECKING:
     from groups.fetchers import ConsumerRecord

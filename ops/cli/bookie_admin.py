@@ -18,7 +18,7 @@
 * ``cookie show ID`` -- the cookie a bookie wrote at first start (cluster instance id
   and its three directories), checked against the cluster's instance id.
 
-``bookie decommission`` and ``bookie scrub`` live in :mod:`ops.cli_autorecovery`.
+``bookie decommission`` and ``bookie scrub`` live in :mod:`ops.cli.autorecovery`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, NotFoundError
-from ops.cli_common import add_cluster_flags, emit, open_metadata, sub_ops, table
+from ops.cli.common import add_cluster_flags, emit, open_metadata, sub_ops, table
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient

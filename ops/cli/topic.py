@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, BooklineError, ConfigError
 from foundation.names import validate_name
-from ops.cli_common import error_text, outcome_unknown, table, write_status
-from ops.cli_parser import at_least
+from ops.cli.common import error_text, outcome_unknown, table, write_status
+from ops.cli.parser import at_least
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient

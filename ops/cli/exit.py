@@ -1,6 +1,6 @@
 """The ``bookline`` exit statuses (README, "Exit status"): one per class of outcome.
 
-Kept apart from :mod:`ops.cli_common` (which maps errors to them) so that ``--help``,
+Kept apart from :mod:`ops.cli.common` (which maps errors to them) so that ``--help``,
 whose epilog lists them, imports nothing else.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ops.cli_parser import EXIT_USAGE
+from ops.cli.parser import EXIT_USAGE
 
 __all__ = [
     "EXIT_CODES",
@@ -24,7 +24,7 @@ __all__ = [
 
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1  # the cluster refused or failed the operation
-# EXIT_USAGE = 2: bad flags or arguments (argparse's own status; ops.cli_parser)
+# EXIT_USAGE = 2: bad flags or arguments (argparse's own status; ops.cli.parser)
 EXIT_FOUND: Final = 3  # a check found problems (status, scrub)
 EXIT_CONFIG: Final = 4  # configuration: cluster file missing or stopped, bad settings
 EXIT_UNREACHABLE: Final = 5  # nothing answered: ZooKeeper or the proxies are down

@@ -1,10 +1,11 @@
-"""The ``bookline`` command line.
+"""The ``bookline`` command line: its table of commands, its parser and ``main``.
 
-Sub-commands are registered by small modules under :mod:`ops`; this module only builds
+Sub-commands are registered by the modules beside this one (:mod:`ops.cli`), by
+:mod:`ops.bench.command` and by the proxies' ``main``; this module only builds
 the parser, sets up logging (:mod:`foundation.logs`), checks that the cluster a client
-command names answers within ``--timeout`` (:func:`ops.cli_common.check_reachable`),
+command names answers within ``--timeout`` (:func:`ops.cli.common.check_reachable`),
 and maps :class:`~foundation.errors.BooklineError` to ``NAME (code): message`` plus a
-hint, with the exit status of its class (:data:`ops.cli_common.EXIT_CODES`).
+hint, with the exit status of its class (:data:`ops.cli.common.EXIT_CODES`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, cast
 
 from foundation.version import __version__
-from ops.cli_parser import EXIT_USAGE, Parser
+from ops.cli.parser import EXIT_USAGE, Parser
 
 if TYPE_CHECKING:
     from foundation import tls
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace], int]
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-# Exit status of Ctrl-C (README's table; ops.cli_common.EXIT_INTERRUPTED).
+# Exit status of Ctrl-C (README's table; ops.cli.common.EXIT_INTERRUPTED).
 EXIT_INTERRUPTED: Final = 130
 
 # Every command: its name and one-line help for `bookline --help`, and the registrars
@@ -34,20 +35,20 @@ EXIT_INTERRUPTED: Final = 130
 # others (issue 22). A registrar may add several commands (`topic` and `produce`); all
 # of them name it. tests/test_cli.py checks this help against the registered one.
 _BOOKIE: Final = (
-    "ops.cli_bookie:add_parser",
-    "ops.cli_autorecovery:register",  # after `bookie`: adds `bookie decommission|scrub`
-    "ops.cli_bookie_admin:register",  # `bookie list|info|readonly|writable`, `cookie show`
+    "ops.cli.bookie:add_parser",
+    "ops.cli.autorecovery:register",  # after `bookie`: adds `bookie decommission|scrub`
+    "ops.cli.bookie_admin:register",  # `bookie list|info|readonly|writable`, `cookie show`
 )
-_TOPIC: Final = ("ops.cli_topic:register",)  # `topic ...` and `produce`
-_LEDGER: Final = ("ops.cli_ledger:register",)  # `ledger ...` and `underreplicated list`
+_TOPIC: Final = ("ops.cli.topic:register",)  # `topic ...` and `produce`
+_LEDGER: Final = ("ops.cli.ledger:register",)  # `ledger ...` and `underreplicated list`
 COMMANDS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "local": (
         "run a local cluster in the foreground until Ctrl-C, watching its processes",
-        ("ops.cli:register_local",),
+        ("ops.cli.entry:register_local",),
     ),
     "demo": (
         "start a local cluster, show what it holds, stop it",
-        ("ops.cli:register_local",),
+        ("ops.cli.entry:register_local",),
     ),
     "bookie": ("run a bookie (storage node) until SIGTERM", _BOOKIE),
     "autorecovery": ("run the auditor and a replication worker", _BOOKIE),
@@ -63,34 +64,34 @@ COMMANDS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     ),
     "stream": (
         "create, list, describe, delete, write and read streams",
-        ("ops.cli_stream:register",),
+        ("ops.cli.stream:register",),
     ),
     "topic": ("create, list, describe, alter and delete topics", _TOPIC),
     "produce": ("send stdin lines to a topic, one record each", _TOPIC),
     "pipeline": (
         "the Spark data pipeline (PySpark data source)",
-        ("ops.cli_pipeline:register",),
+        ("ops.cli.pipeline:register",),
     ),
     "group": (
         "list, describe, reset the offsets of, delete consumer groups",
-        ("ops.cli_group:register",),
+        ("ops.cli.group:register",),
     ),
     "consume": (
         "consume a topic as a member of a consumer group",
-        ("ops.cli_consume:register",),
+        ("ops.cli.consume:register",),
     ),
     "status": (
         "cluster health at a glance (exit 3 if something is wrong)",
-        ("ops.cli_status:register",),
+        ("ops.cli.status:register",),
     ),
     "ledger": ("list, show and read ledgers (below streams)", _LEDGER),
     "underreplicated": ("ledgers autorecovery still has to repair", _LEDGER),
-    "subscription": ("a stream's named read positions", ("ops.cli_subscription:register",)),
-    "zk": ("look at the cluster's ZooKeeper nodes (debugging)", ("ops.cli_zk:register",)),
-    "auth": ("make tokens and bookie credentials (docs/security.md)", ("ops.cli_auth:register",)),
+    "subscription": ("a stream's named read positions", ("ops.cli.subscription:register",)),
+    "zk": ("look at the cluster's ZooKeeper nodes (debugging)", ("ops.cli.zk:register",)),
+    "auth": ("make tokens and bookie credentials (docs/security.md)", ("ops.cli.auth:register",)),
     "chaos": (
         "Jepsen-style test: workload + faults on a fresh cluster, then check the history",
-        ("ops.cli_chaos:register",),
+        ("ops.cli.chaos:register",),
     ),
 }
 
@@ -162,7 +163,7 @@ def _registrar(ref: str) -> Registrar:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser: every command's real parser when ``argv`` is None (docs, tests);
     otherwise only the one ``argv`` names, the others listed by name and help."""
-    from ops.cli_exit import EXIT_CODES
+    from ops.cli.exit import EXIT_CODES
 
     parser = Parser(
         prog="bookline",
@@ -187,7 +188,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if name not in sub.choices:  # named in --help; its parser is built when it runs
             sub.add_parser(name, help=help_text, add_help=False)
     if done:
-        from ops.cli_common import add_common_flags
+        from ops.cli.common import add_common_flags
 
         add_common_flags(parser)  # -v, --log-format everywhere; --timeout beside --cluster
     else:
@@ -248,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from foundation import logs, tls
     from foundation.cluster_file import read_cluster_file
     from foundation.errors import BooklineError
-    from ops.cli_common import check_reachable, report_error
+    from ops.cli.common import check_reachable, report_error
 
     logs.setup(verbose=args.verbose, fmt=args.log_format, quiet=not _runs_a_service(args))
     try:
@@ -264,7 +265,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_error(exc, as_json=bool(getattr(args, "json", False)))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

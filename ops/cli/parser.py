@@ -2,7 +2,7 @@
 every option's default in ``--help``.
 
 Light on purpose (argparse, difflib): ``bookline --version`` and ``--help`` import this
-and :mod:`ops.cli`, not the stack below the commands.
+and :mod:`ops.cli.entry`, not the stack below the commands.
 """
 
 from __future__ import annotations

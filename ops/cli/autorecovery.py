@@ -39,7 +39,7 @@ from foundation.errors import ConfigError
 from foundation.names import validate_name
 from foundation.service import add_config_flags
 from ledger.autorecovery_config import ENV_PREFIX, AutorecoveryConfig
-from ops.cli_common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
+from ops.cli.common import ENV_CLUSTER, add_cluster_flags, open_metadata, sub_ops, table
 from ops.cluster.client_env import use_cluster_credentials
 from ops.progress import progress
 

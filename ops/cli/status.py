@@ -14,7 +14,7 @@ One look at ZooKeeper and the metadata it holds, plus what ``cluster.json`` know
   many streams and consumer-group logs (``g~group``) each write proxy owns.
 
 ``--json`` prints the same as one object. Exit status 0 when all is well, 3
-(:data:`ops.cli_common.EXIT_FOUND`) when something is down, read-only, under-replicated
+(:data:`ops.cli.common.EXIT_FOUND`) when something is down, read-only, under-replicated
 or paused -- so a script or a cron job can act on it -- and 5 when nothing answered.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation import tls
-from ops.cli_common import (
+from ops.cli.common import (
     EXIT_FOUND,
     EXIT_OK,
     add_cluster_flags,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from foundation.errors import BadRequestError, NoLedgerError, NotFoundError
-from ops.cli_common import add_cluster_flags, emit, open_metadata, table
+from ops.cli.common import add_cluster_flags, emit, open_metadata, table
 from ops.cluster.client_env import use_cluster_credentials
 from ops.progress import progress
 

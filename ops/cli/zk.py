@@ -16,7 +16,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from ops.cli_common import add_cluster_flags, emit, open_metadata
+from ops.cli.common import add_cluster_flags, emit, open_metadata
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient

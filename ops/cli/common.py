@@ -45,7 +45,7 @@ from foundation.errors import (
     UnavailableError,
 )
 from foundation.logs import FORMATS
-from ops.cli_exit import (  # exit statuses (README, "Exit status")
+from ops.cli.exit import (  # exit statuses (README, "Exit status")
     EXIT_CODES,
     EXIT_CONFIG,
     EXIT_ERROR,
