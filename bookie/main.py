@@ -2,7 +2,7 @@
 
 Start-up, in order:
 
-1. take the :class:`BookieConfig` the CLI loaded (``ops/cli_bookie.py``: ``--config``'s
+1. take the :class:`BookieConfig` the CLI loaded (``ops/cli/bookie.py``: ``--config``'s
    [bookie] section, ``BOOKLINE_BOOKIE_*`` and flags);
 2. connect to ZooKeeper and read (or create) the cluster identity;
 3. check the **cookie** (cluster instance id + the three directories): a ``COOKIE`` file

@@ -25,7 +25,7 @@ from foundation.logs import set_identity
 
 log = logging.getLogger(__name__)
 
-# A stop (SIGTERM) is given this long, under the 10 s after which ops.procs -- like most
+# A stop (SIGTERM) is given this long, under the 10 s after which ops.cluster.procs -- like most
 # process managers -- SIGKILLs; the services bound their own phases well within it.
 STOP_S = 8.0
 

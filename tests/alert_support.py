@@ -22,7 +22,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 
 RULES = Path(__file__).resolve().parents[1] / "ops" / "monitoring" / "bookline-alerts.yml"
 # Input series span this many 1-minute steps; the alerts are checked at EVAL_MIN, after

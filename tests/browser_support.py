@@ -1,5 +1,5 @@
 """Headless Chromium for tests: Debian's ``/usr/bin/chromium`` started by
-:func:`ops.procs.spawn` (its own process group, stopped by pid, also on failure), and
+:func:`ops.cluster.procs.spawn` (its own process group, stopped by pid, also on failure), and
 Playwright attached to it over the DevTools protocol (``connect_over_cdp``). Playwright
 never downloads or launches a browser of its own.
 """
@@ -15,7 +15,7 @@ from typing import Final
 
 from playwright.async_api import Browser, async_playwright
 
-from ops import procs
+from ops.cluster import procs
 from tests.waiting import wait_for
 
 CHROMIUM: Final = Path("/usr/bin/chromium")

@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ops.cli_common import EXIT_FOUND
+from ops.cli.common import EXIT_FOUND
 from tests.waiting import scaled
 
 # A command against a local cluster answers within seconds; the deadline only bounds how

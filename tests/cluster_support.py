@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from foundation.auth import load_secrets, sign_token
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from tests.waiting import wait_for
 
 # A token's default lifetime: longer than any test that does not let it expire.

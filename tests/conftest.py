@@ -1,8 +1,8 @@
 """Shared fixtures: one real ZooKeeper per test session, a fresh cluster root per test.
 
-ZooKeeper is Debian's real server started by :mod:`ops.zookeeper`; it is stopped by pid
+ZooKeeper is Debian's real server started by :mod:`ops.cluster.zookeeper`; it is stopped by pid
 at the end of the session, also when tests fail (the fixture's finalizer and
-``ops.procs``' atexit hook both do it).
+``ops.cluster.procs``' atexit hook both do it).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from ops import procs
-from ops.zookeeper import ZooKeeperServer
+from ops.cluster import procs
+from ops.cluster.zookeeper import ZooKeeperServer
 from tests.waiting import SCALE_ENV, TIME_SCALE, scaled, wait_until
 
 _roots = itertools.count()

@@ -13,7 +13,7 @@ from subprocess import Popen
 
 import aiohttp
 
-from ops import procs
+from ops.cluster import procs
 from tests.waiting import wait_for
 
 # A write proxy process prints its ready line within seconds; a loaded machine gets room.

@@ -46,8 +46,8 @@ from foundation.names import partition_stream
 from groups.coordinator_client import CoordinatorClient
 from groups.topics import TopicAdmin
 from ledger.autorecovery import connect_parts
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.alert_support import Window, check, instance, rules, scrape

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from foundation.auth import load_secrets, sign_token
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.browser_support import chromium
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ import pytest
 from foundation.auth import SERVICE_PRINCIPAL
 from groups import wire as group_wire
 from httpapi.auth import ROUTE_RULES
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from thinclient.client import ClientConfig, ProxyClient
 

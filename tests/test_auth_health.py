@@ -29,8 +29,8 @@ from foundation.config import MetadataConfig
 from foundation.health import PUBLIC_FIELDS, State, health_body
 from ledger.autorecovery import Autorecovery
 from ledger.autorecovery_config import AutorecoveryConfig
-from ops.autorecovery_http import AutorecoveryHttp
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.autorecovery_http import AutorecoveryHttp
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from tests.cli_support import run_cli
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from tests.metadata_support import wait_for

@@ -16,7 +16,7 @@ import pytest
 from foundation.auth import TOKEN_ENV
 from foundation.errors import BooklineError
 from metadata.client import DIGEST_FILE_ENV
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from pipeline import client as pipeline_client
 from pipeline.options import parse_sink_options, parse_source_options
 from streams.sync import SyncNamespace

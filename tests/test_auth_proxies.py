@@ -27,7 +27,7 @@ from foundation.auth import sign_token
 from foundation.errors import ForbiddenError, UnauthenticatedError
 from groups import wire as group_wire
 from httpapi.openapi import build_document
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
 from thinclient.client import ClientConfig, ProxyClient
 

@@ -26,7 +26,7 @@ from foundation.errors import BooklineError
 from ledger.keys import read_secret
 from metadata.client import MetadataClient
 from metadata.zk import read_digest
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration

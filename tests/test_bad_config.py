@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.cli_common import EXIT_CONFIG
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cli.common import EXIT_CONFIG
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from tests.cli_support import run_cli
 
 

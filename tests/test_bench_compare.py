@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.bench_compare import _median, ratios_and_targets, table
-from ops.compare_common import Latencies
+from ops.bench.compare.common import Latencies
+from ops.bench.compare.run import _median, ratios_and_targets, table
 
 ROOT = Path(__file__).resolve().parents[1]
 

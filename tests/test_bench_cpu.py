@@ -1,4 +1,4 @@
-"""ops.cpu: the CPU a benchmark's processes used while it measured (Linux /proc)."""
+"""ops.bench.cpu: the CPU a benchmark's processes used while it measured (Linux /proc)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ops.cpu import CpuWindow, cpu_seconds
+from ops.bench.cpu import CpuWindow, cpu_seconds
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 

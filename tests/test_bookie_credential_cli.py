@@ -13,7 +13,7 @@ import pytest
 from bookie.identity import BookieIdentity, hello_proof, load_credential, registration_proof
 from ledger.keys import read_secret
 from ops.cli import main
-from ops.cli_common import EXIT_CONFIG, EXIT_ERROR
+from ops.cli.common import EXIT_CONFIG, EXIT_ERROR
 
 OLD = b"0123456789abcdef0123456789abcdef"
 NEW = b"fedcba9876543210fedcba9876543210"

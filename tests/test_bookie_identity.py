@@ -18,7 +18,7 @@ from foundation.config import MetadataConfig
 from foundation.errors import ForbiddenError, UnauthenticatedError
 from metadata.bookies import BookieInfo
 from metadata.client import MetadataClient
-from ops import procs
+from ops.cluster import procs
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def frames(data: bytes) -> list[object]:
 
 
 async def test_a_bookie_without_the_cluster_credential_gets_nothing(tmp_path: Path) -> None:
-    from ops.local import CLUSTER_ROOT, LocalCluster
+    from ops.cluster.local import CLUSTER_ROOT, LocalCluster
     from streams.namespace import Namespace
 
     cluster = LocalCluster(

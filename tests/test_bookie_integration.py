@@ -1,6 +1,6 @@
 """Real bookie processes (``bookline bookie``) with the session's real ZooKeeper.
 
-Every process is started through :mod:`ops.procs` and stopped by pid in a ``finally``.
+Every process is started through :mod:`ops.cluster.procs` and stopped by pid in a ``finally``.
 Read-only thresholds are moved at runtime by rewriting the config file and sending
 SIGHUP (the bookie re-reads ``disk_usage_threshold`` / ``disk_usage_lwm``).
 """
@@ -24,7 +24,7 @@ from foundation.config import MetadataConfig
 from foundation.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, Segment, master_key_check
-from ops import procs
+from ops.cluster import procs
 from tests.ledger_support import register_ledgers
 from tests.waiting import wait_for, wait_until
 

@@ -19,8 +19,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from metadata.layout import Layout
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster, Quorums
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster, Quorums
 from tests.cli_support import cli_json, run_cli
 
 pytestmark = pytest.mark.integration

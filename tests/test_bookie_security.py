@@ -266,7 +266,7 @@ async def test_a_local_cluster_with_auth_locks_its_bookies(tmp_path: Path) -> No
     connection without a token; the proxies (a service token in their environment) and
     a core-library user of cluster.json (its token and ledger secret) work, and the
     segments they write have derived keys -- nothing to steal in ZooKeeper."""
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
     from streams.namespace import Namespace
     from streams.records import LogRecord
     from thinclient.proxy_client import ProxyClient

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ops import procs
+from ops.cluster import procs
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ops import procs
 from ops.chaos.hosts import ChaosCluster, Node
 from ops.chaos.nemesis import NETWORK_KINDS, Fault, Nemesis, Plan, ProcessTarget, Step
+from ops.cluster import procs
 from tests.test_chaos_hosts import PROBLEM
 from tests.waiting import wait_until
 from thinclient.client import ClientConfig, ProxyClient

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from ops.cli_common import EXIT_FOUND
-from ops.local import LocalCluster
+from ops.cli.common import EXIT_FOUND
+from ops.cluster.local import LocalCluster
 from tests.cli_support import cli_json, run_cli
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import sys
 import types
 from pathlib import Path
 
-from ops.cli_exit import EXIT_CONFIG, EXIT_USAGE
+from ops.cli.exit import EXIT_CONFIG, EXIT_USAGE
 from tests.cli_support import run_cli
 
 
@@ -38,7 +38,7 @@ def test_the_command_table_matches_the_registered_commands() -> None:
     the list must be the real one, with the same help."""
     import argparse
 
-    from ops.cli import COMMANDS, build_parser
+    from ops.cli.entry import COMMANDS, build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -90,7 +90,7 @@ def test_errors_under_json_are_one_json_object(tmp_path: Path) -> None:
 
 def test_consume_and_stream_read_both_say_limit() -> None:
     """`consume --max N` vs `stream read --limit N`: one name, the other a hidden alias."""
-    from ops.cli import build_parser
+    from ops.cli.entry import build_parser
 
     parser = build_parser()
     for argv in (
@@ -133,8 +133,8 @@ def test_a_write_whose_retries_ran_out_has_an_unknown_outcome(
 
     import pytest
 
-    from ops import cli_stream
-    from ops.cli_exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
+    from ops.cli import stream as cli_stream
+    from ops.cli.exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
     assert isinstance(capsys, pytest.CaptureFixture)
@@ -155,8 +155,8 @@ def test_produce_reports_an_unknown_outcome_apart_from_failures(capsys: object) 
     import pytest
 
     from foundation.errors import NotEnoughBookiesError, TooLargeError
-    from ops.cli_exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
-    from ops.cli_topic import _produce_report
+    from ops.cli.exit import EXIT_ERROR, EXIT_UNKNOWN_OUTCOME
+    from ops.cli.topic import _produce_report
 
     assert isinstance(capsys, pytest.CaptureFixture)
     lost = NotEnoughBookiesError("2 writable bookies, the ensemble needs 3")
@@ -174,7 +174,7 @@ def test_local_gives_each_process_one_id_in_every_view(tmp_path: Path, monkeypat
     now passes each child's name as the id the process registers and elects with."""
     import pytest
 
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
 
     assert isinstance(monkeypatch, pytest.MonkeyPatch)
     started: dict[str, list[str]] = {}
@@ -198,7 +198,7 @@ def test_local_gives_each_process_one_id_in_every_view(tmp_path: Path, monkeypat
         argv = started[name]
         assert argv[argv.index(flag) + 1] == name, argv
     # ... and the autorecovery command takes it.
-    from ops.cli import build_parser
+    from ops.cli.entry import build_parser
 
     args = build_parser().parse_args(["autorecovery", "--id", "autorecovery-1", "--zk", "z"])
     assert args.instance_id == "autorecovery-1"

@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from ops import procs
-from ops.cli_common import EXIT_CONFIG, EXIT_UNREACHABLE
+from ops.cli.common import EXIT_CONFIG, EXIT_UNREACHABLE
+from ops.cluster import procs
 from tests.cli_support import run_cli
 from tests.waiting import scaled
 

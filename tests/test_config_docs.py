@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from foundation.config_docs import field_docs
-from ops.cli import build_parser
+from ops.cli.entry import build_parser
 from ops.gen_config_docs import SECTIONS, render
 
 ROOT = Path(__file__).resolve().parent.parent

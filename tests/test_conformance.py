@@ -45,7 +45,7 @@ from bookline import (
 )
 from bookline.client import ClientConfig
 from metadata.topics import TopicRecord
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.writer import LogWriter
 from tests.waiting import scaled, wait_for
 

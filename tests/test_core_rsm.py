@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ops import procs
+from ops.cluster import procs
 from tests.conftest import BookieCluster
 from tests.waiting import scaled, wait_until
 

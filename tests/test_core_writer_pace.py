@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig
-from ops.pacing import open_loop
+from ops.bench.pacing import open_loop
 from streams.writer.pace import BUSY_RECORDS_PER_HOLD, HOLD_MAX_S, HOLD_MIN_S, Pace
 from tests.conftest import BookieCluster
 

@@ -28,7 +28,7 @@ from playwright.async_api import Page
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from httpapi import wire
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.browser_support import chromium
 
 pytestmark = pytest.mark.integration

@@ -30,7 +30,7 @@ import yaml
 from foundation.config import load_config
 from ledger.keys import SECRET_FILE_ENV
 from metadata.client import DIGEST_FILE_ENV
-from ops.cli import build_parser
+from ops.cli.entry import build_parser
 from ops.gen_config_docs import SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ systemd units' environment (``Environment=``, ``EnvironmentFile=``) and the inst
 environment files are the kit's, with only what loopback needs changed: the hosts'
 names become 127.0.0.1, ports are free ones, /etc and /srv are under the test's
 directory. ZooKeeper serves TLS only, as the kit's zoo.cfg says (started with
-ops/zookeeper.py's TLS settings, the same ones). Three bookies, each with the identity
+ops/cluster/zookeeper.py's TLS settings, the same ones). Three bookies, each with the identity
 the script issued it, and a write proxy (which holds the ledger secret, so it checks
 bookies' proofs) take writes over https with the admin token; a fourth bookie started
 from the kit without its identity file registers but is in no ensemble (issue 21, 2).
@@ -32,9 +32,9 @@ from foundation.tls import TlsConfig
 from ledger.keys import read_secret
 from metadata.bookies import BookieInfo
 from metadata.ledger_metadata import LedgerMetadata
-from ops import procs
-from ops.local_children import READY_MARKERS
-from ops.zookeeper import ZooKeeperServer
+from ops.cluster import procs
+from ops.cluster.children import READY_MARKERS
+from ops.cluster.zookeeper import ZooKeeperServer
 from tests.test_deploy_kit import DEPLOY, ROOT, _env_file, _units, unit_environment
 from tests.zk_attack import assert_locked, every_znode, kazoo
 from thinclient.proxy_client import ProxyClient

@@ -32,8 +32,8 @@ from examples import exactly_once_transform as eot
 from groups.consumer import ConsumerConfig
 from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration

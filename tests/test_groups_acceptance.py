@@ -26,8 +26,8 @@ from bookline import Namespace, NamespaceConfig
 from groups.coordinator_client import CoordinatorClient
 from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from tests.background import in_background
 from tests.waiting import scaled, time_scale, wait_for
 from thinclient.client import ClientConfig, ProxyClient

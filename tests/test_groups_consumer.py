@@ -30,7 +30,7 @@ from groups.state import GroupState
 from groups.topics import TopicAdmin
 from httpapi import wire
 from httpapi.partitions import decode_page, encode_page, rows_of
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from tests.waiting import scaled, wait_for

@@ -482,7 +482,7 @@ async def test_the_timers_expire_sessions_and_pick_up_grown_topics() -> None:
 def test_cli_group_parses_targets_and_prints_partitions_as_ranges() -> None:
     import argparse
 
-    from ops import cli_group
+    from ops.cli import group as cli_group
 
     assert cli_group.parse_datetime_ms("2026-01-31T12:00:00Z") == 1_769_860_800_000
     assert cli_group.parse_datetime_ms("2026-01-31T13:00:00+01:00") == 1_769_860_800_000

@@ -32,8 +32,8 @@ from foundation.names import partition_stream
 from groups.assignors import TopicPartition
 from groups.coordinator_client import CoordinatorClient, group_path
 from groups.topics import TopicAdmin
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.background import in_background

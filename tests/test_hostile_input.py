@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.waiting import wait_for
 from thinclient.routing import rendezvous
 

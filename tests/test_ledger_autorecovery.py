@@ -37,7 +37,7 @@ from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from metadata.serde import MetadataFormatError
 from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
-from ops import procs
+from ops.cluster import procs
 from tests.metadata_support import expire_session, metadata_clients
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
 from tests.waiting import scaled

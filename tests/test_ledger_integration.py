@@ -1,6 +1,6 @@
 """Replicated ledgers against real bookie processes and a real ZooKeeper.
 
-Bookies are started with ``bookline bookie`` through :mod:`ops.procs` and stopped by
+Bookies are started with ``bookline bookie`` through :mod:`ops.cluster.procs` and stopped by
 pid in ``finally``; a SIGSTOPped bookie is SIGCONTed in ``finally`` too. The lost-fence
 case puts a small frame-aware TCP proxy between the recovering client and one bookie
 that swallows that bookie's fence request.
@@ -30,7 +30,7 @@ from ledger.config import LedgerConfig
 from ledger.digest import DigestManager, master_key
 from ledger.keys import ledger_access
 from ledger.reader import LedgerReader
-from ops import procs
+from ops.cluster import procs
 from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from ops import procs
-from ops.local import LocalCluster, Quorums
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster, Quorums
 from tests.cli_support import run_cli
 from tests.cluster_support import cluster_doc
 

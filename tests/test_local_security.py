@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from ops.chaos.hosts import ChaosCluster
-from ops.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
 from streams.namespace import Namespace
 from tests.zk_attack import assert_locked
 from thinclient.sync import SyncProxyClient

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ops import procs
+from ops.cluster import procs
 from tests.cli_support import cli_json, run_cli
 from tests.cluster_support import cluster_doc
 from tests.waiting import scaled, wait_until

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from foundation import logs
-from ops import procs
+from ops.cluster import procs
 from tests.cli_support import run_cli
 from tests.waiting import wait_until
 

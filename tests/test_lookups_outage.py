@@ -27,7 +27,7 @@ from foundation.names import partition_stream
 from groups.coordinator_store import CoreTopics
 from groups.fetchers import CoreFetchers
 from groups.topics import TopicAdmin
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from pipeline import client as pipeline_client
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, StartPosition

@@ -17,7 +17,7 @@ import pytest
 from foundation.config import MetadataConfig
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
-from ops import procs
+from ops.cluster import procs
 from tests.metrics_support import family_types, sample_sum, scrape
 from tests.test_ledger_integration import BOOKLINE
 from tests.waiting import wait_for

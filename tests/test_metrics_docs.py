@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from bookie.metrics import BookieMetrics
 from ledger.autorecovery_config import AutorecoveryConfig
 from ledger.metrics import LedgerMetrics
-from ops.autorecovery_http import AutorecoveryHttp
+from ops.cluster.autorecovery_http import AutorecoveryHttp
 from readproxy.metrics import ReadProxyMetrics
 from writeproxy.metrics import WriteProxyMetrics
 

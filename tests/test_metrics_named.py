@@ -15,7 +15,7 @@ from bookie.metrics import BookieMetrics
 from foundation.metrics import OTHER, BoundedLabels
 from foundation.version import __version__
 from httpapi.monitoring import PublicMetrics
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from readproxy.metrics import ReadProxyMetrics
 from tests.metrics_support import get_msgpack, post_msgpack, sample_sum, scrape
 from writeproxy.metrics import WriteProxyMetrics

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from httpapi import wire
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.metrics_support import family_types, sample_sum, scrape
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from foundation.waits import waiting
 from httpapi.monitoring import latency_middleware
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.metrics_support import get_msgpack, post_msgpack, sample_sum, scrape
 
 # The long polls' wait: every one of them times out (nothing is written meanwhile).

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from httpapi import wire
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.metrics_support import family_types, sample_sum, scrape
 from tests.test_metrics_docs import SECTIONS, documented
 from tests.waiting import scaled

@@ -29,8 +29,8 @@ from foundation.errors import NotFoundError
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, LedgerState
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from tests import proxy_support
 from tests.cli_support import cli_json
 from tests.conftest import BookieCluster

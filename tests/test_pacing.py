@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ops import pacing
+from ops.bench import pacing
 
 
 @pytest.fixture(params=["timerfd", "thread"])

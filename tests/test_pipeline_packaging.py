@@ -105,7 +105,7 @@ def _submit(python: Path, shipped: Path, args: list[str], cwd: Path) -> dict[str
 def test_spark_submit_with_py_files_runs_without_bookline_installed(
     isolated_python: Path, bookie_cluster: Any, tmp_path: Path, mode: str
 ) -> None:
-    from ops.cli_pipeline import build_package
+    from ops.cli.pipeline import build_package
     from streams.sync import SyncNamespace
 
     shipped = build_package(tmp_path / "dist")

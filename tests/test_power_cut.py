@@ -27,7 +27,7 @@ import pytest
 
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, StreamOptions
 from foundation.errors import BooklineError
-from ops import procs
+from ops.cluster import procs
 from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from foundation.errors import NotFoundError
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from streams.records import ReadRecord
 from thinclient.client import ClientConfig, ProxyClient
 

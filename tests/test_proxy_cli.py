@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from tests.cli_support import run_cli
 from tests.waiting import wait_until
 

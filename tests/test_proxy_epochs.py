@@ -20,8 +20,8 @@ import pytest
 
 from foundation.errors import BadRequestError, BooklineError
 from httpapi import writes
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from streams.dlsn import DLSN
 from tests.test_proxy_integration import _metric, _read_all, _rurl, _wurls
 from tests.waiting import scaled

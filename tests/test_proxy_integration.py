@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from httpapi import wire
-from ops import procs
-from ops.local import LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from streams.dlsn import DLSN
 from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient

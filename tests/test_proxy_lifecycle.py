@@ -25,8 +25,8 @@ from foundation.config import MetadataConfig
 from foundation.errors import for_code
 from httpapi import wire
 from metadata.client import MetadataClient
-from ops import procs
-from ops.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
 from tests import proxy_support
 from tests.conftest import BookieCluster
 from tests.proxy_support import GatedForwarder
@@ -186,7 +186,7 @@ async def test_sigterm_stops_a_write_proxy_promptly_while_its_bookies_are_down(
         await asyncio.to_thread(bookies.stop)
 
 
-# ops.procs (like most process managers) SIGKILLs 10 s after SIGTERM.
+# ops.cluster.procs (like most process managers) SIGKILLs 10 s after SIGTERM.
 STOP_BOUND_S = 8.0
 
 

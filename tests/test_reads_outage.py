@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from foundation.errors import BooklineError, ConnectionLostError, TimeoutError_
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.config import NamespaceConfig
 from streams.dlsn import StartPosition
 from streams.namespace import Namespace

@@ -81,7 +81,7 @@ async def test_core_writer_takes_a_record_of_the_limit_and_refuses_one_more_byte
 async def test_thin_client_writes_a_record_of_the_limit_through_the_proxy(
     proxy_cluster: object,
 ) -> None:
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
 
     assert isinstance(proxy_cluster, LocalCluster)
     client = ProxyClient(

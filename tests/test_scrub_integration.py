@@ -4,7 +4,7 @@ A bookie that stays registered but lost entries (its journal went before a check
 put them into entry logs) used to keep its ledgers at two copies of three for good: the
 auditor only noticed bookies that were gone. Now a scrub compares every closed ledger's
 replicas, marks what a live bookie lacks, and autorecovery re-copies verified entries to
-it. Every process is started through :mod:`ops.procs` and stopped by pid in ``finally``.
+it. Every process is started through :mod:`ops.cluster.procs` and stopped by pid in ``finally``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from foundation.errors import BooklineError, NoEntryError, NoLedgerError
 from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts
 from ledger.client import LedgerClient
 from ledger.digest import DigestManager, master_key
-from ops import procs
+from ops.cluster import procs
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
 from tests.waiting import scaled, wait_for
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ops import procs
-from ops.cli_exit import EXIT_CODES
+from ops.cli.exit import EXIT_CODES
+from ops.cluster import procs
 
 
 def test_a_bookie_with_zookeeper_down_prints_one_error_not_the_retries(tmp_path: Path) -> None:

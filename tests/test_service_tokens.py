@@ -24,9 +24,9 @@ import pytest
 from foundation.auth import SERVICE_PRINCIPAL, TOKEN_ENV, load_secrets, sign_token
 from ledger.keys import SECRET_FILE_ENV
 from metadata.client import DIGEST_FILE_ENV
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster
-from ops.local_children import READY_MARKERS
+from ops.cluster import procs
+from ops.cluster.children import READY_MARKERS
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration

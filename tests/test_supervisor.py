@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ops import procs
-from ops.local import ProcessInfo
-from ops.supervisor import BACKOFF_INITIAL_S, STABLE_S, Supervisor, describe_exit
+from ops.cluster import procs
+from ops.cluster.local import ProcessInfo
+from ops.cluster.supervisor import BACKOFF_INITIAL_S, STABLE_S, Supervisor, describe_exit
 
 
 class FakeCluster:

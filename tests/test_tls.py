@@ -33,8 +33,8 @@ from bookie.client import BookieConnection, ClientOptions
 from foundation import tls
 from foundation.errors import ConfigError, ConnectionLostError
 from foundation.tls import CertPaths, TlsConfig
-from ops import procs
-from ops.zookeeper import ZooKeeperServer, four_letter_word
+from ops.cluster import procs
+from ops.cluster.zookeeper import ZooKeeperServer, four_letter_word
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
 from streams.records import LogRecord, ReadRecord
@@ -350,7 +350,7 @@ def test_bookline_local_tls(tmp_path: Path) -> None:
     """``bookline local --tls``: a CA under DIR/tls, ZooKeeper on a TLS port, https
     proxies; cluster.json names the CA, and a thin client and ``bookline status`` that
     read it work; the plain ZooKeeper port does not exist (~20 s)."""
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
     from thinclient.sync import SyncProxyClient
 
     cluster = LocalCluster(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from foundation.partitioner import partition_for_key
-from ops.local import LocalCluster
+from ops.cluster.local import LocalCluster
 from tests.cli_support import run_cli
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
     return its exit status; the process is killed by its pid if it outlives the test."""
     import signal
 
-    from ops import procs
+    from ops.cluster import procs
 
     out_path = tmp_path / f"{args[0]}.out"
     # Unbuffered: a record printed reaches the file at once.

@@ -22,8 +22,8 @@ from foundation.errors import (
     UnknownPartitionError,
 )
 from foundation.names import partition_stream
-from ops import procs
-from ops.local import CLUSTER_ROOT, LocalCluster
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.records import LogRecord
 from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient, SyncProxyClient

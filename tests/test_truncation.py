@@ -112,7 +112,7 @@ async def test_core_truncate_of_a_fresh_writer_counts_sealed_segments(ns: Namesp
 
 
 async def test_proxy_truncate_past_the_end_is_a_clear_error(proxy_cluster: object) -> None:
-    from ops.local import LocalCluster
+    from ops.cluster.local import LocalCluster
 
     assert isinstance(proxy_cluster, LocalCluster)
     client = ProxyClient(

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-import ops.zookeeper as zkmod
-from ops import procs
-from ops.zookeeper import ZooKeeperError, ZooKeeperServer, four_letter_word
+import ops.cluster.zookeeper as zkmod
+from ops.cluster import procs
+from ops.cluster.zookeeper import ZooKeeperError, ZooKeeperServer, four_letter_word
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.zookeeper import ZooKeeperServer
+from ops.cluster.zookeeper import ZooKeeperServer
 
 
 @pytest.mark.integration

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 # slack (ticks) before giving up with ALREADY_EXISTS (a second proxy with our id).
 REGISTER_GRACE_S = 5.0
 REGISTER_RETRY_S = 0.5
-# A stop (SIGTERM) ends well within the 10 s after which ops.procs -- like most process
+# A stop (SIGTERM) ends well within the 10 s after which ops.cluster.procs -- like most process
 # managers -- SIGKILLs, which would leave the registration and owner records behind for
 # a session timeout. Writers get this long to flush and seal; with their bookies down
 # they never would, and closing the ZooKeeper session then releases their locks (the

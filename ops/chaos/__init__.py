@@ -14,7 +14,7 @@ Package map (who owns what, and the interfaces between the parts):
   writers left open), then full reads through every read path (read proxy,
   ``LogReader``) and each replica straight from its bookie.
 * ``run`` (H4) -- one run: fresh cluster, workload + nemesis for ``duration_s``, heal,
-  final reads, check; the summary ``bookline chaos`` prints (``ops/cli_chaos.py``).
+  final reads, check; the summary ``bookline chaos`` prints (``ops/cli/chaos.py``).
 * ``netns`` (H5) -- network namespaces, veth links, a bridge and nftables rules.
 * ``hosts`` (H5) -- ``ChaosCluster(directory, *, namespaces: bool, seed, auth)`` with
   ``start()``, ``stop()`` (also on failure; by pid; removes its namespaces),

@@ -6,14 +6,15 @@ namespace of its own (:mod:`ops.chaos.netns`: its own address on a bridge of the
 namespace, which has an address too). Every service binds its host's address, so a
 host's link going down or an nftables rule in its namespace cuts it off exactly as a
 pulled cable or a firewall would. Clients run in the root namespace: ``cluster.json``
-(the format :mod:`ops.local` writes) names every host's address, so the thin client,
-the core library and the CLI work against it unchanged.
+(the format :mod:`ops.cluster.local` writes) names every host's address, so the thin
+client, the core library and the CLI work against it unchanged.
 
-The processes are :class:`ops.local.LocalCluster`'s (one :class:`ops.local.Placement`
-per child: its address and ``ip netns exec NS``), started and stopped by pid. When
-namespaces cannot be made (not root, no ``ip``, a kernel without them) or are not
-wanted, the same cluster runs on loopback and :attr:`ChaosCluster.skip_reason` says why
-(network faults are then not available to the nemesis).
+The processes are :class:`ops.cluster.local.LocalCluster`'s (one
+:class:`ops.cluster.local.Placement` per child: its address and ``ip netns exec NS``),
+started and stopped by pid. When namespaces cannot be made (not root, no ``ip``, a
+kernel without them) or are not wanted, the same cluster runs on loopback and
+:attr:`ChaosCluster.skip_reason` says why (network faults are then not available to the
+nemesis).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ops import procs
 from ops.chaos.netns import NetHost, NetnsError, Network
-from ops.local import CLUSTER_ROOT, LocalCluster, Placement, ProcessInfo, Quorums
+from ops.cluster import procs
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster, Placement, ProcessInfo, Quorums
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,6 @@ from typing import Final
 
 from bookie.storage.entrylog_format import FILE_HEADER_BYTES
 from bookie.storage.faults import CONTROL_FILE, HITS_FILE, flip_bit
-from ops import procs
 from ops.chaos import effects
 from ops.chaos.hosts import ChaosCluster, Node
 from ops.chaos.netns import NetHost
@@ -65,6 +64,7 @@ from ops.chaos.plans import (
     Topology,
 )
 from ops.chaos.targets import ProcessTarget, Target
+from ops.cluster import procs
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """One chaos run: fresh cluster, workload + nemesis for a while, heal, final reads, check.
 
-:func:`run_chaos` is what ``bookline chaos`` (``ops/cli_chaos.py``) calls. Everything
+:func:`run_chaos` is what ``bookline chaos`` (``ops/cli/chaos.py``) calls. Everything
 random comes from the seed: the nemesis's ``random.Random(seed)``, the gaps between its
 faults, every writer's choices. A run's directory keeps what is needed to look again:
 ``cluster/`` (every process's log and data), ``history/`` (the writers' and the final
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from foundation.errors import AlreadyExistsError, BooklineError
-from ops import procs
 from ops.chaos.checker import ANOMALIES, check, load_history
 from ops.chaos.final import final_phase
 from ops.chaos.hosts import ChaosCluster
 from ops.chaos.nemesis import Nemesis, ProcessTarget
 from ops.chaos.workload import DEFAULT_LAYOUT, DRAIN_S, WRITER_KINDS, Layout, writer_argv
+from ops.cluster import procs
 from thinclient.proxy_client import ProxyClient
 
 log = logging.getLogger(__name__)

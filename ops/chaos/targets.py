@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Protocol
 
-from ops import procs
+from ops.cluster import procs
 
 __all__ = ["ProcessTarget", "Target"]
 
