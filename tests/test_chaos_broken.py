@@ -34,13 +34,15 @@ from streams.writer import LogWriter
 from tests.conftest import BookieCluster
 from tests.test_power_cut import ShimBookies
 from tests.test_power_cut import _configure as configure_shim
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-WRITE_S = 2.0
 RATE_PER_S = 150.0
 DROP_EVERY = 10
-# The overlapping power cuts come once the writer process has this many acknowledged.
+# The in-process writer writes until it has this many acknowledged (however long that
+# takes on this machine); the overlapping power cuts come once the writer process has.
+ACKS_WANTED = 120
 ACKS_BEFORE_CUT = 100
 ACKS_DEADLINE_S = 120.0
 
@@ -56,8 +58,12 @@ async def _write_and_check(
         await ns.close()
     spec = WriterSpec("w-core", "core", 1, cluster_file, history, 7, RATE_PER_S, layout)
     stop = asyncio.Event()
-    asyncio.get_running_loop().call_later(WRITE_S, stop.set)
-    await run_writer(spec, stop)
+    writing = asyncio.create_task(run_writer(spec, stop))
+    try:
+        await _wait_for_acks(history, ACKS_WANTED, writing)
+    finally:
+        stop.set()
+        await writing
     if during is not None:
         during()  # the build is fixed again before the final phase
     await final_phase(cluster_file, history, layout, full_readers=("core",))
@@ -137,7 +143,7 @@ async def _cut_and_check(bookies: ShimBookies, cluster_file: Path, history: Path
     spec = WriterSpec("w-core", "core", 1, cluster_file, history, 7, RATE_PER_S, layout)
     stop = asyncio.Event()
     writer = asyncio.create_task(run_writer(spec, stop))
-    await asyncio.sleep(WRITE_S)
+    await _wait_for_acks(history, ACKS_BEFORE_CUT, writer)
     await asyncio.to_thread(bookies.power_cut)
     await asyncio.sleep(0.5)  # answers already on their way still count
     stop.set()
@@ -195,7 +201,7 @@ async def _overlapping_cuts_and_check(
         await ns.close()
     writer.start()
     history = writer.history_dir
-    await _wait_for_acks(history)
+    await _wait_for_acks(history, ACKS_BEFORE_CUT, None)
     # Every bookie cut at once, each held down for its own time, and the writer killed
     # with them. (A bookie cut alone first would make the writer change its ensemble,
     # which tells recovery the entries were committed: recovery then refuses the
@@ -208,10 +214,14 @@ async def _overlapping_cuts_and_check(
     return check(load_history(history))
 
 
-async def _wait_for_acks(history: Path) -> None:
-    """Until the writer has some acknowledged records (bounded by a deadline)."""
-    deadline = asyncio.get_running_loop().time() + ACKS_DEADLINE_S
-    while check(load_history(history)).acked < ACKS_BEFORE_CUT:
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"no {ACKS_BEFORE_CUT} acknowledged records in {history}")
-        await asyncio.sleep(0.2)
+async def _wait_for_acks(history: Path, n: int, writer: asyncio.Future[None] | None) -> None:
+    """Until the history holds ``n`` acknowledged records; a writer that ended fails it."""
+
+    def enough() -> bool:
+        if writer is not None and writer.done():
+            writer.result()  # its error, if it failed
+            raise AssertionError(f"the writer stopped before {n} acknowledged records")
+        return check(load_history(history)).acked >= n
+
+    await wait_for(enough, f"{n} acknowledged records in {history}", timeout_s=ACKS_DEADLINE_S,
+                   interval_s=0.2)  # fmt: skip
