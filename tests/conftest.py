@@ -21,7 +21,7 @@ import pytest
 
 from ops.cluster import procs
 from ops.cluster.zookeeper import ZooKeeperServer
-from tests.waiting import SCALE_ENV, TIME_SCALE, scaled, wait_until
+from tests.waiting import SCALE_ENV, TIME_SCALE, scaled, time_scale, wait_until
 
 _roots = itertools.count()
 
@@ -33,21 +33,36 @@ def pytest_report_header(config: pytest.Config) -> str:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _group_for_workers(items)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-timeout reads the mark
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     # pytest-timeout's limit is a deadline like any other: on a loaded machine a test
     # gets the time scale's multiple of it (tests/waiting.py), whether the limit comes
-    # from the test's own mark, --timeout or pyproject.toml.
-    if TIME_SCALE == 1.0:
-        return
-    option = config.getoption("timeout", None)
-    default = float(option if option is not None else config.getini("timeout") or 0)
-    for item in items:
+    # from the test's own mark, --timeout or pyproject.toml. The scale is taken as the
+    # test starts (a CPU hog started with the run shows in the load average only later).
+    base = _base_timeout(item)
+    if base > 0 and time_scale() > 1.0:
+        mark = item.get_closest_marker("timeout")
+        rest = {k: v for k, v in (mark.kwargs if mark else {}).items() if k != "timeout"}
+        item.add_marker(pytest.mark.timeout(scaled(base), **rest), append=False)
+    yield
+
+
+_BASE_TIMEOUT = pytest.StashKey[float]()
+
+
+def _base_timeout(item: pytest.Item) -> float:
+    """The test's limit before scaling: its own timeout mark, --timeout or the ini's."""
+    if _BASE_TIMEOUT not in item.stash:
+        option = item.config.getoption("timeout", None)
+        default = float(option if option is not None else item.config.getini("timeout") or 0)
         mark = item.get_closest_marker("timeout")
         base = default
         if mark is not None:
             base = float(mark.kwargs.get("timeout", mark.args[0] if mark.args else default))
-        if base > 0:
-            rest = {k: v for k, v in (mark.kwargs if mark else {}).items() if k != "timeout"}
-            item.add_marker(pytest.mark.timeout(scaled(base), **rest), append=False)
+        item.stash[_BASE_TIMEOUT] = base
+    return item.stash[_BASE_TIMEOUT]
 
 
 def _group_for_workers(items: list[pytest.Item]) -> None:
