@@ -8,8 +8,8 @@ times longer, so every deadline -- and pytest-timeout's per-test limit, in
 ``tests/conftest.py`` -- is multiplied by a time scale: ``BOOKLINE_TEST_TIME_SCALE``
 when set (``1`` on a dedicated CI machine, ``3`` beside a CPU hog of every core), else
 the one-minute load average per core, between 1 and :data:`AUTO_SCALE_MAX`:
-:data:`TIME_SCALE` when pytest starts (the per-test limits), and the larger of that and
-the load at the time for each wait (a hog started with the run raises the load average
+:data:`TIME_SCALE` when pytest starts, and the larger of that and the load at the time
+for each wait and each test's limit (a hog started with the run raises the load average
 only over a minute).
 
 Sleeps that are the behaviour under test (a token left to expire, records left to flow
