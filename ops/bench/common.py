@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import math
+import tempfile
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -75,3 +79,24 @@ def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     result: T = uvloop.run(coro)
     return result
+
+
+@contextlib.contextmanager
+def local_cluster(
+    args: argparse.Namespace, *, write_proxies: int = 0, read_proxies: int = 0, bookies: int = 3
+) -> Iterator[Path]:
+    """The cluster file a benchmark runs against: ``--cluster`` when given, else a local
+    cluster started under ``--dir`` (or a temporary directory) and stopped after."""
+    from ops.cluster.local import LocalCluster  # a benchmark given --cluster starts none
+
+    if args.cluster:
+        yield Path(args.cluster)
+        return
+    with contextlib.ExitStack() as stack:
+        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
+        cluster = LocalCluster(
+            Path(base), bookies=bookies, write_proxies=write_proxies, read_proxies=read_proxies
+        )
+        cluster.start()
+        stack.callback(cluster.stop)
+        yield cluster.dir / "cluster.json"

@@ -30,15 +30,13 @@ import os
 import random
 import resource
 import statistics
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ops.bench.common import asyncio_run, percentile_ms
+from ops.bench.common import asyncio_run, local_cluster, percentile_ms
 
 if TYPE_CHECKING:
     from groups.consumer import ConsumerConfig, GroupConsumer
@@ -73,21 +71,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="rebalance: phase of the joins")
     p.add_argument("--check", action="store_true",
                    help="consumers check each offset comes once, in order (costs CPU)")  # fmt: skip
-
-
-@contextlib.contextmanager
-def _cluster(args: argparse.Namespace) -> Iterator[Path]:
-    from ops.cluster.local import LocalCluster
-
-    if args.cluster:
-        yield Path(args.cluster)
-        return
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-consume-"))
-        cluster = LocalCluster(Path(base), bookies=3, write_proxies=1, read_proxies=1)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield cluster.dir / "cluster.json"
 
 
 def _consumer_config(spec: dict[str, Any]) -> ConsumerConfig:
@@ -396,5 +379,5 @@ async def _measure(cluster: Path, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.seed is None:
         args.seed = random.randrange(1 << 32)
-    with _cluster(args) as cluster:
+    with local_cluster(args, write_proxies=1, read_proxies=1) as cluster:
         return asyncio_run(_measure(cluster, args))

@@ -13,16 +13,12 @@ The last stdout line is one JSON object with ``records_per_s``, ``p50_ms`` and
 from __future__ import annotations
 
 import argparse
-import contextlib
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.common import asyncio_run, latency_summary
-from ops.cluster.local import LocalCluster
+from ops.bench.common import asyncio_run, latency_summary, local_cluster
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -37,19 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     p.add_argument("--batch", type=int, default=1_000, help="records per send_many call")
     p.add_argument("--concurrency", type=int, default=8, help="send_many calls outstanding")
-
-
-@contextlib.contextmanager
-def _cluster(args: argparse.Namespace) -> Iterator[Path]:
-    if args.cluster:
-        yield Path(args.cluster)
-        return
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
-        cluster = LocalCluster(Path(base), bookies=3, write_proxies=1, read_proxies=0)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield cluster.dir / "cluster.json"
 
 
 def _batches(args: argparse.Namespace) -> list[list[Any]]:
@@ -120,5 +103,5 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with _cluster(args) as cluster_file:
+    with local_cluster(args, write_proxies=1) as cluster_file:
         return asyncio_run(_measure(cluster_file, args))

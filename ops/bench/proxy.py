@@ -25,19 +25,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import os
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.common import Answers, asyncio_run, latency_summary
+from ops.bench.common import Answers, asyncio_run, latency_summary, local_cluster
 from ops.bench.pacing import open_loop
-from ops.cluster.local import LocalCluster
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -60,19 +56,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--streams", type=int, default=1, help="streams written round-robin")
     p.add_argument("--requests-in-flight", type=int, default=None,
                    help="write requests in flight per stream (default: the client's)")  # fmt: skip
-
-
-@contextlib.contextmanager
-def _cluster(args: argparse.Namespace) -> Iterator[Path]:
-    if args.cluster:
-        yield Path(args.cluster)
-        return
-    with contextlib.ExitStack() as stack:
-        base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
-        cluster = LocalCluster(Path(base), bookies=3, write_proxies=1, read_proxies=1)
-        cluster.start()
-        stack.callback(cluster.stop)
-        yield cluster.dir / "cluster.json"
 
 
 def _streams(args: argparse.Namespace, tag: str) -> list[str]:
@@ -303,5 +286,5 @@ async def _measure(cluster_file: Path, args: argparse.Namespace) -> dict[str, An
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    with _cluster(args) as cluster_file:
+    with local_cluster(args, write_proxies=1, read_proxies=1) as cluster_file:
         return asyncio_run(_measure(cluster_file, args))

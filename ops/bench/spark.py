@@ -41,10 +41,11 @@ import contextlib
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ops.bench.common import local_cluster
 
 # Records per write_many call while loading the data.
 LOAD_BATCH_RECORDS = 5_000
@@ -178,19 +179,12 @@ def _rate(count: int, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from ops.cluster.local import LocalCluster
     from pipeline.session import local_session, stop_session
     from streams.sync import SyncNamespace
 
     stream = f"bench-spark-{int(time.time())}"
     with contextlib.ExitStack() as stack:
-        cluster_file = args.cluster
-        if cluster_file is None:
-            base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
-            cluster = LocalCluster(Path(base), bookies=3)
-            cluster.start()
-            stack.callback(cluster.stop)
-            cluster_file = str(cluster.dir / "cluster.json")
+        cluster_file = str(stack.enter_context(local_cluster(args)))
         ns = SyncNamespace.from_cluster_file(cluster_file)
         stack.callback(ns.close)
         ns.create_stream(stream)
