@@ -10,7 +10,7 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -100,3 +100,31 @@ def local_cluster(
         cluster.start()
         stack.callback(cluster.stop)
         yield cluster.dir / "cluster.json"
+
+
+async def closed_loop(
+    calls: int,
+    outstanding: int,
+    call: Callable[[int], Awaitable[object]],
+    latencies: list[float] | None = None,
+) -> float:
+    """Make calls ``call(0)`` .. ``call(calls - 1)``, ``outstanding`` of them in flight at
+    a time (each worker starts the next as its last is answered); the seconds they took.
+    With ``latencies``, each call's duration is appended to it."""
+    next_call = 0
+
+    async def worker() -> None:
+        nonlocal next_call
+        while next_call < calls:
+            i = next_call
+            next_call += 1
+            if latencies is None:
+                await call(i)
+                continue
+            t0 = time.perf_counter()
+            await call(i)
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(outstanding)))
+    return time.perf_counter() - start

@@ -13,12 +13,11 @@ The last stdout line is one JSON object with ``records_per_s``, ``p50_ms`` and
 from __future__ import annotations
 
 import argparse
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.common import asyncio_run, latency_summary, local_cluster
+from ops.bench.common import asyncio_run, closed_loop, latency_summary, local_cluster
 
 if TYPE_CHECKING:
     from thinclient.client import ProxyClient
@@ -51,27 +50,18 @@ def _batches(args: argparse.Namespace) -> list[list[Any]]:
 
 
 async def _produce(client: ProxyClient, args: argparse.Namespace, topic: str) -> dict[str, Any]:
-    import asyncio
 
     batches = _batches(args)
     calls = max(1, args.records // args.batch)
     for p in range(args.partitions):  # acquire every partition before timing
         await client.send(topic, b"warm-up", partition=p)
     latencies: list[float] = []
-    next_call = 0
-
-    async def worker() -> None:
-        nonlocal next_call
-        while next_call < calls:
-            i = next_call
-            next_call += 1
-            t0 = time.perf_counter()
-            await client.send_many(topic, batches[i % len(batches)])
-            latencies.append(time.perf_counter() - t0)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-    elapsed = time.perf_counter() - start
+    elapsed = await closed_loop(
+        calls,
+        args.concurrency,
+        lambda i: client.send_many(topic, batches[i % len(batches)]),
+        latencies,
+    )
     records = calls * args.batch
     return {
         "records": records,

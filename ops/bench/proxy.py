@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ops.bench.common import Answers, asyncio_run, latency_summary, local_cluster
+from ops.bench.common import Answers, asyncio_run, closed_loop, latency_summary, local_cluster
 from ops.bench.pacing import open_loop
 
 if TYPE_CHECKING:
@@ -71,20 +71,12 @@ async def _many(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]
     for s in streams:  # acquire ownership before timing
         await client.write(s, payload)
     latencies: list[float] = []
-    next_call = 0
-
-    async def worker() -> None:
-        nonlocal next_call
-        while next_call < calls:
-            i = next_call
-            next_call += 1
-            t0 = time.perf_counter()
-            await client.write_many(streams[i % len(streams)], batch)
-            latencies.append(time.perf_counter() - t0)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-    elapsed = time.perf_counter() - start
+    elapsed = await closed_loop(
+        calls,
+        args.concurrency,
+        lambda i: client.write_many(streams[i % len(streams)], batch),
+        latencies,
+    )
     return {
         "records": calls * args.batch,
         "seconds": round(elapsed, 3),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.gctune import settle_heap
+from ops.bench.common import closed_loop
 from ops.bench.compare.common import (
     Latencies,
     Sender,
@@ -265,18 +266,10 @@ class BooklineThin:
         calls = max(1, records // per_call)
         name = _name("thin-batched")
         await client.write(name, b"warm-up")  # creates the stream, takes ownership
-        next_call = 0
-
-        async def worker() -> None:
-            nonlocal next_call
-            while next_call < calls:
-                next_call += 1
-                await client.write_many(name, batch)
-
         settle_heap()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(THIN_BATCHES_IN_FLIGHT)))
-        elapsed = time.perf_counter() - t0
+        elapsed = await closed_loop(
+            calls, THIN_BATCHES_IN_FLIGHT, lambda _i: client.write_many(name, batch)
+        )
         if self._written is not None:
             await self._drop(self._written[0])
         self._written = (name, calls * per_call + 1)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ops.bench.common import closed_loop
 from ops.bench.compare.common import (
     Latencies,
     Sender,
@@ -165,20 +166,14 @@ class RedisStreams:
         per_call = max(1, min(PIPELINE_RECORDS, BATCH_BYTES // record_bytes))
         calls = max(1, records // per_call)
         await self.r.xadd(key, {"v": payload})
-        next_call = 0
 
-        async def worker() -> None:
-            nonlocal next_call
-            while next_call < calls:
-                next_call += 1
-                pipe = self.r.pipeline(transaction=False)
-                for _ in range(per_call):
-                    pipe.xadd(key, {"v": payload})
-                await pipe.execute()
+        async def pipeline(_i: int) -> object:
+            pipe = self.r.pipeline(transaction=False)
+            for _ in range(per_call):
+                pipe.xadd(key, {"v": payload})
+            return await pipe.execute()
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(PIPELINES_IN_FLIGHT)))
-        elapsed = time.perf_counter() - t0
+        elapsed = await closed_loop(calls, PIPELINES_IN_FLIGHT, pipeline)
         if self._written is not None:
             await self.r.delete(self._written[0])
         self._written = (key, calls * per_call + 1)
