@@ -2,7 +2,7 @@
 (:class:`~groups.state.GroupState`) made durable in the group's log stream ``g~group``.
 
 Whoever holds the stream's single writer is the coordinator; the write proxies host it
-(``writeproxy/groups.py``: owner record + writer lock, redirects, takeover), and tests
+(``serving/write/groups.py``: owner record + writer lock, redirects, takeover), and tests
 build one straight on a core :class:`~streams.writer.LogWriter`.
 
 * **Load**: the log is read from its first readable record and replayed

@@ -6,6 +6,7 @@ offsets across segment rolls, and an idempotent produce across a proxy failover.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -291,7 +292,12 @@ async def test_deleted_and_recreated_topic_starts_afresh_on_every_proxy(
         await one.create_topic(t, 6)
     for p in range(6):
         assert await client.send(t, b"new-%d" % p, partition=p) == (p, 0)
-        assert await _partition_payloads(core, partition_stream(t, p)) == [b"new-%d" % p]
+        # A reader sees a record once its LAC reaches the bookies, about one round trip
+        # after the ack (ledger/lac_push.py): wait for it, then check it is the only one.
+        stream = partition_stream(t, p)
+        visible = functools.partial(_partition_payloads, core, stream)
+        payloads = await wait_for(visible, f"{stream}'s record")
+        assert payloads == [b"new-%d" % p]
 
 
 # -- failover (last: it kills a proxy and restarts it) ------------------------------------

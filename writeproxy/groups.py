@@ -1,14 +1,6 @@
-"""Consumer group coordinators hosted by this write proxy, and their HTTP routes.
-
-The coordinator of group ``g`` is the owner of its log stream ``g~group``
-(``docs/topics-design.md``): a request for ``g`` acquires that stream like any stream
-(:class:`~serving.write.ownership.Ownership`: owner record + writer lock in this proxy's
-ZooKeeper session), answers ``307 OWNER_MOVED`` when another proxy owns it, and takes
-it over once the owner's session has expired. On acquisition the log is replayed into a
-:class:`~groups.coordinator.GroupCoordinator`. The writer lock fences a coordinator
-whose proxy lost its session: it can no longer append, so it can no longer answer a
-change; while the session is suspended it answers nothing (SESSION_SUSPENDED), so a
-partitioned proxy does not keep members believing they hold partitions.
+"""The write proxy's consumer group routes over the coordinators it hosts
+(:class:`~serving.write.groups.GroupHosting`: the owner of stream ``g~group``
+coordinates group ``g``; ``307 OWNER_MOVED`` names the owner otherwise).
 
 Routes (bodies in :mod:`groups.wire`; errors ``{code, name, message}``)::
 
@@ -18,76 +10,43 @@ Routes (bodies in :mod:`groups.wire`; errors ``{code, name, message}``)::
     POST   /v1/groups/{g}/reset-offsets    GROUP_NOT_EMPTY while members live; dry_run: plan only
     DELETE /v1/groups/{g}                  GROUP_NOT_EMPTY while members live
     GET    /v1/groups                      the namespace's groups (any write proxy)
+
+A route parses its body, checks permissions and encodes the answer; the hosting does
+the rest.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from foundation.errors import (
-    BooklineError,
-    NotFoundError,
-    OwnerMovedError,
-    OwnershipLostError,
-    SessionSuspendedError,
-    UnavailableError,
-)
-from foundation.names import group_stream, parse_internal, validate_name
+from foundation.names import validate_name
 from groups import wire
-from groups.coordinator import CoordinatorConfig, GroupCoordinator, GroupStats, check_join
-from groups.coordinator_store import CoreTopics, ensure_group_log
-from groups.partition_offsets import PartitionOffsets, reset_plan
 from httpapi.auth import require
 from httpapi.server import read_body, respond
 from httpapi.wire import API_PREFIX
-from metadata.zk import SessionState
+from serving.write.groups import GroupHost, GroupHosting
 
 if TYPE_CHECKING:
-    from serving.write.owned import OwnedStream
-    from serving.write.ownership import Ownership
-    from streams.namespace import Namespace
+    from groups.coordinator import CoordinatorConfig, GroupStats
     from writeproxy.metrics import WriteProxyMetrics
 
-log = logging.getLogger(__name__)
-
-__all__ = ["GroupHost", "GroupRoutes", "register_group_routes"]
+__all__ = ["GroupRouteHost", "GroupRoutes", "register_group_routes"]
 
 
-class GroupHost(Protocol):
-    """What the coordinators need of their write proxy."""
+class GroupRouteHost(GroupHost, Protocol):
+    """What the routes need of their write proxy: the hosting's needs, and metrics."""
 
-    url: str
     metrics: WriteProxyMetrics
-
-    @property
-    def ns(self) -> Namespace: ...  # UNAVAILABLE while starting or stopping
-
-    @property
-    def ownership(self) -> Ownership: ...
-
-
-@dataclass(slots=True)
-class _Hosted:
-    coord: GroupCoordinator
-    owned: OwnedStream
 
 
 class GroupRoutes:
-    """The coordinators this proxy hosts, by group."""
+    """The ``/v1/groups`` routes over this proxy's :class:`GroupHosting`."""
 
-    def __init__(self, host: GroupHost, config: CoordinatorConfig | None = None) -> None:
+    def __init__(self, host: GroupRouteHost, config: CoordinatorConfig | None = None) -> None:
         self.host = host
-        self.config = config or CoordinatorConfig()
-        self.hosted: dict[str, _Hosted] = {}
-        self._loading: dict[str, asyncio.Future[GroupCoordinator]] = {}
-        self._deleting: set[str] = set()
-        self._drops: set[asyncio.Task[None]] = set()
-        self._topics: CoreTopics | None = None
+        self.hosting = GroupHosting(host, config)
 
     def register(self, app: web.Application) -> None:
         p = f"{API_PREFIX}/groups"
@@ -101,24 +60,18 @@ class GroupRoutes:
         app.router.add_post(f"{p}/{{group}}/leave", self.leave)
         app.router.add_post(f"{p}/{{group}}/reset-offsets", self.reset_offsets)
         app.on_shutdown.append(self._on_shutdown)
-        self.host.metrics.bind_groups(self.stats)
+        self.host.metrics.bind_groups(self.hosting.stats)
 
     def stats(self) -> list[GroupStats]:
-        """The groups this proxy coordinates now (for the metrics)."""
-        try:
-            return [h.coord.stats() for g, h in self.hosted.items() if self._current(g, h)]
-        except UnavailableError:  # starting or stopping: no groups
-            return []
-
-    # -- routes ------------------------------------------------------------------------
+        """The groups this proxy coordinates now (for the status page)."""
+        return self.hosting.stats()
 
     async def join(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_join(await read_body(request))
         for topic in req.topics:
             require(request, "consume", "topic", topic)
-        coord = await self.coordinator(group, create=req)
-        result = await coord.join(req)
+        result = await self.hosting.join(group, req)
         return respond(
             request,
             {
@@ -132,7 +85,7 @@ class GroupRoutes:
     async def heartbeat(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_heartbeat(await read_body(request))
-        generation, parts = await (await self.coordinator(group)).heartbeat(req)
+        generation, parts = await self.hosting.heartbeat(group, req)
         return respond(request, {"generation": generation, "assignment": wire.tps_to_wire(parts)})
 
     async def commit(self, request: web.Request) -> web.Response:
@@ -140,191 +93,44 @@ class GroupRoutes:
         req = wire.parse_commit(await read_body(request))
         for topic in sorted({tp[0] for tp in req.offsets}):
             require(request, "consume", "topic", topic)
-        await (await self.coordinator(group)).commit(req)
+        await self.hosting.commit(group, req)
         return respond(request, {})
 
     async def leave(self, request: web.Request) -> web.Response:
         group = _group(request)
         member_id = wire.parse_leave(await read_body(request))
-        await (await self.coordinator(group)).leave(member_id)
+        await self.hosting.leave(group, member_id)
         return respond(request, {})
 
     async def describe(self, request: web.Request) -> web.Response:
-        coord = await self.coordinator(_group(request))
-        answer = await coord.describe()
+        answer = await self.hosting.describe(_group(request))
         answer["coordinator"] = self.host.url
         return respond(request, answer)
 
     async def offsets(self, request: web.Request) -> web.Response:
-        coord = await self.coordinator(_group(request))
-        return respond(request, {"offsets": wire.offsets_to_wire(coord.committed())})
+        offsets = await self.hosting.offsets(_group(request))
+        return respond(request, {"offsets": wire.offsets_to_wire(offsets)})
 
     async def reset_offsets(self, request: web.Request) -> web.Response:
         group = _group(request)
         req = wire.parse_reset(await read_body(request))
         for topic in req.topics or ():
             require(request, "consume", "topic", topic)
-        # Kafka lets an operator set a new group's offsets before its consumers start
-        # (naming the topics: a new group knows none); its dry run creates nothing.
-        create = req.topics is not None and not req.dry_run
-        try:
-            coord = await self.coordinator(group, create=create)
-        except NotFoundError:
-            if not (req.dry_run and req.topics):
-                raise
-            view = PartitionOffsets(self._topic_view(self.host.ns), lambda: 0)
-            return respond(request, (await reset_plan(view, req.topics, req)).to_wire())
-        return respond(request, (await coord.reset(req)).to_wire())
+        return respond(request, (await self.hosting.reset_offsets(group, req)).to_wire())
 
     async def delete(self, request: web.Request) -> web.Response:
         group = _group(request)
-        coord = await self.coordinator(group)
-        self._deleting.add(group)
-        try:
-            await coord.delete()  # GROUP_NOT_EMPTY and the like: nothing changed
-            await self._discard(group)
-            name = group_stream(group)
-            await self.host.ownership.drop(name)
-            await self.host.ns.delete_stream(name)
-        finally:
-            self._deleting.discard(group)
-        log.info("group %s deleted", group)
+        await self.hosting.delete(group)
         return respond(request, {"deleted": group})
 
     async def list_groups(self, request: web.Request) -> web.Response:
-        groups = []
-        for name in await self.host.ns.list_streams():
-            parsed = parse_internal(name)
-            if parsed is not None and parsed[0] == "group":
-                groups.append(parsed[1])
-        return respond(request, {"groups": sorted(groups)})
-
-    # -- hosting -----------------------------------------------------------------------
-
-    async def coordinator(
-        self, group: str, *, create: wire.JoinRequest | bool = False
-    ) -> GroupCoordinator:
-        """The group's coordinator here, loading it when this proxy may own its log;
-        OWNER_MOVED when another proxy does, NOT_FOUND for an unknown group unless
-        ``create`` (a join request is checked before its group's log is created)."""
-        if group in self._deleting:
-            raise OwnershipLostError(f"group {group} is being deleted; retry")
-        hosted = self.hosted.get(group)
-        if hosted is not None:
-            if self._current(group, hosted):
-                return hosted.coord
-            await self._discard(group)
-        pending = self._loading.get(group)
-        if pending is not None:
-            try:
-                return await asyncio.shield(pending)
-            except NotFoundError:
-                # That load did not create the group (a describe, say); a join does.
-                if create is False:
-                    raise
-                return await self.coordinator(group, create=create)
-        fut: asyncio.Future[GroupCoordinator] = asyncio.get_running_loop().create_future()
-        self._loading[group] = fut
-        try:
-            coord = await self._load(group, create)
-        except BaseException as exc:
-            fut.set_exception(exc)
-            fut.exception()  # retrieved: concurrent waiters re-raise it themselves
-            raise
-        else:
-            fut.set_result(coord)
-            return coord
-        finally:
-            del self._loading[group]
-
-    def _current(self, group: str, hosted: _Hosted) -> bool:
-        owned = self.host.ownership.owned.get(group_stream(group))
-        return owned is hosted.owned and owned.failed is None and hosted.coord.usable
-
-    async def _load(self, group: str, create: wire.JoinRequest | bool) -> GroupCoordinator:
-        ownership, ns = self.host.ownership, self.host.ns
-        name = group_stream(group)
-        owned = ownership.owned.get(name)
-        if owned is not None and (owned.failed is not None or owned.writer.failed is not None):
-            await ownership.drop(name)  # a failed writer: acquire again (recovers the log)
-            owned = None
-        if owned is None:
-            owner = await ownership.owner_of(name)
-            if owner is not None and owner != self.host.url:
-                raise OwnerMovedError(f"group {group} is coordinated by {owner}", owner=owner)
-            if not await ns.exists(name):
-                if create is False:
-                    raise NotFoundError(f"group {group} does not exist")
-                if isinstance(create, wire.JoinRequest):
-                    await check_join(create, self._topic_view(ns))
-                await ensure_group_log(ns, group)
-            owned = await ownership.get(name)
-        md = ns.context.md
-        stream = owned
-
-        def health() -> None:
-            if stream.failed is not None or stream.writer.failed is not None:
-                raise OwnershipLostError(f"group {group}: its log stream was dropped; retry")
-            if md.zk.state is not SessionState.CONNECTED:
-                raise SessionSuspendedError(f"group {group}: ZooKeeper session not connected")
-
-        try:
-            coord = await GroupCoordinator.load(
-                ns,
-                group,
-                owned.writer,
-                self._topic_view(ns),
-                config=self.config,
-                health=health,
-                on_fail=lambda exc: self._drop_soon(group),
-            )
-        except BaseException:
-            # Never hold a group's log without serving it: the next request retries.
-            await ownership.drop(name)
-            raise
-        coord.start()
-        self.hosted[group] = _Hosted(coord, owned)
-        log.info("coordinating group %s (generation %d)", group, coord.state.generation)
-        return coord
-
-    def _topic_view(self, ns: Namespace) -> CoreTopics:
-        if self._topics is None:
-            self._topics = CoreTopics(ns)
-        return self._topics
-
-    async def _discard(self, group: str) -> None:
-        hosted = self.hosted.pop(group, None)
-        if hosted is not None:
-            await hosted.coord.close()
-
-    def _drop_soon(self, group: str) -> None:
-        """A coordinator's log write failed: stop hosting it and drop the stream, so
-        the next request replays the log from scratch (here or on the next owner)."""
-
-        async def drop() -> None:
-            hosted = self.hosted.get(group)
-            await self._discard(group)
-            name = group_stream(group)
-            try:
-                ownership = self.host.ownership
-            except UnavailableError:
-                return  # stopping: the proxy releases every stream itself
-            if hosted is not None and ownership.owned.get(name) is hosted.owned:
-                await ownership.drop(name)
-
-        task = asyncio.get_running_loop().create_task(drop())
-        self._drops.add(task)
-        task.add_done_callback(self._drops.discard)
+        return respond(request, {"groups": await self.hosting.list_groups()})
 
     async def _on_shutdown(self, app: web.Application) -> None:
-        for group in list(self.hosted):
-            try:
-                await self._discard(group)
-            except BooklineError as exc:
-                log.warning("group %s: closing its coordinator: %s", group, exc)
+        await self.hosting.close()
 
 
-def register_group_routes(app: web.Application, host: GroupHost) -> GroupRoutes:
+def register_group_routes(app: web.Application, host: GroupRouteHost) -> GroupRoutes:
     """The one line the write proxy's app needs."""
     routes = GroupRoutes(host)
     routes.register(app)

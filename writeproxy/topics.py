@@ -1,53 +1,42 @@
 """The write proxy's topic routes (bodies and answers: :mod:`httpapi.topics`).
 
-Admin (create, list, describe, grow, delete) runs on the core library's
-:class:`~groups.topics.TopicAdmin` with the proxy's namespace. A write to partition
-``p`` of topic ``t`` is a write to the stream ``t~p``, served exactly like a stream
-write (ownership per partition stream, redirects to its owner, idempotent producer
-sequences, offsets in the answer). Before a partition stream is acquired, the topic is
-checked: NOT_FOUND without the topic, UNKNOWN_PARTITION for ``p >=`` its partition
-count -- nothing is written, and no stream is created for it.
+Admin (create, list, describe, grow, delete) runs on
+:class:`~serving.write.topics.TopicHosting` (the core library's
+:class:`~groups.topics.TopicAdmin` with the proxy's namespace and streams). A write to
+partition ``p`` of topic ``t`` is a write to the stream ``t~p``, served exactly like a
+stream write (ownership per partition stream, redirects to its owner, idempotent
+producer sequences, offsets in the answer), once the hosting has checked the partition
+exists. A route parses, checks permissions and encodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from foundation.errors import UnknownPartitionError
-from foundation.names import partition_stream, validate_name
-from groups.topics import TopicAdmin
+from foundation.names import validate_name
 from httpapi import topics as topic_wire
 from httpapi import wire
 from httpapi.auth import require
 from httpapi.server import read_body, respond
 from metadata.topics import TopicRecord
+from serving.write.topics import TopicHost, TopicHosting
 
 if TYPE_CHECKING:
-    from serving.write.ownership import Ownership
-    from streams.namespace import Namespace
+    from groups.topics import TopicAdmin
 
-log = logging.getLogger(__name__)
-
-__all__ = ["register_topic_routes"]
+__all__ = ["TopicRouteHost", "register_topic_routes"]
 
 
-class TopicHost(Protocol):
-    """What the routes need of the write proxy."""
-
-    @property
-    def ns(self) -> Namespace: ...
-
-    @property
-    def ownership(self) -> Ownership: ...
+class TopicRouteHost(TopicHost, Protocol):
+    """What the routes need of the write proxy: the hosting's needs, and stream writes."""
 
     async def write_stream(self, request: web.Request, name: str) -> web.Response: ...
 
 
-def register_topic_routes(app: web.Application, proxy: TopicHost) -> None:
+def register_topic_routes(app: web.Application, proxy: TopicRouteHost) -> None:
     routes = _TopicRoutes(proxy)
     p = f"{wire.API_PREFIX}/topics"
     app.router.add_get(p, routes.list_topics)
@@ -69,11 +58,12 @@ def _topic(request: web.Request) -> str:
 
 
 class _TopicRoutes:
-    def __init__(self, proxy: TopicHost) -> None:
+    def __init__(self, proxy: TopicRouteHost) -> None:
         self._proxy = proxy
+        self._topics = TopicHosting(proxy)
 
     def _admin(self) -> TopicAdmin:
-        return TopicAdmin(self._proxy.ns)  # 503 UNAVAILABLE while starting or stopping
+        return self._topics.admin()  # 503 UNAVAILABLE while starting or stopping
 
     async def list_topics(self, request: web.Request) -> web.Response:
         return respond(request, {"topics": await self._admin().list_topics()})
@@ -88,14 +78,13 @@ class _TopicRoutes:
         return respond(request, _view(await self._admin().get_topic(_topic(request))))
 
     async def partitions(self, request: web.Request) -> web.Response:
-        info = await self._admin().describe_topic(_topic(request))
-        ownership = self._proxy.ownership
+        name = _topic(request)
         parts = []
-        for p in info.partitions:
-            view = dataclasses.asdict(p)
-            view["owner"] = await ownership.owner_of(p.stream)
+        for p in await self._topics.partitions(name):
+            view = dataclasses.asdict(p.info)
+            view["owner"] = p.owner
             parts.append(view)
-        return respond(request, {"name": info.name, "partitions": parts})
+        return respond(request, {"name": name, "partitions": parts})
 
     async def alter(self, request: web.Request) -> web.Response:
         name = _topic(request)
@@ -103,27 +92,12 @@ class _TopicRoutes:
         return respond(request, _view(await self._admin().alter_partitions(name, partitions)))
 
     async def delete(self, request: web.Request) -> web.Response:
-        """The record first (writers of it then get NOT_FOUND), then its partition
-        streams. Partitions this proxy owns are released first; a partition another
-        proxy owns loses its writer lock with the stream, and that proxy drops it."""
         name = _topic(request)
-        admin = self._admin()
-        ownership = self._proxy.ownership
-        record = await admin.get_topic(name)
-        for stream in record.partition_names():
-            await ownership.drop(stream)
-        await admin.delete_topic(name)
+        await self._topics.delete(name)
         return respond(request, {"deleted": name})
 
     async def write(self, request: web.Request) -> web.Response:
         name = _topic(request)
         p = topic_wire.parse_partition(request.match_info["partition"])
-        stream = partition_stream(name, p)
-        if stream not in self._proxy.ownership.owned:
-            # About to acquire it: the partition must exist (never auto-created).
-            count = await self._admin().partitions(name)  # NOT_FOUND without the topic
-            if p >= count:
-                raise UnknownPartitionError(
-                    f"topic {name} has {count} partitions; there is no partition {p}"
-                )
+        stream = await self._topics.partition_for_write(name, p)
         return await self._proxy.write_stream(request, stream)

@@ -8,7 +8,9 @@ Modules: ``config`` (the core's settings), ``metrics`` (what it reports), ``batc
 (the neutral write batch and its answer), ``limits`` (admission), ``dedup`` (producer
 table, pure), ``owned`` (one owned stream's write path: producer order, retries, the
 append), ``ownership`` (acquiring and dropping streams), ``core`` (one batch from
-admission to answer).
+admission to answer); ``groups`` (the consumer group coordinators this process hosts:
+each is the owner of its group's log stream) and ``topics`` (topic admin where stream
+ownership matters).
 
 A write goes straight down: front end -> ``core`` -> ``ownership`` -> ``owned`` -> the
 core writer (:mod:`streams.writer`) -> ledgers -> bookies.
