@@ -54,6 +54,7 @@ from tests.alert_support import Window, check, instance, rules, scrape
 from tests.cluster_support import started_cluster
 from tests.test_ledger_integration import CONFIG
 from tests.test_scrub_integration import flip_payload_bit, read_from
+from tests.waiting import wait_for, wait_until
 from thinclient.client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -139,12 +140,7 @@ async def _window(cluster: LocalCluster, act: Callable[[], Awaitable[None]]) -> 
 
 
 async def _eventually(check_: Callable[[], Awaitable[bool]], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            while not await check_():
-                await asyncio.sleep(0.2)
-    except TimeoutError:
-        raise AssertionError(f"not within {WAIT_S:.0f} s: {what}") from None
+    await wait_for(check_, what, timeout_s=WAIT_S, interval_s=0.2)
 
 
 def _tree_bytes(root: Path) -> int:
@@ -260,7 +256,7 @@ class States:
         self.c.note_exit(victim)
         flip_payload_bit(self.c.dir / victim.name / "ledgers", marker + b"7-")
         fresh = self.c.respawn(victim)
-        procs.wait_for(lambda: self.c.is_ready(fresh), WAIT_S, f"{fresh.name} restarted")
+        wait_until(lambda: self.c.is_ready(fresh), f"{fresh.name} restarted", timeout_s=WAIT_S)
         pool = BookieClientPool()
         bi = _bookie(self.c, fresh.name)["instance"]
 

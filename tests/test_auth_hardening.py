@@ -35,6 +35,7 @@ from groups import wire as group_wire
 from httpapi.auth import ROUTE_RULES
 from ops.cluster.local import LocalCluster
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
+from tests.waiting import wait_for
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -120,12 +121,15 @@ async def test_dashboard_and_health_detail_need_a_token_allowed_them(
         await client.create_topic(topic, 1)
     join = group_wire.JoinRequest(topics=(topic,)).to_wire()
     url = f"{_wurl(cluster)}/v1/groups/{group}/join"
-    for _ in range(40):  # the coordinator starts on the first join: 503 meanwhile
+
+    async def joined() -> bool:  # the coordinator starts on the first join: 503 meanwhile
         async with http.post(url, json=join, headers=bearer(admin)) as resp:
-            if resp.status != 503:
-                assert resp.status == 200, await resp.text()
-                break
-        await asyncio.sleep(0.5)
+            if resp.status == 503:
+                return False
+            assert resp.status == 200, await resp.text()
+            return True
+
+    await wait_for(joined, "the group coordinator to answer a join", interval_s=0.5)
     for base in (_wurl(cluster), _rurl(cluster)):
         for headers in ({}, bearer("garbage"), bearer(token(secret, "nobody"))):
             async with http.get(f"{base}/health", headers=headers) as resp:

@@ -29,6 +29,7 @@ from groups import wire as group_wire
 from httpapi.openapi import build_document
 from ops.cluster.local import LocalCluster
 from tests.cluster_support import bearer, cluster_secret, started_cluster, token
+from tests.waiting import wait_for
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -214,15 +215,14 @@ async def test_group_join_checks_the_group_and_its_topics(
     async with aiohttp.ClientSession(headers=bearer(bob)) as http:
 
         async def post(group_name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-            for _ in range(10):  # follow the coordinator's redirect
-                base = _wurls(cluster)[0]
-                url = f"{base}/v1/groups/{group_name}/join"
+            url = f"{_wurls(cluster)[0]}/v1/groups/{group_name}/join"
+
+            async def answered() -> tuple[int, dict[str, Any]] | None:  # 503 while it starts
                 async with http.post(url, json=body, allow_redirects=True) as resp:
                     answer = await resp.json(content_type=None)
-                    if resp.status != 503:
-                        return resp.status, answer
-                await asyncio.sleep(0.5)
-            raise AssertionError("coordinator never answered")
+                    return None if resp.status == 503 else (resp.status, answer)
+
+            return await wait_for(answered, "the group coordinator to answer", interval_s=0.5)
 
         status, answer = await post(group, join)
         assert status == 200, answer

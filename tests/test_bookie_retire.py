@@ -22,6 +22,7 @@ from metadata.layout import Layout
 from ops.cluster import procs
 from ops.cluster.local import CLUSTER_ROOT, LocalCluster, Quorums
 from tests.cli_support import cli_json, run_cli
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -69,10 +70,10 @@ def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
         procs.stop(info.proc)
         cluster.note_exit(info)
         cluster.write_cluster_json()
-        procs.wait_for(
+        wait_until(
             lambda: _json(file, "bookie", "info", victim)["state"] == "down",
-            UNREGISTERED_S,
             "the stopped bookie to leave the registry",
+            timeout_s=UNREGISTERED_S,
         )
         needed = _cli(file, "bookie", "retire", victim)
         assert needed.returncode == 1 and "ledgers name it" in needed.stderr, needed.stderr
@@ -84,7 +85,9 @@ def test_decommission_then_retire_leaves_no_trace(tmp_path: Path) -> None:
 
         # Its old disks do not rejoin: the bookie refuses to start.
         again = cluster.respawn(info)
-        procs.wait_for(lambda: again.proc.poll() is not None, 60, "the retired bookie to exit")
+        wait_until(
+            lambda: again.proc.poll() is not None, "the retired bookie to exit", timeout_s=60
+        )
         assert again.proc.returncode != 0
         assert "was retired" in Path(again.extra["log"]).read_text()
         cluster.note_exit(again)

@@ -348,7 +348,7 @@ async def test_pipelined_first_adds_share_one_metadata_look_up() -> None:
 
     async def lookup(ledger_id: int) -> LedgerMetadata:
         looked_up.append(ledger_id)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a slow look-up: the pipelined adds arrive meanwhile
         if ledger_id == 404:
             raise NotFoundError("no such znode")
         return keyed_metadata(ledger_id, key)

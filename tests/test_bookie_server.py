@@ -36,7 +36,7 @@ from foundation.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from tests.waiting import scaled
+from tests.waiting import wait_for
 
 KEY = b"master-key"
 
@@ -100,6 +100,18 @@ async def conn(bookie: Bookie) -> AsyncIterator[BookieConnection]:
         await c.close()
 
 
+async def parked(bookie: Bookie, ledger_id: int, polls: int = 1) -> None:
+    """Wait until ``polls`` long polls of ``ledger_id`` are waiting in the bookie."""
+    storage = bookie.storage
+    assert isinstance(storage, BookieStorage)
+
+    def waiting() -> bool:
+        state = storage._ledgers.get(ledger_id)
+        return state is not None and len(state.waiters or ()) >= polls
+
+    await wait_for(waiting, f"{polls} long polls of ledger {ledger_id} waiting in the bookie")
+
+
 def payload(ledger_id: int, entry_id: int) -> bytes:
     return f"ledger {ledger_id} entry {entry_id} ".encode() * 3
 
@@ -148,13 +160,13 @@ async def test_fencing_read(conn: BookieConnection) -> None:
     assert (await conn.read(4, 2, master_key=KEY)).payload == b"e2"
 
 
-async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None:
+async def test_long_poll_returns_when_lac_passes(bookie: Bookie, conn: BookieConnection) -> None:
     await conn.add(5, 0, -1, KEY, b"e0")
     await conn.add(5, 1, 0, KEY, b"e1")  # LAC is now 0
     loop = asyncio.get_running_loop()
     started = loop.time()
     poll = asyncio.ensure_future(conn.read_lac(5, 0, timeout_ms=20_000, master_key=KEY))
-    await asyncio.sleep(0.2)
+    await parked(bookie, 5)
     assert not poll.done()
     await conn.add(5, 2, 1, KEY, b"e2")  # LAC 1 rides on entry 2
     resp = await asyncio.wait_for(poll, 15.0)
@@ -165,14 +177,16 @@ async def test_long_poll_returns_when_lac_passes(conn: BookieConnection) -> None
     assert loop.time() - started < 15.0
 
 
-async def test_write_lac_wakes_a_long_poll_without_a_later_entry(conn: BookieConnection) -> None:
+async def test_write_lac_wakes_a_long_poll_without_a_later_entry(
+    bookie: Bookie, conn: BookieConnection
+) -> None:
     """Explicit LAC over the wire: advertised in INFO, wakes the long poll with the
     entry piggybacked, and leaves the connection healthy for later requests."""
     assert p.FEATURE_WRITE_LAC in await conn.features()
     await conn.add(6, 0, -1, KEY, b"e0")
     await conn.add(6, 1, 0, KEY, b"e1")
     poll = asyncio.ensure_future(conn.read_lac(6, 0, timeout_ms=20_000, master_key=KEY))
-    await asyncio.sleep(0.05)
+    await parked(bookie, 6)
     assert not poll.done()
     assert await conn.write_lac(6, 1, KEY) == 1
     resp = await asyncio.wait_for(poll, 5.0)
@@ -212,18 +226,11 @@ async def test_long_poll_of_a_closed_connection_leaves_nothing_behind(bookie: Bo
     polls = [
         asyncio.ensure_future(c.read_lac(3, 0, timeout_ms=60_000, master_key=KEY)) for _ in range(5)
     ]
-    for _ in range(100):
-        if len(storage._ledgers[3].waiters or ()) == 5:
-            break
-        await asyncio.sleep(0.01)
+    await parked(bookie, 3, polls=5)
     assert len(storage._ledgers[3].waiters or ()) == 5
     await c.close()
     await asyncio.gather(*polls, return_exceptions=True)
-    for _ in range(100):
-        if not storage._ledgers[3].waiters:
-            break
-        await asyncio.sleep(0.01)
-    assert not storage._ledgers[3].waiters
+    await wait_for(lambda: not storage._ledgers[3].waiters, "the closed client's polls forgotten")
     other = BookieConnection(bookie.address)
     try:
         await other.add(3, 1, 0, KEY, b"e1")
@@ -245,7 +252,7 @@ async def test_long_poll_brings_the_next_entry_from_disk(
     resp = await conn.read_lac(4, 0, timeout_ms=5_000, piggyback_bytes_max=1 << 20, master_key=KEY)
     assert (resp.lac, resp.next_entry_id, resp.next_entry) == (2, 1, b"e1")
     poll = asyncio.ensure_future(conn.read_lac(4, 2, timeout_ms=5_000, master_key=KEY))
-    await asyncio.sleep(0.05)
+    await parked(bookie, 4)
     assert not poll.done()
     await conn.write_lac(4, 3, KEY)
     resp = await asyncio.wait_for(poll, 5.0)
@@ -306,8 +313,8 @@ async def test_client_bounds_its_own_inflight(bookie: Bookie) -> None:
             asyncio.ensure_future(c.read_lac(1, 10, timeout_ms=500, master_key=KEY))
             for _ in range(6)
         ]
-        await asyncio.sleep(0.1)
-        assert c.inflight == 3
+        await wait_for(lambda: c.inflight >= 3, "three reads in flight")
+        assert c.inflight == 3  # the other three wait for room
         assert all(isinstance(r, p.ReadLacResponse) for r in await asyncio.gather(*polls))
     finally:
         await c.close()
@@ -386,18 +393,19 @@ async def test_read_only_transition_both_ways(bookie: Bookie, conn: BookieConnec
     bookie.server._on_read_only_change = on_change
     await conn.add(1, 0, -1, KEY, b"x")
     bookie.server.set_disk_thresholds(1e-9, 1e-10)  # any usage is "too full"
-    for _ in range(100):
-        if (await conn.info()).state == "read_only":
-            break
-        await asyncio.sleep(0.05)
+
+    async def state(want: str) -> None:
+        async def reached() -> bool:
+            return (await conn.info()).state == want
+
+        await wait_for(reached, f"the bookie {want}")
+
+    await state("read_only")
     with pytest.raises(ReadOnlyError):
         await conn.add(1, 1, 0, KEY, b"y")
     assert (await conn.read(1, 0, master_key=KEY)).payload == b"x"  # reads still served
     bookie.server.set_disk_thresholds(0.9999, 0.9998)
-    for _ in range(100):
-        if (await conn.info()).state == "writable":
-            break
-        await asyncio.sleep(0.05)
+    await state("writable")
     await conn.add(1, 1, 0, KEY, b"y")
     assert states[-2:] == [True, False]
 
@@ -408,7 +416,7 @@ async def test_connection_loss_and_close(tmp_path: Path) -> None:
     try:
         await c.add(1, 0, -1, KEY, b"x")
         poll = asyncio.ensure_future(c.read_lac(1, 0, timeout_ms=10_000, master_key=KEY))
-        await asyncio.sleep(0.1)
+        await parked(b, 1)
         await b.server.stop(drain_timeout_s=1.0)  # long polls are cut at shutdown
         with pytest.raises(ConnectionLostError):
             await poll
@@ -501,8 +509,7 @@ async def test_ledger_adder_binds_ledger_key_and_recovery(bookie: Bookie) -> Non
         tasks = [adder.add_callback(e, e - 1, payload(12, e), outcomes.append)
                  for e in range(100, 150)]  # fmt: skip
         await asyncio.gather(*futs)
-        while len(outcomes) < 50:
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: len(outcomes) >= 50, "50 callbacks")
         assert outcomes == [None] * 50
         assert any(t is not None for t in tasks)  # some waited for room
         assert await c.list_entries(12, master_key=KEY) == tuple(range(150))
@@ -514,8 +521,7 @@ async def test_ledger_adder_binds_ledger_key_and_recovery(bookie: Bookie) -> Non
         await recovery.add(150, 149, payload(12, 150))
         errors: list[BaseException | None] = []
         assert c.adder(12, b"wrong key").add_callback(151, 150, b"x", errors.append) is None
-        while not errors:
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: errors, "the wrong key's callback")
         assert isinstance(errors[0], UnauthorizedError)
         await c.close()
         with pytest.raises(ClosedError):
@@ -577,13 +583,14 @@ async def test_metrics_endpoint_exposes_the_bookie_figures(tmp_path: Path) -> No
             'bookline_bookie_storage_read_lookups_total{result="read_cache_hit"} 1.0',
             "bookline_bookie_storage_adds_total 100.0",
         )
-        text = ""
-        async with asyncio.timeout(scaled(10.0)):  # the health loop refreshes gauges every second
-            while True:
-                text = await asyncio.to_thread(_scrape, url)
-                if all(w in text for w in wanted):
-                    break
-                await asyncio.sleep(0.2)
+
+        async def exported() -> str | None:  # the health loop refreshes gauges every second
+            text = await asyncio.to_thread(_scrape, url)
+            return text if all(w in text for w in wanted) else None
+
+        text = await wait_for(
+            exported, "every wanted sample exported", timeout_s=10, interval_s=0.2
+        )
         ratio = [ln for ln in text.splitlines() if ln.startswith("bookline_bookie_read_cache_hit")]
         assert 0.0 < float(ratio[0].split()[-1]) < 1.0, ratio
         ahead = [

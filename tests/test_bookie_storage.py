@@ -32,6 +32,7 @@ from foundation.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
+from tests.waiting import wait_for
 
 KEY = b"master-key"
 
@@ -79,6 +80,16 @@ async def restart(old: BookieStorage, *, crash: bool, **kwargs: object) -> Booki
     new = BookieStorage(old.config, **kwargs)  # type: ignore[arg-type]
     await new.start()
     return new
+
+
+async def parked(storage: BookieStorage, ledger_id: int) -> None:
+    """Wait until a long poll of ``ledger_id`` waits in ``storage``."""
+
+    def waiting() -> bool:
+        state = storage._ledgers.get(ledger_id)
+        return state is not None and bool(state.waiters)
+
+    await wait_for(waiting, f"a long poll of ledger {ledger_id} waiting")
 
 
 async def add_all(s: BookieStorage, ledger_id: int, entry_ids: range, size: int = 100) -> None:
@@ -137,7 +148,7 @@ async def test_out_of_order_entries_and_lac_is_max(storage: BookieStorage) -> No
 async def test_long_poll_wakes_on_lac_and_times_out(storage: BookieStorage) -> None:
     await storage.add_entry(1, 0, NO_ENTRY_ID, KEY, payload(1, 0))
     poll = asyncio.create_task(storage.wait_lac(1, NO_ENTRY_ID, 30.0))
-    await asyncio.sleep(0.05)
+    await parked(storage, 1)
     assert not poll.done()  # LAC is still -1
     await storage.add_entry(1, 1, 0, KEY, payload(1, 1))
     result = await asyncio.wait_for(poll, 5.0)
@@ -320,7 +331,7 @@ async def test_fence_rejects_adds_issued_before_it_is_durable(storage: BookieSto
     in_flight = asyncio.create_task(storage.add_entry(1, 3, 2, KEY, payload(1, 3)))
     await asyncio.sleep(0)  # queued in the journal, not yet acknowledged
     fence = asyncio.create_task(storage.fence(1, KEY))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the fence is asked before the next add
     with pytest.raises(FencedError):  # asked after the fence: rejected at once
         await storage.add_entry(1, 4, 3, KEY, b"x")
     await in_flight  # asked before the fence: acknowledged, and covered by its LAC
@@ -611,7 +622,7 @@ async def test_explicit_lac_waits_for_durable_entries(storage: BookieStorage) ->
     woken long poll must find its entry); the rest applies as entries arrive."""
     await add_all(storage, 1, range(3))  # piggybacked LAC 1
     poll = asyncio.create_task(storage.wait_lac(1, 1, 30.0))
-    await asyncio.sleep(0.01)
+    await parked(storage, 1)
     assert storage.write_lac(1, 2, KEY) == 2
     result = await asyncio.wait_for(poll, 5.0)
     assert (result.lac, result.next_entry_id, result.next_entry) == (2, 2, payload(1, 2))
@@ -650,14 +661,14 @@ async def test_an_adds_lac_counts_on_receipt(tmp_path: Path) -> None:
     try:
         await add_all(s, 1, range(2))  # entry 1 carried LAC 0
         poll = asyncio.create_task(s.wait_lac(1, 0, 30.0))
-        await asyncio.sleep(0.01)
+        await parked(s, 1)
         release.clear()  # the journal's next fsync blocks: nothing more becomes durable
         carrier = asyncio.create_task(s.add_entry(1, 2, 1, KEY, payload(1, 2)))
         result = await asyncio.wait_for(poll, 5.0)
         assert (result.lac, result.next_entry) == (1, payload(1, 1))
         assert not carrier.done()  # the carrying add is not durable yet
         late = asyncio.create_task(s.add_entry(1, 3, 2, KEY, payload(1, 3)))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # behaviour: entry 3 arrives, the LAC must not move past 1
         assert s.last_add_confirmed(1) == 1  # LAC 2 waits for entry 2 to be durable
         release.set()
         await asyncio.wait_for(asyncio.gather(carrier, late), 5.0)

@@ -20,7 +20,7 @@ from bookie.config import BookieConfig
 from bookie.storage.checkpoint import FIRST_CHECKPOINT_SPREAD, checkpoint_delays_s
 from bookie.storage.engine import BookieStorage
 from foundation.errors import ConfigError
-from tests.waiting import scaled
+from tests.waiting import wait_for
 
 KEY = b"jitter-key"
 
@@ -97,9 +97,11 @@ async def test_engines_started_together_with_different_seeds_checkpoint_apart(
     try:
         for engine in engines:  # something to flush, so the checkpoints do real work
             await engine.add_entry(1, 0, -1, KEY, b"x" * 100)
-        deadline = time.monotonic() + scaled(10.0)
-        while min(len(t) for t in times) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        await wait_for(
+            lambda: min(len(t) for t in times) >= 2,
+            lambda: f"seeds {seeds}: two periodic checkpoints each, seen {times}",
+            timeout_s=10.0, interval_s=0.02,
+        )  # fmt: skip
         seen = [list(t) for t in times]
     finally:
         await asyncio.gather(*(e.close() for e in engines))

@@ -323,7 +323,11 @@ async def test_bookie_disk_usage_drops_after_retention(
 ) -> None:
     opts = StreamOptions(segment_rollover_bytes=1_000_000, retention_bytes=1_000_000)
     w, _dlsns = await _fill(ns, "gc", 80_000, opts)
-    await asyncio.sleep(2.5)  # checkpoints move the entries into (rolled) entry logs
+    # Checkpoints (every 1 s, jittered) move the entries into (rolled) entry logs. A settle
+    # time, not a wait on a condition: no signal outside the bookie says a checkpoint
+    # covered them, and the ledger directories also shrink as GC reclaims older tests'
+    # ledgers (waiting for them to grow by what was written can hang).
+    await asyncio.sleep(2.5)
     before = _ledger_bytes(bookie_cluster)
     segs = await ns.segments("gc")
     assert await ns.apply_retention("gc")

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from ops.cluster import procs
 from tests.conftest import BookieCluster
-from tests.waiting import scaled, wait_until
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -73,9 +72,10 @@ def nodes(bookie_cluster: BookieCluster, tmp_path: Path) -> Iterator[list[Node]]
 def put(nodes: list[Node], seq: int, alive: set[str]) -> str:
     """Send command ``seq`` until a leader acknowledges it (retries keep (client, seq))."""
     by_id = {n.node_id: n for n in nodes}
-    deadline = time.monotonic() + scaled(60)  # a retry loop: each turn sends again
     target = next(n for n in nodes if n.node_id in alive)
-    while time.monotonic() < deadline:
+
+    def acknowledged() -> str | None:  # one turn: send, then follow a redirect or move on
+        nonlocal target
         try:
             answer = target.call(f"PUT c1 {seq} k{seq % 17} v{seq}")
         except OSError:
@@ -86,11 +86,13 @@ def put(nodes: list[Node], seq: int, alive: set[str]) -> str:
         if owner in alive:
             target = by_id[owner]
         else:  # no leader yet (takeover in progress) or it died: try the others in turn
-            time.sleep(0.1)
             candidates = [n for n in nodes if n.node_id in alive]
             target = candidates[(candidates.index(target) + 1) % len(candidates)
                                 if target in candidates else 0]  # fmt: skip
-    raise AssertionError(f"command {seq} not acknowledged within {scaled(60):.0f} s")
+        return None
+
+    return wait_until(acknowledged, f"a leader to acknowledge command {seq}",
+                      timeout_s=60, interval_s=0.1)  # fmt: skip
 
 
 def applied(directory: Path, node_id: str) -> list[tuple[str, int]]:
@@ -115,11 +117,19 @@ def test_leader_killed_another_takes_over_exactly_once_in_order(
     survivors = [n for n in nodes if n.node_id in alive]
     assert any('"leader": true' in n.call("STATE") for n in survivors)
     want = [("c1", s) for s in range(COMMANDS)]
-    deadline = time.monotonic() + scaled(30)  # then the asserts below say what differs
-    while any(applied(tmp_path, n.node_id) != want for n in survivors):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+
+    def caught_up() -> bool:
+        for n in survivors:
+            assert n.proc.poll() is None, f"{n.node_id} exited:\n{n.log.read_text()[-3000:]}"
+        return all(applied(tmp_path, n.node_id) == want for n in survivors)
+
+    def behind() -> str:
+        return "every survivor to apply each command once, in order: " + "; ".join(
+            f"{n.node_id} applied {len(applied(tmp_path, n.node_id))} of {len(want)}:\n"
+            f"{n.log.read_text()[-3000:]}" for n in survivors
+        )  # fmt: skip
+
+    wait_until(caught_up, behind, timeout_s=30, interval_s=0.2)
     for n in survivors:
         log_tail = n.log.read_text()[-3000:]
         assert n.proc.poll() is None, f"{n.node_id} exited:\n{log_tail}"

@@ -86,7 +86,7 @@ async def _load(wurl: str, rurl: str) -> None:
                             {"payloads": [b"payment-%d" % i] * 20})  # fmt: skip
                 async with session.get(f"{rurl}/v1/streams/orders/records?from=earliest") as r:
                     await r.read()
-            await asyncio.sleep(LOAD_PERIOD_S)
+            await asyncio.sleep(LOAD_PERIOD_S)  # pacing the background load
 
 
 async def _screenshot(page: Page, path: Path) -> None:

@@ -36,6 +36,7 @@ from ops.cluster import procs
 from ops.cluster.children import READY_MARKERS
 from ops.cluster.zookeeper import ZooKeeperServer
 from tests.test_deploy_kit import DEPLOY, ROOT, _env_file, _units, unit_environment
+from tests.waiting import wait_until
 from tests.zk_attack import assert_locked, every_znode, kazoo
 from thinclient.proxy_client import ProxyClient
 
@@ -156,7 +157,7 @@ class KitCluster:
 
     def _wait_ready(self) -> None:
         for kind, proc, log in self.procs:
-            procs.wait_for(functools.partial(_ready, kind, proc, log), READY_TIMEOUT_S, kind)
+            wait_until(functools.partial(_ready, kind, proc, log), kind, timeout_s=READY_TIMEOUT_S)
 
     def restrict_parents(self) -> None:
         """What docs/deployment.md has the operator run once after the first start."""

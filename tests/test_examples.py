@@ -18,7 +18,6 @@ import collections
 import contextlib
 import sqlite3
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from groups.producer import TopicProducer
 from groups.topics import TopicAdmin
 from ops.cluster import procs
 from ops.cluster.local import LocalCluster
-from tests.waiting import scaled, wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +96,7 @@ async def _produce(ns: Namespace, topic: str, start: int, count: int, per_s: flo
                 producer.send(topic, f"value-{i}", key=f"key-{i % 16}")
                 for i in range(first, min(start + count, first + step))
             ))  # fmt: skip
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # pacing: about per_s records a second
     finally:
         await producer.close()
 
@@ -120,11 +119,8 @@ async def _until(what: str, timeout_s: float, check: object) -> None:
 
 
 async def _exit(proc: Popen[bytes], timeout_s: float) -> int:
-    deadline = time.monotonic() + scaled(timeout_s)
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still running after {timeout_s:.0f}s: {_tail(proc)}")
-        await asyncio.sleep(0.1)
+    await wait_for(lambda: proc.poll() is not None, lambda: f"the example to exit: {_tail(proc)}",
+                   timeout_s=timeout_s, interval_s=0.1)  # fmt: skip
     assert proc.returncode == 0, _tail(proc)
     return int(proc.returncode)
 
@@ -203,15 +199,18 @@ async def test_exactly_once_transform_across_three_kill9(
     async def results() -> int:
         return sum(await admin.end_offsets(output))
 
+    async def progress(proc: Popen[bytes], before: int) -> None:
+        async def written() -> bool:
+            return await results() >= before + 300
+
+        await wait_for(written, lambda: f"300 more results: {_tail(proc)}",
+                       timeout_s=START_S, interval_s=0.1)  # fmt: skip
+
     try:
         for _kill in range(3):
             proc = _example(proxy_cluster, tmp_path, "exactly_once_transform", *args)
             spawned.append(proc)
-            before = await results()
-            deadline = time.monotonic() + scaled(START_S)
-            while await results() < before + 300 and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
-            assert await results() >= before + 300, f"no progress: {_tail(proc)}"
+            await progress(proc, await results())
             procs.kill9(proc)
         spawned.append(_example(proxy_cluster, tmp_path, "exactly_once_transform", *args))
         await producing

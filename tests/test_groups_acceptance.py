@@ -148,7 +148,7 @@ async def producing(
                 producer.send(topic, f"{p}-{i}".encode(), partition=p) for p in range(partitions)
             ))  # fmt: skip
             i += 1
-            await asyncio.sleep(1 / per_s)
+            await asyncio.sleep(1 / per_s)  # pacing: per_s rounds a second
 
     try:
         async with in_background(run()):

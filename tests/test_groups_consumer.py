@@ -33,7 +33,7 @@ from httpapi.partitions import decode_page, encode_page, rows_of
 from ops.cluster.local import LocalCluster
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
-from tests.waiting import scaled, wait_for
+from tests.waiting import scaled, wait_for, wait_until
 from thinclient import reads
 from thinclient.client import ClientConfig, ProxyClient
 
@@ -165,7 +165,7 @@ async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: Prox
     poll = asyncio.ensure_future(
         reads.read_partition(transport, topic, 1, 0, limit=10, wait_ms=10_000)
     )
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # behaviour: the poll, parked at the end, does not answer early
     assert not poll.done()
     w = await ns.open_writer(f"{topic}~1")
     await w.write(LogRecord(b"late", headers={"h": b"1"}))
@@ -173,6 +173,23 @@ async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: Prox
     # Answered with the record, not at the end of its 10 s wait (an empty page).
     assert [list(r) for r in page.rows] == [[0, page.rows[0][1], None, b"late", {"h": b"1"}]]
     await w.close()
+
+
+async def _take(fetch: PartitionFetch, woke: asyncio.Event, want: int) -> list[ConsumerRecord]:
+    """At least ``want`` records taken from ``fetch``, 333 at a time, as it wakes us."""
+    got: list[ConsumerRecord] = []
+
+    async def took_all() -> bool:  # one turn: wait for a wake-up, take what is buffered
+        if not fetch.buffered:
+            await asyncio.wait_for(woke.wait(), scaled(10))
+        woke.clear()
+        assert fetch.buffered <= 1500 + 700  # the fetch stays within its buffer bound
+        got.extend(fetch.take(333))
+        return len(got) >= want
+
+    await wait_for(took_all, lambda: f"{want} records fetched, got {len(got)}",
+                   timeout_s=20, interval_s=0)  # fmt: skip
+    return got
 
 
 @pytest.mark.integration
@@ -185,14 +202,7 @@ async def test_fetchers_core_and_proxy_agree(ns: Namespace, client: ProxyClient)
             (topic, 0), source, 1000, fetch_records_max=700, buffered_records_max=1500,
             fetch_wait_s=0.2, wake=woke.set,
         )  # fmt: skip
-        got: list[ConsumerRecord] = []
-        deadline = time.monotonic() + scaled(20)
-        while len(got) < 2000 and time.monotonic() < deadline:
-            if not fetch.buffered:
-                await asyncio.wait_for(woke.wait(), scaled(10))
-            woke.clear()
-            assert fetch.buffered <= 1500 + 700
-            got.extend(fetch.take(333))
+        got = await _take(fetch, woke, 2000)
         assert [r.offset for r in got] == list(range(1000, 3000))
         assert got[0].value == b"0-1000" and got[0].key == b"k1" and got[0].topic == topic
         await fetch.close()
@@ -246,14 +256,22 @@ async def _consumer(
     )  # fmt: skip
 
 
+async def _poll_each(consumers: list[GroupConsumer]) -> list[ConsumerRecord]:
+    return [r for c in consumers for r in await c.poll(timeout_s=0.05)]
+
+
 async def _drain(
     consumers: list[GroupConsumer], want: int, timeout_s: float = 30
 ) -> list[ConsumerRecord]:
+    """At least ``want`` records, polled from each consumer in turn."""
     got: list[ConsumerRecord] = []
-    deadline = time.monotonic() + scaled(timeout_s)
-    while len(got) < want and time.monotonic() < deadline:
-        for c in consumers:
-            got.extend(await c.poll(timeout_s=0.05))
+
+    async def enough() -> bool:
+        got.extend(await _poll_each(consumers))
+        return len(got) >= want
+
+    await wait_for(enough, lambda: f"{want} records, got {len(got)}",
+                   timeout_s=timeout_s, interval_s=0)  # fmt: skip
     return got
 
 
@@ -272,7 +290,7 @@ async def test_group_reads_everything_once_and_commits(
         )
 
         async def handed_off() -> bool:
-            assert await _drain(consumers, 1, timeout_s=0.2) == []
+            assert await _poll_each(consumers) == []
             return len(consumers[0].assignment() | consumers[1].assignment()) == 4
 
         await wait_for(handed_off, "the hand-off to the second member", timeout_s=15)
@@ -379,9 +397,12 @@ def test_sync_consumer_runs_callbacks_in_the_polling_thread(proxy_cluster: Local
     )  # fmt: skip
     with consumer:
         got: list[ConsumerRecord] = []
-        deadline = time.monotonic() + scaled(20)
-        while len(got) < 7 and time.monotonic() < deadline:
+
+        def took_seven() -> bool:
             got.extend(consumer.poll(timeout_s=0.2))
+            return len(got) >= 7
+
+        wait_until(took_seven, lambda: f"7 records, got {got}", timeout_s=20, interval_s=0)
         assert [r.offset for r in got] == list(range(3, 10))
     me = threading.current_thread().name
     assert calls == [("assign", [(topic, 0)], me), ("revoke", [(topic, 0)], me)]

@@ -32,6 +32,7 @@ from groups.state import GroupState
 from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetPlan, ResetRequest
 from streams.dlsn import DLSN
 from streams.records import LogRecord
+from tests.waiting import wait_for
 
 SESSION = 6_000
 
@@ -380,9 +381,9 @@ async def test_compaction_writes_a_full_record_and_truncates_before_it(
     a = await c.join(_join())
     for i in range(12):
         await c.commit(CommitRequest(a.member_id, a.generation, {("t", i % 4): i}))
-        await asyncio.sleep(0)  # the compaction task runs between requests
-    await asyncio.sleep(0.01)
-    assert wlog.first > 0 and wlog.kinds()[0] == "Full"
+        await asyncio.sleep(0)  # one turn: the compaction task runs between requests
+    await wait_for(lambda: wlog.first > 0, "the compaction to truncate the log")
+    assert wlog.kinds()[0] == "Full"
     assert len(wlog.records()) <= 6
     state, replayed = _replayed(wlog)
     assert state.offsets == c.state.offsets and state.snapshot() == c.state.snapshot()
@@ -465,16 +466,11 @@ async def test_the_timers_expire_sessions_and_pick_up_grown_topics() -> None:
     try:
         a = await c.join(_join(session_timeout_ms=1_000))
         topics.counts["t"] = 3
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if c.state.partitions["t"] == 3:
-                break
+        await wait_for(lambda: c.state.partitions["t"] == 3, "the refresh to see 3 partitions",
+                       interval_s=0.02)  # fmt: skip
         assert c.state.generation == a.generation + 1  # grown: rebalanced
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if not c.state.members:
-                break
-        assert not c.state.members and c.state.generation == a.generation + 2
+        await wait_for(lambda: not c.state.members, "the session to expire", interval_s=0.02)
+        assert c.state.generation == a.generation + 2
     finally:
         await c.close()
 

@@ -40,7 +40,7 @@ from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
 from ops.cluster import procs
 from tests.metadata_support import expire_session, metadata_clients
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
-from tests.waiting import scaled
+from tests.waiting import wait_for
 
 FAST = AutorecoveryConfig(
     grace_ms=2_000,
@@ -148,9 +148,11 @@ async def write_ledgers(client: LedgerClient) -> list[int]:
 
 
 async def wait_until_clean(md: MetadataClient, bookie: str) -> None:
-    async with asyncio.timeout(scaled(WAIT_S)):
-        while await ledgers_on(md, bookie) or await md.underreplicated.list():
-            await asyncio.sleep(0.2)
+    async def clean() -> bool:
+        return not await ledgers_on(md, bookie) and not await md.underreplicated.list()
+
+    await wait_for(clean, f"no ledger on {bookie}, none under-replicated", timeout_s=WAIT_S,
+                   interval_s=0.2)  # fmt: skip
 
 
 async def check_fully_replicated(
@@ -209,9 +211,8 @@ async def test_killed_bookie_is_rereplicated(cluster: Cluster) -> None:
         ar = Autorecovery(md, client, FAST, instance_id="ar-1", list_entries=lister)
         await ar.start()
         try:
-            async with asyncio.timeout(scaled(WAIT_S)):  # the auditor notices and marks
-                while ar.auditor.marked == 0:
-                    await asyncio.sleep(0.1)
+            await wait_for(lambda: ar.auditor.marked, "the auditor to notice and mark",
+                           timeout_s=WAIT_S, interval_s=0.1)  # fmt: skip
             await wait_until_clean(md, victim)
         finally:
             await ar.stop()
@@ -268,11 +269,9 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
         slow = dataclasses.replace(FAST, grace_ms=60_000)
         auditors = [Auditor(mds[0], slow, "a-0"), Auditor(mds[1], FAST, "a-1")]
         tasks = [asyncio.create_task(auditors[0].run())]
-        async with asyncio.timeout(scaled(WAIT_S)):
-            while not auditors[0].is_leader:
-                await asyncio.sleep(0.05)
+        await wait_for(lambda: auditors[0].is_leader, "a-0 to lead", timeout_s=WAIT_S)
         tasks.append(asyncio.create_task(auditors[1].run()))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # behaviour: a-1 runs a while, and does not take over
         assert not leading(auditors[1])
         assert await current_leader(mds[1]) == "a-0"
         assert await mds[1].underreplicated.list() == []  # a-0's grace is a minute
@@ -280,18 +279,20 @@ async def test_auditor_failover(zk_connect: str, cluster_root: str) -> None:
         # could stand again on a new session).
         await expire_session(zk_connect, mds[0].zk)
         tasks[0].cancel()
-        async with asyncio.timeout(scaled(WAIT_S)):
-            while await current_leader(mds[1]) != "a-1":
-                await asyncio.sleep(0.05)
-            while await mds[1].underreplicated.list() != [42]:
-                await asyncio.sleep(0.1)
+
+        async def leader_is(want: str | None) -> bool:
+            return await current_leader(mds[1]) == want
+
+        async def marked() -> bool:
+            return await mds[1].underreplicated.list() == [42]
+
+        await wait_for(lambda: leader_is("a-1"), "a-1 to lead", timeout_s=WAIT_S)
+        await wait_for(marked, "a-1 to mark ledger 42", timeout_s=WAIT_S, interval_s=0.1)
         item = await mds[1].underreplicated.get(42)
         assert item.missing_bookies == {"ghost:1", "ghost:2"}
         assert leading(auditors[1])
         tasks[1].cancel()  # stopped with its session alive: it resigns at once
-        async with asyncio.timeout(scaled(5.0)):
-            while await current_leader(mds[1]) is not None:
-                await asyncio.sleep(0.05)
+        await wait_for(lambda: leader_is(None), "a-1 to resign", timeout_s=5.0)
     finally:
         for task in tasks:
             task.cancel()
@@ -322,10 +323,13 @@ async def test_autorecovery_process_runs_until_sigterm(
         await md.init_cluster()
         proc = procs.spawn(argv, log_path=log)
         try:
-            async with asyncio.timeout(scaled(WAIT_S)):
-                while await current_leader(md) is None:
-                    assert proc.poll() is None, log.read_text()[-3000:]
-                    await asyncio.sleep(0.1)
+
+            async def leading_process() -> bool:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                return await current_leader(md) is not None
+
+            await wait_for(leading_process, "the autorecovery process to lead", timeout_s=WAIT_S,
+                           interval_s=0.1)  # fmt: skip
             assert b"autorecovery ready" in log.read_bytes()
             code = await asyncio.to_thread(procs.stop, proc, 10.0)
             assert code == 0, log.read_text()[-3000:]

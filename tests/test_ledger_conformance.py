@@ -35,7 +35,7 @@ from ledger.placement import BookieCandidate
 from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState, Segment
 from tests.conftest import BookieCluster
-from tests.waiting import scaled
+from tests.waiting import wait_for
 
 KEY = master_key(b"pw")
 TIMEOUT_S = 5.0
@@ -70,9 +70,12 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     cluster: BookieCluster = request.getfixturevalue("bookie_cluster")
     store, transport, close = await connect_cluster(cluster.zk, cluster.root)
     try:
-        async with asyncio.timeout(scaled(30)):
-            while len(writable := await store.writable_bookies()) < 3:
-                await asyncio.sleep(0.05)
+
+        async def three_writable() -> list[BookieCandidate] | None:
+            writable = await store.writable_bookies()
+            return writable if len(writable) >= 3 else None
+
+        writable = await wait_for(three_writable, "3 writable bookies", timeout_s=30)
         yield Backend("real", store, transport, sorted(c.bookie_id for c in writable))
     finally:
         await close()
@@ -219,7 +222,7 @@ async def test_long_poll_for_the_lac_carries_the_next_entry(backend: Backend) ->
     poll = asyncio.ensure_future(
         t.read_lac(bookie, lid, 0, 2_000, timeout_s=TIMEOUT_S, master_key=KEY)
     )
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # behaviour: the poll is not answered early
     assert not poll.done()  # held until the LAC moves past 0
     await adder.add(2, 1, blob(lid, 2))
     answer = await asyncio.wait_for(poll, TIMEOUT_S)
@@ -312,8 +315,10 @@ async def test_tailing_reader_sees_pushed_lacs(backend: Backend) -> None:
         await w.add_entry(b"%d" % i)
     w.push_lac()
     assert await r.wait_lac(NO_ENTRY, 2_000) >= 0
-    async with asyncio.timeout(scaled(TIMEOUT_S)):
-        while r.last_add_confirmed < 4:
-            await r.wait_lac(r.last_add_confirmed, 500)
+
+    async def at_4() -> bool:  # one turn: a long poll past the LAC the reader knows
+        return r.last_add_confirmed >= 4 or await r.wait_lac(r.last_add_confirmed, 500) >= 4
+
+    await wait_for(at_4, "the reader to see LAC 4", timeout_s=TIMEOUT_S, interval_s=0)
     assert await r.read(0, 4) == [b"%d" % i for i in range(5)]
     await w.close()

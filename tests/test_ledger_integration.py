@@ -304,7 +304,7 @@ async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
             fut.add_done_callback(record_ack(acked))
             futs.append(fut)
             if i % 256 == 0:
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # yield: acknowledgements arrive while submitting
         await asyncio.gather(*futs)
         assert len(acked) == n
         assert w.ensemble_changes >= 1

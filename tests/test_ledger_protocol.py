@@ -30,8 +30,10 @@ from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.recovery import LedgerRecovery
 from ledger.testing import MemoryBookies, MemoryMetadataStore, candidates
+from ledger.writer import LedgerWriter
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 from tests.virtual_time import loop_clock, virtual_time
+from tests.waiting import wait_for
 
 FAST = LedgerConfig(
     add_timeout_ms=300,
@@ -109,6 +111,11 @@ async def test_validation_and_access() -> None:
         await client.open_ledger(w.ledger_id, b"pw")
 
 
+async def told(w: LedgerWriter, lac: int) -> None:
+    """Wait until every bookie of ``w``'s ensemble acknowledged LAC ``lac`` (pushed)."""
+    await wait_for(lambda: w.lac_told == lac, f"every bookie told LAC {lac}", interval_s=0)
+
+
 @virtual_time
 async def test_in_order_completion_with_a_slow_bookie() -> None:
     client, _store, bookies = make()
@@ -122,7 +129,7 @@ async def test_in_order_completion_with_a_slow_bookie() -> None:
     bookies.before_add = hold
     f0 = await w.submit(b"0")
     f1 = await w.submit(b"1")
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # behaviour: entry 1's replicas answer meanwhile (virtual)
     assert not f0.done() and not f1.done(), "entry 1 must not complete before entry 0"
     gate.set()
     assert await f0 == 0
@@ -197,14 +204,14 @@ async def test_recovery_while_writer_streams() -> None:
                 failed.append(exc)
                 return
             fut.add_done_callback(record_ack(acked))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # yield: acknowledgements arrive while submitting
 
     task = asyncio.ensure_future(stream())
-    while len(acked) < 100:  # recover while the writer is well under way
-        await asyncio.sleep(0)
+    # Recover while the writer is well under way.
+    await wait_for(lambda: len(acked) >= 100, "100 acknowledged adds", interval_s=0)
     r = await client.open_ledger(w.ledger_id, recover=True)
     await task
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the last answers' callbacks run (virtual time)
     assert failed, "the old writer must be fenced"
     assert acked, "some adds were acknowledged before the fence"
     assert max(acked) <= r.last_add_confirmed
@@ -273,7 +280,8 @@ async def test_lost_fence_message(reads_fence: bool, monkeypatch: pytest.MonkeyP
 
     bookies.before_add = hold
     fut5 = await w.submit(b"5")
-    await asyncio.sleep(0.01)  # b0 has entry 5; b1 and b2 are holding it
+    await wait_for(lambda: 5 in bookies[b0].ledgers[w.ledger_id].entries,
+                   "b0 to have entry 5 (b1 and b2 hold it)", interval_s=0)  # fmt: skip
     bookies[b2].lose_fences = 1
     bookies[b0].read_delay_s = 0.2
     if not reads_fence:
@@ -325,10 +333,7 @@ async def test_empty_last_ensemble_via_writer() -> None:
     victim = w.metadata.last_segment.bookies[0]
     bookies[victim].down = True
     fut = await w.submit(b"never")
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if w.ensemble_changes:
-            break
+    await wait_for(lambda: w.ensemble_changes, "an ensemble change", interval_s=0.01)
     meta, _v = await store.read(w.ledger_id)
     assert len(meta.segments) == 2
     assert meta.last_segment.first_entry_id == 10
@@ -398,7 +403,7 @@ async def test_randomized_faults_never_lose_acknowledged_entries() -> None:
                 break
             fut.add_done_callback(record_ack(acked))
             if rng.random() < 0.3:
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # yield at random: the faults interleave differently
         r = await client.open_ledger(w.ledger_id)
         assert not acked or max(acked) <= r.last_add_confirmed, f"seed={seed}"
         got = await r.read(0, r.last_add_confirmed)
@@ -440,15 +445,13 @@ async def test_tail_reader_gets_a_run_of_entries_from_one_poll(
     w = await client.create_ledger()
     await w.add_entry(b"0")
     w.push_lac()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await told(w, 0)
     r = await client.open_ledger(w.ledger_id, recover=False)
     assert r.last_add_confirmed == 0
     for i in range(1, 6):
         await w.add_entry(b"%d" % i)
     w.push_lac()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await told(w, 5)
     assert await r.wait_lac(0, 1_000) == 5
     reads: list[int] = []
     original = MemoryBookies.read
@@ -540,15 +543,14 @@ async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
     for i in range(1, 6):  # fast answers: the LAC has always moved already
         await w.add_entry(b"%d" % i)
         w.push_lac()
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await told(w, i)
         lac = await r.wait_lac(lac, 1_000)
     assert lac == 5
     first = w.metadata.replicas(lac + 1)[0]
     sticky = r._lac_source if r._lac_source is not None else first
     bookies[sticky].hung = True
     poll = asyncio.ensure_future(r.wait_lac(lac, 1_000))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the poll goes to the hung replica first (virtual time)
     started = asyncio.get_running_loop().time()
     await w.add_entry(b"6")
     w.push_lac()
@@ -573,8 +575,7 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     # In flight: sent (the writer's idle fallback waits for the answers), not yet told.
     assert w.lac_sent == 4
     assert w.lac_told < 4
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await told(w, 4)
     assert all(bookies[b].ledgers[w.ledger_id].lac == 4 for b in ids)
     assert w.lac_told == w.lac_sent == 4
     r = await client.open_ledger(w.ledger_id, recover=False)
@@ -583,8 +584,8 @@ async def test_explicit_lac_makes_the_last_entry_visible() -> None:
     bookies[ids[0]].no_write_lac = True
     await w.add_entry(b"5")
     w.push_lac()
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await wait_for(lambda: all(bookies[b].ledgers[w.ledger_id].lac == 5 for b in ids[1:]),
+                   "the bookies with the op to learn LAC 5", interval_s=0)  # fmt: skip
     assert bookies[ids[0]].ledgers[w.ledger_id].lac == 4  # old bookie: entries only
     assert bookies[ids[1]].ledgers[w.ledger_id].lac == 5
     assert w.lac_told == 4  # not every bookie knows 5: a fallback is still needed
@@ -679,8 +680,8 @@ async def test_recovery_with_a_dead_bookie_retrieves_every_task(
         assert r.is_closed
         assert r.last_add_confirmed == 99
         assert await r.read(0, 99) == [b"%d" % i for i in range(100)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the recovery's leftover tasks end (virtual time)
         gc.collect()  # asyncio reports unretrieved task exceptions when tasks are freed
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn: the reports are logged
     never = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
     assert not never, never[:3]

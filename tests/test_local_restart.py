@@ -23,6 +23,7 @@ from ops.cluster import procs
 from ops.cluster.local import LocalCluster, Quorums
 from tests.cli_support import run_cli
 from tests.cluster_support import cluster_doc
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def _start(directory: Path, log_path: Path, env: dict[str, str]) -> Any:
         )
 
     try:
-        procs.wait_for(up_or_dead, START_TIMEOUT_S, "bookline local to serve")
+        wait_until(up_or_dead, "bookline local to serve", timeout_s=START_TIMEOUT_S)
     except BaseException:
         _stop(proc)
         raise
@@ -70,7 +71,8 @@ def _stop(proc: Any) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
         try:
-            procs.wait_for(lambda: proc.poll() is not None, STOP_TIMEOUT_S, "bookline local")
+            wait_until(lambda: proc.poll() is not None, "bookline local to stop",
+                       timeout_s=STOP_TIMEOUT_S)  # fmt: skip
         finally:
             procs.stop(proc)
 

@@ -74,7 +74,7 @@ class Writer(threading.Thread):
                     now = time.monotonic()
                     self.gap_s = max(self.gap_s, now - last)
                     last = now
-                time.sleep(0.02)
+                time.sleep(0.02)  # pacing: a steady writer, not a flood
 
 
 def test_kill_9_of_a_bookie_is_seen_logged_and_repaired_while_writes_go_on(

@@ -70,7 +70,7 @@ async def test_acquire_waits_then_times_out_naming_owner(clients: Clients) -> No
         await waiter.acquire(timeout_s=0.3)
     assert err.value.owner == "holder"
     pending = asyncio.ensure_future(waiter.acquire(timeout_s=scaled(WAIT_S)))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # behaviour: the waiter waits while the lock is held
     assert not pending.done()
     await holder.release()
     await pending
@@ -91,7 +91,7 @@ async def test_expired_owner_is_told_lost_and_other_takes_over(
     assert node is not None
     contender = b.stream_lock(NS, S, "contender-b")
     takeover = asyncio.ensure_future(contender.acquire(timeout_s=scaled(WAIT_S)))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # behaviour: the contender waits while the owner lives
     assert not takeover.done()
 
     await expire_session(zk_connect, a.zk)

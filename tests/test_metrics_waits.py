@@ -128,7 +128,7 @@ async def test_only_the_request_task_s_own_waits_are_counted() -> None:
 
     async def wait_a_while() -> None:
         with waiting():
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the wait being measured
 
     async def own(request: web.Request) -> web.Response:
         await wait_a_while()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 
@@ -24,7 +23,7 @@ from httpapi import wire
 from ops.cluster.local import LocalCluster
 from tests.metrics_support import family_types, sample_sum, scrape
 from tests.test_metrics_docs import SECTIONS, documented
-from tests.waiting import scaled
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -98,23 +97,29 @@ async def test_documented_families_move_under_a_workload(proxy_cluster: LocalClu
         "readproxy": [f"{p.extra['url']}/metrics" for p in proxy_cluster.read_proxies],
     }
     rows = list(documented())
+    zero: list[str] = []
+    missing: list[str] = []
+
+    async def all_moved() -> bool:  # one turn: scrape every service, list what is wanting
+        texts = {s: [await scrape(session, u) for u in us] for s, us in urls.items()}
+        zero.clear()
+        missing.clear()
+        for section, name, kind, by in rows:
+            for service in _families(section, name):
+                base = name.removesuffix("_total") if kind == "counter" else name
+                if not all(base in family_types(t) for t in texts[service]):
+                    missing.append(f"{service}: {name}")
+                elif by == "workload":
+                    total = sum(_value(t, name, kind) for t in texts[service])
+                    if total == 0:
+                        zero.append(f"{service}: {name}")
+        return not zero and not missing
+
     async with aiohttp.ClientSession() as session:
         await _workload(session, proxy_cluster)
-        deadline = time.monotonic() + scaled(SETTLE_S)
-        while True:
-            texts = {s: [await scrape(session, u) for u in us] for s, us in urls.items()}
-            zero, missing = [], []
-            for section, name, kind, by in rows:
-                for service in _families(section, name):
-                    base = name.removesuffix("_total") if kind == "counter" else name
-                    if not all(base in family_types(t) for t in texts[service]):
-                        missing.append(f"{service}: {name}")
-                    elif by == "workload":
-                        total = sum(_value(t, name, kind) for t in texts[service])
-                        if total == 0:
-                            zero.append(f"{service}: {name}")
-            if (not zero and not missing) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(1.0)
-    assert missing == [], "documented families not exported"
-    assert zero == [], "documented as moving under the workload, still zero"
+        await wait_for(
+            all_moved,
+            lambda: f"every documented family exported ({missing} not) and moving under "
+            f"the workload ({zero} still zero)",
+            timeout_s=SETTLE_S, interval_s=1.0,
+        )  # fmt: skip

@@ -110,7 +110,7 @@ def test_offset_ranges_timestamps_and_min_partitions_select_the_right_records(
 ) -> None:
     stream = _name("ranges")
     write_segments(ns, stream, 2, SEGMENT_RECORDS)
-    time.sleep(0.05)
+    time.sleep(0.05)  # the clock moves on: middle_ms lies strictly between the writes
     middle_ms = int(time.time() * 1000)
     time.sleep(0.05)
     write_segments(ns, stream, 1, SEGMENT_RECORDS, first=2 * SEGMENT_RECORDS)

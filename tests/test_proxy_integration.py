@@ -219,7 +219,7 @@ async def test_hundred_websocket_tailers_share_one_feed(
         readers = [asyncio.ensure_future(collect(ws)) for ws in sockets]
         for b in range(total // 100):
             await client.write_many(s, [f"r-{b * 100 + i}".encode() for i in range(100)])
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # pacing: the tailers follow a stream, not one burst
         results = await asyncio.wait_for(asyncio.gather(*readers), 120)
         for seqs in results:
             assert seqs == list(range(total))
@@ -250,7 +250,7 @@ async def test_long_poll_waits_for_the_next_record(client: ProxyClient) -> None:
     s = f"poll-{_uid()}"
     await client.write(s, "one")
     poll = asyncio.ensure_future(client.read(s, "seq:1", limit=10, wait_ms=10_000))
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # behaviour: the poll, parked at the end, does not answer early
     assert not poll.done()
     await client.write(s, "two")
     page = await asyncio.wait_for(poll, 10)

@@ -30,7 +30,7 @@ from ops.cluster.local import CLUSTER_ROOT, LOCAL_CHROOT, LocalCluster
 from tests import proxy_support
 from tests.conftest import BookieCluster
 from tests.proxy_support import GatedForwarder
-from tests.waiting import scaled
+from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,7 @@ async def test_a_starting_write_proxy_answers_a_retriable_503_and_the_client_wai
         config = ClientConfig(retry_deadline_ms=30_000, backoff_max_ms=200)
         async with ProxyClient(write_urls=[url], config=config) as client:
             write = asyncio.ensure_future(client.write(stream, b"after start"))
-            await asyncio.sleep(1.0)
+            await wait_for(lambda: client.retries >= 1, "the write refused once, retried")
             assert not write.done(), "the write waits while the proxy starts"
             gate.open()
             await proxy_support.wait_ready(proc, log_path)
@@ -157,7 +157,7 @@ async def test_sigterm_stops_a_write_proxy_promptly_while_its_bookies_are_down(
         await asyncio.to_thread(bookies.stop)  # every bookie down
         async with aiohttp.ClientSession() as session:
             inflight = asyncio.ensure_future(_post(session, url, stream))
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(1.5)  # behaviour: the write waits (for bookies) a while
             assert not inflight.done(), "the write waits for bookies"
             proc.send_signal(signal.SIGTERM)
             stopped_at = time.monotonic()

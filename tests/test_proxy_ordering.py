@@ -14,6 +14,7 @@ from serving.write.dedup import DedupTable
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord
+from tests.waiting import wait_for
 
 
 class FakeWriter:
@@ -27,7 +28,7 @@ class FakeWriter:
     async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
         first = len(self.log)
         self.log.extend(r.payload for r in records)
-        await asyncio.sleep(self.ack_delay_s)
+        await asyncio.sleep(self.ack_delay_s)  # the simulated acknowledgement time
         n = len(records)
         return [DLSN(1, first + i, 0) for i in range(n)], list(range(first, first + n))
 
@@ -46,7 +47,7 @@ async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -
     owned, writer = stream()
     later = asyncio.ensure_future(owned.write(req(2, b"c", b"d")))
     last = asyncio.ensure_future(owned.write(req(4, b"e")))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # behaviour: nothing is appended meanwhile
     assert writer.log == []  # both wait for sequence 0
     first = await owned.write(req(0, b"a", b"b"))
     assert [d.entry_id for d in first[0]] == [0, 1]
@@ -58,9 +59,9 @@ async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -
 async def test_a_pipelined_request_follows_an_unacknowledged_one_at_once() -> None:
     owned, writer = stream()
     first = asyncio.ensure_future(owned.write(req(0, b"a")))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn: the first is handed to the writer
     second = asyncio.ensure_future(owned.write(req(1, b"b")))
-    await asyncio.sleep(0.001)
+    await asyncio.sleep(0.001)  # behaviour: well within the first's 10 ms acknowledgement
     assert writer.log == [b"a", b"b"]  # the second did not wait for the first's ack
     await asyncio.gather(first, second)
 
@@ -96,8 +97,8 @@ async def test_a_forgotten_producer_goes_on_after_the_wait() -> None:
 async def test_a_request_later_than_the_order_it_belongs_to_is_refused() -> None:
     owned, writer = stream(wait_s=0.02, ack_delay_s=0.5)
     later = asyncio.ensure_future(owned.write(req(3, b"d")))  # accepted after the wait
-    await asyncio.sleep(0.1)
-    assert writer.log == [b"d"]  # appended, not acknowledged yet
+    # Appended (not acknowledged yet: that takes 0.5 s).
+    await wait_for(lambda: writer.log == [b"d"], "d appended after the reorder wait")
     with pytest.raises(BadRequestError, match="too late"):
         await owned.write(req(1, b"b"))
     await later
@@ -126,7 +127,7 @@ async def test_a_new_epoch_starts_at_zero_and_fences_the_old_one() -> None:
     owned, writer = stream(wait_s=1.0)
     await owned.write(req(0, b"a"))
     stuck = asyncio.ensure_future(owned.write(req(2, b"c")))  # seq 1 failed for good
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # behaviour: it waits for its gap when the new epoch comes
     await owned.write(req(0, b"x", epoch=1))
     with pytest.raises(ProducerFencedError):
         await stuck
@@ -152,7 +153,7 @@ async def test_a_new_epochs_requests_keep_their_order() -> None:
     owned, writer = stream()
     await owned.write(req(0, b"a"))
     later = asyncio.ensure_future(owned.write(req(1, b"y", epoch=3)))
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # behaviour: nothing is appended meanwhile
     assert writer.log == [b"a"]  # waits for the new epoch's sequence 0
     await owned.write(req(0, b"x", epoch=3))
     await later

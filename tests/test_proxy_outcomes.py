@@ -23,6 +23,7 @@ from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord
+from tests.waiting import wait_for
 
 
 @dataclass
@@ -91,10 +92,10 @@ async def test_a_retry_racing_a_failed_write_is_outcome_unknown_then_answered_fr
     writer = PartlyDurableWriter(durable=10)
     owned = OwnedStream("s", cast(Any, writer), _table(), reorder_wait_s=0.5)
     first = asyncio.ensure_future(owned.write(_req(0, payloads)))
-    await asyncio.sleep(0.01)
-    assert len(writer.log) == 10  # handed to the writer, ten of them durable
+    # Handed to the writer, ten of them durable.
+    await wait_for(lambda: len(writer.log) == 10, "the first write's ten durable records")
     retry = asyncio.ensure_future(owned.write(_req(0, payloads)))  # the client timed out
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # behaviour: the retry waits behind the first when it fails
     writer.fail()
     for attempt in (retry, first):
         with pytest.raises(BooklineError) as info:

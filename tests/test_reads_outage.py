@@ -26,6 +26,7 @@ from streams.dlsn import StartPosition
 from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.cluster_support import kill_bookies, restart_bookies
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -131,10 +132,8 @@ async def test_proxy_reads_fail_while_every_bookie_is_down_and_recover_every_rec
         assert got[:RECORDS] == want and set(got[RECORDS:]) == {"after"}, got
 
 
-async def _eventually(check: Any) -> None:
-    async with asyncio.timeout(RECOVERY_S):
-        while not await check():
-            await asyncio.sleep(0.1)
+async def _eventually(check: Any, what: str = "the cluster to serve again") -> None:
+    await wait_for(check, what, timeout_s=RECOVERY_S, interval_s=0.1)
 
 
 async def test_core_reader_raises_while_every_bookie_is_down_and_reads_on_after(
@@ -155,8 +154,9 @@ async def test_core_reader_raises_while_every_bookie_is_down_and_reads_on_after(
             try:
                 # At the LAC with nothing answering: a timed read says why nothing came
                 # (once a long poll failed; before, it returned nothing for ever).
-                await _eventually(lambda: _raises(reader.settle(RECOVERY_S)))
-                await _eventually(lambda: _raises(reader.read_many(10, timeout_s=RECOVERY_S)))
+                down = "the reader to fail while every bookie is down"
+                await _eventually(lambda: _raises(reader.settle(RECOVERY_S)), down)
+                await _eventually(lambda: _raises(reader.read_many(10, timeout_s=RECOVERY_S)), down)
                 # A fresh reader of records it cannot read fails as well.
                 fresh = await ns.open_reader("s", StartPosition.earliest())
                 try:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import socket
 import struct
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +23,7 @@ from bookie.client import BookieConnection
 from bookie.protocol import frames as f
 from tests.ledger_support import register_ledgers
 from tests.test_bookie_integration import KEY, BookieProcess
-from tests.waiting import scaled
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -115,12 +114,12 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         proc = bookie.start()
         conn = BookieConnection(bookie.address)
         await conn.add(1, 0, -1, KEY, b"before")  # the well-behaved client, connected first
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a quiet moment before the baseline RSS (not a wait)
         before = vm_rss_bytes(proc.pid)
         socks = [connect_hog(bookie.port, i) for i in range(HOGS)]
         with ThreadPoolExecutor(HOGS) as pool:
             sent = list(pool.map(send_part_of_body, socks))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # the bookie reads what the hogs sent; then RSS is bounded
         growth = vm_rss_bytes(proc.pid) - before
         open_hogs = [s for s, ok in zip(socks, sent, strict=True) if ok]
         open_hogs = [s for s in open_hogs if not is_closed_by_peer(s, 0.05)]
@@ -132,10 +131,14 @@ async def test_partial_frames_of_thirty_connections_are_bounded(
         # The client connected before the flood is still served.
         await conn.add(1, 1, 0, KEY, b"during")
         assert (await conn.read(1, 1, master_key=KEY)).payload == b"during"
+
         # Partial frames that make no progress are closed after the idle timeout.
-        deadline = time.monotonic() + scaled(IDLE_TIMEOUT_S * 3)
-        for s in open_hogs:
-            assert is_closed_by_peer(s, max(0.1, deadline - time.monotonic()))
+        def all_closed() -> bool:
+            open_hogs[:] = [s for s in open_hogs if not is_closed_by_peer(s, 0.05)]
+            return not open_hogs
+
+        wait_until(all_closed, lambda: f"the idle timeout to close {len(open_hogs)} more hogs",
+                   timeout_s=IDLE_TIMEOUT_S * 3)  # fmt: skip
         counts = closed_counts(bookie.metrics_url())
         # Every hog was closed, each for one of the three reasons. How many for which
         # depends on timing: on a loaded machine the bookie accepts the hogs late, and

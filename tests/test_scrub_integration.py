@@ -31,7 +31,7 @@ from ledger.client import LedgerClient
 from ledger.digest import DigestManager, master_key
 from ops.cluster import procs
 from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
-from tests.waiting import scaled, wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -239,12 +239,14 @@ async def test_entries_missing_on_a_live_bookie_are_recopied(cluster: ScrubClust
         )
         await ar.start()
         try:
-            async with asyncio.timeout(scaled(WAIT_S)):
-                while (
-                    ar.worker.entries_repaired < len(lost) - by_hand
-                    or await md.underreplicated.list()
-                ):
-                    await asyncio.sleep(0.2)
+
+            async def repaired() -> bool:
+                if ar.worker.entries_repaired < len(lost) - by_hand:
+                    return False
+                return not await md.underreplicated.list()
+
+            await wait_for(repaired, "every lost entry repaired, none under-replicated",
+                           timeout_s=WAIT_S, interval_s=0.2)  # fmt: skip
         finally:
             await ar.stop()
         assert ar.auditor.replica_checks >= 1

@@ -19,7 +19,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from subprocess import Popen
@@ -37,8 +36,8 @@ from ops.cluster import procs
 from ops.cluster.zookeeper import ZooKeeperServer, four_letter_word
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
-from streams.records import LogRecord, ReadRecord
-from tests.waiting import scaled
+from streams.records import LogRecord
+from tests.waiting import wait_for, wait_until
 from thinclient.proxy_client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -91,13 +90,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 def _wait_line(proc: Popen[bytes], log: Path, line: bytes) -> None:
-    deadline = time.monotonic() + scaled(READY_TIMEOUT_S)
-    while line not in (log.read_bytes() if log.exists() else b""):
+
+    def logged() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{log.name}: exited {proc.returncode}: {log.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{log.name} not ready: {log.read_text()[-3000:]}")
-        time.sleep(0.05)
+        return line in (log.read_bytes() if log.exists() else b"")
+
+    wait_until(logged, lambda: f"{log.name} ready: {log.read_text()[-3000:]}",
+               timeout_s=READY_TIMEOUT_S)  # fmt: skip
 
 
 def _spawn(argv: list[str], log: Path, env: dict[str, str], started: list[Popen[bytes]]) -> None:
@@ -213,11 +213,17 @@ async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]
     """``count`` records from the start: a read answers what the read proxy sees as
     committed, and the last entry becomes visible a moment after its write."""
     got: list[bytes] = []
-    position, deadline = "earliest", time.monotonic() + scaled(20)
-    while len(got) < count and time.monotonic() < deadline:
+    position = "earliest"
+
+    async def read_all() -> bool:  # one turn: read the next page
+        nonlocal position
         page = await client.read(stream, position, limit=10, wait_ms=1000)
-        got += [r.payload for r in page.records]
+        got.extend(r.payload for r in page.records)
         position = page.next
+        return len(got) >= count
+
+    await wait_for(read_all, lambda: f"{count} records of {stream}, got {got}", timeout_s=20,
+                   interval_s=0)  # fmt: skip
     return got
 
 
@@ -366,9 +372,10 @@ def test_bookline_local_tls(tmp_path: Path) -> None:
         with SyncProxyClient.from_cluster_file(tmp_path / "local") as client:
             client.write("local-tls", b"over https")
             client.flush()
-            deadline, records = time.monotonic() + 20, list[ReadRecord]()
-            while not records and time.monotonic() < deadline:  # visible a moment later
-                records = client.read("local-tls", "earliest", limit=10, wait_ms=1000).records
+            records = wait_until(  # visible a moment later
+                lambda: client.read("local-tls", "earliest", limit=10, wait_ms=1000).records,
+                "the record readable over https", interval_s=0,
+            )  # fmt: skip
         assert [r.payload for r in records] == [b"over https"]
         status = subprocess.run(
             [sys.executable, "-m", "ops.cli", "status", "--cluster", str(tmp_path / "local"),

@@ -16,6 +16,7 @@ import pytest
 from foundation.partitioner import partition_for_key
 from ops.cluster.local import LocalCluster
 from tests.cli_support import run_cli
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -90,8 +91,6 @@ def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
     return its exit status; the process is killed by its pid if it outlives the test."""
     import signal
 
-    from ops.cluster import procs
-
     out_path = tmp_path / f"{args[0]}.out"
     # Unbuffered: a record printed reaches the file at once.
     env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster), "PYTHONUNBUFFERED": "1"}
@@ -99,10 +98,10 @@ def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
         proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args], stdout=out,
                                 stderr=err, env=env)  # fmt: skip
     try:
-        procs.wait_for(
+        wait_until(
             lambda: proc.poll() is not None or out_path.read_bytes().strip() != b"",
-            120,
             f"`bookline {' '.join(args)}` printing a record",
+            timeout_s=120,
         )
         assert proc.poll() is None, (tmp_path / f"{args[0]}.err").read_text()
         proc.send_signal(signal.SIGINT)
