@@ -182,11 +182,16 @@ def _thin_client(thin: ProxyClient) -> Client:
     async def read(stream: str, start: StartPosition, n: int) -> list[ReadRecord]:
         out: list[ReadRecord] = []
         position: StartPosition | str = start
-        async with asyncio.timeout(scaled(READ_TIMEOUT_S)):
-            while len(out) < n:
-                page = await thin.read(stream, position, limit=n - len(out), wait_ms=PAGE_WAIT_MS)
-                out += page.records
-                position = page.next
+
+        async def all_read() -> bool:
+            nonlocal position
+            page = await thin.read(stream, position, limit=n - len(out), wait_ms=PAGE_WAIT_MS)
+            out.extend(page.records)
+            position = page.next
+            return len(out) >= n
+
+        await wait_for(all_read, lambda: f"{n} records of {stream} ({len(out)} read)",
+                       timeout_s=READ_TIMEOUT_S)  # fmt: skip
         return out
 
     async def truncate(stream: str, dlsn: DLSN) -> None:
@@ -387,9 +392,12 @@ async def test_group_consumes_and_commits_every_partition(client: Client) -> Non
     consumer = client.consumer(f"g-{_uid()}", [topic])
     async with consumer:
         got: set[tuple[int, int]] = set()
-        async with asyncio.timeout(scaled(60)):
-            while got != sent:
-                got |= {(r.partition, r.offset) for r in await consumer.poll(timeout_s=1.0)}
+
+        async def all_polled() -> bool:
+            got.update((r.partition, r.offset) for r in await consumer.poll(timeout_s=1.0))
+            return got == sent
+
+        await wait_for(all_polled, lambda: f"{sent - got} consumed", timeout_s=60)
         await consumer.commit()
         assert {tp: await consumer.committed(tp) for tp in sorted(consumer.assignment())} == {
             (topic, 0): 3,
