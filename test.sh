@@ -10,9 +10,20 @@ echo "== ruff" && "$VENV_PY" -m ruff check . && "$VENV_PY" -m ruff format --chec
 echo "== mypy --strict" && "$VENV_PY" -m mypy
 echo "== import contract (layers, no cycles)" && "$VENV/bin/lint-imports" --no-cache | tail -n +12
 echo "== pytest"
-# The default suite runs in BOOKLINE_TEST_WORKERS processes (pytest-xdist): most of a
-# test is waiting on servers, so three share two cores well; each runs whole files.
-if [ $# -eq 0 ]; then set -- -m "not slow" -n "${BOOKLINE_TEST_WORKERS:-3}" --dist loadgroup; fi
+# The default suite runs in BOOKLINE_TEST_WORKERS processes (pytest-xdist), each taking
+# whole files. Most of a test waits on servers, so three share two idle cores well; on a
+# machine that is already busy (one-minute load average at or above its core count) more
+# processes only slow each other, so by default the suite then runs in one.
+if [ $# -eq 0 ]; then
+    workers="${BOOKLINE_TEST_WORKERS:-}"
+    if [ -z "$workers" ]; then
+        read -r load _ < /proc/loadavg
+        if awk -v l="$load" -v c="$(nproc)" 'BEGIN { exit !(l < c) }'; then workers=3; else workers=1; fi
+        echo "== load average $load on $(nproc) cores: $workers test worker(s)"
+    fi
+    set -- -m "not slow"
+    if [ "$workers" -gt 1 ]; then set -- "$@" -n "$workers" --dist loadgroup; fi
+fi
 # Coverage follows the processes the tests start (bookies, proxies: coverage's
 # subprocess patch); their data files are combined when pytest ends.
 rm -f .coverage .coverage.*
