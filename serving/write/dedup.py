@@ -33,6 +33,7 @@ from typing import Final, Protocol, cast
 
 from foundation.errors import OutcomeUnknownError, ProducerFencedError
 from foundation.invariants import invariant
+from streams.records import RecordColumns
 
 # Record headers the write core adds to the first record of each producer batch so a
 # new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
@@ -80,6 +81,20 @@ def marker_headers(producer: str, epoch: int, first_seq: int, count: int) -> dic
     if epoch:
         headers[PRODUCER_EPOCH_HEADER] = _EPOCH.pack(epoch)
     return headers
+
+
+def marked(records: RecordColumns, marker: dict[str, bytes]) -> RecordColumns:
+    """``records`` with ``marker`` among the first record's headers: a headers column
+    that is None past the first record, so the writer keeps its fast path for them."""
+    headers = records.headers
+    if headers is None:
+        column: list[dict[str, bytes] | None] = [None] * len(records)
+        column[0] = marker
+    else:
+        column = list(headers)
+        first = column[0]
+        column[0] = {**first, **marker} if first else marker
+    return RecordColumns(records.payloads, records.keys, column, records.txids)
 
 
 def parse_marker(headers: dict[str, bytes] | None) -> Marker | None:
