@@ -104,6 +104,20 @@ def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
     assert writes.decode_runs(writes.encode_runs(dlsns)) == dlsns
 
 
+def test_the_table_remembers_a_writers_answer_as_it_is() -> None:
+    """Issue 23: a batch's DLSNs stay the writer's runs (copying them made a DLSN per
+    record on every write); retries are answered from them all the same."""
+    table = dedup.DedupTable(batches_per_producer=4, producers_max=10)
+    dlsns = DLSNSequence([(1, 0, 0, 600), (1, 1, 0, 400)])
+    table.record("p", 0, 0, dlsns, range(1000))
+    state = table.state("p")
+    assert state is not None and state.batches[-1][2] is dlsns
+    plan = table.plan("p", 0, 598, 4)  # across the two entries
+    assert plan.duplicates == [DLSN(1, 0, 598), DLSN(1, 0, 599), DLSN(1, 1, 0), DLSN(1, 1, 1)]
+    assert (plan.offsets, plan.write_from) == ([598, 599, 600, 601], 4)
+    assert table.plan("p", 0, 999, 1).duplicates == [DLSN(1, 1, 399)]
+
+
 def test_contiguous_batch_is_few_runs() -> None:
     dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
     assert writes.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
