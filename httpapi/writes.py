@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final
 
 import crc32c
@@ -45,7 +46,7 @@ from foundation.errors import BadRequestError
 from foundation.limits import record_bytes
 from httpapi.positions import format_dlsn, parse_dlsn
 from httpapi.wire import MSGPACK, get_bytes, get_int
-from streams.dlsn import DLSN
+from streams.dlsn import DLSN, DLSNSequence
 
 __all__ = [
     "EPOCH_MAX",
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 
+# Builds a DLSN (a tuple subclass) without a Python-level call.
+_NEW_DLSN = tuple.__new__
 # A producer id is a client-chosen token (uuid4 hex); bounded so a table entry is small.
 PRODUCER_CHARS_MAX: Final = 64
 # Producer sequences are unsigned 63-bit (JSON-safe enough and fits msgpack int64).
@@ -214,7 +217,7 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         if not isinstance(raw, list):
             raise BadRequestError("payloads must be a list")
         payloads: list[bytes] = raw
-        if not all(type(p) is bytes for p in raw):  # text or junk: convert or refuse
+        if set(map(type, raw)) - {bytes}:  # text or junk: convert or refuse (C-level scan)
             payloads = [_payload(p) for p in raw]
         keys = _keys(obj.get("keys"), len(payloads))
         return _checked(
@@ -293,6 +296,8 @@ def write_body(
 
 
 def encode_runs(dlsns: Iterable[tuple[int, int, int]]) -> list[list[int]]:
+    if isinstance(dlsns, DLSNSequence):  # a writer's answer: already runs (one per entry)
+        return _merged_runs(dlsns.runs)
     runs: list[list[int]] = []
     last: list[int] | None = None
     for seg, entry, slot in dlsns:
@@ -300,6 +305,19 @@ def encode_runs(dlsns: Iterable[tuple[int, int, int]]) -> list[list[int]]:
             last[3] += 1
         else:
             last = [seg, entry, slot, 1]
+            runs.append(last)
+    return runs
+
+
+def _merged_runs(given: Iterable[tuple[int, int, int, int]]) -> list[list[int]]:
+    """Runs as :func:`encode_runs` gives them: adjacent ones of one entry joined."""
+    runs: list[list[int]] = []
+    last: list[int] | None = None
+    for seg, entry, slot, count in given:
+        if last is not None and last[0] == seg and last[1] == entry and last[2] + last[3] == slot:
+            last[3] += count
+        else:
+            last = [seg, entry, slot, count]
             runs.append(last)
     return runs
 
@@ -312,12 +330,22 @@ def decode_runs(runs: Any) -> list[DLSN]:
         if not isinstance(run, list) or len(run) != 4:
             raise BadRequestError("each run is [segment, entry, first_slot, count]")
         seg, entry, slot, count = run
-        out.extend(DLSN(seg, entry, slot + i) for i in range(count))
+        # C-level: one tuple.__new__ per DLSN, no Python call per record
+        parts = zip(
+            repeat(seg, count), repeat(entry, count), range(slot, slot + count), strict=True
+        )
+        out.extend(map(_NEW_DLSN, repeat(DLSN, count), parts))
     return out
 
 
 def encode_offset_runs(offsets: Iterable[int]) -> list[list[int]]:
     """``[[first, count], ...]``: consecutive offsets collapse into one run."""
+    if (
+        isinstance(offsets, list)
+        and offsets
+        and offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+    ):  # a batch's new records (the usual answer): one run, compared in C
+        return [[offsets[0], len(offsets)]]
     runs: list[list[int]] = []
     last: list[int] | None = None
     for offset in offsets:

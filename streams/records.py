@@ -7,13 +7,15 @@ How records are laid out in a ledger entry is :mod:`streams.recordset`'s job.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from foundation.errors import BadRequestError
+from foundation.invariants import invariant
 from streams.dlsn import DLSN
 
-__all__ = ["RECORD_OVERHEAD_BYTES", "Compression", "LogRecord", "ReadRecord"]
+__all__ = ["RECORD_OVERHEAD_BYTES", "Compression", "LogRecord", "ReadRecord", "RecordColumns"]
 
 # What a record costs beyond its payload, key and headers: its framing in a record set
 # (flags, txid, timestamp delta, payload length; streams.recordset checks it). Writers
@@ -47,6 +49,89 @@ class LogRecord:
     txid: int | None = None
     key: bytes | None = None
     headers: dict[str, bytes] | None = None
+
+
+class RecordColumns(Sequence[LogRecord]):
+    """Records to write as parallel columns: the writer's own shape (issue 23).
+
+    ``payloads``, and ``keys``, ``headers`` or ``txids`` only when some record has one
+    (``None`` entries for the records without). A write front end that decoded a
+    request into lists hands them on as they are, and :class:`~streams.writer.LogWriter`
+    buffers them with slices instead of splitting one :class:`LogRecord` per record back
+    into lists. It is a sequence of LogRecords for everyone else (each made when it is
+    asked for), so it goes wherever a list of them does."""
+
+    __slots__ = ("headers", "keys", "payloads", "txids")
+
+    def __init__(
+        self,
+        payloads: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[dict[str, bytes] | None] | None = None,
+        txids: Sequence[int | None] | None = None,
+    ) -> None:
+        n = len(payloads)
+        for column in (keys, headers, txids):
+            invariant(column is None or len(column) == n, "record columns of unequal length")
+        self.payloads = payloads
+        self.keys = keys
+        self.headers = headers
+        self.txids = txids
+
+    @classmethod
+    def of(cls, records: Sequence[LogRecord]) -> RecordColumns:
+        """``records`` as columns (themselves when they are columns already)."""
+        if isinstance(records, RecordColumns):
+            return records
+        payloads = [r.payload for r in records
+                    if r.key is None and r.headers is None and r.txid is None]  # fmt: skip
+        if len(payloads) == len(records):
+            return cls(payloads)
+        payloads = [r.payload for r in records]
+        keys = [r.key for r in records]
+        headers = [r.headers for r in records]
+        txids = [r.txid for r in records]
+        return cls(
+            payloads,
+            None if keys.count(None) == len(keys) else keys,
+            None if headers.count(None) == len(headers) else headers,
+            None if txids.count(None) == len(txids) else txids,
+        )
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    @overload
+    def __getitem__(self, index: int) -> LogRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> RecordColumns: ...
+
+    def __getitem__(self, index: int | slice) -> LogRecord | RecordColumns:
+        keys, headers, txids = self.keys, self.headers, self.txids
+        if isinstance(index, slice):
+            return RecordColumns(
+                self.payloads[index],
+                None if keys is None else keys[index],
+                None if headers is None else headers[index],
+                None if txids is None else txids[index],
+            )
+        return LogRecord(
+            self.payloads[index],
+            None if txids is None else txids[index],
+            None if keys is None else keys[index],
+            None if headers is None else headers[index],
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordColumns | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable columns, like a list
+
+    def __repr__(self) -> str:
+        return f"RecordColumns({len(self)} records)"
 
 
 class _RecordRow(NamedTuple):

@@ -45,7 +45,7 @@ import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import sub
 
 import crc32c
@@ -272,6 +272,9 @@ def _body_with_extras(  # noqa: PLR0917 - private; the parallel sequences of one
     headers: Sequence[dict[str, bytes] | None] | None,
 ) -> bytes:
     n = len(payloads)
+    marked = _few_with_headers(keys, headers)
+    if marked is not None:
+        return _body_with_few_headers(payloads, txids, timestamps_ms, base_ts, headers, marked)
     pack = _REC.pack
     parts: list[bytes] = []
     append = parts.append
@@ -283,6 +286,49 @@ def _body_with_extras(  # noqa: PLR0917 - private; the parallel sequences of one
         if flags:
             append(_encode_extras(key, hdrs))
         append(payload)
+    return b"".join(parts)
+
+
+def _few_with_headers(
+    keys: Sequence[bytes | None] | None, headers: Sequence[dict[str, bytes] | None] | None
+) -> list[int] | None:
+    """The indexes of the records with headers when no record has a key and at most one
+    in ``FRAMING_RUN_RECORDS_MIN`` has headers (a write proxy's batch: its marker rides on
+    the first record), else None. C-level scans only."""
+    if headers is None or (keys is not None and keys.count(None) != len(keys)):
+        return None
+    n = len(headers)
+    with_headers = n - headers.count(None)
+    if with_headers * FRAMING_RUN_RECORDS_MIN > n:
+        return None
+    marked = list(compress(range(n), headers))
+    # compress skips an empty dict (falsy), which still has the headers flag
+    return marked if len(marked) == with_headers else None
+
+
+def _body_with_few_headers(  # noqa: PLR0917 - private; the parallel sequences of one set
+    payloads: Sequence[bytes],
+    txids: Sequence[int],
+    timestamps_ms: Sequence[int],
+    base_ts: int,
+    headers: Sequence[dict[str, bytes] | None] | None,
+    marked: list[int],
+) -> bytes:
+    """The same bytes as the per-record loop: the plain records between the ``marked``
+    ones (those with headers) take :func:`_plain_body`'s C-level path."""
+    assert headers is not None  # marked indexes into it
+    parts: list[bytes] = []
+    start = 0
+    for k in [*marked, len(payloads)]:
+        if k > start:
+            parts.append(
+                _plain_body(payloads[start:k], txids[start:k], timestamps_ms[start:k], base_ts)
+            )
+        if k < len(payloads):
+            payload = payloads[k]
+            parts += (_REC.pack(F_HEADERS, txids[k], timestamps_ms[k] - base_ts, len(payload)),
+                      _encode_extras(None, headers[k]), payload)  # fmt: skip
+        start = k + 1
     return b"".join(parts)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from foundation.errors import WriterFailedError
 from streams.dlsn import DLSN
-from streams.records import RECORD_OVERHEAD_BYTES, LogRecord
+from streams.records import RECORD_OVERHEAD_BYTES, LogRecord, RecordColumns
 from streams.writer.buffer import Batch, RecordBuffer
 
 
@@ -31,12 +31,11 @@ async def test_single_writes_and_batches_get_their_slots_in_order() -> None:
     batch = Batch(batch_fut, 3)
     payloads = [r.payload for r in records]
     # the batch is split around a single write, as write_many does at a buffer cut
-    buf.append_many(
-        records, payloads, [11, 12, 13], 1001, batch, 0, 2, 2 * _size(records[0]), False
-    )
+    cols = RecordColumns.of(records)
+    buf.append_many(cols, payloads, [11, 12, 13], 1001, batch, 0, 2, 2 * _size(records[0]))
     last: asyncio.Future[DLSN] = loop.create_future()
     buf.append_one(LogRecord(b"e"), 14, 1002, last, _size(LogRecord(b"e")))
-    buf.append_many(records, payloads, [11, 12, 13], 1001, batch, 2, 3, _size(records[0]), False)
+    buf.append_many(cols, payloads, [11, 12, 13], 1001, batch, 2, 3, _size(records[0]))
     assert buf.payloads == [b"a", b"b", b"c", b"e", b"d"]
     assert buf.txids == [10, 11, 12, 14, 13]
     assert buf.timestamps == [1000, 1001, 1001, 1002, 1001]
@@ -61,6 +60,20 @@ async def test_keys_and_headers_start_when_a_record_has_one() -> None:
     assert buf.headers == [None, {"h": b"v"}, None]
 
 
+async def test_a_batch_whose_first_record_has_headers_is_buffered_as_slices() -> None:
+    """A write proxy's producer batch (issue 23): the marker on the first record
+    starts the key and header columns; the rest of the batch goes in as slices."""
+    loop = asyncio.get_running_loop()
+    buf = RecordBuffer(loop.create_future())
+    payloads = [b"a", b"b", b"c"]
+    cols = RecordColumns(payloads, headers=[{"bl.seq": b"1"}, None, None])
+    batch = Batch(loop.create_future(), 3)
+    buf.append_many(cols, payloads, [5, 5, 5], 0, batch, 0, 3, 3 * (1 + RECORD_OVERHEAD_BYTES))
+    assert buf.payloads == payloads
+    assert buf.keys == [None, None, None]
+    assert buf.headers == [{"bl.seq": b"1"}, None, None]
+
+
 async def test_failing_hands_every_waiter_a_chained_error() -> None:
     loop = asyncio.get_running_loop()
     buf = RecordBuffer(loop.create_future())
@@ -68,7 +81,8 @@ async def test_failing_hands_every_waiter_a_chained_error() -> None:
     buf.append_one(LogRecord(b"a"), 1, 0, single, _size(LogRecord(b"a")))
     batch_fut: asyncio.Future[list[DLSN]] = loop.create_future()
     records = [LogRecord(b"b")]
-    buf.append_many(records, [b"b"], [2], 0, Batch(batch_fut, 1), 0, 1, _size(records[0]), False)
+    cols = RecordColumns.of(records)
+    buf.append_many(cols, [b"b"], [2], 0, Batch(batch_fut, 1), 0, 1, _size(records[0]))
     error = WriterFailedError("entry failed")
     buf.fail(error)
     for fut in (single, batch_fut, buf.done):

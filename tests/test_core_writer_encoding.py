@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -114,6 +115,45 @@ def test_compressed_and_keyed_sets_still_round_trip() -> None:
                               headers=[None, {"h": b"v"}, None])  # fmt: skip
     back = decode_read_records(keyed, "s", 1, 0, 0)[1]
     assert [(r.key, r.headers) for r in back] == [(b"k", None), (None, {"h": b"v"}), (b"k2", None)]
+
+
+def reference_headers_body(
+    payloads: list[bytes], txids: list[int], timestamps: list[int], headers: list[Any]
+) -> bytes:
+    """The documented layout with headers (flag 0x08), one record at a time."""
+    base, parts = timestamps[0], []
+    for pl, t, ts, hdrs in zip(payloads, txids, timestamps, headers, strict=True):
+        parts.append(_REC.pack(0 if hdrs is None else 0x08, t, ts - base, len(pl)))
+        if hdrs is not None:
+            parts.append(struct.pack(">H", len(hdrs)))
+            for name, value in hdrs.items():
+                raw = name.encode()
+                parts += (struct.pack(">H", len(raw)), raw, struct.pack(">I", len(value)), value)
+        parts.append(pl)
+    return b"".join(parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records, st.data())
+def test_a_batch_with_headers_on_a_few_records_has_the_per_record_bytes(
+    runs: list[tuple[int, int, int, list[int]]], data: st.DataObject
+) -> None:
+    """A write proxy's producer batch carries its marker on the first record only
+    (issue 23): the plain records around it take the framing-per-run path, and the
+    bytes are those of the layout, record by record -- empty header maps included."""
+    payloads, txids, timestamps = expand(runs)
+    n = len(payloads)
+    marked = data.draw(st.sets(st.integers(min_value=0, max_value=n - 1), max_size=3))
+    maps = st.dictionaries(
+        st.text("ab.", min_size=1, max_size=5), st.binary(max_size=5), max_size=2
+    )
+    headers: list[Any] = [data.draw(maps) if k in marked else None for k in range(n)]
+    keys = data.draw(st.sampled_from([None, [None] * n]))  # the buffer's all-None keys
+    encoded = encode_record_set(payloads, txids, timestamps, first_index=0, bytes_before=0,
+                                last_txid=max(txids), keys=keys, headers=headers)  # fmt: skip
+    assert body_of(encoded) == reference_headers_body(payloads, txids, timestamps, headers)
+    back = decode_read_records(encoded, "s", 1, 0, 0)[1]
+    assert [(r.payload, r.headers) for r in back] == list(zip(payloads, headers, strict=True))
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,16 +4,18 @@ keeps the producer's sequence order. OwnedStream with a fake writer: no I/O."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
 
 from foundation.errors import BadRequestError, OutOfOrderSequenceError, ProducerFencedError
+from serving.write import dedup
 from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.dedup import DedupTable
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
-from streams.records import LogRecord
+from streams.records import LogRecord, RecordColumns
 from tests.waiting import wait_for
 
 
@@ -23,9 +25,13 @@ class FakeWriter:
 
     def __init__(self, ack_delay_s: float = 0.01) -> None:
         self.log: list[bytes] = []
+        self.handed: list[Sequence[LogRecord]] = []  # every call's argument
         self.ack_delay_s = ack_delay_s
 
-    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
+    async def write_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[list[DLSN], list[int]]:
+        self.handed.append(records)
         first = len(self.log)
         self.log.extend(r.payload for r in records)
         await asyncio.sleep(self.ack_delay_s)  # the simulated acknowledgement time
@@ -54,6 +60,38 @@ async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -
     assert [d.entry_id for d in (await later)[0]] == [2, 3]
     assert [d.entry_id for d in (await last)[0]] == [4]
     assert writer.log == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_a_batch_reaches_the_writer_as_the_requests_columns() -> None:
+    """Issue 23: the write core hands its writer the request's payload list itself,
+    the producer's marker beside it as the first record's headers, no record object
+    per record (the writer's fast path then takes every record but the first); the
+    records and the marker are those the log held before."""
+    owned, writer = stream()
+    payloads = [b"a", b"b", b"c"]
+    await owned.write(WriteBatch("s", ProducerSeq("p", 0, 2), payloads=payloads))
+    await owned.write(WriteBatch("s", ProducerSeq("p", 0, 2), payloads=payloads))  # retry
+    [handed] = writer.handed  # the retry was answered from the table
+    assert isinstance(handed, RecordColumns)
+    assert handed.payloads is payloads
+    assert handed.headers == [dedup.marker_headers("p", 2, 0, 3), None, None]
+    assert handed.keys is None and handed.txids is None
+    assert list(handed) == [
+        LogRecord(b"a", headers=dedup.marker_headers("p", 2, 0, 3)),
+        LogRecord(b"b"),
+        LogRecord(b"c"),
+    ]
+
+
+async def test_a_partly_retried_batch_hands_on_only_the_new_records() -> None:
+    owned, writer = stream()
+    await owned.write(WriteBatch("s", ProducerSeq("p", 0), payloads=[b"a"], keys=[b"k"]))
+    batch = WriteBatch("s", ProducerSeq("p", 0), payloads=[b"a", b"b"], keys=[b"k", None])
+    dlsns, offsets, dups = await owned.write(batch)
+    assert dups == 1 and writer.log == [b"a", b"b"]
+    handed = writer.handed[-1]
+    assert list(handed) == [LogRecord(b"b", key=None, headers=dedup.marker_headers("p", 0, 1, 1))]
+    assert len(dlsns) == len(offsets) == 2
 
 
 async def test_a_pipelined_request_follows_an_unacknowledged_one_at_once() -> None:

@@ -27,7 +27,7 @@ from httpapi.openapi import build_document
 from httpapi.views import record_from_view, record_view
 from serving.write import dedup
 from serving.write.limits import InflightLimiter
-from streams.dlsn import DLSN
+from streams.dlsn import DLSN, DLSNSequence
 from streams.records import ReadRecord
 from thinclient.client import ClientConfig
 from writeproxy.config import WriteProxyConfig
@@ -104,9 +104,46 @@ def test_runs_round_trip(dlsns: list[tuple[int, int, int]]) -> None:
     assert writes.decode_runs(writes.encode_runs(dlsns)) == dlsns
 
 
+def test_the_table_remembers_a_writers_answer_as_it_is() -> None:
+    """Issue 23: a batch's DLSNs stay the writer's runs (copying them made a DLSN per
+    record on every write); retries are answered from them all the same."""
+    table = dedup.DedupTable(batches_per_producer=4, producers_max=10)
+    dlsns = DLSNSequence([(1, 0, 0, 600), (1, 1, 0, 400)])
+    table.record("p", 0, 0, dlsns, range(1000))
+    state = table.state("p")
+    assert state is not None and state.batches[-1][2] is dlsns
+    plan = table.plan("p", 0, 598, 4)  # across the two entries
+    assert plan.duplicates == [DLSN(1, 0, 598), DLSN(1, 0, 599), DLSN(1, 1, 0), DLSN(1, 1, 1)]
+    assert (plan.offsets, plan.write_from) == ([598, 599, 600, 601], 4)
+    assert table.plan("p", 0, 999, 1).duplicates == [DLSN(1, 1, 399)]
+
+
 def test_contiguous_batch_is_few_runs() -> None:
     dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
     assert writes.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 2), st.integers(0, 2), st.integers(0, 3), st.integers(0, 4))),
+    st.lists(st.integers(0, 6), max_size=20),
+    st.booleans(),
+)
+def test_a_writers_answer_encodes_from_its_runs(
+    runs: list[tuple[int, int, int, int]], offsets: list[int], consecutive: bool
+) -> None:
+    """The write proxy answers from the writer's runs and offsets as they are (issue
+    23): the same runs as record by record, and DLSNs decoded without a Python call each."""
+    dlsns = DLSNSequence(runs)
+    assert writes.encode_runs(dlsns) == writes.encode_runs(list(dlsns))
+    decoded = writes.decode_runs(writes.encode_runs(dlsns))
+    assert decoded == list(dlsns) and all(type(d) is DLSN for d in decoded)
+    if consecutive:
+        offsets = list(range(offsets[0], offsets[0] + len(offsets))) if offsets else []
+    expected = [[o, 1] for o in offsets]
+    for i in range(len(expected) - 1, 0, -1):  # merge consecutive ones, the slow way
+        if expected[i - 1][0] + expected[i - 1][1] == expected[i][0]:
+            expected[i - 1][1] += expected.pop(i)[1]
+    assert writes.encode_offset_runs(offsets) == expected
 
 
 @pytest.mark.parametrize(

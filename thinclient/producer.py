@@ -37,16 +37,13 @@ from foundation.errors import (
 from httpapi import wire, writes
 from streams.dlsn import DLSN
 from thinclient.config import ClientConfig
-from thinclient.records import as_record, size_of
+from thinclient.records import as_record, is_plain, sizes_of
 from thinclient.topics import records_path
 from thinclient.transport import Transport
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Chunk", "Producer", "check_sizes"]
-
-# Builds a DLSN (a tuple subclass) without a Python-level call per record.
-_NEW_DLSN = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -132,7 +129,7 @@ class Producer:
         if not records:
             raise BadRequestError("nothing to write")
         if size is None:
-            sizes = list(map(size_of, records))
+            sizes = sizes_of(records)
             check_sizes(sizes, self.config.record_bytes_max)
             size = sum(sizes)
         sender = self._senders.get(stream)
@@ -257,8 +254,8 @@ class Producer:
         """Send one request; answer its chunks' futures. True when it was parked: refused
         for the hole a failed request left in ``epoch``, to be sent again in the next."""
         stream = sender.stream
-        items = [r for c in batch for r in c.records]
-        if all(type(r) is bytes for r in items):
+        items = batch[0].records if len(batch) == 1 else [r for c in batch for r in c.records]
+        if all(is_plain(c.records) for c in batch):
             payloads: list[Any] = items
             obj = {"producer": sender.producer, "seq": seq, "payloads": payloads,
                    "crc": writes.payloads_crc(payloads)}  # fmt: skip
@@ -285,7 +282,7 @@ class Producer:
             # DLSN objects only for calls that want them (sends want offsets).
             dlsns: list[DLSN] = []
             if not all(c.offsets for c in batch):
-                dlsns = [_NEW_DLSN(DLSN, d) for d in writes.answer_dlsns(answer)]
+                dlsns = writes.answer_dlsns(answer)  # DLSNs already
             answered = len(dlsns) if dlsns else writes.answer_count(answer)
             if answered != len(records):
                 raise BadRequestError(f"{answered} positions for {len(records)} records")

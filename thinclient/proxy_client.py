@@ -34,7 +34,16 @@ from thinclient import reads
 from thinclient.config import ClientConfig
 from thinclient.producer import Producer, check_sizes
 from thinclient.reads import ReadPage, position_text, stream_path
-from thinclient.records import RecordLike, Records, as_records, key_of, keyed, one, size_of
+from thinclient.records import (
+    RecordLike,
+    Records,
+    as_records,
+    key_of,
+    keyed,
+    one,
+    size_of,
+    sizes_of,
+)
 from thinclient.routing import ProxyDirectory
 from thinclient.topics import TopicRouter, topic_path
 from thinclient.transport import Transport
@@ -194,17 +203,25 @@ class ProxyClient:
         self, stream: str, records: Sequence[RecordLike]
     ) -> asyncio.Future[list[DLSN]]:
         recs = as_records(records)
-        if not self._producer.has_room(sum(map(size_of, recs))):
+        size = self._checked_size(recs)
+        if not self._producer.has_room(size):
             raise TooManyRequestsError("client buffer full; await write_many() instead")
-        fut: asyncio.Future[list[DLSN]] = self._producer.enqueue(stream, recs, False).fut
+        fut: asyncio.Future[list[DLSN]] = self._producer.enqueue(stream, recs, False, size=size).fut
         return fut
 
     async def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
         """Write records in order; their DLSNs once all are durable."""
         recs = as_records(records)
-        await self._producer.wait_room(sum(map(size_of, recs)))
-        result: list[DLSN] = await self._producer.enqueue(stream, recs, False).fut
+        size = self._checked_size(recs)
+        await self._producer.wait_room(size)
+        result: list[DLSN] = await self._producer.enqueue(stream, recs, False, size=size).fut
         return result
+
+    def _checked_size(self, records: Records) -> int:
+        """The records' total size, after TOO_LARGE for any over the limit."""
+        sizes = sizes_of(records)
+        check_sizes(sizes, self.config.record_bytes_max)
+        return sum(sizes)
 
     async def flush(self) -> None:
         """Wait until everything queued so far is answered."""
@@ -247,7 +264,7 @@ class ProxyClient:
         """Send records (keys and headers inside WireRecords or LogRecords) to
         ``topic``; each one's ``(partition, offset)`` once all are durable."""
         recs = as_records(records)
-        sizes = list(map(size_of, recs))
+        sizes = sizes_of(recs)
         check_sizes(sizes, self.config.record_bytes_max)
         await self._producer.wait_room(sum(sizes))
         out: list[tuple[int, int] | None] = [None] * len(recs)

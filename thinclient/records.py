@@ -14,10 +14,22 @@ from typing import cast
 from httpapi.writes import WireRecord
 from streams.records import LogRecord
 
-__all__ = ["RecordLike", "Records", "as_record", "as_records", "key_of", "keyed", "one", "size_of"]
+__all__ = [
+    "RecordLike",
+    "Records",
+    "as_record",
+    "as_records",
+    "is_plain",
+    "key_of",
+    "keyed",
+    "one",
+    "size_of",
+    "sizes_of",
+]
 
 RecordLike = bytes | str | WireRecord | LogRecord
-# What a request is made of: plain payloads (the fast path), or full records.
+# What a request is made of: plain payloads (the fast path), or full records -- never
+# both in one list (so its first record says which: ``is_plain``).
 Records = list[bytes] | list[WireRecord]
 
 
@@ -59,7 +71,7 @@ def key_of(record: bytes | WireRecord) -> bytes | None:
 
 def as_records(values: Sequence[RecordLike]) -> Records:
     """Plain bytes stay a list of payloads (the common case, no object per record)."""
-    if all(type(v) is bytes for v in values):
+    if not set(map(type, values)) - {bytes}:  # every one bytes (a C-level scan)
         return cast("list[bytes]", list(values))
     return [as_record(v) for v in values]
 
@@ -72,3 +84,15 @@ def size_of(record: bytes | WireRecord) -> int:
     if record.headers is None:  # the common keyed record: no call per part
         return len(record.payload) + (0 if record.key is None else len(record.key))
     return record.size_bytes
+
+
+def is_plain(records: Records) -> bool:
+    """Plain payloads (one kind per list: :data:`Records`)."""
+    return not records or type(records[0]) is bytes
+
+
+def sizes_of(records: Records) -> list[int]:
+    """Every record's :func:`size_of` (C-level for plain payloads)."""
+    if is_plain(records):
+        return list(map(len, cast("list[bytes]", records)))
+    return list(map(size_of, records))

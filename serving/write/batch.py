@@ -10,7 +10,6 @@ objects with the fields of :class:`BatchRecord`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -18,7 +17,7 @@ from typing import NamedTuple, Protocol
 from foundation.invariants import invariant
 from foundation.limits import record_bytes
 from streams.dlsn import DLSN
-from streams.records import LogRecord
+from streams.records import LogRecord, RecordColumns
 
 __all__ = ["BatchRecord", "ProducerSeq", "WriteBatch", "WriteResult"]
 
@@ -92,15 +91,17 @@ class WriteBatch:
             return max(map(len, self.payloads), default=0)
         return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
 
-    def log_records(self, start: int) -> list[LogRecord]:
-        """The records from ``start`` on, as the writer takes them (straight from the
-        payload column for plain records)."""
+    def columns(self, start: int) -> RecordColumns:
+        """The records from ``start`` on as the writer takes them: the payload and key
+        columns as they are (sliced only past retries), no object per record."""
         if self.payloads is not None:
-            if self.keys is None:
-                return list(map(LogRecord, self.payloads[start:]))
-            no_txids = itertools.repeat(None)
-            return list(map(LogRecord, self.payloads[start:], no_txids, self.keys[start:]))
-        return [LogRecord(r.payload, r.txid, r.key, r.headers) for r in self._records[start:]]
+            if start == 0:
+                return RecordColumns(self.payloads, self.keys)
+            keys = None if self.keys is None else self.keys[start:]
+            return RecordColumns(self.payloads[start:], keys)
+        return RecordColumns.of(
+            [LogRecord(r.payload, r.txid, r.key, r.headers) for r in self._records[start:]]
+        )
 
 
 def _record_sizes(records: Iterable[BatchRecord]) -> Iterator[int]:

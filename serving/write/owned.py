@@ -32,7 +32,7 @@ from foundation.errors import (
 from serving.write import dedup
 from serving.write.batch import WriteBatch, WriteResult
 from streams.dlsn import DLSN
-from streams.records import LogRecord
+from streams.records import RecordColumns
 
 if TYPE_CHECKING:
     from streams.writer import LogWriter
@@ -95,7 +95,7 @@ class OwnedStream:
         id in the stream) and the count of records that were retries (not written
         again: answered with their original positions)."""
         if batch.producer is None:
-            dlsns, offsets = await self._append(batch.log_records(0), None, 0, 0)
+            dlsns, offsets = await self._append(batch.columns(0), None, 0, 0)
             return WriteResult(dlsns, offsets, 0)
         producer, epoch, seq = batch.producer.producer, batch.producer.epoch, batch.producer.seq
         count = batch.count
@@ -104,7 +104,7 @@ class OwnedStream:
             plan = self.table.plan(producer, epoch, seq, count)
         else:
             plan = self.table.plan_fenced(producer, epoch, seq, count, fenced_by)
-        new = batch.log_records(plan.write_from)
+        new = batch.columns(plan.write_from)
         if not new:
             answered = [DLSN(*d) for d in plan.duplicates]
             return WriteResult(answered, plan.offsets, len(answered))
@@ -134,6 +134,8 @@ class OwnedStream:
                     # refused batch is kept: later requests must not wait for it.)
                     del self._next_pos[producer]
         dups = plan.duplicates
+        if not dups:  # the writer's answer as it is (a DLSNSequence: no DLSN per record)
+            return WriteResult(dlsns, offsets, 0)
         return WriteResult([*(DLSN(*d) for d in dups), *dlsns], plan.offsets + offsets, len(dups))
 
     def _expected(self, producer: str) -> Pos | None:
@@ -228,14 +230,14 @@ class OwnedStream:
                 await asyncio.wait_for(self._seq_moved.wait(), remaining)
 
     async def _append(
-        self, batch: list[LogRecord], producer: str | None, epoch: int, first_seq: int
+        self, batch: RecordColumns, producer: str | None, epoch: int, first_seq: int
     ) -> tuple[Sequence[DLSN], list[int]]:
         if self.failed is not None:
             raise self._not_written()
         if producer is not None:
-            marker = dedup.marker_headers(producer, epoch, first_seq, len(batch))
-            first = batch[0]
-            first.headers = {**first.headers, **marker} if first.headers else marker
+            batch = dedup.marked(
+                batch, dedup.marker_headers(producer, epoch, first_seq, len(batch))
+            )
         # The admission limits keep this stream's pending bytes under the writer's
         # bound, so write_many appends the whole batch in its first step, before it
         # suspends: the batch is contiguous in the stream, which the dedup markers rely

@@ -18,12 +18,12 @@ alive per record for the cyclic GC to walk (docs/architecture.md, "Garbage colle
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import itertools
 from typing import Any
 
 from foundation.errors import BooklineError, fresh
 from streams.dlsn import DLSN, DLSNRun, DLSNSequence
-from streams.records import LogRecord
+from streams.records import LogRecord, RecordColumns
 
 __all__ = ["Batch", "RecordBuffer", "Waiter", "consume"]
 
@@ -100,7 +100,7 @@ class RecordBuffer:
 
     def append_many(  # noqa: PLR0917 - the hot path is called positionally
         self,
-        records: Sequence[LogRecord],
+        cols: RecordColumns,
         payloads: list[bytes],
         txids: list[int],
         now: int,
@@ -108,18 +108,18 @@ class RecordBuffer:
         i: int,
         j: int,
         nbytes: int,
-        extras: bool,
     ) -> None:
-        """Records ``[i, j)`` of a write_many, ``nbytes`` with their framing; ``extras``:
-        some record of the call has a key or headers."""
-        if extras and self.keys is None:
+        """Records ``[i, j)`` of a write_many (``payloads`` is ``cols.payloads`` as a
+        list), ``nbytes`` with their framing: slices of the columns, no per-record step."""
+        keys, headers = cols.keys, cols.headers
+        if (keys is not None or headers is not None) and self.keys is None:
             self._start_extras()
         self.payloads.extend(payloads[i:j])
         self.txids.extend(txids[i:j])
         self.timestamps.extend([now] * (j - i))
         if self.keys is not None and self.headers is not None:
-            self.keys.extend(r.key for r in records[i:j])
-            self.headers.extend(r.headers for r in records[i:j])
+            self.keys.extend(itertools.repeat(None, j - i) if keys is None else keys[i:j])
+            self.headers.extend(itertools.repeat(None, j - i) if headers is None else headers[i:j])
         self.waiters.append((batch, j - i))
         self.nbytes += nbytes
 

@@ -40,7 +40,7 @@ from metadata.ownership import LockState, StreamLock
 from metadata.streams import StreamOptions
 from streams.context import CoreContext
 from streams.dlsn import DLSN, DLSNSequence
-from streams.records import RECORD_OVERHEAD_BYTES, LogRecord
+from streams.records import RECORD_OVERHEAD_BYTES, LogRecord, RecordColumns
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
 from streams.writer.segments import Segments
@@ -58,6 +58,22 @@ def _records_fitting(ends: list[int], i: int, room: int) -> int:
     target = ends[i] + i * overhead + room
     past = bisect.bisect_right(range(len(ends)), target, lo=i, key=lambda k: ends[k] + k * overhead)
     return max(past - 1, i)
+
+
+def _user_bytes(cols: RecordColumns, payloads: list[bytes]) -> list[int]:
+    """Each record's size as the limits count it (:func:`record_bytes`): C-level for
+    payloads alone, per record only for the records with headers."""
+    keys, headers = cols.keys, cols.headers
+    if keys is None:
+        user = list(map(len, payloads))
+    else:
+        user = [
+            len(p) if k is None else len(p) + len(k) for p, k in zip(payloads, keys, strict=True)
+        ]
+    if headers is not None:
+        for k in itertools.compress(range(len(user)), headers):  # the records with headers
+            user[k] = record_bytes(payloads[k], None if keys is None else keys[k], headers[k])
+    return user
 
 
 def default_identity() -> str:
@@ -233,32 +249,24 @@ class LogWriter:
     async def _append_many(self, records: Sequence[LogRecord], batch: Batch) -> None:
         """Buffer ``records`` (non-empty) for ``batch``, cutting entries as they fill.
 
-        Per record only C-level work where it can be (issue 17): one pass finds the
-        payloads of records without key, headers or txid -- every record, usually,
-        which then all take the call's txid -- and entries are cut by bisecting the
-        running byte count instead of adding sizes one by one."""
+        Per record only C-level work where it can be (issues 17, 23): the records as
+        columns (:class:`RecordColumns`: what a write front end hands over as it
+        decoded them, or one pass over LogRecords), all taking the call's txid unless
+        some carry their own, and entries cut by bisecting the running byte count
+        instead of adding sizes one by one."""
         self._check()
-        n = len(records)
+        cols = RecordColumns.of(records)
+        payloads = cols.payloads if isinstance(cols.payloads, list) else list(cols.payloads)
+        n = len(payloads)
         now = self._now()
-        payloads = [r.payload for r in records
-                    if r.key is None and r.headers is None and r.txid is None]  # fmt: skip
-        extras = False
-        if len(payloads) == n:
-            user = list(map(len, payloads))
-            txids = [max(now, self._last_txid)] * n
-        else:
-            payloads = [r.payload for r in records]
-            extras = any(r.key is not None or r.headers is not None for r in records)
-            if extras:
-                user = [record_bytes(r.payload, r.key, r.headers) for r in records]
-            else:
-                user = list(map(len, payloads))
-            txids = None
+        user = _user_bytes(cols, payloads)
         largest = max(user)
         if largest > RECORD_BYTES_MAX:
             raise TooLargeError(f"record of {largest} bytes; at most {RECORD_BYTES_MAX}")
-        if txids is None:
-            txids = self._txids_many(records, now)
+        if cols.txids is None:
+            txids = [max(now, self._last_txid)] * n
+        else:
+            txids = self._txids_many(cols.txids, now)
         self._last_txid = txids[-1]
         ends = list(itertools.accumulate(user, initial=0))  # user bytes before record k
         sender = self._sender
@@ -275,27 +283,27 @@ class LogWriter:
                     continue
                 j = i + 1  # a record bigger than a whole buffer is an entry of its own
             added = ends[j] - ends[i] + (j - i) * RECORD_OVERHEAD_BYTES
-            sender.buffer.append_many(records, payloads, txids, now, batch, i, j, added, extras)
+            sender.buffer.append_many(cols, payloads, txids, now, batch, i, j, added)
             sender.pending_bytes += added
             if j < n or buffered + added >= limit:
                 sender.cut()
             i = j
         sender.arm_timer()
 
-    def _txids_many(self, records: Sequence[LogRecord], now: int) -> list[int]:
+    def _txids_many(self, given: Sequence[int | None], now: int) -> list[int]:
+        """Every record's txid: its own, or the call's (``given`` has some)."""
         default = max(now, self._last_txid)
-        txids = [default if r.txid is None else r.txid for r in records]
-        if any(r.txid is not None for r in records):
-            last = self._last_txid
-            for t in txids:
-                if t < last:
-                    raise BadRequestError(f"txid {t} is below {last} (txids must not decrease)")
-                last = t
-            # records without a txid after ones with a larger txid take that txid
-            running = self._last_txid
-            for k, t in enumerate(txids):
-                running = max(running, t)
-                txids[k] = running
+        txids = [default if t is None else t for t in given]
+        last = self._last_txid
+        for t in txids:
+            if t < last:
+                raise BadRequestError(f"txid {t} is below {last} (txids must not decrease)")
+            last = t
+        # records without a txid after ones with a larger txid take that txid
+        running = self._last_txid
+        for k, t in enumerate(txids):
+            running = max(running, t)
+            txids[k] = running
         return txids
 
     def _now(self) -> int:
