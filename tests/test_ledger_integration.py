@@ -31,14 +31,17 @@ from ledger.digest import DigestManager, master_key
 from ledger.keys import ledger_access
 from ledger.reader import LedgerReader
 from ops.cluster import procs
-from tests.waiting import wait_for, wait_until
+from tests.waiting import time_scale, wait_for, wait_until
 
 pytestmark = pytest.mark.integration
 
+# Short timeouts find a killed bookie fast; on a loaded machine a live one may take that
+# long to answer (then it would be replaced, or recovery would give up), so they scale.
+_SCALE = time_scale()
 CONFIG = LedgerConfig(
-    add_timeout_ms=2_000,
-    read_timeout_ms=2_000,
-    fence_timeout_ms=1_000,
+    add_timeout_ms=int(2_000 * _SCALE),
+    read_timeout_ms=int(2_000 * _SCALE),
+    fence_timeout_ms=int(1_000 * _SCALE),
     speculative_read_first_timeout_ms=30,
     speculative_read_max_timeout_ms=200,
     long_poll_timeout_ms=1_000,
