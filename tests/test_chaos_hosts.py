@@ -5,6 +5,7 @@ the namespaces, veths or bridge survives stop(), a failed start or a killed owne
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import subprocess
@@ -33,9 +34,10 @@ def _problem() -> str | None:
     problem = namespace_problem()
     if problem is not None:
         return problem
+    probe = f"blc-probe-{os.getpid()}"  # test workers probe at once: a name of its own
     try:
-        netns.run(["ip", "netns", "add", "blc-probe-h5"])
-        netns.run(["ip", "netns", "del", "blc-probe-h5"])
+        netns.run(["ip", "netns", "add", probe])
+        netns.run(["ip", "netns", "del", probe])
     except netns.NetnsError as exc:
         return f"cannot create network namespaces: {exc}"
     return None

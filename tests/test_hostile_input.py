@@ -184,7 +184,13 @@ class Untouched:
         assert self.ports, "no ZooKeeper connection found for the proxies"
 
     def take(self) -> tuple[dict[int, int], dict[str, float]]:
-        return zk_request_ids(self.zk_port, self.ports), bookie_write_counts(self.cluster)
+        ids = zk_request_ids(self.zk_port, self.ports)
+        if set(ids) != self.ports:  # a proxy reconnected to ZooKeeper: follow it there
+            self.ports = local_ports_of(proxy_pids(self.cluster), self.zk_port)
+            ids = zk_request_ids(self.zk_port, self.ports)
+        # A snapshot that misses a proxy's session cannot show it untouched: the ports
+        # are part of it, so a window across a reconnection counts as touched.
+        return ids, bookie_write_counts(self.cluster)
 
 
 async def answer(
