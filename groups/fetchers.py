@@ -35,7 +35,7 @@ from foundation.errors import (
 from foundation.invariants import invariant
 from foundation.names import partition_stream
 from groups.assignors import TopicPartition
-from groups.offsets import check_offset, offset_at, parse_at
+from groups.offsets import check_offset, offset_at
 from httpapi.partitions import PartitionRow, user_headers
 from streams.dlsn import StartPosition
 from streams.records import ReadRecord
@@ -55,9 +55,6 @@ __all__ = [
     "PartitionFetch",
     "PartitionSource",
     "ProxyFetchers",
-    "check_offset",
-    "offset_at",
-    "parse_at",
 ]
 
 # Builds records without a Python-level __init__ per record.

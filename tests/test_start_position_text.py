@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from foundation.errors import BadRequestError
-from groups.fetchers import parse_at
+from groups.offsets import parse_at
 from httpapi.positions import parse_position
 from streams.dlsn import DLSN, StartPosition
 
