@@ -1,0 +1,273 @@
+"""Kafka's record batch v2 (magic 2), encoded and decoded (no I/O).
+
+A batch, all integers big-endian::
+
+    base_offset            int64
+    batch_length           int32   bytes after this field
+    partition_leader_epoch int32
+    magic                  int8    2
+    crc                    uint32  CRC-32C of everything after it (attributes .. end)
+    attributes             int16   bits 0-2 compression, 3 timestamp type (1 = log append
+                                   time), 4 transactional, 5 control, 6 delete horizon
+    last_offset_delta      int32
+    base_timestamp         int64
+    max_timestamp          int64
+    producer_id            int64   -1: not idempotent
+    producer_epoch         int16
+    base_sequence          int32
+    records_count          int32
+    records                        compressed as a whole when bits 0-2 say so
+
+a record (varint = zigzag varint, see ``primitives.py``)::
+
+    length varint (bytes after it), attributes int8 (unused, 0),
+    timestamp_delta varlong, offset_delta varint,
+    key_length varint (-1 = null key), key, value_length varint (-1 = null), value,
+    headers_count varint, per header: key_length varint, key (UTF-8),
+                                      value_length varint (-1 = null value), value
+
+A control batch (bit 5) holds one record whose key is ``int16 version, int16 type``
+(0 abort, 1 commit): :func:`control_type` reads it.
+
+The CRC and lengths are checked before anything is decoded; every count is checked
+against the bytes that could hold it, so bad input raises :class:`KafkaProtocolError`
+(CORRUPT_MESSAGE, or RECORD_LIST_TOO_LARGE from decompression) and nothing else.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+import crc32c
+
+from kafkaapi.protocol.compression import DECOMPRESSED_BYTES_MAX, Compression, compress, decompress
+from kafkaapi.protocol.errors import UNSUPPORTED_VERSION, KafkaProtocolError
+from kafkaapi.protocol.primitives import Reader, corrupt, uvarint, varint, varlong
+
+__all__ = [
+    "BATCH_OVERHEAD_BYTES",
+    "Header",
+    "Record",
+    "RecordBatch",
+    "control_type",
+    "decode_batch",
+    "decode_batches",
+    "encode_batch",
+]
+
+Header = tuple[str, bytes | None]
+
+_HEAD: Final = struct.Struct(">qiibI")  # base_offset .. crc
+_BODY: Final = struct.Struct(">hiqqqhii")  # attributes .. records_count
+BATCH_OVERHEAD_BYTES: Final = _HEAD.size + _BODY.size  # 61
+_LENGTH_FIELD_END: Final = 12  # base_offset + batch_length: batch_length counts after it
+_CRC_END: Final = _HEAD.size  # the CRC covers from here to the end
+_MAGIC: Final = 2
+
+_COMPRESSION_MASK: Final = 0x07
+_LOG_APPEND_TIME: Final = 0x08
+_TRANSACTIONAL: Final = 0x10
+_CONTROL: Final = 0x20
+_CONTROL_KEY: Final = struct.Struct(">hh")
+CONTROL_TYPES: Final = {0: "ABORT", 1: "COMMIT"}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record, with absolute offset and timestamp (the batch's base plus deltas)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatch:
+    base_offset: int
+    records: tuple[Record, ...]
+    compression: Compression = Compression.NONE
+    log_append_time: bool = False  # timestamp type: false = the producer's create time
+    transactional: bool = False
+    control: bool = False
+    partition_leader_epoch: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    # Set on decode: the batch's own fields (an empty batch has no records to derive them).
+    last_offset_delta: int = field(default=-1, compare=False)
+    base_timestamp: int = field(default=-1, compare=False)
+    max_timestamp: int = field(default=-1, compare=False)
+
+    @property
+    def attributes(self) -> int:
+        return (
+            int(self.compression)
+            | (_LOG_APPEND_TIME if self.log_append_time else 0)
+            | (_TRANSACTIONAL if self.transactional else 0)
+            | (_CONTROL if self.control else 0)
+        )
+
+
+def encode_batch(batch: RecordBatch) -> bytes:
+    """The batch's bytes. Offsets and timestamps of its records become deltas from the
+    batch's base offset and its first record's timestamp."""
+    records = batch.records
+    base_timestamp = records[0].timestamp if records else -1
+    body = bytearray()
+    for record in records:
+        _encode_record(record, batch.base_offset, base_timestamp, body)
+    payload = compress(batch.compression, bytes(body))
+    last_delta = records[-1].offset - batch.base_offset if records else batch.last_offset_delta
+    max_timestamp = max(r.timestamp for r in records) if records else batch.max_timestamp
+    tail = _BODY.pack(
+        batch.attributes,
+        last_delta,
+        base_timestamp if records else batch.base_timestamp,
+        max_timestamp,
+        batch.producer_id,
+        batch.producer_epoch,
+        batch.base_sequence,
+        len(records),
+    )
+    crc = crc32c.crc32c(payload, crc32c.crc32c(tail))
+    length = BATCH_OVERHEAD_BYTES - _LENGTH_FIELD_END + len(payload)
+    head = _HEAD.pack(batch.base_offset, length, batch.partition_leader_epoch, _MAGIC, crc)
+    return head + tail + payload
+
+
+def _encode_record(record: Record, base_offset: int, base_timestamp: int, out: bytearray) -> None:
+    body = bytearray(b"\x00")  # attributes
+    body += varlong(record.timestamp - base_timestamp)
+    body += varint(record.offset - base_offset)
+    _put_nullable(record.key, body)
+    _put_nullable(record.value, body)
+    body += varint(len(record.headers))
+    for key, value in record.headers:
+        raw = key.encode()
+        body += varint(len(raw)) + raw
+        _put_nullable(value, body)
+    out += varint(len(body))
+    out += body
+
+
+def _put_nullable(value: bytes | None, out: bytearray) -> None:
+    if value is None:
+        out += varint(-1)
+    else:
+        out += varint(len(value))
+        out += value
+
+
+def decode_batches(
+    data: bytes | memoryview, *, partial_tail: bool = False, bytes_max: int = DECOMPRESSED_BYTES_MAX
+) -> list[RecordBatch]:
+    """Every batch in a records field. A fetch response may end in a cut-off batch
+    (``partial_tail=True`` drops it, as clients do); a produce request may not."""
+    view = memoryview(bytes(data))
+    batches = []
+    pos = 0
+    while pos < len(view):
+        size = _batch_size(view, pos)
+        if size is None or pos + size > len(view):
+            if partial_tail:
+                break
+            raise corrupt(f"record batch cut off at byte {len(view) - pos} of it")
+        batches.append(decode_batch(view[pos : pos + size], bytes_max=bytes_max))
+        pos += size
+    return batches
+
+
+def _batch_size(view: memoryview, pos: int) -> int | None:
+    if len(view) - pos < _LENGTH_FIELD_END:
+        return None
+    (length,) = struct.unpack_from(">i", view, pos + 8)
+    if length < BATCH_OVERHEAD_BYTES - _LENGTH_FIELD_END:
+        raise corrupt(f"record batch length {length} under the batch header's")
+    return _LENGTH_FIELD_END + length
+
+
+def decode_batch(data: bytes | memoryview, *, bytes_max: int = DECOMPRESSED_BYTES_MAX) -> RecordBatch:
+    """One whole batch (exactly its bytes): CRC and magic first, then the records."""
+    view = memoryview(data)
+    if len(view) < BATCH_OVERHEAD_BYTES:
+        raise corrupt(f"record batch of {len(view)} bytes, under {BATCH_OVERHEAD_BYTES}")
+    base_offset, length, leader_epoch, magic, crc = _HEAD.unpack_from(view, 0)
+    if length != len(view) - _LENGTH_FIELD_END:
+        raise corrupt(f"record batch length {length}, {len(view) - _LENGTH_FIELD_END} bytes")
+    if magic != _MAGIC:
+        raise KafkaProtocolError(UNSUPPORTED_VERSION, f"record batch magic {magic}, not 2")
+    if crc32c.crc32c(view[_CRC_END:]) != crc:
+        raise corrupt(f"record batch at offset {base_offset}: CRC mismatch")
+    attributes, last_delta, base_ts, max_ts, pid, epoch, seq, count = _BODY.unpack_from(
+        view, _CRC_END
+    )
+    codec = attributes & _COMPRESSION_MASK
+    records = decompress(codec, view[BATCH_OVERHEAD_BYTES:], bytes_max)
+    return RecordBatch(
+        base_offset=base_offset,
+        records=_decode_records(records, count, base_offset, base_ts),
+        compression=Compression(codec),
+        log_append_time=bool(attributes & _LOG_APPEND_TIME),
+        transactional=bool(attributes & _TRANSACTIONAL),
+        control=bool(attributes & _CONTROL),
+        partition_leader_epoch=leader_epoch,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        last_offset_delta=last_delta,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+    )
+
+
+def _decode_records(data: bytes, count: int, base_offset: int, base_ts: int) -> tuple[Record, ...]:
+    reader = Reader(data)
+    if count < 0 or count > len(data):  # a record takes at least one byte
+        raise corrupt(f"{count} records in {len(data)} bytes")
+    records = tuple(_decode_record(reader, base_offset, base_ts) for _ in range(count))
+    if reader.remaining():
+        raise corrupt(f"{reader.remaining()} bytes after the batch's {count} records")
+    return records
+
+
+def _decode_record(reader: Reader, base_offset: int, base_ts: int) -> Record:
+    length = reader.varint()
+    record = Reader(reader.take(length))
+    record.int8()  # attributes: none defined
+    timestamp = base_ts + record.varlong()
+    offset = base_offset + record.varint()
+    key = _nullable(record)
+    value = _nullable(record)
+    count = record.varint()
+    if count < 0 or count > record.remaining():
+        raise corrupt(f"{count} headers in {record.remaining()} bytes")
+    headers = []
+    for _ in range(count):
+        key_length = record.varint()
+        if key_length < 0:
+            raise corrupt("null header key")
+        headers.append((record.text(key_length), _nullable(record)))
+    if record.remaining():
+        raise corrupt(f"{record.remaining()} bytes after a record's fields")
+    return Record(offset, timestamp, key, value, tuple(headers))
+
+
+def _nullable(reader: Reader) -> bytes | None:
+    length = reader.varint()
+    if length == -1:
+        return None
+    return bytes(reader.take(length))
+
+
+def control_type(record: Record) -> str:
+    """ABORT or COMMIT: what a control batch's record marks."""
+    if record.key is None or len(record.key) < _CONTROL_KEY.size:
+        raise corrupt("control record without its key")
+    _version, kind = _CONTROL_KEY.unpack_from(record.key)
+    if kind not in CONTROL_TYPES:
+        raise corrupt(f"control record of unknown type {kind}")
+    return CONTROL_TYPES[kind]
