@@ -10,7 +10,13 @@ IncrementalAlterConfigs.
 # fmt: off
 from kafkaapi.protocol.schema import NULL, Api, Arr, F, S
 
-__all__ = ['CREATE_PARTITIONS', 'CREATE_TOPICS', 'DELETE_TOPICS', 'DESCRIBE_CONFIGS', 'INCREMENTAL_ALTER_CONFIGS']
+__all__ = [
+    'CREATE_PARTITIONS',
+    'CREATE_TOPICS',
+    'DELETE_TOPICS',
+    'DESCRIBE_CONFIGS',
+    'INCREMENTAL_ALTER_CONFIGS',
+]
 
 CREATE_TOPICS = Api(
     'CreateTopics',

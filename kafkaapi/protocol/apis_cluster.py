@@ -10,7 +10,13 @@ SaslAuthenticate.
 # fmt: off
 from kafkaapi.protocol.schema import NULL, Api, Arr, F, S
 
-__all__ = ['API_VERSIONS', 'DESCRIBE_CLUSTER', 'METADATA', 'SASL_AUTHENTICATE', 'SASL_HANDSHAKE']
+__all__ = [
+    'API_VERSIONS',
+    'DESCRIBE_CLUSTER',
+    'METADATA',
+    'SASL_AUTHENTICATE',
+    'SASL_HANDSHAKE',
+]
 
 API_VERSIONS = Api(
     'ApiVersions',

@@ -9,7 +9,12 @@ InitProducerId.
 # fmt: off
 from kafkaapi.protocol.schema import NULL, Api, Arr, F, S
 
-__all__ = ['FETCH', 'INIT_PRODUCER_ID', 'LIST_OFFSETS', 'PRODUCE']
+__all__ = [
+    'FETCH',
+    'INIT_PRODUCER_ID',
+    'LIST_OFFSETS',
+    'PRODUCE',
+]
 
 PRODUCE = Api(
     'Produce',

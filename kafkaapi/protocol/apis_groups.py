@@ -16,7 +16,19 @@ ConsumerGroupHeartbeat.
 # fmt: off
 from kafkaapi.protocol.schema import NULL, Api, Arr, F, S
 
-__all__ = ['CONSUMER_GROUP_HEARTBEAT', 'DELETE_GROUPS', 'DESCRIBE_GROUPS', 'FIND_COORDINATOR', 'HEARTBEAT', 'JOIN_GROUP', 'LEAVE_GROUP', 'LIST_GROUPS', 'OFFSET_COMMIT', 'OFFSET_FETCH', 'SYNC_GROUP']
+__all__ = [
+    'CONSUMER_GROUP_HEARTBEAT',
+    'DELETE_GROUPS',
+    'DESCRIBE_GROUPS',
+    'FIND_COORDINATOR',
+    'HEARTBEAT',
+    'JOIN_GROUP',
+    'LEAVE_GROUP',
+    'LIST_GROUPS',
+    'OFFSET_COMMIT',
+    'OFFSET_FETCH',
+    'SYNC_GROUP',
+]
 
 FIND_COORDINATOR = Api(
     'FindCoordinator',

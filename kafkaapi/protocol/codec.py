@@ -222,9 +222,9 @@ def encode_tagged(plan: Plan, value: Mapping[str, Any], out: bytearray) -> None:
     present: list[tuple[int, bytes]] = []
     for tag, name, enc, _, default in plan.tagged:
         if name in value and value[name] != default():
-            body = bytearray()
-            enc(value[name], body)
-            present.append((tag, bytes(body)))
+            encoded = bytearray()
+            enc(value[name], encoded)
+            present.append((tag, bytes(encoded)))
     out.extend(p.uvarint(len(present)))
     for tag, body in present:
         out.extend(p.uvarint(tag))

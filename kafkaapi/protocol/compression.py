@@ -70,7 +70,9 @@ def compress(codec: Compression, data: bytes) -> bytes:
     return bytes(cramjam.zstd.compress(data))
 
 
-def decompress(codec: int, data: bytes | memoryview, bytes_max: int = DECOMPRESSED_BYTES_MAX) -> bytes:
+def decompress(
+    codec: int, data: bytes | memoryview, bytes_max: int = DECOMPRESSED_BYTES_MAX
+) -> bytes:
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.SNAPPY:
@@ -88,7 +90,9 @@ _INTO: dict[int, Callable[[bytes, bytearray], int]] = {
 }
 
 
-def _bounded(into: Callable[[bytes, bytearray], int], data: bytes, bytes_max: int, name: str) -> bytes:
+def _bounded(
+    into: Callable[[bytes, bytearray], int], data: bytes, bytes_max: int, name: str
+) -> bytes:
     size = min(bytes_max, max(_FIRST_GUESS_BYTES_MIN, len(data) * _FIRST_GUESS_RATIO))
     while True:
         # One spare byte: output that fills the buffer exactly may have been cut short.

@@ -86,7 +86,7 @@ class FrameReader:
         """The size of the next frame once its prefix is in, refused if out of bounds."""
         if self.buffered_bytes < _SIZE.size:
             return None
-        (size,) = _SIZE.unpack_from(self._buf, self._pos)
+        size: int = _SIZE.unpack_from(self._buf, self._pos)[0]
         if size < 0:
             self._error = corrupt(f"negative frame size {size}")
             raise self._error

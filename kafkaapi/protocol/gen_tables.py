@@ -56,7 +56,9 @@ def snake(name: str) -> str:
 
 
 def load(path: Path) -> dict[str, Any]:
-    text = "\n".join(line for line in path.read_text().splitlines() if not line.strip().startswith("//"))
+    text = "\n".join(
+        line for line in path.read_text().splitlines() if not line.strip().startswith("//")
+    )
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
@@ -141,7 +143,9 @@ def module_text(folder: Path, names: tuple[str, ...]) -> str:
         + '.\n"""\n\n'
         "# fmt: off\n"
         "from kafkaapi.protocol.schema import NULL, Api, Arr, F, S\n\n"
-        f"__all__ = {sorted(snake(n).upper() for n in names)!r}\n\n"
+        "__all__ = [\n"
+        + "".join(f"    {snake(n).upper()!r},\n" for n in sorted(names, key=snake))
+        + "]\n\n"
     )
     return head + "\n\n".join(api_expr(folder, n) for n in names) + "\n"
 

@@ -143,7 +143,9 @@ def encode_response(api: Api, version: int, correlation_id: int, body: dict[str,
     return bytes(out)
 
 
-def decode_response(api: Api, version: int, frame: bytes | memoryview) -> tuple[int, dict[str, Any]]:
+def decode_response(
+    api: Api, version: int, frame: bytes | memoryview
+) -> tuple[int, dict[str, Any]]:
     """(correlation id, body) of a response to a request of ``api`` at ``version``."""
     _check_version(api, version)
     reader = Reader(frame)

@@ -127,7 +127,7 @@ class Reader:
         return self._fixed(_I64)
 
     def float64(self) -> float:
-        if 8 > self._end - self.pos:
+        if self._end - self.pos < 8:
             raise corrupt("truncated float64")
         (value,) = _F64.unpack_from(self._data, self.pos)
         self.pos += 8

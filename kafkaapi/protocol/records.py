@@ -44,7 +44,7 @@ import crc32c
 
 from kafkaapi.protocol.compression import DECOMPRESSED_BYTES_MAX, Compression, compress, decompress
 from kafkaapi.protocol.errors import UNSUPPORTED_VERSION, KafkaProtocolError
-from kafkaapi.protocol.primitives import Reader, corrupt, uvarint, varint, varlong
+from kafkaapi.protocol.primitives import Reader, corrupt, varint, varlong
 
 __all__ = [
     "BATCH_OVERHEAD_BYTES",
@@ -184,13 +184,15 @@ def decode_batches(
 def _batch_size(view: memoryview, pos: int) -> int | None:
     if len(view) - pos < _LENGTH_FIELD_END:
         return None
-    (length,) = struct.unpack_from(">i", view, pos + 8)
+    length: int = struct.unpack_from(">i", view, pos + 8)[0]
     if length < BATCH_OVERHEAD_BYTES - _LENGTH_FIELD_END:
         raise corrupt(f"record batch length {length} under the batch header's")
     return _LENGTH_FIELD_END + length
 
 
-def decode_batch(data: bytes | memoryview, *, bytes_max: int = DECOMPRESSED_BYTES_MAX) -> RecordBatch:
+def decode_batch(
+    data: bytes | memoryview, *, bytes_max: int = DECOMPRESSED_BYTES_MAX
+) -> RecordBatch:
     """One whole batch (exactly its bytes): CRC and magic first, then the records."""
     view = memoryview(data)
     if len(view) < BATCH_OVERHEAD_BYTES:
