@@ -262,9 +262,20 @@ def test_huge_compact_array_count_is_corrupt() -> None:
     assert caught.value.kafka is kerr.CORRUPT_MESSAGE
 
 
-def test_bytes_after_the_body_are_corrupt() -> None:
+def test_bytes_after_a_request_body_are_ignored_as_kafka_does() -> None:
+    """librdkafka 2.16's Metadata v12 request for every topic, byte for byte: three
+    bytes follow the body, and a Kafka broker answers it."""
+    raw = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    request = decode_request(raw)
+    assert (request.api.name, request.version, request.client_id) == ("Metadata", 12, "rdkafka")
+    assert request.body["topics"] is None
+    assert decode_request(_sample_request() + b"\x00").body["acks"] == -1
+
+
+def test_bytes_after_a_response_body_are_corrupt() -> None:
+    raw = encode_response(APIS[12], 4, 1, {"error_code": 0}) + b"\x00"
     with pytest.raises(KafkaProtocolError):
-        decode_request(_sample_request() + b"\x00")
+        decode_response(APIS[12], 4, raw)
 
 
 # -- frames --------------------------------------------------------------------------

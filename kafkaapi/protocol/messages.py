@@ -15,7 +15,9 @@ body of the API's schema at the header's version::
 :func:`decode_request` reads the API key and version first: an unknown key raises
 INVALID_REQUEST, a version outside the table UNSUPPORTED_VERSION (the error carries the
 key, version and correlation id, so a listener can answer ApiVersions' special case: a
-v0 response listing what it does support). Bytes left over after a body are corrupt.
+v0 response listing what it does support). Bytes after a request's body are ignored, as
+Kafka's broker ignores them (librdkafka 2.x sends three after a Metadata v12 body asking
+for every topic); bytes after a response's body are corrupt.
 """
 
 from __future__ import annotations
@@ -125,7 +127,6 @@ def decode_request(frame: bytes | memoryview) -> Request:
     if flexible:
         _skip_tagged(reader)
     body = decode_struct(plan_of(api.request, version, flexible), reader)
-    _check_consumed(reader)
     return Request(api, version, correlation_id, client_id, body)
 
 
