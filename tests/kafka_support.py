@@ -4,6 +4,7 @@ kafka-python classes used as the byte-for-byte oracle."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -80,3 +81,74 @@ def kafka_python_classes() -> dict[str, Any]:
         if getattr(cls, "_class_version", None) is None and getattr(cls, "_json", None):
             found.setdefault(cls.name, cls)
     return found
+
+
+# -- fuzz targets (tests/test_kafka_fuzz.py with hypothesis, tests/fuzz/ with atheris) --
+# Each feeds bytes to a decoder; returning or raising KafkaProtocolError is fine.
+
+
+def _api_and_version(selector: bytes) -> tuple[Any, int]:
+    from kafkaapi.protocol.messages import APIS
+
+    apis = sorted(APIS.values(), key=lambda api: api.key)
+    api = apis[selector[0] % len(apis)]
+    low, high = api.versions
+    return api, low + selector[1] % (high - low + 1)
+
+
+def fuzz_request(data: bytes) -> None:
+    """A well-formed header for the API and version the first two bytes pick, then the
+    fuzzer's body: reaches every table at every version."""
+    from kafkaapi.protocol.messages import decode_request
+
+    if len(data) < 2:
+        return
+    api, version = _api_and_version(data)
+    header = struct.pack(">hhih", api.key, version, 1, -1)
+    if in_range(version, api.flexible):
+        header += b"\x00"
+    decode_request(header + data[2:])
+
+
+def fuzz_response(data: bytes) -> None:
+    from kafkaapi.protocol.messages import decode_response
+
+    if len(data) < 2:
+        return
+    api, version = _api_and_version(data)
+    decode_response(api, version, b"\x00\x00\x00\x01" + data[2:])
+
+
+def fuzz_frames(data: bytes) -> None:
+    """Bytes as a connection reads them, cut by the first byte; the buffer stays under
+    one frame and its prefix."""
+    from kafkaapi.protocol.frames import NEED_DATA, FrameReader
+
+    if not data:
+        return
+    chunk = data[0] + 1
+    reader = FrameReader(frame_bytes_max=1024)
+    rest = data[1:]
+    for start in range(0, len(rest), chunk):
+        reader.feed(rest[start : start + chunk])
+        while reader.next_frame() is not NEED_DATA:
+            pass
+        assert reader.buffered_bytes <= 1024 + 4
+
+
+def fuzz_batches(data: bytes) -> None:
+    from kafkaapi.protocol.records import decode_batches
+
+    decode_batches(data, bytes_max=1 << 20)
+
+
+def fuzz_batch_sealed(data: bytes) -> None:
+    """The fuzzer's attributes and records under a right magic, length and CRC: reaches
+    decompression and the record decoder."""
+    import crc32c
+
+    from kafkaapi.protocol.records import decode_batch
+
+    tail = data[:40].ljust(40, b"\x00") + data[40:]  # attributes .. records
+    head = struct.pack(">qiib", 0, 9 + len(tail), 0, 2)
+    decode_batch(head + struct.pack(">I", crc32c.crc32c(tail)) + tail, bytes_max=1 << 20)

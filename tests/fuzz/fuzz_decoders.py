@@ -22,7 +22,8 @@ from collections.abc import Callable
 import atheris
 import crc32c
 
-with atheris.instrument_imports(include=["bookie", "streams", "httpapi", "metadata", "groups"]):
+_INSTRUMENTED = ["bookie", "streams", "httpapi", "metadata", "groups", "kafkaapi"]
+with atheris.instrument_imports(include=_INSTRUMENTED):
     from bookie import protocol as p
     from bookie.protocol import frames
     from bookie.storage import entrylog_format, index, journal_format
@@ -30,8 +31,12 @@ with atheris.instrument_imports(include=["bookie", "streams", "httpapi", "metada
     from groups import log as group_log
     from groups import wire as group_wire
     from httpapi import recordsets, wire, writes
+    from kafkaapi.protocol import frames as _kafka_frames  # noqa: F401 - instrumented here
+    from kafkaapi.protocol import messages as _kafka_messages  # noqa: F401
+    from kafkaapi.protocol import records as _kafka_records  # noqa: F401
     from metadata import serde
     from streams import recordset
+    from tests import kafka_support as kafka
 
 Target = Callable[[bytes], object]
 
@@ -145,6 +150,13 @@ TARGETS: dict[str, Target] = {
     "group-log": _group_log,
     "group-log-sealed": _group_log_sealed,
     "http-body": _http_body,
+    # Kafka's wire protocol (kafkaapi/protocol): every table at every version, frames,
+    # record batches as sent and with a right CRC around fuzzed contents.
+    "kafka-requests": kafka.fuzz_request,
+    "kafka-responses": kafka.fuzz_response,
+    "kafka-frames": kafka.fuzz_frames,
+    "kafka-batches": kafka.fuzz_batches,
+    "kafka-batches-sealed": kafka.fuzz_batch_sealed,
 }
 
 
