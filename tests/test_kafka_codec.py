@@ -310,3 +310,17 @@ def test_negative_frame_size_is_corrupt() -> None:
     with pytest.raises(KafkaProtocolError) as caught:
         reader.feed(struct.pack(">i", -1))
     assert caught.value.kafka is kerr.CORRUPT_MESSAGE
+
+
+def test_docs_table_matches_the_api_table() -> None:
+    """docs/kafka.md's table of APIs and versions is the codec's, row for row."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "kafka.md").read_text()
+    for api in API_LIST:
+        flexible = api.flexible.rstrip("+")
+        row = (
+            f"| {api.name} | {api.key} | {api.versions[0]}-{api.versions[1]} "
+            f"| {api.advertised[0]}-{api.advertised[1]} | {flexible} |"
+        )
+        assert row in text, row

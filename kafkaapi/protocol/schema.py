@@ -90,7 +90,7 @@ class Api:
     name: str
     key: int
     versions: tuple[int, int]  # every version the tables (Kafka's schemas) define
-    advertised: tuple[int, int]  # what ApiVersions offers: Kafka 4.0's floor (KIP-896) up
+    advertised: tuple[int, int]  # what ApiVersions offers: none Kafka marks deprecated
     flexible: str
     request: S
     response: S
