@@ -324,3 +324,40 @@ def test_docs_table_matches_the_api_table() -> None:
             f"| {api.advertised[0]}-{api.advertised[1]} | {flexible} |"
         )
         assert row in text, row
+
+
+def test_consumer_group_heartbeat_bytes_by_hand() -> None:
+    """kafka-python has no ConsumerGroupHeartbeat (KIP-848) to compare with: its bytes
+    written out by hand from Kafka's schema. A nullable struct is an int8 -1 (null) or
+    1 then the struct; compact strings and arrays carry length + 1."""
+    import uuid
+
+    api = APIS[68]
+    topic = uuid.UUID(int=0x0102)
+    body = {
+        "member_id": "m",
+        "member_epoch": 3,
+        "heartbeat_interval_ms": 5000,
+        "assignment": {"topic_partitions": [{"topic_id": topic, "partitions": [0, 2]}]},
+    }
+    expected = (
+        struct.pack(">i", 11)  # correlation id
+        + b"\x00"  # response header v1: no tagged fields
+        + struct.pack(">ih", 0, 0)  # throttle_time_ms, error_code
+        + b"\x00"  # error_message null
+        + b"\x02m"  # member_id "m"
+        + struct.pack(">ii", 3, 5000)
+        + b"\x01"  # assignment present
+        + b"\x02"  # one topic
+        + topic.bytes
+        + b"\x03"
+        + struct.pack(">ii", 0, 2)  # partitions [0, 2]
+        + b"\x00"  # the topic's tagged fields
+        + b"\x00"  # the assignment's tagged fields
+        + b"\x00"  # the body's tagged fields
+    )
+    assert encode_response(api, 0, 11, body) == expected
+    assert decode_response(api, 0, expected)[1]["assignment"] == body["assignment"]
+    no_assignment = encode_response(api, 0, 11, {**body, "assignment": None})
+    assert no_assignment.endswith(struct.pack(">ii", 3, 5000) + b"\xff\x00")
+    assert decode_response(api, 0, no_assignment)[1]["assignment"] is None
