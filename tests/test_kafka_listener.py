@@ -1,5 +1,5 @@
-"""The Kafka listener shell with real clients on 127.0.0.1: kafka-python's and
-confluent-kafka's (librdkafka's) admin clients list the topics it announces."""
+"""The Kafka listener shell with real clients on 127.0.0.1: kafka-python's, aiokafka's
+and confluent-kafka's (librdkafka's) admin clients list the topics it announces."""
 
 from __future__ import annotations
 
@@ -39,6 +39,17 @@ async def test_kafka_python_admin_lists_topics(bootstrap: str) -> None:
             admin.close()
 
     assert await asyncio.to_thread(list_topics) == set(TOPICS)
+
+
+async def test_aiokafka_admin_lists_topics(bootstrap: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
+    await admin.start()
+    try:
+        assert set(await admin.list_topics()) == set(TOPICS)
+    finally:
+        await admin.close()
 
 
 async def test_confluent_kafka_admin_lists_topics(bootstrap: str) -> None:
