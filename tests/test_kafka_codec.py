@@ -188,10 +188,8 @@ def test_metadata_request_matches_kafka_python_object() -> None:
 
 
 def _sample_request() -> bytes:
-    body = {"topics": [{"name": "t", "partitions": [{"partition_index": 0, "records": b"xy"}]}]}
-    return encode_request(
-        APIS[0], 9, 1, "c", {"acks": -1, "timeout_ms": 5, "topic_data": body["topics"]}
-    )
+    topics = [{"name": "t", "partition_data": [{"index": 0, "records": b"xy"}]}]
+    return encode_request(APIS[0], 9, 1, "c", {"acks": -1, "timeout_ms": 5, "topic_data": topics})
 
 
 def test_every_truncation_is_a_corrupt_message() -> None:
@@ -361,3 +359,8 @@ def test_consumer_group_heartbeat_bytes_by_hand() -> None:
     no_assignment = encode_response(api, 0, 11, {**body, "assignment": None})
     assert no_assignment.endswith(struct.pack(">ii", 3, 5000) + b"\xff\x00")
     assert decode_response(api, 0, no_assignment)[1]["assignment"] is None
+
+
+def test_a_misspelt_field_is_refused_not_written_as_its_default() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        encode_request(APIS[0], 9, 1, "c", {"acks": -1, "timeout": 5, "topic_data": []})

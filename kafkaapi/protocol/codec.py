@@ -51,6 +51,7 @@ class Plan:
     tagged: tuple[tuple[int, str, Encoder, Decoder, Default], ...]
     absent: tuple[tuple[str, Default], ...]
     flexible: bool
+    names: frozenset[str]  # every field of the struct, at any version
 
 
 _PLANS: dict[tuple[int, int, bool], Plan] = {}
@@ -85,7 +86,8 @@ def _compile(struct: S, version: int, flexible: bool) -> Plan:
         else:
             regular.append((f.name, enc, dec, default))
     tagged.sort(key=lambda row: row[0])
-    return Plan(tuple(regular), tuple(tagged), tuple(absent), flexible)
+    names = frozenset(f.name for f in struct.fields)
+    return Plan(tuple(regular), tuple(tagged), tuple(absent), flexible, names)
 
 
 def _default_of(f: F, version: int, flexible: bool) -> Default:
@@ -211,6 +213,11 @@ def _struct_codec(
 
 
 def encode_struct(plan: Plan, value: Mapping[str, Any], out: bytearray) -> None:
+    """Raises ValueError for a key the struct does not have (a misspelt field would
+    otherwise be written as its default without a word)."""
+    if not plan.names.issuperset(value):
+        unknown = sorted(set(value) - plan.names)
+        raise ValueError(f"no such field(s) {unknown}; the struct has {sorted(plan.names)}")
     for name, enc, _, default in plan.regular:
         enc(value[name] if name in value else default(), out)
     if plan.flexible:

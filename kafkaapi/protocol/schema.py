@@ -9,6 +9,7 @@ string bytes records uuid``, ``Arr(type)`` and ``S(*fields)`` (a struct).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ class _Null:
 NULL = _Null()
 
 
+@functools.cache  # a handful of distinct strings, asked on every request's header
 def parse_range(text: str) -> tuple[int, int] | None:
     """``"3+"`` -> (3, VERSION_MAX), ``"1-4"`` -> (1, 4), ``"2"`` -> (2, 2), ``"none"``
     -> None."""
