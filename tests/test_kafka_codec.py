@@ -364,3 +364,24 @@ def test_consumer_group_heartbeat_bytes_by_hand() -> None:
 def test_a_misspelt_field_is_refused_not_written_as_its_default() -> None:
     with pytest.raises(ValueError, match="timeout"):
         encode_request(APIS[0], 9, 1, "c", {"acks": -1, "timeout": 5, "topic_data": []})
+
+
+def test_unknown_tagged_fields_are_skipped_in_headers_and_bodies() -> None:
+    """A newer client may send tags this table does not know: skipped, not refused."""
+    tags = b"\x02" + b"\x05\x02ab" + b"\x09\x00"  # two fields: tag 5 (2 bytes), tag 9 (empty)
+    header = struct.pack(">hhih", 18, 3, 4, -1) + tags
+    body = b"\x02x" + b"\x021" + tags  # client software name "x", version "1"
+    request = decode_request(header + body)
+    assert request.client_id is None
+    assert request.body == {"client_software_name": "x", "client_software_version": "1"}
+
+
+def test_a_known_tagged_field_round_trips_only_when_not_default() -> None:
+    api = APIS[18]
+    plain = encode_response(api, 3, 1, {"error_code": 0, "api_keys": []})
+    tagged = encode_response(
+        api, 3, 1, {"error_code": 0, "api_keys": [], "zk_migration_ready": True}
+    )
+    assert plain.endswith(b"\x00") and len(tagged) == len(plain) + 3  # tag, size, value
+    assert decode_response(api, 3, tagged)[1]["zk_migration_ready"] is True
+    assert decode_response(api, 3, plain)[1]["finalized_features_epoch"] == -1  # its default
