@@ -9,9 +9,10 @@ bookie processes (E=Qw=3, Qa=2)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +20,12 @@ import pytest
 from bookline import LogRecord, Namespace, NamespaceConfig
 from ledger.inflight import PendingAdd
 from ledger.writer import LedgerWriter
+from serving.read.config import ReadConfig
+from serving.read.feeds import FeedRegistry
+from serving.read.follow import follow
+from serving.read.pages import Pages
+from serving.read.readers import ReaderPool
+from streams.dlsn import StartPosition
 from streams.reader import LogReader
 from streams.writer.segments import SegmentState
 from streams.writer.writer import LogWriter
@@ -181,4 +188,74 @@ async def test_a_record_durable_on_one_bookie_only_is_never_visible(
     finally:
         held.release_all()
         await reader.close()
+        await w.close()
+
+
+class _NoMetrics:
+    """The read core's metrics, not kept (serving.read.metrics.ReadMetrics)."""
+
+    def count_core(self, source: str, *, records: int = 0, entries: int = 0) -> None: ...
+    def count_served(self, path: str, name: str, records: int) -> None: ...
+    def set_feeds(self, count: int) -> None: ...
+    def set_cache_bytes(self, size: int) -> None: ...
+    def set_private_readers(self, count: int) -> None: ...
+    def add_subscribers(self, delta: int) -> None: ...
+
+
+@contextlib.asynccontextmanager
+async def _read_core(ns: Namespace) -> AsyncIterator[Pages]:
+    """The read proxy's read core on ``ns`` (its WebSocket tails follow its feeds)."""
+    config, metrics = ReadConfig(), _NoMetrics()
+    feeds = FeedRegistry(ns, config, metrics)
+    feeds.start()
+    pool = ReaderPool(ns, config, metrics)
+    try:
+        yield Pages(ns, feeds, pool, config, metrics)
+    finally:
+        await feeds.close()
+        await pool.close()
+
+
+async def _batch_with_records(tail: AsyncGenerator[Any, None], what: str) -> list[bytes]:
+    """The payloads of the tail's next batch that has records (empty batches come every
+    wait slice), within the waiting helpers' deadline."""
+
+    async def next_records() -> list[bytes]:
+        async for batch in tail:
+            if batch.items:
+                return [item.record.payload for item in batch.items]
+        raise AssertionError("the tail ended")
+
+    return await wait_for(lambda: asyncio.wait_for(next_records(), 60), what)
+
+
+async def test_the_read_proxys_tail_sees_a_record_acknowledged_while_a_later_entry_is_in_flight(
+    ns: Namespace, held: HeldAdds
+) -> None:
+    """As above, through the read core a WebSocket tail (and a read-proxy group
+    consumer) follows: its shared feed hands record A out while B is in flight."""
+    name = f"s{next(_names)}"
+    await ns.create_stream(name)
+    w = await ns.open_writer(name)
+    try:
+        await w.write(LogRecord(b"first"))
+        async with _read_core(ns) as pages:
+            tail = follow(pages, name, StartPosition.earliest(), 100, wait_slice_s=0.2)
+            async with contextlib.aclosing(tail):
+                assert await _batch_with_records(tail, "the first record") == [b"first"]
+                a_entry = _ledger(w).last_add_confirmed + 1
+                held.hold = lambda entry_id, _bookie: entry_id >= a_entry
+                a = w.write_nowait(LogRecord(b"A"))
+                await wait_for(lambda: a_entry in held.entries(), "entry A submitted")
+                b = w.write_nowait(LogRecord(b"B"))
+                await wait_for(lambda: a_entry + 1 in held.entries(), "entry B submitted")
+                held.release(a_entry)
+                await asyncio.wait_for(a, 30)
+                assert not b.done()
+                assert await _batch_with_records(tail, "record A at the tail") == [b"A"]
+                held.release_all()
+                await asyncio.wait_for(b, 30)
+                assert await _batch_with_records(tail, "record B at the tail") == [b"B"]
+    finally:
+        held.release_all()
         await w.close()
