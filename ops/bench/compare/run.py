@@ -344,9 +344,10 @@ _HOPS: Final = ("ack_ms", "proxy_request_ms", "writer_add_ms", "bookie_add_ms", 
 def hop_table(results: dict[str, Any]) -> str:
     """Bookline's latency workloads split per hop (ms, nested means) and the CPU each
     process role spent per record (µs), as a Markdown table."""
-    roles = sorted({r for s in ("bookline", "bookline_thin")
-                    for w in results.get(s, {}).values()
-                    for r in w.get("cpu_us_per_record", {})})  # fmt: skip
+    seen = {r for s in ("bookline", "bookline_thin")
+            for w in results.get(s, {}).values()
+            for r in w.get("cpu_us_per_record", {})}  # fmt: skip
+    roles = [*sorted(seen - {"total"}), "total"]
     head = (
         "| system, workload | "
         + " | ".join(_HOPS)
