@@ -217,6 +217,10 @@ class BookieServer:
         """Run a request (a connection's task); its response frame, OK or error."""
         return self._requests.handle(req)
 
+    def write_lac_now(self, req: p.WriteLacRequest) -> bytes:
+        """WRITE_LAC answered at once (a connection's fast path); its response frame."""
+        return self._requests.write_lac_now(req)
+
     def fail(self, exc: BaseException) -> None:
         """Fatal storage error: stop acknowledging and serving now; :attr:`failed` is set
         so the process can exit non-zero. Called by the engine's fatal handler too."""

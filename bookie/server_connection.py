@@ -4,8 +4,9 @@ Frames are decoded by the sans-I/O :class:`bookie.protocol.Decoder`; responses g
 in completion order, matched by request id, and those finished in one loop iteration
 leave in one ``writelines``. ADD, the hot path, runs without a task: storage queues the
 journal record and an :class:`_AddReply` encodes the response when the group's fsync is
-done. A READ_LAC long poll waits without a task too (:class:`_LacPoll`). Every other
-request runs as its own task (server_requests.py).
+done. A READ_LAC long poll waits without a task too (:class:`_LacPoll`), and WRITE_LAC,
+which never waits, is answered at once. Every other request runs as its own task
+(server_requests.py).
 
 Limits: at most ``inflight_requests_per_connection_max`` requests (ADDs, reads and polls
 alike) run per connection, more are answered TOO_MANY_REQUESTS at once (no queue
@@ -85,6 +86,9 @@ class Host(Protocol):
 
     def handle(self, req: p.Request) -> Coroutine[Any, Any, bytes]:
         """Run a request (in a task); its response frame."""
+
+    def write_lac_now(self, req: p.WriteLacRequest) -> bytes:
+        """Answer WRITE_LAC at once; its response frame."""
 
 
 class ServerConnection(asyncio.Protocol):
@@ -290,6 +294,9 @@ class ServerConnection(asyncio.Protocol):
                 _LacPoll(self, req).start()
             else:  # not held, or another key: the gate's answer is in a task
                 self.spawn(req)
+            return
+        if type(req) is p.WriteLacRequest:  # never waits (storage checks the key)
+            self.write(self._server.write_lac_now(req))
             return
         self.spawn(req)
 

@@ -94,25 +94,39 @@ class RequestHandlers:
 
     async def _run(self, req: p.Request, op: p.Op) -> tuple[bytes, str]:
         """The request's answer frame and its status (OK or an error's name)."""
-        status = "OK"
         try:
             handler = self._handlers.get(type(req))
             if handler is None:
                 raise InvariantViolation(f"no handler for {type(req).__name__}")
-            frame = await handler(req)
+            return await handler(req), "OK"
         except BooklineError as exc:
-            status = exc.name
-            if is_fatal(req, exc):
-                self._fail(exc)
-            frame = p.encode_error(req.request_id, op, exc)
-        except asyncio.CancelledError:
-            raise
+            return self._refused(req, op, exc)
         except Exception as exc:  # a storage bug: answer IO, keep the traceback
             log.exception("storage failed on %s", op.name)
-            status = "IO"
-            error = IOFailureError(f"{type(exc).__name__}: {exc}")
-            frame = p.encode_error(req.request_id, op, error)
-        return frame, status
+            return _io_error(req, op, exc)
+
+    def _refused(self, req: p.Request, op: p.Op, exc: BooklineError) -> tuple[bytes, str]:
+        """The error answer to ``req`` and its status; a fatal error stops the server."""
+        if is_fatal(req, exc):
+            self._fail(exc)
+        return p.encode_error(req.request_id, op, exc), exc.name
+
+    def write_lac_now(self, req: p.WriteLacRequest) -> bytes:
+        """WRITE_LAC without a task (it never waits; observed as :meth:`handle` does): a
+        writer pushes one per acknowledgement, and the long polls it wakes answer in
+        the same loop iteration (issue 26)."""
+        started = time.perf_counter()
+        try:
+            lac = self._storage.write_lac(req.ledger_id, req.lac, req.master_key)
+            resp = p.WriteLacResponse(req.request_id, req.ledger_id, lac)
+            frame, status = p.encode_response(resp), "OK"
+        except BooklineError as exc:
+            frame, status = self._refused(req, p.Op.WRITE_LAC, exc)
+        except Exception as exc:  # a storage bug: answer IO, keep the traceback
+            log.exception("storage failed on WRITE_LAC")
+            frame, status = _io_error(req, p.Op.WRITE_LAC, exc)
+        self._metrics.observe_request("WRITE_LAC", status, time.perf_counter() - started)
+        return frame
 
     async def _add(self, req: p.AddRequest) -> bytes:
         await self._gate.admit(req.ledger_id, req.master_key)
@@ -218,6 +232,11 @@ class RequestHandlers:
             req.request_id, ledger_id, covered, tuple(sums), tuple(damaged)
         )
         return p.encode_response(resp)
+
+
+def _io_error(req: p.Request, op: p.Op, exc: Exception) -> tuple[bytes, str]:
+    error = IOFailureError(f"{type(exc).__name__}: {exc}")
+    return p.encode_error(req.request_id, op, error), "IO"
 
 
 def damaged_page(

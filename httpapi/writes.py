@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Final
 
 import crc32c
@@ -66,8 +65,6 @@ __all__ = [
 ]
 
 
-# Builds a DLSN (a tuple subclass) without a Python-level call.
-_NEW_DLSN = tuple.__new__
 # A producer id is a client-chosen token (uuid4 hex); bounded so a table entry is small.
 PRODUCER_CHARS_MAX: Final = 64
 # Producer sequences are unsigned 63-bit (JSON-safe enough and fits msgpack int64).
@@ -322,20 +319,18 @@ def _merged_runs(given: Iterable[tuple[int, int, int, int]]) -> list[list[int]]:
     return runs
 
 
-def decode_runs(runs: Any) -> list[DLSN]:
+def decode_runs(runs: Any) -> DLSNSequence:
+    """The DLSNs of an answer's runs, made only when asked for (as the core's
+    ``write_many`` answers): building a list of 1,000 DLSN tuples per batch took 2.5 ms
+    and was 42 % of a batched thin client's CPU samples (issue 26)."""
     if not isinstance(runs, list):
         raise BadRequestError("runs must be a list")
-    out: list[DLSN] = []
+    checked: list[tuple[int, int, int, int]] = []
     for run in runs:
-        if not isinstance(run, list) or len(run) != 4:
+        if not (isinstance(run, list) and len(run) == 4 and all(type(x) is int for x in run)):
             raise BadRequestError("each run is [segment, entry, first_slot, count]")
-        seg, entry, slot, count = run
-        # C-level: one tuple.__new__ per DLSN, no Python call per record
-        parts = zip(
-            repeat(seg, count), repeat(entry, count), range(slot, slot + count), strict=True
-        )
-        out.extend(map(_NEW_DLSN, repeat(DLSN, count), parts))
-    return out
+        checked.append((run[0], run[1], run[2], run[3]))
+    return DLSNSequence(checked)
 
 
 def encode_offset_runs(offsets: Iterable[int]) -> list[list[int]]:
@@ -393,7 +388,7 @@ def write_answer(
     return answer
 
 
-def answer_dlsns(obj: Mapping[str, Any]) -> list[DLSN]:
+def answer_dlsns(obj: Mapping[str, Any]) -> Sequence[DLSN]:
     if "runs" in obj:
         return decode_runs(obj["runs"])
     raw = obj.get("dlsns")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ops.bench.compare.common import Latencies
-from ops.bench.compare.run import _median, ratios_and_targets, table
+from ops.bench.compare.hops import histogram
+from ops.bench.compare.run import _median, hop_table, ratios_and_targets, table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,6 +83,34 @@ def test_ratios_and_targets_follow_the_issue() -> None:
     assert "| batched, records/s | 500,000 | 25,000 | 100,000 |" in rows
 
 
+def test_hop_split_reads_the_services_histograms_and_medians_per_hop() -> None:
+    """The hop split (issue 26) takes its means from the services' own /metrics: a
+    label value holding braces (a route) is still one series."""
+    text = (
+        'bookline_writeproxy_request_seconds_sum{endpoint="/v1/streams/{name}/records",'
+        'method="POST"} 0.25\n'
+        'bookline_writeproxy_request_seconds_count{endpoint="/v1/streams/{name}/records",'
+        'method="POST"} 1.0\n'
+        'bookline_writeproxy_request_seconds_sum{endpoint="/v1/streams",method="GET"} 9\n'
+        "bookline_bookie_journal_fsync_seconds_sum 2.0\n"
+        "bookline_bookie_journal_fsync_seconds_count 4\n"
+    )
+    assert histogram(text, "bookline_writeproxy_request_seconds", 'method="POST"') == (0.25, 1.0)
+    assert histogram(text, "bookline_bookie_journal_fsync_seconds", "") == (2.0, 4.0)
+    runs = [
+        {"p99_ms": 3.0, "hops_ms": {"ack_ms": 1.0, "fsync_ms": 0.2},
+         "cpu_us_per_record": {"bookies": 100.0}},
+        {"p99_ms": 4.0, "hops_ms": {"ack_ms": 3.0, "fsync_ms": 0.4},
+         "cpu_us_per_record": {"bookies": 300.0}},
+    ]  # fmt: skip
+    med = _median(runs)
+    assert med["hops_ms"] == {"ack_ms": 2.0, "fsync_ms": 0.3}
+    assert med["cpu_us_per_record"] == {"bookies": 200.0}
+    lines = hop_table({"bookline": {"e2e_1000": med}}).splitlines()
+    assert lines[0].startswith("| system, workload | ack_ms |")
+    assert lines[2].startswith("| bookline e2e_1000 | 2 |")
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_compare_smoke_runs_every_system_and_workload(tmp_path: Path) -> None:
@@ -102,6 +131,14 @@ def test_compare_smoke_runs_every_system_and_workload(tmp_path: Path) -> None:
         assert system["catchup"]["records_per_s"] > 0
         assert system["e2e_200"]["p99_ms"] > 0
         assert system["ack"]["sustained"] is True
+    for system in (out["bookline"], out["bookline"]["thin_client"]):  # issue 26: per hop
+        e2e = system["e2e_200"]
+        assert {"ack_ms", "ack_to_reader_ms", "writer_add_ms", "bookie_add_ms", "fsync_ms"} <= set(
+            e2e["hops_ms"]
+        ), e2e["hops_ms"]
+        assert {"bookies", "client", "reader"} <= set(e2e["cpu_us_per_record"])
+    assert "proxy_request_ms" in out["bookline"]["thin_client"]["ack"]["hops_ms"]
+    assert "write_proxy" in out["bookline"]["thin_client"]["ack"]["cpu_us_per_record"]
     assert out["limits"]["seq_write_fsync_mb_per_s"] > 0
     assert out["limits"]["fsync_small_p50_ms"] > 0
     assert set(out["targets"]) >= {"batched_vs_jetstream", "catchup_vs_jetstream"}

@@ -7,8 +7,9 @@ import dataclasses
 import errno
 import os
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import msgpack
@@ -194,6 +195,37 @@ async def test_write_lac_wakes_a_long_poll_without_a_later_entry(
     assert await conn.write_lac(6, 9, KEY) == 1  # never past the entries held
     await conn.add(6, 2, 0, KEY, b"e2")
     assert (await conn.read_lac(6, 1, master_key=KEY)).lac == 2
+
+
+async def test_write_lac_is_answered_at_once_and_refused_as_before(
+    bookie: Bookie, conn: BookieConnection
+) -> None:
+    """WRITE_LAC takes the connection's task-free path (issue 26: a writer pushes one per
+    acknowledgement): no task is spawned for it, and a wrong key, an unknown or a fenced
+    ledger still get their errors, counted per status, on a connection that stays up."""
+    spawned: list[p.Request] = []
+    conn_spawn = bookie.server.handle
+
+    def counting(req: p.Request) -> Coroutine[Any, Any, bytes]:
+        spawned.append(req)
+        return conn_spawn(req)
+
+    bookie.server.handle = counting  # type: ignore[method-assign]
+    await conn.add(9, 0, -1, KEY, b"e0")
+    assert await conn.write_lac(9, 0, KEY) == 0
+    with pytest.raises(UnauthorizedError):
+        await conn.write_lac(9, 0, b"other")
+    with pytest.raises(NoLedgerError):
+        await conn.write_lac(99, 0, KEY)
+    await conn.read(9, -1, fence=True, master_key=KEY)
+    with pytest.raises(FencedError):
+        await conn.write_lac(9, 0, KEY)
+    assert not [r for r in spawned if isinstance(r, p.WriteLacRequest)]
+    statuses = bookie.server.metrics._requests.statuses  # the counts /metrics exports
+    assert statuses[("WRITE_LAC", "OK")] == 1
+    assert statuses[("WRITE_LAC", "UNAUTHORIZED")] == 1
+    assert statuses[("WRITE_LAC", "FENCED")] == 1
+    assert (await conn.read_lac(9, -1, master_key=KEY)).lac == 0  # the connection is fine
 
 
 async def test_long_poll_carries_a_run_of_entries(conn: BookieConnection) -> None:

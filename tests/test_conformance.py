@@ -177,7 +177,7 @@ async def _core_client(ns: Namespace, thin: ProxyClient) -> Client:
 
 def _thin_client(thin: ProxyClient) -> Client:
     async def write(stream: str, values: list[bytes]) -> list[DLSN]:
-        return await thin.write_many(stream, list(values))
+        return list(await thin.write_many(stream, list(values)))
 
     async def read(stream: str, start: StartPosition, n: int) -> list[ReadRecord]:
         out: list[ReadRecord] = []

@@ -118,6 +118,20 @@ def test_the_table_remembers_a_writers_answer_as_it_is() -> None:
     assert table.plan("p", 0, 999, 1).duplicates == [DLSN(1, 1, 399)]
 
 
+def test_an_answers_runs_decode_to_dlsns_made_when_asked_for() -> None:
+    """Issue 26: the thin client built a DLSN per record of every batch's answer (2.5 ms
+    for 1,000 records, 42 % of a batched client's CPU samples); the runs now decode to
+    the writer's own lazy sequence, equal to the list. Bad runs are still refused."""
+    decoded = writes.decode_runs([[3, 7, 2, 100_000], [3, 8, 0, 2]])
+    assert isinstance(decoded, DLSNSequence)
+    assert len(decoded) == 100_002
+    assert decoded[0] == DLSN(3, 7, 2) and decoded[-1] == DLSN(3, 8, 1)
+    assert decoded[100_000:] == [DLSN(3, 8, 0), DLSN(3, 8, 1)]
+    for bad in ([[1, 2, 3]], [[1, 2, 3, -1]], [[1, 2, -3, 4]], [[1, 2, 3, 4.0]], {"a": 1}):
+        with pytest.raises(BadRequestError):
+            writes.decode_runs(bad)
+
+
 def test_contiguous_batch_is_few_runs() -> None:
     dlsns = [(2, 5, i) for i in range(600)] + [(2, 6, i) for i in range(400)]
     assert writes.encode_runs(dlsns) == [[2, 5, 0, 600], [2, 6, 0, 400]]

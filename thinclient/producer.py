@@ -23,7 +23,7 @@ import asyncio
 import collections
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -280,7 +280,7 @@ class Producer:
         try:
             answer = await self.transport.call("POST", path, body, stream=stream, give_up=hole)
             # DLSN objects only for calls that want them (sends want offsets).
-            dlsns: list[DLSN] = []
+            dlsns: Sequence[DLSN] = ()
             if not all(c.offsets for c in batch):
                 dlsns = writes.answer_dlsns(answer)  # DLSNs already
             answered = len(dlsns) if dlsns else writes.answer_count(answer)
@@ -305,7 +305,7 @@ class Producer:
         for c in batch:
             n = len(c.records)
             if not c.fut.done():
-                got: list[Any] = offsets if c.offsets and offsets is not None else dlsns
+                got: Sequence[Any] = offsets if c.offsets and offsets is not None else dlsns
                 c.fut.set_result(got[pos] if c.single else got[pos : pos + n])
             pos += n
         return False

@@ -201,20 +201,23 @@ class ProxyClient:
 
     def write_many_nowait(
         self, stream: str, records: Sequence[RecordLike]
-    ) -> asyncio.Future[list[DLSN]]:
+    ) -> asyncio.Future[Sequence[DLSN]]:
         recs = as_records(records)
         size = self._checked_size(recs)
         if not self._producer.has_room(size):
             raise TooManyRequestsError("client buffer full; await write_many() instead")
-        fut: asyncio.Future[list[DLSN]] = self._producer.enqueue(stream, recs, False, size=size).fut
+        fut: asyncio.Future[Sequence[DLSN]] = self._producer.enqueue(
+            stream, recs, False, size=size
+        ).fut
         return fut
 
-    async def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
-        """Write records in order; their DLSNs once all are durable."""
+    async def write_many(self, stream: str, records: Sequence[RecordLike]) -> Sequence[DLSN]:
+        """Write records in order; their DLSNs once all are durable (a sequence that
+        makes each when asked for and equals the list of them, as the core answers)."""
         recs = as_records(records)
         size = self._checked_size(recs)
         await self._producer.wait_room(size)
-        result: list[DLSN] = await self._producer.enqueue(stream, recs, False, size=size).fut
+        result: Sequence[DLSN] = await self._producer.enqueue(stream, recs, False, size=size).fut
         return result
 
     def _checked_size(self, records: Records) -> int:

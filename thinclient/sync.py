@@ -60,7 +60,7 @@ class SyncProxyClient:
     ) -> DLSN:
         return self._loop.call(self._client.write(stream, record, key, headers))
 
-    def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
+    def write_many(self, stream: str, records: Sequence[RecordLike]) -> Sequence[DLSN]:
         return self._loop.call(self._client.write_many(stream, records))
 
     def write_async(self, stream: str, record: RecordLike) -> concurrent.futures.Future[DLSN]:

@@ -19,14 +19,14 @@ first failed entry fails the pipe: every waiting, queued and later call raises
 so nothing can be reordered or silently dropped. While the stream's lock is in doubt
 (``owned`` cleared: a suspended ZooKeeper session) nothing is transmitted.
 
-Readers' LAC: every entry carries the LAC to its bookies. When the pipe empties -- an
-entry was acknowledged and nothing else is in flight or waiting -- the ledger's
-*explicit LAC* (``LedgerWriter.push_lac``, the bookies' WRITE_LAC op) tells them the new
-LAC at once, so a tailing reader never waits for a later entry that may not come; while
-entries keep flowing, the next one tells them instead and no WRITE_LAC is spent. For
-bookies without that op, a control record is still written when idle
-``control_interval_ms`` after an acknowledged entry that no entry or explicit LAC has
-told them about.
+Readers' LAC: every entry carries the LAC to its bookies, and every acknowledgement that
+moves it is told to them at once: by an entry sent in the same loop turn, else by the
+ledger's *explicit LAC* (``LedgerWriter.push_lac``, the bookies' WRITE_LAC op) -- also
+while other entries are in flight, which were sent before it and carry an older LAC.
+So a tailing reader sees a record one writer-to-bookie hop after its acknowledgement,
+never waiting for a later entry or a timer. For bookies without that op, a control
+record is still written when idle ``control_interval_ms`` after an acknowledged entry
+that no entry or explicit LAC has told them about.
 """
 
 from __future__ import annotations
@@ -246,13 +246,13 @@ class Sender:
         if self.buffer.payloads and self.error is None and self._drained():
             self.cut()  # the pipe drained: send what waited for it now
         if not out.control:
-            # Tailing readers learn this LAC from the next entry, which carries it --
-            # or, once nothing else is in flight or waiting to be sent, from an explicit
-            # LAC. Pushed after the sender had its turn: bookies an entry reached in
-            # the meantime need no WRITE_LAC (ledger.push_lac skips them). Under load
-            # this saves a request and an answer per bookie and entry.
-            if not (self._inflight or self._outbox or self.buffer.payloads):
-                self._loop.call_soon(ledger.push_lac)
+            # Tailing readers learn this LAC now: from an entry sent in this loop turn
+            # (the sender goes first; ledger.push_lac skips the bookies it reached), else
+            # from an explicit LAC. Entries already in flight carry an older LAC, and
+            # waiting for the next entry cost a tail up to an arrival gap or a busy
+            # writer's hold (issue 26). At most one push per bookie is in flight, so
+            # under load they coalesce to about one per acknowledgement round.
+            self._loop.call_soon(ledger.push_lac)
             self._schedule_control()
 
     def _drained(self) -> bool:

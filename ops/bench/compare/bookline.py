@@ -33,6 +33,7 @@ from ops.bench.compare.common import (
     stamp_of,
     throughput,
 )
+from ops.bench.compare.hops import HopWindow
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -53,6 +54,38 @@ PIPELINE_WINDOW: Final = 5_000
 READ_MANY: Final = 10_000
 
 
+#: Pids and ``/metrics`` URLs per process role of the cluster (hops.services_of).
+Services = tuple[dict[str, list[int]], dict[str, list[str]]]
+
+
+def _window(services: Services | None, reader_pid: int | None, *, in_process: bool) -> HopWindow:
+    """The hop split around a latency workload: the cluster's roles, this process (the
+    client; the core's writer too) and the tail's process."""
+    from ledger.metrics import PROCESS_LEDGER_METRICS
+
+    pids, urls = services if services is not None else ({}, {})
+    pids = {**pids, "client": [os.getpid()]}
+    if reader_pid is not None:
+        pids["reader"] = [reader_pid]
+    if not in_process:
+        return HopWindow(pids, urls)
+    adds = PROCESS_LEDGER_METRICS.add_seconds
+    core_pids = {r: p for r, p in pids.items() if r not in ("write_proxy", "read_proxy")}
+    return HopWindow(core_pids, urls, lambda: (adds.sum, float(adds.count)))
+
+
+def with_hops(result: dict[str, Any]) -> dict[str, Any]:
+    """The workload's own medians join its hop split: the acknowledgement and, for a
+    tail, e2e - ack at p50."""
+    hops = result.setdefault("hops_ms", {})
+    if "ack_p50_ms" in result:
+        hops["ack_ms"] = result["ack_p50_ms"]
+        hops["ack_to_reader_ms"] = round(result["p50_ms"] - result["ack_p50_ms"], 3)
+    elif "p50_ms" in result:
+        hops["ack_ms"] = result["p50_ms"]
+    return result
+
+
 def _batch_records(cap: int, record_bytes: int) -> int:
     return max(1, min(cap, BATCH_BYTES // record_bytes))
 
@@ -67,8 +100,9 @@ class BooklineCore:
     key = "bookline"
     label = "Bookline (core)"
 
-    def __init__(self, zk: str, root: str) -> None:
+    def __init__(self, zk: str, root: str, services: Services | None = None) -> None:
         self._zk, self._root = zk, root
+        self._services = services  # pids and /metrics per role: the hop split
         self._ns: Namespace | None = None
         self._written: tuple[str, int] | None = None  # the batched run's stream, records
 
@@ -178,7 +212,8 @@ class BooklineCore:
         try:
             await w.write(LogRecord(b"warm-up"))
             filler = os.urandom(max(0, record_bytes - 8))
-            return await paced_acks(rate, seconds, self._sender(w, filler))
+            window = _window(self._services, None, in_process=True)
+            return with_hops(await paced_acks(rate, seconds, self._sender(w, filler), window))
         finally:
             await w.close()
             await self._drop(name)
@@ -196,7 +231,12 @@ class BooklineCore:
             async def warm_up() -> None:
                 await w.write(LogRecord(b"warm-up"))
 
-            return await e2e_with_reader(rate, seconds, reader, warm_up, self._sender(w, filler))
+            window = _window(self._services, reader.pid, in_process=True)
+            return with_hops(
+                await e2e_with_reader(
+                    rate, seconds, reader, warm_up, self._sender(w, filler), window=window
+                )
+            )
         finally:
             await w.close()
             await self._drop(name)
@@ -234,8 +274,9 @@ class BooklineThin:
     key = "bookline_thin"
     label = "Bookline (thin client)"
 
-    def __init__(self, cluster_file: Path) -> None:
+    def __init__(self, cluster_file: Path, services: Services | None = None) -> None:
         self._cluster_file = cluster_file
+        self._services = services
         self._client: ProxyClient | None = None
         self._written: tuple[str, int] | None = None
 
@@ -327,7 +368,8 @@ class BooklineThin:
         await self.client.write(name, b"warm-up")
         try:
             filler = os.urandom(max(0, record_bytes - 8))
-            return await paced_acks(rate, seconds, self._sender(name, filler))
+            window = _window(self._services, None, in_process=False)
+            return with_hops(await paced_acks(rate, seconds, self._sender(name, filler), window))
         finally:
             await self._drop(name)
 
@@ -344,7 +386,12 @@ class BooklineThin:
             async def warm_up() -> None:
                 return None  # written before the reader started
 
-            return await e2e_with_reader(rate, seconds, reader, warm_up, self._sender(name, filler))
+            window = _window(self._services, reader.pid, in_process=False)
+            return with_hops(
+                await e2e_with_reader(
+                    rate, seconds, reader, warm_up, self._sender(name, filler), window=window
+                )
+            )
         finally:
             await self._drop(name)
 

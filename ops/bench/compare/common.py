@@ -161,15 +161,26 @@ class System(Protocol):
     async def e2e(self, rate: float, seconds: float, record_bytes: int) -> dict[str, Any]: ...
 
 
+class Window(Protocol):
+    """Measures taken around the timed records (:class:`ops.bench.compare.hops.HopWindow`)."""
+
+    async def start(self) -> None: ...
+    async def stop(self, records: int) -> dict[str, Any]: ...
+
+
 async def paced_acks(
     rate: float,
     seconds: float,
     send: Callable[[float, Latencies, Callable[[], None]], None],
+    window: Window | None = None,
 ) -> dict[str, Any]:
     """Open loop at ``rate`` for ``seconds``: ``send(scheduled, latencies, done)`` writes
     one record and, once it is acknowledged, records the time since ``scheduled`` and
-    calls ``done()`` (with the exception instead when it failed)."""
+    calls ``done()`` (with the exception instead when it failed). ``window``'s figures
+    (taken around the timed records) join the result."""
     total = max(1, int(rate * seconds))
+    if window is not None:
+        await window.start()
     lat = Latencies()
     finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     answered = 0
@@ -194,6 +205,7 @@ async def paced_acks(
         "records_per_s": round(total / elapsed, 1),
         "sustained": elapsed <= seconds * 1.1 + 0.5,
         **lat.summary(),
+        **(await window.stop(total) if window is not None else {}),
     }
 
 
@@ -291,15 +303,20 @@ async def e2e_with_reader(
     send: Callable[[float, Latencies, Callable[[], None]], None],
     *,
     result_timeout_s: float = READER_SILENCE_S,
+    window: Window | None = None,
 ) -> dict[str, Any]:
     """The e2e workload around a system's ``send`` (as in :func:`paced_acks`): a
     warm-up record the reader skips, the reader's 'ready', the open loop; the reader's
-    latencies are the result, the writer's acknowledgements come as ``ack_*``."""
+    latencies are the result, the writer's acknowledgements come as ``ack_*``.
+    ``window`` measures from the reader's 'ready' to its last record."""
     try:
         await warm_up()
         await reader.ready()
+        if window is not None:
+            await window.start()
         acks = await paced_acks(rate, seconds, send)
         lat = await reader.result(result_timeout_s)
+        measured = await window.stop(acks["records"]) if window is not None else {}
     finally:
         await reader.stop()
     ack = {f"ack_{k}": v for k, v in acks.items() if k.endswith("_ms")}
@@ -309,4 +326,5 @@ async def e2e_with_reader(
         "sustained": acks["sustained"],
         **lat.summary(),
         **ack,
+        **measured,
     }

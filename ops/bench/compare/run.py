@@ -100,6 +100,7 @@ def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[
     the systems to drive and the ones skipped, with why."""
     from ops.bench.compare import nats, redis
     from ops.bench.compare.bookline import BooklineCore, BooklineThin
+    from ops.bench.compare.hops import services_of
     from ops.cluster.local import LocalCluster
 
     systems: list[System] = []
@@ -109,10 +110,12 @@ def _servers(base: Path, wanted: set[str]) -> Iterator[tuple[list[System], dict[
             cluster = LocalCluster(base / "bookline", bookies=3, write_proxies=1, read_proxies=1)
             cluster.start()
             stack.callback(cluster.stop)
+            described = cluster.describe()
+            services = services_of(described)
             if "bookline" in wanted:
-                systems.append(BooklineCore(cluster.zk_connect, cluster.describe()["root"]))
+                systems.append(BooklineCore(cluster.zk_connect, described["root"], services))
             if "bookline_thin" in wanted:
-                systems.append(BooklineThin(cluster.dir / "cluster.json"))
+                systems.append(BooklineThin(cluster.dir / "cluster.json", services))
         if "jetstream" in wanted:
             why = nats.available()
             if why is None:
@@ -212,6 +215,13 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r[key] for r in runs if key in r]
         if vals:
             out[key] = all(vals) if key == "sustained" else vals[-1]
+    for key in ("hops_ms", "cpu_us_per_record"):  # the hop split (ops.bench.compare.hops)
+        parts = [r[key] for r in runs if isinstance(r.get(key), dict)]
+        names = sorted({n for part in parts for n in part})
+        if names:
+            out[key] = {
+                n: round(statistics.median(p[n] for p in parts if n in p), 3) for n in names
+            }
     main = "p99_ms" if "p99_ms" in runs[0] else "records_per_s"
     out["runs"] = [r.get(main) for r in runs]
     out["load_avg"] = [r.get("load_avg") for r in runs]
@@ -326,6 +336,37 @@ def table(results: dict[str, Any], systems: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+#: The hop split's columns (ops.bench.compare.hops), in the record's order.
+_HOPS: Final = ("ack_ms", "proxy_request_ms", "writer_add_ms", "bookie_add_ms", "fsync_ms",
+                "ack_to_reader_ms")  # fmt: skip
+
+
+def hop_table(results: dict[str, Any]) -> str:
+    """Bookline's latency workloads split per hop (ms, nested means) and the CPU each
+    process role spent per record (µs), as a Markdown table."""
+    seen = {r for s in ("bookline", "bookline_thin")
+            for w in results.get(s, {}).values()
+            for r in w.get("cpu_us_per_record", {})}  # fmt: skip
+    roles = [*sorted(seen - {"total"}), "total"]
+    head = (
+        "| system, workload | "
+        + " | ".join(_HOPS)
+        + " | "
+        + " | ".join(f"cpu µs/rec {r}" for r in roles)
+        + " |"
+    )
+    lines = [head, "|---" * (1 + len(_HOPS) + len(roles)) + "|"]
+    for system in ("bookline", "bookline_thin"):
+        for workload, summary in results.get(system, {}).items():
+            hops, cpu = summary.get("hops_ms"), summary.get("cpu_us_per_record", {})
+            if not hops:
+                continue
+            cells = [f"{hops[h]:g}" if h in hops else "" for h in _HOPS]
+            cells += [f"{cpu[r]:g}" if r in cpu else "" for r in roles]
+            lines.append(f"| {system} {workload} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _terminated(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -363,6 +404,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ratios, targets = ratios_and_targets(results, limits, sizes.e2e_rates)
     order = [s for s in ("bookline", "bookline_thin", "jetstream", "redis") if s in results]
     print(table(results, order), flush=True)
+    print(hop_table(results), flush=True)
     if args.plots:
         from ops.bench.compare.plots import render
 
