@@ -313,6 +313,8 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     extras: Callable[[bytes, int, int, int], Extras] = _extras if v2 else _extras_v1
     base_ts = header.base_ts_ms
     ts_type = header.timestamp_type
+    payload: bytes | None
+    key: bytes | None
     seq0 = seq
     pos = 0
     eos = False
