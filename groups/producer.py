@@ -105,7 +105,7 @@ def as_log_record(
         record = LogRecord(payload, None, k, h)
     if not isinstance(record.payload, bytes):
         raise BadRequestError(f"a record's value is bytes or str, not {type(value).__name__}")
-    if record.headers and any(n.startswith(RESERVED_HEADER_PREFIX) for n in record.headers):
+    if record.headers and any(n.startswith(RESERVED_HEADER_PREFIX) for n, _v in record.headers):
         raise BadRequestError(f"header names starting {RESERVED_HEADER_PREFIX!r} are reserved")
     return record
 
@@ -228,7 +228,7 @@ class TopicProducer:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         part.pending.append((record, fut))
         if record.key is None and record.headers is None:
-            part.pending_bytes += len(record.payload)
+            part.pending_bytes += len(record.payload or b"")
         else:
             part.pending_bytes += record_bytes(record.payload, record.key, record.headers)
         if part.pending_bytes >= self.config.batch_bytes_max:
