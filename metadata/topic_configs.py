@@ -37,6 +37,7 @@ from metadata.streams import StreamOptions
 
 __all__ = [
     "CONFIGS",
+    "OPTION_CONFIGS",
     "CompactionConfigs",
     "ConfigSpec",
     "EffectiveConfig",
@@ -104,7 +105,7 @@ _SPECS: Final = (
         "The size of a segment file; retention and compaction work on whole segments.",
         "A partition's segment is rolled past this many bytes (default: the namespace's "
         "core.segment_rollover_bytes).",
-        low=1024,
+        low=1,
     ),
     ConfigSpec(
         "message.timestamp.type", "choice", "CreateTime",
@@ -163,6 +164,19 @@ _SPECS: Final = (
 CONFIGS: Final[Mapping[str, ConfigSpec]] = {s.name: s for s in _SPECS}
 
 _QUORUMS: Final = ("bookline.ensemble.size", "bookline.write.quorum", "bookline.ack.quorum")
+
+# Stream options (and the older topic options of the same names, still accepted as
+# aliases: ``--retention-ms``, a create body's ``retention_ms``) -> their configs.
+OPTION_CONFIGS: Final[Mapping[str, str]] = {
+    "retention_ms": "retention.ms",
+    "retention_bytes": "retention.bytes",
+    "segment_rollover_bytes": "segment.bytes",
+    "segment_rollover_ms": "segment.ms",
+    "ensemble_size": "bookline.ensemble.size",
+    "write_quorum": "bookline.write.quorum",
+    "ack_quorum": "bookline.ack.quorum",
+    "record_bytes_max": "max.message.bytes",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,11 +275,11 @@ def check_configs(configs: Mapping[str, object]) -> dict[str, str]:
 
 
 def merge_configs(
-    current: Mapping[str, str], changes: Mapping[str, object], deletes: Iterable[str] = ()
+    current: Mapping[str, str], changes: Mapping[str, object], delete: Iterable[str] = ()
 ) -> dict[str, str]:
-    """An alter: ``current`` with ``changes`` set and ``deletes`` back to their defaults
+    """An alter: ``current`` with ``changes`` set and ``delete`` back to their defaults
     (checked like :func:`check_configs`; a name both set and deleted is INVALID_CONFIG)."""
-    gone = {_spec(name).name for name in deletes}
+    gone = {_spec(name).name for name in delete}
     new = check_configs(changes)
     both = sorted(gone & set(new))
     if both:
@@ -312,15 +326,9 @@ def _optional_int(value: str | None) -> int | None:
 def configs_of_options(options: StreamOptions) -> dict[str, str]:
     """The configs a topic made with stream options (before configs existed, or by the
     ``retention_ms`` ... aliases) sets: the options given, by their Kafka names."""
-    named = {
-        "retention.ms": options.retention_ms,
-        "retention.bytes": options.retention_bytes,
-        "segment.ms": options.segment_rollover_ms,
-        "segment.bytes": options.segment_rollover_bytes,
-        "max.message.bytes": options.record_bytes_max,
-        **dict(zip(_QUORUMS, options.quorums or (None, None, None), strict=True)),
-    }
-    return check_configs({k: v for k, v in named.items() if v is not None})
+    named = {config: getattr(options, option) for option, config in OPTION_CONFIGS.items()}
+    # Not checked again: StreamOptions checked them (positive ints, quorums together).
+    return {name: str(value) for name, value in named.items() if value is not None}
 
 
 def effective(configs: Mapping[str, str], defaults: NamespaceDefaults) -> list[EffectiveConfig]:

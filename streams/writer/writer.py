@@ -95,6 +95,9 @@ class LogWriter:
         self.stream = stream
         self._lock = lock
         self._options = options
+        # The largest record a write may carry: the stream's (a topic's
+        # max.message.bytes) when it sets one, never more than Bookline's.
+        self._record_bytes_max = min(options.record_bytes_max or RECORD_BYTES_MAX, RECORD_BYTES_MAX)
         self._loop = asyncio.get_running_loop()
         self._segments = Segments(ctx, stream, lock, options, self._failure)
         self._sender = Sender(stream, ctx.config, self._segments, self._now)
@@ -194,8 +197,8 @@ class LogWriter:
             user = len(record.payload)
         else:
             user = record_bytes(record.payload, record.key, record.headers)
-        if user > RECORD_BYTES_MAX:
-            raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
+        if user > self._record_bytes_max:
+            raise TooLargeError(f"record of {user} bytes; at most {self._record_bytes_max}")
         size = user + RECORD_OVERHEAD_BYTES
         sender = self._sender
         if sender.pending_bytes + size > self._cfg.pending_bytes_max:
@@ -261,8 +264,8 @@ class LogWriter:
         now = self._now()
         user = _user_bytes(cols, payloads)
         largest = max(user)
-        if largest > RECORD_BYTES_MAX:
-            raise TooLargeError(f"record of {largest} bytes; at most {RECORD_BYTES_MAX}")
+        if largest > self._record_bytes_max:
+            raise TooLargeError(f"record of {largest} bytes; at most {self._record_bytes_max}")
         if cols.txids is None:
             txids = [max(now, self._last_txid)] * n
         else:
