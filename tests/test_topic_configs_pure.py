@@ -227,7 +227,12 @@ def test_http_bodies_carry_configs() -> None:
     req = topic_wire.parse_create(body)
     assert req.configs == {"cleanup.policy": "compact", "segment.ms": 100}
     assert req.options == TopicOptions(retention_ms=5)
-    for bad in ({"configs": []}, {"configs": {"a": [1]}}, {"configs": {"a": True}}):
+    bads: list[dict[str, object]] = [
+        {"configs": []},
+        {"configs": {"a": [1]}},
+        {"configs": {"a": True}},
+    ]
+    for bad in bads:
         with pytest.raises(BadRequestError):
             topic_wire.parse_create({"name": "t", "partitions": 1, **bad})
     assert topic_wire.parse_alter_configs(
