@@ -4,6 +4,7 @@ records without configs, and the HTTP bodies that carry them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,3 +255,13 @@ def test_a_topic_answer_round_trips_its_configs() -> None:
     assert topic_wire.parse_topic_record(view) == record
     with pytest.raises(BadRequestError):
         topic_wire.parse_configs_view([{"name": "a", "value": "1", "source": "maybe"}])
+
+
+def test_docs_topics_md_has_the_table() -> None:
+    """docs/topics.md shows every config with Bookline's default, as the table has it."""
+    doc = (Path(__file__).parent.parent / "docs" / "topics.md").read_text()
+    for spec in CONFIGS.values():
+        default = f"`{spec.default}`" if spec.default is not None else "the namespace's"
+        row = next((line for line in doc.splitlines() if line.startswith(f"| `{spec.name}` |")), "")
+        assert row, f"docs/topics.md has no row for {spec.name}"
+        assert default in row and spec.meaning in row, row
