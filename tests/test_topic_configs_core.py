@@ -17,6 +17,7 @@ from foundation.limits import RECORD_BYTES_MAX
 from groups.topics import TopicAdmin
 from metadata.topic_configs import CONFIGS
 from tests.conftest import BookieCluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +160,37 @@ async def test_retention_set_by_alter_applies_to_an_existing_partition(ns: Names
     # With cleanup.policy=compact, retention no longer deletes (as in Kafka).
     await admin.alter_configs("logs", {"cleanup.policy": "compact"})
     assert (await ns.stream_options("logs~0")).retention_bytes is None
+
+
+async def test_an_open_writer_takes_an_altered_config(ns: Namespace) -> None:
+    """A partition's writer already open when its topic's configs change applies them
+    (its stream record is watched): a lower max.message.bytes refuses, retention starts
+    without reopening."""
+    admin = TopicAdmin(ns)
+    await admin.create_topic("live", 1)
+    w = await ns.open_writer("live~0")
+    try:
+        await w.write(LogRecord(b"x" * 2000))
+        await admin.alter_configs("live", {"max.message.bytes": "1000"})
+
+        async def refused() -> bool:
+            try:
+                await w.write(LogRecord(b"x" * 2000))
+            except TooLargeError:
+                return True
+            return False
+
+        await wait_for(refused, "the open writer refusing a record above the new limit")
+        await w.write(LogRecord(b"x" * 1000))  # the writer goes on
+        await admin.alter_configs("live", {}, delete=["max.message.bytes"])
+
+        async def accepted() -> bool:
+            try:
+                await w.write(LogRecord(b"x" * 2000))
+            except TooLargeError:
+                return False
+            return True
+
+        await wait_for(accepted, "the open writer taking the default limit back")
+    finally:
+        await w.close()

@@ -16,6 +16,7 @@ import pytest
 from foundation.errors import InvalidConfigError, TooLargeError, UnknownConfigError
 from metadata.topic_configs import CONFIGS
 from ops.cluster.local import LocalCluster
+from tests.waiting import wait_for
 from thinclient.client import ProxyClient, SyncProxyClient
 
 pytestmark = pytest.mark.integration
@@ -145,3 +146,25 @@ def test_configs_through_the_sync_client(proxy_cluster: LocalCluster) -> None:
         configs = {c.name: c.value for c in client.describe_configs(t)}
         assert (configs["cleanup.policy"], configs["delete.retention.ms"]) == ("compact", "1000")
         client.delete_topic(t)
+
+
+async def test_an_altered_limit_reaches_the_proxy_owning_the_partition(
+    client: ProxyClient,
+) -> None:
+    """The write proxy owning a partition (its writer open) applies an alter made
+    through any proxy: a record above the new max.message.bytes is refused (413)."""
+    t = f"cfgl-{_uid()}"
+    await client.create_topic(t, 1)
+    assert await client.send(t, b"x" * 3000) == (0, 0)  # a proxy now owns partition 0
+    await client.alter_configs(t, {"max.message.bytes": "2000"})
+
+    async def refused() -> bool:
+        try:
+            await client.send(t, b"x" * 3000)
+        except TooLargeError:
+            return True
+        return False
+
+    await wait_for(refused, "the owning proxy refusing a record above the new limit")
+    assert (await client.send(t, b"x" * 2000))[0] == 0
+    await client.delete_topic(t)

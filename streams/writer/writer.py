@@ -38,11 +38,13 @@ from foundation.errors import (
 from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from metadata.ownership import LockState, StreamLock
 from metadata.streams import StreamOptions
+from metadata.zk_watch import Watch
 from streams.context import CoreContext
 from streams.dlsn import DLSN, DLSNSequence
 from streams.records import RECORD_OVERHEAD_BYTES, LogRecord, RecordColumns
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
+from streams.writer.options import watch_options
 from streams.writer.segments import Segments
 from streams.writer.sender import Sender
 
@@ -102,6 +104,7 @@ class LogWriter:
         self._segments = Segments(ctx, stream, lock, options, self._failure)
         self._sender = Sender(stream, ctx.config, self._segments, self._now)
         self._retention_task: asyncio.Task[None] | None = None
+        self._options_watch: Watch[tuple[bytes, int] | None] | None = None
         self._ended = False
         self._ending = False  # the end-of-stream marker is queued: nothing may follow it
         self._closed = False
@@ -140,7 +143,20 @@ class LogWriter:
         self._last_txid = await self._segments.open()
         assert self._segments.current is not None
         self._last_ts = self._segments.current.opened_ms
+        self._options_watch = await watch_options(self._ctx, self.stream, self._apply_options)
         self._retention_task = asyncio.ensure_future(self._retention_loop())
+
+    def _apply_options(self, options: StreamOptions) -> None:
+        """The stream's options changed (a topic's configs altered): the record limit
+        and retention apply now, rolls and quorums from the next segment."""
+        if options == self._options or self._closed:
+            return
+        self._options = options
+        self._record_bytes_max = min(options.record_bytes_max or RECORD_BYTES_MAX, RECORD_BYTES_MAX)
+        self._segments.apply_options(options)
+        if self._retention_task is not None and self._retention_task.done():
+            self._retention_task = asyncio.ensure_future(self._retention_loop())
+        log.info("writer of %s: options now %s", self.stream, options)
 
     # -- properties ------------------------------------------------------------------
 
@@ -406,6 +422,8 @@ class LogWriter:
             await self._release()
 
     async def _release(self) -> None:
+        if self._options_watch is not None:
+            self._options_watch.cancel()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, BooklineError):
