@@ -33,7 +33,7 @@ from typing import Final, Literal
 from foundation.errors import InvalidConfigError, UnknownConfigError
 from foundation.limits import RECORD_BYTES_MAX
 from foundation.quorum import check_quorum
-from metadata.streams import StreamOptions
+from metadata.streams import CREATE_TIME, StreamOptions
 
 __all__ = [
     "CONFIGS",
@@ -112,7 +112,7 @@ _SPECS: Final = (
         "Whether a record's timestamp is the producer's (CreateTime) or the log's "
         "append time (LogAppendTime).",
         "LogAppendTime: the partition's writer stamps every record with its append "
-        "time and readers see timestamp type 1.",
+        "time and readers see timestamp type 1 (a change: from the writer's next open).",
         choices=("CreateTime", "LogAppendTime"),
     ),
     ConfigSpec(
@@ -316,6 +316,7 @@ def stream_options(configs: Mapping[str, str], defaults: NamespaceDefaults) -> S
         write_quorum=quorums[1],
         ack_quorum=quorums[2],
         record_bytes_max=_optional_int(record_max),
+        timestamp_type=configs.get("message.timestamp.type", CREATE_TIME),
     )
 
 
@@ -327,6 +328,8 @@ def configs_of_options(options: StreamOptions) -> dict[str, str]:
     """The configs a topic made with stream options (before configs existed, or by the
     ``retention_ms`` ... aliases) sets: the options given, by their Kafka names."""
     named = {config: getattr(options, option) for option, config in OPTION_CONFIGS.items()}
+    if options.timestamp_type != CREATE_TIME:
+        named["message.timestamp.type"] = options.timestamp_type
     # Not checked again: StreamOptions checked them (positive ints, quorums together).
     return {name: str(value) for name, value in named.items() if value is not None}
 
