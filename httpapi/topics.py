@@ -73,6 +73,9 @@ OPTION_FIELDS: Final = (
     "ack_quorum",
 )
 _OPTION_MAX: Final = (1 << 63) - 1
+_OPTION_DEFAULTS: Final[Mapping[str, object]] = {
+    f.name: f.default for f in dataclasses.fields(StreamOptions)
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,8 @@ def topic_view(
     view = {
         "name": name,
         "partitions": partitions,
-        "options": {k: v for k, v in options.items() if v is not None},
+        # The options set: those at their defaults (None, "CreateTime") are left out.
+        "options": {k: v for k, v in options.items() if v != _OPTION_DEFAULTS.get(k)},
         "ctime_ms": ctime_ms,
     }
     if configs:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bookline import LogRecord, Namespace, NamespaceConfig, TopicOptions
+from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, TopicOptions
 from foundation.errors import InvalidConfigError, TooLargeError, UnknownConfigError
 from foundation.limits import RECORD_BYTES_MAX
 from groups.topics import TopicAdmin
@@ -194,3 +194,33 @@ async def test_an_open_writer_takes_an_altered_config(ns: Namespace) -> None:
         await wait_for(accepted, "the open writer taking the default limit back")
     finally:
         await w.close()
+
+
+async def test_message_timestamp_type_log_append_time_stamps_the_partitions_records(
+    ns: Namespace,
+) -> None:
+    admin = TopicAdmin(ns)
+    await admin.create_topic("stamped", 1, configs={"message.timestamp.type": "LogAppendTime"})
+    await admin.create_topic("created", 1)  # CreateTime: the producer's timestamp stays
+    assert (await ns.stream_options("stamped~0")).timestamp_type == "LogAppendTime"
+    for topic in ("stamped", "created"):
+        w = await ns.open_writer(f"{topic}~0")
+        try:
+            await w.write_many([LogRecord(b"a", timestamp_ms=1_000), LogRecord(b"b")])
+        finally:
+            await w.close()
+    for topic, first_ts, ts_type in (("stamped", None, 1), ("created", 1_000, 0)):
+        reader = await ns.open_reader(f"{topic}~0", StartPosition.earliest())
+        try:
+            records = await reader.read_many(2, timeout_s=30)
+            while len(records) < 2:  # a read may end at an entry boundary
+                more = await reader.read_many(2 - len(records), timeout_s=30)
+                assert more, f"{topic}: records missing"
+                records += more
+        finally:
+            await reader.close()
+        assert [r.timestamp_type for r in records] == [ts_type, ts_type]
+        if first_ts is None:
+            assert records[0].timestamp_ms > 1_000  # the writer's clock, not the producer's
+        else:
+            assert records[0].timestamp_ms == first_ts
