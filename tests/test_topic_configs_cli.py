@@ -47,6 +47,10 @@ def test_topic_configs_on_the_command_line(proxy_cluster: LocalCluster) -> None:
         "min.compaction.lag.ms": ("100", "topic"),
     }
 
+    listed = _cli(cluster, "topic", "list")
+    assert listed.returncode == 0
+    assert t in listed.stdout and "cleanup.policy=compact" in listed.stdout  # a table may fold
+
     described = _json(_cli(cluster, "topic", "describe", t, "--json"))
     every = _configs(described)
     assert len(every) >= 13 and every["cleanup.policy"] == ("compact", "topic")

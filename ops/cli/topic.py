@@ -7,7 +7,7 @@ they are; ``--json`` prints one JSON object instead of a table.
   docs/topics.md); ``--retention-ms``, ``--retention-bytes``,
   ``--segment-rollover-bytes``, ``--segment-rollover-ms``, ``--ensemble-size``,
   ``--write-quorum`` and ``--ack-quorum`` are aliases of some;
-* ``topic list`` -- names and partition counts;
+* ``topic list`` -- names, partition counts and the configs each topic sets;
 * ``topic describe NAME`` -- every config with its value and source (topic or
   default), and per partition its start and end offsets, records, size and owning proxy;
 * ``topic alter NAME [--partitions N] [--config KEY=VALUE ...] [--delete-config KEY
@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, BooklineError, ConfigError
@@ -231,12 +231,12 @@ async def _list(client: ProxyClient, as_json: bool) -> None:
                    "options": t.get("options", {})} for t in topics]  # fmt: skip
         print(json.dumps({"topics": listed}))
         return
-    rows = [(t["name"], t["partitions"], _options_text(t.get("options") or {})) for t in topics]
-    table("", ("topic", "partitions", "options"), rows)
+    rows = [(r.topic, r.partitions, _configs_text(r.configs)) for r in records]
+    table("", ("topic", "partitions", "configs set"), rows)
 
 
-def _options_text(options: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(options.items())) or "-"
+def _configs_text(configs: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in configs.items()) or "-"
 
 
 async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
