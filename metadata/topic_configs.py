@@ -203,8 +203,16 @@ class EffectiveConfig:
     source: Source  # "topic": the topic sets it; "default": it does not
 
 
+_SHOWN_CHARS_MAX: Final = 64  # of a bad value or name repeated in an error message
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS_MAX else text[:_SHOWN_CHARS_MAX] + "..."
+
+
 def _bad(spec: ConfigSpec, value: object, why: str) -> InvalidConfigError:
-    return InvalidConfigError(f"config {spec.name}={value!r}: {why}")
+    return InvalidConfigError(f"config {spec.name}={_shown(value)}: {why}")
 
 
 def _long(spec: ConfigSpec, value: object) -> str:
@@ -257,7 +265,7 @@ def _spec(name: object) -> ConfigSpec:
     spec = CONFIGS.get(name) if isinstance(name, str) else None
     if spec is None:
         raise UnknownConfigError(
-            f"unknown topic config {name!r}; known configs: {', '.join(CONFIGS)}"
+            f"unknown topic config {_shown(name)}; known configs: {', '.join(CONFIGS)}"
         )
     return spec
 

@@ -265,3 +265,12 @@ def test_docs_topics_md_has_the_table() -> None:
         row = next((line for line in doc.splitlines() if line.startswith(f"| `{spec.name}` |")), "")
         assert row, f"docs/topics.md has no row for {spec.name}"
         assert default in row and spec.meaning in row, row
+
+
+def test_a_long_bad_value_or_name_is_cut_in_the_message() -> None:
+    with pytest.raises(InvalidConfigError) as bad:
+        check_configs({"retention.ms": "9" * 10_000})
+    assert len(bad.value.message) < 200
+    with pytest.raises(UnknownConfigError) as unknown:
+        check_configs({"x" * 10_000: "1"})
+    assert "x" * 100 not in unknown.value.message
