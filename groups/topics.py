@@ -30,6 +30,7 @@ from typing import Final
 
 from foundation.errors import NotFoundError
 from foundation.names import parse_internal, partition_stream, validate_name
+from metadata.streams import StreamOptions
 from metadata.topic_configs import (
     EffectiveConfig,
     NamespaceDefaults,
@@ -94,15 +95,20 @@ class TopicAdmin:
         self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
     ) -> TopicRecord:
         """Set ``configs`` and return ``delete`` to their defaults (Kafka's
-        incremental alter), on the topic's record and every partition stream; writers
-        take them when they next open a partition (retention, rolls, record limit,
-        timestamps), ledgers from their next segment on (quorums). UNKNOWN_CONFIG /
-        INVALID_CONFIG (nothing changed), NOT_FOUND."""
+        incremental alter), on the topic's record and every partition stream. The
+        partitions' open writers apply the record limit and retention at once, rolls
+        and quorums from their next segment, the timestamp type when they next open.
+        UNKNOWN_CONFIG / INVALID_CONFIG (nothing changed), NOT_FOUND. Two alters at
+        once both apply: each merges into the record it compare-and-sets."""
         validate_name(name, "topic")
-        record = await self.get_topic(name)
-        merged = merge_configs(record.configs, configs, delete)
-        options = stream_options(merged, self.defaults())
-        return await self._topics.alter_configs(self._ns.name, name, merged, options)
+        defaults = self.defaults()
+        delete = list(delete)
+
+        def change(record: TopicRecord) -> tuple[dict[str, str], StreamOptions]:
+            merged = merge_configs(record.configs, configs, delete)
+            return merged, stream_options(merged, defaults)
+
+        return await self._topics.alter_configs(self._ns.name, name, change)
 
     async def describe_configs(self, name: str) -> list[EffectiveConfig]:
         """Every config's value and its source (``"topic"`` or ``"default"``)."""

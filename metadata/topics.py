@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -228,16 +228,20 @@ class TopicStore:
                 return grown
 
     async def alter_configs(
-        self, ns: str, topic: str, configs: Mapping[str, str], options: StreamOptions
+        self,
+        ns: str,
+        topic: str,
+        change: Callable[[TopicRecord], tuple[Mapping[str, str], StreamOptions]],
     ) -> TopicRecord:
-        """Set the topic's configs to ``configs`` (checked; all it sets) and every
-        partition stream's options to ``options`` (what they make). The record is
-        compare-and-set with the first partitions' streams; a concurrent change makes it
-        read again and retry. Writers take the new options when they next open a
-        partition stream."""
+        """Set the topic's configs and every partition stream's options to what
+        ``change`` makes of the record (the configs it sets, checked, and the options
+        they make; it may raise, changing nothing). The record is compare-and-set with
+        the first partitions' streams; a concurrent change makes it read again and call
+        ``change`` on what it reads. Open writers watch their stream's options."""
         L = self._layout
         while True:
             record, version = await self.get_topic(ns, topic)
+            configs, options = change(record)
             altered = dataclasses.replace(record, configs=dict(configs), options=options)
             first = min(record.partitions, PARTITIONS_PER_TRANSACTION)
             tx = self._zk.transaction()
@@ -253,7 +257,7 @@ class TopicStore:
             end = min(record.partitions, start + PARTITIONS_PER_TRANSACTION)
             await self._set_options(tx, altered, start, end)
             await tx.commit()
-        log.info("topic %s/%s configs: %s", ns, topic, dict(configs))
+        log.info("topic %s/%s configs: %s", ns, topic, dict(altered.configs))
         return altered
 
     async def _set_options(

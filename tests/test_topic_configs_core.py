@@ -5,6 +5,7 @@ existing and new ones -- by their writers (max.message.bytes, retention)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator
@@ -224,3 +225,22 @@ async def test_message_timestamp_type_log_append_time_stamps_the_partitions_reco
             assert records[0].timestamp_ms > 1_000  # the writer's clock, not the producer's
         else:
             assert records[0].timestamp_ms == first_ts
+
+
+async def test_alters_at_once_all_apply(ns: Namespace) -> None:
+    """Each alter merges into the record it compare-and-sets: none undoes another."""
+    admin = TopicAdmin(ns)
+    await admin.create_topic("busy", 2)
+    changes = [
+        {"retention.ms": "60000"},
+        {"segment.ms": "70000"},
+        {"cleanup.policy": "compact,delete"},
+        {"min.compaction.lag.ms": "5"},
+        {"delete.retention.ms": "6"},
+    ]
+    await asyncio.gather(*(admin.alter_configs("busy", c) for c in changes))
+    record = await admin.get_topic("busy")
+    assert dict(record.configs) == {k: v for c in changes for k, v in c.items()}
+    for p in (0, 1):
+        options = await ns.stream_options(f"busy~{p}")
+        assert (options.retention_ms, options.segment_rollover_ms) == (60_000, 70_000)
