@@ -8,24 +8,37 @@ the stream's next sequence id and its *start offset* the first one still readabl
 ::
 
     admin = TopicAdmin(ns)
-    await admin.create_topic("orders", 6, TopicOptions(retention_ms=7 * 86_400_000))
+    await admin.create_topic("orders", 6, configs={"retention.ms": 7 * 86_400_000})
     await admin.alter_partitions("orders", 12)        # grow only
+    await admin.alter_configs("orders", {"cleanup.policy": "compact"}, delete=["retention.ms"])
+    configs = await admin.describe_configs("orders")  # every config, value and source
     info = await admin.describe_topic("orders")       # TopicInfo: partitions, offsets
     ends = await admin.end_offsets("orders")          # [next offset of p0, p1, ...]
     await admin.delete_topic("orders")
 
-The write proxy's topic routes and ``bookline topic`` are built on this.
+Configs are Kafka's (:mod:`metadata.topic_configs`: the table, checks and what each
+does); ``TopicOptions`` are older aliases of some of them. The write proxy's topic routes
+and ``bookline topic`` are built on this.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from foundation.errors import NotFoundError
 from foundation.names import parse_internal, partition_stream, validate_name
 from metadata.streams import StreamOptions
+from metadata.topic_configs import (
+    EffectiveConfig,
+    NamespaceDefaults,
+    check_configs,
+    effective,
+    merge_configs,
+    stream_options,
+)
 from metadata.topics import TopicRecord, check_partitions
 from streams.namespace import Namespace
 from streams.vocabulary import PartitionInfo, TopicInfo, TopicOptions
@@ -46,25 +59,60 @@ class TopicAdmin:
         self._topics = ns.context.md.topics
 
     async def create_topic(
-        self, name: str, partitions: int, options: TopicOptions | None = None
+        self,
+        name: str,
+        partitions: int,
+        options: TopicOptions | None = None,
+        *,
+        configs: Mapping[str, object] | None = None,
     ) -> TopicRecord:
-        """Create a topic of ``partitions`` partition streams. Quorums not given are
-        the namespace config's (stored with the topic, so they hold for its life).
-        BAD_REQUEST for a bad count or option, INVALID_NAME, ALREADY_EXISTS (a topic or
-        a stream of that name)."""
+        """Create a topic of ``partitions`` partition streams with ``configs`` (Kafka's
+        names; ``options`` are aliases of some, a config given both ways is the
+        config's). Quorums not given are the namespace config's when any is given
+        (stored with the topic, so they hold for its life). BAD_REQUEST for a bad
+        count, UNKNOWN_CONFIG / INVALID_CONFIG, INVALID_NAME, ALREADY_EXISTS (a topic
+        or a stream of that name)."""
         validate_name(name, "topic")
         check_partitions(partitions)
-        stream_options = self.stream_options(options or TopicOptions())
+        given = check_configs({**(options or TopicOptions()).configs(), **(configs or {})})
         ns = self._ns
         return await self._topics.create_topic(
-            ns.name, name, partitions, stream_options, ns.context.clock_ms()
+            ns.name,
+            name,
+            partitions,
+            stream_options(given, self.defaults()),
+            ns.context.clock_ms(),
+            configs=given,
         )
 
-    def stream_options(self, options: TopicOptions) -> StreamOptions:
-        """The partition streams' options; quorums not given come from the namespace
-        config when any is given (StreamOptions checks E >= Qw >= Qa)."""
+    def defaults(self) -> NamespaceDefaults:
+        """The config defaults that are the namespace's settings (rolls, quorums)."""
         cfg = self._ns.config
-        return options.stream_options((cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum))
+        quorums = (cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)
+        return NamespaceDefaults(cfg.segment_rollover_bytes, cfg.segment_rollover_ms, quorums)
+
+    async def alter_configs(
+        self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
+    ) -> TopicRecord:
+        """Set ``configs`` and return ``delete`` to their defaults (Kafka's
+        incremental alter), on the topic's record and every partition stream. The
+        partitions' open writers apply the record limit and retention at once, rolls
+        and quorums from their next segment, the timestamp type when they next open.
+        UNKNOWN_CONFIG / INVALID_CONFIG (nothing changed), NOT_FOUND. Two alters at
+        once both apply: each merges into the record it compare-and-sets."""
+        validate_name(name, "topic")
+        defaults = self.defaults()
+        delete = list(delete)
+
+        def change(record: TopicRecord) -> tuple[dict[str, str], StreamOptions]:
+            merged = merge_configs(record.configs, configs, delete)
+            return merged, stream_options(merged, defaults)
+
+        return await self._topics.alter_configs(self._ns.name, name, change)
+
+    async def describe_configs(self, name: str) -> list[EffectiveConfig]:
+        """Every config's value and its source (``"topic"`` or ``"default"``)."""
+        return effective((await self.get_topic(name)).configs, self.defaults())
 
     async def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
         """Grow the topic to ``partitions`` (BAD_REQUEST to shrink or for 0)."""
@@ -130,7 +178,8 @@ class TopicAdmin:
             )
 
         parts = await asyncio.gather(*(one(p) for p in range(record.partitions)))
-        return TopicInfo(name, list(parts), record.options, record.ctime_ms)
+        configs = tuple(effective(record.configs, self.defaults()))
+        return TopicInfo(name, list(parts), record.options, record.ctime_ms, configs)
 
     async def end_offsets(self, name: str, partitions: int | None = None) -> list[int]:
         """Each partition's end offset (the offset its next record gets), partition 0

@@ -142,6 +142,7 @@ ROUTE_RULES: Final[dict[tuple[str, str], Rule]] = {
     ("GET", _T): _on("topic", "topic", "produce", "consume"),
     ("GET", f"{_T}/partitions"): _on("topic", "topic", "produce", "consume"),
     ("PATCH", _T): _on("topic", "topic", "admin"),
+    ("PATCH", f"{_T}/configs"): _on("topic", "topic", "admin"),
     ("DELETE", _T): _on("topic", "topic", "admin"),
     ("POST", f"{_T}/partitions/{{partition}}/records"): _on("topic", "topic", "produce"),
     ("GET", f"{_T}/partitions/{{partition}}/records"): _on("topic", "topic", "consume"),

@@ -280,7 +280,7 @@ def _topic_paths() -> dict[str, Any]:
         t: {
             "parameters": [topic],
             "get": {
-                "summary": "the topic's partition count and options",
+                "summary": "the topic's partition count, options and every config",
                 "responses": {"200": _ok("Topic"), **_errors(400, 404)},
             },
             "patch": {
@@ -291,6 +291,15 @@ def _topic_paths() -> dict[str, Any]:
             "delete": {
                 "summary": "delete the topic, its partition streams and their ledgers",
                 "responses": {"200": _ok("Object"), **_errors(400, 404)},
+            },
+        },
+        f"{t}/configs": {
+            "parameters": [topic],
+            "patch": {
+                "summary": "set topic configs by Kafka's names (null: back to the default); "
+                "UNKNOWN_CONFIG (53) names the known ones, INVALID_CONFIG (52) a bad value",
+                "requestBody": {"required": True, "content": _content("TopicConfigsAlter")},
+                "responses": {"200": _ok("Topic"), **_errors(400, 404, 409)},
             },
         },
         f"{t}/partitions": {

@@ -10,6 +10,7 @@ from typing import Any
 from foundation.errors import registered_codes
 from foundation.names import PARTITIONS_MAX
 from httpapi.topics import OPTION_FIELDS as TOPIC_OPTION_FIELDS
+from metadata.topic_configs import CONFIGS as TOPIC_CONFIGS
 
 _BYTES = {
     "type": "string",
@@ -139,6 +140,26 @@ def _topic_schemas() -> dict[str, Any]:
     positive = {"type": "integer", "minimum": 1}
     options = {f: positive for f in TOPIC_OPTION_FIELDS}
     partitions = {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX}
+    value = {"oneOf": [{"type": "string"}, {"type": "number"}]}
+    configs = {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "topic configs by Kafka's names (docs/topics.md)",
+        "properties": {name: {**value, "description": spec.meaning}
+                       for name, spec in TOPIC_CONFIGS.items()},
+    }  # fmt: skip
+    effective = {
+        "type": "array",
+        "description": "every config: its effective value and its source",
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "value": {"type": "string"},
+                "source": {"type": "string", "enum": ["topic", "default"]},
+            },
+        },
+    }
     return {
         "TopicCreate": {
             "type": "object",
@@ -147,7 +168,23 @@ def _topic_schemas() -> dict[str, Any]:
             "properties": {
                 "name": {"type": "string", "maxLength": 200},
                 "partitions": partitions,
+                "configs": configs,
                 **options,
+            },
+        },
+        "TopicConfigsAlter": {
+            "type": "object",
+            "required": ["configs"],
+            "additionalProperties": False,
+            "properties": {
+                "configs": {
+                    **configs,
+                    "description": "configs to set; null returns one to its default",
+                    "properties": {
+                        name: {"oneOf": [*value["oneOf"], {"type": "null"}]}
+                        for name in TOPIC_CONFIGS
+                    },
+                },
             },
         },
         "TopicAlter": {
@@ -164,6 +201,7 @@ def _topic_schemas() -> dict[str, Any]:
                 "name": {"type": "string"},
                 "partitions": partitions,
                 "options": {"type": "object", "properties": options},
+                "configs": effective,
                 "ctime_ms": {"type": "integer"},
             },
         },

@@ -46,6 +46,9 @@ class StreamOptions:
     ensemble_size: int | None = None
     write_quorum: int | None = None
     ack_quorum: int | None = None
+    # The largest record (value + key + headers) a write may carry; None: the writer's
+    # limit (foundation.limits.RECORD_BYTES_MAX). A topic's max.message.bytes.
+    record_bytes_max: int | None = None
     # Whose timestamp a record keeps (Kafka's message.timestamp.type): "CreateTime", the
     # producer's (or the writer's clock when it gave none), or "LogAppendTime", the
     # writer's clock at append, overwriting the producer's.

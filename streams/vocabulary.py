@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
+from metadata.topic_configs import OPTION_CONFIGS, EffectiveConfig
 from streams.dlsn import DLSN
 
 __all__ = ["PartitionInfo", "SegmentInfo", "StreamInfo", "TopicInfo", "TopicOptions"]
@@ -101,6 +102,11 @@ class TopicOptions:
             if (value := getattr(self, f.name)) is not None
         }
 
+    def configs(self) -> dict[str, int]:
+        """The options set, by their topic configs' Kafka names (``retention.ms``, ...):
+        these options are aliases of those configs."""
+        return {OPTION_CONFIGS[name]: value for name, value in self.given().items()}
+
     def stream_options(self, quorum_defaults: tuple[int, int, int]) -> StreamOptions:
         """The partition streams' options; when any quorum is given the others come
         from ``quorum_defaults`` (ensemble, write, ack); StreamOptions checks the
@@ -144,6 +150,9 @@ class TopicInfo:
     partitions: list[PartitionInfo]
     options: StreamOptions
     ctime_ms: int
+    # Every config's effective value and its source, "topic" or "default"
+    # (metadata.topic_configs), in the table's order.
+    configs: tuple[EffectiveConfig, ...] = ()
 
     @property
     def record_count(self) -> int:

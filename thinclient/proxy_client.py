@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from pathlib import Path
 from ssl import SSLContext
 from typing import Any, cast
@@ -26,6 +26,7 @@ from foundation.tls import cluster_ssl
 from httpapi import topics as topic_wire
 from httpapi import wire
 from httpapi.views import info_from_view
+from metadata.topic_configs import EffectiveConfig
 from metadata.topics import TopicRecord
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
@@ -311,32 +312,54 @@ class ProxyClient:
     # -- topics: management ---------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int, options: TopicOptions | None = None
+        self,
+        name: str,
+        partitions: int,
+        options: TopicOptions | None = None,
+        *,
+        configs: Mapping[str, object] | None = None,
     ) -> TopicRecord:
-        """Create a topic (``TopicAdmin.create_topic`` over HTTP); its record.
-        Quorums not given are the write proxy's defaults."""
-        obj = await self._topics.create(name, partitions, options or TopicOptions())
+        """Create a topic (``TopicAdmin.create_topic`` over HTTP) with ``configs`` by
+        Kafka's names; its record. Quorums not given are the write proxy's defaults."""
+        obj = await self._topics.create(name, partitions, options or TopicOptions(), configs)
         return topic_wire.parse_topic_record(obj)
+
+    async def alter_configs(
+        self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
+    ) -> TopicRecord:
+        """Set ``configs`` and return ``delete`` to their defaults
+        (``TopicAdmin.alter_configs`` over HTTP); the topic's record."""
+        return topic_wire.parse_topic_record(
+            await self._topics.alter_configs(name, configs, delete)
+        )
+
+    async def describe_configs(self, name: str) -> list[EffectiveConfig]:
+        """Every config's effective value and its source (``"topic"``, ``"default"``)."""
+        obj = await self.transport.call("GET", topic_path(name), None)
+        return topic_wire.parse_configs_view(obj.get("configs", []))
 
     async def list_topics(self) -> list[str]:
         obj = await self.transport.call("GET", f"{wire.API_PREFIX}/topics", None)
         return list(obj.get("topics", []))
 
     async def get_topic(self, name: str) -> TopicRecord:
-        """The topic's record: partition count, options, ctime (one ZooKeeper read at
-        the proxy). Its ``namespace`` is "" (the proxies' is not named over HTTP)."""
+        """The topic's record: partition count, options, the configs it sets, ctime
+        (one ZooKeeper read at the proxy). Its ``namespace`` is "" (the proxies' is not
+        named over HTTP)."""
         obj = await self.transport.call("GET", topic_path(name), None)
         return topic_wire.parse_topic_record(obj)
 
     async def describe_topic(self, name: str) -> TopicInfo:
-        """The topic with every partition's start and end offsets, size, segments and
-        owning write proxy."""
-        record, obj = await asyncio.gather(
-            self.get_topic(name),
+        """The topic with every config (value and source) and every partition's start
+        and end offsets, size, segments and owning write proxy."""
+        topic, obj = await asyncio.gather(
+            self.transport.call("GET", topic_path(name), None),
             self.transport.call("GET", topic_path(name, "/partitions"), None),
         )
+        record = topic_wire.parse_topic_record(topic)
+        configs = tuple(topic_wire.parse_configs_view(topic.get("configs", [])))
         parts = [topic_wire.parse_partition_view(p) for p in obj.get("partitions", [])]
-        return TopicInfo(record.topic, parts, record.options, record.ctime_ms)
+        return TopicInfo(record.topic, parts, record.options, record.ctime_ms, configs)
 
     async def alter_partitions(self, name: str, partitions: int) -> TopicRecord:
         """Grow the topic to ``partitions`` (BAD_REQUEST to shrink); its record."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
 from foundation.tls import cluster_ssl
+from metadata.topic_configs import EffectiveConfig
 from metadata.topics import TopicRecord
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -105,9 +106,24 @@ class SyncProxyClient:
         return self._loop.call(self._client.partitions_for(topic))
 
     def create_topic(
-        self, name: str, partitions: int, options: TopicOptions | None = None
+        self,
+        name: str,
+        partitions: int,
+        options: TopicOptions | None = None,
+        *,
+        configs: Mapping[str, object] | None = None,
     ) -> TopicRecord:
-        return self._loop.call(self._client.create_topic(name, partitions, options))
+        return self._loop.call(
+            self._client.create_topic(name, partitions, options, configs=configs)
+        )
+
+    def alter_configs(
+        self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
+    ) -> TopicRecord:
+        return self._loop.call(self._client.alter_configs(name, configs, delete))
+
+    def describe_configs(self, name: str) -> list[EffectiveConfig]:
+        return self._loop.call(self._client.describe_configs(name))
 
     def list_topics(self) -> list[str]:
         return self._loop.call(self._client.list_topics())

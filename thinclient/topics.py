@@ -21,7 +21,7 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from foundation.errors import BadRequestError, UnknownPartitionError
@@ -172,9 +172,17 @@ class TopicRouter:
 
     # -- admin -------------------------------------------------------------------------
 
-    async def create(self, name: str, partitions: int, options: TopicOptions) -> Any:
+    async def create(
+        self,
+        name: str,
+        partitions: int,
+        options: TopicOptions,
+        configs: Mapping[str, object] | None = None,
+    ) -> Any:
         body: dict[str, Any] = {"name": validate_name(name, "topic"), "partitions": partitions}
         body.update(options.given())
+        if configs:
+            body["configs"] = dict(configs)
         obj = await self._transport.call(
             "POST", f"{wire.API_PREFIX}/topics", wire.encode_body(body, wire.MSGPACK)
         )
@@ -186,6 +194,13 @@ class TopicRouter:
         obj = await self._transport.call("PATCH", topic_path(name), body)
         self._counts[name] = (topic_wire.parse_topic_view(obj)[1], time.monotonic())
         return obj
+
+    async def alter_configs(
+        self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
+    ) -> Any:
+        changes: dict[str, object] = {**dict.fromkeys(delete), **configs}
+        body = wire.encode_body({"configs": changes}, wire.MSGPACK)
+        return await self._transport.call("PATCH", topic_path(name, "/configs"), body)
 
     async def delete(self, name: str) -> None:
         self.forget(name)

@@ -21,6 +21,7 @@ from httpapi import topics as topic_wire
 from httpapi import wire
 from httpapi.auth import require
 from httpapi.server import read_body, respond
+from metadata.topic_configs import effective
 from metadata.topics import TopicRecord
 from serving.write.topics import TopicHost, TopicHosting
 
@@ -43,14 +44,15 @@ def register_topic_routes(app: web.Application, proxy: TopicRouteHost) -> None:
     app.router.add_post(p, routes.create)
     app.router.add_get(f"{p}/{{topic}}", routes.describe)
     app.router.add_patch(f"{p}/{{topic}}", routes.alter)
+    app.router.add_patch(f"{p}/{{topic}}/configs", routes.alter_configs)
     app.router.add_delete(f"{p}/{{topic}}", routes.delete)
     app.router.add_get(f"{p}/{{topic}}/partitions", routes.partitions)
     app.router.add_post(f"{p}/{{topic}}/partitions/{{partition}}/records", routes.write)
 
 
-def _view(record: TopicRecord) -> dict[str, object]:
-    options = dataclasses.asdict(record.options)
-    return topic_wire.topic_view(record.topic, record.partitions, options, record.ctime_ms)
+def _view(admin: TopicAdmin, record: TopicRecord) -> dict[str, object]:
+    """The topic answer: its record and every config's effective value and source."""
+    return topic_wire.record_view(record, effective(record.configs, admin.defaults()))
 
 
 def _topic(request: web.Request) -> str:
@@ -71,11 +73,15 @@ class _TopicRoutes:
     async def create(self, request: web.Request) -> web.Response:
         req = topic_wire.parse_create(await read_body(request))
         require(request, "admin", "topic", req.name)
-        record = await self._admin().create_topic(req.name, req.partitions, req.options)
-        return respond(request, _view(record), status=201)
+        admin = self._admin()
+        record = await admin.create_topic(
+            req.name, req.partitions, req.options, configs=req.configs
+        )
+        return respond(request, _view(admin, record), status=201)
 
     async def describe(self, request: web.Request) -> web.Response:
-        return respond(request, _view(await self._admin().get_topic(_topic(request))))
+        admin = self._admin()
+        return respond(request, _view(admin, await admin.get_topic(_topic(request))))
 
     async def partitions(self, request: web.Request) -> web.Response:
         name = _topic(request)
@@ -89,7 +95,15 @@ class _TopicRoutes:
     async def alter(self, request: web.Request) -> web.Response:
         name = _topic(request)
         partitions = topic_wire.parse_alter(await read_body(request))
-        return respond(request, _view(await self._admin().alter_partitions(name, partitions)))
+        admin = self._admin()
+        return respond(request, _view(admin, await admin.alter_partitions(name, partitions)))
+
+    async def alter_configs(self, request: web.Request) -> web.Response:
+        name = _topic(request)
+        configs, deletes = topic_wire.parse_alter_configs(await read_body(request))
+        admin = self._admin()
+        record = await admin.alter_configs(name, configs, deletes)
+        return respond(request, _view(admin, record))
 
     async def delete(self, request: web.Request) -> web.Response:
         name = _topic(request)

@@ -2,13 +2,16 @@
 (the thin client). ``--cluster DIR/cluster.json`` (or ``BOOKLINE_CLUSTER``) says where
 they are; ``--json`` prints one JSON object instead of a table.
 
-* ``topic create NAME --partitions N [--retention-ms MS] [--retention-bytes B]
-  [--segment-rollover-bytes B] [--segment-rollover-ms MS] [--ensemble-size E]
-  [--write-quorum W] [--ack-quorum A]``
-* ``topic list`` -- names and partition counts;
-* ``topic describe NAME`` -- options, and per partition its start and end offsets,
-  records, size and owning proxy;
-* ``topic alter NAME --partitions N`` -- grow (never shrink);
+* ``topic create NAME --partitions N [--config KEY=VALUE ...]`` -- configs by Kafka's
+  names (``cleanup.policy``, ``retention.ms``, ...: :mod:`metadata.topic_configs`,
+  docs/topics.md); ``--retention-ms``, ``--retention-bytes``,
+  ``--segment-rollover-bytes``, ``--segment-rollover-ms``, ``--ensemble-size``,
+  ``--write-quorum`` and ``--ack-quorum`` are aliases of some;
+* ``topic list`` -- names, partition counts and the configs each topic sets;
+* ``topic describe NAME`` -- every config with its value and source (topic or
+  default), and per partition its start and end offsets, records, size and owning proxy;
+* ``topic alter NAME [--partitions N] [--config KEY=VALUE ...] [--delete-config KEY
+  ...]`` -- grow (never shrink), set configs, return configs to their defaults;
 * ``topic delete NAME``;
 * ``produce TOPIC [--key K | --key-field F] [--header k=v ...] [--partition P]`` -- one
   record per stdin line; ``--key-field`` reads each line as a JSON object and keys it by
@@ -24,7 +27,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BadRequestError, BooklineError, ConfigError
@@ -33,6 +36,7 @@ from ops.cli.common import error_text, outcome_unknown, table, write_status
 from ops.cli.parser import at_least
 
 if TYPE_CHECKING:
+    from metadata.topics import TopicRecord
     from thinclient.client import ProxyClient
 
 ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
@@ -40,14 +44,16 @@ ENV_CLUSTER: Final = "BOOKLINE_CLUSTER"
 SENDS_OUTSTANDING_MAX: Final = 10_000
 # Errors shown in full by `produce` (the rest are counted).
 ERRORS_SHOWN_MAX: Final = 5
+# The older options, aliases of configs (metadata.topic_configs.OPTION_CONFIGS, which a
+# test keeps this in step with; not imported: `--help` stays free of ZooKeeper's client).
 _OPTIONS: Final = (
-    ("retention_ms", "drop sealed segments older than this"),
-    ("retention_bytes", "keep at most this many bytes per partition"),
-    ("segment_rollover_bytes", "roll a partition's segment past this size"),
-    ("segment_rollover_ms", "roll a partition's segment past this age"),
-    ("ensemble_size", "bookies per ledger (default: the proxy's)"),
-    ("write_quorum", "copies of each entry"),
-    ("ack_quorum", "copies acknowledged before a write is"),
+    ("retention_ms", "retention.ms", "drop sealed segments older than this"),
+    ("retention_bytes", "retention.bytes", "keep at most this many bytes per partition"),
+    ("segment_rollover_bytes", "segment.bytes", "roll a partition's segment past this size"),
+    ("segment_rollover_ms", "segment.ms", "roll a partition's segment past this age"),
+    ("ensemble_size", "bookline.ensemble.size", "bookies per ledger (default: the proxy's)"),
+    ("write_quorum", "bookline.write.quorum", "copies of each entry"),
+    ("ack_quorum", "bookline.ack.quorum", "copies acknowledged before a write is"),
 )
 
 
@@ -65,12 +71,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     c = add("create", "create a topic of N partitions")
     c.add_argument("--partitions", type=at_least(1), required=True, help="partition count (>= 1)")
-    for option, what in _OPTIONS:
-        c.add_argument(f"--{option.replace('_', '-')}", type=int, default=None, help=what)
+    _config_flag(c, "a topic config by Kafka's name (repeatable; docs/topics.md)")
+    for option, config, what in _OPTIONS:
+        c.add_argument(
+            f"--{option.replace('_', '-')}",
+            type=int,
+            default=None,
+            help=f"{what} (alias of --config {config}=...)",
+        )
     add("list", "topics and their partition counts", with_name=False)
-    add("describe", "options, and each partition's offsets, size and owner")
-    a = add("alter", "grow a topic's partition count (never shrinks)")
-    a.add_argument("--partitions", type=at_least(1), required=True, help="the new, larger count")
+    add("describe", "every config and its source, each partition's offsets, size, owner")
+    a = add("alter", "grow a topic's partition count (never shrinks), change its configs")
+    a.add_argument("--partitions", type=at_least(1), default=None, help="the new, larger count")
+    _config_flag(a, "set a topic config by Kafka's name (repeatable)")
+    a.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="return a config to its default (repeatable)",
+    )
     add("delete", "delete a topic and its data")
 
     pr = sub.add_parser("produce", help="send stdin lines to a topic, one record each")
@@ -86,6 +106,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     pr.add_argument("--partition", type=int, default=None, help="send every record here")
     pr.set_defaults(handler=_run_produce)
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"--config takes KEY=VALUE, not {text!r}")
+    return name.strip(), value
+
+
+def _config_flag(q: argparse.ArgumentParser, help_text: str) -> None:
+    q.add_argument(
+        "--config",
+        action="append",
+        type=_config_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        dest="configs",
+        help=help_text,
+    )
+
+
+def _configs(pairs: Sequence[tuple[str, str]]) -> dict[str, object]:
+    """``--config`` pairs by name; a name given twice is a usage error."""
+    out: dict[str, object] = {}
+    for name, value in pairs:
+        if name in out:
+            raise BadRequestError(f"--config {name} given twice")
+        out[name] = value
+    return out
 
 
 def _common(q: argparse.ArgumentParser) -> None:
@@ -110,19 +159,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from httpapi.topics import record_view
     from streams.vocabulary import TopicOptions
     from thinclient.client import ProxyClient  # aiohttp: only when a command runs
 
     async with ProxyClient.from_cluster_file(args.cluster) as client:
         op = args.topic_op
         if op == "create":
-            options = TopicOptions(**{o: getattr(args, o) for o, _w in _OPTIONS})
-            out = record_view(await client.create_topic(args.name, args.partitions, options))
-            _show_topic(out, args.json, f"created topic {args.name}")
+            options = TopicOptions(**{o: getattr(args, o) for o, _c, _w in _OPTIONS})
+            configs = _configs(args.configs)
+            record = await client.create_topic(args.name, args.partitions, options, configs=configs)
+            _show_topic(_record_out(record), args.json, f"created topic {args.name}")
         elif op == "alter":
-            out = record_view(await client.alter_partitions(args.name, args.partitions))
-            _show_topic(out, args.json, f"topic {args.name} has {out['partitions']} partitions")
+            await _alter(client, args)
         elif op == "delete":
             await client.delete_topic(args.name)
             _emit({"deleted": args.name}, args.json, f"deleted topic {args.name}")
@@ -131,6 +179,32 @@ async def _main(args: argparse.Namespace) -> int:
         else:
             await _describe(client, args.name, args.json)
     return 0
+
+
+async def _alter(client: ProxyClient, args: argparse.Namespace) -> None:
+    """Grow, then change configs (each its own request: a grow that succeeded stays)."""
+
+    configs = _configs(args.configs)
+    if args.partitions is None and not configs and not args.delete_config:
+        raise BadRequestError(
+            "topic alter: say what to change: --partitions, --config or --delete-config"
+        )
+    if configs or args.delete_config:
+        if args.partitions is not None:
+            await client.alter_partitions(args.name, args.partitions)
+        record = await client.alter_configs(args.name, configs, args.delete_config)
+    else:
+        record = await client.alter_partitions(args.name, args.partitions)
+    out = _record_out(record)
+    _show_topic(out, args.json, f"topic {args.name} has {out['partitions']} partitions")
+
+
+def _record_out(record: TopicRecord) -> dict[str, Any]:
+    """A topic's record as create and alter print it: with the configs it sets."""
+    from httpapi.topics import record_view
+    from metadata.topic_configs import EffectiveConfig
+
+    return record_view(record, [EffectiveConfig(k, v, "topic") for k, v in record.configs.items()])
 
 
 def _emit(obj: dict[str, Any], as_json: bool, text: str) -> None:
@@ -142,9 +216,8 @@ def _show_topic(topic: dict[str, Any], as_json: bool, text: str) -> None:
         print(json.dumps(topic, sort_keys=True))
         return
     print(text)
-    options = topic.get("options") or {}
-    rows = [("partitions", topic["partitions"]), *sorted(options.items())]
-    table("", ("setting", "value"), rows)
+    configs = [(c["name"], c["value"]) for c in topic.get("configs", [])]
+    table("", ("setting", "value"), [("partitions", topic["partitions"]), *configs])
 
 
 async def _list(client: ProxyClient, as_json: bool) -> None:
@@ -158,12 +231,12 @@ async def _list(client: ProxyClient, as_json: bool) -> None:
                    "options": t.get("options", {})} for t in topics]  # fmt: skip
         print(json.dumps({"topics": listed}))
         return
-    rows = [(t["name"], t["partitions"], _options_text(t.get("options") or {})) for t in topics]
-    table("", ("topic", "partitions", "options"), rows)
+    rows = [(r.topic, r.partitions, _configs_text(r.configs)) for r in records]
+    table("", ("topic", "partitions", "configs set"), rows)
 
 
-def _options_text(options: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(options.items())) or "-"
+def _configs_text(configs: Mapping[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in configs.items()) or "-"
 
 
 async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
@@ -171,13 +244,18 @@ async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
 
     info = await client.describe_topic(name)
     options = dataclasses.asdict(info.options)
-    topic = topic_view(info.name, len(info.partitions), options, info.ctime_ms)
+    topic = topic_view(info.name, len(info.partitions), options, info.ctime_ms, info.configs)
     parts = info.partitions
     if as_json:
         infos = [dataclasses.asdict(p) for p in parts]
         print(json.dumps({**topic, "partition_info": infos}, sort_keys=True))
         return
-    print(f"topic {name}: {topic['partitions']} partitions, {_options_text(topic['options'])}")
+    print(f"topic {name}: {topic['partitions']} partitions")
+    table(
+        "configs",
+        ("config", "value", "source"),
+        [(c.name, c.value, c.source) for c in info.configs],
+    )
     rows = [
         (
             p.partition,

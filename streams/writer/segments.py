@@ -88,6 +88,13 @@ class Segments:
         # Held while segment metadata is rewritten (seal, truncation, retention).
         self.meta_lock = asyncio.Lock()
 
+    def apply_options(self, options: StreamOptions) -> None:
+        """New stream options: rolls and quorums from the next segment on."""
+        cfg = self._cfg
+        self._rollover_bytes = options.segment_rollover_bytes or cfg.segment_rollover_bytes
+        self._rollover_ms = options.segment_rollover_ms or cfg.segment_rollover_ms
+        self._quorums = options.quorums or (cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum)
+
     @property
     def seqno(self) -> int:
         return self.current.meta.seqno if self.current is not None else 0

@@ -39,6 +39,7 @@ from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from metadata.ownership import LockState, StreamLock
 from metadata.streams import LOG_APPEND_TIME as LOG_APPEND_TIME_NAME
 from metadata.streams import StreamOptions
+from metadata.zk_watch import Watch
 from streams.context import CoreContext
 from streams.dlsn import DLSN, DLSNSequence
 from streams.records import (
@@ -51,6 +52,7 @@ from streams.records import (
 from streams.recordset_encode import check_headers
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
+from streams.writer.options import watch_options
 from streams.writer.segments import Segments
 from streams.writer.sender import Sender
 
@@ -115,6 +117,9 @@ class LogWriter:
         self.stream = stream
         self._lock = lock
         self._options = options
+        # The largest record a write may carry: the stream's (a topic's
+        # max.message.bytes) when it sets one, never more than Bookline's.
+        self._record_bytes_max = min(options.record_bytes_max or RECORD_BYTES_MAX, RECORD_BYTES_MAX)
         self._loop = asyncio.get_running_loop()
         self._segments = Segments(ctx, stream, lock, options, self._failure)
         # LogAppendTime: every record gets the writer's clock at append, the producer's
@@ -123,6 +128,7 @@ class LogWriter:
         ts_type = LOG_APPEND_TIME if self._log_append_time else CREATE_TIME
         self._sender = Sender(stream, ctx.config, self._segments, self._now, ts_type)
         self._retention_task: asyncio.Task[None] | None = None
+        self._options_watch: Watch[tuple[bytes, int] | None] | None = None
         self._ended = False
         self._ending = False  # the end-of-stream marker is queued: nothing may follow it
         self._closed = False
@@ -161,7 +167,20 @@ class LogWriter:
         self._last_txid = await self._segments.open()
         assert self._segments.current is not None
         self._last_ts = self._segments.current.opened_ms
+        self._options_watch = await watch_options(self._ctx, self.stream, self._apply_options)
         self._retention_task = asyncio.ensure_future(self._retention_loop())
+
+    def _apply_options(self, options: StreamOptions) -> None:
+        """The stream's options changed (a topic's configs altered): the record limit
+        and retention apply now, rolls and quorums from the next segment."""
+        if options == self._options or self._closed:
+            return
+        self._options = options
+        self._record_bytes_max = min(options.record_bytes_max or RECORD_BYTES_MAX, RECORD_BYTES_MAX)
+        self._segments.apply_options(options)
+        if self._retention_task is not None and self._retention_task.done():
+            self._retention_task = asyncio.ensure_future(self._retention_loop())
+        log.info("writer of %s: options now %s", self.stream, options)
 
     # -- properties ------------------------------------------------------------------
 
@@ -220,8 +239,8 @@ class LogWriter:
             if record.headers is not None:
                 check_headers(record.headers)
             user = record_bytes(record.payload, record.key, record.headers)
-        if user > RECORD_BYTES_MAX:
-            raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
+        if user > self._record_bytes_max:
+            raise TooLargeError(f"record of {user} bytes; at most {self._record_bytes_max}")
         size = user + RECORD_OVERHEAD_BYTES
         sender = self._sender
         if sender.pending_bytes + size > self._cfg.pending_bytes_max:
@@ -290,8 +309,8 @@ class LogWriter:
         now = self._now()
         user = _user_bytes(cols, payloads)
         largest = max(user)
-        if largest > RECORD_BYTES_MAX:
-            raise TooLargeError(f"record of {largest} bytes; at most {RECORD_BYTES_MAX}")
+        if largest > self._record_bytes_max:
+            raise TooLargeError(f"record of {largest} bytes; at most {self._record_bytes_max}")
         if cols.txids is None:
             txids = [max(now, self._last_txid)] * n
         else:
@@ -435,6 +454,8 @@ class LogWriter:
             await self._release()
 
     async def _release(self) -> None:
+        if self._options_watch is not None:
+            self._options_watch.cancel()
         if self._retention_task is not None:
             self._retention_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, BooklineError):
