@@ -40,6 +40,8 @@ from streams.dlsn import DLSN, StartPosition
 from streams.reader import LogReader
 from streams.records import ReadRecord
 from streams.recordset import decode_header, decode_read_records
+from streams.compaction import CompactionReport, compact_stream
+from streams.compaction_plan import CompactionPolicy, policy_of
 from streams.retention import apply_retention
 from streams.seek import first_readable, resolve_start
 from streams.vocabulary import SegmentInfo, StreamInfo
@@ -384,6 +386,15 @@ class Namespace:
     async def apply_retention(self, name: str) -> bool:
         """Apply the stream's retention policy now (normally its writer does this)."""
         return await apply_retention(self._ctx, name, await self.stream_options(name))
+
+    async def compact(
+        self, name: str, policy: CompactionPolicy | None = None
+    ) -> CompactionReport:
+        """Compact ``name``'s cleanable segments now (:mod:`streams.compaction`), by its
+        own policy unless ``policy`` is given."""
+        if policy is None:
+            policy = policy_of(await self.stream_options(name))
+        return await compact_stream(self._ctx, name, policy)
 
     async def commit(self, name: str, subscriber: str, dlsn: DLSN) -> bool:
         """Advance ``subscriber``'s durable position; False if ``dlsn`` is not past it."""

@@ -6,9 +6,10 @@ entry. Byte layout (all integers big-endian)::
     record set
     offset  size  field
     0       1     version (RECORD_SET_VERSION = 1)
-    1       1     flags: bits 0-1 compression (0 none, 1 lz4 block, 2 zstd)
+    1       1     flags: bits 0-1 compression (0 none, 1 lz4 block, 2 zstd);
+                  bit 2 sparse (a compacted set: see below)
     2       4     records in the set (user + control)
-    6       4     user records in the set
+    6       4     user records in the set (sparse: the offsets the set covers)
     10      8     first index: user records of the segment before this set
     18      8     first txid of the set's user records (-1: none)
     26      8     last txid of the segment up to and including this set (-1: none)
@@ -20,11 +21,12 @@ entry. Byte layout (all integers big-endian)::
     62      n     body (compressed as the flags say)
 
     record (inside the raw body, one after the other)
-    0       1     flags: 0x01 control, 0x02 end of stream, 0x04 has key, 0x08 has headers
+    0       1     flags: 0x01 control, 0x02 end of stream, 0x04 has key, 0x08 has headers,
+                  0x10 has an offset gap
     1       8     txid (signed)
     9       4     timestamp delta from the set's base timestamp, ms (unsigned)
     13      4     payload length
-    17      ...   [key length u32, key] if 0x04; [header count u16, then per header
+    17      ...   [gap u32] if 0x10; [key length u32, key] if 0x04; [header count u16, then per header
                   name length u16, name utf-8, value length u32, value] if 0x08; payload
 
 The checksum is verified before anything else is decoded, and every length is checked
@@ -37,6 +39,14 @@ Control records (which let the writer advance the LAC when idle) and the end-of-
 marker occupy a slot but are never handed to readers. A record's sequence id is the
 segment's ``start_sequence_id`` + the set's first index + its index among the set's
 user records.
+
+A *sparse* set is what compaction (:mod:`streams.compaction`) writes in place of an
+entry some of whose records it dropped: it keeps the original set's header fields
+(first index, txids, bytes before) and covers the same offsets (``user count``), but
+holds only the records that survive; each survivor after a dropped one carries the
+number of offsets dropped just before it (its *gap*), so sequence ids -- and slot ids,
+which in a user set equal the record's index among the set's offsets -- stay what they
+were: a DLSN or an offset taken before a compaction still names the same place.
 """
 
 from __future__ import annotations
@@ -66,6 +76,7 @@ __all__ = [
     "decode_verified",
     "encode_control",
     "encode_record_set",
+    "encode_sparse_set",
     "verify_record_set",
 ]
 
@@ -94,8 +105,10 @@ F_CONTROL = 0x01
 F_END_OF_STREAM = 0x02
 F_KEY = 0x04
 F_HEADERS = 0x08
+F_GAP = 0x10
 _F_SKIP = F_CONTROL | F_END_OF_STREAM
 _COMPRESSION_MASK = 0x03
+_SET_SPARSE = 0x04
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +123,7 @@ class RecordSetHeader:
     bytes_before: int  # payload bytes of the segment's user records before this set
     stored_bytes: int
     raw_bytes: int
+    sparse: bool = False  # compacted: records carry gaps, user_count is the offsets covered
 
 
 # -- encoding --------------------------------------------------------------------
@@ -153,13 +167,14 @@ def _seal(  # noqa: PLR0917 - private; one positional field per header field
     base_ts_ms: int,
     bytes_before: int,
     compression: Compression,
+    sparse: bool = False,
 ) -> bytes:
     if len(body) > RECORD_SET_BYTES_MAX:
         raise TooLargeError(f"record set of {len(body)} bytes exceeds {RECORD_SET_BYTES_MAX}")
     stored, used = _compress(body, compression)
     header = _HEADER.pack(
         RECORD_SET_VERSION,
-        int(used),
+        int(used) | (_SET_SPARSE if sparse else 0),
         count,
         user_count,
         first_index,
@@ -348,6 +363,32 @@ def encode_control(
     )
 
 
+def encode_sparse_set(
+    header: RecordSetHeader, first_sequence_id: int, records: Sequence[ReadRecord]
+) -> bytes:
+    """A compacted copy of a user set: ``records`` (those of the set that survive, in
+    order) with their offset gaps; ``first_sequence_id`` is the set's first offset.
+    The copy keeps the original's header fields and covers the same offsets."""
+    parts: list[bytes] = []
+    expected = first_sequence_id
+    base_ts = header.base_ts_ms
+    for r in records:
+        gap = r.sequence_id - expected
+        invariant(gap >= 0, "compacted records must keep their order (gap %d)", gap)
+        flags = (F_GAP if gap else 0) | (F_KEY if r.key is not None else 0)
+        flags |= F_HEADERS if r.headers is not None else 0
+        parts.append(_REC.pack(flags, r.txid, r.timestamp_ms - base_ts, len(r.payload)))
+        if gap:
+            parts.append(_U32.pack(gap))
+        parts += (_encode_extras(r.key, r.headers), r.payload)
+        expected = r.sequence_id + 1
+    span = header.user_count
+    invariant(expected <= first_sequence_id + span, "a record past the set's offsets")
+    return _seal(b"".join(parts), len(records), span, header.first_index, header.first_txid,
+                 header.last_txid, base_ts, header.bytes_before, header.compression,
+                 sparse=True)  # fmt: skip
+
+
 # -- decoding --------------------------------------------------------------------
 
 
@@ -375,14 +416,15 @@ def _verified(data: bytes) -> tuple[RecordSetHeader, bytes]:
     if crc32c.crc32c(stored, crc32c.crc32c(data[: _HEADER.size])) != crc:
         raise ChecksumError("record set checksum mismatch")
     (_v, flags, count, user, first, ftx, ltx, base, before, stored_len, raw_len) = fields
-    if stored_len != len(stored) or raw_len > RECORD_SET_BYTES_MAX or user > count:
+    sparse = bool(flags & _SET_SPARSE)
+    if stored_len != len(stored) or raw_len > RECORD_SET_BYTES_MAX or (user > count and not sparse):
         raise BadRequestError("record set header lengths are inconsistent")
     comp_bits = flags & _COMPRESSION_MASK
-    if comp_bits > Compression.ZSTD or flags & ~_COMPRESSION_MASK:
+    if comp_bits > Compression.ZSTD or flags & ~(_COMPRESSION_MASK | _SET_SPARSE):
         raise BadRequestError(f"record set flags {flags:#x} unknown")
     compression = Compression(comp_bits)
     header = RecordSetHeader(compression, count, user, first, ftx, ltx, base, before,
-                             stored_len, raw_len)  # fmt: skip
+                             stored_len, raw_len, sparse)  # fmt: skip
     return header, _decompress(stored, compression, raw_len)
 
 
@@ -491,8 +533,9 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     seq0 = seq
     pos = 0
     eos = False
+    shift = 0  # offsets dropped by compaction so far in this set (sparse sets only)
     try:
-        for slot in range(header.count):
+        for i in range(header.count):
             flags, txid, dts, plen = unpack(body, pos)
             pos += 17  # RECORD_OVERHEAD_BYTES, a literal in the hot loop
             if flags:
@@ -500,10 +543,15 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     pos += plen
                     continue
+                if flags & F_GAP:
+                    gap, pos = _gap(body, pos, header)
+                    seq += gap
+                    shift += gap
                 key, hdrs, pos = _extras(body, pos, flags)
             else:
                 key = hdrs = None
             stop = pos + plen
+            slot = i + shift
             if slot >= from_slot:
                 append(_new(ReadRecord, (stream, segment_seqno, entry_id, slot, seq, txid,
                                          base_ts + dts, body[pos:stop], key, hdrs)))  # fmt: skip
@@ -513,7 +561,16 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         raise BadRequestError("record set body is truncated") from exc
     if pos != len(body):
         raise BadRequestError("record set body is truncated or has trailing bytes")
-    if seq - seq0 != header.user_count:
+    if seq - seq0 != header.user_count and not (header.sparse and seq - seq0 <= header.user_count):
         # Readers rely on the count to tell user sets from control ones.
         raise BadRequestError("record set user count does not match its records")
     return out, eos
+
+
+def _gap(body: bytes, pos: int, header: RecordSetHeader) -> tuple[int, int]:
+    """A record's offset gap (sparse sets only) and the position after it."""
+    if not header.sparse:
+        raise BadRequestError("record has an offset gap in a set that is not sparse")
+    _need(pos + 4, len(body))
+    (gap,) = _U32.unpack_from(body, pos)
+    return gap, pos + 4
