@@ -36,6 +36,7 @@ __all__ = [
     "ForbiddenError",
     "GroupNotEmptyError",
     "IOFailureError",
+    "InvalidConfigError",
     "InvalidNameError",
     "InvariantViolation",
     "LedgerClosedError",
@@ -63,6 +64,7 @@ __all__ = [
     "UnauthenticatedError",
     "UnauthorizedError",
     "UnavailableError",
+    "UnknownConfigError",
     "UnknownError",
     "UnknownPartitionError",
     "WriterFailedError",
@@ -445,6 +447,24 @@ class UnsupportedMediaTypeError(BadRequestError):
 
     code = 51
     name = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class InvalidConfigError(BadRequestError):
+    """A topic config with a bad value (out of its bounds, not one of its choices, or
+    quorums that break ``ensemble >= write >= ack``), as Kafka's INVALID_CONFIG. HTTP
+    400; nothing was changed. A BAD_REQUEST to code that catches those."""
+
+    code = 52
+    name = "INVALID_CONFIG"
+
+
+class UnknownConfigError(InvalidConfigError):
+    """A topic config name Bookline does not know; the message lists the known ones
+    (:mod:`metadata.topic_configs`). HTTP 400; nothing was changed. An INVALID_CONFIG
+    to code that catches those."""
+
+    code = 53
+    name = "UNKNOWN_CONFIG"
 
 
 def for_code(code: int, message: str = "") -> BooklineError:

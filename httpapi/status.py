@@ -28,6 +28,7 @@ from foundation.errors import (
     FencedError,
     ForbiddenError,
     GroupNotEmptyError,
+    InvalidConfigError,
     InvalidNameError,
     InvariantViolation,
     IOFailureError,
@@ -57,6 +58,7 @@ from foundation.errors import (
     UnauthenticatedError,
     UnauthorizedError,
     UnavailableError,
+    UnknownConfigError,
     UnknownError,
     UnknownPartitionError,
     UnsupportedMediaTypeError,
@@ -78,6 +80,8 @@ HTTP_STATUS: Final[Mapping[type[BooklineError], int]] = {
     InvalidNameError: 400,
     ProtocolVersionError: 400,
     OutOfRangeError: 400,
+    InvalidConfigError: 400,  # a topic config's bad value
+    UnknownConfigError: 400,  # a topic config name not known (the message lists them)
     UnauthorizedError: 403,
     UnauthenticatedError: 401,
     ForbiddenError: 403,

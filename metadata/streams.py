@@ -40,6 +40,9 @@ class StreamOptions:
     ensemble_size: int | None = None
     write_quorum: int | None = None
     ack_quorum: int | None = None
+    # The largest record (value + key + headers) a write may carry; None: the writer's
+    # limit (foundation.limits.RECORD_BYTES_MAX). A topic's max.message.bytes.
+    record_bytes_max: int | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -1,7 +1,9 @@
 """Topics: a topic is N partition streams ``<topic>~<p>`` plus its record. Metadata only.
 
-``topics/<ns>/<topic>`` holds a :class:`TopicRecord` (partition count, the partition
-streams' options, creation time). Every change is a ZooKeeper transaction that keeps
+``topics/<ns>/<topic>`` holds a :class:`TopicRecord` (partition count, the configs the
+topic sets by Kafka's names (:mod:`metadata.topic_configs`), the partition streams'
+options they make, creation time; a record from before configs has none stored: its
+options, by their Kafka names, are its configs). Every change is a ZooKeeper transaction that keeps
 the record and the partition streams in step, so a reader that sees partition count N
 finds streams ``t~0 .. t~N-1``:
 
@@ -9,8 +11,13 @@ finds streams ``t~0 .. t~N-1``:
   that no stream of the topic's name exists (its path is created and deleted in the
   same transaction: ZooKeeper has no "absent" check) -- one transaction. Creating a
   stream checks the other way (:meth:`metadata.streams.StreamStore.create_stream`).
-* **grow** (:meth:`TopicStore.alter_partitions`): the new partition streams and a
-  compare-and-set of the record -- one transaction. Partition counts never shrink.
+* **grow** (:meth:`TopicStore.alter_partitions`): the new partition streams (with the
+  topic's options) and a compare-and-set of the record -- one transaction. Partition
+  counts never shrink.
+* **configs** (:meth:`TopicStore.alter_configs`): a compare-and-set of the record and
+  the options of its partition streams -- one transaction per
+  :data:`PARTITIONS_PER_TRANSACTION` partitions, the record in the first (a change
+  that stopped halfway is finished by making it again).
 * **delete**: the record (producers and readers then see NOT_FOUND), then the partition
   streams -- by the caller, who also deletes their ledgers (:mod:`groups.topics`).
 
@@ -25,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from foundation.errors import AlreadyExistsError, BadRequestError, BadVersionError, NotFoundError
@@ -33,6 +41,7 @@ from foundation.names import PARTITIONS_MAX, partition_stream, validate_name
 from metadata import serde
 from metadata.layout import Layout
 from metadata.streams import StreamOptions, StreamRecord, StreamStore
+from metadata.topic_configs import configs_of_options
 from metadata.zk import Transaction, ZkClient
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,9 @@ class TopicRecord:
     partitions: int
     options: StreamOptions  # every partition stream's (retention, rolls, quorums)
     ctime_ms: int
+    # The configs the topic sets (Kafka's names, canonical values); the others are
+    # defaults. ``options`` is what they make (metadata.topic_configs.stream_options).
+    configs: Mapping[str, str] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     def encode(self) -> bytes:
@@ -71,6 +83,7 @@ class TopicRecord:
             "partitions": self.partitions,
             "options": dataclasses.asdict(self.options),
             "ctime_ms": self.ctime_ms,
+            "configs": dict(self.configs),
         }
         return serde.encode(TOPIC_KIND, FORMAT_VERSION, body)
 
@@ -82,12 +95,20 @@ class TopicRecord:
         partitions = serde.field(body, "partitions", int, where)
         if not 1 <= partitions <= PARTITIONS_MAX:
             raise serde.MetadataFormatError(f"topic at {where}: {partitions} partitions")
+        options = StreamOptions(**{k: v for k, v in raw.items() if k in known})
+        if "configs" in body:
+            configs = serde.field(body, "configs", dict, where)
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
+                raise serde.MetadataFormatError(f"topic at {where}: configs are not strings")
+        else:
+            configs = configs_of_options(options)  # a record from before configs
         return cls(
             namespace=serde.field(body, "namespace", str, where),
             topic=serde.field(body, "topic", str, where),
             partitions=partitions,
-            options=StreamOptions(**{k: v for k, v in raw.items() if k in known}),
+            options=options,
             ctime_ms=serde.field(body, "ctime_ms", int, where),
+            configs=configs,
             format_version=version,
         )
 
@@ -111,9 +132,13 @@ class TopicStore:
         partitions: int,
         options: StreamOptions | None = None,
         ctime_ms: int = 0,
+        *,
+        configs: Mapping[str, str] | None = None,
     ) -> TopicRecord:
         """Create the topic and its partition streams. NotFoundError without the
-        namespace; AlreadyExistsError if the topic, or a stream of its name, exists."""
+        namespace; AlreadyExistsError if the topic, or a stream of its name, exists.
+        ``configs`` (checked) are stored as the topic's; ``options`` are what they make
+        (without configs: the options by their Kafka names are the configs)."""
         validate_name(topic, "topic")
         check_partitions(partitions)
         L = self._layout
@@ -122,7 +147,8 @@ class TopicStore:
         await self._zk.ensure_path(L.topics(ns))
         opts = options or StreamOptions()
         first = min(partitions, PARTITIONS_PER_TRANSACTION)
-        record = TopicRecord(ns, topic, first, opts, ctime_ms)
+        set_configs = dict(configs) if configs is not None else configs_of_options(opts)
+        record = TopicRecord(ns, topic, first, opts, ctime_ms, set_configs)
         tx = self._zk.transaction()
         tx.create(L.topic(ns, topic), record.encode())
         # No stream may have the topic's name: create and delete its path here, which
@@ -200,6 +226,45 @@ class TopicStore:
             log.info("topic %s/%s grew to %d partitions", ns, topic, end)
             if end == partitions:
                 return grown
+
+    async def alter_configs(
+        self, ns: str, topic: str, configs: Mapping[str, str], options: StreamOptions
+    ) -> TopicRecord:
+        """Set the topic's configs to ``configs`` (checked; all it sets) and every
+        partition stream's options to ``options`` (what they make). The record is
+        compare-and-set with the first partitions' streams; a concurrent change makes it
+        read again and retry. Writers take the new options when they next open a
+        partition stream."""
+        L = self._layout
+        while True:
+            record, version = await self.get_topic(ns, topic)
+            altered = dataclasses.replace(record, configs=dict(configs), options=options)
+            first = min(record.partitions, PARTITIONS_PER_TRANSACTION)
+            tx = self._zk.transaction()
+            tx.set(L.topic(ns, topic), altered.encode(), version)
+            await self._set_options(tx, altered, 0, first)
+            try:
+                await tx.commit()
+            except BadVersionError:
+                continue  # changed meanwhile (another alter): look again
+            break
+        for start in range(first, record.partitions, PARTITIONS_PER_TRANSACTION):
+            tx = self._zk.transaction()
+            end = min(record.partitions, start + PARTITIONS_PER_TRANSACTION)
+            await self._set_options(tx, altered, start, end)
+            await tx.commit()
+        log.info("topic %s/%s configs: %s", ns, topic, dict(configs))
+        return altered
+
+    async def _set_options(
+        self, tx: Transaction, record: TopicRecord, start: int, end: int
+    ) -> None:
+        ns = record.namespace
+        for p in range(start, end):
+            stream = partition_stream(record.topic, p)
+            current, version = await self._streams.get_stream(ns, stream)
+            new = dataclasses.replace(current, options=record.options)
+            tx.set(self._layout.stream(ns, stream), new.encode(), version)
 
     async def delete_topic(self, ns: str, topic: str) -> TopicRecord:
         """Delete the topic's record (its partition streams are the caller's next step);
