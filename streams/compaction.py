@@ -41,13 +41,14 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from foundation.errors import NoLedgerError
+from foundation.errors import BadRequestError, BooklineError, NoLedgerError
 from foundation.invariants import invariant
 from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK, SegmentMetadata
 from streams.compaction_plan import (
     CompactionPolicy,
     cleanable,
     latest_offsets,
+    policy_of,
     survivors,
     tombstones_expire,
 )
@@ -57,7 +58,7 @@ from streams.recordset import RecordSetHeader, decode_read_records, encode_spars
 
 log = logging.getLogger(__name__)
 
-__all__ = ["COMPACTOR_LOCK_TAG", "CompactionReport", "compact_stream"]
+__all__ = ["COMPACTOR_LOCK_TAG", "CompactionReport", "compact_stream", "compact_topic"]
 
 # The writer-lock tag of a compactor's ledgers: no lock node is ever called this, so a
 # new ledger a killed compactor left unreferenced counts as an orphan (ledger.orphans).
@@ -106,6 +107,24 @@ async def compact_stream(
         report.records_read, report.bytes_reclaimed,
     )  # fmt: skip
     return report
+
+
+async def compact_topic(
+    ctx: CoreContext, topic: str, now_ms: int | None = None
+) -> tuple[CompactionPolicy, CompactionReport]:
+    """Compact every partition of ``topic`` by its configs; BadRequestError unless its
+    ``cleanup.policy`` has ``compact``."""
+    record, _v = await ctx.md.topics.get_topic(ctx.namespace, topic)
+    policy = policy_of(record.configs)
+    if not policy.compact:
+        raise BadRequestError(
+            f"topic {topic} has cleanup.policy={record.configs.get('cleanup.policy', 'delete')}"
+            "; only a topic with cleanup.policy compact is compacted"
+        )
+    total = CompactionReport()
+    for stream in record.partition_names():
+        total.add(await compact_stream(ctx, stream, policy, now_ms))
+    return policy, total
 
 
 async def _entries(
@@ -175,7 +194,7 @@ def _tombstones(records: list[ReadRecord]) -> int:
 async def _discard(ctx: CoreContext, ledger_id: int) -> None:
     try:
         await ctx.ledgers.delete_ledger(ledger_id)
-    except Exception as exc:  # the swap's error is the one to report
+    except BooklineError as exc:  # the swap's error is the one to report
         log.warning("could not delete unreferenced compacted ledger %d: %s", ledger_id, exc)
 
 
@@ -184,13 +203,13 @@ async def _write_ledger(
 ) -> int:
     """A new closed ledger holding ``entries`` at entry ids 0.. (the old one's quorums)."""
     old = (await ctx.open_segment_reader(seg)).metadata
+    tags = {TAG_STREAM: f"{ctx.namespace}/{stream}".encode(), TAG_WRITER_LOCK: COMPACTOR_LOCK_TAG}
     ledger = await ctx.ledgers.create_ledger(
         ensemble_size=old.ensemble_size,
         write_quorum=old.write_quorum,
         ack_quorum=old.ack_quorum,
         digest_type=ctx.config.ledger_digest,
-        custom={TAG_STREAM: f"{ctx.namespace}/{stream}".encode(),
-                TAG_WRITER_LOCK: COMPACTOR_LOCK_TAG},  # fmt: skip
+        custom=tags,
     )
     try:
         futures = [await ledger.submit(data) for data in entries]

@@ -10,18 +10,18 @@ are cleanable; the active (in-progress) segment never is, and keys that appear o
 it or in younger segments do not supersede anything yet (Kafka's "dirty section" ends
 at the first uncleanable offset too).
 
-The policy is read through :func:`policy_of`, the one place that knows where a
-stream's ``cleanup.policy`` and its companions live.
+A topic's policy comes from its configs (``cleanup.policy``, ``delete.retention.ms``,
+``min.compaction.lag.ms``) through :func:`policy_of`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from metadata.segments import SegmentMetadata, TruncationState
-from metadata.streams import StreamOptions
+from metadata.topic_configs import compaction_configs
 from streams.records import ReadRecord
 
 __all__ = [
@@ -34,7 +34,7 @@ __all__ = [
     "tombstones_expire",
 ]
 
-# Kafka's defaults: tombstones stay a day; no minimum lag.
+# Kafka's defaults (as metadata.topic_configs has them): tombstones stay a day.
 DELETE_RETENTION_MS_DEFAULT: Final = 86_400_000
 MIN_COMPACTION_LAG_MS_DEFAULT: Final = 0
 
@@ -46,18 +46,11 @@ class CompactionPolicy:
     min_compaction_lag_ms: int = MIN_COMPACTION_LAG_MS_DEFAULT  # segments younger stay
 
 
-def policy_of(options: StreamOptions) -> CompactionPolicy:
-    """A stream's compaction policy from its options. Topic configs (``cleanup.policy``,
-    ``delete.retention.ms``, ``min.compaction.lag.ms``) are read by name, so this is the
-    one function to repoint when they move."""
-    cleanup = getattr(options, "cleanup_policy", None) or "delete"
-    delete_ms = getattr(options, "delete_retention_ms", None)
-    lag_ms = getattr(options, "min_compaction_lag_ms", None)
-    return CompactionPolicy(
-        compact="compact" in str(cleanup).split(","),
-        delete_retention_ms=DELETE_RETENTION_MS_DEFAULT if delete_ms is None else int(delete_ms),
-        min_compaction_lag_ms=MIN_COMPACTION_LAG_MS_DEFAULT if lag_ms is None else int(lag_ms),
-    )
+def policy_of(configs: Mapping[str, str]) -> CompactionPolicy:
+    """A topic's compaction policy from its configs by Kafka's names (its record's
+    ``configs``; :mod:`metadata.topic_configs` holds the defaults)."""
+    c = compaction_configs(configs)
+    return CompactionPolicy(c.compact, c.delete_retention_ms, c.min_compaction_lag_ms)
 
 
 def cleanable(segment: SegmentMetadata, policy: CompactionPolicy, now_ms: int) -> bool:
@@ -89,10 +82,9 @@ def survivors(
     """The records of one set that a compaction keeps, in order."""
     kept: list[ReadRecord] = []
     for r in records:
-        if r.key is None:
-            kept.append(r)
-        elif latest.get(r.key, r.sequence_id) == r.sequence_id and not (
-            drop_tombstones and r.payload is None
+        if r.key is None or (
+            latest.get(r.key, r.sequence_id) == r.sequence_id
+            and not (drop_tombstones and r.payload is None)
         ):
             kept.append(r)
     return kept

@@ -43,8 +43,8 @@ from foundation.errors import (
     ConnectionLostError,
     EndOfStreamError,
     NoEntryError,
-    NotFoundError,
     NoLedgerError,
+    NotFoundError,
     TimeoutError_,
     TruncatedError,
     fresh,
@@ -422,7 +422,7 @@ class LogReader:
     async def _read_range(
         self, reader: LedgerReader, seg: SegmentMetadata, first: int, last: int, slot: int
     ) -> bool:
-        stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
+        stream, seqno = self.stream, seg.seqno
         start = first
         while True:
             try:
@@ -454,7 +454,12 @@ class LogReader:
         return now
 
     async def _read_entries(  # noqa: PLR0917 - private; the range and where it resumes
-        self, reader: LedgerReader, seg: SegmentMetadata, start: int, first: int, last: int,
+        self,
+        reader: LedgerReader,
+        seg: SegmentMetadata,
+        start: int,
+        first: int,
+        last: int,
         slot: int,
     ) -> bool:
         stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
@@ -466,9 +471,7 @@ class LogReader:
             if from_slot == 0 and header.user_count == header.count > 0:
                 # Only user records (the decoder checks the count): build them
                 # when the application gets here.
-                await self._put(
-                    Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0)
-                )
+                await self._put(Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0))
                 continue
             records, eos = decode_verified(header, body, stream, seqno, e.entry_id, base,
                                            from_slot)  # fmt: skip

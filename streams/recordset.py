@@ -26,8 +26,9 @@ entry. Byte layout (all integers big-endian)::
     1       8     txid (signed)
     9       4     timestamp delta from the set's base timestamp, ms (unsigned)
     13      4     payload length
-    17      ...   [gap u32] if 0x10; [key length u32, key] if 0x04; [header count u16, then per header
-                  name length u16, name utf-8, value length u32, value] if 0x08; payload
+    17      ...   [gap u32] if 0x10; [key length u32, key] if 0x04; [header count u16,
+                  then per header name length u16, name utf-8, value length u32, value]
+                  if 0x08; payload
 
 The checksum is verified before anything else is decoded, and every length is checked
 against what is left, so corrupt input raises :class:`ChecksumError` (or

@@ -1,0 +1,271 @@
+"""Compacted topics (issue 24, item 6): sparse record sets, the planner, and compaction
+against real bookies -- the latest value per key, tombstones until
+``delete.retention.ms``, offsets kept (sparse, increasing), readers that started before,
+seeks into gaps, and a compacting process killed with SIGKILL at random points."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
+from foundation.errors import BadRequestError
+from ops.cluster import procs
+from streams.compaction import compact_stream
+from streams.compaction_plan import CompactionPolicy, policy_of, survivors
+from streams.dlsn import DLSN
+from streams.records import ReadRecord
+from streams.recordset import (
+    decode_read_records,
+    encode_record_set,
+    encode_sparse_set,
+)
+from tests.conftest import BookieCluster
+from tests.waiting import wait_for
+
+_names = itertools.count()
+CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
+POLICY = CompactionPolicy(compact=True, delete_retention_ms=3_600_000)
+HOUR_MS = 3_600_000
+
+
+# -- pure: the sparse set and the planner ---------------------------------------------
+
+
+def _set(n: int, start_seq: int = 1000) -> tuple[bytes, list[ReadRecord]]:
+    data = encode_record_set(
+        [b"v%d" % i for i in range(n)], list(range(n)), [5] * n,
+        first_index=10, bytes_before=7, last_txid=n - 1,
+        keys=[b"k%d" % (i % 3) for i in range(n)],
+    )  # fmt: skip
+    _h, records, _eos = decode_read_records(data, "s", 1, 4, start_seq)
+    return data, records
+
+
+def test_a_sparse_set_keeps_sequence_ids_and_slots() -> None:
+    data, records = _set(8)
+    header, _r, _e = decode_read_records(data, "s", 1, 4, 1000)
+    kept = [records[i] for i in (2, 3, 6)]
+    sparse = encode_sparse_set(header, 1010, kept)
+    h2, back, _eos = decode_read_records(sparse, "s", 1, 4, 1000)
+    assert h2.sparse and h2.user_count == 8 and h2.count == 3 and h2.first_index == 10
+    assert back == kept  # same sequence ids, slots, txids, timestamps, keys, payloads
+    # From a slot whose record is gone: the next survivor.
+    _h, tail, _e = decode_read_records(sparse, "s", 1, 4, 1000, from_slot=4)
+    assert [r.sequence_id for r in tail] == [1016]
+    # Nothing kept: a set that still covers its offsets.
+    empty = encode_sparse_set(header, 1010, [])
+    h3, none, _eos = decode_read_records(empty, "s", 1, 4, 1000)
+    assert none == [] and h3.user_count == 8 and h3.count == 0
+
+
+def test_a_gap_in_a_set_that_is_not_sparse_is_refused() -> None:
+    data, records = _set(4)
+    header, _r, _e = decode_read_records(data, "s", 1, 4, 1000)
+    sparse = bytearray(encode_sparse_set(header, 1010, records[2:]))
+    sparse[1] &= ~0x04  # clear the sparse bit (and fix the checksum below)
+    import crc32c
+
+    crc = crc32c.crc32c(bytes(sparse[62:]), crc32c.crc32c(bytes(sparse[:58])))
+    sparse[58:62] = crc.to_bytes(4, "big")
+    with pytest.raises(BadRequestError):
+        decode_read_records(bytes(sparse), "s", 1, 4, 1000)
+
+
+def test_the_planner_keeps_the_latest_per_key_and_tombstones_until_they_expire() -> None:
+    def rec(seq: int, key: bytes | None, payload: bytes | None) -> ReadRecord:
+        return ReadRecord("s", DLSN(1, 0, seq), seq, seq, 0, payload, key)  # type: ignore[arg-type]
+
+    records = [rec(0, b"a", b"1"), rec(1, None, b"x"), rec(2, b"b", b"1"),
+               rec(3, b"a", b"2"), rec(4, b"b", None)]  # fmt: skip
+    latest = {b"a": 3, b"b": 4}
+    assert [r.sequence_id for r in survivors(records, latest, False)] == [1, 3, 4]
+    assert [r.sequence_id for r in survivors(records, latest, True)] == [1, 3]
+
+
+def test_the_policy_comes_from_the_topic_configs() -> None:
+    assert not policy_of({}).compact
+    p = policy_of({"cleanup.policy": "compact,delete", "delete.retention.ms": "5"})
+    assert p.compact and p.delete_retention_ms == 5
+
+
+# -- against real bookies -------------------------------------------------------------
+
+
+@pytest.fixture
+async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
+    n = await Namespace.open(
+        bookie_cluster.zk, bookie_cluster.root, f"c{os.getpid()}-{next(_names)}", CONFIG
+    )
+    try:
+        yield n
+    finally:
+        await n.close()
+
+
+def _value(key: int, round_: int) -> bytes:
+    return b"%d:%d:" % (key, round_) + b"x" * 40
+
+
+async def _fill(ns: Namespace, name: str, keys: int, rounds: int, active: int = 0) -> object:
+    """``rounds`` values of each of ``keys`` keys over several sealed segments, then
+    ``active`` keys written once more into a segment left in progress (its writer is
+    returned, open)."""
+    await ns.create_stream(name, StreamOptions(segment_rollover_bytes=200_000))
+    w = await ns.open_writer(name)
+    for r in range(rounds):
+        await w.write_many([LogRecord(_value(k, r), key=b"%d" % k) for k in range(keys)])
+    await w.close()  # seals the last segment
+    if active:
+        w = await ns.open_writer(name)
+        await w.write_many([LogRecord(_value(k, rounds), key=b"%d" % k) for k in range(active)])
+    return w
+
+
+async def _read_all(ns: Namespace, name: str, start: object = "earliest") -> list[ReadRecord]:
+    end = await ns.end_offset(name)
+    reader = await ns.open_reader(name, start)  # type: ignore[arg-type]
+    out: list[ReadRecord] = []
+    try:
+        while not out or out[-1].sequence_id < end - 1:
+            batch = await reader.read_many(10_000, timeout_s=20)
+            assert batch, f"no record within 20 s after {len(out)}"
+            out.extend(batch)
+    finally:
+        await reader.close()
+    return out
+
+
+def _latest(records: list[ReadRecord]) -> dict[bytes, bytes]:
+    seqs = [r.sequence_id for r in records]
+    assert seqs == sorted(set(seqs)), "offsets must increase, each once"
+    latest: dict[bytes, bytes] = {}
+    for r in records:
+        assert r.key is not None
+        latest[r.key] = r.payload
+    return latest
+
+
+@pytest.mark.integration
+async def test_compaction_keeps_the_latest_value_of_each_key(ns: Namespace) -> None:
+    keys, rounds = 1_000, 20
+    writer = await _fill(ns, "c", keys, rounds, active=10)
+    before = await _read_all(ns, "c")
+    end = await ns.end_offset("c")
+    segs_before = await ns.segments("c")
+    assert len(segs_before) >= 3
+    # A reader that started before the compaction, part way through.
+    early = await ns.open_reader("c", "earliest")  # type: ignore[arg-type]
+    seen = list(await early.read_many(500, timeout_s=20))
+
+    report = await ns.compact("c", POLICY)
+    assert report.segments_rewritten >= 1 and report.bytes_reclaimed > 0
+    after = await _read_all(ns, "c")
+    # Exactly the latest value per key; the active segment's records as written.
+    sealed = [r for r in after if r.sequence_id < keys * rounds]
+    assert len(sealed) == keys
+    assert _latest(sealed) == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+    assert [r.payload for r in after[keys:]] == [_value(k, rounds) for k in range(10)]
+    assert report.records_removed == keys * (rounds - 1)
+    assert await ns.end_offset("c") == end  # offsets kept
+    # Every record read after is the record with that offset before.
+    by_seq = {r.sequence_id: r for r in before}
+    assert all(by_seq[r.sequence_id] == r for r in after)
+
+    # The early reader goes on; no key goes back in time.
+    while not seen or seen[-1].sequence_id < end - 1:
+        batch = await early.read_many(10_000, timeout_s=20)
+        assert batch
+        seen.extend(batch)
+    await early.close()
+    assert _latest(seen) == _latest(after)
+
+    # A seek into a gap lands on the next record kept.
+    gap = 5  # round 0's records are all gone: offsets 0..18,999 are a gap
+    assert after[0].sequence_id == keys * (rounds - 1)
+    first = (await _read_all(ns, "c", StartPosition.sequence(gap)))[0]
+    assert first == after[0]
+
+    # Compacting again changes nothing.
+    again = await ns.compact("c", POLICY)
+    assert again.segments_rewritten == 0 and again.records_removed == 0
+    await writer.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+async def test_the_active_segment_and_young_segments_are_not_compacted(ns: Namespace) -> None:
+    await ns.create_stream("a", StreamOptions())
+    w = await ns.open_writer("a")
+    await w.write_many([LogRecord(b"v%d" % i, key=b"k") for i in range(100)])
+    report = await ns.compact("a", POLICY)  # the only segment is in progress
+    assert report.segments_scanned == 0
+    await w.close()
+    lagging = CompactionPolicy(compact=True, min_compaction_lag_ms=HOUR_MS)
+    assert (await ns.compact("a", lagging)).segments_scanned == 0
+    assert len(await _read_all(ns, "a")) == 100
+
+
+async def _compactor_child(cluster: BookieCluster, ns: Namespace, name: str, log: Path) -> object:
+    code = (
+        "import asyncio, sys\n"
+        "from bookline import Namespace, NamespaceConfig\n"
+        "from streams.compaction_plan import CompactionPolicy\n"
+        "async def main():\n"
+        f"    ns = await Namespace.open({cluster.zk!r}, {cluster.root!r}, {ns.name!r},\n"
+        "                              NamespaceConfig(session_timeout_ms=4000))\n"
+        "    print('compacting', flush=True)\n"
+        f"    r = await ns.compact({name!r}, CompactionPolicy(compact=True))\n"
+        "    print('done', r, flush=True)\n"
+        "    await ns.close()\n"
+        "asyncio.run(main())\n"
+    )
+    return procs.spawn([sys.executable, "-c", code], log_path=log, env=dict(os.environ))
+
+
+@pytest.mark.integration
+async def test_a_compactor_killed_at_random_points_loses_and_duplicates_nothing(
+    ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path
+) -> None:
+    keys, rounds = 300, 20
+    await _fill(ns, "k", keys, rounds)
+    expected = {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+    original = {r.sequence_id: r for r in await _read_all(ns, "k")}
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    for run in range(3):
+        log = tmp_path / f"compactor-{run}.log"
+        child = await _compactor_child(bookie_cluster, ns, "k", log)
+        try:
+            await wait_for(lambda: log.exists() and b"compacting" in log.read_bytes(),  # noqa: B023
+                           f"compactor {run} to start", timeout_s=60)  # fmt: skip
+            # The random point: somewhere in the run (the chaos, not a wait).
+            await asyncio.sleep(rng.uniform(0.0, 1.5))
+        finally:
+            procs.kill9(child)  # type: ignore[arg-type]
+        after = await _read_all(ns, "k")
+        assert _latest(after) == expected, f"seed {seed}, run {run}"
+        assert all(original[r.sequence_id] == r for r in after), f"seed {seed}, run {run}"
+    # Whatever the kills left, a full run ends compacted.
+    await ns.compact("k", CompactionPolicy(compact=True))
+    final = await _read_all(ns, "k")
+    assert len(final) == keys and _latest(final) == expected, f"seed {seed}"
+
+
+@pytest.mark.integration
+async def test_compaction_against_a_stream_without_keys_keeps_everything(
+    ns: Namespace,
+) -> None:
+    await ns.create_stream("u", StreamOptions())
+    w = await ns.open_writer("u")
+    await w.write_many([LogRecord(b"v%d" % i) for i in range(50)])
+    await w.close()
+    report = await compact_stream(ns.context, "u", POLICY)
+    assert report.segments_scanned == 1 and report.records_removed == 0
+    assert len(await _read_all(ns, "u")) == 50
