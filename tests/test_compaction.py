@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import random
 import sys
@@ -17,6 +18,8 @@ import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
 from foundation.errors import BadRequestError
+from foundation.names import partition_stream
+from ops.cli.entry import main as cli_main
 from ops.cluster import procs
 from streams.compaction import compact_stream
 from streams.compaction_plan import CompactionPolicy, policy_of, survivors
@@ -269,3 +272,32 @@ async def test_compaction_against_a_stream_without_keys_keeps_everything(
     report = await compact_stream(ns.context, "u", POLICY)
     assert report.segments_scanned == 1 and report.records_removed == 0
     assert len(await _read_all(ns, "u")) == 50
+
+
+@pytest.mark.integration
+async def test_topic_compact_runs_it_now_and_says_what_it_reclaimed(
+    ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    md = ns.context.md
+    await md.topics.create_topic(ns.name, "orders", 2, configs={"cleanup.policy": "compact"})
+    await md.topics.create_topic(ns.name, "plain", 1)
+    for p in range(2):
+        w = await ns.open_writer(partition_stream("orders", p))
+        for r in range(5):
+            await w.write_many([LogRecord(_value(k, r), key=b"%d" % k) for k in range(100)])
+        await w.close()
+    cluster = str(bookie_cluster.cluster_file())
+    metrics = tmp_path / "compaction.prom"
+    argv = ["topic", "compact", "orders", "--cluster", cluster, "--namespace", ns.name,
+            "--json", "--metrics-file", str(metrics)]  # fmt: skip
+    assert await asyncio.to_thread(cli_main, argv) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["records_removed"] == 2 * 100 * 4 and out["bytes_reclaimed"] > 0
+    text = metrics.read_text()
+    assert 'bookline_compaction_records_removed_total{topic="orders"} 800.0' in text
+    for p in range(2):
+        assert len(await _read_all(ns, partition_stream("orders", p))) == 100
+    # A topic that is not compacted is refused, with its policy named.
+    plain = ["topic", "compact", "plain", "--cluster", cluster, "--namespace", ns.name]
+    assert await asyncio.to_thread(cli_main, plain) == 1
+    assert "cleanup.policy=delete" in capsys.readouterr().err
