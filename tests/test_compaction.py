@@ -301,3 +301,31 @@ async def test_topic_compact_runs_it_now_and_says_what_it_reclaimed(
     plain = ["topic", "compact", "plain", "--cluster", cluster, "--namespace", ns.name]
     assert await asyncio.to_thread(cli_main, plain) == 1
     assert "cleanup.policy=delete" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+async def test_a_writer_seals_although_a_compaction_swap_bumped_the_max_txid(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compaction's swap bumps the stream's max-txid version (against the orphan
+    collector); a writer sealing in between must not fail for it."""
+    await ns.create_stream("race", StreamOptions())
+    w = await ns.open_writer("race")
+    await w.write_many([LogRecord(b"v", key=b"k")])
+    md = ns.context.md
+    real = md.streams.get_max_txid
+    bumped: list[int] = []
+
+    async def then_a_swap(namespace: str, stream: str) -> tuple[int, int]:
+        value = await real(namespace, stream)
+        if not bumped:  # a swap commits between the writer's read and its transaction
+            path = md.layout.max_txid(namespace, stream)
+            data, version = await md.zk.get(path)
+            bumped.append(await md.zk.set(path, data, version))
+        return value
+
+    monkeypatch.setattr(md.streams, "get_max_txid", then_a_swap)
+    await w.close()
+    assert bumped
+    [segment] = await ns.segments("race")
+    assert segment.state == "sealed", segment

@@ -21,6 +21,7 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", default=None, help="cluster.json of a running cluster")
+    p.add_argument("--dir", default=None, help="state directory (default: a temp dir)")
     p.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     p.add_argument("--rounds", type=int, default=20, help="values written per key")
     p.add_argument("--value-size", type=int, default=100, help="bytes per value")
