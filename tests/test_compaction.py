@@ -165,7 +165,7 @@ async def test_compaction_keeps_the_latest_value_of_each_key(ns: Namespace) -> N
     segs_before = await ns.segments("c")
     assert len(segs_before) >= 3
     # A reader that started before the compaction, part way through.
-    early = await ns.open_reader("c", "earliest")  # type: ignore[arg-type]
+    early = await ns.open_reader("c", "earliest")
     seen = list(await early.read_many(500, timeout_s=20))
 
     report = await ns.compact("c", POLICY)

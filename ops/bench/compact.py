@@ -52,7 +52,7 @@ async def _bench(zk: str, root: str, args: argparse.Namespace) -> dict[str, Any]
         t0 = time.perf_counter()
         report = await ns.compact(name, CompactionPolicy(compact=True))
         seconds = time.perf_counter() - t0
-        reader = await ns.open_reader(name, "earliest")  # type: ignore[arg-type]
+        reader = await ns.open_reader(name, "earliest")
         kept = 0
         while kept < args.keys:
             batch = await reader.read_many(10_000, timeout_s=30)
