@@ -21,6 +21,7 @@ from foundation.errors import BadRequestError
 from foundation.names import partition_stream
 from ops.cli.entry import main as cli_main
 from ops.cluster import procs
+from ops.cluster.local import LocalCluster
 from streams.compaction import compact_stream
 from streams.compaction_plan import CompactionPolicy, policy_of, survivors
 from streams.dlsn import DLSN
@@ -329,3 +330,45 @@ async def test_a_writer_seals_although_a_compaction_swap_bumped_the_max_txid(
     assert bumped
     [segment] = await ns.segments("race")
     assert segment.state == "sealed", segment
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("via", ["proxy", "core"])
+async def test_a_group_consumer_reads_a_compacted_topic(
+    proxy_cluster: LocalCluster, via: str
+) -> None:
+    from groups.consumer import ConsumerConfig, GroupConsumer
+
+    cluster_file = proxy_cluster.dir / "cluster.json"
+    async with await Namespace.from_cluster_file(cluster_file) as pns:
+        topic = f"compacted-{via}-{os.getpid()}-{next(_names)}"
+        await pns.context.md.topics.create_topic(
+            pns.name, topic, 2, configs={"cleanup.policy": "compact"}
+        )
+        for p in range(2):
+            w = await pns.open_writer(partition_stream(topic, p))
+            for r in range(5):
+                await w.write_many([LogRecord(_value(k, r), key=b"%d" % k) for k in range(200)])
+            await w.close()
+        assert (await pns.compact_topic(topic)).records_removed == 2 * 200 * 4
+    config = ConsumerConfig(session_timeout_ms=3_000, auto_offset_reset="earliest",
+                            fetch_wait_ms=200)  # fmt: skip
+    consumer = await GroupConsumer.from_cluster_file(
+        cluster_file, f"g-{topic}", [topic], via=via, config=config
+    )
+    got: list[object] = []
+    try:
+
+        async def all_read() -> bool:
+            got.extend(await consumer.poll(timeout_s=0.2))
+            return len(got) >= 400
+
+        await wait_for(all_read, lambda: f"400 records, got {len(got)}", timeout_s=60)
+        await consumer.commit()
+        for p in range(2):
+            mine = [r for r in got if r.partition == p]  # type: ignore[attr-defined]
+            assert [r.offset for r in mine] == list(range(800, 1000))  # type: ignore[attr-defined]
+            assert [r.value for r in mine] == [_value(k, 4) for k in range(200)]  # type: ignore[attr-defined]
+        assert await consumer.poll(timeout_s=0.5) == []
+    finally:
+        await consumer.close()
