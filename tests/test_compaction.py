@@ -372,3 +372,17 @@ async def test_a_group_consumer_reads_a_compacted_topic(
         assert await consumer.poll(timeout_s=0.5) == []
     finally:
         await consumer.close()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_the_issue_acceptance_ten_thousand_keys_twenty_times(ns: Namespace) -> None:
+    """The issue's size: 10,000 keys written 20 times; a full read after the
+    compaction holds exactly each key's latest value, offsets increasing."""
+    keys, rounds = 10_000, 20
+    await _fill(ns, "big", keys, rounds)
+    report = await ns.compact("big", POLICY)
+    assert report.records_removed == keys * (rounds - 1) and report.bytes_reclaimed > 0
+    after = await _read_all(ns, "big")
+    assert len(after) == keys
+    assert _latest(after) == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
