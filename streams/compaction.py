@@ -53,8 +53,8 @@ from streams.compaction_plan import (
     tombstones_expire,
 )
 from streams.context import CoreContext
-from streams.records import ReadRecord
-from streams.recordset import RecordSetHeader, decode_read_records, encode_sparse_set
+from streams.records import ProducerMarker, ReadRecord
+from streams.recordset import RecordSetHeader, decode_with_markers, encode_sparse_set
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ async def compact_stream(
     todo = [(s, v) for s, v in await ctx.segments(stream) if cleanable(s, policy, now)]
     latest: dict[bytes, int] = {}
     for seg, _v in todo:
-        async for _e, _data, records in _entries(ctx, stream, seg):
+        async for _h, _data, records, _m in _entries(ctx, stream, seg):
             latest_offsets(records, latest)
     for seg, version in todo:
         report.segments_scanned += 1
@@ -129,13 +129,15 @@ async def compact_topic(
 
 async def _entries(
     ctx: CoreContext, stream: str, seg: SegmentMetadata
-) -> AsyncIterator[tuple[RecordSetHeader, bytes, list[ReadRecord]]]:
-    """(header, stored bytes, records) of every entry of a sealed segment."""
+) -> AsyncIterator[tuple[RecordSetHeader, bytes, list[ReadRecord], dict[int, ProducerMarker]]]:
+    """(header, stored bytes, records, producer markers by slot) of every entry of a
+    sealed segment."""
     reader = await ctx.open_segment_reader(seg)
     async for e in reader.iter_entries(0, seg.last_entry_id):
-        header, records, _eos = decode_read_records(e.payload, stream, seg.seqno, e.entry_id,
-                                                    seg.start_sequence_id)  # fmt: skip
-        yield header, e.payload, records
+        header, records, markers = decode_with_markers(
+            e.payload, stream, seg.seqno, e.entry_id, seg.start_sequence_id
+        )
+        yield header, e.payload, records, markers
 
 
 async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
@@ -151,7 +153,7 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
     entries: list[bytes] = []
     changed = False
     mine = CompactionReport()
-    async for header, data, records in _entries(ctx, stream, seg):
+    async for header, data, records, markers in _entries(ctx, stream, seg):
         mine.records_read += len(records)
         kept = survivors(records, latest, drop_tombstones)
         mine.bytes_before += len(data)
@@ -162,7 +164,8 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
             mine.records_removed += len(records) - len(kept)
             mine.tombstones_removed += _tombstones(records) - _tombstones(kept)
             first = seg.start_sequence_id + header.first_index
-            entries.append(encode_sparse_set(header, first, kept))
+            # A kept record keeps its producer marker (the takeover scan reads them).
+            entries.append(encode_sparse_set(header, first, kept, markers))
         mine.bytes_after += len(entries[-1])
     report.records_read += mine.records_read
     if not changed:

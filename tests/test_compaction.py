@@ -74,7 +74,7 @@ def test_a_gap_in_a_set_that_is_not_sparse_is_refused() -> None:
     data, records = _set(4)
     header, _r, _e = decode_read_records(data, "s", 1, 4, 1000)
     sparse = bytearray(encode_sparse_set(header, 1010, records[2:]))
-    sparse[1] &= ~0x04  # clear the sparse bit (and fix the checksum below)
+    sparse[1] &= ~0x08  # clear the sparse bit (and fix the checksum below)
     import crc32c
 
     crc = crc32c.crc32c(bytes(sparse[62:]), crc32c.crc32c(bytes(sparse[:58])))
@@ -85,7 +85,7 @@ def test_a_gap_in_a_set_that_is_not_sparse_is_refused() -> None:
 
 def test_the_planner_keeps_the_latest_per_key_and_tombstones_until_they_expire() -> None:
     def rec(seq: int, key: bytes | None, payload: bytes | None) -> ReadRecord:
-        return ReadRecord("s", DLSN(1, 0, seq), seq, seq, 0, payload, key)  # type: ignore[arg-type]
+        return ReadRecord("s", DLSN(1, 0, seq), seq, seq, 0, payload, key)
 
     records = [rec(0, b"a", b"1"), rec(1, None, b"x"), rec(2, b"b", b"1"),
                rec(3, b"a", b"2"), rec(4, b"b", None)]  # fmt: skip
@@ -147,10 +147,10 @@ async def _read_all(ns: Namespace, name: str, start: object = "earliest") -> lis
     return out
 
 
-def _latest(records: list[ReadRecord]) -> dict[bytes, bytes]:
+def _latest(records: list[ReadRecord]) -> dict[bytes, bytes | None]:
     seqs = [r.sequence_id for r in records]
     assert seqs == sorted(set(seqs)), "offsets must increase, each once"
-    latest: dict[bytes, bytes] = {}
+    latest: dict[bytes, bytes | None] = {}
     for r in records:
         assert r.key is not None
         latest[r.key] = r.payload
