@@ -118,7 +118,9 @@ def _value(key: int, round_: int) -> bytes:
     return b"%d:%d:" % (key, round_) + b"x" * 40
 
 
-async def _fill(ns: Namespace, name: str, keys: int, rounds: int, active: int = 0) -> object:
+async def _fill(
+    ns: Namespace, name: str, keys: int, rounds: int, *, active: int = 0, tombstones: int = 0
+) -> object:
     """``rounds`` values of each of ``keys`` keys over several sealed segments, then
     ``active`` keys written once more into a segment left in progress (its writer is
     returned, open)."""
@@ -126,6 +128,8 @@ async def _fill(ns: Namespace, name: str, keys: int, rounds: int, active: int = 
     w = await ns.open_writer(name)
     for r in range(rounds):
         await w.write_many([LogRecord(_value(k, r), key=b"%d" % k) for k in range(keys)])
+    if tombstones:  # Kafka's delete: the key with a null value
+        await w.write_many([LogRecord(None, key=b"%d" % k) for k in range(tombstones)])
     await w.close()  # seals the last segment
     if active:
         w = await ns.open_writer(name)
@@ -159,8 +163,8 @@ def _latest(records: list[ReadRecord]) -> dict[bytes, bytes | None]:
 
 @pytest.mark.integration
 async def test_compaction_keeps_the_latest_value_of_each_key(ns: Namespace) -> None:
-    keys, rounds = 1_000, 20
-    writer = await _fill(ns, "c", keys, rounds, active=10)
+    keys, rounds, deleted = 1_000, 20, 100
+    writer = await _fill(ns, "c", keys, rounds, active=10, tombstones=deleted)
     before = await _read_all(ns, "c")
     end = await ns.end_offset("c")
     segs_before = await ns.segments("c")
@@ -173,11 +177,15 @@ async def test_compaction_keeps_the_latest_value_of_each_key(ns: Namespace) -> N
     assert report.segments_rewritten >= 1 and report.bytes_reclaimed > 0
     after = await _read_all(ns, "c")
     # Exactly the latest value per key; the active segment's records as written.
-    sealed = [r for r in after if r.sequence_id < keys * rounds]
+    written = keys * rounds + deleted
+    sealed = [r for r in after if r.sequence_id < written]
+    latest: dict[bytes, bytes | None] = {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+    latest.update({b"%d" % k: None for k in range(deleted)})  # tombstones stay for now
     assert len(sealed) == keys
-    assert _latest(sealed) == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+    assert _latest(sealed) == latest
     assert [r.payload for r in after[keys:]] == [_value(k, rounds) for k in range(10)]
-    assert report.records_removed == keys * (rounds - 1)
+    assert report.records_removed == keys * (rounds - 1) + deleted
+    assert report.tombstones_removed == 0
     assert await ns.end_offset("c") == end  # offsets kept
     # Every record read after is the record with that offset before.
     by_seq = {r.sequence_id: r for r in before}
@@ -192,14 +200,22 @@ async def test_compaction_keeps_the_latest_value_of_each_key(ns: Namespace) -> N
     assert _latest(seen) == _latest(after)
 
     # A seek into a gap lands on the next record kept.
-    gap = 5  # round 0's records are all gone: offsets 0..18,999 are a gap
-    assert after[0].sequence_id == keys * (rounds - 1)
+    gap = 5  # rounds 0..18 and the deleted keys' last values are gone: all a gap
+    assert after[0].sequence_id == keys * (rounds - 1) + deleted
     first = (await _read_all(ns, "c", StartPosition.sequence(gap)))[0]
     assert first == after[0]
 
     # Compacting again changes nothing.
     again = await ns.compact("c", POLICY)
     assert again.segments_rewritten == 0 and again.records_removed == 0
+
+    # Past delete.retention.ms the tombstones go, and the keys with them.
+    later = ns.context.clock_ms() + POLICY.delete_retention_ms + 1
+    expired = await compact_stream(ns.context, "c", POLICY, now_ms=later)
+    assert expired.tombstones_removed == deleted == expired.records_removed
+    final = [r for r in await _read_all(ns, "c") if r.sequence_id < written]
+    assert _latest(final) == {k: v for k, v in latest.items() if v is not None}
+    assert len(final) == keys - deleted
     await writer.close()  # type: ignore[attr-defined]
 
 
