@@ -6,6 +6,7 @@ seeks into gaps, and a compacting process killed with SIGKILL at random points."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
-from foundation.errors import BadRequestError
+from foundation.errors import BadRequestError, NoEntryError, NoLedgerError
 from foundation.names import partition_stream
 from ops.cli.entry import main as cli_main
 from ops.cluster import procs
@@ -402,3 +403,49 @@ async def test_the_issue_acceptance_ten_thousand_keys_twenty_times(ns: Namespace
     after = await _read_all(ns, "big")
     assert len(after) == keys
     assert _latest(after) == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+
+
+@pytest.mark.integration
+async def test_a_reader_part_way_through_goes_on_in_the_new_ledger(
+    ns: Namespace, bookie_cluster: BookieCluster
+) -> None:
+    """The old ledger is deleted (and its entries collected by the bookies) while a
+    reader is part way through its segment: the reader goes on at the same entry of
+    the compacted ledger, and sees each key's latest value."""
+    keys, rounds = 50, 10
+    await ns.create_stream("mid", StreamOptions())
+    w = await ns.open_writer("mid")
+    for r in range(rounds):  # one entry per record: more than any read-ahead holds
+        for k in range(keys):
+            await w.write(LogRecord(_value(k, r), key=b"%d" % k))
+    await w.close()
+    [before] = [s for s, _v in await ns.context.segments("mid")]
+    assert before.last_entry_id >= keys * rounds - 1
+    config = dataclasses.replace(CONFIG, read_ahead_entries=1)
+    slow = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, ns.name, config)
+    try:
+        reader = await slow.open_reader("mid", "earliest")
+        seen = list(await reader.read_many(1, timeout_s=20))
+        assert seen
+        await ns.compact("mid", POLICY)
+        # Wait until the bookies no longer hold the old ledger's last entry.
+        old = await slow.context.open_segment_reader(before)  # the reader's cached handle
+
+        async def collected() -> bool:
+            try:
+                await old.read_entry(before.last_entry_id)
+            except (NoEntryError, NoLedgerError):
+                return True
+            return False
+
+        await wait_for(collected, "the bookies to collect the old ledger", timeout_s=60)
+        end = await ns.end_offset("mid")
+        while seen[-1].sequence_id < end - 1:
+            batch = await reader.read_many(10_000, timeout_s=20)
+            assert batch
+            seen.extend(batch)
+        await reader.close()
+    finally:
+        await slow.close()
+    latest = _latest(seen)
+    assert latest == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
