@@ -1,6 +1,7 @@
 """``bookline bench compact``: compaction of one stream, Kafka's way of testing a
 compacted topic -- ``--keys`` keys each written ``--rounds`` times (``--value-size``
-bytes), in sealed segments (no tombstones yet: null values come with record-core).
+bytes), then ``--tombstones`` of them deleted (a null value), in sealed segments. The
+tombstones are younger than ``delete.retention.ms`` (a day), so they stay.
 Starts ZooKeeper + 3 bookies unless ``--cluster`` names a running one. Reports the
 records compacted per second (records read by the run over its time), the records and
 bytes it removed, and a check that a full read holds one record per key.
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", type=int, default=10_000, help="distinct keys")
     p.add_argument("--rounds", type=int, default=20, help="values written per key")
     p.add_argument("--value-size", type=int, default=100, help="bytes per value")
+    p.add_argument("--tombstones", type=int, default=1_000, help="keys deleted at the end")
     p.add_argument("--segment-bytes", type=int, default=4 << 20, help="segment roll size")
 
 
@@ -48,6 +50,7 @@ async def _bench(zk: str, root: str, args: argparse.Namespace) -> dict[str, Any]
         value = os.urandom(args.value_size)
         for _r in range(args.rounds):
             await w.write_many([LogRecord(value, key=b"%d" % k) for k in range(args.keys)])
+        await w.write_many([LogRecord(None, key=b"%d" % k) for k in range(args.tombstones)])
         await w.close()
         t0 = time.perf_counter()
         report = await ns.compact(name, CompactionPolicy(compact=True))
@@ -63,6 +66,7 @@ async def _bench(zk: str, root: str, args: argparse.Namespace) -> dict[str, Any]
         return {
             "keys": args.keys,
             "rounds": args.rounds,
+            "tombstones": args.tombstones,
             "value_bytes": args.value_size,
             "segments_rewritten": report.segments_rewritten,
             "records_read": report.records_read,
