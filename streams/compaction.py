@@ -180,6 +180,8 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
         # ledger goes; if even that fails, the orphan collector takes it.
         await _discard(ctx, new_id)
         raise
+    log.info("%s: segment %d swapped to ledger %d (was %d)", stream, seg.seqno, new_id,
+             seg.ledger_id)  # fmt: skip
     ctx.forget_ledger(seg.ledger_id)
     try:
         await ctx.ledgers.delete_ledger(seg.ledger_id)

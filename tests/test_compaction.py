@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import json
 import os
 import random
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -233,15 +235,29 @@ async def test_the_active_segment_and_young_segments_are_not_compacted(ns: Names
     assert len(await _read_all(ns, "a")) == 100
 
 
-async def _compactor_child(cluster: BookieCluster, ns: Namespace, name: str, log: Path) -> object:
+def _compactor_child(
+    cluster: BookieCluster, ns: Namespace, name: str, log: Path, *, step: bytes, nth: int
+) -> subprocess.Popen[bytes]:
+    """A process compacting ``name`` that freezes itself (SIGSTOP) right after it logs
+    ``step`` for the ``nth`` time, for the test to kill it there with SIGKILL: a kill -9
+    at exactly that point, whatever the machine's speed."""
     code = (
-        "import asyncio, sys\n"
+        "import asyncio, logging, os, signal, sys\n"
         "from bookline import Namespace, NamespaceConfig\n"
         "from streams.compaction_plan import CompactionPolicy\n"
+        "class Freeze(logging.Handler):\n"
+        "    seen = 0\n"
+        "    def emit(self, record):\n"
+        f"        if {step.decode()!r} in record.getMessage():\n"
+        "            Freeze.seen += 1\n"
+        f"            if Freeze.seen == {nth}:\n"
+        "                sys.stdout.flush()\n"
+        "                os.kill(os.getpid(), signal.SIGSTOP)\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stdout)\n"
+        "logging.getLogger().addHandler(Freeze())\n"
         "async def main():\n"
         f"    ns = await Namespace.open({cluster.zk!r}, {cluster.root!r}, {ns.name!r},\n"
         "                              NamespaceConfig(session_timeout_ms=4000))\n"
-        "    print('compacting', flush=True)\n"
         f"    r = await ns.compact({name!r}, CompactionPolicy(compact=True))\n"
         "    print('done', r, flush=True)\n"
         "    await ns.close()\n"
@@ -250,33 +266,54 @@ async def _compactor_child(cluster: BookieCluster, ns: Namespace, name: str, log
     return procs.spawn([sys.executable, "-c", code], log_path=log, env=dict(os.environ))
 
 
+def _stopped_or_gone(child: subprocess.Popen[bytes]) -> bool:
+    if child.poll() is not None:
+        return True
+    stat = Path(f"/proc/{child.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"  # state: stopped by SIGSTOP
+
+
+# The steps of a segment's compaction, as the compactor logs them: the new ledger made
+# (not written yet), the segment swapped to it (the old one not deleted yet), the old
+# ledger deleted (the next segment not started).
+_STEPS = (b"created ledger", b"swapped to ledger", b"deleted ledger")
+
+
 @pytest.mark.integration
 async def test_a_compactor_killed_at_random_points_loses_and_duplicates_nothing(
     ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path
 ) -> None:
-    keys, rounds = 300, 20
-    await _fill(ns, "k", keys, rounds)
-    expected = {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
-    original = {r.sequence_id: r for r in await _read_all(ns, "k")}
+    """Three runs, each on a stream of its own (so each has every segment to rewrite):
+    kill -9 after a random step of a random segment, read (every key's latest value,
+    each record the one written at its offset, nothing twice), then compact again."""
+    keys, rounds, deleted = 1_000, 20, 100
+    expected: dict[bytes, bytes | None] = {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+    expected.update({b"%d" % k: None for k in range(deleted)})
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     for run in range(3):
+        name = f"k{run}"
+        await _fill(ns, name, keys, rounds, tombstones=deleted)
+        segments = len(await ns.segments(name))
+        assert segments >= 3
+        original = {r.sequence_id: r for r in await _read_all(ns, name)}
         log = tmp_path / f"compactor-{run}.log"
-        child = await _compactor_child(bookie_cluster, ns, "k", log)
+        step, nth = rng.choice(_STEPS), rng.randint(1, segments - 1)
+        where = f"seed {seed}, run {run}, killed after {step!r} #{nth}"
+        child = _compactor_child(bookie_cluster, ns, name, log, step=step, nth=nth)
         try:
-            await wait_for(lambda: log.exists() and b"compacting" in log.read_bytes(),  # noqa: B023
-                           f"compactor {run} to start", timeout_s=60)  # fmt: skip
-            # The random point: somewhere in the run (the chaos, not a wait).
-            await asyncio.sleep(rng.uniform(0.0, 1.5))
+            await wait_for(functools.partial(_stopped_or_gone, child), where, timeout_s=120)
         finally:
-            procs.kill9(child)  # type: ignore[arg-type]
-        after = await _read_all(ns, "k")
-        assert _latest(after) == expected, f"seed {seed}, run {run}"
-        assert all(original[r.sequence_id] == r for r in after), f"seed {seed}, run {run}"
-    # Whatever the kills left, a full run ends compacted.
-    await ns.compact("k", CompactionPolicy(compact=True))
-    final = await _read_all(ns, "k")
-    assert len(final) == keys and _latest(final) == expected, f"seed {seed}"
+            procs.kill9(child)
+        assert b"done" not in log.read_bytes(), f"{where}: the run ended before the kill"
+        after = await _read_all(ns, name)
+        assert _latest(after) == expected, where
+        assert all(original[r.sequence_id] == r for r in after), where
+        # Whatever the kill left, a full run ends compacted.
+        await ns.compact(name, CompactionPolicy(compact=True))
+        final = await _read_all(ns, name)
+        assert len(final) == keys and _latest(final) == expected, where
+        assert all(original[r.sequence_id] == r for r in final), where
 
 
 @pytest.mark.integration
