@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
-from foundation.errors import BadRequestError, NoEntryError, NoLedgerError
+from foundation.errors import BadRequestError, NoEntryError, NoLedgerError, NotFoundError
 from foundation.names import partition_stream
+from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK
 from ops.cli.entry import main as cli_main
 from ops.cluster import procs
 from ops.cluster.local import LocalCluster
-from streams.compaction import compact_stream
+from streams.compaction import COMPACTOR_LOCK_TAG, compact_stream
 from streams.compaction_plan import CompactionPolicy, policy_of, survivors
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -486,3 +487,32 @@ async def test_a_reader_part_way_through_goes_on_in_the_new_ledger(
         await slow.close()
     latest = _latest(seen)
     assert latest == {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
+
+
+@pytest.mark.integration
+async def test_a_killed_compactors_new_ledger_is_an_orphan_and_collected(ns: Namespace) -> None:
+    """A compactor killed between making its new ledger and the swap leaves that ledger
+    unreferenced: the orphan collector takes it although the stream's writer is alive
+    (the compactor's lock tag names no lock node); a swapped-in one it never takes."""
+    from ledger.orphans import LedgerRole, OrphanCollector
+
+    await ns.create_stream("o", StreamOptions())
+    w = await ns.open_writer("o")  # a live writer: its own spares are not orphans
+    await w.write_many([LogRecord(b"%d" % i, key=b"k") for i in range(10)])
+    ctx = ns.context
+    tags = {TAG_STREAM: f"{ns.name}/o".encode(), TAG_WRITER_LOCK: COMPACTOR_LOCK_TAG}
+    left = await ctx.ledgers.create_ledger(custom=tags)
+    await left.close()
+    collector = OrphanCollector(ctx.md, min_age_ms=0, reads_in_flight_max=8)
+    meta, _v = await ctx.md.ledgers.read(left.ledger_id)
+    assert await collector.role(meta) is LedgerRole.ORPHAN
+    await collector.collect()
+    with pytest.raises(NotFoundError):
+        await ctx.md.ledgers.read(left.ledger_id)
+    await w.close()
+    # A compacted segment's ledger is referenced: never an orphan.
+    await ns.compact("o", POLICY)
+    [segment] = [s for s, _v in await ctx.segments("o")]
+    meta, _v = await ctx.md.ledgers.read(segment.ledger_id)
+    assert meta.custom.get(TAG_WRITER_LOCK) == COMPACTOR_LOCK_TAG
+    assert await collector.role(meta) is LedgerRole.SEGMENT
