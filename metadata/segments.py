@@ -226,6 +226,22 @@ class SegmentStore:
         path = self._layout.segment(ns, stream, segment.seqno)
         return await self._zk.set(path, segment.encode(), expected_version)
 
+    async def replace_ledger(
+        self, ns: str, stream: str, segment: SegmentMetadata, expected_version: int
+    ) -> None:
+        """Point a sealed segment at a new ledger (compaction) in one transaction: the
+        segment CAS on its version, the new ledger must exist, and the stream's max-txid
+        version is bumped (same value) so an orphan collector that listed the segments
+        before this cannot delete the ledger after it."""
+        invariant(segment.is_sealed, "only a sealed segment's ledger is replaced")
+        L = self._layout
+        data, max_version = await self._zk.get(L.max_txid(ns, stream))
+        tx = self._zk.transaction()
+        tx.set(L.segment(ns, stream, segment.seqno), segment.encode(), expected_version)
+        tx.check(L.ledger(segment.ledger_id), -1)
+        tx.set(L.max_txid(ns, stream), data, max_version)
+        await tx.commit()
+
     async def mark_truncated(self, ns: str, stream: str, updates: Sequence[Versioned]) -> None:
         """Write new truncation states of several segments (each CAS) in one transaction."""
         if not updates:

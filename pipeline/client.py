@@ -10,7 +10,9 @@ session and bookie connections; the namespaces are closed at process exit.
 the bookies with ``read_entries``: it finds the entry holding the slice's first record
 (starting at the planner's hint and backing off exponentially when the hint is past
 it), then reads entry ranges forward until the slice's last record, checking that
-sequence ids are consecutive: a hole is data loss, never silently skipped.
+sequence ids are consecutive: a hole is data loss, never silently skipped -- except the
+gaps a compacted entry (a *sparse* record set, :mod:`streams.compaction`) declares:
+such an entry covers its offsets up to its span's end, kept or not.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +38,7 @@ from pipeline.options import ConnectionOptions, Selection, namespace_config
 from pipeline.planning import SegmentView, Slice, StreamView, TopicPartition
 from streams.columns import EntryLayout, read_raw_entries, scan_entry
 from streams.records import ReadRecord
+from streams.recordset import decode_read_records
 
 if TYPE_CHECKING:
     from pipeline.columns import LayoutPart
@@ -249,6 +253,25 @@ def _last_entry(sl: Slice, entry: int, chunk: int, expected: int) -> int:
     return last
 
 
+def _read_sets(
+    ns: SyncNamespace, sl: Slice, first: int, last: int
+) -> list[tuple[int, bool, list[ReadRecord]]]:
+    """Entries ``first..last`` as (span end, sparse, records): an entry covers the
+    offsets before its span end, whether compaction kept them all (sparse) or not."""
+    start, entries = ns.runner.call(read_raw_entries(ns.ns, sl.stream, sl.seqno, first, last))
+    out: list[tuple[int, bool, list[ReadRecord]]] = []
+    for entry_id, payload in entries:
+        h, recs, _eos = decode_read_records(payload, sl.stream, sl.seqno, entry_id, start)
+        out.append((start + h.first_index + h.user_count, h.sparse, recs))
+    return out
+
+
+def _sparse_part(recs: list[ReadRecord], sl: Slice, expected: int) -> list[ReadRecord]:
+    """:func:`_slice_part` of a compacted entry: its records in [expected, seq_hi)."""
+    seqs = [r.sequence_id for r in recs]  # increasing: the decoder adds each gap
+    return recs[bisect_left(seqs, expected) : bisect_left(seqs, sl.seq_hi)]
+
+
 def _slice_part(recs: list[ReadRecord], sl: Slice, expected: int) -> list[ReadRecord]:
     """The records of ``recs`` that belong to the slice from ``expected`` on. Sequence
     ids increase by one within a segment, so the part is one run, checked at its ends."""
@@ -280,20 +303,26 @@ def _read_slice(ns: SyncNamespace, sl: Slice, batch_rows: int) -> Iterator[list[
     out: list[ReadRecord] = []
     while expected < sl.seq_hi:
         last = _last_entry(sl, entry, chunk, expected)
-        recs = _read(ns, sl, entry, last)
-        if recs:
+        sets = _read_sets(ns, sl, entry, last)
+        read = sum(len(recs) for _end, _sparse, recs in sets)
+        if read:
             # Adapt the chunk to what an entry really holds (writers batch records).
-            chunk = _chunk_entries(sl, len(recs) / max(1, last - entry + 1))
+            chunk = _chunk_entries(sl, read / max(1, last - entry + 1))
         entry = last + 1
-        run = _slice_part(recs, sl, expected)
-        expected += len(run)
-        while run:
-            room = batch_rows - len(out)
-            out.extend(run[:room])
-            run = run[room:]
-            if len(out) >= batch_rows:
-                yield out
-                out = []
+        for span_end, sparse, recs in sets:
+            if sparse:
+                run = _sparse_part(recs, sl, expected)
+                expected = max(expected, min(sl.seq_hi, span_end))
+            else:
+                run = _slice_part(recs, sl, expected)
+                expected += len(run)
+            while run:
+                room = batch_rows - len(out)
+                out.extend(run[:room])
+                run = run[room:]
+                if len(out) >= batch_rows:
+                    yield out
+                    out = []
     if out:
         yield out
 
@@ -352,6 +381,10 @@ def _entry_part(lay: EntryLayout, sl: Slice, expected: int) -> LayoutPart:
     is a hole."""
     from pipeline.columns import LayoutPart
 
+    if lay.offsets is not None:  # compacted: the records kept in [expected, seq_hi)
+        return LayoutPart(
+            lay, bisect_left(lay.offsets, expected), bisect_left(lay.offsets, sl.seq_hi)
+        )
     first = max(0, expected - lay.first_sequence_id)
     stop = min(lay.count, sl.seq_hi - lay.first_sequence_id)
     if first >= stop:
@@ -388,7 +421,10 @@ def _read_slice_columns(
         entry = last + 1
         for lay in lays:
             lay_part = _entry_part(lay, sl, expected)
-            expected += lay_part.hi - lay_part.lo
+            if lay.offsets is None:
+                expected += lay_part.hi - lay_part.lo
+            else:  # a compacted entry covers its span, kept or not
+                expected = max(expected, min(sl.seq_hi, lay.span_end))
             lo = lay_part.lo
             while lo < lay_part.hi:
                 hi = min(lay_part.hi, lo + batch_rows - rows)

@@ -118,6 +118,18 @@ def _cut(part: LayoutPart) -> _Cut:
     )
 
 
+def _sequence_ids(parts: Sequence[LayoutPart], n: int) -> Any:
+    """The parts' sequence ids: one run, unless a compacted entry lists its own."""
+    if all(p.layout.offsets is None for p in parts):
+        first_seq = parts[0].layout.first_sequence_id + parts[0].lo
+        return np.arange(first_seq, first_seq + n, dtype=np.int64)
+    return np.concatenate([
+        np.arange(lay.first_sequence_id + lo, lay.first_sequence_id + hi, dtype=np.int64)
+        if lay.offsets is None else np.frombuffer(lay.offsets, dtype=np.int64)[lo:hi]
+        for lay, lo, hi in parts
+    ])  # fmt: skip
+
+
 def _extras_column(parts: Sequence[LayoutPart], n: int, which: int) -> list[Any] | None:
     """Keys (``which`` 2) or headers (3) per row; None when no row has any."""
     if not any(p.layout.extras for p in parts):
@@ -191,8 +203,7 @@ def layout_batch(
     cat = (lambda i: np.concatenate([c[i] for c in cuts])) if len(cuts) > 1 else (
         lambda i: cuts[0][i]
     )  # fmt: skip
-    first_seq = parts[0].layout.first_sequence_id + parts[0].lo
-    seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
+    seqs = pa.array(_sequence_ids(parts, n))
     keys = _extras_column(parts, n, 2)
     keys = _extras_column(parts, n, 2)
     columns: list[pa.Array] = [

@@ -27,9 +27,10 @@ from streams.recordset import (
     RecordSetHeader,
     _extras,  # the record decoder's own extras parsers: one definition of the layout
     _extras_v1,
+    _gap,
     verify_record_set,
 )
-from streams.recordset_layout import F_END_OF_STREAM, F_NULL, F_SKIP, REC, REC_V1
+from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_NULL, F_SKIP, REC, REC_V1
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -73,7 +74,9 @@ class EntryLayout:
     RECORD_OVERHEAD_BYTES`` but for the records listed in ``extras`` (index, payload
     start, key, headers). ``slots`` is None when slot ``i`` is record ``i`` (no control
     record in the set); ``skipped`` holds the byte ranges of control records. Every
-    record's timestamp type is ``header.timestamp_type``."""
+    record's timestamp type is ``header.timestamp_type``. ``offsets`` is None when
+    record ``i``'s sequence id is ``first_sequence_id + i``; a compacted (sparse) set
+    lists them, and its ``slots`` too, and covers the offsets up to ``span_end``."""
 
     entry_id: int
     header: RecordSetHeader
@@ -84,10 +87,16 @@ class EntryLayout:
     extras: list[RecordExtras]
     skipped: list[tuple[int, int]]
     end_of_stream: bool
+    offsets: array[int] | None = None
 
     @property
     def count(self) -> int:
         return len(self.starts)
+
+    @property
+    def span_end(self) -> int:
+        """The offset after the last one the set covers (kept or compacted away)."""
+        return self.first_sequence_id + self.header.user_count
 
 
 def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLayout:
@@ -104,6 +113,11 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     append = starts.append
     eos = False
     pos = 0
+    first = start_sequence_id + header.first_index
+    # A compacted (sparse) set lists its records' sequence ids and slots.
+    offsets: array[int] | None = array("q") if header.sparse else None
+    slots = array("q") if header.sparse else None
+    shift = 0  # offsets compaction removed so far (sparse sets)
     try:
         for slot in range(header.count):
             flags = body[pos]
@@ -117,7 +131,11 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
                     pos = end
                     continue
                 _f, _t, dts, plen = _framing(body, pos, header.version)
-                key, hdrs, ts, _marker, pstart = parse(body, pos + RECORD_OVERHEAD_BYTES, flags,
+                at = pos + RECORD_OVERHEAD_BYTES
+                if flags & F_GAP:
+                    gap, at = _gap(body, at, header)  # refused unless the set is sparse
+                    shift += gap
+                key, hdrs, ts, _marker, pstart = parse(body, at, flags & ~F_GAP,
                                                        header.base_ts_ms + dts)  # fmt: skip
                 null = bool(flags & F_NULL)
                 if null and plen:
@@ -129,12 +147,14 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
                 append(pos)
                 pos += RECORD_OVERHEAD_BYTES + unpack_len(body, pos + _LEN_AT)[0]
             if slots is not None:
-                slots.append(slot)
+                slots.append(slot + shift)
+            if offsets is not None:
+                offsets.append(first + len(starts) - 1 + shift)
     except (struct.error, IndexError) as exc:
         raise BadRequestError("record set body is truncated") from exc
-    _check_end(header, body, pos, len(starts))
-    first = start_sequence_id + header.first_index
-    return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos)
+    _check_end(header, body, pos, len(starts) + shift)
+    return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos,
+                       offsets)  # fmt: skip
 
 
 def _framing(body: bytes, pos: int, version: int) -> tuple[int, int, int, int]:
@@ -145,7 +165,7 @@ def _check_end(header: RecordSetHeader, body: bytes, pos: int, users: int) -> No
     """The checks :func:`streams.recordset.decode_verified` makes after its loop."""
     if pos != len(body):
         raise BadRequestError("record set body is truncated or has trailing bytes")
-    if users != header.user_count:
+    if users != header.user_count and not (header.sparse and users <= header.user_count):
         raise BadRequestError("record set user count does not match its records")
 
 

@@ -34,6 +34,8 @@ from ledger.reader import LedgerReader
 from metadata.client import MetadataClient
 from metadata.segments import SegmentMetadata, TruncationState
 from metadata.streams import StreamOptions
+from streams.compaction import CompactionReport, compact_stream, compact_topic
+from streams.compaction_plan import CompactionPolicy
 from streams.config import NamespaceConfig
 from streams.context import CoreContext
 from streams.dlsn import DLSN, StartPosition
@@ -384,6 +386,14 @@ class Namespace:
     async def apply_retention(self, name: str) -> bool:
         """Apply the stream's retention policy now (normally its writer does this)."""
         return await apply_retention(self._ctx, name, await self.stream_options(name))
+
+    async def compact(self, name: str, policy: CompactionPolicy) -> CompactionReport:
+        """Compact stream ``name``'s cleanable segments now (:mod:`streams.compaction`)."""
+        return await compact_stream(self._ctx, name, policy)
+
+    async def compact_topic(self, topic: str) -> CompactionReport:
+        """Compact every partition of ``topic`` now, by its configs."""
+        return (await compact_topic(self._ctx, topic))[1]
 
     async def commit(self, name: str, subscriber: str, dlsn: DLSN) -> bool:
         """Advance ``subscriber``'s durable position; False if ``dlsn`` is not past it."""

@@ -44,6 +44,7 @@ from foundation.errors import (
     EndOfStreamError,
     NoEntryError,
     NoLedgerError,
+    NotFoundError,
     TimeoutError_,
     TruncatedError,
     fresh,
@@ -84,6 +85,7 @@ class LogReader:
         self._current: list[ReadRecord] = []
         self._index = 0
         self._position = start
+        self._next_entry = 0  # the entry after the last one read (see _read_range)
         self._ended = False
         self._error: BaseException | None = None
         self._closed = False
@@ -408,8 +410,11 @@ class LogReader:
         try:
             reader = await ctx.open_segment_reader(seg)
         except TruncatedError:
-            self._truncated(DLSN(seg.seqno, entry, slot), await self._floor())
-            return False
+            newer = await self._compacted(seg)
+            if newer is None:
+                self._truncated(DLSN(seg.seqno, entry, slot), await self._floor())
+                return False
+            seg, reader = newer, await ctx.open_segment_reader(newer)
         if seg.is_sealed:
             return await self._read_range(reader, seg, entry, seg.last_entry_id, slot)
         return await self._tail(reader, seg, entry, slot)
@@ -417,27 +422,64 @@ class LogReader:
     async def _read_range(
         self, reader: LedgerReader, seg: SegmentMetadata, first: int, last: int, slot: int
     ) -> bool:
-        stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
+        stream, seqno = self.stream, seg.seqno
+        start = first
+        while True:
+            try:
+                return await self._read_entries(reader, seg, start, first, last, slot)
+            except (NoLedgerError, NoEntryError) as exc:
+                newer = await self._compacted(seg)
+                if newer is None:
+                    if isinstance(exc, NoEntryError):
+                        raise
+                    raise TruncatedError(
+                        f"{stream}: segment {seqno} was deleted while reading"
+                    ) from exc
+                seg, reader = newer, await self._ctx.open_segment_reader(newer)
+                start = self._next_entry  # where the old ledger's reading stopped
+
+    async def _compacted(self, seg: SegmentMetadata) -> SegmentMetadata | None:
+        """The segment again if compaction pointed it at another ledger (the same
+        entries, at the same ids, minus dropped records: reading goes on where it
+        was), else None."""
+        ctx = self._ctx
         try:
-            async for e in reader.iter_entries(first, last):
-                header, body = verify_record_set(e.payload)
-                from_slot = slot if e.entry_id == first else 0
-                if from_slot == 0 and header.user_count == header.count > 0:
-                    # Only user records (the decoder checks the count): build them
-                    # when the application gets here.
-                    await self._put(
-                        Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0)
-                    )
-                    continue
-                records, eos = decode_verified(header, body, stream, seqno, e.entry_id, base,
-                                               from_slot)  # fmt: skip
-                if records:
-                    await self._put(Entry(records, header, body, seqno, e.entry_id, base,
-                                           e.payload, from_slot))  # fmt: skip
-                if eos:
-                    return True
-        except NoLedgerError as exc:
-            raise TruncatedError(f"{stream}: segment {seqno} was deleted while reading") from exc
+            now, _v = await ctx.md.segments.get_segment(ctx.namespace, self.stream, seg.seqno)
+        except NotFoundError:
+            return None
+        if now.ledger_id == seg.ledger_id or now.truncation is TruncationState.TRUNCATED:
+            return None
+        log.info("reader of %s: segment %d was compacted; reading on in ledger %d",
+                 self.stream, seg.seqno, now.ledger_id)  # fmt: skip
+        return now
+
+    async def _read_entries(  # noqa: PLR0917 - private; the range and where it resumes
+        self,
+        reader: LedgerReader,
+        seg: SegmentMetadata,
+        start: int,
+        first: int,
+        last: int,
+        slot: int,
+    ) -> bool:
+        stream, seqno, base = self.stream, seg.seqno, seg.start_sequence_id
+        self._next_entry = start
+        async for e in reader.iter_entries(start, last):
+            header, body = verify_record_set(e.payload)
+            from_slot = slot if e.entry_id == first else 0
+            self._next_entry = e.entry_id + 1
+            if from_slot == 0 and header.user_count == header.count > 0:
+                # Only user records (the decoder checks the count): build them
+                # when the application gets here.
+                await self._put(Entry(None, header, body, seqno, e.entry_id, base, e.payload, 0))
+                continue
+            records, eos = decode_verified(header, body, stream, seqno, e.entry_id, base,
+                                           from_slot)  # fmt: skip
+            if records:
+                await self._put(Entry(records, header, body, seqno, e.entry_id, base,
+                                       e.payload, from_slot))  # fmt: skip
+            if eos:
+                return True
         return False
 
     async def _tail(

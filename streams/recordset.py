@@ -29,6 +29,7 @@ from streams.recordset_layout import (
     COMPRESSION_MASK,
     CRC,
     F_END_OF_STREAM,
+    F_GAP,
     F_HEADERS,
     F_KEY,
     F_KNOWN,
@@ -52,11 +53,13 @@ from streams.recordset_layout import (
     RECORD_SET_BYTES_MAX,
     RECORD_SET_VERSION,
     SET_LOG_APPEND_TIME,
+    SET_SPARSE,
     U16,
     U32,
     VERSIONS_READ,
     RecordSetHeader,
 )
+from streams.recordset_sparse import encode_sparse_set
 
 __all__ = [
     "HEADER_BYTES",
@@ -69,6 +72,7 @@ __all__ = [
     "decode_with_markers",
     "encode_control",
     "encode_record_set",
+    "encode_sparse_set",
     "verify_record_set",
 ]
 
@@ -105,16 +109,17 @@ def _verified(data: bytes) -> tuple[RecordSetHeader, bytes]:
     if crc32c.crc32c(stored, crc32c.crc32c(data[: HEADER.size])) != crc:
         raise ChecksumError("record set checksum mismatch")
     (_v, flags, count, user, first, ftx, ltx, base, before, stored_len, raw_len) = fields
-    if stored_len != len(stored) or raw_len > RECORD_SET_BYTES_MAX or user > count:
+    sparse = bool(flags & SET_SPARSE)
+    if stored_len != len(stored) or raw_len > RECORD_SET_BYTES_MAX or (user > count and not sparse):
         raise BadRequestError("record set header lengths are inconsistent")
     comp_bits = flags & COMPRESSION_MASK
-    known = COMPRESSION_MASK | (SET_LOG_APPEND_TIME if version >= 2 else 0)
+    known = COMPRESSION_MASK | (SET_LOG_APPEND_TIME | SET_SPARSE if version >= 2 else 0)
     if comp_bits > Compression.ZSTD or flags & ~known:
         raise BadRequestError(f"record set flags {flags:#x} unknown")
     compression = Compression(comp_bits)
     ts_type = LOG_APPEND_TIME if flags & SET_LOG_APPEND_TIME else CREATE_TIME
     header = RecordSetHeader(compression, count, user, first, ftx, ltx, base, before,
-                             stored_len, raw_len, version, ts_type)  # fmt: skip
+                             stored_len, raw_len, version, ts_type, sparse)  # fmt: skip
     return header, _decompress(stored, compression, raw_len)
 
 
@@ -318,8 +323,9 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     seq0 = seq
     pos = 0
     eos = False
+    shift = 0  # offsets compaction removed so far in this set (sparse sets only)
     try:
-        for slot in range(header.count):
+        for i in range(header.count):
             flags, txid, dts, plen = unpack(body, pos)
             pos += 17  # RECORD_OVERHEAD_BYTES, a literal in the hot loop
             if not flags:  # the catch-up read path's record: no extras
@@ -327,6 +333,7 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                 ts = base_ts + dts
                 stop = pos + plen
                 payload = body[pos:stop]
+                slot = i + shift
             elif flags == F_KEY:  # a keyed record, the common extra (same in v1): inline
                 (klen,) = unpack_u32(body, pos)
                 pos += 4
@@ -336,12 +343,19 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                 ts = base_ts + dts
                 stop = pos + plen
                 payload = body[pos:stop]
+                slot = i + shift
             else:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     pos += plen
                     continue
+                if flags & F_GAP:
+                    gap, pos = _gap(body, pos, header)
+                    seq += gap
+                    shift += gap
+                    flags &= ~F_GAP
                 key, hdrs, ts, marker, pos = extras(body, pos, flags, base_ts + dts)
+                slot = i + shift
                 if marker is not None and markers is not None:
                     markers[slot] = marker
                 stop = pos + plen
@@ -359,10 +373,19 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         raise BadRequestError("record set body is truncated") from exc
     if pos != len(body):
         raise BadRequestError("record set body is truncated or has trailing bytes")
-    if seq - seq0 != header.user_count:
+    if seq - seq0 != header.user_count and not (header.sparse and seq - seq0 <= header.user_count):
         # Readers rely on the count to tell user sets from control ones.
         raise BadRequestError("record set user count does not match its records")
     return out, eos
+
+
+def _gap(body: bytes, pos: int, header: RecordSetHeader) -> tuple[int, int]:
+    """A record's offset gap (sparse sets only) and the position after it."""
+    if not header.sparse:
+        raise BadRequestError("record has an offset gap in a set that is not sparse")
+    _need(pos + 4, len(body))
+    (gap,) = U32.unpack_from(body, pos)
+    return gap, pos + 4
 
 
 def _check_null(plen: int) -> None:

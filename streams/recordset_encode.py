@@ -44,6 +44,7 @@ from streams.recordset_layout import (
     RECORD_SET_BYTES_MAX,
     RECORD_SET_VERSION,
     SET_LOG_APPEND_TIME,
+    SET_SPARSE,
     TS_DELTA_MAX,
     TS_DELTA_MIN,
     U16,
@@ -79,11 +80,13 @@ def _seal(  # noqa: PLR0917 - private; one positional field per header field
     bytes_before: int,
     compression: Compression,
     timestamp_type: int = CREATE_TIME,
+    sparse: bool = False,
 ) -> bytes:
     if len(body) > RECORD_SET_BYTES_MAX:
         raise TooLargeError(f"record set of {len(body)} bytes exceeds {RECORD_SET_BYTES_MAX}")
     stored, used = _compress(body, compression)
     flags = int(used) | (SET_LOG_APPEND_TIME if timestamp_type == LOG_APPEND_TIME else 0)
+    flags |= SET_SPARSE if sparse else 0  # streams.recordset_sparse
     header = HEADER.pack(RECORD_SET_VERSION, flags, count, user_count, first_index, first_txid,
                          last_txid, base_ts_ms, bytes_before, len(stored), len(body))  # fmt: skip
     crc = crc32c.crc32c(stored, crc32c.crc32c(header))

@@ -7,9 +7,10 @@ entry. Byte layout, format version 2 (all integers big-endian)::
     offset  size  field
     0       1     version (RECORD_SET_VERSION = 2; 1 is still read)
     1       1     flags: bits 0-1 compression (0 none, 1 lz4 block, 2 zstd);
-                  bit 2 timestamp type (0 CreateTime, 1 LogAppendTime; v2 only)
+                  bit 2 timestamp type (0 CreateTime, 1 LogAppendTime; v2 only);
+                  bit 3 sparse (a compacted set, v2 only: see below)
     2       4     records in the set (user + control)
-    6       4     user records in the set
+    6       4     user records in the set (sparse: the offsets the set covers)
     10      8     first index: user records of the segment before this set
     18      8     first txid of the set's user records (-1: none)
     26      8     last txid of the segment up to and including this set (-1: none)
@@ -23,11 +24,13 @@ entry. Byte layout, format version 2 (all integers big-endian)::
 
     record (inside the raw body, one after the other)
     0       1     flags: 0x01 control, 0x02 end of stream, 0x04 has key, 0x08 has headers,
-                  0x10 null value, 0x20 absolute timestamp, 0x40 producer marker
+                  0x10 null value, 0x20 absolute timestamp, 0x40 producer marker,
+                  0x80 offset gap (sparse sets only)
     1       8     txid (signed)
     9       4     timestamp delta from the set's base timestamp, ms (signed; v1 unsigned)
     13      4     payload length (0 for a null value)
     17      ...   extras, in this order, each only if its flag is set:
+                  0x80  gap u32: offsets compaction removed just before this record
                   0x20  timestamp, ms (i64): the delta does not fit 32 bits
                   0x04  key length u32, key
                   0x08  header count u16, then per header: name length u16, name
@@ -59,6 +62,13 @@ Control records (which let the writer advance the LAC when idle) and the end-of-
 marker occupy a slot but are never handed to readers. A record's sequence id is the
 segment's ``start_sequence_id`` + the set's first index + its index among the set's
 user records.
+
+A *sparse* set is what compaction (:mod:`streams.compaction`) writes in place of an
+entry some of whose records it removed: the original set's header fields (first index,
+txids, bytes before), ``user count`` the offsets the set covers, and only the records
+kept; each one after a removed one carries its *gap*, so sequence ids -- and slot ids,
+which in a user set are the record's index among the set's offsets -- stay what they
+were: a DLSN or an offset taken before a compaction still names the same place.
 """
 
 from __future__ import annotations
@@ -112,11 +122,13 @@ F_HEADERS: Final = 0x08
 F_NULL: Final = 0x10
 F_TIMESTAMP: Final = 0x20
 F_MARKER: Final = 0x40
+F_GAP: Final = 0x80
 F_SKIP: Final = F_CONTROL | F_END_OF_STREAM
 F_KNOWN_V1: Final = F_SKIP | F_KEY | F_HEADERS
 F_KNOWN: Final = F_KNOWN_V1 | F_NULL | F_TIMESTAMP | F_MARKER
 COMPRESSION_MASK: Final = 0x03
 SET_LOG_APPEND_TIME: Final = 0x04
+SET_SPARSE: Final = 0x08
 
 # Format v1's producer marker headers (decoded, never written) and their reserved prefix.
 LEGACY_PREFIX: Final = "bl."
@@ -140,3 +152,4 @@ class RecordSetHeader:
     raw_bytes: int
     version: int = RECORD_SET_VERSION
     timestamp_type: int = CREATE_TIME  # of every record in the set (Kafka's numbering)
+    sparse: bool = False  # compacted: records carry gaps, user_count is the offsets covered

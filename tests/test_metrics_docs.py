@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from bookie.metrics import BookieMetrics
 from ledger.autorecovery_config import AutorecoveryConfig
 from ledger.metrics import LedgerMetrics
+from ops.cli.compact_metrics import CompactionMetrics
 from ops.cluster.autorecovery_http import AutorecoveryHttp
 from readproxy.metrics import ReadProxyMetrics
 from writeproxy.metrics import WriteProxyMetrics
@@ -32,6 +33,7 @@ SECTIONS = {
     "Read proxy": ("readproxy",),
     "Ledger client (in the proxies and autorecovery)": ("writeproxy", "readproxy", "autorecovery"),
     "Autorecovery": ("autorecovery",),
+    "Compaction job": ("compaction",),
 }
 _NAME = re.compile(r"^`([a-z_:]+)`$")
 
@@ -68,6 +70,7 @@ def registries() -> dict[str, CollectorRegistry]:
         "writeproxy": wp.registry,
         "readproxy": ReadProxyMetrics().registry,
         "autorecovery": AutorecoveryHttp(cast(Any, fake_ar)).registry,
+        "compaction": CompactionMetrics().registry,  # a job's, written to a file
     }
 
 
@@ -84,7 +87,7 @@ def test_every_section_is_known() -> None:
     assert {s for s, *_ in documented()} == set(SECTIONS)
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", [*SERVICES, "compaction"])
 def test_docs_list_exactly_what_the_service_exports(service: str) -> None:
     wanted = {
         name: kind for section, name, kind, _by in documented() if service in SECTIONS[section]

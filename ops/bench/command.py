@@ -56,6 +56,12 @@ def _run_proxy(args: argparse.Namespace) -> dict[str, Any]:
     return proxy.run(args)
 
 
+def _run_compact(args: argparse.Namespace) -> dict[str, Any]:
+    from ops.bench import compact
+
+    return compact.run(args)
+
+
 def _run_produce(args: argparse.Namespace) -> dict[str, Any]:
     from ops.bench import produce
 
@@ -121,6 +127,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ops.bench.scale import add_arguments as scale_arguments
 
     scale_arguments(add("scale", _run_scale, "curves: data stored 100 MB -> 10 GB, readers"))
+    from ops.bench.compact import add_arguments as compact_arguments
+
+    compact_arguments(
+        add("compact", _run_compact, "compaction: records per second, bytes reclaimed")
+    )
     from ops.bench.produce import add_arguments as produce_arguments
 
     produce_arguments(

@@ -13,6 +13,7 @@ they are; ``--json`` prints one JSON object instead of a table.
 * ``topic alter NAME [--partitions N] [--config KEY=VALUE ...] [--delete-config KEY
   ...]`` -- grow (never shrink), set configs, return configs to their defaults;
 * ``topic delete NAME``;
+* ``topic compact NAME`` -- compact it now (:mod:`ops.cli.compact`);
 * ``produce TOPIC [--key K | --key-field F] [--header k=v ...] [--partition P]`` -- one
   record per stdin line; ``--key-field`` reads each line as a JSON object and keys it by
   that field. Prints records per partition with their offset range; exits 1 if a
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from foundation.errors import BadRequestError, BooklineError, ConfigError
 from foundation.names import validate_name
 from ops.cli.common import error_text, outcome_unknown, table, write_status
+from ops.cli.compact import register_compact
 from ops.cli.parser import at_least
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="return a config to its default (repeatable)",
     )
     add("delete", "delete a topic and its data")
+    register_compact(ops, _common, _check_cluster)  # ops.cli.compact: a job, not a proxy call
 
     pr = sub.add_parser("produce", help="send stdin lines to a topic, one record each")
     _common(pr)

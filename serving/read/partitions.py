@@ -44,10 +44,11 @@ async def read_partition(
         name, StartPosition.sequence(offset), limit, wait_s, before_open=check
     )
     if recs:
-        # Offsets are contiguous from the asked one (the reader never skips: it was
-        # opened without skip_truncated, and sequence ids have no holes).
+        # Offsets increase from the asked one: contiguous, or sparse where compaction
+        # removed records (streams.compaction), never before it (the reader was opened
+        # without skip_truncated).
         invariant(
-            recs[0][4] == offset and recs[-1][4] == offset + len(recs) - 1,
+            recs[0][4] >= offset and recs[-1][4] >= recs[0][4] + len(recs) - 1,
             "partition %s page from %d holds offsets %d..%d for %d records",
             name, offset, recs[0][4], recs[-1][4], len(recs),
         )  # fmt: skip

@@ -29,7 +29,13 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
-from foundation.errors import BooklineError, EndOfStreamError, NotFoundError, fresh
+from foundation.errors import (
+    BadVersionError,
+    BooklineError,
+    EndOfStreamError,
+    NotFoundError,
+    fresh,
+)
 from foundation.invariants import invariant
 from ledger.reader import LedgerReader
 from ledger.writer import LedgerWriter
@@ -40,6 +46,9 @@ from streams.context import CoreContext
 from streams.recordset import decode_header, decode_read_records
 
 log = logging.getLogger(__name__)
+# Seal transactions tried when only a compaction's max-txid bump (not the segment)
+# changed in between: each swap bumps once, so a few attempts always get through.
+SEAL_ATTEMPTS_MAX = 5
 
 __all__ = ["SegmentState", "Segments"]
 
@@ -309,16 +318,31 @@ class Segments:
             first_txid=seg.first_txid,
         )  # fmt: skip
         async with self.meta_lock:
-            _seg_now, version = await ctx.md.segments.get_segment(ns, self._stream, seg.meta.seqno)
-            sealed = dataclasses.replace(
-                sealed, truncation=_seg_now.truncation, min_active_dlsn=_seg_now.min_active_dlsn
-            )
-            max_txid, max_version = await ctx.md.streams.get_max_txid(ns, self._stream)
-            self._lock.check_owner()
-            await ctx.md.segments.seal_and_open(
-                ns, self._stream, sealed, version, next_meta,
-                max_txid=max(max_txid, sealed.last_txid), max_txid_version=max_version,
-            )  # fmt: skip
+            for attempt in range(SEAL_ATTEMPTS_MAX):
+                seg_now, version = await ctx.md.segments.get_segment(
+                    ns, self._stream, seg.meta.seqno
+                )
+                sealed = dataclasses.replace(
+                    sealed, truncation=seg_now.truncation, min_active_dlsn=seg_now.min_active_dlsn
+                )
+                max_txid, max_version = await ctx.md.streams.get_max_txid(ns, self._stream)
+                self._lock.check_owner()
+                try:
+                    await ctx.md.segments.seal_and_open(
+                        ns, self._stream, sealed, version, next_meta,
+                        max_txid=max(max_txid, sealed.last_txid), max_txid_version=max_version,
+                    )  # fmt: skip
+                    break
+                except BadVersionError:
+                    # A compaction's swap bumps the max-txid version (streams.compaction);
+                    # read again, unless the segment itself is no longer ours to seal.
+                    now, _v = await ctx.md.segments.get_segment(ns, self._stream, seg.meta.seqno)
+                    if now.is_sealed or now.ledger_id != seg.meta.ledger_id:
+                        raise
+                    if attempt + 1 == SEAL_ATTEMPTS_MAX:
+                        raise
+                    log.info("%s: segment %d seal raced a metadata change; again",
+                             self._stream, seg.meta.seqno)  # fmt: skip
         seg.meta = sealed
 
     async def roll(self) -> None:
