@@ -30,6 +30,7 @@ from streams.reader import LogReader
 from streams.writer.segments import SegmentState
 from streams.writer.writer import LogWriter
 from tests.conftest import BookieCluster
+from tests.values import values
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -113,7 +114,7 @@ def _ledger(w: LogWriter) -> LedgerWriter:
 async def _next(reader: LogReader, what: str) -> list[bytes]:
     """The records the reader hands out next (waiting for the first)."""
     got = await wait_for(lambda: reader.read_many(100, timeout_s=0.5), what)
-    return [r.payload for r in got]
+    return values(got)
 
 
 async def test_a_record_acknowledged_while_a_later_entry_is_in_flight_is_visible(

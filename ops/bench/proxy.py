@@ -158,7 +158,7 @@ async def _e2e(client: ProxyClient, args: argparse.Namespace) -> dict[str, Any]:
         ready.set()
         rec = await first
         while True:
-            t = sent.get(rec.payload[:16])
+            t = sent.get((rec.payload or b"")[:16])
             if t is not None:
                 latencies.append(time.perf_counter() - t)
                 got += 1

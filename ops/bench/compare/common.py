@@ -130,7 +130,11 @@ def stamped(scheduled: float, filler: bytes) -> bytes:
     return STAMP.pack(scheduled) + filler
 
 
-def stamp_of(payload: bytes) -> float:
+def stamp_of(payload: bytes | None) -> float:
+    """The send time a benchmark record carries (its payload's first bytes); the
+    benchmarks write no null value, so one is a broken run."""
+    if payload is None:
+        raise ValueError("a benchmark record with a null value")
     return float(STAMP.unpack_from(payload)[0])
 
 
