@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from foundation.errors import BadRequestError
-from streams.records import RECORD_OVERHEAD_BYTES
+from streams.records import RECORD_OVERHEAD_BYTES, Headers
 from streams.recordset import (
     F_END_OF_STREAM,
     RecordSetHeader,
@@ -64,7 +64,7 @@ class EntryLayout:
     first_sequence_id: int
     starts: array[int]
     slots: array[int] | None
-    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]]
+    extras: list[tuple[int, int, bytes | None, Headers | None]]
     skipped: list[tuple[int, int]]
     end_of_stream: bool
 
@@ -80,7 +80,7 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     header, body = verify_record_set(payload)
     starts: array[int] = array("q")
     slots: array[int] | None = None
-    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]] = []
+    extras: list[tuple[int, int, bytes | None, Headers | None]] = []
     skipped: list[tuple[int, int]] = []
     unpack_len = _U32.unpack_from
     append = starts.append

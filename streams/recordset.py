@@ -54,7 +54,15 @@ import zstandard
 
 from foundation.errors import BadRequestError, ChecksumError, TooLargeError
 from foundation.invariants import invariant
-from streams.records import RECORD_OVERHEAD_BYTES, Compression, ReadRecord
+from streams.records import (
+    CREATE_TIME,
+    RECORD_OVERHEAD_BYTES,
+    Compression,
+    Headers,
+    HeadersIn,
+    ReadRecord,
+    header_pairs,
+)
 
 __all__ = [
     "HEADER_BYTES",
@@ -127,7 +135,7 @@ def _compress(raw: bytes, compression: Compression) -> tuple[bytes, Compression]
     return out, compression
 
 
-def _encode_extras(key: bytes | None, headers: dict[str, bytes] | None) -> bytes:
+def _encode_extras(key: bytes | None, headers: HeadersIn | None) -> bytes:
     parts: list[bytes] = []
     if key is not None:
         parts += (_U32.pack(len(key)), key)
@@ -135,10 +143,12 @@ def _encode_extras(key: bytes | None, headers: dict[str, bytes] | None) -> bytes
         if len(headers) > HEADERS_PER_RECORD_MAX:
             raise BadRequestError(f"at most {HEADERS_PER_RECORD_MAX} headers per record")
         parts.append(_U16.pack(len(headers)))
-        for name, value in headers.items():
+        for name, value in header_pairs(headers):
             raw_name = name.encode()
             if len(raw_name) > HEADER_NAME_BYTES_MAX:
                 raise BadRequestError(f"header name longer than {HEADER_NAME_BYTES_MAX} bytes")
+            if value is None:
+                raise BadRequestError("null header values need record set format v2")
             parts += (_U16.pack(len(raw_name)), raw_name, _U32.pack(len(value)), bytes(value))
     return b"".join(parts)
 
@@ -183,7 +193,7 @@ def encode_record_set(
     bytes_before: int,
     last_txid: int,
     keys: Sequence[bytes | None] | None = None,
-    headers: Sequence[dict[str, bytes] | None] | None = None,
+    headers: Sequence[HeadersIn | None] | None = None,
     compression: Compression = Compression.NONE,
 ) -> bytes:
     """Encode user records (parallel sequences) into one record set.
@@ -269,7 +279,7 @@ def _body_with_extras(  # noqa: PLR0917 - private; the parallel sequences of one
     timestamps_ms: Sequence[int],
     base_ts: int,
     keys: Sequence[bytes | None] | None,
-    headers: Sequence[dict[str, bytes] | None] | None,
+    headers: Sequence[HeadersIn | None] | None,
 ) -> bytes:
     n = len(payloads)
     marked = _few_with_headers(keys, headers)
@@ -290,7 +300,7 @@ def _body_with_extras(  # noqa: PLR0917 - private; the parallel sequences of one
 
 
 def _few_with_headers(
-    keys: Sequence[bytes | None] | None, headers: Sequence[dict[str, bytes] | None] | None
+    keys: Sequence[bytes | None] | None, headers: Sequence[HeadersIn | None] | None
 ) -> list[int] | None:
     """The indexes of the records with headers when no record has a key and at most one
     in ``FRAMING_RUN_RECORDS_MIN`` has headers (a write proxy's batch: its marker rides on
@@ -311,7 +321,7 @@ def _body_with_few_headers(  # noqa: PLR0917 - private; the parallel sequences o
     txids: Sequence[int],
     timestamps_ms: Sequence[int],
     base_ts: int,
-    headers: Sequence[dict[str, bytes] | None] | None,
+    headers: Sequence[HeadersIn | None] | None,
     marked: list[int],
 ) -> bytes:
     """The same bytes as the per-record loop: the plain records between the ``marked``
@@ -402,9 +412,9 @@ def _decompress(stored: bytes, compression: Compression, raw_len: int) -> bytes:
     return body
 
 
-def _extras(body: bytes, pos: int, flags: int) -> tuple[bytes | None, dict[str, bytes] | None, int]:
+def _extras(body: bytes, pos: int, flags: int) -> tuple[bytes | None, Headers | None, int]:
     key: bytes | None = None
-    headers: dict[str, bytes] | None = None
+    headers: Headers | None = None
     end = len(body)
     if flags & F_KEY:
         _need(pos + 4, end)
@@ -417,7 +427,7 @@ def _extras(body: bytes, pos: int, flags: int) -> tuple[bytes | None, dict[str, 
         _need(pos + 2, end)
         (hcount,) = _U16.unpack_from(body, pos)
         pos += 2
-        headers = {}
+        headers = []
         for _ in range(hcount):
             _need(pos + 2, end)
             (nlen,) = _U16.unpack_from(body, pos)
@@ -431,7 +441,7 @@ def _extras(body: bytes, pos: int, flags: int) -> tuple[bytes | None, dict[str, 
             (vlen,) = _U32.unpack_from(body, pos)
             pos += 4
             _need(pos + vlen, end)
-            headers[name] = body[pos : pos + vlen]
+            headers.append((name, body[pos : pos + vlen]))
             pos += vlen
     return key, headers, pos
 
@@ -506,7 +516,7 @@ def _decode_each(  # noqa: PLR0917 - private hot path
             stop = pos + plen
             if slot >= from_slot:
                 append(_new(ReadRecord, (stream, segment_seqno, entry_id, slot, seq, txid,
-                                         base_ts + dts, body[pos:stop], key, hdrs)))  # fmt: skip
+                                         base_ts + dts, body[pos:stop], key, hdrs, CREATE_TIME)))  # fmt: skip
             seq += 1
             pos = stop
     except struct.error as exc:

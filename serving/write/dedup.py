@@ -34,7 +34,7 @@ from typing import Final, Protocol, cast
 from foundation.errors import OutcomeUnknownError, ProducerFencedError
 from foundation.invariants import invariant
 from streams.dlsn import DLSNSequence
-from streams.records import RecordColumns
+from streams.records import Headers, HeadersIn, RecordColumns, header_pairs
 
 # Record headers the write core adds to the first record of each producer batch so a
 # new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
@@ -60,7 +60,7 @@ class HasHeaders(Protocol):
     def sequence_id(self) -> int: ...
 
     @property
-    def headers(self) -> dict[str, bytes] | None: ...
+    def headers(self) -> Headers | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +89,21 @@ def marked(records: RecordColumns, marker: dict[str, bytes]) -> RecordColumns:
     that is None past the first record, so the writer keeps its fast path for them."""
     headers = records.headers
     if headers is None:
-        column: list[dict[str, bytes] | None] = [None] * len(records)
+        column: list[HeadersIn | None] = [None] * len(records)
         column[0] = marker
     else:
         column = list(headers)
         first = column[0]
-        column[0] = {**first, **marker} if first else marker
-    return RecordColumns(records.payloads, records.keys, column, records.txids)
+        column[0] = [*header_pairs(first), *marker.items()] if first else marker
+    return RecordColumns(records.payloads, records.keys, column, records.txids,
+                         records.timestamps)  # fmt: skip
 
 
-def parse_marker(headers: dict[str, bytes] | None) -> Marker | None:
-    if not headers or PRODUCER_HEADER not in headers:
+def parse_marker(pairs: HeadersIn | None) -> Marker | None:
+    if not pairs:
+        return None
+    headers = {k: v for k, v in header_pairs(pairs) if v is not None}
+    if PRODUCER_HEADER not in headers:
         return None
     try:
         producer = headers[PRODUCER_HEADER].decode()

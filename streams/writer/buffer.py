@@ -23,7 +23,7 @@ from typing import Any
 
 from foundation.errors import BooklineError, fresh
 from streams.dlsn import DLSN, DLSNRun, DLSNSequence
-from streams.records import LogRecord, RecordColumns
+from streams.records import HeadersIn, LogRecord, RecordColumns
 
 __all__ = ["Batch", "RecordBuffer", "Waiter", "consume"]
 
@@ -68,12 +68,12 @@ class RecordBuffer:
     )
 
     def __init__(self, done: asyncio.Future[None], control: str = "") -> None:
-        self.payloads: list[bytes] = []
+        self.payloads: list[bytes | None] = []
         self.txids: list[int] = []
         self.timestamps: list[int] = []
         # None until a record has a key or headers (the fast path encodes without them).
         self.keys: list[bytes | None] | None = None
-        self.headers: list[dict[str, bytes] | None] | None = None
+        self.headers: list[HeadersIn | None] | None = None
         self.waiters: list[Waiter] = []  # in slot order, covering every record
         self.nbytes = 0  # the records' bytes, framing included (RECORD_OVERHEAD_BYTES each)
         self.done = done  # resolves once the entry is acknowledged (fails with the writer)
@@ -101,7 +101,7 @@ class RecordBuffer:
     def append_many(  # noqa: PLR0917 - the hot path is called positionally
         self,
         cols: RecordColumns,
-        payloads: list[bytes],
+        payloads: list[bytes | None],
         txids: list[int],
         now: int,
         batch: Batch,

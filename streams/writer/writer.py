@@ -60,16 +60,16 @@ def _records_fitting(ends: list[int], i: int, room: int) -> int:
     return max(past - 1, i)
 
 
-def _user_bytes(cols: RecordColumns, payloads: list[bytes]) -> list[int]:
+def _user_bytes(cols: RecordColumns, payloads: list[bytes | None]) -> list[int]:
     """Each record's size as the limits count it (:func:`record_bytes`): C-level for
     payloads alone, per record only for the records with headers."""
     keys, headers = cols.keys, cols.headers
-    if keys is None:
-        user = list(map(len, payloads))
-    else:
-        user = [
-            len(p) if k is None else len(p) + len(k) for p, k in zip(payloads, keys, strict=True)
-        ]
+    try:
+        user = list(map(len, payloads))  # type: ignore[arg-type]  # None: TypeError
+    except TypeError:  # null values (count 0): rare, so not checked for up front
+        user = [0 if p is None else len(p) for p in payloads]
+    if keys is not None:
+        user = [u if k is None else u + len(k) for u, k in zip(user, keys, strict=True)]
     if headers is not None:
         for k in itertools.compress(range(len(user)), headers):  # the records with headers
             user[k] = record_bytes(payloads[k], None if keys is None else keys[k], headers[k])
@@ -190,7 +190,7 @@ class LogWriter:
         """Buffer ``record``; the future resolves to its DLSN once durable. Order is
         kept across write_nowait/write/write_many calls."""
         self._check()
-        if record.key is None and record.headers is None:
+        if record.key is None and record.headers is None and record.payload is not None:
             user = len(record.payload)
         else:
             user = record_bytes(record.payload, record.key, record.headers)
@@ -208,7 +208,7 @@ class LogWriter:
         return fut
 
     async def write(self, record: LogRecord) -> DLSN:
-        await self._wait_room(len(record.payload) + RECORD_OVERHEAD_BYTES)
+        await self._wait_room(len(record.payload or b"") + RECORD_OVERHEAD_BYTES)
         return await self.write_nowait(record)
 
     async def write_many(self, records: Sequence[LogRecord]) -> Sequence[DLSN]:
