@@ -95,6 +95,7 @@ def as_log_record(
     value), key, headers (ordered ``(name, value)`` pairs or a mapping; text is UTF-8)
     and the producer's timestamp. BAD_REQUEST for a malformed header or the reserved
     ``bl.`` prefix (:func:`httpapi.writes.checked_headers`), or a bad timestamp."""
+    h: HeadersLike | None
     if isinstance(value, LogRecord):
         if key is not None or headers is not None or timestamp_ms is not None:
             raise BadRequestError(

@@ -139,8 +139,8 @@ def checked_headers(value: HeadersLike | None) -> HeaderPairs | None:
     too many of them or the reserved ``bl.`` prefix."""
     if value is None:
         return None
-    items = value.items() if isinstance(value, Mapping) else value
-    if isinstance(items, str | bytes):
+    items: Any = value.items() if isinstance(value, Mapping) else value  # from a body: any
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
         raise BadRequestError("headers are a list of (name, value) pairs or a mapping")
     out: HeaderPairs = []
     for item in items:

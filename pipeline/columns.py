@@ -23,9 +23,9 @@ import numpy as np
 
 from foundation.errors import TooLargeError
 from foundation.invariants import invariant
-from pipeline.schema import TIMESTAMP_TYPE_CREATE, visible_headers
+from pipeline.schema import visible_headers
 from streams.columns import FRAMING_FIELDS, EntryLayout
-from streams.records import RECORD_OVERHEAD_BYTES
+from streams.records import CREATE_TIME, RECORD_OVERHEAD_BYTES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -202,7 +202,7 @@ def layout_batch(
         pa.repeat(pa.scalar(sl.partition, pa.int32()), n),
         seqs,
         pa.array(cat(3) * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.repeat(pa.scalar(TIMESTAMP_TYPE_CREATE, pa.int32()), n),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),  # format v1: always CreateTime
     ]
     if include_headers:
         headers = _extras_column(parts, n, 3)

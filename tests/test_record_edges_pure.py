@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -164,11 +165,12 @@ def test_the_topic_producer_takes_pairs_null_values_and_timestamps() -> None:
         1_600_000_000_000,
     )
     assert as_log_record(b"v", headers={"a": "1"}).headers == [("a", b"1")]
-    for bad in (
+    bad_calls: list[Callable[[], object]] = [
         lambda: as_log_record(b"v", headers=[("bl.producer", b"x")]),
         lambda: as_log_record(b"v", timestamp_ms=-5),
         lambda: as_log_record(LogRecord(b"v"), timestamp_ms=5),
-    ):
+    ]
+    for bad in bad_calls:
         with pytest.raises(BadRequestError):
             bad()
 
