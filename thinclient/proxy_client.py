@@ -419,7 +419,7 @@ class ProxyClient:
         self, topic: str, partition: int, offset: int, limit: int = 500, wait_ms: int = 0
     ) -> reads.PartitionPage:
         """Records of a topic partition from ``offset`` (rows ``(offset, ts, key,
-        value, headers)``); OUT_OF_RANGE past the end or truncated. Consumer groups:
+        value, headers, ts_type)``); OUT_OF_RANGE past the end or truncated. Consumer groups:
         ``groups.consumer.GroupConsumer``."""
         return await reads.read_partition(
             self._transport, topic, partition, offset, limit=limit, wait_ms=wait_ms
