@@ -16,10 +16,10 @@ from foundation.invariants import invariant
 from streams.dlsn import DLSN
 
 __all__ = [
+    "CREATE_TIME",
     "LOG_APPEND_TIME",
     "RECORD_OVERHEAD_BYTES",
     "Compression",
-    "CREATE_TIME",
     "Header",
     "Headers",
     "HeadersIn",
@@ -120,7 +120,7 @@ class RecordColumns(Sequence[LogRecord]):
 
     __slots__ = ("headers", "keys", "marker", "payloads", "timestamps", "txids")
 
-    def __init__(  # noqa: PLR0917 - the contract's column order
+    def __init__(
         self,
         payloads: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None = None,

@@ -31,7 +31,7 @@ with atheris.instrument_imports(include=["bookie", "streams", "httpapi", "metada
     from groups import wire as group_wire
     from httpapi import recordsets, wire, writes
     from metadata import serde
-    from streams import recordset
+    from streams import recordset, recordset_layout
 
 Target = Callable[[bytes], object]
 
@@ -81,11 +81,11 @@ def _record_set(data: bytes) -> None:
 
 def _record_set_sealed(data: bytes) -> None:
     """The fuzzer's header and body with the CRC made right: reaches the body's parsing."""
-    size = recordset._HEADER.size
+    size = recordset_layout.HEADER.size
     if len(data) < size:
         return
     head, body = data[:size], data[size:]
-    crc = recordset._CRC.pack(crc32c.crc32c(body, crc32c.crc32c(head)))
+    crc = recordset_layout.CRC.pack(crc32c.crc32c(body, crc32c.crc32c(head)))
     recordset.decode_read_records(head + crc + body, "s", 1, 0, 0)
 
 
