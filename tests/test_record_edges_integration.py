@@ -297,8 +297,8 @@ async def _same_producer_writes_to(
     table from the stream's log) and ``producer`` writes sequence 0 again: a new
     record, not a retry of the source's batch."""
     path = f"/v1/topics/{topic}/partitions/0/records"
-    answer = await _post(cluster, path, {"producer": producer, "seq": 0,
-                                         "payload": "after the copy"})  # fmt: skip
+    body = {"producer": producer, "seq": 0, "records": [{"payload": "after the copy"}]}
+    answer = await _post(cluster, path, body)
     assert "duplicates" not in answer, answer
     rows = (await client.read_partition(topic, 0, 0)).rows
     assert [r[3] for r in rows][-1] == b"after the copy"
