@@ -84,7 +84,7 @@ class ProducerMarker:
     count: int  # records in the batch
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class LogRecord:
     """What a writer appends.
 
@@ -95,14 +95,24 @@ class LogRecord:
     the writer's clock at append (a LogAppendTime stream overwrites it anyway)."""
 
     payload: bytes | None
-    txid: int | None = None
-    key: bytes | None = None
-    headers: HeadersIn | None = None  # a list of pairs once made
-    timestamp_ms: int | None = None
+    txid: int | None
+    key: bytes | None
+    headers: Headers | None
+    timestamp_ms: int | None
 
-    def __post_init__(self) -> None:
-        if self.headers is not None and type(self.headers) is not list:
-            self.headers = header_pairs(self.headers)
+    def __init__(
+        self,
+        payload: bytes | None,
+        txid: int | None = None,
+        key: bytes | None = None,
+        headers: HeadersIn | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.payload = payload
+        self.txid = txid
+        self.key = key
+        self.headers = None if headers is None else header_pairs(headers)
+        self.timestamp_ms = timestamp_ms
 
 
 class RecordColumns(Sequence[LogRecord]):

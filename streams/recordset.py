@@ -309,9 +309,12 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     append = out.append
     v2 = header.version >= 2
     unpack = REC.unpack_from if v2 else REC_V1.unpack_from
+    unpack_u32 = U32.unpack_from
     extras: Callable[[bytes, int, int, int], Extras] = _extras if v2 else _extras_v1
     base_ts = header.base_ts_ms
     ts_type = header.timestamp_type
+    payload: bytes | None
+    key: bytes | None
     seq0 = seq
     pos = 0
     eos = False
@@ -319,7 +322,16 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         for slot in range(header.count):
             flags, txid, dts, plen = unpack(body, pos)
             pos += 17  # RECORD_OVERHEAD_BYTES, a literal in the hot loop
-            if flags:
+            if flags == F_KEY:  # a keyed record, the common extra (same in v1): inline
+                (klen,) = unpack_u32(body, pos)
+                pos += 4
+                key = body[pos : pos + klen]
+                pos += klen
+                hdrs = None
+                ts = base_ts + dts
+                stop = pos + plen
+                payload = body[pos:stop]
+            elif flags:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     pos += plen

@@ -14,6 +14,7 @@ import lz4.block
 import zstandard
 
 from foundation.errors import BadRequestError, TooLargeError
+from foundation.limits import RESERVED_HEADER_PREFIX
 from streams.records import (
     CREATE_TIME,
     LOG_APPEND_TIME,
@@ -49,7 +50,7 @@ from streams.recordset_layout import (
     U32,
 )
 
-__all__ = ["encode_control", "encode_record_set"]
+__all__ = ["check_headers", "encode_control", "encode_record_set"]
 
 # Slot (in the set) -> the producer marker its record carries.
 Markers = Mapping[int, ProducerMarker]
@@ -138,7 +139,10 @@ def encode_record_set(
 
 
 def _deltas_fit(timestamps_ms: Sequence[int], base_ts: int) -> bool:
-    """Whether every timestamp's delta from the base fits the framing's 32 bits."""
+    """Whether every timestamp's delta from the base fits the framing's 32 bits (a
+    write_many's records share one timestamp object: counted, not compared)."""
+    if timestamps_ms.count(base_ts) == len(timestamps_ms):
+        return True
     return (
         min(timestamps_ms) - base_ts >= TS_DELTA_MIN
         and max(timestamps_ms) - base_ts <= TS_DELTA_MAX
@@ -214,6 +218,8 @@ def _sparse_extras(
     """The indexes of the records with headers or a marker when at most one in
     ``FRAMING_RUN_RECORDS_MIN`` has any (a write proxy's batch: its marker rides on the
     first record), else None. C-level scans only."""
+    if headers is None and not markers:
+        return []
     flagged = set(markers) if markers else set()
     if headers is not None:
         with_headers = n - headers.count(None)
@@ -239,6 +245,8 @@ def _body_sparse(  # noqa: PLR0917 - private; the parallel sequences of one set
 ) -> bytes:
     """The same bytes as :func:`_body_each`: the plain records between the
     ``flagged`` ones take :func:`_plain_body`'s C-level path."""
+    if not flagged:
+        return _plain_body(payloads, txids, timestamps_ms, base_ts)  # type: ignore[arg-type]  # None: TypeError
     parts: list[bytes] = []
     start = 0
     n = len(payloads)
@@ -305,6 +313,19 @@ def _frame_one(  # noqa: PLR0917 - private; one record's fields
         flags |= F_NULL
         payload = b""
     return [REC.pack(flags, txid, delta, len(payload)), *extras, payload]
+
+
+def check_headers(headers: HeadersIn) -> None:
+    """Refuse (BadRequestError) headers the encoder would not take, or that use
+    Bookline's reserved ``bl.`` prefix: a writer checks a record before accepting it,
+    so a bad one fails its call, never the writer's pipe. No reader ever returns a
+    ``bl.*`` header (format v1's are removed on decoding, and none is written since)."""
+    _encode_headers(headers)
+    for name, _value in header_pairs(headers):
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            raise BadRequestError(
+                f"header names starting {RESERVED_HEADER_PREFIX!r} are reserved: {name!r}"
+            )
 
 
 def _encode_headers(headers: HeadersIn) -> bytes:

@@ -21,6 +21,7 @@ from pipeline import client as pipeline_client
 from pipeline.options import parse_sink_options, parse_source_options
 from streams.sync import SyncNamespace
 from tests.cluster_support import cluster_secret, started_cluster, token
+from tests.values import values
 from thinclient.client import SyncProxyClient
 
 ZK = {"zk": "127.0.0.1:2181/x", "root": "/r"}
@@ -45,7 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _read_all(ns: SyncNamespace, stream: str, count: int) -> list[bytes]:
     with ns.open_reader(stream, "earliest") as reader:
         records = reader.read_many(count, timeout_s=20)
-    return [r.payload for r in records]
+    return values(records)
 
 
 @pytest.mark.integration

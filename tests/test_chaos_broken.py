@@ -34,6 +34,7 @@ from streams.writer import LogWriter
 from tests.conftest import BookieCluster
 from tests.test_power_cut import ShimBookies
 from tests.test_power_cut import _configure as configure_shim
+from tests.values import value as payload_of
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -89,7 +90,7 @@ def test_writer_acking_without_writing_is_caught_as_lost(
     dropped: list[str] = []
 
     def acks_without_writing(self: LogWriter, record: LogRecord) -> asyncio.Future[DLSN]:
-        value = record.payload.decode()
+        value = payload_of(record).decode()
         if value.startswith("w-core.") and int(value.rsplit(".", 1)[1]) % DROP_EVERY == 3:
             dropped.append(value)
             fut: asyncio.Future[DLSN] = asyncio.get_running_loop().create_future()

@@ -47,6 +47,7 @@ from bookline.client import ClientConfig
 from metadata.topics import TopicRecord
 from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.writer import LogWriter
+from tests.values import value
 from tests.waiting import scaled, wait_for
 
 pytestmark = pytest.mark.integration
@@ -232,7 +233,7 @@ async def _new_stream(c: Client, values: list[bytes]) -> tuple[str, list[DLSN]]:
 
 async def _take(tail: AsyncIterator[ReadRecord], n: int) -> list[bytes]:
     async with asyncio.timeout(scaled(READ_TIMEOUT_S)):
-        return [(await anext(tail)).payload for _ in range(n)]
+        return [value(await anext(tail)) for _ in range(n)]
 
 
 # -- writes and stream management --------------------------------------------------------

@@ -33,6 +33,7 @@ from foundation.errors import (
     WriterFailedError,
 )
 from tests.conftest import BookieCluster
+from tests.values import value, values
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,7 @@ async def read_n(ns: Namespace, name: str, n: int, start: object = "earliest") -
         while len(out) < n:
             batch = await reader.read_many(10_000, timeout_s=20)
             assert batch, f"no record within 20 s after {len(out)} of {n}"
-            out.extend(r.payload for r in batch)
+            out.extend(values(batch))
     finally:
         await reader.close()
     return out
@@ -104,7 +105,7 @@ async def test_write_read_info_and_reopen(ns: Namespace) -> None:
     assert [x.sequence_id for x in recs if x] == [0, 1, 2, 3]
     assert recs[0] is not None
     assert recs[0].key == b"k"
-    assert recs[0].headers == {"h": b"v"}
+    assert recs[0].headers == [("h", b"v")]
     records = await ns.read_entries("s", 1, 0, info.segments[0].last_entry_id)
     assert [x.payload for x in records] == [b"one", b"two", b"three"]
     await ns.delete_stream("s")
@@ -170,7 +171,7 @@ async def test_positioning_by_dlsn_txid_sequence_timestamp(ns: Namespace) -> Non
         try:
             rec = await r.read_next(10)
             assert rec is not None
-            return int.from_bytes(rec.payload[:8], "big")
+            return int.from_bytes(value(rec)[:8], "big")
         finally:
             await r.close()
 
@@ -229,7 +230,7 @@ async def test_tailing_reader_across_segment_rolls(ns: Namespace) -> None:
                 # resolved: latest means "after what readers can see"
                 assert not got
                 continue
-            got.append(rec.payload)
+            got.append(value(rec))
             segments.add(rec.dlsn.segment_seqno)
 
     task = asyncio.create_task(consume())
@@ -420,6 +421,6 @@ def test_sync_facade_from_threads(bookie_cluster: BookieCluster) -> None:
             got = r.read_many(100, timeout_s=10)
             while len(got) < 41:
                 got += r.read_many(100, timeout_s=10)
-        assert sorted(x.payload for x in got[:40]) == sorted(b"t%d" % i for i in range(40))
+        assert sorted(values(got[:40])) == sorted(b"t%d" % i for i in range(40))
         assert got[-1].payload == b"last"
         assert sns.stream_info("s").record_count == 41

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.values import value
 from tests.waiting import scaled, wait_for, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +126,7 @@ if __name__ != "__main__":
             while len(out) < info.record_count:
                 batch = await reader.read_many(10_000, timeout_s=20)
                 assert batch
-                out.extend((r.payload, r.dlsn.segment_seqno) for r in batch)
+                out.extend((value(r), r.dlsn.segment_seqno) for r in batch)
         finally:
             await reader.close()
         return out

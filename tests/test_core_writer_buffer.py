@@ -18,7 +18,7 @@ from streams.writer.buffer import Batch, RecordBuffer
 
 
 def _size(record: LogRecord) -> int:
-    return len(record.payload) + RECORD_OVERHEAD_BYTES
+    return len(record.payload or b"") + RECORD_OVERHEAD_BYTES
 
 
 async def test_single_writes_and_batches_get_their_slots_in_order() -> None:
@@ -65,7 +65,7 @@ async def test_a_batch_whose_first_record_has_headers_is_buffered_as_slices() ->
     starts the key and header columns; the rest of the batch goes in as slices."""
     loop = asyncio.get_running_loop()
     buf = RecordBuffer(loop.create_future())
-    payloads = [b"a", b"b", b"c"]
+    payloads: list[bytes | None] = [b"a", b"b", b"c"]
     cols = RecordColumns(payloads, headers=[{"bl.seq": b"1"}, None, None])
     batch = Batch(loop.create_future(), 3)
     buf.append_many(cols, payloads, [5, 5, 5], 0, batch, 0, 3, 3 * (1 + RECORD_OVERHEAD_BYTES))

@@ -32,6 +32,7 @@ from groups.state import GroupState
 from groups.wire import CommitRequest, HeartbeatRequest, JoinRequest, ResetPlan, ResetRequest
 from streams.dlsn import DLSN
 from streams.records import LogRecord
+from tests.values import value
 from tests.waiting import wait_for
 
 SESSION = 6_000
@@ -48,7 +49,7 @@ class FakeLog:
     def write_nowait(self, record: LogRecord) -> asyncio.Future[DLSN]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[DLSN] = loop.create_future()
-        self.payloads.append(record.payload)
+        self.payloads.append(value(record))
         if self.fail_with is not None:
             loop.call_soon(fut.set_exception, self.fail_with)
         else:

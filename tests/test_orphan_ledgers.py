@@ -35,6 +35,7 @@ from tests import proxy_support
 from tests.cli_support import cli_json
 from tests.conftest import BookieCluster
 from tests.metadata_support import wait_for
+from tests.values import values
 from thinclient.client import ProxyClient
 
 pytestmark = pytest.mark.integration
@@ -167,7 +168,7 @@ async def _read_all(client: ProxyClient, stream: str, n: int) -> list[bytes]:
     while len(out) < n:
         page = await client.read(stream, start, limit=n, wait_ms=5_000)
         assert page.records, f"no record after {len(out)} of {n}"
-        out.extend(r.payload for r in page.records)
+        out.extend(values(page.records))
         start = page.next
     return out
 
@@ -231,7 +232,7 @@ async def read_all(ns: Namespace, name: str, n: int) -> list[bytes]:
         while len(out) < n:
             batch = await reader.read_many(1_000, timeout_s=20)
             assert batch, f"no record within 20 s after {len(out)} of {n}"
-            out.extend(r.payload for r in batch)
+            out.extend(values(batch))
     finally:
         await reader.close()
     return out

@@ -28,6 +28,7 @@ import pytest
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, StreamOptions
 from foundation.errors import BooklineError
 from ops.cluster import procs
+from tests.values import values
 from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.integration
@@ -160,7 +161,7 @@ async def _read_all(ns: Namespace, stream: str) -> list[bytes]:
         while len(out) < info.record_count:
             batch = await reader.read_many(10_000, timeout_s=20)
             assert batch, f"{stream}: read stalled at {len(out)} of {info.record_count}"
-            out.extend(r.payload for r in batch)
+            out.extend(values(batch))
     finally:
         await reader.close()
     return out

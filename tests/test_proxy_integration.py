@@ -22,6 +22,7 @@ from httpapi import wire
 from ops.cluster import procs
 from ops.cluster.local import LocalCluster
 from streams.dlsn import DLSN
+from tests.values import values
 from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient
 from thinclient.routing import rendezvous
@@ -68,7 +69,7 @@ async def _read_all(client: ProxyClient, stream: str) -> list[bytes]:
         page = await client.read(stream, pos, limit=5000)
         if not page.records:
             return out
-        out.extend(r.payload for r in page.records)
+        out.extend(values(page.records))
         pos = page.next
 
 

@@ -16,6 +16,7 @@ from serving.write.dedup import DedupTable
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord, RecordColumns
+from tests.values import values
 from tests.waiting import wait_for
 
 
@@ -33,7 +34,7 @@ class FakeWriter:
     ) -> tuple[list[DLSN], list[int]]:
         self.handed.append(records)
         first = len(self.log)
-        self.log.extend(r.payload for r in records)
+        self.log.extend(values(records))
         await asyncio.sleep(self.ack_delay_s)  # the simulated acknowledgement time
         n = len(records)
         return [DLSN(1, first + i, 0) for i in range(n)], list(range(first, first + n))

@@ -19,6 +19,7 @@ from bookline import LogRecord, Namespace, NamespaceConfig, ProxyClient
 from foundation.errors import TooLargeError
 from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from tests.conftest import BookieCluster
+from tests.values import values
 from thinclient.client import ClientConfig
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,7 @@ async def test_core_writer_takes_a_record_of_the_limit_and_refuses_one_more_byte
         while len(got) < 5:
             batch = await reader.read_many(10, timeout_s=10)
             assert batch
-            got.extend(r.payload for r in batch)
+            got.extend(values(batch))
     finally:
         await reader.close()
     assert got == [b"small", biggest, b"a", biggest, b"b"]

@@ -27,6 +27,7 @@ from metadata.client import DIGEST_FILE_ENV
 from ops.cluster import procs
 from ops.cluster.children import READY_MARKERS
 from ops.cluster.local import CLUSTER_ROOT, LocalCluster
+from tests.values import values
 from tests.waiting import wait_until
 from thinclient.client import ClientConfig, ProxyClient
 
@@ -99,7 +100,7 @@ def test_proxies_that_can_sign_keep_working_across_their_tokens_expiry(tmp_path:
             ) as client:  # fmt: skip
                 await client.write(stream, payload)
                 page = await client.read(stream)
-                return [r.payload for r in page.records]
+                return values(page.records)
 
         assert asyncio.run(write_and_read("svc-a", b"before")) == [b"before"]
         # Past two lifetimes: the static token and the proxies' first own tokens have

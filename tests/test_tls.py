@@ -37,6 +37,7 @@ from ops.cluster.zookeeper import ZooKeeperServer, four_letter_word
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
 from streams.records import LogRecord
+from tests.values import values
 from tests.waiting import wait_for, wait_until
 from thinclient.proxy_client import ProxyClient
 
@@ -218,7 +219,7 @@ async def _read_all(client: ProxyClient, stream: str, count: int) -> list[bytes]
     async def read_all() -> bool:  # one turn: read the next page
         nonlocal position
         page = await client.read(stream, position, limit=10, wait_ms=1000)
-        got.extend(r.payload for r in page.records)
+        got.extend(values(page.records))
         position = page.next
         return len(got) >= count
 

@@ -26,6 +26,7 @@ from foundation.names import partition_stream
 from ops.cluster import procs
 from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.records import LogRecord
+from tests.values import values
 from tests.waiting import scaled, wait_for
 from thinclient.client import ClientConfig, ProxyClient, SyncProxyClient
 from thinclient.routing import rendezvous
@@ -110,7 +111,7 @@ async def _partition_payloads(core: Namespace, stream: str) -> list[bytes]:
     finally:
         await reader.close()
     assert [r.sequence_id for r in recs] == list(range(len(recs)))
-    return [r.payload for r in recs]
+    return values(recs)
 
 
 async def test_topic_admin_over_http_and_bad_input_changes_nothing(

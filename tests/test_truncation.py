@@ -19,6 +19,7 @@ import pytest
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig, ProxyClient
 from foundation.errors import OutOfRangeError
 from tests.conftest import BookieCluster
+from tests.values import values
 from tests.waiting import wait_for
 from thinclient.client import ClientConfig
 
@@ -44,7 +45,7 @@ async def _read_all(ns: Namespace, name: str) -> list[bytes]:
     try:
         out: list[bytes] = []
         while batch := await reader.read_many(1000, timeout_s=0.5):
-            out.extend(r.payload for r in batch)
+            out.extend(values(batch))
         return out
     finally:
         await reader.close()
@@ -135,7 +136,7 @@ async def test_proxy_truncate_past_the_end_is_a_clear_error(proxy_cluster: objec
         async def read_all() -> bool:  # one turn: read the next page
             nonlocal pos
             page = await client.read(stream, pos, limit=100)  # type: ignore[arg-type]
-            got.extend(r.payload for r in page.records)
+            got.extend(values(page.records))
             pos = page.next
             return len(got) >= len(want)
 

@@ -247,7 +247,7 @@ async def _tail_latencies(reader: LogReader, total: int, ready: Callable[[], Non
     perf, unpack = time.perf_counter, _STAMP.unpack_from
     while len(latencies) < total:
         for rec in await reader.read_many(10_000):
-            latencies.append(perf() - unpack(rec.payload)[0])
+            latencies.append(perf() - unpack(rec.payload or b"")[0])
     return latencies
 
 

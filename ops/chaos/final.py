@@ -297,8 +297,8 @@ def _position(plan: _StreamPlan, record: ReadRecord) -> str:
     return f"offset:{record.sequence_id}" if plan.topic is not None else str(record.dlsn)
 
 
-def _text(payload: bytes) -> str:
-    return payload.decode(errors="backslashreplace")
+def _text(payload: bytes | None) -> str:
+    return "<null>" if payload is None else payload.decode(errors="backslashreplace")
 
 
 async def final_phase(

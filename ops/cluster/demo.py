@@ -68,7 +68,7 @@ def write_and_read(cluster_file: Path) -> None:
             page = await client.read(stream, f"seq:{before}", limit=10)
             print(f"== read them back via the read proxy (from seq:{before})")
             for rec in page.records:
-                print(f"  {rec.dlsn}  seq={rec.sequence_id}  {rec.payload.decode()}")
+                print(f"  {rec.dlsn}  seq={rec.sequence_id}  {(rec.payload or b'').decode()}")
             tail = client.tail(stream, "latest")
             first = asyncio.ensure_future(tail.__anext__())
             await asyncio.sleep(0.5)
@@ -76,7 +76,7 @@ def write_and_read(cluster_file: Path) -> None:
             rec = await asyncio.wait_for(first, 10)
             await tail.aclose()
             print(
-                f"== tail (WebSocket) saw {rec.payload.decode()!r} at {rec.dlsn} "
+                f"== tail (WebSocket) saw {(rec.payload or b'').decode()!r} at {rec.dlsn} "
                 f"(written at {dlsn})"
             )
 

@@ -48,6 +48,7 @@ from streams.records import (
     LogRecord,
     RecordColumns,
 )
+from streams.recordset_encode import check_headers
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
 from streams.writer.segments import Segments
@@ -81,7 +82,10 @@ def _user_bytes(cols: RecordColumns, payloads: list[bytes | None]) -> list[int]:
         user = [u if k is None else u + len(k) for u, k in zip(user, keys, strict=True)]
     if headers is not None:
         for k in itertools.compress(range(len(user)), headers):  # the records with headers
-            user[k] = record_bytes(payloads[k], None if keys is None else keys[k], headers[k])
+            hdrs = headers[k]
+            assert hdrs is not None  # compress skipped the records without
+            check_headers(hdrs)
+            user[k] = record_bytes(payloads[k], None if keys is None else keys[k], hdrs)
     return user
 
 
@@ -213,6 +217,8 @@ class LogWriter:
         if record.key is None and record.headers is None and record.payload is not None:
             user = len(record.payload)
         else:
+            if record.headers is not None:
+                check_headers(record.headers)
             user = record_bytes(record.payload, record.key, record.headers)
         if user > RECORD_BYTES_MAX:
             raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
