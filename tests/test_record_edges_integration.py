@@ -300,8 +300,10 @@ async def _same_producer_writes_to(
     body = {"producer": producer, "seq": 0, "records": [{"payload": "after the copy"}]}
     answer = await _post(cluster, path, body)
     assert "duplicates" not in answer, answer
-    rows = (await client.read_partition(topic, 0, 0)).rows
-    assert [r[3] for r in rows][-1] == b"after the copy"
+    # the copy's 5 records, then this one (a long poll: a reader may learn of the last
+    # entry only a moment after it is durable)
+    rows = (await client.read_partition(topic, 0, 5, wait_ms=20_000)).rows  # the most allowed: 30 s
+    assert [(r[0], r[3]) for r in rows] == [(5, b"after the copy")]
 
 
 def _no_internal_headers(rows: list[Any], sink_tag: bool = False) -> None:
