@@ -199,6 +199,23 @@ def test_consume_json_shows_headers_as_pairs_and_the_timestamp_type() -> None:
     assert record_line(rec, False) == ""
 
 
+def test_stream_read_lines_show_null_values_headers_and_the_timestamp_type() -> None:
+    from ops.cli.stream import _line
+
+    rec = _record(PAIRS, None)
+    assert _line(rec, False) == ""
+    assert json.loads(_line(rec, True)) == {
+        "dlsn": "1:2:3",
+        "seq": 7,
+        "txid": 9,
+        "ts": 1_700_000_000_123,
+        "ts_type": "LogAppendTime",
+        "payload": None,
+        "key": "k",
+        "headers": [["a", "1"], ["n", None], ["a", "2"]],
+    }
+
+
 def test_produce_parses_null_value_and_timestamp_options() -> None:
     from ops.cli.topic import register
 
