@@ -322,7 +322,12 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         for slot in range(header.count):
             flags, txid, dts, plen = unpack(body, pos)
             pos += 17  # RECORD_OVERHEAD_BYTES, a literal in the hot loop
-            if flags == F_KEY:  # a keyed record, the common extra (same in v1): inline
+            if not flags:  # the catch-up read path's record: no extras
+                key = hdrs = None
+                ts = base_ts + dts
+                stop = pos + plen
+                payload = body[pos:stop]
+            elif flags == F_KEY:  # a keyed record, the common extra (same in v1): inline
                 (klen,) = unpack_u32(body, pos)
                 pos += 4
                 key = body[pos : pos + klen]
@@ -331,7 +336,7 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                 ts = base_ts + dts
                 stop = pos + plen
                 payload = body[pos:stop]
-            elif flags:
+            else:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     pos += plen
@@ -345,11 +350,6 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                     payload = None
                 else:
                     payload = body[pos:stop]
-            else:
-                key = hdrs = None
-                ts = base_ts + dts
-                stop = pos + plen
-                payload = body[pos:stop]
             if slot >= from_slot:
                 append(_new(ReadRecord, (stream, segment_seqno, entry_id, slot, seq, txid, ts,
                                          payload, key, hdrs, ts_type)))  # fmt: skip
