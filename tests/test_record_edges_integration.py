@@ -360,3 +360,31 @@ async def test_a_spark_copy_with_headers_copies_no_markers(
     assert len(copied) == 5
     _no_internal_headers(copied, sink_tag=True)
     await _same_producer_writes_to(proxy_cluster, client, copy, producer)
+
+
+async def test_log_append_time_shows_through_the_edges(
+    proxy_cluster: LocalCluster, client: ProxyClient, ns: Namespace
+) -> None:
+    """A LogAppendTime stream overwrites the producer's timestamp: the thin client,
+    the JSON view and the WebSocket tail say LogAppendTime and show the log's time."""
+    from metadata.streams import StreamOptions
+
+    stream = f"lat{_uid()}"
+    since_ms = await _now_ms(client, stream)
+    await ns.create_stream(stream, StreamOptions(timestamp_type="LogAppendTime"))
+    await client.write(stream, b"v", None, PAIRS, timestamp_ms=TS)
+    (rec,) = (await client.read(stream, "earliest", limit=10)).records
+    assert (rec.payload, rec.headers, rec.timestamp_type) == (b"v", PAIRS, 1)
+    assert rec.timestamp_ms >= since_ms > TS
+    tail = client.tail(stream, "earliest")
+    tailed = await anext(tail)
+    await tail.aclose()
+    assert (tailed.timestamp_ms, tailed.timestamp_type) == (rec.timestamp_ms, 1)
+    rurl = str(proxy_cluster.read_proxies[0].extra["url"])
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{rurl}/v1/streams/{stream}/records?from=earliest",
+                 headers={"Accept": wire.JSON}) as r,
+    ):  # fmt: skip
+        (view,) = (await r.json())["records"]
+    assert (view["ts"], view["ts_type"]) == (rec.timestamp_ms, "LogAppendTime")
