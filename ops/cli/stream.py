@@ -257,17 +257,29 @@ def _report_writes(summary: dict[str, Any]) -> None:
 
 
 def _line(rec: Any, as_json: bool) -> str:
-    if as_json:
-        return json.dumps(
-            {
-                "dlsn": str(rec.dlsn),
-                "seq": rec.sequence_id,
-                "txid": rec.txid,
-                "ts": rec.timestamp_ms,
-                "payload": rec.payload.decode("utf-8", "replace"),
-            }
-        )
-    return str(rec.payload.decode("utf-8", "replace"))
+    """A record read as one line: its payload as text (a null value: empty), or JSON with
+    the key, Kafka's headers as ``[name, value]`` pairs and the timestamp's type."""
+    from httpapi.views import timestamp_type_name
+
+    if not as_json:
+        return "" if rec.payload is None else str(rec.payload.decode("utf-8", "replace"))
+    obj: dict[str, Any] = {
+        "dlsn": str(rec.dlsn),
+        "seq": rec.sequence_id,
+        "txid": rec.txid,
+        "ts": rec.timestamp_ms,
+        "ts_type": timestamp_type_name(rec.timestamp_type),
+        "payload": _text(rec.payload),
+    }
+    if rec.key is not None:
+        obj["key"] = _text(rec.key)
+    if rec.headers:
+        obj["headers"] = [[name, _text(value)] for name, value in rec.headers]
+    return json.dumps(obj)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 async def _read(client: ProxyClient, args: argparse.Namespace) -> int:

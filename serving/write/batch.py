@@ -4,8 +4,8 @@
 
 Records travel in the form the front end decoded them in, without a copy: plain
 records (payload, optional key) as two columns (``payloads``, ``keys``), the form the
-core writer's fast path takes; records with headers or txids as ``records``, any
-objects with the fields of :class:`BatchRecord`.
+core writer's fast path takes; records with headers, txids, timestamps or null values
+as ``records``, any objects with the fields of :class:`BatchRecord`.
 """
 
 from __future__ import annotations
@@ -26,16 +26,19 @@ class BatchRecord(Protocol):
     """One record of a batch (e.g. ``httpapi.writes.WireRecord``)."""
 
     @property
-    def payload(self) -> bytes: ...
+    def payload(self) -> bytes | None: ...  # None: Kafka's null value
 
     @property
     def key(self) -> bytes | None: ...
 
     @property
-    def headers(self) -> dict[str, bytes] | None: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
 
     @property
     def txid(self) -> int | None: ...
+
+    @property
+    def timestamp_ms(self) -> int | None: ...  # the producer's; None: the log's
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,10 @@ class WriteBatch:
             keys = None if self.keys is None else self.keys[start:]
             return RecordColumns(self.payloads[start:], keys)
         return RecordColumns.of(
-            [LogRecord(r.payload, r.txid, r.key, r.headers) for r in self._records[start:]]
+            [
+                LogRecord(r.payload, r.txid, r.key, r.headers, r.timestamp_ms)
+                for r in self._records[start:]
+            ]
         )
 
 
