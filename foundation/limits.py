@@ -8,6 +8,7 @@ One number, so a record the client accepts is never refused further down.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 MiB: Final = 1024 * 1024
@@ -23,17 +24,22 @@ RECORD_BYTES_MAX: Final = 1 * MiB
 RESERVED_HEADER_PREFIX: Final = "bl."
 
 
-def record_bytes(payload: bytes, key: bytes | None, headers: dict[str, bytes] | None) -> int:
+def record_bytes(
+    payload: bytes | None,
+    key: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes] | None,
+) -> int:
     """A record's size as every limit counts it: value + key + header names and values
-    (Kafka counts the same parts), Bookline's reserved headers excepted. Framing is the
-    codec's business, not the user's."""
-    size = len(payload)
+    (Kafka counts the same parts; a null value counts 0), Bookline's reserved headers
+    excepted. Framing is the codec's business, not the user's."""
+    size = 0 if payload is None else len(payload)
     if key is not None:
         size += len(key)
     if headers:
+        pairs = headers.items() if isinstance(headers, Mapping) else headers
         size += sum(
-            len(k.encode()) + len(v)
-            for k, v in headers.items()
+            len(k.encode()) + (0 if v is None else len(v))
+            for k, v in pairs
             if not k.startswith(RESERVED_HEADER_PREFIX)
         )
     return size

@@ -57,7 +57,7 @@ async def read_group_log(
             records = await ns.read_entries(name, seg.seqno, lo, hi)
             group_log.replay(
                 state,
-                (group_log.decode(r.payload, f"{name} at {r.dlsn}") for r in records),
+                (group_log.decode(r.payload or b"", f"{name} at {r.dlsn}") for r in records),
                 now_ms,
                 replayed,
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, cast
 
 from foundation.errors import AlreadyExistsError, BadRequestError, NotFoundError
 from foundation.names import is_internal
@@ -30,6 +30,12 @@ FORMAT_VERSION = 1
 NO_TXID = -1  # max txid of a stream that never got a record
 
 
+CREATE_TIME: Final = "CreateTime"
+LOG_APPEND_TIME: Final = "LogAppendTime"
+# In Kafka's numbering (a record's timestamp type: 0, 1).
+TIMESTAMP_TYPES: Final = (CREATE_TIME, LOG_APPEND_TIME)
+
+
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
     retention_ms: int | None = None  # drop sealed segments older than this; None: keep
@@ -40,10 +46,21 @@ class StreamOptions:
     ensemble_size: int | None = None
     write_quorum: int | None = None
     ack_quorum: int | None = None
+    # Whose timestamp a record keeps (Kafka's message.timestamp.type): "CreateTime", the
+    # producer's (or the writer's clock when it gave none), or "LogAppendTime", the
+    # writer's clock at append, overwriting the producer's.
+    timestamp_type: str = CREATE_TIME
 
     def __post_init__(self) -> None:
+        if self.timestamp_type not in TIMESTAMP_TYPES:
+            raise BadRequestError(
+                f"stream option timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, "
+                f"got {self.timestamp_type!r}"
+            )
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "timestamp_type":
+                continue
             if value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value <= 0
             ):

@@ -67,7 +67,7 @@ class _Cut(NamedTuple):
 
 def _payload_starts(lay: EntryLayout, starts: Any, lo: int) -> Any:
     pstarts = starts + RECORD_OVERHEAD_BYTES
-    for index, pstart, _key, _headers in lay.extras:
+    for index, pstart, *_rest in lay.extras:
         if lo <= index < lo + len(starts):
             pstarts[index - lo] = pstart
     return pstarts
@@ -80,7 +80,7 @@ def _payload_mask(lay: EntryLayout, lo: int, spans: Any, pstarts: Any, lengths: 
     keep = np.zeros(len(lay.body), dtype=np.bool_)
     keep[int(pstarts[0]) : int(pstarts[-1] + lengths[-1])] = True
     keep[spans[1:]] = False
-    for index, pstart, _key, _headers in lay.extras:  # a key or headers
+    for index, pstart, *_rest in lay.extras:  # a key or headers
         if lo <= index < lo + len(spans):
             keep[int(spans[index - lo, 0]) : pstart] = False
     for a, b in lay.skipped:

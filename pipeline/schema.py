@@ -29,7 +29,7 @@ import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams.records import ReadRecord
+from streams.records import HeadersIn, ReadRecord, header_pairs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,12 +64,12 @@ def read_schema_ddl(include_headers: bool = False) -> str:
     )
 
 
-def visible_headers(headers: dict[str, bytes] | None) -> list[tuple[str, bytes]] | None:
+def visible_headers(headers: HeadersIn | None) -> list[tuple[str, bytes | None]] | None:
     """A record's headers as Kafka's list of (key, value), the sink's tag left out;
     None when there are none (as Kafka's connector gives)."""
     if not headers:
         return None
-    out = [(k, v) for k, v in headers.items() if k != TAG_HEADER]
+    out = [(k, v) for k, v in header_pairs(headers) if k != TAG_HEADER]
     return out or None
 
 
@@ -98,9 +98,8 @@ def records_to_arrow(
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=schema)
     # One transpose of the records (tuples) instead of a Python loop per column.
-    (_stream, _seg, entry_ids, slot_ids, seq_ids, txids, ts_ms, payloads, keys, headers) = zip(
-        *records, strict=True
-    )
+    (_stream, _seg, entry_ids, slot_ids, seq_ids, txids, ts_ms, payloads, keys, headers,
+     _ts_types) = zip(*records, strict=True)  # fmt: skip
     seqs = pa.array(seq_ids, pa.int64())
     # "seg:entry:slot" built in Arrow (str(DLSN) per record was half the task's time).
     dlsns = pc.binary_join_element_wise(

@@ -6,9 +6,11 @@ source's Arrow path, :mod:`pipeline.columns`) instead of a :class:`ReadRecord` e
 decode_read_records` does (checksum, decompression, every length, the end of the
 body, the user count) but keeps only the offsets of the user records' framing (the
 fixed :data:`FRAMING_FIELDS`) in an ``array``; a record's txid, timestamp delta and
-payload are then read from the body by offset, column at a time. Only records with a
-key or headers take a Python object each (their extras are decoded as the record
-decoder does). :func:`read_raw_entries` is :meth:`Namespace.read_entries` without the
+payload are then read from the body by offset, column at a time. Only records with
+extras (a key, headers, a null value, a timestamp stored whole, a producer marker)
+take a Python object each (their extras are decoded as the record decoder does; a
+producer marker is internal and dropped, as are a format v1 record's ``bl.*``
+headers). :func:`read_raw_entries` is :meth:`Namespace.read_entries` without the
 decoding: the stored payloads, for the caller to scan.
 """
 
@@ -17,16 +19,17 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from foundation.errors import BadRequestError
-from streams.records import RECORD_OVERHEAD_BYTES
+from streams.records import RECORD_OVERHEAD_BYTES, Headers
 from streams.recordset import (
-    F_END_OF_STREAM,
     RecordSetHeader,
-    _extras,  # the record decoder's own extras parser: one definition of the layout
+    _extras,  # the record decoder's own extras parsers: one definition of the layout
+    _extras_v1,
     verify_record_set,
 )
+from streams.recordset_layout import F_END_OF_STREAM, F_NULL, F_SKIP, REC, REC_V1
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -34,18 +37,31 @@ if TYPE_CHECKING:
 __all__ = [
     "FRAMING_FIELDS",
     "EntryLayout",
+    "RecordExtras",
     "read_raw_entries",
     "scan_entry",
 ]
 
 #: A record's framing (big-endian, :mod:`streams.recordset`): name, numpy-style
 #: type, offset from the record's start. The payload follows at
-#: ``RECORD_OVERHEAD_BYTES`` unless the record has a key or headers.
-FRAMING_FIELDS: Final = (("flags", ">u1", 0), ("txid", ">i8", 1), ("ts_delta", ">u4", 9),
+#: ``RECORD_OVERHEAD_BYTES`` unless the record has extras. The delta is signed in
+#: format v2 (unsigned in v1, where a set's deltas never reach 2**31).
+FRAMING_FIELDS: Final = (("flags", ">u1", 0), ("txid", ">i8", 1), ("ts_delta", ">i4", 9),
                          ("length", ">u4", 13))  # fmt: skip
 _LEN_AT: Final = 13
-_F_SKIP: Final = 0x01 | F_END_OF_STREAM  # control record or end-of-stream marker
 _U32 = struct.Struct(">I")
+
+
+class RecordExtras(NamedTuple):
+    """A user record with extras: where its payload starts and what its framing alone
+    does not say (``timestamp_ms`` is its timestamp, wherever it is stored)."""
+
+    record: int  # the record's index among the entry's user records
+    payload_start: int
+    key: bytes | None
+    headers: Headers | None
+    timestamp_ms: int
+    null: bool  # a null value (its length is 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +72,8 @@ class EntryLayout:
     ``first_sequence_id + i``. A record's payload starts at ``starts[i] +
     RECORD_OVERHEAD_BYTES`` but for the records listed in ``extras`` (index, payload
     start, key, headers). ``slots`` is None when slot ``i`` is record ``i`` (no control
-    record in the set); ``skipped`` holds the byte ranges of control records."""
+    record in the set); ``skipped`` holds the byte ranges of control records. Every
+    record's timestamp type is ``header.timestamp_type``."""
 
     entry_id: int
     header: RecordSetHeader
@@ -64,7 +81,7 @@ class EntryLayout:
     first_sequence_id: int
     starts: array[int]
     slots: array[int] | None
-    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]]
+    extras: list[RecordExtras]
     skipped: list[tuple[int, int]]
     end_of_stream: bool
 
@@ -80,7 +97,8 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     header, body = verify_record_set(payload)
     starts: array[int] = array("q")
     slots: array[int] | None = None
-    extras: list[tuple[int, int, bytes | None, dict[str, bytes] | None]] = []
+    extras: list[RecordExtras] = []
+    parse = _extras if header.version >= 2 else _extras_v1
     skipped: list[tuple[int, int]] = []
     unpack_len = _U32.unpack_from
     append = starts.append
@@ -90,7 +108,7 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
         for slot in range(header.count):
             flags = body[pos]
             if flags:
-                if flags & _F_SKIP:
+                if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     if slots is None:
                         slots = array("q", range(len(starts)))
@@ -98,9 +116,13 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
                     skipped.append((pos, end))
                     pos = end
                     continue
-                (plen,) = unpack_len(body, pos + _LEN_AT)
-                key, hdrs, pstart = _extras(body, pos + RECORD_OVERHEAD_BYTES, flags)
-                extras.append((len(starts), pstart, key, hdrs))
+                _f, _t, dts, plen = _framing(body, pos, header.version)
+                key, hdrs, ts, _marker, pstart = parse(body, pos + RECORD_OVERHEAD_BYTES, flags,
+                                                       header.base_ts_ms + dts)  # fmt: skip
+                null = bool(flags & F_NULL)
+                if null and plen:
+                    raise BadRequestError(f"a null value with a payload length of {plen}")
+                extras.append(RecordExtras(len(starts), pstart, key, hdrs, ts, null))
                 append(pos)
                 pos = pstart + plen
             else:
@@ -113,6 +135,10 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     _check_end(header, body, pos, len(starts))
     first = start_sequence_id + header.first_index
     return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos)
+
+
+def _framing(body: bytes, pos: int, version: int) -> tuple[int, int, int, int]:
+    return (REC if version >= 2 else REC_V1).unpack_from(body, pos)
 
 
 def _check_end(header: RecordSetHeader, body: bytes, pos: int, users: int) -> None:

@@ -254,7 +254,7 @@ class Namespace:
             last_slot_id=header.count - 1,
             record_count=header.first_index + header.user_count,
             start_sequence_id=seg.start_sequence_id,
-            size_bytes=header.bytes_before + sum(len(r.payload) for r in records),
+            size_bytes=header.bytes_before + sum(len(r.payload or b"") for r in records),
             ctime_ms=seg.ctime_ms,
             truncation=seg.truncation,
             min_active_dlsn=seg.min_active_dlsn,

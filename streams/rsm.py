@@ -111,7 +111,7 @@ class KVNode:
     # -- applying ----------------------------------------------------------------------
 
     def _apply(self, rec: ReadRecord) -> None:
-        cmd = json.loads(rec.payload)
+        cmd = json.loads(rec.payload or b"")
         client, seq = cmd["client"], int(cmd["seq"])
         if seq > self.client_seq.get(client, -1):
             self.client_seq[client] = seq

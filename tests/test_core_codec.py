@@ -108,7 +108,7 @@ def test_record_set_round_trip(
     assert header.last_txid == txids[-1]
     assert [r.payload for r in out] == payloads
     assert [r.key for r in out] == keys
-    assert [r.headers for r in out] == headers
+    assert [r.headers for r in out] == [None if h is None else list(h.items()) for h in headers]
     assert [r.txid for r in out] == txids
     assert [r.timestamp_ms for r in out] == stamps
     assert [r.dlsn for r in out] == [DLSN(4, 9, i) for i in range(len(recs))]

@@ -57,7 +57,7 @@ async def test_keys_and_headers_start_when_a_record_has_one() -> None:
     buf.append_one(keyed, 2, 0, loop.create_future(), _size(keyed))
     buf.append_one(plain, 3, 0, loop.create_future(), _size(plain))
     assert buf.keys == [None, b"k", None]
-    assert buf.headers == [None, {"h": b"v"}, None]
+    assert buf.headers == [None, [("h", b"v")], None]
 
 
 async def test_a_batch_whose_first_record_has_headers_is_buffered_as_slices() -> None:

@@ -31,7 +31,7 @@ from groups import log as group_log
 from groups import wire as group_wire
 from httpapi import positions, recordsets, topics, wire, writes
 from metadata import serde
-from streams import recordset
+from streams import recordset, recordset_layout
 from streams.records import Compression
 from tests.waiting import scaled
 from thinclient.reads import decode_sets
@@ -154,9 +154,9 @@ def test_frame_decoder_refuses_to_buffer_past_its_bound() -> None:
 
 def seal_record_set(fields: tuple[int, ...], body: bytes) -> bytes:
     """A record set whose header says ``fields`` and whose CRC is right."""
-    head = recordset._HEADER.pack(*fields)
+    head = recordset_layout.HEADER.pack(*fields)
     crc = crc32c.crc32c(body, crc32c.crc32c(head))
-    return head + recordset._CRC.pack(crc) + body
+    return head + recordset_layout.CRC.pack(crc) + body
 
 
 record_set_headers = st.tuples(
@@ -210,7 +210,7 @@ def test_record_set_decoder_on_flipped_bodies(
     )  # fmt: skip
     pos = recordset.HEADER_BYTES + flip % (len(data) - recordset.HEADER_BYTES)
     data[pos] ^= 0xFF
-    fields = recordset._HEADER.unpack_from(data, 0)
+    fields = recordset_layout.HEADER.unpack_from(data, 0)
     resealed = seal_record_set(fields, bytes(data[recordset.HEADER_BYTES :]))
     only_documented(recordset.decode_read_records, resealed, "s", 1, 0, 0)
 

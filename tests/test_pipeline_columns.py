@@ -27,13 +27,13 @@ from pipeline.schema import TAG_HEADER, records_to_arrow  # noqa: E402
 from streams.columns import scan_entry  # noqa: E402
 from streams.records import Compression, LogRecord, ReadRecord  # noqa: E402
 from streams.recordset import (  # noqa: E402
-    _REC,
-    _encode_extras,
-    _seal,
     decode_read_records,
     encode_control,
     encode_record_set,
 )
+from streams.recordset_encode import _seal  # noqa: E402
+from streams.recordset_layout import REC  # noqa: E402
+from streams.recordset_layout import U32 as _U32  # noqa: E402
 
 SEQNO = 3
 START_SEQ = 1_000
@@ -80,11 +80,11 @@ def _user_set(n: int, first_index: int, *, extras: bool, seed: int, **kw: Any) -
 def _mixed_set(first_index: int) -> bytes:
     """user, control, user (key), end-of-stream, user: slots 0, 2, 4 hold the records
     (the writer never mixes them; the codec allows it, so the reader must cope)."""
-    pack = _REC.pack
+    pack = REC.pack
     body = b"".join([
         pack(0, 11, 0, 3), b"abc",
         pack(0x01, 11, 0, 0),
-        pack(0x04, 12, 5, 2), _encode_extras(b"key", None), b"de",
+        pack(0x04, 12, 5, 2), _U32.pack(3), b"key", b"de",
         pack(0x02, 12, 0, 0),
         pack(0, 13, 9, 0),
     ])  # fmt: skip
@@ -159,7 +159,7 @@ def test_corrupt_sets_fail_as_the_record_decoder_fails() -> None:
     for decode in (lambda d: decode_read_records(d, "s", 1, 0, 0), lambda d: scan_entry(d, 0, 0)):
         with pytest.raises(ChecksumError):
             decode(bytes(data))
-    pack = _REC.pack
+    pack = REC.pack
     bad_bodies = [
         pack(0, 1, 0, 50) + b"short",  # a length past the end
         pack(0, 1, 0, 1) + b"ab",  # trailing bytes

@@ -18,10 +18,11 @@ import uuid
 import aiohttp
 import pytest
 
+from bookline import Namespace, NamespaceConfig
 from foundation.errors import BadRequestError, BooklineError
 from httpapi import writes
 from ops.cluster import procs
-from ops.cluster.local import LocalCluster
+from ops.cluster.local import CLUSTER_ROOT, LocalCluster
 from streams.dlsn import DLSN
 from tests.test_proxy_integration import _metric, _read_all, _rurl, _wurls
 from tests.waiting import scaled, wait_for
@@ -140,3 +141,13 @@ async def test_a_retry_across_a_failover_after_an_epoch_bump_writes_nothing_twic
             http, f"{survivor}/metrics", "bookline_writeproxy_duplicate_records_total"
         )
         assert dups - dups_before >= 1, "the retry was answered as a duplicate"
+    # Issue 24: the markers the survivor rebuilt its table from are no headers: a core
+    # reader sees none (they were bl.* headers, and core readers returned them).
+    core = await Namespace.open(proxy_cluster.zk_connect, CLUSTER_ROOT, "default",
+                                NamespaceConfig(session_timeout_ms=4000))  # fmt: skip
+    try:
+        seg = (await core.stream_info(s)).segments
+        recs = [r for x in seg for r in await core.read_entries(s, x.seqno, 0, x.last_entry_id)]
+    finally:
+        await core.close()
+    assert [(r.payload, r.headers) for r in recs] == [(b"a", None), (b"b", None), (b"c", None)]

@@ -64,9 +64,9 @@ async def test_requests_arriving_out_of_order_are_appended_in_sequence_order() -
 
 async def test_a_batch_reaches_the_writer_as_the_requests_columns() -> None:
     """Issue 23: the write core hands its writer the request's payload list itself,
-    the producer's marker beside it as the first record's headers, no record object
-    per record (the writer's fast path then takes every record but the first); the
-    records and the marker are those the log held before."""
+    the producer's marker beside it (issue 24: in the record framing, not the first
+    record's headers), no record object per record; the records are those the log
+    held before."""
     owned, writer = stream()
     payloads = [b"a", b"b", b"c"]
     await owned.write(WriteBatch("s", ProducerSeq("p", 0, 2), payloads=payloads))
@@ -74,13 +74,9 @@ async def test_a_batch_reaches_the_writer_as_the_requests_columns() -> None:
     [handed] = writer.handed  # the retry was answered from the table
     assert isinstance(handed, RecordColumns)
     assert handed.payloads is payloads
-    assert handed.headers == [dedup.marker_headers("p", 2, 0, 3), None, None]
-    assert handed.keys is None and handed.txids is None
-    assert list(handed) == [
-        LogRecord(b"a", headers=dedup.marker_headers("p", 2, 0, 3)),
-        LogRecord(b"b"),
-        LogRecord(b"c"),
-    ]
+    assert handed.marker == dedup.Marker("p", 2, 0, 3)
+    assert handed.headers is None and handed.keys is None and handed.txids is None
+    assert list(handed) == [LogRecord(b"a"), LogRecord(b"b"), LogRecord(b"c")]
 
 
 async def test_a_partly_retried_batch_hands_on_only_the_new_records() -> None:
@@ -90,7 +86,8 @@ async def test_a_partly_retried_batch_hands_on_only_the_new_records() -> None:
     dlsns, offsets, dups = await owned.write(batch)
     assert dups == 1 and writer.log == [b"a", b"b"]
     handed = writer.handed[-1]
-    assert list(handed) == [LogRecord(b"b", key=None, headers=dedup.marker_headers("p", 0, 1, 1))]
+    assert isinstance(handed, RecordColumns) and handed.marker == dedup.Marker("p", 0, 1, 1)
+    assert list(handed) == [LogRecord(b"b", key=None)]
     assert len(dlsns) == len(offsets) == 2
 
 

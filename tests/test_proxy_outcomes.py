@@ -12,6 +12,7 @@ what the fake log holds, as a real takeover does from the stream's tail.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -22,15 +23,15 @@ from serving.write import dedup
 from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
-from streams.records import LogRecord
+from streams.records import LogRecord, RecordColumns
 from tests.waiting import wait_for
 
 
 @dataclass
 class _Logged:
     dlsn: tuple[int, int, int]
-    headers: dict[str, bytes] | None
-    payload: bytes
+    marker: dedup.Marker | None  # the producer marker the record carries
+    payload: bytes | None
     sequence_id: int = 0
 
 
@@ -48,7 +49,9 @@ class PartlyDurableWriter:
         entry = len(self.log)
         for slot, r in enumerate(records[: self.durable]):
             self.log.append(
-                _Logged((self.segment, entry, slot), r.headers, r.payload, len(self.log))
+                _Logged(
+                    (self.segment, entry, slot), _marker(records, slot), r.payload, len(self.log)
+                )
             )
         await self.failure
         raise AssertionError("unreachable: the writer fails")
@@ -68,7 +71,9 @@ class HealthyWriter:
         for slot, r in enumerate(records):
             offsets.append(len(self.log))
             self.log.append(
-                _Logged((self.segment, entry, slot), r.headers, r.payload, len(self.log))
+                _Logged(
+                    (self.segment, entry, slot), _marker(records, slot), r.payload, len(self.log)
+                )
             )
             out.append(DLSN(self.segment, entry, slot))
         return out, offsets
@@ -77,8 +82,13 @@ class HealthyWriter:
 def _table(log: list[_Logged] | None = None) -> dedup.DedupTable:
     table = dedup.DedupTable(batches_per_producer=16, producers_max=100)
     if log is not None:
-        dedup.rebuild(table, log)
+        dedup.rebuild(table, [(r, r.marker) for r in log])
     return table
+
+
+def _marker(records: Sequence[LogRecord], slot: int) -> dedup.Marker | None:
+    """The marker the write core put on a batch's first record."""
+    return records.marker if slot == 0 and isinstance(records, RecordColumns) else None
 
 
 def _req(seq: int, payloads: list[bytes]) -> WriteBatch:

@@ -221,25 +221,25 @@ def test_dedup_forgets_old_batches_and_says_so() -> None:
 class _Rec:
     _next_offset = 0
 
-    def __init__(self, dlsn: tuple[int, int, int], headers: dict[str, bytes] | None) -> None:
+    def __init__(self, dlsn: tuple[int, int, int], marker: dedup.Marker | None) -> None:
         self.dlsn = dlsn
-        self.headers = headers
+        self.marker = marker
         self.sequence_id = _Rec._next_offset  # records of one test's log: 0, 1, 2, ...
         _Rec._next_offset += 1
 
 
 def test_rebuild_from_log_markers_including_partial_batches() -> None:
     log = [
-        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
+        _Rec((1, 0, 0), dedup.Marker("p", 0, 0, 2)),
         _Rec((1, 0, 1), None),
         _Rec((1, 1, 0), None),  # written without a producer
-        _Rec((1, 1, 1), dedup.marker_headers("q", 0, 10, 3)),
+        _Rec((1, 1, 1), dedup.Marker("q", 0, 10, 3)),
         _Rec((1, 1, 2), None),
         # q's third record never made it (the writer failed): a partial batch
-        _Rec((2, 0, 0), dedup.marker_headers("p", 0, 2, 1)),
+        _Rec((2, 0, 0), dedup.Marker("p", 0, 2, 1)),
     ]
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
-    assert dedup.rebuild(table, log) == 3
+    assert dedup.rebuild(table, [(r, r.marker) for r in log]) == 3
     first = log[0].sequence_id
     plan_p = table.plan("p", 0, 0, 3)
     assert plan_p.duplicates == [(1, 0, 0), (1, 0, 1), (2, 0, 0)]
@@ -252,15 +252,13 @@ def test_rebuild_from_log_markers_including_partial_batches() -> None:
 def test_rebuild_recovers_epochs_and_fences_older_ones() -> None:
     """The epoch travels in the batch marker (absent = 0, as in logs from before
     epochs), so a new owner knows which epoch of a producer is current."""
-    assert dedup.parse_marker(dedup.marker_headers("p", 7, 3, 2)) == dedup.Marker("p", 7, 3, 2)
-    assert dedup.PRODUCER_EPOCH_HEADER not in dedup.marker_headers("p", 0, 3, 2)
     log = [
-        _Rec((1, 0, 0), dedup.marker_headers("p", 0, 0, 2)),
+        _Rec((1, 0, 0), dedup.Marker("p", 0, 0, 2)),
         _Rec((1, 0, 1), None),
-        _Rec((1, 1, 0), dedup.marker_headers("p", 1, 0, 1)),
+        _Rec((1, 1, 0), dedup.Marker("p", 1, 0, 1)),
     ]
     table = dedup.DedupTable(batches_per_producer=8, producers_max=8)
-    assert dedup.rebuild(table, log) == 2
+    assert dedup.rebuild(table, [(r, r.marker) for r in log]) == 2
     state = table.state("p")
     assert state is not None
     assert (state.epoch, state.last_seq) == (1, 0)

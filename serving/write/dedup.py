@@ -15,101 +15,48 @@ remembered batches when all of it was written, and refused with PRODUCER_FENCED
 otherwise -- never appended after the new epoch's records.
 
 What survives a failover is in the log itself: the first record the proxy writes for a
-batch carries the headers ``bl.producer`` (id), ``bl.seq`` (8 bytes big-endian),
-``bl.count`` (4 bytes big-endian) and, when the epoch is not 0, ``bl.epoch`` (4 bytes
-big-endian; absent means 0, as in logs written before epochs), and the batch's records
-are contiguous in the stream (they are appended without yielding to the event loop). A
-new owner reads the tail of the stream (:func:`rebuild`) and recovers the same table,
-epochs included, and batches of which only a prefix made it into the log.
+batch carries the batch's :class:`~streams.records.ProducerMarker` (producer, epoch,
+first sequence, record count) in its record-set framing -- never in the user's headers
+(format v2, :mod:`streams.recordset_layout`; logs written before carry it as ``bl.*``
+headers, which the decoder turns into the same marker) -- and the batch's records are
+contiguous in the stream (they are appended without yielding to the event loop). A new
+owner reads the tail of the stream with its markers (:func:`rebuild`) and recovers the
+same table, epochs included, and batches of which only a prefix made it into the log.
+A user header, whatever its name, is never read as a marker.
 """
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol, cast
+from typing import Protocol, cast
 
 from foundation.errors import OutcomeUnknownError, ProducerFencedError
 from foundation.invariants import invariant
 from streams.dlsn import DLSNSequence
-from streams.records import RecordColumns
-
-# Record headers the write core adds to the first record of each producer batch so a
-# new owner can rebuild its de-duplication table from the log (see docs/proxies.md).
-# Clients may not use the ``bl.`` prefix (foundation.limits.RESERVED_HEADER_PREFIX).
-PRODUCER_HEADER: Final = "bl.producer"
-PRODUCER_SEQ_HEADER: Final = "bl.seq"
-PRODUCER_COUNT_HEADER: Final = "bl.count"
-# The batch's producer epoch (4 bytes big-endian), present when it is not 0.
-PRODUCER_EPOCH_HEADER: Final = "bl.epoch"
-
-_SEQ = struct.Struct(">Q")
-_COUNT = struct.Struct(">I")
-_EPOCH = struct.Struct(">I")
+from streams.records import ProducerMarker, RecordColumns
 
 DlsnT = tuple[int, int, int]
 
+# What the first record of a producer batch says about the batch.
+Marker = ProducerMarker
 
-class HasHeaders(Protocol):
+
+class Positioned(Protocol):
     @property
     def dlsn(self) -> DlsnT: ...
 
     @property
     def sequence_id(self) -> int: ...
 
-    @property
-    def headers(self) -> dict[str, bytes] | None: ...
 
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """What the first record of a producer batch says about the batch."""
-
-    producer: str
-    epoch: int
-    seq: int
-    count: int
-
-
-def marker_headers(producer: str, epoch: int, first_seq: int, count: int) -> dict[str, bytes]:
-    headers = {
-        PRODUCER_HEADER: producer.encode(),
-        PRODUCER_SEQ_HEADER: _SEQ.pack(first_seq),
-        PRODUCER_COUNT_HEADER: _COUNT.pack(count),
-    }
-    if epoch:
-        headers[PRODUCER_EPOCH_HEADER] = _EPOCH.pack(epoch)
-    return headers
-
-
-def marked(records: RecordColumns, marker: dict[str, bytes]) -> RecordColumns:
-    """``records`` with ``marker`` among the first record's headers: a headers column
-    that is None past the first record, so the writer keeps its fast path for them."""
-    headers = records.headers
-    if headers is None:
-        column: list[dict[str, bytes] | None] = [None] * len(records)
-        column[0] = marker
-    else:
-        column = list(headers)
-        first = column[0]
-        column[0] = {**first, **marker} if first else marker
-    return RecordColumns(records.payloads, records.keys, column, records.txids)
-
-
-def parse_marker(headers: dict[str, bytes] | None) -> Marker | None:
-    if not headers or PRODUCER_HEADER not in headers:
-        return None
-    try:
-        producer = headers[PRODUCER_HEADER].decode()
-        (seq,) = _SEQ.unpack(headers[PRODUCER_SEQ_HEADER])
-        (count,) = _COUNT.unpack(headers[PRODUCER_COUNT_HEADER])
-        raw_epoch = headers.get(PRODUCER_EPOCH_HEADER)
-        (epoch,) = (0,) if raw_epoch is None else _EPOCH.unpack(raw_epoch)
-    except (KeyError, UnicodeDecodeError, struct.error):
-        return None  # not one of ours (a user header can't start with bl., but be safe)
-    return Marker(producer, epoch, seq, count)
+def marked(records: RecordColumns, producer: str, epoch: int, first_seq: int) -> RecordColumns:
+    """``records`` with the batch's marker on the first record (in the record framing:
+    the records' own columns are handed on as they are)."""
+    marker = ProducerMarker(producer, epoch, first_seq, len(records))
+    return RecordColumns(records.payloads, records.keys, records.headers, records.txids,
+                         records.timestamps, marker=marker)  # fmt: skip
 
 
 @dataclass
@@ -238,8 +185,9 @@ class DedupTable:
         state.last_seq = first_seq + len(dlsns) - 1
 
 
-def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
-    """Feed the stream's tail (in stream order) into ``table``; returns batches found."""
+def rebuild(table: DedupTable, records: Iterable[tuple[Positioned, Marker | None]]) -> int:
+    """Feed the stream's tail (in stream order: each record with the marker it carries,
+    or None) into ``table``; returns batches found."""
     batches = 0
     current: Marker | None = None
     dlsns: list[DlsnT] = []
@@ -255,8 +203,7 @@ def rebuild(table: DedupTable, records: Iterable[HasHeaders]) -> int:
                 table.record(current.producer, current.epoch, current.seq, dlsns, offsets)
                 batches += 1
 
-    for rec in records:
-        marker = parse_marker(rec.headers)
+    for rec, marker in records:
         if marker is not None:
             close()
             current, dlsns = marker, [tuple(rec.dlsn)]  # type: ignore[list-item]

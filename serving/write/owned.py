@@ -4,10 +4,11 @@ A batch's records go to the stream's core writer (:class:`streams.writer.LogWrit
 in its producer's order: pipelined requests of one producer may arrive out of order
 and wait (``reorder_wait_ms``) for the ones before them; retries are answered from the
 de-duplication table (:mod:`serving.write.dedup`) and only what is missing is written; the
-first record of each producer batch carries the ``bl.*`` markers a new owner rebuilds
-the table from. A writer failure fails the stream (:mod:`serving.write.ownership` drops
-it): what was handed to the writer is answered OUTCOME_UNKNOWN, never a definite
-failure, and the retry learns the truth from the log through the next owner.
+first record of each producer batch carries the producer marker (in the record set's
+framing, not a header) a new owner rebuilds the table from. A writer failure fails the
+stream (:mod:`serving.write.ownership` drops it): what was handed to the writer is
+answered OUTCOME_UNKNOWN, never a definite failure, and the retry learns the truth
+from the log through the next owner.
 """
 
 from __future__ import annotations
@@ -235,9 +236,7 @@ class OwnedStream:
         if self.failed is not None:
             raise self._not_written()
         if producer is not None:
-            batch = dedup.marked(
-                batch, dedup.marker_headers(producer, epoch, first_seq, len(batch))
-            )
+            batch = dedup.marked(batch, producer, epoch, first_seq)
         # The admission limits keep this stream's pending bytes under the writer's
         # bound, so write_many appends the whole batch in its first step, before it
         # suspends: the batch is contiguous in the stream, which the dedup markers rely

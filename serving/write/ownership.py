@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from foundation.errors import (
     AlreadyExistsError,
@@ -41,6 +41,9 @@ from serving.write import dedup
 from serving.write.config import WriteConfig
 from serving.write.metrics import UncountedWrites, WriteMetrics
 from serving.write.owned import OwnedStream
+from streams.columns import read_raw_entries
+from streams.records import ReadRecord
+from streams.recordset import decode_with_markers
 
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
@@ -236,11 +239,12 @@ class Ownership:
         dedup.rebuild(table, records)
         return table, len(records)
 
-    async def _scan_tail(self, name: str) -> list[Any]:
-        """The stream's most recent records (oldest first) within the dedup window."""
+    async def _scan_tail(self, name: str) -> list[tuple[ReadRecord, dedup.Marker | None]]:
+        """The stream's most recent records (oldest first) within the dedup window, each
+        with the producer marker it carries (or None)."""
         cfg = self.config
         horizon_ms = int(time.time() * 1000) - cfg.dedup_window_ms
-        chunks: list[list[Any]] = []
+        chunks: list[list[tuple[ReadRecord, dedup.Marker | None]]] = []
         total = 0
         for seg in reversed(await self.ns.segments(name)):
             if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
@@ -248,12 +252,11 @@ class Ownership:
             last = seg.last_entry_id
             while last >= 0:
                 first = max(0, last - SCAN_ENTRIES_PER_READ + 1)
-                recs = await self.ns.read_entries(name, seg.seqno, first, last)
-                chunks.append(list(recs))
+                recs, appended_ms = await _read_marked(self.ns, name, seg.seqno, first, last)
+                chunks.append(recs)
                 total += len(recs)
-                if total >= cfg.dedup_scan_records_max or (
-                    recs and recs[0].timestamp_ms < horizon_ms
-                ):
+                # The sets' append time, not the records' (a producer may set those).
+                if total >= cfg.dedup_scan_records_max or appended_ms < horizon_ms:
                     return [r for chunk in reversed(chunks) for r in chunk]
                 last = first - 1
         return [r for chunk in reversed(chunks) for r in chunk]
@@ -320,6 +323,22 @@ class Ownership:
             )
             for task in pending:
                 task.cancel()
+
+
+async def _read_marked(
+    ns: Namespace, name: str, seqno: int, first: int, last: int
+) -> tuple[list[tuple[ReadRecord, dedup.Marker | None]], int]:
+    """Entries ``first..last`` of a segment: each record with its producer marker, and
+    when the first of them was appended (ms; the current time when there is none)."""
+    start, entries = await read_raw_entries(ns, name, seqno, first, last)
+    out: list[tuple[ReadRecord, dedup.Marker | None]] = []
+    appended_ms = int(time.time() * 1000)
+    for k, (entry_id, payload) in enumerate(entries):
+        header, records, markers = decode_with_markers(payload, name, seqno, entry_id, start)
+        if k == 0:
+            appended_ms = header.base_ts_ms
+        out += ((r, markers.get(r.dlsn.slot_id)) for r in records)
+    return out, appended_ms
 
 
 async def _close_writer(writer: LogWriter, name: str) -> None:

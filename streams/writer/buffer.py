@@ -7,9 +7,10 @@ ids: the entry's ``first_offset`` + slot; user records of an entry have consecut
 slots) -- or :meth:`RecordBuffer.fail` the writer's error. A control record or
 the end-of-stream marker travels as a buffer without records.
 
-Shape, for the hot path: one object per *entry* holding parallel lists -- payloads,
-txids, timestamps, and keys/headers only once a record has any -- never an object per
-record. A single write's waiter is its bare future, a write_many's one ``(batch,
+Shape, for the hot path: one object per *entry* holding parallel lists -- payloads
+(None: a null value), txids, timestamps (the writer's clock, or the producer's), and
+keys/headers only once a record has any, plus the producer markers by slot -- never an
+object per record. A single write's waiter is its bare future, a write_many's one ``(batch,
 count)`` per slice; the slices cover the records in order, so slots follow from the
 counts. A writer with tens of thousands of records in flight thus keeps few objects
 alive per record for the cyclic GC to walk (docs/architecture.md, "Garbage collector").
@@ -23,7 +24,7 @@ from typing import Any
 
 from foundation.errors import BooklineError, fresh
 from streams.dlsn import DLSN, DLSNRun, DLSNSequence
-from streams.records import LogRecord, RecordColumns
+from streams.records import HeadersIn, LogRecord, ProducerMarker, RecordColumns
 
 __all__ = ["Batch", "RecordBuffer", "Waiter", "consume"]
 
@@ -54,11 +55,13 @@ class RecordBuffer:
     """User records of one entry-to-be (parallel lists), or a control/end-of-stream set."""
 
     __slots__ = (
+        "appended_ms",
         "control",
         "done",
         "first_offset",
         "headers",
         "keys",
+        "markers",
         "nbytes",
         "payloads",
         "sent_at",
@@ -68,12 +71,15 @@ class RecordBuffer:
     )
 
     def __init__(self, done: asyncio.Future[None], control: str = "") -> None:
-        self.payloads: list[bytes] = []
+        self.payloads: list[bytes | None] = []
         self.txids: list[int] = []
         self.timestamps: list[int] = []
+        self.appended_ms = -1  # the writer's clock at the first record (the set's base)
         # None until a record has a key or headers (the fast path encodes without them).
         self.keys: list[bytes | None] | None = None
-        self.headers: list[dict[str, bytes] | None] | None = None
+        self.headers: list[HeadersIn | None] | None = None
+        # slot -> the producer marker its record carries (a write proxy's batch's first)
+        self.markers: dict[int, ProducerMarker] | None = None
         self.waiters: list[Waiter] = []  # in slot order, covering every record
         self.nbytes = 0  # the records' bytes, framing included (RECORD_OVERHEAD_BYTES each)
         self.done = done  # resolves once the entry is acknowledged (fails with the writer)
@@ -83,15 +89,24 @@ class RecordBuffer:
         self.first_offset = -1
         self.sent_at = 0.0  # the loop's time when submitted (the writer's pace)
 
-    def append_one(
-        self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int
+    def append_one(  # noqa: PLR0917 - the hot path is called positionally
+        self,
+        record: LogRecord,
+        txid: int,
+        now: int,
+        fut: asyncio.Future[DLSN],
+        size: int,
+        stamp: int | None = None,
     ) -> None:
-        """One record of a single write; ``fut`` gets its DLSN."""
+        """One record of a single write; ``fut`` gets its DLSN; its timestamp is
+        ``stamp`` (the producer's) or ``now`` (the writer's clock)."""
         if (record.key is not None or record.headers is not None) and self.keys is None:
             self._start_extras()
+        if not self.payloads:
+            self.appended_ms = now
         self.payloads.append(record.payload)
         self.txids.append(txid)
-        self.timestamps.append(now)
+        self.timestamps.append(now if stamp is None else stamp)
         if self.keys is not None and self.headers is not None:
             self.keys.append(record.key)
             self.headers.append(record.headers)
@@ -101,22 +116,30 @@ class RecordBuffer:
     def append_many(  # noqa: PLR0917 - the hot path is called positionally
         self,
         cols: RecordColumns,
-        payloads: list[bytes],
+        payloads: list[bytes | None],
         txids: list[int],
         now: int,
         batch: Batch,
         i: int,
         j: int,
         nbytes: int,
+        stamps: list[int] | None = None,
     ) -> None:
         """Records ``[i, j)`` of a write_many (``payloads`` is ``cols.payloads`` as a
-        list), ``nbytes`` with their framing: slices of the columns, no per-record step."""
+        list), ``nbytes`` with their framing: slices of the columns, no per-record step.
+        Their timestamps are ``stamps`` (every record's), or ``now`` when None."""
         keys, headers = cols.keys, cols.headers
         if (keys is not None or headers is not None) and self.keys is None:
             self._start_extras()
+        if not self.payloads:
+            self.appended_ms = now
+        if cols.marker is not None and i == 0:
+            if self.markers is None:
+                self.markers = {}
+            self.markers[len(self.payloads)] = cols.marker
         self.payloads.extend(payloads[i:j])
         self.txids.extend(txids[i:j])
-        self.timestamps.extend([now] * (j - i))
+        self.timestamps.extend([now] * (j - i) if stamps is None else stamps[i:j])
         if self.keys is not None and self.headers is not None:
             self.keys.extend(itertools.repeat(None, j - i) if keys is None else keys[i:j])
             self.headers.extend(itertools.repeat(None, j - i) if headers is None else headers[i:j])

@@ -179,7 +179,7 @@ class Segments:
             )
             counters = dict(
                 record_count=header.first_index + header.user_count,
-                size_bytes=header.bytes_before + sum(len(r.payload) for r in records),
+                size_bytes=header.bytes_before + sum(len(r.payload or b"") for r in records),
                 last_txid=header.last_txid,
                 last_slot_id=header.count - 1,
             )

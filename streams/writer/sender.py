@@ -43,7 +43,7 @@ from foundation.invariants import invariant
 from ledger.writer import LedgerWriter
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN
-from streams.records import RECORD_OVERHEAD_BYTES, Compression, LogRecord
+from streams.records import CREATE_TIME, RECORD_OVERHEAD_BYTES, Compression, LogRecord
 from streams.recordset import encode_control, encode_record_set
 from streams.writer.buffer import RecordBuffer, consume
 from streams.writer.pace import Pace
@@ -59,9 +59,15 @@ class Sender:
     ``now_ms`` is the writer's clock (record timestamps never go back)."""
 
     def __init__(
-        self, stream: str, cfg: NamespaceConfig, segments: Segments, now_ms: Callable[[], int]
+        self,
+        stream: str,
+        cfg: NamespaceConfig,
+        segments: Segments,
+        now_ms: Callable[[], int],
+        timestamp_type: int = CREATE_TIME,
     ) -> None:
         self._stream = stream
+        self._timestamp_type = timestamp_type  # the sets' (Kafka's numbering)
         self._cfg = cfg
         self._buffer_bytes_max = cfg.buffer_bytes_max
         self._compression = Compression.parse(cfg.compression)
@@ -89,15 +95,22 @@ class Sender:
 
     # -- buffering and cutting ---------------------------------------------------------
 
-    def add(
-        self, record: LogRecord, txid: int, now: int, fut: asyncio.Future[DLSN], size: int
+    def add(  # noqa: PLR0917 - the hot path is called positionally
+        self,
+        record: LogRecord,
+        txid: int,
+        now: int,
+        fut: asyncio.Future[DLSN],
+        size: int,
+        stamp: int | None = None,
     ) -> None:
-        """Buffer one record of a single write (the writer validated it)."""
+        """Buffer one record of a single write (the writer validated it); ``stamp`` is
+        the producer's timestamp, if it keeps one."""
         limit = self._buffer_bytes_max
         if self.buffer.nbytes + size > limit:
             self.cut()
         buf = self.buffer
-        buf.append_one(record, txid, now, fut, size)
+        buf.append_one(record, txid, now, fut, size, stamp)
         self.pending_bytes += size
         if buf.nbytes >= limit:
             self.cut()
@@ -196,7 +209,9 @@ class Sender:
             payload = encode_record_set(
                 out.payloads, out.txids, out.timestamps,
                 first_index=seg.records, bytes_before=seg.bytes, last_txid=out.txids[-1],
-                keys=out.keys, headers=out.headers, compression=self._compression,
+                appended_ms=out.appended_ms,
+                keys=out.keys, headers=out.headers, markers=out.markers,
+                compression=self._compression, timestamp_type=self._timestamp_type,
             )  # fmt: skip
             first_txid = out.txids[0]
             out.first_offset = seg.meta.start_sequence_id + seg.records

@@ -37,15 +37,25 @@ from foundation.errors import (
 )
 from foundation.limits import RECORD_BYTES_MAX, record_bytes
 from metadata.ownership import LockState, StreamLock
+from metadata.streams import LOG_APPEND_TIME as LOG_APPEND_TIME_NAME
 from metadata.streams import StreamOptions
 from streams.context import CoreContext
 from streams.dlsn import DLSN, DLSNSequence
-from streams.records import RECORD_OVERHEAD_BYTES, LogRecord, RecordColumns
+from streams.records import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    RECORD_OVERHEAD_BYTES,
+    LogRecord,
+    RecordColumns,
+)
+from streams.recordset_encode import check_headers
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
 from streams.writer.segments import Segments
 from streams.writer.sender import Sender
 
+# A producer's timestamp at most (ms; the record set stores it as a signed 64-bit int).
+TIMESTAMP_MS_MAX = 2**63 - 1
 log = logging.getLogger(__name__)
 
 __all__ = ["LogWriter", "default_identity"]
@@ -60,20 +70,30 @@ def _records_fitting(ends: list[int], i: int, room: int) -> int:
     return max(past - 1, i)
 
 
-def _user_bytes(cols: RecordColumns, payloads: list[bytes]) -> list[int]:
+def _user_bytes(cols: RecordColumns, payloads: list[bytes | None]) -> list[int]:
     """Each record's size as the limits count it (:func:`record_bytes`): C-level for
     payloads alone, per record only for the records with headers."""
     keys, headers = cols.keys, cols.headers
-    if keys is None:
-        user = list(map(len, payloads))
-    else:
-        user = [
-            len(p) if k is None else len(p) + len(k) for p, k in zip(payloads, keys, strict=True)
-        ]
+    try:
+        user = list(map(len, payloads))  # type: ignore[arg-type]  # None: TypeError
+    except TypeError:  # null values (count 0): rare, so not checked for up front
+        user = [0 if p is None else len(p) for p in payloads]
+    if keys is not None:
+        user = [u if k is None else u + len(k) for u, k in zip(user, keys, strict=True)]
     if headers is not None:
         for k in itertools.compress(range(len(user)), headers):  # the records with headers
-            user[k] = record_bytes(payloads[k], None if keys is None else keys[k], headers[k])
+            hdrs = headers[k]
+            assert hdrs is not None  # compress skipped the records without
+            check_headers(hdrs)
+            user[k] = record_bytes(payloads[k], None if keys is None else keys[k], hdrs)
     return user
+
+
+def _checked_timestamp(stamp: int) -> int:
+    """A producer's timestamp: ms since the epoch, not negative (as Kafka's)."""
+    if type(stamp) is not int or not 0 <= stamp <= TIMESTAMP_MS_MAX:
+        raise BadRequestError(f"record timestamp {stamp!r} is not ms since the epoch")
+    return stamp
 
 
 def default_identity() -> str:
@@ -97,7 +117,11 @@ class LogWriter:
         self._options = options
         self._loop = asyncio.get_running_loop()
         self._segments = Segments(ctx, stream, lock, options, self._failure)
-        self._sender = Sender(stream, ctx.config, self._segments, self._now)
+        # LogAppendTime: every record gets the writer's clock at append, the producer's
+        # timestamp is overwritten (Kafka's message.timestamp.type).
+        self._log_append_time = options.timestamp_type == LOG_APPEND_TIME_NAME
+        ts_type = LOG_APPEND_TIME if self._log_append_time else CREATE_TIME
+        self._sender = Sender(stream, ctx.config, self._segments, self._now, ts_type)
         self._retention_task: asyncio.Task[None] | None = None
         self._ended = False
         self._ending = False  # the end-of-stream marker is queued: nothing may follow it
@@ -190,9 +214,11 @@ class LogWriter:
         """Buffer ``record``; the future resolves to its DLSN once durable. Order is
         kept across write_nowait/write/write_many calls."""
         self._check()
-        if record.key is None and record.headers is None:
+        if record.key is None and record.headers is None and record.payload is not None:
             user = len(record.payload)
         else:
+            if record.headers is not None:
+                check_headers(record.headers)
             user = record_bytes(record.payload, record.key, record.headers)
         if user > RECORD_BYTES_MAX:
             raise TooLargeError(f"record of {user} bytes; at most {RECORD_BYTES_MAX}")
@@ -202,13 +228,16 @@ class LogWriter:
             raise TooManyRequestsError(f"writer of {self.stream}: too many bytes pending")
         now = self._now()
         txid = self._txid_for(record.txid, now)
+        stamp = record.timestamp_ms
+        if stamp is not None:
+            stamp = None if self._log_append_time else _checked_timestamp(stamp)
         fut: asyncio.Future[DLSN] = self._loop.create_future()
-        sender.add(record, txid, now, fut, size)
+        sender.add(record, txid, now, fut, size, stamp)
         self._last_txid = txid
         return fut
 
     async def write(self, record: LogRecord) -> DLSN:
-        await self._wait_room(len(record.payload) + RECORD_OVERHEAD_BYTES)
+        await self._wait_room(len(record.payload or b"") + RECORD_OVERHEAD_BYTES)
         return await self.write_nowait(record)
 
     async def write_many(self, records: Sequence[LogRecord]) -> Sequence[DLSN]:
@@ -267,6 +296,9 @@ class LogWriter:
             txids = [max(now, self._last_txid)] * n
         else:
             txids = self._txids_many(cols.txids, now)
+        stamps = None
+        if cols.timestamps is not None and not self._log_append_time:
+            stamps = [now if t is None else _checked_timestamp(t) for t in cols.timestamps]
         self._last_txid = txids[-1]
         ends = list(itertools.accumulate(user, initial=0))  # user bytes before record k
         sender = self._sender
@@ -283,7 +315,7 @@ class LogWriter:
                     continue
                 j = i + 1  # a record bigger than a whole buffer is an entry of its own
             added = ends[j] - ends[i] + (j - i) * RECORD_OVERHEAD_BYTES
-            sender.buffer.append_many(cols, payloads, txids, now, batch, i, j, added)
+            sender.buffer.append_many(cols, payloads, txids, now, batch, i, j, added, stamps)
             sender.pending_bytes += added
             if j < n or buffered + added >= limit:
                 sender.cut()

@@ -35,7 +35,7 @@ with atheris.instrument_imports(include=_INSTRUMENTED):
     from kafkaapi.protocol import messages as _kafka_messages  # noqa: F401
     from kafkaapi.protocol import records as _kafka_records  # noqa: F401
     from metadata import serde
-    from streams import recordset
+    from streams import recordset, recordset_layout
     from tests import kafka_support as kafka
 
 Target = Callable[[bytes], object]
@@ -86,11 +86,11 @@ def _record_set(data: bytes) -> None:
 
 def _record_set_sealed(data: bytes) -> None:
     """The fuzzer's header and body with the CRC made right: reaches the body's parsing."""
-    size = recordset._HEADER.size
+    size = recordset_layout.HEADER.size
     if len(data) < size:
         return
     head, body = data[:size], data[size:]
-    crc = recordset._CRC.pack(crc32c.crc32c(body, crc32c.crc32c(head)))
+    crc = recordset_layout.CRC.pack(crc32c.crc32c(body, crc32c.crc32c(head)))
     recordset.decode_read_records(head + crc + body, "s", 1, 0, 0)
 
 
