@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 from foundation.invariants import invariant
 from foundation.limits import record_bytes
 from streams.dlsn import DLSN
-from streams.records import LogRecord, RecordColumns
+from streams.records import HeadersIn, LogRecord, RecordColumns
 
 __all__ = ["BatchRecord", "ProducerSeq", "WriteBatch", "WriteResult"]
 
@@ -26,13 +26,13 @@ class BatchRecord(Protocol):
     """One record of a batch (e.g. ``httpapi.writes.WireRecord``)."""
 
     @property
-    def payload(self) -> bytes: ...
+    def payload(self) -> bytes | None: ...
 
     @property
     def key(self) -> bytes | None: ...
 
     @property
-    def headers(self) -> dict[str, bytes] | None: ...
+    def headers(self) -> HeadersIn | None: ...
 
     @property
     def txid(self) -> int | None: ...
@@ -99,8 +99,12 @@ class WriteBatch:
                 return RecordColumns(self.payloads, self.keys)
             keys = None if self.keys is None else self.keys[start:]
             return RecordColumns(self.payloads[start:], keys)
+        # LogRecords (the Kafka listener's: they carry producer timestamps) go as they are.
         return RecordColumns.of(
-            [LogRecord(r.payload, r.txid, r.key, r.headers) for r in self._records[start:]]
+            [
+                r if isinstance(r, LogRecord) else LogRecord(r.payload, r.txid, r.key, r.headers)
+                for r in self._records[start:]
+            ]
         )
 
 

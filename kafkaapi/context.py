@@ -1,0 +1,81 @@
+"""What the Kafka handlers serve from (:class:`KafkaServing`: the hosting proxy's read
+and write cores, its namespace and its grants) and one connection's state
+(:class:`Session`: who authenticated on it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from foundation.auth import SERVICE_PRINCIPAL, Authority
+from foundation.errors import ForbiddenError
+from metadata.proxies import ProxyInfo
+
+if TYPE_CHECKING:
+    from metadata.client import MetadataClient
+    from serving.read.pages import Pages
+    from serving.write.core import WriteCore
+    from serving.write.topics import TopicHosting
+    from streams.namespace import Namespace
+
+__all__ = ["KafkaServing", "Session"]
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection: its peer, and its principal once SASL authenticated it."""
+
+    peer: str
+    mechanism: str | None = None  # chosen by SaslHandshake, used by SaslAuthenticate
+    principal: str | None = None
+    # When the token it authenticated with expires (unix s; None: never, or auth off).
+    expires_at: float | None = None
+
+
+@dataclass(slots=True)
+class KafkaServing:
+    """The hosting proxy's side of the listener. ``ns`` and ``pages`` raise UNAVAILABLE
+    while the proxy starts or stops (it owns that lifecycle); ``write`` is None in a
+    read proxy (Produce then answers NOT_LEADER_OR_FOLLOWER: leaders are write
+    proxies); ``authority`` None means auth is off."""
+
+    registration_id: str
+    node_id: int
+    ns: Callable[[], Namespace]
+    pages: Callable[[], Pages]
+    write: WriteCore | None
+    authority: Authority | None
+    # The write proxy's topic hosting (partition checks, deletes that drop owned
+    # partitions); None in a read proxy.
+    topics: TopicHosting | None = None
+    cluster_id: str = "bookline"
+    # This broker's registration (address, listener); set when the listener is bound.
+    me: ProxyInfo | None = None
+
+    @property
+    def md(self) -> MetadataClient:
+        return self.ns().context.md
+
+    def registration(self) -> ProxyInfo:
+        if self.me is None:
+            raise RuntimeError("the Kafka listener is not bound yet")
+        return self.me
+
+    @property
+    def auth_required(self) -> bool:
+        return self.authority is not None
+
+    def allowed(self, session: Session, permission: str, kind: str, name: str) -> bool:
+        """Whether the connection's principal may ``permission`` on ``name`` (always,
+        with auth off). The services' principal may touch no tenant's data."""
+        if self.authority is None:
+            return True
+        principal = session.principal
+        if principal is None or principal == SERVICE_PRINCIPAL:
+            return False
+        return self.authority.grants.allows(principal, permission, kind, name)
+
+    def require(self, session: Session, permission: str, kind: str, name: str) -> None:
+        if not self.allowed(session, permission, kind, name):
+            raise ForbiddenError(f"{session.principal!r} may not {permission} on {kind} {name!r}")
