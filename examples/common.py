@@ -74,7 +74,7 @@ class Output:
 
     def process(self, records: Sequence[ConsumerRecord]) -> None:
         self._file.write("".join(
-            f"{r.partition} {r.offset} {(r.key or b'').decode()} {r.value.decode()}\n"
+            f"{r.partition} {r.offset} {(r.key or b'').decode()} {(r.value or b'').decode()}\n"
             for r in records
         ))  # fmt: skip
         self._file.flush()

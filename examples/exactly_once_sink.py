@@ -65,8 +65,8 @@ class Sink:
                 return False
             self.db.executemany(
                 "INSERT INTO results VALUES (?, ?, ?, ?, ?)",
-                [(r.topic, r.partition, r.offset, (r.key or b"").decode(), r.value.decode())
-                 for r in records],
+                [(r.topic, r.partition, r.offset, (r.key or b"").decode(),
+                  (r.value or b"").decode()) for r in records],
             )  # fmt: skip
             self.db.execute(
                 "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (topic, partition) "

@@ -66,10 +66,11 @@ def output_stream(topic: str, partition: int) -> str:
 
 
 def transform(record: ConsumerRecord) -> LogRecord:
+    value = record.value
     return LogRecord(
-        record.value.upper(),
+        None if value is None else value.upper(),  # a tombstone stays one
         key=record.key,
-        headers={SOURCE_OFFSET: str(record.offset).encode()},
+        headers=[(SOURCE_OFFSET, str(record.offset).encode())],
     )
 
 
@@ -89,9 +90,10 @@ async def last_source_offset(ns: Namespace, stream: str) -> int:
             f"{stream}: its last result (sequence id {end - 1}) could not be read "
             f"within {LAST_RESULT_WAIT_S:.0f} s"
         )
-    if not last.headers or SOURCE_OFFSET not in last.headers:
+    offsets = [v for name, v in last.headers or [] if name == SOURCE_OFFSET and v is not None]
+    if not offsets:
         raise RuntimeError(f"{stream}: the last record has no {SOURCE_OFFSET} header")
-    return int(last.headers[SOURCE_OFFSET])
+    return int(offsets[-1])
 
 
 class Transformer:

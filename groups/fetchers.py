@@ -36,7 +36,8 @@ from foundation.invariants import invariant
 from foundation.names import partition_stream
 from groups.assignors import TopicPartition
 from groups.offsets import check_offset, offset_at
-from httpapi.partitions import PartitionRow, user_headers
+from httpapi.partitions import PartitionRow
+from httpapi.writes import HeaderPairs as Headers
 from streams.dlsn import StartPosition
 from streams.records import ReadRecord
 from thinclient import reads
@@ -65,8 +66,10 @@ FETCH_RETRY: Final = BackoffPolicy(delay_s=0.1, max_delay_s=2.0)
 
 class ConsumerRecord(tuple[Any, ...]):
     """One record as a consumer sees it: ``topic, partition, offset, key, value,
-    headers, timestamp_ms``. A tuple underneath (built in C, cheap to keep) compared by
-    value; ``headers`` is None when the record has none."""
+    headers, timestamp_ms, timestamp_type``. A tuple underneath (built in C, cheap to
+    keep) compared by value. ``value`` None is Kafka's null value; ``headers`` ordered
+    ``(name, value)`` pairs (names may repeat, values may be None), None when the
+    record has none; ``timestamp_type`` Kafka's (0 CreateTime, 1 LogAppendTime)."""
 
     __slots__ = ()
 
@@ -76,11 +79,13 @@ class ConsumerRecord(tuple[Any, ...]):
         partition: int,
         offset: int,
         key: bytes | None,
-        value: bytes,
-        headers: dict[str, bytes] | None = None,
+        value: bytes | None,
+        headers: Headers | None = None,
         timestamp_ms: int = 0,
+        timestamp_type: int = 0,
     ) -> ConsumerRecord:
-        return _new(cls, (topic, partition, offset, key, value, headers, timestamp_ms))
+        row = (topic, partition, offset, key, value, headers, timestamp_ms, timestamp_type)
+        return _new(cls, row)
 
     @property
     def topic(self) -> str:
@@ -99,11 +104,11 @@ class ConsumerRecord(tuple[Any, ...]):
         return self[3]  # type: ignore[no-any-return]
 
     @property
-    def value(self) -> bytes:
+    def value(self) -> bytes | None:
         return self[4]  # type: ignore[no-any-return]
 
     @property
-    def headers(self) -> dict[str, bytes] | None:
+    def headers(self) -> Headers | None:
         return self[5]  # type: ignore[no-any-return]
 
     @property
@@ -111,26 +116,27 @@ class ConsumerRecord(tuple[Any, ...]):
         return self[6]  # type: ignore[no-any-return]
 
     @property
+    def timestamp_type(self) -> int:
+        return self[7]  # type: ignore[no-any-return]
+
+    @property
     def tp(self) -> TopicPartition:
         return (self[0], self[1])
 
     def __repr__(self) -> str:
-        return (
-            f"ConsumerRecord({self[0]}/{self[1]}@{self[2]}, key={self[3]!r}, "
-            f"value={self[4][:32]!r}{'...' if len(self[4]) > 32 else ''})"
-        )
+        value = self[4]
+        shown = "None" if value is None else f"{value[:32]!r}{'...' if len(value) > 32 else ''}"
+        return f"ConsumerRecord({self[0]}/{self[1]}@{self[2]}, key={self[3]!r}, value={shown})"
 
 
 def records_from_core(
     topic: str, partition: int, recs: Sequence[ReadRecord]
 ) -> list[ConsumerRecord]:
     # A ReadRecord is a tuple: [4] sequence id, [6] timestamp, [7] payload, [8] key,
-    # [9] headers (indexes skip the property calls: this runs per record).
+    # [9] headers, [10] timestamp type (indexes skip the property calls: this runs per
+    # record). Readers never return Bookline's own markers (streams.recordset).
     return [
-        _new(
-            ConsumerRecord,
-            (topic, partition, r[4], r[8], r[7], user_headers(r[9]) if r[9] else None, r[6]),
-        )
+        _new(ConsumerRecord, (topic, partition, r[4], r[8], r[7], r[9] or None, r[6], r[10]))
         for r in recs
     ]
 
@@ -138,7 +144,9 @@ def records_from_core(
 def records_from_rows(
     topic: str, partition: int, rows: Sequence[PartitionRow]
 ) -> list[ConsumerRecord]:
-    return [_new(ConsumerRecord, (topic, partition, o, k, v, h, ts)) for o, ts, k, v, h in rows]
+    return [
+        _new(ConsumerRecord, (topic, partition, o, k, v, h, ts, tt)) for o, ts, k, v, h, tt in rows
+    ]
 
 
 def _check_contiguous(tp: TopicPartition, offset: int, recs: Sequence[ConsumerRecord]) -> None:

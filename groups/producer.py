@@ -54,6 +54,7 @@ from foundation.loopthread import LoopThread
 from foundation.names import partition_stream
 from foundation.partitioner import StickyPartitioner, partition_for_key
 from groups.topics import TopicAdmin
+from httpapi.writes import TIMESTAMP_MAX, HeadersLike, checked_headers
 from streams.dlsn import DLSN
 from streams.namespace import Namespace
 from streams.records import LogRecord
@@ -64,8 +65,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ProducerConfig", "SyncTopicProducer", "TopicProducer", "as_log_record"]
 
-# Headers with this prefix are Bookline's own (write proxy batch markers).
-RESERVED_HEADER_PREFIX: Final = "bl."
 # A closing producer waits this long for its writers to flush and seal.
 CLOSE_TIMEOUT_S: Final = 30.0
 
@@ -87,27 +86,34 @@ class ProducerConfig:
 
 
 def as_log_record(
-    value: bytes | str | LogRecord,
+    value: bytes | str | LogRecord | None,
     key: bytes | str | None = None,
-    headers: dict[str, bytes | str] | None = None,
+    headers: HeadersLike | None = None,
+    timestamp_ms: int | None = None,
 ) -> LogRecord:
-    """A record to send: a LogRecord as is, or built from value, key and headers (text
-    is UTF-8). BAD_REQUEST for the reserved ``bl.`` header prefix."""
+    """A record to send: a LogRecord as is, or built from value (None: Kafka's null
+    value), key, headers (ordered ``(name, value)`` pairs or a mapping; text is UTF-8)
+    and the producer's timestamp. BAD_REQUEST for a malformed header or the reserved
+    ``bl.`` prefix (:func:`httpapi.writes.checked_headers`), or a bad timestamp."""
+    h: HeadersLike | None
     if isinstance(value, LogRecord):
-        if key is not None or headers is not None:
-            raise BadRequestError("give key and headers inside the LogRecord, not beside it")
-        record = value
+        if key is not None or headers is not None or timestamp_ms is not None:
+            raise BadRequestError(
+                "give key, headers and timestamp inside the LogRecord, not beside it"
+            )
+        payload, k, h, ts = value.payload, value.key, value.headers, value.timestamp_ms
     else:
         payload = value.encode() if isinstance(value, str) else value
-        k = key.encode() if isinstance(key, str) else key
-        h = None if headers is None else {n: v.encode() if isinstance(v, str) else v
-                                          for n, v in headers.items()}  # fmt: skip
-        record = LogRecord(payload, None, k, h)
-    if not isinstance(record.payload, bytes):
-        raise BadRequestError(f"a record's value is bytes or str, not {type(value).__name__}")
-    if record.headers and any(n.startswith(RESERVED_HEADER_PREFIX) for n in record.headers):
-        raise BadRequestError(f"header names starting {RESERVED_HEADER_PREFIX!r} are reserved")
-    return record
+        k, h, ts = key.encode() if isinstance(key, str) else key, headers, timestamp_ms
+    if payload is not None and not isinstance(payload, bytes):
+        raise BadRequestError(f"a record's value is bytes, str or None, not {type(value).__name__}")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)
+                           or not 0 <= ts <= TIMESTAMP_MAX):  # fmt: skip
+        raise BadRequestError(f"a record's timestamp is ms within 0..{TIMESTAMP_MAX}, not {ts!r}")
+    if isinstance(value, LogRecord) and h is None:
+        return value
+    return LogRecord(payload, value.txid if isinstance(value, LogRecord) else None, k,
+                     checked_headers(h), ts)  # fmt: skip
 
 
 # A record waiting in a partition's batch and who waits for its offset.
@@ -152,13 +158,18 @@ class TopicProducer:
     async def send(
         self,
         topic: str,
-        value: bytes | str | LogRecord,
+        value: bytes | str | LogRecord | None,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
         partition: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> tuple[int, int]:
-        """Send one record; ``(partition, offset)`` once it is durable."""
-        record = as_log_record(value, key, headers)
+        """Send one record; ``(partition, offset)`` once it is durable. ``value=None``
+        is Kafka's null value (a tombstone when keyed); ``headers`` ordered ``(name,
+        value)`` pairs, names may repeat, values may be None; ``timestamp_ms`` the
+        record's CreateTime (None: the writer stamps it)."""
+        record = as_log_record(value, key, headers, timestamp_ms)
         count = await self.partitions_for(topic)
         p = await self._choose(topic, count, record.key, partition)
         return p, await self._enqueue(topic, p, record)
@@ -166,7 +177,7 @@ class TopicProducer:
     async def send_many(
         self,
         topic: str,
-        records: Sequence[bytes | str | LogRecord],
+        records: Sequence[bytes | str | LogRecord | None],
         partition: int | None = None,
     ) -> list[tuple[int, int]]:
         """Send records (keys inside LogRecords); ``(partition, offset)`` of each once
@@ -227,7 +238,7 @@ class TopicProducer:
             part = self._parts[(topic, p)] = _Partition(topic, p, partition_stream(topic, p))
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         part.pending.append((record, fut))
-        if record.key is None and record.headers is None:
+        if record.key is None and record.headers is None and record.payload is not None:
             part.pending_bytes += len(record.payload)
         else:
             part.pending_bytes += record_bytes(record.payload, record.key, record.headers)
@@ -387,15 +398,22 @@ class SyncTopicProducer:
     def send(
         self,
         topic: str,
-        value: bytes | str | LogRecord,
+        value: bytes | str | LogRecord | None,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
         partition: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> tuple[int, int]:
-        return self._run.call(self._producer.send(topic, value, key, headers, partition))
+        return self._run.call(
+            self._producer.send(topic, value, key, headers, partition, timestamp_ms=timestamp_ms)
+        )
 
     def send_many(
-        self, topic: str, records: Sequence[bytes | str | LogRecord], partition: int | None = None
+        self,
+        topic: str,
+        records: Sequence[bytes | str | LogRecord | None],
+        partition: int | None = None,
     ) -> list[tuple[int, int]]:
         return self._run.call(self._producer.send_many(topic, records, partition))
 

@@ -16,6 +16,29 @@ _BYTES = {
     "description": "UTF-8 text in JSON (or the *_b64 variant); binary in msgpack",
 }
 _DLSN = {"type": "string", "pattern": "^[0-9]+:[0-9]+:[0-9]+$", "example": "3:17:0"}
+_VALUE = {
+    **_BYTES,
+    "nullable": True,
+    "description": f"{_BYTES['description']}; null: Kafka's null value",
+}
+# Kafka's headers: ordered [name, value] pairs, names may repeat, a value may be null.
+_HEADERS = {
+    "type": "array",
+    "description": "Kafka's headers: [name, value] pairs in order, names may repeat, a "
+    "value may be null; in JSON the values are UTF-8 text, or all base64 under "
+    "headers_b64 (an object {name: value} is still accepted on writes)",
+    "items": {
+        "type": "array",
+        "minItems": 2,
+        "maxItems": 2,
+        "items": {"type": "string", "nullable": True},
+    },
+}
+_TS_TYPE = {
+    "type": "string",
+    "enum": ["CreateTime", "LogAppendTime"],
+    "description": "whose time ts is: the producer's (or the writer's clock) or the log's",
+}
 
 
 def schemas() -> dict[str, Any]:
@@ -23,10 +46,17 @@ def schemas() -> dict[str, Any]:
         "type": "object",
         "required": ["payload"],
         "properties": {
-            "payload": _BYTES,
+            "payload": _VALUE,
             "payload_b64": {"type": "string"},
             "key": _BYTES,
-            "headers": {"type": "object", "additionalProperties": _BYTES},
+            "headers": _HEADERS,
+            "headers_b64": _HEADERS,
+            "timestamp": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "the producer's time (CreateTime), ms since the epoch; "
+                "absent: the log stamps the append time",
+            },
             "txid": {"type": "integer", "minimum": 0},
         },
     }
@@ -57,8 +87,8 @@ def schemas() -> dict[str, Any]:
                 "producer": {"type": "string", "maxLength": 64},
                 "epoch": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1, "default": 0},
                 "seq": {"type": "integer", "minimum": 0},
-                "payload": _BYTES,
-                "payloads": {"type": "array", "items": _BYTES},
+                "payload": _VALUE,
+                "payloads": {"type": "array", "items": _VALUE},
                 "keys": {
                     "type": "array",
                     "items": {**_BYTES, "nullable": True},
@@ -103,9 +133,11 @@ def schemas() -> dict[str, Any]:
                 "seq": {"type": "integer"},
                 "txid": {"type": "integer"},
                 "ts": {"type": "integer", "description": "ms since the epoch"},
-                "payload": _BYTES,
+                "ts_type": _TS_TYPE,
+                "payload": _VALUE,
                 "key": _BYTES,
-                "headers": {"type": "object", "additionalProperties": _BYTES},
+                "headers": _HEADERS,
+                "headers_b64": _HEADERS,
             },
         },
         "ReadAnswer": {
@@ -367,9 +399,9 @@ def _consumer_schemas() -> dict[str, Any]:
         "PartitionPage": {
             "type": "object",
             "required": ["next_offset"],
-            "description": "msgpack answers carry 'rows' ([offset, ts, key|nil, value, "
-            "headers|nil] per record), JSON answers 'records'; offsets are contiguous "
-            "from the asked one",
+            "description": "msgpack answers carry 'rows' ([offset, ts, key|nil, value|nil, "
+            "headers|nil, ts_type] per record, ts_type 0 CreateTime or 1 LogAppendTime), "
+            "JSON answers 'records'; offsets are contiguous from the asked one",
             "properties": {
                 "rows": {"type": "array", "items": {"type": "array"}},
                 "records": {
@@ -380,9 +412,11 @@ def _consumer_schemas() -> dict[str, Any]:
                         "properties": {
                             "offset": {"type": "integer"},
                             "ts": {"type": "integer", "description": "ms since the epoch"},
+                            "ts_type": _TS_TYPE,
                             "key": _BYTES,
-                            "value": _BYTES,
-                            "headers": {"type": "object", "additionalProperties": _BYTES},
+                            "value": _VALUE,
+                            "headers": _HEADERS,
+                            "headers_b64": _HEADERS,
                         },
                     },
                 },

@@ -4,18 +4,20 @@ Partition page (``GET /v1/topics/{t}/partitions/{p}/records?offset=N&limit=M&wai
 read proxy). Offsets are the partition stream's sequence ids (contiguous: a page's
 records have offsets ``first, first+1, ...``)::
 
-    msgpack: {"rows": [[offset, ts, key|nil, value, headers|nil], ...],
+    msgpack: {"rows": [[offset, ts, key|nil, value|nil, headers|nil, ts_type], ...],
               "next_offset": int}
-    JSON:    {"records": [{"offset": int, "ts": int, "key": bytes?, "value": bytes,
-                           "headers": {...}?}, ...],
+    JSON:    {"records": [{"offset": int, "ts": int, "ts_type": "CreateTime" |
+                           "LogAppendTime", "key": bytes?, "value": bytes | null,
+                           "headers": [[str, bytes | null], ...]?}, ...],
               "next_offset": int}
 
 Rows instead of one map per record in msgpack (as the write answer has ``runs``
-instead of ``dlsns``): a five-element array packs and unpacks in C without repeating
-five key strings per record, which is most of a consumer's per-record cost through
+instead of ``dlsns``): a six-element array packs and unpacks in C without repeating
+six key strings per record, which is most of a consumer's per-record cost through
 the proxy. JSON keeps objects, for humans and ``curl``. ``next_offset`` is where the
-next page starts (the requested offset when the page is empty). ``bl.*`` headers (the
-write proxy's de-duplication markers) are never shown.
+next page starts (the requested offset when the page is empty). A row's ``ts_type`` is
+Kafka's number (0 CreateTime, 1 LogAppendTime); headers are Kafka's ordered pairs
+(:mod:`httpapi.wire`), a value is null for Kafka's null value.
 
 Subscriptions (``/v1/streams/{s}/subscriptions[/{name}]``, read proxy): a core
 subscription's durable position, ``{"subscriber": str, "dlsn": "s:e:s" | null}``; a
@@ -25,48 +27,38 @@ commit is ``{"dlsn": "s:e:s"}`` answered ``{"advanced": bool, "dlsn": "s:e:s"}``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from operator import itemgetter
+from typing import Any
 
 from foundation.errors import BadRequestError
 from httpapi import wire
+from httpapi.views import TIMESTAMP_TYPES, headers_of, timestamp_type_number
 from streams.records import ReadRecord
 
-__all__ = [
-    "MARKER_HEADER_PREFIX",
-    "PartitionRow",
-    "decode_page",
-    "encode_page",
-    "rows_of",
-    "user_headers",
+__all__ = ["PartitionRow", "decode_page", "encode_page", "rows_of"]
+
+# (offset, timestamp_ms, key, value, headers, timestamp_type): one record of a page.
+PartitionRow = tuple[
+    int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int
 ]
-
-# Headers the write proxy adds for de-duplication; not user data.
-MARKER_HEADER_PREFIX: Final = "bl."
-
-# (offset, timestamp_ms, key, value, headers): one record of a partition page.
-PartitionRow = tuple[int, int, bytes | None, bytes, dict[str, bytes] | None]
-
-
-def user_headers(headers: Mapping[str, bytes] | None) -> dict[str, bytes] | None:
-    """``headers`` without the ``bl.*`` markers (None when nothing is left)."""
-    if not headers:
-        return None
-    user = {k: v for k, v in headers.items() if not k.startswith(MARKER_HEADER_PREFIX)}
-    return user or None
+_headers_of_row = itemgetter(4)
 
 
 def rows_of(records: Iterable[ReadRecord]) -> list[PartitionRow]:
     """Rows of core records (ReadRecord is a tuple: [4] sequence id, [6] timestamp,
-    [7] payload, [8] key, [9] headers; indexing skips the property calls)."""
-    return [(r[4], r[6], r[8], r[7], user_headers(r[9]) if r[9] else None) for r in records]
+    [7] payload, [8] key, [9] headers, [10] timestamp type; indexing skips the
+    property calls)."""
+    return [(r[4], r[6], r[8], r[7], r[9] or None, r[10]) for r in records]
 
 
 def encode_page(rows: Sequence[PartitionRow], next_offset: int, media: str) -> bytes:
     if media == wire.MSGPACK:
         return wire.encode_body({"rows": rows, "next_offset": next_offset}, media)
     records = []
-    for offset, ts, key, value, headers in rows:
-        rec: dict[str, Any] = {"offset": offset, "ts": ts, "value": value}
+    for offset, ts, key, value, headers, ts_type in rows:
+        rec: dict[str, Any] = {
+            "offset": offset, "ts": ts, "ts_type": TIMESTAMP_TYPES[ts_type], "value": value
+        }  # fmt: skip
         if key is not None:
             rec["key"] = key
         if headers:
@@ -82,6 +74,8 @@ def decode_page(obj: Mapping[str, Any]) -> tuple[list[PartitionRow], int]:
         raise BadRequestError("partition page without a valid next_offset")
     rows = obj.get("rows")
     if isinstance(rows, list):
+        if any(map(_headers_of_row, rows)):  # rare: pairs arrive as msgpack arrays
+            return [(*r[:4], headers_of(r[4]), *r[5:]) for r in rows], nxt
         return rows, nxt
     records = obj.get("records")
     if not isinstance(records, list):
@@ -89,17 +83,14 @@ def decode_page(obj: Mapping[str, Any]) -> tuple[list[PartitionRow], int]:
     out: list[PartitionRow] = []
     try:
         for rec in records:
-            headers = rec.get("headers")
-            if headers is not None:
-                names = {k[:-4] if k.endswith("_b64") else k for k in headers}
-                headers = {n: wire.get_bytes(headers, n) or b"" for n in names}
             out.append(
                 (
                     int(rec["offset"]),
                     int(rec["ts"]),
                     wire.get_bytes(rec, "key"),
-                    wire.get_bytes(rec, "value", required=True) or b"",
-                    headers,
+                    wire.get_bytes(rec, "value"),  # null: Kafka's null value
+                    headers_of(wire.get_header_pairs(rec)),
+                    timestamp_type_number(rec.get("ts_type")),
                 )
             )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -7,14 +7,49 @@ DLSNs travel as ``"seg:entry:slot"`` strings; every other field keeps its name f
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Final
 
 from foundation.errors import BadRequestError
 from httpapi.positions import parse_dlsn
-from httpapi.wire import get_bytes
+from httpapi.wire import get_bytes, get_header_pairs
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 from streams.vocabulary import SegmentInfo, StreamInfo
+
+# A record's timestamp type by Kafka's number (0 CreateTime: the producer's time, 1
+# LogAppendTime: the log's), as bodies name it (``ts_type``).
+TIMESTAMP_TYPES: Final = ("CreateTime", "LogAppendTime")
+
+
+def timestamp_type_name(number: int) -> str:
+    return TIMESTAMP_TYPES[number]
+
+
+def timestamp_type_number(name: object) -> int:
+    """Kafka's number of a ``ts_type`` name (0 when absent: older proxies send none)."""
+    if name is None:
+        return 0
+    if name not in TIMESTAMP_TYPES:
+        raise BadRequestError(f"ts_type must be one of {', '.join(TIMESTAMP_TYPES)}")
+    return TIMESTAMP_TYPES.index(str(name))
+
+
+def headers_of(raw: Any) -> list[tuple[str, bytes | None]] | None:
+    """Headers a body carried (pairs, or the object an older proxy sent) as pairs."""
+    if raw is None:
+        return None
+    items = list(raw.items()) if isinstance(raw, dict) else raw
+    if not isinstance(items, list):
+        raise BadRequestError("headers must be a list of [name, value] pairs")
+    out: list[tuple[str, bytes | None]] = []
+    for item in items:
+        if not isinstance(item, list | tuple) or len(item) != 2 or not isinstance(item[0], str):
+            raise BadRequestError("each header is a [name, value] pair")
+        name, value = item
+        if value is not None and not isinstance(value, bytes):
+            value = str(value).encode()
+        out.append((name, value))
+    return out or None
 
 
 def _plain(value: Any) -> Any:
@@ -73,15 +108,13 @@ def record_view(rec: ReadRecord) -> dict[str, Any]:
         "seq": rec.sequence_id,
         "txid": rec.txid,
         "ts": rec.timestamp_ms,
+        "ts_type": TIMESTAMP_TYPES[rec.timestamp_type],
         "payload": rec.payload,
     }
     if rec.key is not None:
         out["key"] = rec.key
     if rec.headers:
-        # bl.* headers are the write proxy's de-duplication markers, not user data.
-        user = {k: v for k, v in rec.headers.items() if not k.startswith("bl.")}
-        if user:
-            out["headers"] = user
+        out["headers"] = rec.headers
     return out
 
 
@@ -89,20 +122,16 @@ def record_from_view(stream: str, obj: Any) -> ReadRecord:
     if not isinstance(obj, dict):
         raise BadRequestError("a record must be an object")
     try:
-        headers = obj.get("headers")
-        if headers is not None:
-            headers = {
-                k: v if isinstance(v, bytes) else str(v).encode() for k, v in headers.items()
-            }
         return ReadRecord(
             stream,
             DLSN(*parse_dlsn(obj["dlsn"])),
             int(obj["seq"]),
             int(obj["txid"]),
             int(obj["ts"]),
-            get_bytes(obj, "payload", required=True) or b"",
+            get_bytes(obj, "payload"),  # absent or null: a null value
             get_bytes(obj, "key"),
-            headers,
+            headers_of(get_header_pairs(obj)),
+            timestamp_type_number(obj.get("ts_type")),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BadRequestError(f"malformed record: {exc}") from exc

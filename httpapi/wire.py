@@ -21,8 +21,14 @@ path (``/v1/...``); an incompatible change gets ``/v2``.
 Read answer (``GET /v1/streams/{name}/records``)::
 
     {"records": [{"dlsn": "s:e:s", "seq": int, "txid": int, "ts": int,
-                  "payload": bytes, "key": bytes?, "headers": {...}?}, ...],
+                  "ts_type": "CreateTime" | "LogAppendTime",
+                  "payload": bytes | null, "key": bytes?,
+                  "headers": [[str, bytes | null], ...]?}, ...],
      "next": "seq:N"}          # where to continue
+
+Headers are Kafka's ordered ``[name, value]`` pairs (names may repeat, a value may be
+null). In JSON their values are text when every one is UTF-8, else all of them are
+base64 under ``headers_b64`` (a null stays null).
 
 Every error is ``{"code": int, "name": str, "message": str}`` (plus ``"owner"`` for
 OWNER_MOVED) with the stable codes of :mod:`foundation.errors`.
@@ -52,6 +58,7 @@ __all__ = [
     "encode_error",
     "error_body",
     "get_bytes",
+    "get_header_pairs",
     "get_int",
     "is_msgpack",
     "negotiate",
@@ -130,13 +137,20 @@ def decode_body(body: bytes, content_type: str | None) -> dict[str, Any]:
     return obj
 
 
+# Fields holding Kafka headers (lists of [name, value] pairs) in every body.
+HEADER_FIELDS: Final = frozenset({"headers"})
+
+
 def to_json(value: Any) -> Any:
     """A body as JSON sees it: bytes become text when they are UTF-8, else base64 under a
-    ``*_b64`` key."""
+    ``*_b64`` key; headers likewise, all of a record's values at once."""
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            if isinstance(v, bytes | bytearray | memoryview):
+            if k in HEADER_FIELDS and isinstance(v, list | tuple):
+                name, pairs = _headers_json(k, v)
+                out[name] = pairs
+            elif isinstance(v, bytes | bytearray | memoryview):
                 text = _utf8(bytes(v))
                 if text is None:
                     out[f"{k}_b64"] = base64.b64encode(bytes(v)).decode()
@@ -150,6 +164,16 @@ def to_json(value: Any) -> Any:
     if isinstance(value, bytes):
         return _utf8(value) or base64.b64encode(value).decode()
     return value
+
+
+def _headers_json(field: str, pairs: Any) -> tuple[str, list[list[Any]]]:
+    """``(field, pairs)`` with text values, or ``(field_b64, pairs)`` with base64 values
+    when one is not UTF-8 (null values stay null either way)."""
+    texts = [[n, None if v is None else _utf8(bytes(v))] for n, v in pairs]
+    if all(t is not None or v is None for (_n, t), (_, v) in zip(texts, pairs, strict=True)):
+        return field, texts
+    b64 = [[n, None if v is None else base64.b64encode(bytes(v)).decode()] for n, v in pairs]
+    return f"{field}_b64", b64
 
 
 def _utf8(data: bytes) -> str | None:
@@ -182,6 +206,36 @@ def get_bytes(obj: Mapping[str, Any], key: str, *, required: bool = False) -> by
     if isinstance(value, str):
         return value.encode("utf-8")
     raise BadRequestError(f"field {key!r} must be bytes or text, got {type(value).__name__}")
+
+
+def get_header_pairs(obj: Mapping[str, Any], key: str = "headers") -> Any:
+    """Field ``key`` as headers sent them: pairs (or an object) from ``key``, or from
+    ``key_b64`` with their values base64-decoded. Unchecked beyond the base64:
+    :func:`httpapi.writes.checked_headers` checks names and values."""
+    b64 = obj.get(f"{key}_b64")
+    if b64 is None:
+        return obj.get(key)
+    if obj.get(key) is not None:
+        raise BadRequestError(f"give {key} or {key}_b64, not both")
+    items = list(b64.items()) if isinstance(b64, Mapping) else b64
+    if not isinstance(items, list):
+        raise BadRequestError(f"field {key}_b64 must be a list of [name, base64] pairs")
+    out: list[tuple[Any, bytes | None]] = []
+    for item in items:
+        if not isinstance(item, list | tuple) or len(item) != 2:
+            raise BadRequestError(f"each of {key}_b64 is a [name, base64 | null] pair")
+        name, value = item
+        if value is not None and not isinstance(value, str):
+            raise BadRequestError(f"header {str(name)[:100]!r}: a base64 string or null")
+        out.append((name, None if value is None else _b64decode(value, f"{key}_b64")))
+    return out
+
+
+def _b64decode(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadRequestError(f"field {field} is not valid base64") from exc
 
 
 def get_int(obj: Mapping[str, Any], key: str, lo: int, hi: int) -> int | None:

@@ -5,14 +5,23 @@ Write request (``POST /v1/streams/{name}/records``)::
     {"producer": str?,          # producer id (idempotence); omit for fire-and-forget
      "epoch": int?,             # the producer's epoch on this stream (default 0)
      "seq": int?,               # sequence number of the first record (required with producer)
-     "payloads": [bytes, ...]   # plain records,
+     "payloads": [bytes | null, ...]   # plain records,
      "keys": [bytes | null, ...]?   # with payloads: their keys (as many as payloads)
-     "records": [{"payload": bytes, "key": bytes?, "headers": {str: bytes}?,
-                  "txid": int?}, ...],   # or full records
+     "records": [{"payload": bytes | null, "key": bytes?,
+                  "headers": [[str, bytes | null], ...]?,
+                  "timestamp": int?, "txid": int?}, ...],   # or full records
      "crc": int?}               # CRC32C of all payloads concatenated (msgpack clients)
 
-``payloads`` + ``keys`` is the compact form of keyed records without headers or txids
-(what a topic producer sends): two flat lists, no map per record.
+``payloads`` + ``keys`` is the compact form of keyed records without headers, txids or
+timestamps (what a topic producer sends): two flat lists, no map per record.
+
+A record's value may be null (``payload: null``): Kafka's null value, a tombstone when
+the record is keyed. ``headers`` are Kafka's: an ordered list of ``[name, value]``
+pairs, names may repeat, a value may be null; in JSON a value is UTF-8 text, or all
+values are base64 under ``headers_b64``; an object ``{name: value}`` is still taken
+(its items in order). ``timestamp`` is the producer's time in ms since the epoch
+(Kafka's CreateTime); without it the log stamps the append time. A topic whose
+``timestamp_type`` is LogAppendTime overwrites it.
 
 Record ``i`` of the request has producer sequence ``seq + i`` within ``epoch``. A producer
 bumps its epoch after a batch failed for good and starts again at sequence 0; the proxy
@@ -27,8 +36,9 @@ for one record), msgpack ``"offset_runs": [[first, count], ...]`` (consecutive o
 collapse; a request's new records are consecutive, retries answered from the proxy's
 table carry their original offsets).
 
-The write proxy marks each producer batch in the log with ``bl.*`` record headers
-(:mod:`serving.write.dedup`), which is why clients may not use that prefix. The route
+Header names starting ``bl.`` are reserved: Bookline's producer markers were stored
+under them before they moved into the record set (:mod:`serving.write.dedup`), and
+every reader still drops them from old data. The route
 hands the write core a ``serving.write.batch.WriteBatch`` made of the request's lists
 (no copy).
 """
@@ -38,23 +48,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import crc32c
 
 from foundation.errors import BadRequestError
 from foundation.limits import record_bytes
 from httpapi.positions import format_dlsn, parse_dlsn
-from httpapi.wire import MSGPACK, get_bytes, get_int
+from httpapi.wire import MSGPACK, get_bytes, get_header_pairs, get_int
 from streams.dlsn import DLSN, DLSNSequence
 
 __all__ = [
     "EPOCH_MAX",
+    "TIMESTAMP_MAX",
+    "HeaderPairs",
+    "HeadersLike",
     "WireRecord",
     "WriteRequest",
     "answer_count",
     "answer_dlsns",
     "answer_offsets",
+    "checked_headers",
     "decode_offset_runs",
     "decode_runs",
     "encode_offset_runs",
@@ -78,6 +92,14 @@ TXID_MAX: Final = (1 << 63) - 1
 # Headers per record and their sizes: metadata, not a second payload.
 HEADERS_PER_RECORD_MAX: Final = 32
 HEADER_KEY_CHARS_MAX: Final = 128
+# Producer timestamps are ms since the epoch, non-negative, within an int64 like Kafka's.
+TIMESTAMP_MAX: Final = (1 << 63) - 1
+RESERVED_HEADER_PREFIX: Final = "bl."
+
+# Kafka's headers: ordered (name, value) pairs, names may repeat, values may be null.
+HeaderPairs = list[tuple[str, bytes | None]]
+# What callers may give: such pairs (text values are UTF-8) or a mapping (its items).
+HeadersLike = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
 
 
 # -- records ---------------------------------------------------------------------------
@@ -87,10 +109,11 @@ HEADER_KEY_CHARS_MAX: Final = 128
 class WireRecord:
     """A record to write, as a request carries it."""
 
-    payload: bytes
+    payload: bytes | None  # None: Kafka's null value
     key: bytes | None = None
-    headers: dict[str, bytes] | None = None
+    headers: HeaderPairs | None = None
     txid: int | None = None
+    timestamp_ms: int | None = None  # the producer's (CreateTime); None: the log's
 
     @property
     def size_bytes(self) -> int:
@@ -102,34 +125,60 @@ class WireRecord:
         if self.key is not None:
             out["key"] = self.key
         if self.headers:
-            out["headers"] = self.headers
+            out["headers"] = [list(h) for h in self.headers]
         if self.txid is not None:
             out["txid"] = self.txid
+        if self.timestamp_ms is not None:
+            out["timestamp"] = self.timestamp_ms
         return out
 
 
-def _headers(value: Any) -> dict[str, bytes] | None:
+def checked_headers(value: HeadersLike | None) -> HeaderPairs | None:
+    """Headers a caller gave (pairs or a mapping; text values UTF-8) as checked pairs,
+    order and repeated names kept; None for none. BAD_REQUEST for a malformed header,
+    too many of them or the reserved ``bl.`` prefix."""
     if value is None:
         return None
-    if not isinstance(value, dict) or len(value) > HEADERS_PER_RECORD_MAX:
-        raise BadRequestError(f"headers must be an object of at most {HEADERS_PER_RECORD_MAX}")
-    out: dict[str, bytes] = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not k or len(k) > HEADER_KEY_CHARS_MAX:
-            raise BadRequestError(f"header names must be 1..{HEADER_KEY_CHARS_MAX} characters")
-        if k.startswith("bl."):
-            raise BadRequestError(f"header {k!r}: the prefix 'bl.' is reserved")
-        if isinstance(v, bytes):
-            out[k] = v
-        elif isinstance(v, str):
-            out[k] = v.encode("utf-8")
-        else:
-            raise BadRequestError(f"header {k!r} must be bytes or text")
-    return out
+    items: Any = value.items() if isinstance(value, Mapping) else value  # from a body: any
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise BadRequestError("headers are a list of (name, value) pairs or a mapping")
+    out: HeaderPairs = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise BadRequestError("each header is a (name, value) pair")
+        out.append(_header(*item))
+        if len(out) > HEADERS_PER_RECORD_MAX:
+            raise BadRequestError(f"at most {HEADERS_PER_RECORD_MAX} headers per record")
+    return out or None
+
+
+def _header(name: object, value: object) -> tuple[str, bytes | None]:
+    if not isinstance(name, str) or not name or len(name) > HEADER_KEY_CHARS_MAX:
+        raise BadRequestError(f"header names must be 1..{HEADER_KEY_CHARS_MAX} characters")
+    if name.startswith(RESERVED_HEADER_PREFIX):
+        raise BadRequestError(f"header {name!r}: the prefix {RESERVED_HEADER_PREFIX!r} is reserved")
+    if value is None or isinstance(value, bytes):
+        return (name, value)
+    if isinstance(value, str):
+        return (name, value.encode("utf-8"))
+    if isinstance(value, bytearray | memoryview):
+        return (name, bytes(value))
+    raise BadRequestError(f"header {name!r} must be bytes, text or null")
 
 
 # What one record of a ``records`` list may carry ("_b64": bytes as base64 in JSON).
-RECORD_FIELDS: Final = frozenset({"payload", "payload_b64", "key", "key_b64", "headers", "txid"})
+RECORD_FIELDS: Final = frozenset(
+    {"payload", "payload_b64", "key", "key_b64", "headers", "headers_b64", "timestamp", "txid"}
+)
+
+
+def _value(obj: Mapping[str, Any]) -> bytes | None:
+    """A record's value: null (Kafka's null value) when ``payload`` is given as null."""
+    if obj.get("payload") is None and obj.get("payload_b64") is None:
+        if "payload" in obj or "payload_b64" in obj:
+            return None
+        raise BadRequestError("missing field 'payload' (null for a null value)")
+    return get_bytes(obj, "payload")
 
 
 def _record(obj: Any) -> WireRecord:
@@ -139,13 +188,12 @@ def _record(obj: Any) -> WireRecord:
     if unknown:
         names = ", ".join(sorted(str(k)[:100] for k in unknown))
         raise BadRequestError(f"unknown field(s) in a record: {names}")
-    payload = get_bytes(obj, "payload", required=True)
-    assert payload is not None  # required=True
     return WireRecord(
-        payload=payload,
+        payload=_value(obj),
         key=get_bytes(obj, "key"),
-        headers=_headers(obj.get("headers")),
+        headers=checked_headers(get_header_pairs(obj, "headers")),
         txid=get_int(obj, "txid", 0, TXID_MAX),
+        timestamp_ms=get_int(obj, "timestamp", 0, TIMESTAMP_MAX),
     )
 
 
@@ -192,9 +240,10 @@ class WriteRequest:
         return len(self.payloads) if self.payloads is not None else len(self.records)
 
 
-def payloads_crc(payloads: Iterable[bytes]) -> int:
-    """CRC32C of the payloads concatenated (one C call over the joined bytes)."""
-    return int(crc32c.crc32c(b"".join(payloads)))
+def payloads_crc(payloads: Iterable[bytes | None]) -> int:
+    """CRC32C of the payloads concatenated, null values adding nothing (one C call over
+    the joined bytes)."""
+    return int(crc32c.crc32c(b"".join(filter(None, payloads))))
 
 
 def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
@@ -217,8 +266,18 @@ def parse_write(obj: Mapping[str, Any], *, records_max: int) -> WriteRequest:
         if not isinstance(raw, list):
             raise BadRequestError("payloads must be a list")
         payloads: list[bytes] = raw
-        if set(map(type, raw)) - {bytes}:  # text or junk: convert or refuse (C-level scan)
-            payloads = [_payload(p) for p in raw]
+        if set(map(type, raw)) - {bytes}:  # text, null or junk: convert or refuse (C-level scan)
+            values = [None if p is None else _payload(p) for p in raw]
+            keys = _keys(obj.get("keys"), len(values))
+            if None in values:  # null values travel as records (the columns are bytes)
+                nulls = [
+                    WireRecord(v, k)
+                    for v, k in zip(values, keys or [None] * len(values), strict=True)
+                ]
+                return _checked(
+                    WriteRequest(producer, seq, records=nulls, epoch=epoch), obj, records_max
+                )
+            payloads = cast("list[bytes]", values)
         keys = _keys(obj.get("keys"), len(payloads))
         return _checked(
             WriteRequest(producer, seq, payloads=payloads, epoch=epoch, keys=keys), obj, records_max
@@ -281,7 +340,7 @@ def write_body(
         if epoch:
             body["epoch"] = epoch
     payloads = [r.payload for r in records]
-    if all(not r.headers and r.txid is None for r in records):
+    if all(not r.headers and r.txid is None and r.timestamp_ms is None for r in records):
         body["payloads"] = payloads
         if any(r.key is not None for r in records):
             body["keys"] = [r.key for r in records]

@@ -6,8 +6,9 @@ before Arrow saw a byte. Here :func:`streams.columns.scan_entry` only locates th
 records (an ``array`` of framing offsets, checked as the record decoder checks), and
 the columns are cut from the bodies with numpy: the framing fields are gathered in one
 pass per entry, the payloads copied out of the body through a mask of their byte
-ranges into one Arrow binary column (offsets from the lengths). Records with a key or
-headers (rare) bring their key and headers along as Python values.
+ranges into one Arrow binary column (offsets from the lengths). Records with extras (a
+key, headers, a null value, a timestamp stored whole: rare) bring them along as Python
+values; every record of a set has the set's timestamp type.
 
 :func:`layout_batch` must give exactly the rows :func:`pipeline.schema.records_to_arrow`
 gives for the same records (tests/test_pipeline_columns.py pins that); the tuple path
@@ -23,7 +24,7 @@ import numpy as np
 
 from foundation.errors import TooLargeError
 from foundation.invariants import invariant
-from pipeline.schema import TIMESTAMP_TYPE_CREATE, visible_headers
+from pipeline.schema import visible_headers
 from streams.columns import FRAMING_FIELDS, EntryLayout
 from streams.records import RECORD_OVERHEAD_BYTES
 
@@ -132,8 +133,9 @@ def _extras_column(parts: Sequence[LayoutPart], n: int, which: int) -> list[Any]
     return out
 
 
-def _binary(values: Any, lengths: Any) -> pa.Array:
-    """One Arrow binary column (32-bit offsets, what Spark's schema maps to)."""
+def _binary(values: Any, lengths: Any, nulls: Any = None) -> pa.Array:
+    """One Arrow binary column (32-bit offsets, what Spark's schema maps to); ``nulls``
+    (a bool array, or None for none) marks null values."""
     import pyarrow as pa
 
     total = int(lengths.sum())
@@ -144,9 +146,41 @@ def _binary(values: Any, lengths: Any) -> pa.Array:
         )
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
+    valid = None if nulls is None else pa.py_buffer(np.packbits(~nulls, bitorder="little"))
     return pa.Array.from_buffers(
-        pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+        pa.binary(), len(lengths), [valid, pa.py_buffer(offsets), pa.py_buffer(values)]
     )
+
+
+def _extras_fixes(parts: Sequence[LayoutPart], ts_ms: Any) -> Any:
+    """Rows with extras whose framing does not say all: their timestamps (stored whole)
+    written into ``ts_ms`` (a copy), and a bool array of null values (None: none)."""
+    ts_ms = ts_ms.copy()
+    nulls = None
+    base = 0
+    for lay, lo, hi in parts:
+        for extra in lay.extras:
+            if lo <= extra.record < hi:
+                row = base + extra.record - lo
+                ts_ms[row] = extra.timestamp_ms
+                if extra.null:
+                    nulls = np.zeros(len(ts_ms), dtype=np.bool_) if nulls is None else nulls
+                    nulls[row] = True
+        base += hi - lo
+    return ts_ms, nulls
+
+
+def _timestamp_types(parts: Sequence[LayoutPart]) -> pa.Array:
+    """Kafka's timestampType per row: each set says it for all of its records."""
+    import pyarrow as pa
+
+    kinds = {p.layout.header.timestamp_type for p in parts}
+    n = sum(p.hi - p.lo for p in parts)
+    if len(kinds) == 1:
+        return pa.repeat(pa.scalar(kinds.pop(), pa.int32()), n)
+    return pa.array(np.concatenate([
+        np.full(p.hi - p.lo, p.layout.header.timestamp_type, dtype=np.int32) for p in parts
+    ]))  # fmt: skip
 
 
 def _slot_strings(upto: int) -> pa.Array:
@@ -194,15 +228,17 @@ def layout_batch(
     first_seq = parts[0].layout.first_sequence_id + parts[0].lo
     seqs = pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64))
     keys = _extras_column(parts, n, 2)
-    keys = _extras_column(parts, n, 2)
+    ts_ms, nulls = cat(3), None
+    if any(p.layout.extras for p in parts):
+        ts_ms, nulls = _extras_fixes(parts, ts_ms)
     columns: list[pa.Array] = [
         pa.nulls(n, pa.binary()) if keys is None else pa.array(keys, pa.binary()),
-        _binary(cat(0), cat(1)),
+        _binary(cat(0), cat(1), nulls),
         pa.repeat(pa.scalar(sl.topic or sl.stream, pa.string()), n),
         pa.repeat(pa.scalar(sl.partition, pa.int32()), n),
         seqs,
-        pa.array(cat(3) * 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.repeat(pa.scalar(TIMESTAMP_TYPE_CREATE, pa.int32()), n),
+        pa.array(ts_ms * 1000).cast(pa.timestamp("us", tz="UTC")),
+        _timestamp_types(parts),
     ]
     if include_headers:
         headers = _extras_column(parts, n, 3)

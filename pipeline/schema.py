@@ -9,18 +9,23 @@ format and connection options changed, then Bookline's own columns::
     stream string, dlsn string, sequence_id bigint, txid bigint
 
 ``topic``/``partition`` name the topic partition (a plain stream is partition 0 of a
-"topic" with its name); ``offset`` = ``sequence_id``; ``timestamp`` is the writer's wall
-clock (``ReadRecord.timestamp_ms``), ``timestampType`` 0 (Kafka's CreateTime); ``dlsn`` is
-the core's ``"seg:entry:slot"``. The sink's exactly-once tag header (:data:`TAG_HEADER`)
-is never shown, so a stream written by Spark can be copied with its headers.
+"topic" with its name); ``offset`` = ``sequence_id``; ``value`` is null for Kafka's
+null value; ``timestamp`` is the record's (``ReadRecord.timestamp_ms``: the producer's,
+or the writer's clock when it gave none, or the log's), ``timestampType`` Kafka's
+number for which (0 CreateTime, 1 LogAppendTime); ``headers`` Kafka's ordered list,
+names may repeat, a ``value`` may be null; ``dlsn`` is the core's ``"seg:entry:slot"``.
+The sink's exactly-once tag header (:data:`TAG_HEADER`) is never shown, so a stream
+written by Spark can be copied with its headers.
 
 Read tasks yield either Python tuples or Arrow record batches; both are built here from
 the same records so they cannot drift. The Arrow schema must equal what pyspark derives
 from the Spark schema (it checks): the caller passes ``to_arrow_schema(schema)``.
 
-Write schema: ``value`` (binary or string, required), optional ``key`` (binary or
-string), ``headers`` (Kafka's ``array<struct<key,value>>`` or ``map<string,binary|
-string>``), ``topic`` (string), ``partition`` (int), ``stream`` (string).
+Write schema: ``value`` (binary or string, required; a null is Kafka's null value),
+optional ``key`` (binary or string), ``headers`` (Kafka's ``array<struct<key,value>>``,
+kept in order, or ``map<string,binary|string>``), ``timestamp`` (timestamp, or bigint ms
+since the epoch: the record's CreateTime; null or absent, the writer stamps it),
+``topic`` (string), ``partition`` (int), ``stream`` (string).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import datetime as dt
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streams.records import HeadersIn, ReadRecord, header_pairs
+from streams.records import ReadRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,6 +47,7 @@ __all__ = [
     "read_schema_ddl",
     "records_to_arrow",
     "records_to_tuples",
+    "tag_header",
     "visible_headers",
 ]
 
@@ -50,9 +56,9 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # hide it, and the sink replaces one found in the rows it writes.
 TAG_HEADER = "bookline.spark"
 # Columns a DataFrame written to Bookline may have; anything else is an error.
-SINK_COLUMNS = frozenset({"value", "key", "headers", "stream", "topic", "partition"})
-# Kafka's timestampType: 0 = CreateTime (set by the writer), 1 = LogAppendTime.
-TIMESTAMP_TYPE_CREATE = 0
+SINK_COLUMNS = frozenset({"value", "key", "headers", "timestamp", "stream", "topic", "partition"})
+# A record's headers: Kafka's ordered (key, value) pairs, values may be None.
+Headers = list[tuple[str, bytes | None]]
 
 
 def read_schema_ddl(include_headers: bool = False) -> str:
@@ -64,13 +70,21 @@ def read_schema_ddl(include_headers: bool = False) -> str:
     )
 
 
-def visible_headers(headers: HeadersIn | None) -> list[tuple[str, bytes | None]] | None:
+def visible_headers(headers: Headers | None) -> Headers | None:
     """A record's headers as Kafka's list of (key, value), the sink's tag left out;
     None when there are none (as Kafka's connector gives)."""
     if not headers:
         return None
-    out = [(k, v) for k, v in header_pairs(headers) if k != TAG_HEADER]
+    out = [h for h in headers if h[0] != TAG_HEADER]
     return out or None
+
+
+def tag_header(headers: Headers | None) -> bytes | None:
+    """The value of the sink's tag header, if the record has one."""
+    for name, value in headers or ():
+        if name == TAG_HEADER:
+            return value
+    return None
 
 
 def records_to_tuples(
@@ -79,7 +93,7 @@ def records_to_tuples(
     topic, partition = sl.topic or sl.stream, sl.partition
     for r in records:
         ts = _EPOCH + dt.timedelta(milliseconds=r.timestamp_ms)
-        head = (r.key, r.payload, topic, partition, r.sequence_id, ts, TIMESTAMP_TYPE_CREATE)
+        head = (r.key, r.payload, topic, partition, r.sequence_id, ts, r.timestamp_type)
         tail = (r.stream, str(r.dlsn), r.sequence_id, r.txid)
         if include_headers:
             yield (*head, visible_headers(r.headers), *tail)
@@ -99,7 +113,7 @@ def records_to_arrow(
         return pa.RecordBatch.from_pylist([], schema=schema)
     # One transpose of the records (tuples) instead of a Python loop per column.
     (_stream, _seg, entry_ids, slot_ids, seq_ids, txids, ts_ms, payloads, keys, headers,
-     _ts_types) = zip(*records, strict=True)  # fmt: skip
+     ts_types) = zip(*records, strict=True)  # fmt: skip
     seqs = pa.array(seq_ids, pa.int64())
     # "seg:entry:slot" built in Arrow (str(DLSN) per record was half the task's time).
     dlsns = pc.binary_join_element_wise(
@@ -115,7 +129,7 @@ def records_to_arrow(
         pa.repeat(pa.scalar(sl.partition, pa.int32()), n),
         seqs,
         pc.multiply(pa.array(ts_ms, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.repeat(pa.scalar(TIMESTAMP_TYPE_CREATE, pa.int32()), n),
+        pa.array(ts_types, pa.int32()),
     ]
     if include_headers:
         columns.append(

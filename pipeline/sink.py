@@ -35,7 +35,7 @@ from pyspark.sql.types import StructType
 from foundation.errors import AlreadyExistsError, BadRequestError, NotFoundError
 from pipeline import client
 from pipeline.options import SinkOptions, parse_sink_options
-from pipeline.schema import SINK_COLUMNS, TAG_HEADER
+from pipeline.schema import SINK_COLUMNS, TAG_HEADER, visible_headers
 from pipeline.sink_marks import Tag, batch_done, digest, drop_marker, scan
 from pipeline.sink_task import (
     WRITE_BATCH_RECORDS,
@@ -175,24 +175,23 @@ def driver_write(
         skips = collections.Counter(task_skips)
         enc = tag.encode()
         records: list[LogRecord] = []
-        for key, value, headers in rows:
+        for key, value, headers, ts in rows:
             if found.prior:
                 d = digest(key, value, headers)
                 if found.prior[d] > 0:
                     found.prior[d] -= 1
                     skips[d] += 1
                     continue
-            headers[TAG_HEADER] = enc
-            records.append(LogRecord(value, key=key, headers=headers))
+            records.append(LogRecord(value, None, key, [*headers, (TAG_HEADER, enc)], ts))
         again = 0
         for d, count in skips.items():
             rec = found.prior_records.get(d)
             missing = count - earlier[d]
             if missing <= 0 or rec is None:
                 continue
-            headers = {k: v for k, v in (rec.headers or {}).items() if k != TAG_HEADER}
-            headers[TAG_HEADER] = enc
-            records += [LogRecord(rec.payload, key=rec.key, headers=dict(headers))] * missing
+            headers = [*(visible_headers(rec.headers) or []), (TAG_HEADER, enc)]
+            again_rec = LogRecord(rec.payload, None, rec.key, headers, rec.timestamp_ms)
+            records += [again_rec] * missing
             again += missing
         if again:
             log.info("%s: re-writing %d rows skipped by more than one task", stream, again)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from foundation.errors import BooklineError, NotFoundError
-from pipeline.schema import TAG_HEADER
+from pipeline.schema import TAG_HEADER, Headers, tag_header
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
 
@@ -63,16 +63,23 @@ BEFORE_ALL = DLSN(0, 0, 0)
 MARKER_PREFIX = "spark-sink."
 
 
-def digest(key: bytes | None, payload: bytes, headers: dict[str, bytes] | None) -> bytes:
-    """Identity of a row's content, ignoring the tag header (order-independent dedup)."""
+def digest(key: bytes | None, payload: bytes | None, headers: Headers | None) -> bytes:
+    """Identity of a row's content: key, value and headers in their order, the tag
+    header left out (a null differs from an empty value). The timestamp is not part of
+    it: a row without one is stamped when written, so it reads back with one."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(b"k" + (key if key is not None else b"\xff"))
-    h.update(len(payload).to_bytes(8, "big") + payload)
-    for name in sorted(headers or {}):
+    h.update(_field(b"k", key))
+    h.update(_field(b"v", payload))
+    for name, value in headers or ():
         if name != TAG_HEADER:
-            value = (headers or {})[name]
-            h.update(name.encode() + b"\x00" + len(value).to_bytes(8, "big") + value)
+            h.update(_field(b"h", name.encode()) + _field(b"", value))
     return h.digest()
+
+
+def _field(kind: bytes, data: bytes | None) -> bytes:
+    if data is None:
+        return kind + b"\xff"
+    return kind + b"\x00" + len(data).to_bytes(8, "big") + data
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,7 @@ def marker_name(query: str) -> str:
 
 
 def _tag_of(rec: ReadRecord) -> Tag | None:
-    return Tag.decode((rec.headers or {}).get(TAG_HEADER))
+    return Tag.decode(tag_header(rec.headers))
 
 
 def _content(rec: ReadRecord) -> bytes:

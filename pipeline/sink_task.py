@@ -1,12 +1,13 @@
 """One Spark task's write: rows to records, each to its target stream, exactly once.
 
-Rows (Arrow record batches from Spark) become records: ``value`` (required) is the
-payload; ``key``, ``headers`` (Kafka's ``array<struct<key,value>>`` or a map) are
-optional. The target of a row, first match wins: its ``stream`` column; its ``topic``
-column or the ``topic`` option -- partition ``p`` of a topic is the stream ``t~p``, ``p``
-from the ``partition`` column, else Kafka's murmur2 of the key
-(``partition_for_key``), else of the value (deterministic, so a replayed row goes to the
-same partition); a name that is a plain stream is one partition -- ; the ``stream``
+Rows (Arrow record batches from Spark) become records: ``value`` (required; null is
+Kafka's null value) is the payload; ``key``, ``headers`` (Kafka's
+``array<struct<key,value>>`` in order, values may be null, or a map) and ``timestamp``
+(the record's CreateTime) are optional. The target of a row, first match wins: its
+``stream`` column; its ``topic`` column or the ``topic`` option -- partition ``p`` of a
+topic is the stream ``t~p``, ``p`` from the ``partition`` column, else Kafka's murmur2
+of the key (``partition_for_key``), else of the value (deterministic, so a replayed row
+goes to the same partition); a name that is a plain stream is one partition -- ; the ``stream``
 option. Missing plain streams are created (``createStreams``). A task buffers its rows
 per target stream (up to ``bufferBytesMax``, then its largest stream is written early)
 and writes them at its end, one writer per stream, streams in a rotation that starts
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +44,7 @@ from foundation.errors import (
 )
 from pipeline import client
 from pipeline.options import SinkOptions
-from pipeline.schema import TAG_HEADER
+from pipeline.schema import TAG_HEADER, Headers
 from pipeline.sink_marks import Found, Tag, batch_done, digest, scan
 from streams.dlsn import DLSN
 from streams.records import LogRecord
@@ -56,11 +58,13 @@ log = logging.getLogger(__name__)
 
 # Records per write_many call: pipelines writes without holding a whole partition.
 WRITE_BATCH_RECORDS = 2_000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Bookkeeping bytes counted per buffered row (tuple, key, headers), roughly.
 ROW_OVERHEAD_BYTES = 128
 
-# A buffered row: key, value, headers (without the tag).
-Row = tuple[bytes | None, bytes, dict[str, bytes]]
+# A buffered row: key, value, headers (without the tag), timestamp (ms; None: the
+# writer's clock).
+Row = tuple[bytes | None, bytes | None, Headers, int | None]
 
 
 def _bytes(value: object, column: str) -> bytes | None:
@@ -75,26 +79,38 @@ def _bytes(value: object, column: str) -> bytes | None:
     raise BadRequestError(f"column {column!r} must be binary or string, got {type(value).__name__}")
 
 
-def _headers(value: object) -> dict[str, bytes]:
-    """A row's headers (a map, or Kafka's list of key/value structs) without our tag: a
-    tag copied from a Spark-written stream is replaced by this write's."""
+def _headers(value: object) -> Headers:
+    """A row's headers (Kafka's list of key/value structs in order, or a map) without
+    our tag: a tag copied from a Spark-written stream is replaced by this write's. A
+    null value stays null (Kafka's null header value)."""
     if value is None:
-        return {}
+        return []
     if isinstance(value, dict):
         items: Iterable[tuple[object, object]] = value.items()
     elif isinstance(value, list):
         items = [(h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1]) for h in value]
     else:
         raise BadRequestError("column 'headers' must be a map or an array of key/value structs")
-    out: dict[str, bytes] = {}
+    out: Headers = []
     for k, v in items:
         if k is None:
             raise BadRequestError("column 'headers': a header needs a key")
-        if k == TAG_HEADER:
-            continue
-        b = _bytes(v, "headers")
-        out[str(k)] = b if b is not None else b""
+        if k != TAG_HEADER:
+            out.append((str(k), _bytes(v, "headers")))
     return out
+
+
+def _timestamp_ms(value: object) -> int | None:
+    """A row's ``timestamp`` (a timestamp, or ms since the epoch) in ms."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:  # Arrow's timestamps without a zone are UTC
+            value = value.replace(tzinfo=dt.UTC)
+        return (value - _EPOCH) // dt.timedelta(milliseconds=1)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise BadRequestError(f"column 'timestamp' must be a timestamp or ms >= 0, got {value!r}")
 
 
 @dataclass
@@ -143,7 +159,12 @@ class _Router:
         return self._partitions[topic]
 
     def target(
-        self, stream: object, topic: object, partition: object, key: bytes | None, value: bytes
+        self,
+        stream: object,
+        topic: object,
+        partition: object,
+        key: bytes | None,
+        value: bytes | None,
     ) -> str:
         from foundation.names import partition_stream, validate_stream_name
         from foundation.partitioner import murmur2, partition_for_key, to_positive
@@ -171,7 +192,7 @@ class _Router:
         elif key is not None:
             p = partition_for_key(key, count)
         else:
-            p = to_positive(murmur2(value)) % count
+            p = to_positive(murmur2(value or b"")) % count
         return partition_stream(name, p)
 
 
@@ -253,12 +274,12 @@ class _TaskWrite:
 
     # -- rows ------------------------------------------------------------------------
 
-    def add(self, stream: str, key: bytes | None, value: bytes, headers: dict[str, bytes]) -> None:
+    def add(self, stream: str, row: Row) -> None:
         state = self.states.get(stream)
         if state is None:
             state = self.states[stream] = _StreamState(stream)
-        state.pending.append((key, value, headers))
-        self.buffered_bytes += len(value) + ROW_OVERHEAD_BYTES
+        state.pending.append(row)
+        self.buffered_bytes += _row_bytes(row)
         if self.buffered_bytes > self.opts.buffer_bytes_max:
             self._make_room()
 
@@ -271,8 +292,8 @@ class _TaskWrite:
             self._open_waiting(state)
         self._flush(state)
 
-    def _keep(self, state: _StreamState, key: bytes | None, value: bytes,
-              headers: dict[str, bytes]) -> bool:  # fmt: skip
+    def _keep(self, state: _StreamState, key: bytes | None, value: bytes | None,
+              headers: Headers) -> bool:  # fmt: skip
         """Step 2's verdict on one row: False when an earlier attempt or run wrote it."""
         found = state.found
         if not (found.own or found.prior):
@@ -290,7 +311,7 @@ class _TaskWrite:
     def _flush(self, state: _StreamState) -> None:
         """Write the stream's buffered rows (its writer is held, or it is skipped)."""
         rows, state.pending = state.pending, []
-        self.buffered_bytes -= sum(len(v) + ROW_OVERHEAD_BYTES for _k, v, _h in rows)
+        self.buffered_bytes -= sum(map(_row_bytes, rows))
         if not state.skip_all:
             self._check(state)
         if state.skip_all:
@@ -298,12 +319,11 @@ class _TaskWrite:
             return
         tag = self.tag.encode()
         records: list[LogRecord] = []
-        for key, value, headers in rows:
+        for key, value, headers, ts in rows:
             if not self._keep(state, key, value, headers):
                 state.skipped += 1
                 continue
-            headers[TAG_HEADER] = tag
-            records.append(LogRecord(value, key=key, headers=headers))
+            records.append(LogRecord(value, None, key, [*headers, (TAG_HEADER, tag)], ts))
         for lo in range(0, len(records), WRITE_BATCH_RECORDS):
             chunk = records[lo : lo + WRITE_BATCH_RECORDS]
             dlsns: Sequence[DLSN] = state.writer.write_many(chunk)
@@ -379,6 +399,11 @@ class _TaskWrite:
                 log.warning("closing the writer of %s failed: %s", state.stream, exc)
 
 
+def _row_bytes(row: Row) -> int:
+    value = row[1]
+    return ROW_OVERHEAD_BYTES if value is None else len(value) + ROW_OVERHEAD_BYTES
+
+
 def _columns(batch: pa.RecordBatch) -> dict[str, list[Any]]:
     return {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
 
@@ -395,14 +420,13 @@ def write_batches(
             values = cols["value"]
             keys = cols.get("key") or [None] * n
             heads = cols.get("headers") or [None] * n
+            stamps = cols.get("timestamp") or [None] * n
             streams, topics, parts = (cols.get(c) for c in ("stream", "topic", "partition"))
             fixed = None
             if streams is None and topics is None and parts is None and opts.topic is None:
                 fixed = task.router.target(None, None, None, None, b"")
             for i in range(n):
                 value = _bytes(values[i], "value")
-                if value is None:
-                    raise BadRequestError("column 'value' must not be null")
                 key = _bytes(keys[i], "key")
                 target = fixed or task.router.target(
                     None if streams is None else streams[i],
@@ -411,7 +435,7 @@ def write_batches(
                     key,
                     value,
                 )
-                task.add(target, key, value, _headers(heads[i]))
+                task.add(target, (key, value, _headers(heads[i]), _timestamp_ms(stamps[i])))
     except BaseException:
         task.abandon()
         raise

@@ -222,9 +222,9 @@ async def test_exactly_once_transform_across_three_kill9(
     for p, end in enumerate(ends):
         inputs = await _read(ns, f"{topic}~{p}", end)
         outputs = await _read(ns, f"{output}~{p}", end)
-        sources = [int((r.headers or {})["source-offset"]) for r in outputs]
+        sources = [int(dict(r.headers or [])["source-offset"] or b"") for r in outputs]
         assert sources == list(range(end)), f"partition {p}: {_dups(sources)}"
-        assert [r.payload for r in outputs] == [r.payload.upper() for r in inputs]
+        assert [r.payload for r in outputs] == [(r.payload or b"").upper() for r in inputs]
         assert [r.key for r in outputs] == [r.key for r in inputs]  # per-key order kept
 
 

@@ -49,11 +49,11 @@ def _uid() -> str:
 
 def test_page_codec_both_media() -> None:
     recs = [
-        ReadRecord("t~0", DLSN(1, 0, 0), 7, 1, 100, b"v0", None, {"bl.producer": b"p"}),
-        ReadRecord("t~0", DLSN(1, 0, 1), 8, 2, 101, b"\xff", b"k", {"h": b"x", "bl.seq": b"1"}),
+        ReadRecord("t~0", DLSN(1, 0, 0), 7, 1, 100, b"v0", None, None),
+        ReadRecord("t~0", DLSN(1, 0, 1), 8, 2, 101, b"\xff", b"k", [("h", b"x")], 1),
     ]
     rows = rows_of(recs)
-    assert rows == [(7, 100, None, b"v0", None), (8, 101, b"k", b"\xff", {"h": b"x"})]
+    assert rows == [(7, 100, None, b"v0", None, 0), (8, 101, b"k", b"\xff", [("h", b"x")], 1)]
     packed = encode_page(rows, 9, wire.MSGPACK)
     unpacked_rows, nxt = decode_page(msgpack.unpackb(packed))
     assert ([tuple(r) for r in unpacked_rows], nxt) == (rows, 9)
@@ -64,12 +64,11 @@ def test_page_codec_both_media() -> None:
 
 
 def test_consumer_record_is_a_cheap_tuple() -> None:
-    r = ConsumerRecord("t", 2, 41, b"k", b"v", {"h": b"1"}, 99)
-    assert (r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms) == (
-        "t", 2, 41, b"k", b"v", {"h": b"1"}, 99,
-    )  # fmt: skip
+    r = ConsumerRecord("t", 2, 41, b"k", b"v", [("h", b"1")], 99, 1)
+    assert (r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms,
+            r.timestamp_type) == ("t", 2, 41, b"k", b"v", [("h", b"1")], 99, 1)  # fmt: skip
     assert r.tp == ("t", 2)
-    assert r == ConsumerRecord("t", 2, 41, b"k", b"v", {"h": b"1"}, 99)
+    assert r == ConsumerRecord("t", 2, 41, b"k", b"v", [("h", b"1")], 99, 1)
     assert "t/2@41" in repr(r)
 
 
@@ -168,10 +167,10 @@ async def test_partition_pages_offsets_and_long_poll(ns: Namespace, client: Prox
     await asyncio.sleep(0.5)  # behaviour: the poll, parked at the end, does not answer early
     assert not poll.done()
     w = await ns.open_writer(f"{topic}~1")
-    await w.write(LogRecord(b"late", headers={"h": b"1"}))
+    await w.write(LogRecord(b"late", headers=[("h", b"1")]))
     page = await asyncio.wait_for(poll, scaled(10))
     # Answered with the record, not at the end of its 10 s wait (an empty page).
-    assert [list(r) for r in page.rows] == [[0, page.rows[0][1], None, b"late", {"h": b"1"}]]
+    assert [list(r) for r in page.rows] == [[0, page.rows[0][1], None, b"late", [("h", b"1")], 0]]
     await w.close()
 
 

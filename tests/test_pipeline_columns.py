@@ -127,6 +127,40 @@ ENTRIES = [
 TOTAL = 107
 
 
+def _kafka_set(n: int, first_index: int, *, log_append: bool, seed: int) -> bytes:
+    """Issue 24's records: null values (keyed and not), header pairs with repeated
+    names and null values, producer timestamps out of order and far from the set's
+    base (stored whole), and the set's timestamp type."""
+    rnd = random.Random(seed)
+    payloads = [None if i % 4 == 1 else rnd.randbytes(rnd.choice((0, 9, 70))) for i in range(n)]
+    keys = [b"k%d" % i if i % 2 else None for i in range(n)]
+    headers = [[("a", b"1"), ("n", None), ("a", b"%d" % i)] if i % 3 == 0 else None
+               for i in range(n)]  # fmt: skip
+    stamps = [1_600_000_000_000 - 86_400_000 * 40 * (i % 5) + i for i in range(n)]
+    return encode_record_set(
+        payloads, [9_000 + first_index + i for i in range(n)], stamps,
+        first_index=first_index, bytes_before=0, last_txid=9_000 + first_index + n,
+        keys=keys, headers=headers, timestamp_type=1 if log_append else 0,
+        appended_ms=1_700_000_000_000,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_columns_carry_null_values_producer_timestamps_and_types(headers: bool) -> None:
+    """The Arrow path gives what the record path gives for issue 24's records: null
+    values as nulls (not empty bytes), each record's own timestamp, the set's type."""
+    entries = [
+        (0, _kafka_set(30, 0, log_append=False, seed=5)),
+        (1, _kafka_set(20, 30, log_append=True, seed=6)),
+        (2, _user_set(10, 50, extras=False, seed=7)),
+    ]
+    for lo, hi in ((0, 60), (1, 29), (25, 55), (31, 32)):
+        _check_same(entries, lo, hi, headers)
+    rows = _records(entries)
+    assert [r.payload for r in rows[:2]][1] is None
+    assert {r.timestamp_type for r in rows[30:50]} == {1}
+
+
 @pytest.mark.parametrize("headers", [False, True])
 @pytest.mark.parametrize(
     ("lo", "hi"),

@@ -36,7 +36,7 @@ CONFIG = ClientConfig(
     batch_bytes_max=1 << 20, buffer_bytes_max=8 << 20, proxy_down_ms=1_000, retry_deadline_ms=5_000
 )
 # Reserved header names are refused by the proxy (400): a batch that fails for good.
-BAD = writes.WireRecord(b"bad", headers={"bl.forged": b"1"})
+BAD = writes.WireRecord(b"bad", headers=[("bl.forged", b"1")])
 
 
 def _uid() -> str:

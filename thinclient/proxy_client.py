@@ -26,6 +26,7 @@ from foundation.tls import cluster_ssl
 from httpapi import topics as topic_wire
 from httpapi import wire
 from httpapi.views import info_from_view
+from httpapi.writes import HeadersLike
 from metadata.topics import TopicRecord
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
@@ -176,10 +177,12 @@ class ProxyClient:
         stream: str,
         record: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> asyncio.Future[DLSN]:
         """Queue one record; the future resolves to its DLSN once durable."""
-        rec = keyed(record, key, headers)
+        rec = keyed(record, key, headers, timestamp_ms)
         if not self._producer.has_room(size_of(rec)):
             raise TooManyRequestsError("client buffer full; await write() instead")
         fut: asyncio.Future[DLSN] = self._producer.enqueue(stream, one(rec), True).fut
@@ -190,11 +193,14 @@ class ProxyClient:
         stream: str,
         record: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> DLSN:
-        """Write one record (bytes, str, WireRecord or LogRecord; ``key=`` and
-        ``headers=`` beside a plain value); its DLSN once durable."""
-        rec = keyed(record, key, headers)
+        """Write one record (bytes, str, None for a null value, WireRecord or LogRecord;
+        ``key=``, ``headers=`` (ordered ``(name, value)`` pairs) and ``timestamp_ms=``
+        beside a plain value); its DLSN once durable."""
+        rec = keyed(record, key, headers, timestamp_ms)
         await self._producer.wait_room(size_of(rec))
         result: DLSN = await self._producer.enqueue(stream, one(rec), True).fut
         return result
@@ -234,14 +240,19 @@ class ProxyClient:
         topic: str,
         value: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
         partition: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> tuple[int, int]:
         """Send one record to ``topic``; ``(partition, offset)`` once it is durable.
         Keyed: Kafka's partition for the key; unkeyed: sticky batches spread over the
         partitions; ``partition=`` picks one (UNKNOWN_PARTITION if it does not exist).
-        Per partition, records keep their order and retries never duplicate them."""
-        rec = keyed(value, key, headers)
+        Per partition, records keep their order and retries never duplicate them.
+        ``value=None`` is Kafka's null value (a tombstone when keyed); ``headers`` are
+        ordered ``(name, value)`` pairs (a mapping is taken as its items);
+        ``timestamp_ms`` the record's CreateTime (None: the log stamps it)."""
+        rec = keyed(value, key, headers, timestamp_ms)
         await self._producer.wait_room(size_of(rec))
         for attempt in (1, 2):
             count = self._topics.cached(topic) or await self._topics.partitions(topic)
@@ -408,7 +419,7 @@ class ProxyClient:
         self, topic: str, partition: int, offset: int, limit: int = 500, wait_ms: int = 0
     ) -> reads.PartitionPage:
         """Records of a topic partition from ``offset`` (rows ``(offset, ts, key,
-        value, headers)``); OUT_OF_RANGE past the end or truncated. Consumer groups:
+        value, headers, ts_type)``); OUT_OF_RANGE past the end or truncated. Consumer groups:
         ``groups.consumer.GroupConsumer``."""
         return await reads.read_partition(
             self._transport, topic, partition, offset, limit=limit, wait_ms=wait_ms

@@ -194,7 +194,7 @@ async def catch_up(
 @dataclass(frozen=True, slots=True)
 class PartitionPage:
     """Records of one topic partition: ``rows`` are ``(offset, timestamp_ms, key,
-    value, headers)`` with contiguous offsets (:mod:`httpapi.partitions`)."""
+    value, headers, timestamp_type)`` with contiguous offsets (:mod:`httpapi.partitions`)."""
 
     rows: list[PartitionRow]
     next_offset: int  # where the next page starts

@@ -1,6 +1,9 @@
-"""What the thin client accepts as a record: ``bytes``, ``str``, a
-:class:`~httpapi.writes.WireRecord` or the core library's
-:class:`~streams.records.LogRecord` (key, headers, txid). Pure.
+"""What the thin client accepts as a record: ``bytes``, ``str``, ``None`` (Kafka's null
+value), a :class:`~httpapi.writes.WireRecord` or the core library's
+:class:`~streams.records.LogRecord` (key, headers, txid, timestamp). Pure.
+
+Headers are Kafka's: ordered ``(name, value)`` pairs (names may repeat, a value may be
+None); a mapping is taken as its items.
 
 Plain ``bytes`` stay ``bytes`` all the way to the request body (no object per record:
 the common case is fast); anything else becomes a WireRecord.
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from httpapi.writes import WireRecord
+from httpapi.writes import HeadersLike, WireRecord, checked_headers
 from streams.records import LogRecord
 
 __all__ = [
@@ -27,7 +30,7 @@ __all__ = [
     "sizes_of",
 ]
 
-RecordLike = bytes | str | WireRecord | LogRecord
+RecordLike = bytes | str | WireRecord | LogRecord | None
 # What a request is made of: plain payloads (the fast path), or full records -- never
 # both in one list (so its first record says which: ``is_plain``).
 Records = list[bytes] | list[WireRecord]
@@ -41,28 +44,34 @@ def as_record(value: RecordLike) -> WireRecord:
     if isinstance(value, WireRecord):
         return value
     if isinstance(value, LogRecord):
-        return WireRecord(value.payload, value.key, value.headers, value.txid)
+        headers = checked_headers(value.headers)
+        return WireRecord(value.payload, value.key, headers, value.txid, value.timestamp_ms)
+    if value is None:
+        return WireRecord(None)
     if isinstance(value, str):
         return WireRecord(value.encode())
     if isinstance(value, bytes | bytearray | memoryview):
         return WireRecord(bytes(value))
-    raise TypeError(f"a record is bytes, str, WireRecord or LogRecord, not {type(value).__name__}")
+    raise TypeError(
+        f"a record is bytes, str, None, WireRecord or LogRecord, not {type(value).__name__}"
+    )
 
 
 def keyed(
-    value: RecordLike, key: bytes | str | None, headers: dict[str, bytes | str] | None
+    value: RecordLike,
+    key: bytes | str | None,
+    headers: HeadersLike | None,
+    timestamp_ms: int | None = None,
 ) -> bytes | WireRecord:
-    """One record from a value and the ``key=``/``headers=`` given beside it (text is
-    UTF-8); a plain value stays plain bytes."""
-    if key is None and headers is None:
+    """One record from a value and the ``key=``/``headers=``/``timestamp_ms=`` given
+    beside it (text is UTF-8); a plain value stays plain bytes."""
+    if key is None and headers is None and timestamp_ms is None:
         return value if type(value) is bytes else as_record(value)
     if isinstance(value, WireRecord | LogRecord):
-        raise TypeError("give key and headers inside the record, not beside it")
+        raise TypeError("give key, headers and timestamp inside the record, not beside it")
     rec = as_record(value)
     k = key.encode() if isinstance(key, str) else key
-    h = None if headers is None else {n: v.encode() if isinstance(v, str) else v
-                                      for n, v in headers.items()}  # fmt: skip
-    return WireRecord(rec.payload, k, h)
+    return WireRecord(rec.payload, k, checked_headers(headers), None, timestamp_ms)
 
 
 def key_of(record: bytes | WireRecord) -> bytes | None:
@@ -81,7 +90,7 @@ def size_of(record: bytes | WireRecord) -> int:
     if type(record) is bytes:
         return len(record)
     assert isinstance(record, WireRecord)
-    if record.headers is None:  # the common keyed record: no call per part
+    if record.headers is None and record.payload is not None:  # the common keyed record
         return len(record.payload) + (0 if record.key is None else len(record.key))
     return record.size_bytes
 

@@ -15,6 +15,7 @@ from foundation.auth import env_token
 from foundation.cluster_file import read_cluster_file
 from foundation.loopthread import LoopThread
 from foundation.tls import cluster_ssl
+from httpapi.writes import HeadersLike
 from metadata.topics import TopicRecord
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
@@ -56,9 +57,13 @@ class SyncProxyClient:
         stream: str,
         record: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> DLSN:
-        return self._loop.call(self._client.write(stream, record, key, headers))
+        return self._loop.call(
+            self._client.write(stream, record, key, headers, timestamp_ms=timestamp_ms)
+        )
 
     def write_many(self, stream: str, records: Sequence[RecordLike]) -> list[DLSN]:
         return self._loop.call(self._client.write_many(stream, records))
@@ -77,24 +82,29 @@ class SyncProxyClient:
         topic: str,
         value: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
         partition: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> tuple[int, int]:
         """``(partition, offset)`` once the record is durable."""
-        return self._loop.call(self._client.send(topic, value, key, headers, partition))
+        return self._loop.call(
+            self._client.send(topic, value, key, headers, partition, timestamp_ms=timestamp_ms)
+        )
 
     def send_async(
         self,
         topic: str,
         value: RecordLike,
         key: bytes | str | None = None,
-        headers: dict[str, bytes | str] | None = None,
+        headers: HeadersLike | None = None,
         partition: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> concurrent.futures.Future[tuple[int, int]]:
         """Pipelined: a concurrent.futures.Future of ``(partition, offset)``."""
-        return asyncio.run_coroutine_threadsafe(
-            self._client.send(topic, value, key, headers, partition), self._loop.loop
-        )
+        send = self._client.send(topic, value, key, headers, partition, timestamp_ms=timestamp_ms)
+        return asyncio.run_coroutine_threadsafe(send, self._loop.loop)
 
     def send_many(
         self, topic: str, records: Sequence[RecordLike], partition: int | None = None

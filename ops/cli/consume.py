@@ -1,7 +1,9 @@
 """``bookline consume TOPIC --group G``: a consumer group member printing records.
 
 One line per record (its value as text; ``--json``: one object with topic, partition,
-offset, key, value, headers and timestamp). Partitions without a committed offset start
+offset, key, value (null for a null value), headers (Kafka's: a list of ``[name,
+value]`` pairs in order, a value null when null), the timestamp ``ts`` and its type
+``ts_type`` (CreateTime or LogAppendTime)). Partitions without a committed offset start
 at ``--from`` (earliest | latest). Offsets are auto-committed, and the final positions
 at exit (``--limit`` records printed, ``--idle-exit-s`` without a record, Ctrl-C or
 SIGTERM; Ctrl-C exits 130 as every command does): a record printed is a record
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import ConfigError
 from foundation.names import validate_name
+from httpapi.views import timestamp_type_name
 from ops.cli.exit import EXIT_INTERRUPTED
 from ops.cli.parser import at_least
 
@@ -71,18 +74,23 @@ def _run(args: argparse.Namespace) -> int:
 
 def record_line(rec: ConsumerRecord, as_json: bool) -> str:
     if not as_json:
-        return rec.value.decode("utf-8", "replace")
+        return "" if rec.value is None else rec.value.decode("utf-8", "replace")
     obj: dict[str, Any] = {
         "topic": rec.topic,
         "partition": rec.partition,
         "offset": rec.offset,
         "ts": rec.timestamp_ms,
-        "key": None if rec.key is None else rec.key.decode("utf-8", "replace"),
-        "value": rec.value.decode("utf-8", "replace"),
+        "ts_type": timestamp_type_name(rec.timestamp_type),
+        "key": _text(rec.key),
+        "value": _text(rec.value),
     }
     if rec.headers:
-        obj["headers"] = {k: v.decode("utf-8", "replace") for k, v in rec.headers.items()}
+        obj["headers"] = [[k, _text(v)] for k, v in rec.headers]
     return json.dumps(obj)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 async def _consume(args: argparse.Namespace) -> int:

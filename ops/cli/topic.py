@@ -10,10 +10,15 @@ they are; ``--json`` prints one JSON object instead of a table.
   records, size and owning proxy;
 * ``topic alter NAME --partitions N`` -- grow (never shrink);
 * ``topic delete NAME``;
-* ``produce TOPIC [--key K | --key-field F] [--header k=v ...] [--partition P]`` -- one
-  record per stdin line; ``--key-field`` reads each line as a JSON object and keys it by
-  that field. Prints records per partition with their offset range; exits 1 if a
-  record was refused, 6 if a record's outcome is unknown (retries ran out).
+* ``produce TOPIC [--key K | --key-field F] [--header k=v ...] [--partition P]
+  [--null-value LINE] [--timestamp MS]`` -- one record per stdin line; ``--key-field``
+  reads each line as a JSON object and keys it by that field. ``--header`` repeats, in
+  order, a name may come more than once (Kafka's headers), ``--header k`` without
+  ``=`` gives ``k`` a null value; a line equal to ``--null-value`` is sent as a null
+  value (a tombstone when keyed); ``--timestamp`` is every record's CreateTime (ms
+  since the epoch; default: the log stamps it). Prints records per partition with
+  their offset range; exits 1 if a record was refused, 6 if a record's outcome is
+  unknown (retries ran out).
 """
 
 from __future__ import annotations
@@ -82,9 +87,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--key-field", default=None, help="lines are JSON objects; key each by this field"
     )
     pr.add_argument(
-        "--header", action="append", default=[], metavar="K=V", help="a header (repeatable)"
+        "--header",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a header (repeatable, in order, names may repeat; K alone: a null value)",
     )
     pr.add_argument("--partition", type=int, default=None, help="send every record here")
+    pr.add_argument(
+        "--null-value", default=None, metavar="LINE", help="send lines equal to LINE as null"
+    )
+    pr.add_argument(
+        "--timestamp", type=at_least(0), default=None, metavar="MS", help="records' CreateTime"
+    )
     pr.set_defaults(handler=_run_produce)
 
 
@@ -201,13 +216,15 @@ async def _describe(client: ProxyClient, name: str, as_json: bool) -> None:
 # -- produce ---------------------------------------------------------------------------
 
 
-def _headers(pairs: Sequence[str]) -> dict[str, bytes | str] | None:
-    out: dict[str, bytes | str] = {}
+def _headers(pairs: Sequence[str]) -> list[tuple[str, bytes | None]] | None:
+    """``--header`` arguments as Kafka's headers: in order, repeats kept; ``NAME``
+    alone has a null value."""
+    out: list[tuple[str, bytes | None]] = []
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise BadRequestError(f"--header takes NAME=VALUE, not {pair!r}")
-        out[name] = value
+        if not name:
+            raise BadRequestError(f"--header takes NAME=VALUE (or NAME), not {pair!r}")
+        out.append((name, value.encode() if sep else None))
     return out or None
 
 
@@ -229,17 +246,21 @@ def _run_produce(args: argparse.Namespace) -> int:
     return asyncio.run(_produce(args, headers))
 
 
-async def _produce(args: argparse.Namespace, headers: dict[str, bytes | str] | None) -> int:
+async def _produce(args: argparse.Namespace, headers: list[tuple[str, bytes | None]] | None) -> int:
     from thinclient.client import ProxyClient
 
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(SENDS_OUTSTANDING_MAX)
     results: list[tuple[int, int] | BaseException] = []
+    null_line = None if args.null_value is None else args.null_value.encode()
 
     async def one(line: bytes) -> None:
         try:
             key = args.key if args.key_field is None else _key_of(line, args.key_field)
-            results.append(await client.send(args.topic, line, key, headers, args.partition))
+            value = None if line == null_line else line
+            sent = client.send(args.topic, value, key, headers, args.partition,
+                               timestamp_ms=args.timestamp)  # fmt: skip
+            results.append(await sent)
         except BooklineError as exc:
             results.append(exc)
         finally:

@@ -61,7 +61,10 @@ def _within_bytes(recs: list[ReadRecord], bytes_max: int) -> list[ReadRecord]:
     page cut short leaves its reader parked at the wrong offset, so the next page opens
     another: the price of pages of very large records only. The sizes are summed in C
     first (a per-record Python loop was 10 % of a page's CPU in py-spy)."""
-    values = list(map(len, map(_VALUE, recs)))
+    payloads = list(map(_VALUE, recs))
+    if None in payloads:  # null values (rare) count nothing
+        payloads = [p or b"" for p in payloads]
+    values = list(map(len, payloads))
     keys = sum(map(len, filter(None, map(_KEY, recs))))
     if sum(values) + keys <= bytes_max:
         return recs

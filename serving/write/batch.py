@@ -4,8 +4,8 @@
 
 Records travel in the form the front end decoded them in, without a copy: plain
 records (payload, optional key) as two columns (``payloads``, ``keys``), the form the
-core writer's fast path takes; records with headers or txids as ``records``, any
-objects with the fields of :class:`BatchRecord`.
+core writer's fast path takes; records with headers, txids, timestamps or null values
+as ``records``, any objects with the fields of :class:`BatchRecord`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import NamedTuple, Protocol
 from foundation.invariants import invariant
 from foundation.limits import record_bytes
 from streams.dlsn import DLSN
-from streams.records import HeadersIn, LogRecord, RecordColumns
+from streams.records import LogRecord, RecordColumns
 
 __all__ = ["BatchRecord", "ProducerSeq", "WriteBatch", "WriteResult"]
 
@@ -26,16 +26,19 @@ class BatchRecord(Protocol):
     """One record of a batch (e.g. ``httpapi.writes.WireRecord``)."""
 
     @property
-    def payload(self) -> bytes | None: ...
+    def payload(self) -> bytes | None: ...  # None: Kafka's null value
 
     @property
     def key(self) -> bytes | None: ...
 
     @property
-    def headers(self) -> HeadersIn | None: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
 
     @property
     def txid(self) -> int | None: ...
+
+    @property
+    def timestamp_ms(self) -> int | None: ...  # the producer's; None: the log's
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +102,9 @@ class WriteBatch:
                 return RecordColumns(self.payloads, self.keys)
             keys = None if self.keys is None else self.keys[start:]
             return RecordColumns(self.payloads[start:], keys)
-        # LogRecords (the Kafka listener's: they carry producer timestamps) go as they are.
         return RecordColumns.of(
             [
-                r if isinstance(r, LogRecord) else LogRecord(r.payload, r.txid, r.key, r.headers)
+                LogRecord(r.payload, r.txid, r.key, r.headers, r.timestamp_ms)
                 for r in self._records[start:]
             ]
         )
