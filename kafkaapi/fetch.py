@@ -106,7 +106,7 @@ async def _read_one(  # noqa: PLR0917 - one partition of the request
         "aborted_transactions": None,
     }
     if not serving.allowed(session, "consume", "topic", topic):
-        return answer | {"error_code": _DENIED.code, "high_watermark": -1, "records": None}
+        return answer | {"error_code": _DENIED.code, "high_watermark": -1, "records": b""}
     try:
         recs: list[ReadRecord] = []
         if bytes_max > 0:
@@ -118,13 +118,13 @@ async def _read_one(  # noqa: PLR0917 - one partition of the request
         end = await pages.ns.end_offset(name)
         start = int((await pages.ns.stream_info(name)).first_sequence_id)
     except BooklineError as exc:
-        return answer | {"error_code": kafka_code(exc).code, "high_watermark": -1, "records": None}
+        return answer | {"error_code": kafka_code(exc).code, "high_watermark": -1, "records": b""}
     high = max(end, recs[-1].sequence_id + 1) if recs else end
     return answer | {
         "high_watermark": high,
         "last_stable_offset": high,
         "log_start_offset": start,
-        "records": _batch(recs) if recs else None,
+        "records": _batch(recs) if recs else b"",
     }
 
 

@@ -37,7 +37,7 @@ from kafkaapi.protocol.apis_cluster import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
 )
-from kafkaapi.protocol.apis_data import FETCH, LIST_OFFSETS, PRODUCE
+from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from kafkaapi.protocol.errors import KafkaProtocolError
 from kafkaapi.protocol.frames import FRAME_BYTES_MAX, FrameReader, NeedData, frame
 from kafkaapi.protocol.messages import (
@@ -86,6 +86,7 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(API_VERSIONS, _api_versions),
         _row(METADATA, metadata.metadata),
         _row(PRODUCE, produce.produce),
+        _row(INIT_PRODUCER_ID, produce.init_producer_id),
         # v13+ names topics by id; Bookline's topics have none (docs/kafka.md).
         _row(FETCH, fetch.fetch, top=12),
         _row(LIST_OFFSETS, fetch.list_offsets),

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Final
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, UnknownPartitionError
 from foundation.names import partition_stream
@@ -26,14 +28,13 @@ from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaCode, KafkaProtocolError
 from kafkaapi.protocol.records import RecordBatch, decode_batches
 from serving.write.batch import ProducerSeq, WriteBatch
-from streams.records import LogRecord
 
 if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
     from kafkaapi.protocol.messages import Request
     from serving.write.core import WriteCore
 
-__all__ = ["kafka_producer", "produce"]
+__all__ = ["init_producer_id", "kafka_producer", "produce"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ _NOT_LEADER: Final = kerr.code_named("NOT_LEADER_OR_FOLLOWER")
 _DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
 _INVALID_RECORD: Final = kerr.code_named("INVALID_RECORD")
 _TXN: Final = kerr.code_named("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+# Producer epochs are int16; the last one cannot be bumped.
+_EPOCH_MAX: Final = (1 << 15) - 1
 
 
 def kafka_producer(producer_id: int) -> str:
@@ -129,20 +132,49 @@ async def _check_partition(serving: KafkaServing, topic: str, index: int) -> Non
         raise UnknownPartitionError(f"topic {topic} has {count} partitions; not {index}")
 
 
+class _Record(NamedTuple):
+    """A Kafka record as the write core takes it (a ``BatchRecord``)."""
+
+    payload: bytes | None
+    key: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] | None
+    timestamp_ms: int | None
+    txid: int | None = None
+
+
 def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
         producer = ProducerSeq(
             kafka_producer(batch.producer_id), batch.base_sequence, batch.producer_epoch
         )
+    log_append = batch.log_append_time  # then the timestamps are the log's to set
     records = [
-        LogRecord(
+        _Record(
             r.value,
-            key=r.key,
-            headers=list(r.headers) if r.headers else None,
-            # A log-append-time batch's timestamps are the broker's to set.
-            timestamp_ms=None if batch.log_append_time or r.timestamp < 0 else r.timestamp,
+            r.key,
+            r.headers or None,
+            None if log_append or r.timestamp < 0 else r.timestamp,
         )
         for r in batch.records
     ]
     return WriteBatch(stream, producer, records=records)
+
+
+async def init_producer_id(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    """A producer id for an idempotent producer: a random positive int63, unique in
+    practice without coordination (a collision needs about 3 * 10^9 producers); an
+    existing id (KIP-360: v3+ after a fatal sequence error) gets its epoch bumped,
+    which fences its older epoch's writes in the core's de-duplication. A
+    transactional id is refused: transactions are not supported (docs/kafka.md)."""
+    body = request.body
+    if body["transactional_id"] is not None:
+        return {"throttle_time_ms": 0, "error_code": _TXN.code, "producer_epoch": -1}
+    producer_id, epoch = body["producer_id"], body["producer_epoch"]
+    if producer_id >= 0 and 0 <= epoch < _EPOCH_MAX:
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "producer_id": producer_id, "producer_epoch": epoch + 1}  # fmt: skip
+    fresh = secrets.randbits(63) or 1
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": fresh, "producer_epoch": 0}

@@ -1,0 +1,385 @@
+"""The Kafka listener over the serving core, with real clients against a real local
+cluster (ZooKeeper, bookies, two write proxies and a read proxy, each a Kafka broker):
+kafka-python, confluent-kafka (librdkafka) and aiokafka produce keyed records with
+header pairs, a null value and producer timestamps to a 6-partition topic, and read
+them back with the same offsets, keys, values, headers and timestamps; records cross
+between Kafka clients and the thin client both ways at the same offsets; bad input gets
+Kafka's error or a closed connection, and the proxies keep serving."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkaapi.protocol.apis_admin import CREATE_TOPICS
+from kafkaapi.protocol.apis_cluster import METADATA
+from kafkaapi.protocol.apis_data import FETCH, LIST_OFFSETS, PRODUCE
+from kafkaapi.protocol.frames import frame
+from kafkaapi.protocol.messages import decode_response, encode_request
+from kafkaapi.protocol.records import Record, RecordBatch, decode_batches, encode_batch
+from ops.cluster.local import LocalCluster
+from tests.cluster_support import cluster_doc, started_cluster
+from thinclient.client import ClientConfig, ProxyClient
+
+PARTITIONS = 6
+BASE_TS = 1_700_000_000_000
+# (partition, offset, key, value, headers, timestamp) as every client reports it.
+Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with started_cluster(
+        tmp_path_factory.mktemp("kafka-cluster"),
+        bookies=3,
+        write_proxies=2,
+        read_proxies=1,
+        kafka=True,
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def bootstrap(cluster: LocalCluster) -> str:
+    doc = cluster_doc(cluster.dir / "cluster.json")
+    servers = str(doc["kafka_bootstrap"])
+    assert len(servers.split(",")) == 3  # every proxy is a broker
+    return servers
+
+
+def _topic() -> str:
+    return f"k-{uuid.uuid4().hex[:8]}"
+
+
+def _records(n: int) -> list[tuple[bytes, bytes | None, list[tuple[str, bytes]], int]]:
+    """Keyed records with repeated header names, one null value, producer timestamps."""
+    out = []
+    for i in range(n):
+        value = None if i == 3 else f"value-{i}".encode()
+        headers = [("trace", f"t-{i}".encode()), ("dup", b"a"), ("dup", b"b")]
+        out.append((f"key-{i % 7}".encode(), value, headers, BASE_TS + i))
+    return out
+
+
+def _expected(sent: list[tuple[int, int]], n: int) -> set[Row]:
+    return {
+        (p, off, key, value, tuple(headers), ts)
+        for (p, off), (key, value, headers, ts) in zip(sent, _records(n), strict=True)
+    }
+
+
+# -- raw protocol, for what no client lets a test send ----------------------------------
+
+
+async def _call(address: str, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame(encode_request(api, version, 7, "test", body)))
+        await writer.drain()
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        correlation, answer = decode_response(api, version, await reader.readexactly(size))
+        assert correlation == 7
+        return answer
+    finally:
+        writer.close()
+
+
+async def _create(address: str, topic: str, partitions: int = PARTITIONS) -> None:
+    body = {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": -1,
+                        "assignments": [], "configs": []}], "timeout_ms": 30_000}  # fmt: skip
+    answer = await _call(address, CREATE_TOPICS, 5, body)
+    assert answer["topics"][0]["error_code"] == 0, answer
+
+
+async def _metadata(address: str, topic: str) -> dict[str, Any]:
+    return await _call(address, METADATA, 9, {"topics": [{"name": topic}]})
+
+
+def _produce_body(topic: str, partition: int, batch: bytes, acks: int = -1) -> dict[str, Any]:
+    return {"transactional_id": None, "acks": acks, "timeout_ms": 30_000,
+            "topic_data": [{"name": topic, "partition_data": [
+                {"index": partition, "records": batch}]}]}  # fmt: skip
+
+
+def _one_record_batch(value: bytes) -> bytes:
+    return encode_batch(RecordBatch(0, (Record(0, int(time.time() * 1000), b"k", value),)))
+
+
+# -- the three clients ------------------------------------------------------------------
+
+
+def _kafka_python_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=30_000)
+    try:
+        futures = [producer.send(topic, value=v, key=k, headers=h, timestamp_ms=ts)
+                   for k, v, h, ts in _records(n)]  # fmt: skip
+        sent = [(m.partition, m.offset) for m in (f.get(timeout=60) for f in futures)]
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             group_id=None, fetch_max_wait_ms=200)  # fmt: skip
+    try:
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        got: set[Row] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for tp_records in consumer.poll(timeout_ms=500).values():
+                for r in tp_records:
+                    got.add((r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp))
+    finally:
+        consumer.close()
+    return sent, got
+
+
+def _confluent_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    sent: dict[int, tuple[int, int]] = {}
+
+    def report(index: int) -> Any:
+        def done(err: Any, msg: Any) -> None:
+            assert err is None, err
+            sent[index] = (msg.partition(), msg.offset())
+
+        return done
+
+    for i, (k, v, h, ts) in enumerate(_records(n)):
+        producer.produce(topic, value=v, key=k, headers=h, timestamp=ts, on_delivery=report(i))
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 200})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got: set[Row] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.add((msg.partition(), msg.offset(), msg.key(), msg.value(),
+                     tuple(msg.headers() or ()), msg.timestamp()[1]))  # fmt: skip
+    finally:
+        consumer.close()
+    return [sent[i] for i in range(n)], got
+
+
+async def _aiokafka_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value=v, key=k, headers=h, timestamp_ms=ts)
+                   for k, v, h, ts in _records(n)]  # fmt: skip
+        sent = [(m.partition, m.offset) for m in await asyncio.gather(*futures)]
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                group_id=None, fetch_max_wait_ms=200)  # fmt: skip
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        got: set[Row] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                for r in records:
+                    got.add((r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp))
+    finally:
+        await consumer.stop()
+    return sent, got
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka", "aiokafka"])
+async def test_client_produces_and_consumes_the_same_records(bootstrap: str, client: str) -> None:
+    topic, n = _topic(), 40
+    await _create(bootstrap.split(",")[0], topic)
+    if client == "kafka-python":
+        sent, got = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
+    elif client == "confluent-kafka":
+        sent, got = await asyncio.to_thread(_confluent_roundtrip, bootstrap, topic, n)
+    else:
+        sent, got = await _aiokafka_roundtrip(bootstrap, topic, n)
+    assert got == _expected(sent, n)
+    # Offsets are each partition's dense sequence ids from 0.
+    for p in {p for p, _ in sent}:
+        assert sorted(o for q, o in sent if q == p) == list(range(sum(q == p for q, _ in sent)))
+
+
+# -- Kafka and the thin client, both ways -----------------------------------------------
+
+
+def _thin(cluster: LocalCluster) -> ProxyClient:
+    return ProxyClient(
+        write_urls=[p.extra["url"] for p in cluster.write_proxies],
+        read_urls=[p.extra["url"] for p in cluster.read_proxies],
+        config=ClientConfig(),
+    )
+
+
+async def test_kafka_records_read_by_the_thin_client_and_back(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    topic, n = _topic(), 12
+    await _create(bootstrap.split(",")[0], topic)
+    sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
+    async with _thin(cluster) as thin:
+        seen: set[Row] = set()
+        for p in range(PARTITIONS):
+            page = await thin.read_partition(topic, p, 0, limit=100)
+            for offset, ts, key, value, headers, _ts_type in page.rows:
+                seen.add((p, offset, key, value, tuple(tuple(h) for h in headers or ()), ts))
+        assert seen == _expected(sent, n)
+        # The thin client writes; a Kafka consumer reads the same offsets.
+        written = [await thin.send(topic, f"thin-{i}".encode(), key=f"tk-{i}".encode(),
+                                   headers={"from": b"thin"}) for i in range(6)]  # fmt: skip
+    got = await asyncio.to_thread(_kafka_python_consume, bootstrap, topic, {p for p, _ in written})
+    for i, (p, offset) in enumerate(written):
+        assert got[(p, offset)] == (f"tk-{i}".encode(), f"thin-{i}".encode(), (("from", b"thin"),))
+
+
+def _kafka_python_consume(
+    bootstrap: str, topic: str, partitions: set[int]
+) -> dict[tuple[int, int], tuple[bytes, bytes, tuple[tuple[str, bytes], ...]]]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        out = {}
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            assert time.monotonic() < deadline, "consumer did not reach the end offsets"
+            for records in consumer.poll(timeout_ms=500).values():
+                for r in records:
+                    out[(r.partition, r.offset)] = (r.key, r.value, tuple(r.headers))
+        return out
+    finally:
+        consumer.close()
+
+
+# -- offsets, leaders, long polls -------------------------------------------------------
+
+
+async def test_list_offsets_earliest_latest_and_by_time(bootstrap: str) -> None:
+    address = bootstrap.split(",")[0]
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    for i in range(3):
+        batch = encode_batch(RecordBatch(0, (Record(0, BASE_TS + 1000 * i, b"k", b"v"),)))
+        answer = await _call(leader, PRODUCE, 9, _produce_body(topic, 0, batch))
+        assert answer["responses"][0]["partition_responses"][0]["base_offset"] == i
+
+    async def at(ts: int) -> tuple[int, int]:
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "timestamp": ts}]}]}  # fmt: skip
+        part = (await _call(address, LIST_OFFSETS, 5, body))["topics"][0]["partitions"][0]
+        assert part["error_code"] == 0, part
+        return part["offset"], part["timestamp"]
+
+    assert (await at(-2))[0] == 0
+    assert (await at(-1))[0] == 3
+    assert await at(BASE_TS + 1500) == (2, BASE_TS + 2000)
+    assert (await at(BASE_TS + 10_000))[0] == -1
+
+
+async def _leader_address(address: str, topic: str, partition: int) -> str:
+    meta = await _metadata(address, topic)
+    leader = meta["topics"][0]["partitions"][partition]["leader_id"]
+    broker = next(b for b in meta["brokers"] if b["node_id"] == leader)
+    return f"{broker['host']}:{broker['port']}"
+
+
+async def test_produce_to_a_proxy_not_owning_the_partition_is_refused(bootstrap: str) -> None:
+    address = bootstrap.split(",")[0]
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    first = await _call(leader, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"a")))
+    assert first["responses"][0]["partition_responses"][0]["error_code"] == 0
+    for other in bootstrap.split(","):
+        if other == leader:
+            continue  # the other write proxy, and the read proxy
+        answer = await _call(other, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"b")))
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 6  # NOT_LEADER
+    # Metadata still names the owner.
+    assert await _leader_address(address, topic, 0) == leader
+
+
+async def test_fetch_long_poll_answers_when_a_record_arrives(bootstrap: str) -> None:
+    address = bootstrap.split(",")[0]
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    body = {"replica_id": -1, "max_wait_ms": 20_000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [
+                {"partition": 0, "fetch_offset": 0, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [],
+            "rack_id": ""}  # fmt: skip
+    poll = asyncio.create_task(_call(address, FETCH, 11, body))
+    await asyncio.sleep(0.5)  # the fetch is waiting (the behaviour under test)
+    assert not poll.done()
+    await _call(leader, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"late")))
+    answer = await asyncio.wait_for(poll, 30)
+    part = answer["responses"][0]["partitions"][0]
+    assert part["error_code"] == 0 and part["high_watermark"] == 1
+    [batch] = decode_batches(part["records"], partial_tail=True)
+    assert [(r.offset, r.value) for r in batch.records] == [(0, b"late")]
+
+
+# -- bad input --------------------------------------------------------------------------
+
+
+async def _closed(address: str, payload: bytes) -> bool:
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(payload)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 30) == b""
+    finally:
+        writer.close()
+
+
+async def test_bad_input_gets_an_error_or_a_closed_connection(bootstrap: str) -> None:
+    address = bootstrap.split(",")[0]
+    assert await _closed(address, frame(os.urandom(64)))  # garbage
+    assert await _closed(address, frame(struct.pack(">hhih", 3, 99, 1, -1)))  # Metadata v99
+    assert await _closed(address, struct.pack(">i", 1 << 30))  # a 1 GiB frame
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    big = _one_record_batch(b"x" * (2 << 20))  # over the proxies' record_bytes_max
+    answer = await _call(leader, PRODUCE, 9, _produce_body(topic, 0, big))
+    assert answer["responses"][0]["partition_responses"][0]["error_code"] == 10  # TOO_LARGE
+    bad_crc = bytearray(_one_record_batch(b"v"))
+    bad_crc[-1] ^= 1
+    answer = await _call(leader, PRODUCE, 9, _produce_body(topic, 0, bytes(bad_crc)))
+    assert answer["responses"][0]["partition_responses"][0]["error_code"] == 2  # CORRUPT
+    # Every proxy still serves.
+    for each in bootstrap.split(","):
+        assert (await _metadata(each, topic))["topics"][0]["error_code"] == 0
