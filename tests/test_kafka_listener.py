@@ -1,67 +1,42 @@
-"""The Kafka listener shell with real clients on 127.0.0.1: kafka-python's, aiokafka's
-and confluent-kafka's (librdkafka's) admin clients list the topics it announces."""
+"""The Kafka listener's connection rules without a cluster behind it: ApiVersions
+answered (also at an unknown version), garbage closing the connection. With a real
+cluster and real clients: tests/test_kafka_serving.py."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from kafkaapi.listener import Broker, KafkaListener
+from foundation.errors import UnavailableError
+from kafkaapi.context import KafkaServing
+from kafkaapi.listener import HANDLERS, KafkaListener
 from kafkaapi.protocol.apis_cluster import API_VERSIONS
 from kafkaapi.protocol.frames import frame
 from kafkaapi.protocol.messages import decode_response, encode_request
 
-TOPICS = {"orders": 6, "audit": 1}
+
+def _serving() -> KafkaServing:
+    """A listener's serving side before its proxy started: every core call raises
+    UNAVAILABLE, so only what needs no core answers."""
+
+    def starting() -> Any:
+        raise UnavailableError("proxy is starting")
+
+    return KafkaServing("wp-1", 1, ns=starting, pages=starting, write=None, authority=None)
 
 
 @pytest.fixture
 async def bootstrap() -> AsyncIterator[str]:
-    listener = KafkaListener(cluster_id="bookline-test", topics=TOPICS)
+    listener = KafkaListener(_serving())
     port = await listener.start("127.0.0.1", 0)
-    listener.announce([Broker(1, "127.0.0.1", port)])
     try:
         yield f"127.0.0.1:{port}"
     finally:
         await listener.stop()
-
-
-async def test_kafka_python_admin_lists_topics(bootstrap: str) -> None:
-    from kafka.admin import KafkaAdminClient
-
-    def list_topics() -> set[str]:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
-        try:
-            return set(admin.list_topics())
-        finally:
-            admin.close()
-
-    assert await asyncio.to_thread(list_topics) == set(TOPICS)
-
-
-async def test_aiokafka_admin_lists_topics(bootstrap: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
-    await admin.start()
-    try:
-        assert set(await admin.list_topics()) == set(TOPICS)
-    finally:
-        await admin.close()
-
-
-async def test_confluent_kafka_admin_lists_topics(bootstrap: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    def list_topics() -> dict[str, int]:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        metadata = admin.list_topics(timeout=20)
-        assert [b.id for b in metadata.brokers.values()] == [1]
-        return {name: len(t.partitions) for name, t in metadata.topics.items()}
-
-    assert await asyncio.to_thread(list_topics) == TOPICS
 
 
 async def test_unknown_api_versions_version_gets_a_v0_answer(bootstrap: str) -> None:
@@ -74,7 +49,7 @@ async def test_unknown_api_versions_version_gets_a_v0_answer(bootstrap: str) -> 
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         correlation_id, body = decode_response(API_VERSIONS, 0, await reader.readexactly(size))
         assert (correlation_id, body["error_code"]) == (5, 35)
-        assert {k["api_key"] for k in body["api_keys"]} == {18, 3}
+        assert {k["api_key"] for k in body["api_keys"]} == set(HANDLERS)
         # Then the same connection speaks a version it offered.
         writer.write(frame(encode_request(API_VERSIONS, 3, 6, "t", {})))
         await writer.drain()
@@ -92,5 +67,27 @@ async def test_garbage_closes_the_connection(bootstrap: str) -> None:
         writer.write(struct.pack(">i", 1 << 30))  # a 1 GiB frame: refused at once
         await writer.drain()
         assert await reader.read() == b""
+    finally:
+        writer.close()
+
+
+async def test_a_request_while_the_proxy_starts_closes_only_its_connection(bootstrap: str) -> None:
+    from kafkaapi.protocol.apis_cluster import METADATA
+
+    host, port = bootstrap.split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame(encode_request(METADATA, 9, 1, "t", {"topics": None})))
+        await writer.drain()
+        assert await reader.read() == b""
+    finally:
+        writer.close()
+    # The listener still answers.
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame(encode_request(API_VERSIONS, 3, 2, "t", {})))
+        await writer.drain()
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        assert decode_response(API_VERSIONS, 3, await reader.readexactly(size))[0] == 2
     finally:
         writer.close()

@@ -9,13 +9,11 @@ Kafka's error or a closed connection, and the proxies keep serving."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -118,7 +116,9 @@ def _one_record_batch(value: bytes) -> bytes:
 # -- the three clients ------------------------------------------------------------------
 
 
-def _kafka_python_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+def _kafka_python_roundtrip(
+    bootstrap: str, topic: str, n: int
+) -> tuple[list[tuple[int, int]], set[Row]]:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=30_000)
@@ -145,7 +145,9 @@ def _kafka_python_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tu
     return sent, got
 
 
-def _confluent_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+def _confluent_roundtrip(
+    bootstrap: str, topic: str, n: int
+) -> tuple[list[tuple[int, int]], set[Row]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
@@ -159,7 +161,8 @@ def _confluent_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple
         return done
 
     for i, (k, v, h, ts) in enumerate(_records(n)):
-        producer.produce(topic, value=v, key=k, headers=h, timestamp=ts, on_delivery=report(i))
+        pairs: Any = h  # confluent's stubs want str | bytes | None values
+        producer.produce(topic, value=v, key=k, headers=pairs, timestamp=ts, on_delivery=report(i))
     assert producer.flush(60) == 0
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 200})  # fmt: skip
@@ -172,14 +175,17 @@ def _confluent_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple
             if msg is None:
                 continue
             assert msg.error() is None, msg.error()
-            got.add((msg.partition(), msg.offset(), msg.key(), msg.value(),
-                     tuple(msg.headers() or ()), msg.timestamp()[1]))  # fmt: skip
+            row: Any = (msg.partition(), msg.offset(), msg.key(), msg.value(),
+                        tuple(msg.headers() or ()), msg.timestamp()[1])  # fmt: skip
+            got.add(row)
     finally:
         consumer.close()
     return [sent[i] for i in range(n)], got
 
 
-async def _aiokafka_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[tuple[int, int]], set[Row]]:
+async def _aiokafka_roundtrip(
+    bootstrap: str, topic: str, n: int
+) -> tuple[list[tuple[int, int]], set[Row]]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
@@ -212,7 +218,7 @@ async def _aiokafka_roundtrip(bootstrap: str, topic: str, n: int) -> tuple[list[
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka", "aiokafka"])
 async def test_client_produces_and_consumes_the_same_records(bootstrap: str, client: str) -> None:
     topic, n = _topic(), 40
-    await _create(bootstrap.split(",")[0], topic)
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
     if client == "kafka-python":
         sent, got = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
     elif client == "confluent-kafka":
@@ -240,14 +246,15 @@ async def test_kafka_records_read_by_the_thin_client_and_back(
     cluster: LocalCluster, bootstrap: str
 ) -> None:
     topic, n = _topic(), 12
-    await _create(bootstrap.split(",")[0], topic)
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
     sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
     async with _thin(cluster) as thin:
         seen: set[Row] = set()
         for p in range(PARTITIONS):
             page = await thin.read_partition(topic, p, 0, limit=100)
             for offset, ts, key, value, headers, _ts_type in page.rows:
-                seen.add((p, offset, key, value, tuple(tuple(h) for h in headers or ()), ts))
+                pairs: Any = tuple(tuple(h) for h in headers or ())
+                seen.add((p, offset, key, value, pairs, ts))
         assert seen == _expected(sent, n)
         # The thin client writes; a Kafka consumer reads the same offsets.
         written = [await thin.send(topic, f"thin-{i}".encode(), key=f"tk-{i}".encode(),
@@ -284,7 +291,7 @@ def _kafka_python_consume(
 
 
 async def test_list_offsets_earliest_latest_and_by_time(bootstrap: str) -> None:
-    address = bootstrap.split(",")[0]
+    address = bootstrap.split(",", maxsplit=1)[0]
     topic = _topic()
     await _create(address, topic, partitions=1)
     leader = await _leader_address(address, topic, 0)
@@ -314,7 +321,7 @@ async def _leader_address(address: str, topic: str, partition: int) -> str:
 
 
 async def test_produce_to_a_proxy_not_owning_the_partition_is_refused(bootstrap: str) -> None:
-    address = bootstrap.split(",")[0]
+    address = bootstrap.split(",", maxsplit=1)[0]
     topic = _topic()
     await _create(address, topic, partitions=1)
     leader = await _leader_address(address, topic, 0)
@@ -330,7 +337,7 @@ async def test_produce_to_a_proxy_not_owning_the_partition_is_refused(bootstrap:
 
 
 async def test_fetch_long_poll_answers_when_a_record_arrives(bootstrap: str) -> None:
-    address = bootstrap.split(",")[0]
+    address = bootstrap.split(",", maxsplit=1)[0]
     topic = _topic()
     await _create(address, topic, partitions=1)
     leader = await _leader_address(address, topic, 0)
@@ -366,7 +373,7 @@ async def _closed(address: str, payload: bytes) -> bool:
 
 
 async def test_bad_input_gets_an_error_or_a_closed_connection(bootstrap: str) -> None:
-    address = bootstrap.split(",")[0]
+    address = bootstrap.split(",", maxsplit=1)[0]
     assert await _closed(address, frame(os.urandom(64)))  # garbage
     assert await _closed(address, frame(struct.pack(">hhih", 3, 99, 1, -1)))  # Metadata v99
     assert await _closed(address, struct.pack(">i", 1 << 30))  # a 1 GiB frame
