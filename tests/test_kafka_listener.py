@@ -91,3 +91,17 @@ async def test_a_request_while_the_proxy_starts_closes_only_its_connection(boots
         assert decode_response(API_VERSIONS, 3, await reader.readexactly(size))[0] == 2
     finally:
         writer.close()
+
+
+def test_docs_table_of_served_apis_matches_the_handlers() -> None:
+    """docs/kafka.md's "What is served" table is the listener's, row for row."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "kafka.md").read_text()
+    served = text.split("## What is served", 1)[1].split("How Kafka's model", 1)[0]
+    rows = {line for line in served.splitlines() if line.startswith("| ") and "---" not in line}
+    expected = {
+        f"| {row.api.name} | {key} | {row.versions[0]}-{row.versions[1]} |"
+        for key, row in HANDLERS.items()
+    }
+    assert rows - {"| API | key | versions served |"} == expected

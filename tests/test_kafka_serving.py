@@ -390,3 +390,41 @@ async def test_bad_input_gets_an_error_or_a_closed_connection(bootstrap: str) ->
     # Every proxy still serves.
     for each in bootstrap.split(","):
         assert (await _metadata(each, topic))["topics"][0]["error_code"] == 0
+
+
+async def test_an_idempotent_retry_is_answered_with_the_first_offsets(bootstrap: str) -> None:
+    from kafkaapi.protocol.apis_data import INIT_PRODUCER_ID
+
+    address = bootstrap.split(",", maxsplit=1)[0]
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    init = await _call(leader, INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                                     "transaction_timeout_ms": 60_000})  # fmt: skip
+    assert init["error_code"] == 0 and init["producer_id"] > 0
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+
+    def batch(seq: int, *values: bytes) -> bytes:
+        now = int(time.time() * 1000)
+        records = tuple(Record(i, now, b"k", v) for i, v in enumerate(values))
+        return encode_batch(RecordBatch(0, records, producer_id=pid, producer_epoch=epoch,
+                                        base_sequence=seq))  # fmt: skip
+
+    async def produce(raw: bytes) -> dict[str, Any]:
+        answer = await _call(leader, PRODUCE, 9, _produce_body(topic, 0, raw))
+        return dict(answer["responses"][0]["partition_responses"][0])
+
+    first = await produce(batch(0, b"a", b"b"))
+    again = await produce(batch(0, b"a", b"b"))  # the client's retry of the same batch
+    following = await produce(batch(2, b"c"))
+    assert (first["error_code"], first["base_offset"]) == (0, 0)
+    assert (again["error_code"], again["base_offset"]) == (0, 0)
+    assert (following["error_code"], following["base_offset"]) == (0, 2)
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "timestamp": -1}]}]}  # fmt: skip
+    end = (await _call(address, LIST_OFFSETS, 5, body))["topics"][0]["partitions"][0]
+    assert end["offset"] == 3  # written once each
+    # A transactional producer is told at once that transactions are not served.
+    txn = await _call(leader, INIT_PRODUCER_ID, 1, {"transactional_id": "tx-1",
+                                                    "transaction_timeout_ms": 60_000})  # fmt: skip
+    assert txn["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
