@@ -105,3 +105,17 @@ def test_docs_table_of_served_apis_matches_the_handlers() -> None:
         for key, row in HANDLERS.items()
     }
     assert rows - {"| API | key | versions served |"} == expected
+
+
+def test_bookline_local_turns_the_listeners_on(tmp_path: Any) -> None:
+    """`bookline local`'s cluster has a Kafka listener in every proxy (cluster.json then
+    names them in "kafka_bootstrap": tests/test_kafka_serving.py)."""
+    import argparse
+
+    from ops.cluster.supervisor import _cluster_from_args, add_cluster_flags
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir")  # the command's own flag, beside the cluster's
+    add_cluster_flags(parser)
+    args = parser.parse_args(["--dir", str(tmp_path)])
+    assert _cluster_from_args(args).with_kafka
