@@ -113,6 +113,10 @@ class ListenerLimits:
     """A listener's bounds (the hosting proxy's settings)."""
 
     frame_bytes_max: int = FRAME_BYTES_MAX
+    # Request bytes buffered by all connections together: a frame's declared size is
+    # reserved before its body is read (Kafka's queued.max.request.bytes), so many
+    # connections sending big frames wait instead of growing memory.
+    buffered_bytes_max: int = 256 * 1024 * 1024
     connections_max: int = 1024
     unauthenticated_connections_max: int = 256
     unauthenticated_timeout_s: float = 10.0
@@ -128,6 +132,13 @@ class KafkaListener:
         # Open connections, closed by stop() (Python 3.12's wait_closed waits for them).
         self._connections: set[asyncio.StreamWriter] = set()
         self._unauthenticated = 0
+        # At least one whole frame fits, or a frame could never be admitted.
+        self._budget = _Budget(max(self.limits.buffered_bytes_max, self.limits.frame_bytes_max))
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes of the buffer budget not reserved by a connection now."""
+        return self._budget.free
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port (``port`` 0 picks a free one)."""
@@ -176,27 +187,33 @@ class KafkaListener:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
         frames = FrameReader(self.limits.frame_bytes_max)
+        share = _Share(self._budget)  # of the listener's budget, for the frame being read
         deadline = time.monotonic() + self.limits.unauthenticated_timeout_s
         was_stranger = self.serving.auth_required
-        while True:
-            if self.serving.auth_required and session.principal is None:
-                async with asyncio.timeout_at(_loop_time(deadline)):
+        try:
+            while True:
+                await share.fit(frames.next_frame_bytes)  # read the rest once it fits
+                if self.serving.auth_required and session.principal is None:
+                    async with asyncio.timeout_at(_loop_time(deadline)):
+                        data = await reader.read(_READ_BYTES)
+                else:
                     data = await reader.read(_READ_BYTES)
-            else:
-                data = await reader.read(_READ_BYTES)
-            if not data:
-                return
-            frames.feed(data)
-            while not isinstance(item := frames.next_frame(), NeedData):
-                answer, close = await self._answer(item, session)
-                if was_stranger and session.principal is not None:
-                    was_stranger = False
-                    self._unauthenticated -= 1  # no longer counts against strangers
-                if answer is not None:
-                    writer.write(frame(answer))
-                    await writer.drain()
-                if close:
+                if not data:
                     return
+                frames.feed(data)
+                while not isinstance(item := frames.next_frame(), NeedData):
+                    answer, close = await self._answer(item, session)
+                    if was_stranger and session.principal is not None:
+                        was_stranger = False
+                        self._unauthenticated -= 1  # no longer counts against strangers
+                    if answer is not None:
+                        writer.write(frame(answer))
+                        await writer.drain()
+                    if close:
+                        return
+                share.shrink(frames.next_frame_bytes)  # the reserved frame was answered
+        finally:
+            share.shrink(0)
 
     async def _answer(self, raw: bytes, session: Session) -> tuple[bytes | None, bool]:
         """The answer's bytes (None: acks=0) and whether to close after it."""
@@ -232,6 +249,43 @@ class KafkaListener:
             )
         if session.expires_at is not None and time.time() >= session.expires_at:
             raise KafkaProtocolError(_ILLEGAL_SASL, "the session's token expired")
+
+
+class _Budget:
+    """Bytes the listener's connections may reserve for frames being read."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.free = bytes_max
+        self._freed = asyncio.Event()
+
+    async def take(self, size: int) -> None:
+        while self.free < size:
+            self._freed.clear()
+            await self._freed.wait()
+        self.free -= size
+
+    def give(self, size: int) -> None:
+        if size:
+            self.free += size
+            self._freed.set()
+
+
+class _Share:
+    """One connection's reservation of the budget: the frame it is reading."""
+
+    def __init__(self, budget: _Budget) -> None:
+        self._budget = budget
+        self.held = 0
+
+    async def fit(self, size: int) -> None:
+        if size > self.held:
+            await self._budget.take(size - self.held)
+            self.held = size
+
+    def shrink(self, size: int) -> None:
+        if size < self.held:
+            self._budget.give(self.held - size)
+            self.held = size
 
 
 def _loop_time(deadline_monotonic: float) -> float:

@@ -119,3 +119,37 @@ def test_bookline_local_turns_the_listeners_on(tmp_path: Any) -> None:
     add_cluster_flags(parser)
     args = parser.parse_args(["--dir", str(tmp_path)])
     assert _cluster_from_args(args).with_kafka
+
+
+async def test_big_frames_wait_for_the_listeners_buffer_budget() -> None:
+    """A frame's declared size is reserved from the listener-wide budget before its body
+    is read: while one connection holds all of it, another's big request waits (memory
+    stays bounded however many connections send big frames), and is answered once the
+    first connection goes."""
+    from kafkaapi.listener import ListenerLimits
+    from tests.waiting import wait_for
+
+    limit = 1 << 20
+    listener = KafkaListener(
+        _serving(), ListenerLimits(frame_bytes_max=limit, buffered_bytes_max=limit)
+    )
+    port = await listener.start("127.0.0.1", 0)
+    try:
+        _, hog = await asyncio.open_connection("127.0.0.1", port)
+        hog.write(struct.pack(">i", limit - 4) + b"\0" * 100)  # a whole budget's frame, begun
+        await hog.drain()
+        await wait_for(lambda: listener.free_bytes == 0, "the big frame's reservation")
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # Big too: an ApiVersions request padded (bytes after a body are ignored).
+        writer.write(frame(encode_request(API_VERSIONS, 3, 9, "t", {}) + b"\0" * (200 << 10)))
+        await writer.drain()
+        answer = asyncio.create_task(reader.readexactly(4))
+        await asyncio.sleep(0.5)  # the behaviour under test: no answer meanwhile
+        assert not answer.done()
+        hog.close()
+        size = struct.unpack(">i", await asyncio.wait_for(answer, 30))[0]
+        assert decode_response(API_VERSIONS, 3, await reader.readexactly(size))[0] == 9
+        writer.close()
+        await wait_for(lambda: listener.free_bytes == limit, "every reservation given back")
+    finally:
+        await listener.stop()
