@@ -1,7 +1,8 @@
 """The Kafka listener over the serving core, with real clients against a real local
 cluster (ZooKeeper, bookies, two write proxies and a read proxy, each a Kafka broker):
 kafka-python, confluent-kafka (librdkafka) and aiokafka produce keyed records with
-header pairs, a null value and producer timestamps to a 6-partition topic, and read
+header pairs, a null value and producer timestamps to a 6-partition topic (idempotent,
+acks=all, compressed: gzip, zstd, gzip), and read
 them back with the same offsets, keys, values, headers and timestamps; records cross
 between Kafka clients and the thin client both ways at the same offsets; bad input gets
 Kafka's error or a closed connection, and the proxies keep serving."""
@@ -121,7 +122,9 @@ def _kafka_python_roundtrip(
 ) -> tuple[list[tuple[int, int]], set[Row]]:
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=30_000)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", request_timeout_ms=30_000, compression_type="gzip"
+    )
     try:
         futures = [producer.send(topic, value=v, key=k, headers=h, timestamp_ms=ts)
                    for k, v, h, ts in _records(n)]  # fmt: skip
@@ -150,7 +153,14 @@ def _confluent_roundtrip(
 ) -> tuple[list[tuple[int, int]], set[Row]]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "compression.type": "zstd",
+            "enable.idempotence": True,
+        }
+    )
     sent: dict[int, tuple[int, int]] = {}
 
     def report(index: int) -> Any:
@@ -188,7 +198,9 @@ async def _aiokafka_roundtrip(
 ) -> tuple[list[tuple[int, int]], set[Row]]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, compression_type="gzip"
+    )
     await producer.start()
     try:
         futures = [await producer.send(topic, value=v, key=k, headers=h, timestamp_ms=ts)
@@ -347,7 +359,8 @@ async def test_fetch_long_poll_answers_when_a_record_arrives(bootstrap: str) -> 
                 {"partition": 0, "fetch_offset": 0, "log_start_offset": -1,
                  "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [],
             "rack_id": ""}  # fmt: skip
-    poll = asyncio.create_task(_call(address, FETCH, 11, body))
+    # The read proxy's listener (the last one) serves the fetch: its own read core.
+    poll = asyncio.create_task(_call(bootstrap.split(",")[-1], FETCH, 11, body))
     await asyncio.sleep(0.5)  # the fetch is waiting (the behaviour under test)
     assert not poll.done()
     await _call(leader, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"late")))
