@@ -360,7 +360,7 @@ async def test_fetch_long_poll_answers_when_a_record_arrives(bootstrap: str) -> 
                  "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [],
             "rack_id": ""}  # fmt: skip
     # The read proxy's listener (the last one) serves the fetch: its own read core.
-    poll = asyncio.create_task(_call(bootstrap.split(",")[-1], FETCH, 11, body))
+    poll = asyncio.create_task(_call(bootstrap.rsplit(",", maxsplit=1)[-1], FETCH, 11, body))
     await asyncio.sleep(0.5)  # the fetch is waiting (the behaviour under test)
     assert not poll.done()
     await _call(leader, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"late")))
