@@ -114,9 +114,8 @@ async def _read_one(  # noqa: PLR0917 - one partition of the request
                 pages, topic, index, offset, limit=PARTITION_RECORDS_MAX, wait_s=0.0
             )
         recs = _within(recs, bytes_max)
-        name = partition_stream(topic, index)
-        end = await pages.ns.end_offset(name)
-        start = int((await pages.ns.stream_info(name)).first_sequence_id)
+        info = await pages.ns.stream_info(partition_stream(topic, index))  # one look-up
+        end, start = int(info.next_sequence_id), int(info.first_sequence_id)
     except BooklineError as exc:
         return answer | {"error_code": kafka_code(exc).code, "high_watermark": -1, "records": b""}
     high = max(end, recs[-1].sequence_id + 1) if recs else end
