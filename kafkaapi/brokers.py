@@ -64,6 +64,8 @@ class BrokerView:
     # Registration id -> node id of every broker; write proxies' URLs for rendezvous.
     by_proxy: dict[str, int]
     write_urls: dict[str, int]
+    # Read proxies' node ids: follower replicas for Fetch (KIP-392).
+    readers: tuple[int, ...] = ()
 
     @classmethod
     async def load(cls, md: MetadataClient, me: ProxyInfo) -> BrokerView:
@@ -82,6 +84,9 @@ class BrokerView:
                 for i in with_kafka
                 if not i.proxy_id.startswith(READ_PROXY_PREFIX)
             },
+            readers=tuple(
+                i.node_id for i in with_kafka if i.proxy_id.startswith(READ_PROXY_PREFIX)
+            ),
         )
 
     def controller(self) -> int:
@@ -89,6 +94,14 @@ class BrokerView:
         them; clients only need one named)."""
         ids = sorted(self.write_urls.values()) or [b.node_id for b in self.brokers]
         return ids[0] if ids else -1
+
+    def follower(self, stream: str) -> int:
+        """The read proxy a rack-aware consumer of ``stream`` is sent to (KIP-392's
+        preferred read replica), the same for every fetch of it; -1 without one."""
+        if not self.readers:
+            return -1
+        by_name = {f"node-{n}": n for n in self.readers}
+        return by_name[rendezvous(stream, list(by_name))]
 
     def leader(self, owner_proxy: str | None, stream: str) -> int:
         """Node id of ``stream``'s leader: its owner's, else the rendezvous choice; -1

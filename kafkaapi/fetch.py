@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError, NotFoundError
 from foundation.names import partition_stream
+from kafkaapi.brokers import BrokerView
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaProtocolError
@@ -56,18 +57,50 @@ async def fetch(serving: KafkaServing, session: Session, request: Request) -> di
         for p in t["partitions"]
     ]
     pages = serving.pages()
-    budget = max(1, body["max_bytes"])
-    answers = await _read_all(serving, session, pages, asked, budget)
-    wait_ms = min(max(0, body["max_wait_ms"]), FETCH_WAIT_MS_MAX)
-    idle = not any(a.get("records") for a in answers)
-    if wait_ms and idle and await _wait_any(pages, asked, answers, wait_ms / 1000):
-        answers = await _read_all(serving, session, pages, asked, budget)
+    followers = await _followers(serving, request, asked)
+    if followers:  # KIP-392: the consumer fetches from the read proxies instead
+        answers = await _read_all(serving, session, pages, asked, 0)
+        for answer, follower in zip(answers, followers, strict=True):
+            answer["preferred_read_replica"] = follower
+    else:
+        answers = await _serve(serving, session, pages, asked, body)
     it = iter(answers)
     responses = [
         {"topic": t["topic"], "partitions": [next(it) for _ in t["partitions"]]}
         for t in body["topics"]
     ]
     return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+async def _serve(
+    serving: KafkaServing,
+    session: Session,
+    pages: Pages,
+    asked: list[tuple[str, int, int, int]],
+    body: dict[str, Any],
+) -> list[dict[str, Any]]:
+    budget = max(1, body["max_bytes"])
+    answers = await _read_all(serving, session, pages, asked, budget)
+    wait_ms = min(max(0, body["max_wait_ms"]), FETCH_WAIT_MS_MAX)
+    idle = not any(a.get("records") for a in answers)
+    if wait_ms and idle and await _wait_any(pages, asked, answers, wait_ms / 1000):
+        answers = await _read_all(serving, session, pages, asked, budget)
+    return answers
+
+
+async def _followers(
+    serving: KafkaServing, request: Request, asked: list[tuple[str, int, int, int]]
+) -> list[int]:
+    """Each partition's preferred read replica when a write proxy is asked by a
+    rack-aware consumer (v11+ with a ``rack_id``) and read proxies serve Kafka; else []
+    (this broker answers). Read proxies have no racks of their own: any rack given
+    means "fetch from a follower", so catch-up reads leave the owners alone."""
+    if serving.write is None or request.version < 11 or not request.body["rack_id"]:
+        return []
+    view = await BrokerView.load(serving.md, serving.registration())
+    if not view.readers:
+        return []
+    return [view.follower(partition_stream(topic, index)) for topic, index, _, _ in asked]
 
 
 async def _read_all(

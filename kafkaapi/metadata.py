@@ -72,14 +72,15 @@ async def _topic(
     partitions = []
     for index, owner in enumerate(owners):
         leader = view.leader(owner, partition_stream(name, index))
+        replicas = [leader, *view.readers] if leader >= 0 else []
         partitions.append(
             {
                 "error_code": 0 if leader >= 0 else _NO_LEADER.code,
                 "partition_index": index,
                 "leader_id": leader,
                 "leader_epoch": -1,
-                "replica_nodes": [leader] if leader >= 0 else [],
-                "isr_nodes": [leader] if leader >= 0 else [],
+                "replica_nodes": replicas,  # the read proxies follow every partition
+                "isr_nodes": replicas,
                 "offline_replicas": [],
             }
         )

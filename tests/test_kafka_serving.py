@@ -441,3 +441,47 @@ async def test_an_idempotent_retry_is_answered_with_the_first_offsets(bootstrap:
     txn = await _call(leader, INIT_PRODUCER_ID, 1, {"transactional_id": "tx-1",
                                                     "transaction_timeout_ms": 60_000})  # fmt: skip
     assert txn["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def _confluent_consume(bootstrap: str, topic: str, n: int, rack: str) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                         "enable.auto.commit": False, "client.rack": rack})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        got = 0
+        deadline = time.monotonic() + 60
+        while got < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got += 1
+        return got
+    finally:
+        consumer.close()
+
+
+async def _served_by_read_proxy(cluster: LocalCluster) -> float:
+    import aiohttp
+
+    url = cluster.read_proxies[0].extra["metrics"]
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        text = await resp.text()
+    for line in text.splitlines():
+        if line.startswith('bookline_readproxy_served_records_total{path="partition"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+async def test_a_rack_aware_consumer_fetches_from_the_read_proxy(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    """KIP-392: the leader (a write proxy) names a read proxy as the preferred read
+    replica of a consumer that sends client.rack, and librdkafka fetches from it."""
+    topic, n = _topic(), 24
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
+    await asyncio.to_thread(_confluent_roundtrip, bootstrap, topic, n)
+    before = await _served_by_read_proxy(cluster)
+    assert await asyncio.to_thread(_confluent_consume, bootstrap, topic, n, "rack-a") == n
+    assert await _served_by_read_proxy(cluster) - before >= n
