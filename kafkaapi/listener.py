@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 # Bytes asked of the socket per read: bounds what one feed adds to the frame buffer.
 _READ_BYTES: Final = 64 * 1024
 _ILLEGAL_SASL: Final = kerr.code_named("ILLEGAL_SASL_STATE")
+# The largest frame of a connection that has not authenticated (with auth on): its
+# ApiVersions and SASL requests are small; Kafka's sasl.server.max.receive.size.
+STRANGER_FRAME_BYTES_MAX: Final = 512 * 1024
 
 Handler = Callable[[KafkaServing, Session, Request], Awaitable[dict[str, Any] | None]]
 
@@ -192,8 +195,13 @@ class KafkaListener:
         was_stranger = self.serving.auth_required
         try:
             while True:
+                stranger = self.serving.auth_required and session.principal is None
+                if stranger and frames.next_frame_bytes > STRANGER_FRAME_BYTES_MAX:
+                    raise KafkaProtocolError(
+                        kerr.INVALID_REQUEST, "a frame too big for a connection not authenticated"
+                    )
                 await share.fit(frames.next_frame_bytes)  # read the rest once it fits
-                if self.serving.auth_required and session.principal is None:
+                if stranger:
                     async with asyncio.timeout_at(_loop_time(deadline)):
                         data = await reader.read(_READ_BYTES)
                 else:

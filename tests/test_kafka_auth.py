@@ -158,3 +158,13 @@ async def test_alice_produces_and_consumes_only_where_granted(
     )
     assert results["consumed"] == (b"k", b"hello")
     assert str(results["other"].name()) == "TOPIC_AUTHORIZATION_FAILED"
+
+
+async def test_a_big_frame_before_authenticating_closes_the_connection(bootstrap: str) -> None:
+    conn = await _connect(bootstrap)
+    try:
+        conn.writer.write(struct.pack(">i", 4 << 20) + b"\0" * 1024)  # 4 MiB declared
+        await conn.writer.drain()
+        assert await conn.closed()
+    finally:
+        conn.writer.close()
