@@ -485,3 +485,26 @@ async def test_a_rack_aware_consumer_fetches_from_the_read_proxy(
     before = await _served_by_read_proxy(cluster)
     assert await asyncio.to_thread(_confluent_consume, bootstrap, topic, n, "rack-a") == n
     assert await _served_by_read_proxy(cluster) - before >= n
+
+
+async def test_acks_0_gets_no_answer_and_the_record_is_written(bootstrap: str) -> None:
+    address = bootstrap.split(",", maxsplit=1)[0]
+    topic = _topic()
+    await _create(address, topic, partitions=1)
+    leader = await _leader_address(address, topic, 0)
+    host, port = leader.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        body = _produce_body(topic, 0, _one_record_batch(b"fire"), acks=0)
+        writer.write(frame(encode_request(PRODUCE, 9, 1, "t", body)))
+        writer.write(frame(encode_request(METADATA, 9, 2, "t", {"topics": [{"name": topic}]})))
+        await writer.drain()
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        correlation, _ = decode_response(METADATA, 9, await reader.readexactly(size))
+        assert correlation == 2  # the produce was not answered
+    finally:
+        writer.close()
+    offsets = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "timestamp": -1}]}]}  # fmt: skip
+    end = (await _call(address, LIST_OFFSETS, 5, offsets))["topics"][0]["partitions"][0]
+    assert end["offset"] == 1
