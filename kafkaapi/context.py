@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from metadata.client import MetadataClient
     from serving.read.pages import Pages
     from serving.write.core import WriteCore
+    from serving.write.groups import GroupHosting
     from serving.write.topics import TopicHosting
     from streams.namespace import Namespace
 
@@ -49,6 +50,8 @@ class KafkaServing:
     # The write proxy's topic hosting (partition checks, deletes that drop owned
     # partitions); None in a read proxy.
     topics: TopicHosting | None = None
+    # The write proxy's group coordinators; None in a read proxy.
+    groups: GroupHosting | None = None
     cluster_id: str = "bookline"
     # This broker's registration (address, listener); set when the listener is bound.
     me: ProxyInfo | None = None

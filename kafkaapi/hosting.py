@@ -26,6 +26,7 @@ from serving.read.readers import ReaderPool
 if TYPE_CHECKING:
     from httpapi.proxy_config import ProxyConfig
     from serving.write.core import WriteCore
+    from serving.write.groups import GroupHosting
     from serving.write.topics import TopicHosting
     from streams.namespace import Namespace
 
@@ -103,6 +104,7 @@ async def start_kafka(
     pages: Callable[[], Pages] | None = None,
     write: WriteCore | None = None,
     topics: TopicHosting | None = None,
+    groups: GroupHosting | None = None,
 ) -> KafkaHost | None:
     """Bind the listener ``config`` asks for (None when ``kafka_enabled`` is off).
     ``pages`` is the proxy's read core (None: a write proxy, which gets its own)."""
@@ -125,6 +127,7 @@ async def start_kafka(
         write=write,
         authority=load_authority(config.auth()),
         topics=topics,
+        groups=groups,
         cluster_id=f"bookline-{config.namespace}",
     )
     limits = ListenerLimits(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from foundation.errors import BooklineError
-from kafkaapi import admin, fetch, metadata, produce, sasl
+from kafkaapi import admin, fetch, groups, metadata, produce, sasl
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.apis_admin import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
@@ -38,6 +38,7 @@ from kafkaapi.protocol.apis_cluster import (
     SASL_HANDSHAKE,
 )
 from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
+from kafkaapi.protocol.apis_groups import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
 from kafkaapi.protocol.errors import KafkaProtocolError
 from kafkaapi.protocol.frames import FRAME_BYTES_MAX, FrameReader, NeedData, frame
 from kafkaapi.protocol.messages import (
@@ -96,6 +97,10 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(CREATE_TOPICS, admin.create_topics),
         _row(DELETE_TOPICS, admin.delete_topics),
         _row(CREATE_PARTITIONS, admin.create_partitions),
+        # One key, one group per request (v4+ / v8+ batch them).
+        _row(FIND_COORDINATOR, groups.find_coordinator, top=3),
+        _row(OFFSET_COMMIT, groups.offset_commit, top=8),
+        _row(OFFSET_FETCH, groups.offset_fetch, top=7),
         _row(SASL_HANDSHAKE, sasl.sasl_handshake),
         _row(SASL_AUTHENTICATE, sasl.sasl_authenticate),
     )

@@ -508,3 +508,53 @@ async def test_acks_0_gets_no_answer_and_the_record_is_written(bootstrap: str) -
         {"partition_index": 0, "timestamp": -1}]}]}  # fmt: skip
     end = (await _call(address, LIST_OFFSETS, 5, offsets))["topics"][0]["partitions"][0]
     assert end["offset"] == 1
+
+
+def _kafka_python_commit(bootstrap: str, topic: str, group: str) -> dict[int, int | None]:
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in range(2)]
+        consumer.assign(parts)
+        consumer.commit({parts[0]: OffsetAndMetadata(3, "", -1)})
+    finally:
+        consumer.close()
+    fresh = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: fresh.committed(TopicPartition(topic, p)) for p in range(2)}
+    finally:
+        fresh.close()
+
+
+def _confluent_commit(bootstrap: str, topic: str, group: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    consumer = Consumer(conf)
+    try:
+        consumer.assign([TopicPartition(topic, 1, 0)])
+        consumer.commit(offsets=[TopicPartition(topic, 1, 2)], asynchronous=False)
+        got = consumer.committed([TopicPartition(topic, p) for p in range(2)], timeout=30)
+        return {tp.partition: tp.offset for tp in got}
+    finally:
+        consumer.close()
+
+
+async def test_committed_offsets_of_assign_consumers(bootstrap: str) -> None:
+    """OffsetCommit/OffsetFetch on the group coordinators: kafka-python and librdkafka
+    consumers that assign() partitions commit and read back the group's offsets."""
+    address = bootstrap.split(",", maxsplit=1)[0]
+    topic, group = _topic(), f"g-{uuid.uuid4().hex[:8]}"
+    await _create(address, topic, partitions=2)
+    leader = await _leader_address(address, topic, 0)
+    for p in range(2):
+        for _ in range(4):
+            await _call(leader if p == 0 else await _leader_address(address, topic, 1),
+                        PRODUCE, 9, _produce_body(topic, p, _one_record_batch(b"v")))  # fmt: skip
+    assert await asyncio.to_thread(_kafka_python_commit, bootstrap, topic, group) == {
+        0: 3,
+        1: None,
+    }
+    # librdkafka commits partition 1 of the same group and sees both (-1001: none).
+    assert await asyncio.to_thread(_confluent_commit, bootstrap, topic, group) == {0: 3, 1: 2}

@@ -145,7 +145,7 @@ class WriteProxy:
         self._md.zk.add_state_listener(self._on_session)
         self._kafka = await start_kafka(
             cfg, cfg.proxy_id, self._ns, current_ns=lambda: self.ns, write=self.core,
-            topics=TopicHosting(self),
+            topics=TopicHosting(self), groups=self._groups.hosting if self._groups else None,
         )  # fmt: skip
         await self._register(self._registration(0.0))
         self._load_task = asyncio.get_running_loop().create_task(self._report_load())
