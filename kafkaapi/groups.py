@@ -8,7 +8,7 @@ another proxy answers NOT_COORDINATOR. A commit from a member of the group (its 
 id and generation) is the member's commit; one from outside the membership (Kafka's
 ``assign()`` consumers: generation -1) sets the group's offsets, refused with
 NON_EMPTY_GROUP while the group has live members, as Kafka refuses it. Kafka's group
-membership protocol (JoinGroup, SyncGroup, Heartbeat) is not served yet (docs/kafka.md).
+membership protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): :mod:`kafkaapi.membership`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
     from kafkaapi.protocol.messages import Request
 
-__all__ = ["find_coordinator", "offset_commit", "offset_fetch"]
+__all__ = ["find_coordinator", "group_code", "offset_commit", "offset_fetch"]
 
 _named = kerr.code_named
 _GROUP_DENIED: Final = _named("GROUP_AUTHORIZATION_FAILED")
@@ -53,7 +53,7 @@ _GROUP_CODES: Final = (
 _STANDALONE: Final = -1  # a commit's generation from outside the membership
 
 
-def _group_code(exc: BooklineError) -> kerr.KafkaCode:
+def group_code(exc: BooklineError) -> kerr.KafkaCode:
     for classes, code in _GROUP_CODES:
         if isinstance(exc, classes):
             return code
@@ -103,7 +103,7 @@ async def offset_commit(
                 req = CommitRequest(body["member_id"], generation, offsets)
                 await serving.groups.commit(group, req)
         except BooklineError as exc:
-            code = _group_code(exc).code
+            code = group_code(exc).code
     topics = [
         {
             "name": topic["name"],
@@ -129,7 +129,7 @@ async def offset_fetch(serving: KafkaServing, session: Session, request: Request
     except NotFoundError:
         committed = {}  # a group never committed to: no offsets, no error (Kafka's)
     except BooklineError as exc:
-        return {"throttle_time_ms": 0, "topics": [], "error_code": _group_code(exc).code}
+        return {"throttle_time_ms": 0, "topics": [], "error_code": group_code(exc).code}
     asked = body["topics"]
     if asked is None:  # every committed partition
         names = sorted({t for t, _ in committed})

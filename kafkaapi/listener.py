@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from foundation.errors import BooklineError
-from kafkaapi import admin, fetch, groups, metadata, produce, sasl
+from kafkaapi import admin, fetch, groups, membership, metadata, produce, sasl
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.apis_admin import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
@@ -38,7 +38,15 @@ from kafkaapi.protocol.apis_cluster import (
     SASL_HANDSHAKE,
 )
 from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
-from kafkaapi.protocol.apis_groups import FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH
+from kafkaapi.protocol.apis_groups import (
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
 from kafkaapi.protocol.errors import KafkaProtocolError
 from kafkaapi.protocol.frames import FRAME_BYTES_MAX, FrameReader, NeedData, frame
 from kafkaapi.protocol.messages import (
@@ -101,6 +109,10 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(FIND_COORDINATOR, groups.find_coordinator, top=3),
         _row(OFFSET_COMMIT, groups.offset_commit, top=8),
         _row(OFFSET_FETCH, groups.offset_fetch, top=7),
+        _row(JOIN_GROUP, membership.join_group),
+        _row(HEARTBEAT, membership.heartbeat),
+        _row(LEAVE_GROUP, membership.leave_group),
+        _row(SYNC_GROUP, membership.sync_group),
         _row(SASL_HANDSHAKE, sasl.sasl_handshake),
         _row(SASL_AUTHENTICATE, sasl.sasl_authenticate),
     )

@@ -558,3 +558,148 @@ async def test_committed_offsets_of_assign_consumers(bootstrap: str) -> None:
     }
     # librdkafka commits partition 1 of the same group and sees both (-1001: none).
     assert await asyncio.to_thread(_confluent_commit, bootstrap, topic, group) == {0: 3, 1: 2}
+
+
+def _kafka_python_subscribe(bootstrap: str, topic: str, group: str, n: int) -> set[tuple[int, int]]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             session_timeout_ms=10_000, heartbeat_interval_ms=500)  # fmt: skip
+    try:
+        got: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                got.update((r.partition, r.offset) for r in records)
+        consumer.commit()
+        return got
+    finally:
+        consumer.close()
+
+
+def _confluent_subscribe(bootstrap: str, topic: str, group: str, n: int) -> set[tuple[int, int]]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 10_000})  # fmt: skip
+    try:
+        consumer.subscribe([topic])
+        got: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                where: Any = (msg.partition(), msg.offset())
+                got.add(where)
+        consumer.commit(asynchronous=False)
+        return got
+    finally:
+        consumer.close()
+
+
+async def _aiokafka_subscribe(
+    bootstrap: str, topic: str, group: str, n: int
+) -> set[tuple[int, int]]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False, auto_offset_reset="earliest",
+                                session_timeout_ms=10_000, heartbeat_interval_ms=500)  # fmt: skip
+    await consumer.start()
+    try:
+        got: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                got.update((r.partition, r.offset) for r in records)
+        await consumer.commit()
+        return got
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka", "aiokafka"])
+async def test_a_subscribed_consumer_gets_every_partition_and_commits(
+    bootstrap: str, client: str
+) -> None:
+    """JoinGroup/SyncGroup/Heartbeat on Bookline's coordinator: a lone member is given
+    every partition, reads them all, commits; the group's offsets are its end offsets."""
+    topic, group, n = _topic(), f"g-{uuid.uuid4().hex[:8]}", 30
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
+    sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
+    if client == "kafka-python":
+        got = await asyncio.to_thread(_kafka_python_subscribe, bootstrap, topic, group, n)
+    elif client == "confluent-kafka":
+        got = await asyncio.to_thread(_confluent_subscribe, bootstrap, topic, group, n)
+    else:
+        got = await _aiokafka_subscribe(bootstrap, topic, group, n)
+    assert got == set(sent)
+    committed = await asyncio.to_thread(_committed, bootstrap, topic, group)
+    ends = {p: sum(q == p for q, _ in sent) for p in range(PARTITIONS)}
+    # An empty partition's position may be committed (0) or not (None), per client.
+    assert {p: o if o is not None or ends[p] else 0 for p, o in committed.items()} == ends
+
+
+def _committed(bootstrap: str, topic: str, group: str) -> dict[int, int | None]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: consumer.committed(TopicPartition(topic, p)) for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
+
+
+def _member(  # noqa: PLR0917 - one thread's arguments
+    bootstrap: str, topic: str, group: str, stop: Any, out: dict[str, Any], name: str
+) -> None:
+    """A kafka-python member polling until ``stop``; its records and final assignment."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             session_timeout_ms=10_000, heartbeat_interval_ms=300)  # fmt: skip
+    got: set[tuple[int, int]] = set()
+    try:
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=300).values():
+                got.update((r.partition, r.offset) for r in records)
+            out[name] = (set(got), {tp.partition for tp in consumer.assignment()})
+    finally:
+        consumer.close()
+
+
+async def test_two_members_split_the_partitions(bootstrap: str) -> None:
+    """A second member joining takes some partitions over: in the end the members hold
+    disjoint sets covering every partition, and every record was read."""
+    import threading
+
+    from tests.waiting import wait_for
+
+    topic, group, n = _topic(), f"g-{uuid.uuid4().hex[:8]}", 60
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
+    sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
+    stop = threading.Event()
+    out: dict[str, Any] = {}
+    a = asyncio.create_task(asyncio.to_thread(_member, bootstrap, topic, group, stop, out, "a"))
+    b: asyncio.Task[None] | None = None
+    try:
+        await wait_for(lambda: "a" in out and len(out["a"][1]) == PARTITIONS, "a holds all")
+        b = asyncio.create_task(asyncio.to_thread(_member, bootstrap, topic, group, stop, out, "b"))
+
+        def split() -> bool:
+            if "b" not in out:
+                return False
+            held_a, held_b = out["a"][1], out["b"][1]
+            whole = held_a | held_b == set(range(PARTITIONS))
+            return bool(held_b) and not held_a & held_b and whole
+
+        await wait_for(split, "the partitions split between a and b", timeout_s=60)
+        await wait_for(lambda: out["a"][0] | out["b"][0] >= set(sent), "every record read")
+    finally:
+        stop.set()
+        await a
+        if b is not None:
+            await b
