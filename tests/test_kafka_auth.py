@@ -31,6 +31,11 @@ principal = "alice"
 permission = "consume"
 kind = "topic"
 prefix = "app-"
+[[grants]]
+principal = "alice"
+permission = "consume"
+kind = "group"
+prefix = "app-"
 """
 
 
@@ -132,7 +137,7 @@ def _roundtrip(bootstrap: str, admin_token: str, alice_token: str) -> dict[str, 
     producer.produce(mine, b"hello", key=b"k", on_delivery=report)
     producer.produce(other, b"nope", key=b"k", on_delivery=report)
     producer.flush(60)
-    consumer = Consumer(_conf(bootstrap, "alice", alice_token) | {"group.id": "g-alice"})
+    consumer = Consumer(_conf(bootstrap, "alice", alice_token) | {"group.id": "app-alice"})
     try:
         partition = results[mine][0]
         consumer.assign([TopicPartition(mine, partition, OFFSET_BEGINNING)])
@@ -168,3 +173,23 @@ async def test_a_big_frame_before_authenticating_closes_the_connection(bootstrap
         assert await conn.closed()
     finally:
         conn.writer.close()
+
+
+def _group_denied(bootstrap: str, alice_token: str) -> str:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(_conf(bootstrap, "alice", alice_token) | {"group.id": "other-group"})
+    try:
+        consumer.subscribe([f"app-{uuid.uuid4().hex[:6]}"])
+        for _ in range(120):
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                return str(msg.error().name())
+        return "no error"
+    finally:
+        consumer.close()
+
+
+async def test_a_group_without_a_grant_is_refused(cluster: LocalCluster, bootstrap: str) -> None:
+    alice = token(cluster_secret(cluster), "alice")
+    assert await asyncio.to_thread(_group_denied, bootstrap, alice) == "GROUP_AUTHORIZATION_FAILED"
