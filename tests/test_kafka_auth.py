@@ -183,8 +183,9 @@ def _group_denied(bootstrap: str, alice_token: str) -> str:
         consumer.subscribe([f"app-{uuid.uuid4().hex[:6]}"])
         for _ in range(120):
             msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is not None:
-                return str(msg.error().name())
+            error = None if msg is None else msg.error()
+            if error is not None:
+                return str(error.name())
         return "no error"
     finally:
         consumer.close()
