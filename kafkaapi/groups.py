@@ -49,6 +49,7 @@ _GROUP_CODES: Final = (
     ((StaleGenerationError,), _named("ILLEGAL_GENERATION")),
     ((NotAssignedError,), _named("UNKNOWN_MEMBER_ID")),
     ((GroupNotEmptyError,), _named("NON_EMPTY_GROUP")),
+    ((NotFoundError,), _named("GROUP_ID_NOT_FOUND")),
 )
 _STANDALONE: Final = -1  # a commit's generation from outside the membership
 

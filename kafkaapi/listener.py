@@ -27,22 +27,26 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from foundation.errors import BooklineError
-from kafkaapi import admin, fetch, groups, membership, metadata, produce, sasl
+from kafkaapi import admin, fetch, group_admin, groups, membership, metadata, produce, sasl
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.apis_admin import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 from kafkaapi.protocol.apis_cluster import (
     API_VERSIONS,
+    DESCRIBE_CLUSTER,
     METADATA,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
 )
 from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from kafkaapi.protocol.apis_groups import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
     FIND_COORDINATOR,
     HEARTBEAT,
     JOIN_GROUP,
     LEAVE_GROUP,
+    LIST_GROUPS,
     OFFSET_COMMIT,
     OFFSET_FETCH,
     SYNC_GROUP,
@@ -113,6 +117,10 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(HEARTBEAT, membership.heartbeat),
         _row(LEAVE_GROUP, membership.leave_group),
         _row(SYNC_GROUP, membership.sync_group),
+        _row(DESCRIBE_GROUPS, group_admin.describe_groups),
+        _row(LIST_GROUPS, group_admin.list_groups),
+        _row(DELETE_GROUPS, group_admin.delete_groups),
+        _row(DESCRIBE_CLUSTER, metadata.describe_cluster),
         _row(SASL_HANDSHAKE, sasl.sasl_handshake),
         _row(SASL_AUTHENTICATE, sasl.sasl_authenticate),
     )

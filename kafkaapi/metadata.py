@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
     from kafkaapi.protocol.messages import Request
 
-__all__ = ["metadata"]
+__all__ = ["describe_cluster", "metadata"]
 
 # Kafka's "no authorized operations asked for" value in Metadata.
 _NO_OPERATIONS: Final = -(1 << 31)
@@ -95,3 +95,20 @@ async def _owner(serving: KafkaServing, topic: str, index: int) -> str | None:
     """Registration id of the proxy owning the partition's stream, or None."""
     record = await serving.md.proxies.get_owner(serving.ns().name, partition_stream(topic, index))
     return None if record is None else record.proxy_id
+
+
+async def describe_cluster(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    """The brokers and the controller, as Metadata names them."""
+    view = await BrokerView.load(serving.md, serving.registration())
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "cluster_id": serving.cluster_id,
+        "controller_id": view.controller(),
+        "brokers": [
+            {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in view.brokers
+        ],
+    }

@@ -703,3 +703,37 @@ async def test_two_members_split_the_partitions(bootstrap: str) -> None:
         await a
         if b is not None:
             await b
+
+
+def _admin_groups(bootstrap: str, group: str) -> tuple[set[str], str, set[str]]:
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    try:
+        listed = {g["group_id"] for g in admin.list_groups()}
+        described = admin.describe_groups([group])[group]
+        admin.delete_groups([group])
+        after = {g["group_id"] for g in admin.list_groups()}
+        return listed, str(described["group_state"]), after
+    finally:
+        admin.close()
+
+
+def _describe_cluster(bootstrap: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return len(admin.describe_cluster(request_timeout=30).result(60).nodes)
+
+
+async def test_admin_clients_list_describe_and_delete_groups(bootstrap: str) -> None:
+    topic, group = _topic(), f"g-{uuid.uuid4().hex[:8]}"
+    address = bootstrap.split(",", maxsplit=1)[0]
+    await _create(address, topic, partitions=2)
+    leader = await _leader_address(address, topic, 0)
+    for _ in range(4):
+        await _call(leader, PRODUCE, 9, _produce_body(topic, 0, _one_record_batch(b"v")))
+    await asyncio.to_thread(_kafka_python_commit, bootstrap, topic, group)
+    listed, state, after = await asyncio.to_thread(_admin_groups, bootstrap, group)
+    assert group in listed and state == "Empty" and group not in after
+    assert await asyncio.to_thread(_describe_cluster, bootstrap) == 3
