@@ -10,6 +10,7 @@ Kafka's error or a closed connection, and the proxies keep serving."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import struct
 import time
@@ -737,3 +738,64 @@ async def test_admin_clients_list_describe_and_delete_groups(bootstrap: str) -> 
     listed, state, after = await asyncio.to_thread(_admin_groups, bootstrap, group)
     assert group in listed and state == "Empty" and group not in after
     assert await asyncio.to_thread(_describe_cluster, bootstrap) == 3
+
+
+def _confluent_member(  # noqa: PLR0917 - one thread's arguments
+    bootstrap: str, topic: str, group: str, stop: Any, out: dict[str, Any], name: str
+) -> None:
+    """A librdkafka member with the cooperative-sticky assignor, polling until ``stop``."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "partition.assignment.strategy": "cooperative-sticky",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "session.timeout.ms": 10_000, "heartbeat.interval.ms": 300})  # fmt: skip
+    got: set[tuple[int, int]] = set()
+    try:
+        consumer.subscribe([topic])
+        while not stop.is_set():
+            msg = consumer.poll(0.3)
+            if msg is not None and msg.error() is None:
+                where: Any = (msg.partition(), msg.offset())
+                got.add(where)
+            out[name] = (set(got), {tp.partition for tp in consumer.assignment()})
+    finally:
+        consumer.close()
+
+
+async def test_cooperative_librdkafka_members_split_the_partitions(bootstrap: str) -> None:
+    """librdkafka's cooperative-sticky members (incremental assign and unassign): the
+    second one takes some partitions over, the two hold disjoint sets covering every
+    partition, and every record is read."""
+    import threading
+
+    from tests.waiting import wait_for
+
+    topic, group, n = _topic(), f"g-{uuid.uuid4().hex[:8]}", 60
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
+    sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
+    stop = threading.Event()
+    out: dict[str, Any] = {}
+    run = functools.partial(
+        asyncio.to_thread, _confluent_member, bootstrap, topic, group, stop, out
+    )
+    a = asyncio.create_task(run("a"))
+    b: asyncio.Task[None] | None = None
+    try:
+        await wait_for(lambda: "a" in out and len(out["a"][1]) == PARTITIONS, "a holds all")
+        b = asyncio.create_task(run("b"))
+
+        def split() -> bool:
+            if "b" not in out:
+                return False
+            held_a, held_b = out["a"][1], out["b"][1]
+            whole = held_a | held_b == set(range(PARTITIONS))
+            return bool(held_a) and bool(held_b) and not held_a & held_b and whole
+
+        await wait_for(split, "the partitions split between a and b", timeout_s=60)
+        await wait_for(lambda: out["a"][0] | out["b"][0] >= set(sent), "every record read")
+    finally:
+        stop.set()
+        await a
+        if b is not None:
+            await b
