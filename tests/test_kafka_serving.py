@@ -776,14 +776,16 @@ async def test_cooperative_librdkafka_members_split_the_partitions(bootstrap: st
     sent, _ = await asyncio.to_thread(_kafka_python_roundtrip, bootstrap, topic, n)
     stop = threading.Event()
     out: dict[str, Any] = {}
-    run = functools.partial(
-        asyncio.to_thread, _confluent_member, bootstrap, topic, group, stop, out
-    )
-    a = asyncio.create_task(run("a"))
+
+    def run(name: str) -> asyncio.Task[None]:
+        member = functools.partial(_confluent_member, bootstrap, topic, group, stop, out, name)
+        return asyncio.create_task(asyncio.to_thread(member))
+
+    a = run("a")
     b: asyncio.Task[None] | None = None
     try:
         await wait_for(lambda: "a" in out and len(out["a"][1]) == PARTITIONS, "a holds all")
-        b = asyncio.create_task(run("b"))
+        b = run("b")
 
         def split() -> bool:
             if "b" not in out:
