@@ -16,6 +16,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -799,5 +800,64 @@ async def test_cooperative_librdkafka_members_split_the_partitions(bootstrap: st
     finally:
         stop.set()
         await a
+        if b is not None:
+            await b
+
+
+_MEMBER_SCRIPT = """
+import sys
+from kafka import KafkaConsumer
+consumer = KafkaConsumer(sys.argv[2], bootstrap_servers=sys.argv[1], group_id=sys.argv[3],
+                         enable_auto_commit=False, session_timeout_ms=6000,
+                         heartbeat_interval_ms=300)
+while True:
+    consumer.poll(timeout_ms=300)
+    print(len(consumer.assignment()), flush=True)
+"""
+
+
+async def test_a_killed_members_partitions_move_within_its_session_timeout(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """A member in another process, kill -9: once its session (6 s) expires the other
+    member holds every partition."""
+    import subprocess
+    import sys
+    import threading
+
+    from tests.waiting import wait_for
+
+    topic, group = _topic(), f"g-{uuid.uuid4().hex[:8]}"
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic)
+    script = tmp_path / "member.py"
+    script.write_text(_MEMBER_SCRIPT)
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, read by a thread
+        [sys.executable, str(script), bootstrap, topic, group],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=os.environ.copy(),
+    )  # fmt: skip
+    held = {"n": 0}
+
+    def watch() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            held["n"] = int(line)
+
+    threading.Thread(target=watch, daemon=True).start()
+    stop = threading.Event()
+    out: dict[str, Any] = {}
+    b: asyncio.Task[None] | None = None
+    try:
+        await wait_for(lambda: held["n"] == PARTITIONS, "the first member holds all")
+        b = asyncio.create_task(asyncio.to_thread(_member, bootstrap, topic, group, stop, out, "b"))
+        await wait_for(lambda: 0 < held["n"] < PARTITIONS and "b" in out and out["b"][1],
+                       "the partitions split")  # fmt: skip
+        proc.kill()  # kill -9
+        proc.wait()
+        await wait_for(lambda: len(out["b"][1]) == PARTITIONS, "b holds every partition")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stop.set()
         if b is not None:
             await b
