@@ -12,8 +12,10 @@ partitions from SyncGroup, whatever assignor it offered.
   member, one to give up), so the client joins again and syncs the new set;
 * LeaveGroup leaves.
 
-The partitions last handed to each member are kept (``KafkaServing.handed``: what
-the client holds), since the classic Heartbeat does not say.
+What each member holds is kept (``KafkaServing.handed``: the partitions its JoinGroup
+said it still owns, then those its SyncGroup handed it), since the classic Heartbeat
+does not say; a heartbeat of a member this proxy does not know (it joined through
+another one, before the coordinator moved) is asked to join again.
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ async def join_group(serving: KafkaServing, session: Session, request: Request) 
         result = await serving.groups.join(group, req)
     except BooklineError as exc:
         return answer | {"error_code": _code(exc)}
+    # What the client holds until its SyncGroup: the partitions it said it still owns
+    # (a cooperative client; an eager one gave everything up before joining).
+    serving.handed.put(group, result.member_id, owned)
     return answer | {
         "error_code": 0,
         "generation_id": result.generation,
@@ -160,13 +165,18 @@ async def heartbeat(serving: KafkaServing, session: Session, request: Request) -
     if serving.groups is None:
         return {"throttle_time_ms": 0, "error_code": _NOT_COORDINATOR.code}
     held = serving.handed.get(group, member)
+    if held is None:
+        # Joined through another proxy (the coordinator moved): what the client holds
+        # is unknown here, and a heartbeat saying "nothing" would give its partitions
+        # away while it still reads them. Join again: the join says what it holds.
+        return {"throttle_time_ms": 0, "error_code": _REBALANCE.code}
     try:
         _, parts = await serving.groups.heartbeat(
-            group, HeartbeatRequest(member, body["generation_id"], held or frozenset())
+            group, HeartbeatRequest(member, body["generation_id"], held)
         )
     except BooklineError as exc:
         return {"throttle_time_ms": 0, "error_code": _code(exc)}
-    if held is not None and parts != held:  # partitions to take or to give up: sync again
+    if parts != held:  # partitions to take or to give up: sync again
         return {"throttle_time_ms": 0, "error_code": _REBALANCE.code}
     return {"throttle_time_ms": 0, "error_code": 0}
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from foundation.errors import UnavailableError
-from kafkaapi.context import KafkaServing
+from kafkaapi.context import KafkaServing, Session
 from kafkaapi.listener import HANDLERS, KafkaListener
 from kafkaapi.protocol.apis_cluster import API_VERSIONS
 from kafkaapi.protocol.frames import frame
@@ -153,3 +153,27 @@ async def test_big_frames_wait_for_the_listeners_buffer_budget() -> None:
         await wait_for(lambda: listener.free_bytes == limit, "every reservation given back")
     finally:
         await listener.stop()
+
+
+async def test_a_heartbeat_of_a_member_joined_elsewhere_asks_it_to_join_again() -> None:
+    """A member whose JoinGroup went to another proxy (the coordinator moved): this one
+    does not know what it holds, and must not tell the coordinator "nothing" (which
+    would hand its partitions to others while it still reads them)."""
+    from kafkaapi.membership import heartbeat
+    from kafkaapi.protocol.apis_groups import HEARTBEAT
+    from kafkaapi.protocol.messages import decode_request
+
+    calls: list[Any] = []
+
+    class Groups:
+        async def heartbeat(self, group: str, req: Any) -> tuple[int, frozenset[Any]]:
+            calls.append(req)
+            return 1, frozenset({("t", 0)})
+
+    serving = _serving()
+    serving.groups = Groups()  # type: ignore[assignment]
+    body = {"group_id": "g", "generation_id": 1, "member_id": "m-1"}
+    request = decode_request(encode_request(HEARTBEAT, 1, 1, "t", body))
+    answer = await heartbeat(serving, Session("peer"), request)
+    assert answer["error_code"] == 27  # REBALANCE_IN_PROGRESS
+    assert calls == []
