@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from foundation import tls
 from foundation.auth import load_authority
 from kafkaapi.brokers import node_id_of
 from kafkaapi.context import KafkaServing
@@ -137,6 +138,7 @@ async def start_kafka(
     )
     listener = KafkaListener(serving, limits)
     host = config.kafka_host or config.host
-    port = await listener.start(host, config.kafka_port)
+    # TLS from the process's [tls] settings, as its HTTP port (clients: SSL or SASL_SSL).
+    port = await listener.start(host, config.kafka_port, ssl=tls.server_context())
     advertised = config.kafka_advertise_host or host
     return KafkaHost(listener, f"{advertised}:{port}", own_pages)

@@ -24,9 +24,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Any, Final
 
 from foundation.errors import BooklineError
+from foundation.tls import HANDSHAKE_TIMEOUT_S
 from kafkaapi import admin, fetch, group_admin, groups, membership, metadata, produce, sasl
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
@@ -68,6 +70,8 @@ log = logging.getLogger(__name__)
 # Bytes asked of the socket per read: bounds what one feed adds to the frame buffer.
 _READ_BYTES: Final = 64 * 1024
 _ILLEGAL_SASL: Final = kerr.code_named("ILLEGAL_SASL_STATE")
+# A TLS handshake not finished by then closes the connection (foundation.tls's bound).
+_HANDSHAKE_S: Final = HANDSHAKE_TIMEOUT_S
 # The largest frame of a connection that has not authenticated (with auth on): its
 # ApiVersions and SASL requests are small; Kafka's sasl.server.max.receive.size.
 STRANGER_FRAME_BYTES_MAX: Final = 512 * 1024
@@ -168,9 +172,11 @@ class KafkaListener:
         """Bytes of the buffer budget not reserved by a connection now."""
         return self._budget.free
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (``port`` 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+    async def start(self, host: str, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen (TLS with ``ssl``); returns the bound port (0 picks a free one)."""
+        self._server = await asyncio.start_server(
+            self._serve, host, port, ssl=ssl, ssl_handshake_timeout=_HANDSHAKE_S if ssl else None
+        )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
