@@ -31,7 +31,11 @@ def _roundtrip(bootstrap: str, ca_file: str) -> tuple[bytes | None, bytes | None
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    conf = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": ca_file}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": ca_file,
+    }
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(conf)  # kept while its futures run
     for future in admin.create_topics([NewTopic(topic, 1)]).values():
