@@ -95,9 +95,16 @@ async def _api_versions(
     return {"error_code": 0, "api_keys": api_keys(), "throttle_time_ms": 0}
 
 
-def _row(api: Api, handler: Handler, top: int | None = None) -> Served:
-    low, high = api.advertised
-    return Served(api, (low, high if top is None else min(top, high)), handler)
+def _row(api: Api, handler: Handler, top: int | None = None, low: int | None = None) -> Served:
+    floor, high = api.advertised
+    return Served(
+        api,
+        (
+            floor if low is None else max(low, api.versions[0]),
+            high if top is None else min(top, high),
+        ),
+        handler,
+    )
 
 
 HANDLERS: Final[dict[int, Served]] = {
@@ -105,7 +112,11 @@ HANDLERS: Final[dict[int, Served]] = {
     for row in (
         _row(API_VERSIONS, _api_versions),
         _row(METADATA, metadata.metadata),
-        _row(PRODUCE, produce.produce),
+        # Floors below the codec's advertised ones where Kafka 4 still serves them:
+        # librdkafka up to 2.0 (Debian's kcat) enables record batch v2 only when
+        # Produce's range holds v3, and its balanced consumer only with FindCoordinator
+        # and JoinGroup v0 in range (it checks ranges overlap, then speaks the highest).
+        _row(PRODUCE, produce.produce, low=3),
         _row(INIT_PRODUCER_ID, produce.init_producer_id),
         # v13+ names topics by id; Bookline's topics have none (docs/kafka.md).
         _row(FETCH, fetch.fetch, top=12),
@@ -114,10 +125,10 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(DELETE_TOPICS, admin.delete_topics),
         _row(CREATE_PARTITIONS, admin.create_partitions),
         # One key, one group per request (v4+ / v8+ batch them).
-        _row(FIND_COORDINATOR, groups.find_coordinator, top=3),
+        _row(FIND_COORDINATOR, groups.find_coordinator, top=3, low=0),
         _row(OFFSET_COMMIT, groups.offset_commit, top=8),
         _row(OFFSET_FETCH, groups.offset_fetch, top=7),
-        _row(JOIN_GROUP, membership.join_group),
+        _row(JOIN_GROUP, membership.join_group, low=0),
         _row(HEARTBEAT, membership.heartbeat),
         _row(LEAVE_GROUP, membership.leave_group),
         _row(SYNC_GROUP, membership.sync_group),

@@ -861,3 +861,39 @@ async def test_a_killed_members_partitions_move_within_its_session_timeout(
         stop.set()
         if b is not None:
             await b
+
+
+def _kcat(*args: str, stdin: bytes = b"") -> str:
+    import subprocess
+
+    done = subprocess.run(  # checked below: a failure shows kcat's own words
+        ["kcat", *args], check=False, input=stdin, capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+async def test_kcat_lists_produces_and_consumes(bootstrap: str) -> None:
+    """kcat's -L (metadata), -P (keyed produce) and -C (consume to the end), and -G (a
+    balanced consumer group) against the listeners."""
+    import shutil
+
+    if shutil.which("kcat") is None:
+        pytest.fail("kcat is not installed (ops/setup.sh installs it)")
+    topic = _topic()
+    await _create(bootstrap.split(",", maxsplit=1)[0], topic, partitions=2)
+    listing = await asyncio.to_thread(_kcat, "-b", bootstrap, "-L", "-t", topic)
+    assert f'topic "{topic}" with 2 partitions' in listing
+    lines = b"".join(f"k{i}:v{i}\n".encode() for i in range(10))
+    await asyncio.to_thread(_kcat, "-b", bootstrap, "-P", "-t", topic, "-K:", stdin=lines)
+    out = await asyncio.to_thread(
+        _kcat, "-b", bootstrap, "-C", "-t", topic, "-e", "-f", "%k=%s@%o\\n"
+    )
+    assert sorted(line.split("@")[0] for line in out.splitlines()) == sorted(
+        f"k{i}=v{i}" for i in range(10)
+    )
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    out = await asyncio.to_thread(
+        _kcat, "-b", bootstrap, "-G", group, "-o", "beginning", "-e", "-f", "%s\\n", topic
+    )
+    assert sorted(out.split()) == sorted(f"v{i}" for i in range(10))
