@@ -297,6 +297,21 @@ class GroupCoordinator:
         self.state.apply_commit(req.offsets)
         await self._durable(fut)
 
+    async def set_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Offsets committed from outside the membership (Kafka's standalone consumers:
+        ``assign()`` then commit); refused while the group has live members
+        (GROUP_NOT_EMPTY), whose commits would race them, as Kafka refuses them."""
+        self._check()
+        self.state.require_empty("take commits from outside its membership")
+        await self.offsets.read(list(offsets), max_age_ms=0)
+        self._check()
+        self.state.require_empty("take commits from outside its membership")
+        self.state.reset_offsets(offsets, self.offsets.end)
+        self._check_tracked(offsets)
+        fut = self._append(group_log.Reset(dict(offsets)))
+        self.exists = True
+        await self._durable(fut)
+
     def committed(self) -> dict[TopicPartition, int]:
         self._check()
         self._require_exists()

@@ -70,6 +70,16 @@ class ProxyConfig:
     # this proxy signs for its own calls (bookies, the other services' /health); each
     # bookie connection presents a fresh one before its token expires.
     auth_service_token_lifetime_s: float = 300.0
+    # Serve Kafka's wire protocol beside HTTP (docs/kafka.md): this proxy is a broker.
+    kafka_enabled: bool = False
+    # Interface and port of the Kafka listener (port 0 picks a free one); empty: ``host``.
+    kafka_host: str = ""
+    kafka_port: int = 9092
+    # Host Kafka clients are told to connect to (Metadata); empty: the listening host.
+    kafka_advertise_host: str = ""
+    # The broker's node id, stable across restarts (int32 >= 0); -1 derives it from the
+    # proxy's registration id (kafkaapi.brokers.node_id_of).
+    kafka_node_id: int = -1
 
     def __post_init__(self) -> None:
         self.check_common()
@@ -89,6 +99,10 @@ class ProxyConfig:
         validate_name(self.namespace, "namespace")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"{self.SECTION}.port {self.port} is not a TCP port")
+        if not 0 <= self.kafka_port <= 65535:
+            raise ConfigError(f"{self.SECTION}.kafka_port {self.kafka_port} is not a TCP port")
+        if not -1 <= self.kafka_node_id <= 0x7FFFFFFF:
+            raise ConfigError(f"{self.SECTION}.kafka_node_id must be -1 or an int32 >= 0")
         self.metadata()  # validates zk, root and session_timeout_ms
         self.auth()  # validates the auth settings
 

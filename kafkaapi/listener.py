@@ -1,24 +1,58 @@
-"""A minimal Kafka listener shell: answers ApiVersions and Metadata from a fixed broker
-list and a fixed topic table, over the codec in ``kafkaapi/protocol`` (issue 25's first
-step; Produce, Fetch and the group APIs come with the serving core behind them).
+"""The Kafka listener a write or read proxy hosts: connections, the handler table, and
+the rules every request passes before its handler.
 
-One handler per API key, in a table. A connection reads frames with a bounded
-:class:`FrameReader`, answers requests in order, and is closed on bytes the codec
-refuses (as a Kafka broker closes it). ApiVersions at a version the table does not know
-is answered, as Kafka does, with a v0 body carrying UNSUPPORTED_VERSION and the versions
-this listener does speak, so the client can retry.
+One handler per API key, in a table (:data:`HANDLERS`); each decodes nothing itself
+(the codec did) and calls the serving core through :class:`~kafkaapi.context.
+KafkaServing`. A connection reads frames with a bounded :class:`FrameReader` and
+answers its requests one at a time, in order, as Kafka's broker does (it reads no next
+request before answering one): a connection holds at most one frame
+(``frame_bytes_max``) plus one socket read, and one request in flight.
+
+Closed, as Kafka's broker closes them: a connection whose bytes the codec refuses, one
+asking an API or version not offered, one that fails SASL, one that sends any request
+but ApiVersions and the SASL ones before authenticating when auth is on (ILLEGAL_SASL_
+STATE), one still unauthenticated after ``unauthenticated_timeout_s``, and one whose
+token expired without re-authenticating. ApiVersions at a version the table does not
+know is answered, as Kafka does, with a v0 body carrying UNSUPPORTED_VERSION and the
+versions offered, so the client can retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from ssl import SSLContext
 from typing import Any, Final
 
+from foundation.errors import BooklineError
+from foundation.tls import HANDSHAKE_TIMEOUT_S
+from kafkaapi import admin, fetch, group_admin, groups, membership, metadata, produce, sasl
+from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
-from kafkaapi.protocol.apis_cluster import API_VERSIONS, METADATA
+from kafkaapi.protocol.apis_admin import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
+from kafkaapi.protocol.apis_cluster import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    METADATA,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
+from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
+from kafkaapi.protocol.apis_groups import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
 from kafkaapi.protocol.errors import KafkaProtocolError
 from kafkaapi.protocol.frames import FRAME_BYTES_MAX, FrameReader, NeedData, frame
 from kafkaapi.protocol.messages import (
@@ -29,65 +63,133 @@ from kafkaapi.protocol.messages import (
 )
 from kafkaapi.protocol.schema import Api
 
-__all__ = ["Broker", "KafkaListener"]
+__all__ = ["HANDLERS", "KafkaListener", "ListenerLimits"]
 
 log = logging.getLogger(__name__)
 
 # Bytes asked of the socket per read: bounds what one feed adds to the frame buffer.
 _READ_BYTES: Final = 64 * 1024
-# Kafka's "no authorized operations asked for" value in Metadata.
-_NO_OPERATIONS: Final = -(1 << 31)
+_ILLEGAL_SASL: Final = kerr.code_named("ILLEGAL_SASL_STATE")
+# A TLS handshake not finished by then closes the connection (foundation.tls's bound).
+_HANDSHAKE_S: Final = HANDSHAKE_TIMEOUT_S
+# The largest frame of a connection that has not authenticated (with auth on): its
+# ApiVersions and SASL requests are small; Kafka's sasl.server.max.receive.size.
+STRANGER_FRAME_BYTES_MAX: Final = 512 * 1024
+
+Handler = Callable[[KafkaServing, Session, Request], Awaitable[dict[str, Any] | None]]
 
 
 @dataclass(frozen=True, slots=True)
-class Broker:
-    """One Kafka broker as clients see it: a stable node id and where to connect."""
+class Served:
+    """One table row: the API, the versions offered (within the codec's advertised
+    range: a handler may serve fewer), and its handler."""
 
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
+    api: Api
+    versions: tuple[int, int]
+    handler: Handler
 
 
-Handler = Callable[[Request], Awaitable[dict[str, Any]]]
+async def _api_versions(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    return {"error_code": 0, "api_keys": api_keys(), "throttle_time_ms": 0}
+
+
+def _row(api: Api, handler: Handler, top: int | None = None, low: int | None = None) -> Served:
+    floor, high = api.advertised
+    return Served(
+        api,
+        (
+            floor if low is None else max(low, api.versions[0]),
+            high if top is None else min(top, high),
+        ),
+        handler,
+    )
+
+
+HANDLERS: Final[dict[int, Served]] = {
+    row.api.key: row
+    for row in (
+        _row(API_VERSIONS, _api_versions),
+        _row(METADATA, metadata.metadata),
+        # Floors below the codec's advertised ones where Kafka 4 still serves them:
+        # librdkafka up to 2.0 (Debian's kcat) enables record batch v2 only when
+        # Produce's range holds v3, and its balanced consumer only with FindCoordinator
+        # and JoinGroup v0 in range (it checks ranges overlap, then speaks the highest).
+        _row(PRODUCE, produce.produce, low=3),
+        _row(INIT_PRODUCER_ID, produce.init_producer_id),
+        # v13+ names topics by id; Bookline's topics have none (docs/kafka.md).
+        _row(FETCH, fetch.fetch, top=12),
+        _row(LIST_OFFSETS, fetch.list_offsets),
+        _row(CREATE_TOPICS, admin.create_topics),
+        _row(DELETE_TOPICS, admin.delete_topics),
+        _row(CREATE_PARTITIONS, admin.create_partitions),
+        # One key, one group per request (v4+ / v8+ batch them).
+        _row(FIND_COORDINATOR, groups.find_coordinator, top=3, low=0),
+        _row(OFFSET_COMMIT, groups.offset_commit, top=8),
+        _row(OFFSET_FETCH, groups.offset_fetch, top=7),
+        _row(JOIN_GROUP, membership.join_group, low=0),
+        _row(HEARTBEAT, membership.heartbeat),
+        _row(LEAVE_GROUP, membership.leave_group),
+        _row(SYNC_GROUP, membership.sync_group),
+        _row(DESCRIBE_GROUPS, group_admin.describe_groups),
+        _row(LIST_GROUPS, group_admin.list_groups),
+        _row(DELETE_GROUPS, group_admin.delete_groups),
+        _row(DESCRIBE_CLUSTER, metadata.describe_cluster),
+        _row(SASL_HANDSHAKE, sasl.sasl_handshake),
+        _row(SASL_AUTHENTICATE, sasl.sasl_authenticate),
+    )
+}
+# What a connection may ask before it authenticated (with auth on).
+_BEFORE_AUTH: Final = frozenset({API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key})
+
+
+def api_keys() -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": row.versions[0], "max_version": row.versions[1]}
+        for key, row in HANDLERS.items()
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    """A listener's bounds (the hosting proxy's settings)."""
+
+    frame_bytes_max: int = FRAME_BYTES_MAX
+    # Request bytes buffered by all connections together: a frame's declared size is
+    # reserved before its body is read (Kafka's queued.max.request.bytes), so many
+    # connections sending big frames wait instead of growing memory.
+    buffered_bytes_max: int = 256 * 1024 * 1024
+    connections_max: int = 1024
+    unauthenticated_connections_max: int = 256
+    unauthenticated_timeout_s: float = 10.0
 
 
 class KafkaListener:
-    """Serves ApiVersions and Metadata. ``topics`` maps a topic to its partition count;
-    every partition's leader is the first broker announced (a fixed answer until the
-    serving core's ownership is behind it). The brokers are announced after
-    :meth:`start`, which may pick the port."""
+    """Serves Kafka's protocol over ``serving``; :meth:`start` binds it."""
 
-    def __init__(
-        self,
-        *,
-        cluster_id: str,
-        topics: Mapping[str, int] | None = None,
-        frame_bytes_max: int = FRAME_BYTES_MAX,
-    ) -> None:
-        self._brokers: tuple[Broker, ...] = ()
-        self._cluster_id = cluster_id
-        self._topics = dict(topics or {})
-        self._frame_bytes_max = frame_bytes_max
-        self._handlers: dict[int, tuple[Api, Handler]] = {
-            API_VERSIONS.key: (API_VERSIONS, self._api_versions),
-            METADATA.key: (METADATA, self._metadata),
-        }
+    def __init__(self, serving: KafkaServing, limits: ListenerLimits | None = None) -> None:
+        self.serving = serving
+        self.limits = limits or ListenerLimits()
         self._server: asyncio.Server | None = None
         # Open connections, closed by stop() (Python 3.12's wait_closed waits for them).
         self._connections: set[asyncio.StreamWriter] = set()
+        self._unauthenticated = 0
+        # At least one whole frame fits, or a frame could never be admitted.
+        self._budget = _Budget(max(self.limits.buffered_bytes_max, self.limits.frame_bytes_max))
 
-    async def start(self, host: str, port: int) -> int:
-        """Listen; returns the bound port (``port`` 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+    @property
+    def free_bytes(self) -> int:
+        """Bytes of the buffer budget not reserved by a connection now."""
+        return self._budget.free
+
+    async def start(self, host: str, port: int, ssl: SSLContext | None = None) -> int:
+        """Listen (TLS with ``ssl``); returns the bound port (0 picks a free one)."""
+        self._server = await asyncio.start_server(
+            self._serve, host, port, ssl=ssl, ssl_handshake_timeout=_HANDSHAKE_S if ssl else None
+        )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
-
-    def announce(self, brokers: Sequence[Broker]) -> None:
-        """The brokers Metadata names (this one among them)."""
-        if not brokers:
-            raise ValueError("a Kafka listener needs at least one broker to announce")
-        self._brokers = tuple(brokers)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -98,94 +200,145 @@ class KafkaListener:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        frames = FrameReader(self._frame_bytes_max)
-        peer = writer.get_extra_info("peername")
+        session = Session(str(writer.get_extra_info("peername")))
+        if len(self._connections) >= self.limits.connections_max:
+            log.warning("Kafka connection from %s refused: connections_max", session.peer)
+            writer.close()
+            return
+        stranger = self.serving.auth_required
+        if stranger and self._unauthenticated >= self.limits.unauthenticated_connections_max:
+            log.warning("Kafka connection from %s refused: unauthenticated ones", session.peer)
+            writer.close()
+            return
+        self._unauthenticated += stranger
         self._connections.add(writer)
         try:
-            while data := await reader.read(_READ_BYTES):
-                frames.feed(data)
-                while not isinstance(item := frames.next_frame(), NeedData):
-                    writer.write(frame(await self._answer(item)))
-                await writer.drain()
+            await self._loop(reader, writer, session)
         except KafkaProtocolError as exc:
-            log.warning("closing Kafka connection from %s: %s", peer, exc)
-        except ConnectionError as exc:
-            log.info("Kafka connection from %s broken: %s", peer, exc)
+            log.warning("closing Kafka connection from %s: %s", session.peer, exc)
+        except (ConnectionError, TimeoutError) as exc:
+            log.info("Kafka connection from %s ended: %r", session.peer, exc)
+        except BooklineError as exc:  # e.g. UNAVAILABLE while the proxy starts or stops
+            log.info("closing Kafka connection from %s: %s", session.peer, exc)
+        except Exception:  # a handler's bug closes its connection, never the proxy
+            log.exception("Kafka connection from %s: request failed", session.peer)
         finally:
+            if stranger and session.principal is None:
+                self._unauthenticated -= 1
             self._connections.discard(writer)
             writer.close()
 
-    async def _answer(self, raw: bytes) -> bytes:
+    async def _loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
+    ) -> None:
+        frames = FrameReader(self.limits.frame_bytes_max)
+        share = _Share(self._budget)  # of the listener's budget, for the frame being read
+        deadline = time.monotonic() + self.limits.unauthenticated_timeout_s
+        was_stranger = self.serving.auth_required
+        try:
+            while True:
+                stranger = self.serving.auth_required and session.principal is None
+                if stranger and frames.next_frame_bytes > STRANGER_FRAME_BYTES_MAX:
+                    raise KafkaProtocolError(
+                        kerr.INVALID_REQUEST, "a frame too big for a connection not authenticated"
+                    )
+                await share.fit(frames.next_frame_bytes)  # read the rest once it fits
+                if stranger:
+                    async with asyncio.timeout_at(_loop_time(deadline)):
+                        data = await reader.read(_READ_BYTES)
+                else:
+                    data = await reader.read(_READ_BYTES)
+                if not data:
+                    return
+                frames.feed(data)
+                while not isinstance(item := frames.next_frame(), NeedData):
+                    answer, close = await self._answer(item, session)
+                    if was_stranger and session.principal is not None:
+                        was_stranger = False
+                        self._unauthenticated -= 1  # no longer counts against strangers
+                    if answer is not None:
+                        writer.write(frame(answer))
+                        await writer.drain()
+                    if close:
+                        return
+                share.shrink(frames.next_frame_bytes)  # the reserved frame was answered
+        finally:
+            share.shrink(0)
+
+    async def _answer(self, raw: bytes, session: Session) -> tuple[bytes | None, bool]:
+        """The answer's bytes (None: acks=0) and whether to close after it."""
         try:
             request = decode_request(raw)
         except UnsupportedVersionError as exc:
             if exc.api_key != API_VERSIONS.key:
                 raise
-            body = {"error_code": kerr.UNSUPPORTED_VERSION.code, "api_keys": self._api_keys()}
-            return encode_response(API_VERSIONS, 0, exc.correlation_id, body)
-        entry = self._handlers.get(request.api.key)
-        if entry is None or not _advertised(entry[0], request.version):
+            offer = {"error_code": kerr.UNSUPPORTED_VERSION.code, "api_keys": api_keys()}
+            return encode_response(API_VERSIONS, 0, exc.correlation_id, offer), False
+        row = HANDLERS.get(request.api.key)
+        if row is None or not row.versions[0] <= request.version <= row.versions[1]:
             raise KafkaProtocolError(
                 kerr.INVALID_REQUEST, f"{request.api.name} v{request.version} is not served"
             )
-        api, handler = entry
-        body = await handler(request)
-        return encode_response(api, request.version, request.correlation_id, body)
+        self._check_auth(request, session)
+        api = row.api
+        try:
+            body = await row.handler(self.serving, session, request)
+        except sasl.SaslFailedError as exc:
+            log.warning("Kafka connection from %s: %s", session.peer, exc)
+            return encode_response(api, request.version, request.correlation_id, exc.answer), True
+        if body is None:
+            return None, False
+        return encode_response(api, request.version, request.correlation_id, body), False
 
-    def _api_keys(self) -> list[dict[str, int]]:
-        return [
-            {"api_key": api.key, "min_version": api.advertised[0], "max_version": api.advertised[1]}
-            for api, _ in self._handlers.values()
-        ]
-
-    async def _api_versions(self, request: Request) -> dict[str, Any]:
-        return {"error_code": 0, "api_keys": self._api_keys(), "throttle_time_ms": 0}
-
-    async def _metadata(self, request: Request) -> dict[str, Any]:
-        if not self._brokers:
-            raise KafkaProtocolError(kerr.INVALID_REQUEST, "Metadata before brokers are announced")
-        asked = request.body["topics"]
-        if asked is None or (request.version == 0 and not asked):
-            names = sorted(self._topics)  # null (v0: empty) asks for every topic
-        else:
-            names = [topic["name"] for topic in asked]
-        return {
-            "throttle_time_ms": 0,
-            "brokers": [
-                {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in self._brokers
-            ],
-            "cluster_id": self._cluster_id,
-            "controller_id": self._brokers[0].node_id,
-            "topics": [self._topic_metadata(name) for name in names],
-            "cluster_authorized_operations": _NO_OPERATIONS,
-        }
-
-    def _topic_metadata(self, name: str | None) -> dict[str, Any]:
-        count = self._topics.get(name or "")
-        if count is None:
-            code = kerr.code_named("UNKNOWN_TOPIC_OR_PARTITION").code
-            return {"error_code": code, "name": name, "partitions": []}
-        leader = self._brokers[0].node_id
-        return {
-            "error_code": 0,
-            "name": name,
-            "is_internal": False,
-            "partitions": [
-                {
-                    "error_code": 0,
-                    "partition_index": index,
-                    "leader_id": leader,
-                    "leader_epoch": 0,
-                    "replica_nodes": [leader],
-                    "isr_nodes": [leader],
-                    "offline_replicas": [],
-                }
-                for index in range(count)
-            ],
-            "topic_authorized_operations": _NO_OPERATIONS,
-        }
+    def _check_auth(self, request: Request, session: Session) -> None:
+        if not self.serving.auth_required or request.api.key in _BEFORE_AUTH:
+            return
+        if session.principal is None:
+            raise KafkaProtocolError(
+                _ILLEGAL_SASL, f"{request.api.name} before SASL authentication"
+            )
+        if session.expires_at is not None and time.time() >= session.expires_at:
+            raise KafkaProtocolError(_ILLEGAL_SASL, "the session's token expired")
 
 
-def _advertised(api: Api, version: int) -> bool:
-    return api.advertised[0] <= version <= api.advertised[1]
+class _Budget:
+    """Bytes the listener's connections may reserve for frames being read."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.free = bytes_max
+        self._freed = asyncio.Event()
+
+    async def take(self, size: int) -> None:
+        while self.free < size:
+            self._freed.clear()
+            await self._freed.wait()
+        self.free -= size
+
+    def give(self, size: int) -> None:
+        if size:
+            self.free += size
+            self._freed.set()
+
+
+class _Share:
+    """One connection's reservation of the budget: the frame it is reading."""
+
+    def __init__(self, budget: _Budget) -> None:
+        self._budget = budget
+        self.held = 0
+
+    async def fit(self, size: int) -> None:
+        if size > self.held:
+            await self._budget.take(size - self.held)
+            self.held = size
+
+    def shrink(self, size: int) -> None:
+        if size < self.held:
+            self._budget.give(self.held - size)
+            self.held = size
+
+
+def _loop_time(deadline_monotonic: float) -> float:
+    """``deadline_monotonic`` on the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (deadline_monotonic - time.monotonic())

@@ -30,6 +30,10 @@ class ProxyInfo:
     proxy_id: str
     address: str  # base URL or host:port clients talk to
     load: float = 0.0  # owned streams or requests/s: a hint for placement
+    # Its Kafka listener (docs/kafka.md): "host:port" clients connect to, "" for none,
+    # and its broker node id (int32; -1 without a listener).
+    kafka: str = ""
+    node_id: int = -1
 
     def encode(self) -> bytes:
         return serde.encode(PROXY_KIND, FORMAT_VERSION, dataclasses.asdict(self))
@@ -41,6 +45,9 @@ class ProxyInfo:
             proxy_id=serde.field(body, "proxy_id", str, where),
             address=serde.field(body, "address", str, where),
             load=float(serde.field(body, "load", (int, float), where)),
+            # Optional: registrations of proxies without a Kafka listener lack them.
+            kafka=serde.field(body, "kafka", str, where) if "kafka" in body else "",
+            node_id=serde.field(body, "node_id", int, where) if "node_id" in body else -1,
         )
 
 

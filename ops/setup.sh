@@ -27,6 +27,8 @@ command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 # stress-ng: the CPU hog the test suite is run beside (README, "Commands").
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
+# kcat: a Kafka client of its own (librdkafka) in the Kafka listener's tests.
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     as_root apt-get update -qq

@@ -52,6 +52,7 @@ from httpapi.positions import parse_position
 from httpapi.proxy_config import READ_PROXY_PREFIX
 from httpapi.server import cancel_task, proxy_app, respond, start_site
 from httpapi.views import info_view
+from kafkaapi.hosting import KafkaHost, start_kafka
 from metadata.proxies import ProxyInfo
 from metadata.zk import SessionState
 from readproxy import subscriptions, topics
@@ -97,6 +98,7 @@ class ReadProxy:
         self._websockets: set[web.WebSocketResponse] = set()
         self._stopping = False
         self._cluster: ClusterView | None = None
+        self._kafka: KafkaHost | None = None  # with kafka_enabled (docs/kafka.md)
 
     @property
     def registration_id(self) -> str:
@@ -133,7 +135,14 @@ class ReadProxy:
         self._cluster = ClusterView(
             self._ns, self._md, self.health_body, token=token, zk_connect=cfg.zk
         )
-        await self._md.proxies.register(ProxyInfo(self.registration_id, self.url, 0.0))
+        self._kafka = await start_kafka(
+            cfg, self.registration_id, self._ns, current_ns=lambda: self.ns,
+            pages=lambda: self.pages,
+        )  # fmt: skip
+        info = ProxyInfo(self.registration_id, self.url, 0.0)
+        if self._kafka is not None:  # announces the Kafka listener too
+            info = self._kafka.registration(self.registration_id, self.url, 0.0)
+        await self._md.proxies.register(info)
         self._reap_task = asyncio.get_running_loop().create_task(self._reap())
 
     async def _reap(self) -> None:
@@ -144,6 +153,8 @@ class ReadProxy:
     async def stop(self) -> None:
         self._stopping = True
         await cancel_task(self._reap_task)
+        if self._kafka is not None:
+            await self._kafka.stop()
         for ws in list(self._websockets):
             await ws.close(code=1001, message=b"read proxy stopping")
         if self._runner is not None:

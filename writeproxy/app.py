@@ -48,11 +48,13 @@ from httpapi.monitoring import health_response, latency_middleware
 from httpapi.positions import parse_dlsn
 from httpapi.server import cancel_task, proxy_app, read_body, respond, start_site
 from httpapi.views import info_view
+from kafkaapi.hosting import KafkaHost, start_kafka
 from metadata.proxies import ProxyInfo
 from metadata.zk import SessionState
 from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.core import WriteCore
 from serving.write.ownership import Ownership
+from serving.write.topics import TopicHosting
 from streams.dlsn import DLSN
 from writeproxy.config import WriteProxyConfig
 from writeproxy.faults import fault_middlewares
@@ -103,6 +105,7 @@ class WriteProxy:
             lambda: float(self.limiter.total_requests),
         )
         self._groups: GroupRoutes | None = None
+        self._kafka: KafkaHost | None = None  # with kafka_enabled (docs/kafka.md)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -140,8 +143,17 @@ class WriteProxy:
             self.core.config, self._ns, self._md, self.url, metrics=self.metrics
         )
         self._md.zk.add_state_listener(self._on_session)
-        await self._register(ProxyInfo(cfg.proxy_id, self.url, 0.0))
+        self._kafka = await start_kafka(
+            cfg, cfg.proxy_id, self._ns, current_ns=lambda: self.ns, write=self.core,
+            topics=TopicHosting(self), groups=self._groups.hosting if self._groups else None,
+        )  # fmt: skip
+        await self._register(self._registration(0.0))
         self._load_task = asyncio.get_running_loop().create_task(self._report_load())
+
+    def _registration(self, load: float) -> ProxyInfo:
+        if self._kafka is not None:  # announces the Kafka listener too
+            return self._kafka.registration(self.config.proxy_id, self.url, load)
+        return ProxyInfo(self.config.proxy_id, self.url, load)
 
     async def _check_bookies(self) -> None:
         """A quorum no set of writable bookies can meet is a configuration error: say so
@@ -185,10 +197,10 @@ class WriteProxy:
             await asyncio.sleep(self.config.load_report_interval_ms / 1000)
             owned = len(self._ownership.owned) if self._ownership else 0
             try:
-                await self._md.proxies.update(ProxyInfo(self.config.proxy_id, self.url, owned))
+                await self._md.proxies.update(self._registration(owned))
             except NotFoundError:
                 # Our registration expired with an old session: register again.
-                await self._md.proxies.register(ProxyInfo(self.config.proxy_id, self.url, owned))
+                await self._md.proxies.register(self._registration(owned))
             except BooklineError as exc:
                 log.warning("could not report load: %s", exc)
 
@@ -200,6 +212,8 @@ class WriteProxy:
         ZooKeeper session -- whatever ephemeral node is left goes with it."""
         self._stopping = True
         await cancel_task(self._load_task)
+        if self._kafka is not None:
+            await self._kafka.stop()
         if self._ownership is not None:
             self._ownership.abort_all()
         try:

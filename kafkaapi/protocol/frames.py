@@ -61,6 +61,13 @@ class FrameReader:
     def buffered_bytes(self) -> int:
         return len(self._buf) - self._pos
 
+    @property
+    def next_frame_bytes(self) -> int:
+        """Bytes the next frame takes with its prefix, once its prefix is in (0 before):
+        what a server reserves before reading the rest of it."""
+        size = self._check_size()
+        return 0 if size is None else _SIZE.size + size
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Take bytes. A caller feeds what one read returned (bounded by its read size),
         and calls :meth:`next_frame` until NEED_DATA before feeding again."""

@@ -120,6 +120,7 @@ class LocalCluster:
         placements: dict[str, Placement] | None = None,
         auth: bool = False,
         tls: bool = False,
+        kafka: bool = False,
     ) -> None:
         if zk_ensemble not in ZK_ENSEMBLE_SIZES:
             raise ConfigError(f"--zk-ensemble must be one of {ZK_ENSEMBLE_SIZES}")
@@ -159,6 +160,9 @@ class LocalCluster:
         # TLS on every hop (`bookline local --tls`): a CA and one certificate for the
         # services under DIR/tls, made at start; cluster.json names the CA.
         self.with_tls = tls
+        # Every proxy also a Kafka broker (`bookline local` default; docs/kafka.md):
+        # cluster.json's "kafka_bootstrap" lists them.
+        self.with_kafka = kafka
         self.tls: TlsConfig | None = None
         self.tls_paths: CertPaths | None = None
         self.zk: ZooKeeperServer | None = None  # the first server (tests use it)
@@ -186,8 +190,14 @@ class LocalCluster:
             + [f"bookie-{i}-metrics" for i in range(1, self.bookie_count + 1)]
             + [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)]
             + [f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)]
+            + [f"{name}-kafka" for name in self._proxy_names() if self.with_kafka]
             + (["autorecovery-1"] if self.with_autorecovery else []),
         )
+
+    def _proxy_names(self) -> list[str]:
+        return [f"writeproxy-{i}" for i in range(1, self.write_proxy_count + 1)] + [
+            f"readproxy-{i}" for i in range(1, self.read_proxy_count + 1)
+        ]
 
     @property
     def zk_hosts(self) -> str:
@@ -449,13 +459,28 @@ class LocalCluster:
             "--zk", self.zk_connect, "--root", CLUSTER_ROOT,
             "--session-timeout-ms", str(PROXY_SESSION_TIMEOUT_MS),
             *quorum_args, *(self.auth.proxy_args() if self.auth else []),
+            *self._kafka_args(name, ports),
             *self.proxy_args.get(kind, []),
         ]  # fmt: skip
         info = self._spawn(name, kind, argv, self.dir / name / f"{kind}.log")
         info.address = f"{self.placement(name).host}:{port}"
         url = f"{'https' if self.tls else 'http'}://{info.address}"
         info.extra.update(url=url, metrics=f"{url}/metrics")
+        if self.with_kafka:
+            info.extra["kafka"] = f"{self.placement(name).host}:{ports[f'{name}-kafka']}"
         return info
+
+    def _kafka_args(self, name: str, ports: dict[str, int]) -> list[str]:
+        if not self.with_kafka:
+            return []
+        host = self.placement(name).host
+        port = str(ports[f"{name}-kafka"])
+        return ["--kafka-enabled", "true", "--kafka-host", host, "--kafka-port", port]
+
+    def kafka_bootstrap(self) -> str:
+        """The proxies' Kafka listeners, ``host:port,...`` ("" without them)."""
+        proxies = self.write_proxies + self.read_proxies
+        return ",".join(str(p.extra["kafka"]) for p in proxies if "kafka" in p.extra)
 
     # -- children, one at a time (the supervisor) -------------------------------------
     def children(self) -> list[ProcessInfo]:
@@ -560,6 +585,8 @@ class LocalCluster:
             "read_proxies": [p.to_json() for p in self.read_proxies],
             "dir": str(self.dir),
         }
+        if self.with_kafka:  # Kafka clients' bootstrap.servers (docs/kafka.md)
+            out["kafka_bootstrap"] = self.kafka_bootstrap()
         if self.read_proxies:  # README: the dashboard's URL is in cluster.json
             out["dashboard"] = f"{self.read_proxies[0].extra['url']}/dashboard"
         if self.auth is not None:  # the token's file (relative to this one), never the secret

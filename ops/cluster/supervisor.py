@@ -284,6 +284,7 @@ def _cluster_from_args(args: argparse.Namespace) -> LocalCluster:
         service_session_timeout_ms=SERVICE_SESSION_TIMEOUT_MS,
         auth=not args.no_auth,
         tls=bool(args.tls),
+        kafka=True,  # every proxy a Kafka broker too (docs/kafka.md)
     )
 
 

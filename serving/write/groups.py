@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -109,6 +110,11 @@ class GroupHosting:
     async def describe(self, group: str) -> dict[str, Any]:
         """Members, offsets and lag (:meth:`GroupCoordinator.describe`)."""
         return await (await self.coordinator(group)).describe()
+
+    async def set_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` from outside the membership, creating the group (Kafka's
+        standalone commits; GROUP_NOT_EMPTY while members live)."""
+        await (await self.coordinator(group, create=True)).set_offsets(offsets)
 
     async def offsets(self, group: str) -> dict[TopicPartition, int]:
         """The group's committed offsets."""

@@ -1,0 +1,134 @@
+"""CreateTopics, DeleteTopics and CreatePartitions over the core library's topic admin
+(:class:`~groups.topics.TopicAdmin`; in a write proxy its topic hosting, which first
+releases the partitions it owns of a topic being deleted).
+
+A topic's replication is Bookline's ensemble and quorums (the namespace's), not a
+replica count: ``replication_factor`` and replica assignments are accepted and
+ignored. ``num_partitions`` -1 takes :data:`DEFAULT_PARTITIONS`. Topic configs:
+``retention.ms`` and ``retention.bytes`` (-1: none); any other is INVALID_CONFIG.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from foundation.errors import BooklineError
+from groups.topics import TopicAdmin, TopicOptions
+from kafkaapi.errormap import kafka_code
+from kafkaapi.protocol import errors as kerr
+from kafkaapi.protocol.errors import KafkaProtocolError
+
+if TYPE_CHECKING:
+    from kafkaapi.context import KafkaServing, Session
+    from kafkaapi.protocol.messages import Request
+
+__all__ = ["create_partitions", "create_topics", "delete_topics"]
+
+# Partitions of a topic created without a count (Kafka's num.partitions default).
+DEFAULT_PARTITIONS: Final = 1
+_DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
+_INVALID_CONFIG: Final = kerr.code_named("INVALID_CONFIG")
+_INVALID_PARTITIONS: Final = kerr.code_named("INVALID_PARTITIONS")
+_CONFIGS: Final = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+
+
+def _options(configs: list[dict[str, Any]]) -> TopicOptions:
+    given: dict[str, int] = {}
+    for config in configs:
+        field = _CONFIGS.get(config["name"])
+        value = config["value"]
+        try:
+            number = int(value) if value is not None else -1
+        except ValueError:
+            number = None
+        if field is None or number is None:
+            raise KafkaProtocolError(
+                _INVALID_CONFIG, f"topic config {config['name']}={value!r} is not supported"
+            )
+        if number >= 0:
+            given[field] = number
+    return TopicOptions(**given)
+
+
+def _error(code: kerr.KafkaCode, message: str | None) -> dict[str, Any]:
+    return {"error_code": code.code, "error_message": message}
+
+
+async def create_topics(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    admin = TopicAdmin(serving.ns())
+    validate_only = request.body["validate_only"]
+    out = []
+    for topic in request.body["topics"]:
+        name = topic["name"]
+        count = topic["num_partitions"]
+        count = DEFAULT_PARTITIONS if count == -1 else count
+        answer: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        if not serving.allowed(session, "admin", "topic", name):
+            out.append(answer | _error(_DENIED, f"may not create topic {name!r}"))
+            continue
+        try:
+            options = _options(topic["configs"])
+            if count <= 0:
+                raise KafkaProtocolError(_INVALID_PARTITIONS, f"{count} partitions")
+            if not validate_only:
+                await admin.create_topic(name, count, options)
+        except BooklineError as exc:
+            out.append(answer | _error(kafka_code(exc), exc.message))
+            continue
+        out.append(answer | {"num_partitions": count, "replication_factor": -1})
+    return {"throttle_time_ms": 0, "topics": out}
+
+
+async def delete_topics(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    body = request.body
+    names = body["topic_names"] if request.version < 6 else [t["name"] for t in body["topics"]]
+    out = []
+    for name in names:
+        answer: dict[str, Any] = {"name": name, "error_code": 0}
+        if name is None:  # by topic id: Bookline's topics have none (docs/kafka.md)
+            out.append(answer | _error(kerr.code_named("UNKNOWN_TOPIC_ID"), "no topic ids"))
+            continue
+        if not serving.allowed(session, "admin", "topic", name):
+            out.append(answer | _error(_DENIED, f"may not delete topic {name!r}"))
+            continue
+        try:
+            if serving.topics is not None:
+                await serving.topics.delete(name)
+            else:
+                await TopicAdmin(serving.ns()).delete_topic(name)
+        except BooklineError as exc:
+            out.append(answer | _error(kafka_code(exc), exc.message))
+            continue
+        out.append(answer)
+    return {"throttle_time_ms": 0, "responses": out}
+
+
+async def create_partitions(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    admin = TopicAdmin(serving.ns())
+    out = []
+    for topic in request.body["topics"]:
+        name, count = topic["name"], topic["count"]
+        answer: dict[str, Any] = {"name": name, "error_code": 0, "error_message": None}
+        if not serving.allowed(session, "admin", "topic", name):
+            out.append(answer | _error(_DENIED, f"may not alter topic {name!r}"))
+            continue
+        try:
+            current = await admin.partitions(name)
+            if count <= current:
+                raise KafkaProtocolError(
+                    _INVALID_PARTITIONS,
+                    f"topic {name} has {current} partitions; cannot go to {count}",
+                )
+            if not request.body["validate_only"]:
+                await admin.alter_partitions(name, count)
+        except BooklineError as exc:
+            out.append(answer | _error(kafka_code(exc), exc.message))
+            continue
+        out.append(answer)
+    return {"throttle_time_ms": 0, "results": out}

@@ -1,0 +1,113 @@
+"""What the Kafka handlers serve from (:class:`KafkaServing`: the hosting proxy's read
+and write cores, its namespace and its grants) and one connection's state
+(:class:`Session`: who authenticated on it)."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from foundation.auth import SERVICE_PRINCIPAL, Authority
+from foundation.errors import ForbiddenError
+from metadata.proxies import ProxyInfo
+
+if TYPE_CHECKING:
+    from groups.assignors import TopicPartition
+    from metadata.client import MetadataClient
+    from serving.read.pages import Pages
+    from serving.write.core import WriteCore
+    from serving.write.groups import GroupHosting
+    from serving.write.topics import TopicHosting
+    from streams.namespace import Namespace
+
+__all__ = ["KafkaServing", "Session"]
+
+
+# Members whose last assignment is remembered at most (least recently synced dropped).
+_HANDED_MAX: Final = 100_000
+
+
+class Handed:
+    """The partitions last handed to each (group, member) by SyncGroup."""
+
+    def __init__(self) -> None:
+        self._sets: collections.OrderedDict[tuple[str, str], frozenset[TopicPartition]] = (
+            collections.OrderedDict()
+        )
+
+    def get(self, group: str, member: str) -> frozenset[TopicPartition] | None:
+        return self._sets.get((group, member))
+
+    def put(self, group: str, member: str, parts: frozenset[TopicPartition]) -> None:
+        self._sets[(group, member)] = parts
+        self._sets.move_to_end((group, member))
+        while len(self._sets) > _HANDED_MAX:
+            self._sets.popitem(last=False)
+
+    def drop(self, group: str, member: str) -> None:
+        self._sets.pop((group, member), None)
+
+
+@dataclass(slots=True)
+class Session:
+    """One connection: its peer, and its principal once SASL authenticated it."""
+
+    peer: str
+    mechanism: str | None = None  # chosen by SaslHandshake, used by SaslAuthenticate
+    principal: str | None = None
+    # When the token it authenticated with expires (unix s; None: never, or auth off).
+    expires_at: float | None = None
+
+
+@dataclass(slots=True)
+class KafkaServing:
+    """The hosting proxy's side of the listener. ``ns`` and ``pages`` raise UNAVAILABLE
+    while the proxy starts or stops (it owns that lifecycle); ``write`` is None in a
+    read proxy (Produce then answers NOT_LEADER_OR_FOLLOWER: leaders are write
+    proxies); ``authority`` None means auth is off."""
+
+    registration_id: str
+    node_id: int
+    ns: Callable[[], Namespace]
+    pages: Callable[[], Pages]
+    write: WriteCore | None
+    authority: Authority | None
+    # The write proxy's topic hosting (partition checks, deletes that drop owned
+    # partitions); None in a read proxy.
+    topics: TopicHosting | None = None
+    # The write proxy's group coordinators; None in a read proxy.
+    groups: GroupHosting | None = None
+    cluster_id: str = "bookline"
+    # The partitions last handed to each group member (kafkaapi.membership).
+    handed: Handed = field(default_factory=Handed)
+    # This broker's registration (address, listener); set when the listener is bound.
+    me: ProxyInfo | None = None
+
+    @property
+    def md(self) -> MetadataClient:
+        return self.ns().context.md
+
+    def registration(self) -> ProxyInfo:
+        if self.me is None:
+            raise RuntimeError("the Kafka listener is not bound yet")
+        return self.me
+
+    @property
+    def auth_required(self) -> bool:
+        return self.authority is not None
+
+    def allowed(self, session: Session, permission: str, kind: str, name: str) -> bool:
+        """Whether the connection's principal may ``permission`` on ``name`` (always,
+        with auth off). The services' principal may touch no tenant's data."""
+        if self.authority is None:
+            return True
+        principal = session.principal
+        if principal is None or principal == SERVICE_PRINCIPAL:
+            return False
+        return self.authority.grants.allows(principal, permission, kind, name)
+
+    def require(self, session: Session, permission: str, kind: str, name: str) -> None:
+        if not self.allowed(session, permission, kind, name):
+            raise ForbiddenError(f"{session.principal!r} may not {permission} on {kind} {name!r}")

@@ -1,0 +1,251 @@
+"""Fetch and ListOffsets: partition streams read by offset through the read core.
+
+A partition's offsets are its stream's sequence ids, so a fetch at offset N is the read
+core's partition page at N (:func:`serving.read.partitions.read_partition`: a kept
+private reader per consumer position, OFFSET_OUT_OF_RANGE past the end or before the
+first offset kept). Its records go back as one record batch v2 whose offsets are the
+stored ones (uncompressed: the consumer saves the CPU, loopback and LAN links the
+bytes). The high watermark is the partition's end offset as of the LAC; the log start
+offset its first kept record's.
+
+``max_wait_ms``: when no asked partition has a record at its offset, the fetch waits
+on the partitions' shared feeds (one core reader per tailed partition, however many
+consumers tail it) until one has, or the time is up, then reads once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
+
+from foundation.errors import BooklineError, NotFoundError
+from foundation.names import partition_stream
+from kafkaapi.brokers import BrokerView
+from kafkaapi.errormap import kafka_code
+from kafkaapi.protocol import errors as kerr
+from kafkaapi.protocol.errors import KafkaProtocolError
+from kafkaapi.protocol.records import Record, RecordBatch, encode_batch
+from serving.read.partitions import read_partition
+from streams.records import LOG_APPEND_TIME
+
+if TYPE_CHECKING:
+    from kafkaapi.context import KafkaServing, Session
+    from kafkaapi.protocol.messages import Request
+    from serving.read.pages import Pages
+    from streams.namespace import Namespace
+    from streams.records import ReadRecord
+
+__all__ = ["fetch", "list_offsets"]
+
+# Records one partition's answer holds at most (the byte limits usually stop it first).
+PARTITION_RECORDS_MAX: Final = 10_000
+# The longest long poll served (a client asking more gets this much).
+FETCH_WAIT_MS_MAX: Final = 30_000
+_DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
+_INVALID: Final = kerr.code_named("INVALID_REQUEST")
+_LATEST: Final = -1
+_EARLIEST: Final = -2
+_MAX_TIMESTAMP: Final = -3
+
+
+async def fetch(serving: KafkaServing, session: Session, request: Request) -> dict[str, Any]:
+    body = request.body
+    asked = [
+        (t["topic"], p["partition"], p["fetch_offset"], p["partition_max_bytes"])
+        for t in body["topics"]
+        for p in t["partitions"]
+    ]
+    pages = serving.pages()
+    followers = await _followers(serving, request, asked)
+    if followers:  # KIP-392: the consumer fetches from the read proxies instead
+        answers = await _read_all(serving, session, pages, asked, 0)
+        for answer, follower in zip(answers, followers, strict=True):
+            answer["preferred_read_replica"] = follower
+    else:
+        answers = await _serve(serving, session, pages, asked, body)
+    it = iter(answers)
+    responses = [
+        {"topic": t["topic"], "partitions": [next(it) for _ in t["partitions"]]}
+        for t in body["topics"]
+    ]
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+async def _serve(
+    serving: KafkaServing,
+    session: Session,
+    pages: Pages,
+    asked: list[tuple[str, int, int, int]],
+    body: dict[str, Any],
+) -> list[dict[str, Any]]:
+    budget = max(1, body["max_bytes"])
+    answers = await _read_all(serving, session, pages, asked, budget)
+    wait_ms = min(max(0, body["max_wait_ms"]), FETCH_WAIT_MS_MAX)
+    idle = not any(a.get("records") for a in answers)
+    if wait_ms and idle and await _wait_any(pages, asked, answers, wait_ms / 1000):
+        answers = await _read_all(serving, session, pages, asked, budget)
+    return answers
+
+
+async def _followers(
+    serving: KafkaServing, request: Request, asked: list[tuple[str, int, int, int]]
+) -> list[int]:
+    """Each partition's preferred read replica when a write proxy is asked by a
+    rack-aware consumer (v11+ with a ``rack_id``) and read proxies serve Kafka; else []
+    (this broker answers). Read proxies have no racks of their own: any rack given
+    means "fetch from a follower", so catch-up reads leave the owners alone."""
+    if serving.write is None or request.version < 11 or not request.body["rack_id"]:
+        return []
+    view = await BrokerView.load(serving.md, serving.registration())
+    if not view.readers:
+        return []
+    return [view.follower(partition_stream(topic, index)) for topic, index, _, _ in asked]
+
+
+async def _read_all(
+    serving: KafkaServing,
+    session: Session,
+    pages: Pages,
+    asked: list[tuple[str, int, int, int]],
+    budget: int,
+) -> list[dict[str, Any]]:
+    """Every asked partition's answer, within ``budget`` bytes in all (the first
+    partition with records gets at least one, as Kafka's broker does)."""
+    out = []
+    for topic, index, offset, bytes_max in asked:
+        answer = await _read_one(
+            serving, session, pages, topic, index, offset, min(bytes_max, budget)
+        )
+        records = answer.get("records")
+        budget -= len(records) if records else 0
+        budget = max(budget, 0)
+        out.append(answer)
+    return out
+
+
+async def _read_one(  # noqa: PLR0917 - one partition of the request
+    serving: KafkaServing,
+    session: Session,
+    pages: Pages,
+    topic: str,
+    index: int,
+    offset: int,
+    bytes_max: int,
+) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "partition_index": index,
+        "error_code": 0,
+        "aborted_transactions": None,
+    }
+    if not serving.allowed(session, "consume", "topic", topic):
+        return answer | {"error_code": _DENIED.code, "high_watermark": -1, "records": b""}
+    try:
+        recs: list[ReadRecord] = []
+        if bytes_max > 0:
+            recs = await read_partition(
+                pages, topic, index, offset, limit=PARTITION_RECORDS_MAX, wait_s=0.0
+            )
+        recs = _within(recs, bytes_max)
+        info = await pages.ns.stream_info(partition_stream(topic, index))  # one look-up
+        end, start = int(info.next_sequence_id), int(info.first_sequence_id)
+    except BooklineError as exc:
+        return answer | {"error_code": kafka_code(exc).code, "high_watermark": -1, "records": b""}
+    high = max(end, recs[-1].sequence_id + 1) if recs else end
+    return answer | {
+        "high_watermark": high,
+        "last_stable_offset": high,
+        "log_start_offset": start,
+        "records": _batch(recs) if recs else b"",
+    }
+
+
+def _within(recs: list[ReadRecord], bytes_max: int) -> list[ReadRecord]:
+    """The leading records within about ``bytes_max`` of values and keys (one at least:
+    Kafka answers a first record bigger than the limit, or a consumer would stall)."""
+    size = 0
+    for i, r in enumerate(recs):
+        size += len(r.payload or b"") + len(r.key or b"")
+        if size > bytes_max and i > 0:
+            return recs[:i]
+    return recs
+
+
+def _batch(recs: list[ReadRecord]) -> bytes:
+    records = tuple(
+        Record(r.sequence_id, r.timestamp_ms, r.key, r.payload, tuple(r.headers or ()))
+        for r in recs
+    )
+    log_append = recs[0].timestamp_type == LOG_APPEND_TIME
+    return encode_batch(
+        RecordBatch(base_offset=records[0].offset, records=records, log_append_time=log_append)
+    )
+
+
+async def _wait_any(
+    pages: Pages,
+    asked: list[tuple[str, int, int, int]],
+    answers: list[dict[str, Any]],
+    wait_s: float,
+) -> bool:
+    """Wait until one asked partition (answered without error) has a record at its
+    offset; False when the time is up first."""
+    waits = []
+    for (topic, index, offset, _), answer in zip(asked, answers, strict=True):
+        if answer["error_code"] != 0:
+            continue
+        feed = await pages.feeds.open(partition_stream(topic, index), offset)
+        if not feed.covers(offset):
+            return True  # the feed is elsewhere: read again rather than wait on it
+        waits.append(asyncio.ensure_future(feed.wait_beyond(offset, wait_s)))
+    if not waits:
+        return False
+    try:
+        done, _ = await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        return any(not t.cancelled() and t.exception() is None and t.result() for t in done)
+    finally:
+        for task in waits:
+            task.cancel()
+        for task in waits:
+            with contextlib.suppress(asyncio.CancelledError, BooklineError):
+                await task
+
+
+async def list_offsets(serving: KafkaServing, session: Session, request: Request) -> dict[str, Any]:
+    ns = serving.ns()
+    topics = []
+    for topic in request.body["topics"]:
+        name = topic["name"]
+        parts = []
+        for part in topic["partitions"]:
+            answer: dict[str, Any] = {"partition_index": part["partition_index"]}
+            if not serving.allowed(session, "consume", "topic", name):
+                parts.append(answer | {"error_code": _DENIED.code})
+                continue
+            try:
+                offset, stamp = await _offset(ns, name, part["partition_index"], part["timestamp"])
+            except BooklineError as exc:
+                parts.append(answer | {"error_code": kafka_code(exc).code})
+                continue
+            parts.append(answer | {"error_code": 0, "offset": offset, "timestamp": stamp,
+                                   "old_style_offsets": [offset]})  # fmt: skip
+        topics.append({"name": name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+async def _offset(ns: Namespace, topic: str, index: int, at: int) -> tuple[int, int]:
+    """(offset, timestamp) of ListOffsets' ``timestamp``: -1 the end offset, -2 the
+    first kept, otherwise the first record at or after that time (-1, -1: none)."""
+    name = partition_stream(topic, index)
+    if not await ns.exists(name):
+        raise NotFoundError(f"topic {topic} has no partition {index}")
+    if at == _LATEST:
+        return int(await ns.end_offset(name)), -1
+    if at == _EARLIEST:
+        return int((await ns.stream_info(name)).first_sequence_id), -1
+    if at == _MAX_TIMESTAMP or at < 0:
+        raise KafkaProtocolError(_INVALID, f"offset lookup {at} is not supported (docs/kafka.md)")
+    record = await ns.record_at_time(name, at)
+    if record is None:
+        return -1, -1
+    return int(record.sequence_id), int(record.timestamp_ms)

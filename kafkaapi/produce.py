@@ -1,0 +1,180 @@
+"""Produce: record batches into partition streams through the write core.
+
+Each partition's batches are converted into :class:`~streams.records.LogRecord` s (key,
+value or null, header pairs, the producer's timestamp) and written as one
+:class:`~serving.write.batch.WriteBatch`, admitted on the request's bytes first, like an
+HTTP write. The answer's base offset is the first record's sequence id in the stream.
+
+``acks``: 0 gets no answer at all (Kafka's rule); 1 and -1 are both answered once the
+records are on the ack quorum of bookies, fsynced -- Bookline has no weaker write.
+An idempotent producer's batch (producer id >= 0) carries its producer id, epoch and
+base sequence onto the core's de-duplication (``kafka:<id>`` as the producer), so a
+retried batch is answered with its first write's offsets, never written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
+
+from foundation.errors import BooklineError, UnknownPartitionError
+from foundation.names import partition_stream
+from groups.topics import TopicAdmin
+from kafkaapi.errormap import kafka_code
+from kafkaapi.protocol import errors as kerr
+from kafkaapi.protocol.errors import KafkaCode, KafkaProtocolError
+from kafkaapi.protocol.records import RecordBatch, decode_batches
+from serving.write.batch import ProducerSeq, WriteBatch
+
+if TYPE_CHECKING:
+    from kafkaapi.context import KafkaServing, Session
+    from kafkaapi.protocol.messages import Request
+    from serving.write.core import WriteCore
+
+__all__ = ["init_producer_id", "kafka_producer", "produce"]
+
+log = logging.getLogger(__name__)
+
+_NOT_LEADER: Final = kerr.code_named("NOT_LEADER_OR_FOLLOWER")
+_DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
+_INVALID_RECORD: Final = kerr.code_named("INVALID_RECORD")
+_TXN: Final = kerr.code_named("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+# Producer epochs are int16; the last one cannot be bumped.
+_EPOCH_MAX: Final = (1 << 15) - 1
+
+
+def kafka_producer(producer_id: int) -> str:
+    """The de-duplication table's producer name of a Kafka producer id."""
+    return f"kafka:{producer_id}"
+
+
+async def produce(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any] | None:
+    body = request.body
+    transactional = body["transactional_id"] is not None
+    jobs = [
+        _partition(serving, session, topic["name"], part, transactional)
+        for topic in body["topic_data"]
+        for part in topic["partition_data"]
+    ]
+    answers = iter(await asyncio.gather(*jobs))
+    if body["acks"] == 0:
+        return None  # acks=0: the client reads no answer
+    responses = [
+        {
+            "name": topic["name"],
+            "partition_responses": [next(answers) for _ in topic["partition_data"]],
+        }
+        for topic in body["topic_data"]
+    ]
+    return {"responses": responses, "throttle_time_ms": 0}
+
+
+async def _partition(
+    serving: KafkaServing, session: Session, topic: str, part: dict[str, Any], transactional: bool
+) -> dict[str, Any]:
+    index: int = part["index"]
+    if transactional:
+        return _answer(index, _TXN, "transactions are not supported (docs/kafka.md)")
+    if not serving.allowed(session, "produce", "topic", topic):
+        return _answer(index, _DENIED, f"may not produce to topic {topic!r}")
+    write = serving.write
+    if write is None:
+        return _answer(index, _NOT_LEADER, "a read proxy leads no partition")
+    try:
+        offset = await _write(serving, write, topic, index, part["records"] or b"")
+    except BooklineError as exc:
+        code = kafka_code(exc)
+        if code.code == kerr.code_named("UNKNOWN_SERVER_ERROR").code:
+            log.warning("produce to %s/%d failed: %s", topic, index, exc)
+        return _answer(index, code, exc.message)
+    return {"index": index, "error_code": 0, "base_offset": offset}
+
+
+def _answer(index: int, code: KafkaCode, message: str) -> dict[str, Any]:
+    return {"index": index, "error_code": code.code, "base_offset": -1, "error_message": message}
+
+
+async def _write(
+    serving: KafkaServing, write: WriteCore, topic: str, index: int, raw: bytes
+) -> int:
+    if index < 0:
+        raise UnknownPartitionError(f"partition {index} of topic {topic}")
+    stream = partition_stream(topic, index)
+    with write.admit(stream, len(raw)) as admission:
+        batches = decode_batches(raw)
+        if len(batches) != 1 or not batches[0].records:
+            # Kafka's producers send one batch per partition (v3+), and a batch's
+            # producer sequence numbers hold for it alone.
+            raise KafkaProtocolError(
+                _INVALID_RECORD, f"{len(batches)} record batches; one expected"
+            )
+        batch = batches[0]
+        if batch.control or batch.transactional:
+            raise KafkaProtocolError(_INVALID_RECORD, "control or transactional batch")
+        await _check_partition(serving, topic, index)
+        result = await write.write(admission, _write_batch(stream, batch))
+    return result.offsets[0]
+
+
+async def _check_partition(serving: KafkaServing, topic: str, index: int) -> None:
+    """The partition must exist before its stream is acquired (never auto-created);
+    the write proxy's topic hosting skips the look-up for a partition it owns."""
+    if serving.topics is not None:
+        await serving.topics.partition_for_write(topic, index)
+        return
+    count = await TopicAdmin(serving.ns()).partitions(topic)  # NOT_FOUND without the topic
+    if not 0 <= index < count:
+        raise UnknownPartitionError(f"topic {topic} has {count} partitions; not {index}")
+
+
+class _Record(NamedTuple):
+    """A Kafka record as the write core takes it (a ``BatchRecord``)."""
+
+    payload: bytes | None
+    key: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] | None
+    timestamp_ms: int | None
+    txid: int | None = None
+
+
+def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
+    producer = None
+    if batch.producer_id >= 0 and batch.base_sequence >= 0:
+        producer = ProducerSeq(
+            kafka_producer(batch.producer_id), batch.base_sequence, batch.producer_epoch
+        )
+    log_append = batch.log_append_time  # then the timestamps are the log's to set
+    records = [
+        _Record(
+            r.value,
+            r.key,
+            r.headers or None,
+            None if log_append or r.timestamp < 0 else r.timestamp,
+        )
+        for r in batch.records
+    ]
+    return WriteBatch(stream, producer, records=records)
+
+
+async def init_producer_id(
+    serving: KafkaServing, session: Session, request: Request
+) -> dict[str, Any]:
+    """A producer id for an idempotent producer: a random positive int63, unique in
+    practice without coordination (a collision needs about 3 * 10^9 producers); an
+    existing id (KIP-360: v3+ after a fatal sequence error) gets its epoch bumped,
+    which fences its older epoch's writes in the core's de-duplication. A
+    transactional id is refused: transactions are not supported (docs/kafka.md)."""
+    body = request.body
+    if body["transactional_id"] is not None:
+        return {"throttle_time_ms": 0, "error_code": _TXN.code, "producer_epoch": -1}
+    producer_id, epoch = body["producer_id"], body["producer_epoch"]
+    if producer_id >= 0 and 0 <= epoch < _EPOCH_MAX:
+        return {"throttle_time_ms": 0, "error_code": 0,
+                "producer_id": producer_id, "producer_epoch": epoch + 1}  # fmt: skip
+    fresh = secrets.randbits(63) or 1
+    return {"throttle_time_ms": 0, "error_code": 0, "producer_id": fresh, "producer_epoch": 0}
