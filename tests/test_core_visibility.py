@@ -191,6 +191,37 @@ async def test_a_record_durable_on_one_bookie_only_is_never_visible(
         await w.close()
 
 
+async def test_a_reader_opened_at_latest_after_an_ack_never_sees_that_record(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Latest is after every acknowledged record (Kafka's high watermark). A bookie
+    learns the LAC from the next entry or the writer's explicit push, a moment after
+    the acknowledgement; with the pushes held that moment lasts: every bookie's LAC is
+    one entry behind the acknowledged record when the reader opens. Before the fix the
+    reader started at that LAC and handed the acknowledged record out."""
+    name = f"s{next(_names)}"
+    await ns.create_stream(name)
+    w = await ns.open_writer(name)
+    holding = [True]
+    push = LedgerWriter.push_lac
+    monkeypatch.setattr(LedgerWriter, "push_lac", lambda lw: None if holding[0] else push(lw))
+    reader: LogReader | None = None
+    try:
+        await w.write(LogRecord(b"old"))
+        await w.write(LogRecord(b"acknowledged"))
+        ledger = _ledger(w)
+        assert ledger.lac_told < ledger.last_add_confirmed  # the bookies' LAC lags
+        reader = await ns.open_reader(name, "latest")
+        holding[0] = False
+        await w.write(LogRecord(b"after"))
+        assert await _next(reader, "the record written after the reader opened") == [b"after"]
+    finally:
+        holding[0] = False
+        if reader is not None:
+            await reader.close()
+        await w.close()
+
+
 class _NoMetrics:
     """The read core's metrics, not kept (serving.read.metrics.ReadMetrics)."""
 
