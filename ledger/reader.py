@@ -243,6 +243,21 @@ class LedgerReader:
         held = await self._gather_last_held(segment.bookies, need)
         return max(self._lac, segment.first_entry_id - 1, *held)
 
+    async def read_confirmed_end(self) -> int:
+        """The LAC once it covers every entry acknowledged before the call (where
+        :meth:`read_end` says they end): bookies learn an acknowledgement's LAC a moment
+        after it, and this waits for that moment -- for at most the read timeout, after
+        which (a writer that stopped between an acknowledgement and telling the
+        bookies, or an end never acknowledged) it answers the LAC as known."""
+        end = await self.read_end()
+        deadline = self._env.clock() + self._env.read_timeout_s
+        while self._lac < end and not self._meta.is_closed:
+            left_ms = int((deadline - self._env.clock()) * 1000)
+            if left_ms <= 0:
+                break
+            await self.wait_lac(self._lac, left_ms)
+        return self._lac
+
     async def _gather_last_held(self, bookies: Sequence[str], need: int) -> list[int]:
         """The last entry held by the first ``need`` of ``bookies`` to answer (all are
         asked at once: a hung one costs nothing while enough others answer); raises the

@@ -38,7 +38,9 @@ async def _readable_end(ctx: CoreContext, seg: SegmentMetadata) -> tuple[LedgerR
     if seg.is_sealed:
         return reader, seg.last_entry_id
     try:
-        return reader, await reader.read_lac()
+        # Not the bookies' LAC at once: it lags the last acknowledgement a moment, and
+        # a position past it would hand acknowledged records before the target out.
+        return reader, await reader.read_confirmed_end()
     except NoEntryError:
         return reader, -1  # no bookie has an entry of this new ledger yet
 
