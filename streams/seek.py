@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from foundation.errors import NoEntryError, TruncatedError
+from foundation.errors import TruncatedError
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
@@ -37,12 +37,10 @@ async def _readable_end(ctx: CoreContext, seg: SegmentMetadata) -> tuple[LedgerR
     reader = await ctx.open_segment_reader(seg)
     if seg.is_sealed:
         return reader, seg.last_entry_id
-    try:
-        # Not the bookies' LAC at once: it lags the last acknowledgement a moment, and
-        # a position past it would hand acknowledged records before the target out.
-        return reader, await reader.read_confirmed_end()
-    except NoEntryError:
-        return reader, -1  # no bookie has an entry of this new ledger yet
+    # Not the bookies' LAC at once: it lags the last acknowledgement a moment, and a
+    # position past it would hand acknowledged records before the target out. -1: no
+    # bookie has an entry of this new ledger yet.
+    return reader, await reader.read_confirmed_end()
 
 
 async def _after_end(ctx: CoreContext, seg: SegmentMetadata) -> DLSN:
