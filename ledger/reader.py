@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from foundation.errors import (
     BooklineError,
@@ -222,6 +222,78 @@ class LedgerReader:
         )
         self._advance_lac(ans.lac)
         return self._lac
+
+    async def read_end(self) -> int:
+        """An entry id at or after every entry acknowledged before the call (where a
+        reader "at the end" starts after): the last entry of a closed ledger; of an open
+        one the highest of the LAC, the entry before the last ensemble's first (all
+        acknowledged when it was formed) and the last entry held by E - Qa + 1 bookies
+        of the last ensemble -- at least one of them is in the ack quorum of any entry
+        the writer acknowledged, so holds it durably.
+
+        :meth:`read_lac` lags an acknowledgement (a bookie learns the LAC from the next
+        entry or the writer's explicit push, a moment later); this does not, but may
+        name an entry not (yet) acknowledged: a place to start after, never to read up
+        to -- the LAC does not move past what bookies confirm (READ of entry -1 answers
+        each bookie's last entry, verified like any entry)."""
+        if self._meta.is_closed:
+            return self._meta.last_entry_id
+        segment = self._meta.last_segment
+        need = max(1, len(segment.bookies) - self._meta.ack_quorum + 1)
+        held = await self._gather_last_held(segment.bookies, need)
+        return max(self._lac, segment.first_entry_id - 1, *held)
+
+    async def read_confirmed_end(self) -> int:
+        """The LAC once it covers every entry acknowledged before the call (where
+        :meth:`read_end` says they end): bookies learn an acknowledgement's LAC a moment
+        after it, and this waits for that moment -- for at most the read timeout, after
+        which (a writer that stopped between an acknowledgement and telling the
+        bookies, or an end never acknowledged) it answers the LAC as known."""
+        end = await self.read_end()
+        deadline = self._env.clock() + self._env.read_timeout_s
+        while self._lac < end and not self._meta.is_closed:
+            left_ms = int((deadline - self._env.clock()) * 1000)
+            if left_ms <= 0:
+                break
+            await self.wait_lac(self._lac, left_ms)
+        return self._lac
+
+    async def _gather_last_held(self, bookies: Sequence[str], need: int) -> list[int]:
+        """The last entry held by the first ``need`` of ``bookies`` to answer (all are
+        asked at once: a hung one costs nothing while enough others answer); raises the
+        first error when fewer than ``need`` can."""
+
+        async def last_held(bookie: str) -> int:
+            try:
+                ans = await self._env.transport.read(
+                    bookie, self.ledger_id, NO_ENTRY, fence=False, master_key=self._key,
+                    timeout_s=self._env.read_timeout_s,
+                )  # fmt: skip
+            except (NoEntryError, NoLedgerError):
+                return NO_ENTRY  # holds nothing of this ledger (yet)
+            entry = self._digest.verify(ans.data, ans.entry_id)
+            self._advance_lac(max(ans.lac, entry.lac))
+            return ans.entry_id
+
+        pending = {asyncio.ensure_future(last_held(b)) for b in bookies}
+        held: list[int] = []
+        errors: list[BooklineError] = []
+        try:
+            while pending and len(held) < need:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    exc = task.exception()
+                    if isinstance(exc, BooklineError):
+                        errors.append(exc)
+                    elif exc is not None:
+                        raise exc
+                    else:
+                        held.append(task.result())
+        finally:
+            abandon(list(pending))
+        if len(held) < need:
+            raise errors[0]
+        return held
 
     async def wait_lac(self, previous_lac: int, timeout_ms: int | None = None) -> int:
         """Long poll: the LAC once it exceeds ``previous_lac``, or the current one after

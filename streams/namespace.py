@@ -230,10 +230,11 @@ class Namespace:
         return out
 
     async def _confirmed(self, name: str, seg: SegmentMetadata) -> SegmentMetadata:
-        """An in-progress segment with counters as of its LAC (read from the bookies)."""
+        """An in-progress segment with counters as of its LAC (read from the bookies,
+        covering every record acknowledged before the call)."""
         try:
             reader = await self._ctx.open_segment_reader(seg)
-            lac = await reader.read_lac()
+            lac = await reader.read_confirmed_end()  # not lagging the last ack
             if lac < 0:
                 return seg
             data = await reader.read_entry(lac)
@@ -293,8 +294,9 @@ class Namespace:
         )
 
     async def end_offset(self, name: str) -> int:
-        """The sequence id the stream's next record gets (its *end offset*), as of the
-        LAC: cheaper than :meth:`stream_info` (reads the newest segment only)."""
+        """The sequence id the stream's next record gets (its *end offset*): after every
+        record acknowledged before the call (the LAC once it covers them); cheaper than
+        :meth:`stream_info` (reads the newest segment only)."""
         raw = await self._ctx.segments(name)  # NotFoundError without the stream
         if not raw:
             return 0

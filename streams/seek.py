@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from foundation.errors import NoEntryError, TruncatedError
+from foundation.errors import TruncatedError
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.context import CoreContext
@@ -37,10 +37,20 @@ async def _readable_end(ctx: CoreContext, seg: SegmentMetadata) -> tuple[LedgerR
     reader = await ctx.open_segment_reader(seg)
     if seg.is_sealed:
         return reader, seg.last_entry_id
-    try:
-        return reader, await reader.read_lac()
-    except NoEntryError:
-        return reader, -1  # no bookie has an entry of this new ledger yet
+    # Not the bookies' LAC at once: it lags the last acknowledgement a moment, and a
+    # position past it would hand acknowledged records before the target out. -1: no
+    # bookie has an entry of this new ledger yet.
+    return reader, await reader.read_confirmed_end()
+
+
+async def _after_end(ctx: CoreContext, seg: SegmentMetadata) -> DLSN:
+    """Where ``latest`` starts in the in-progress segment: after every record
+    acknowledged so far -- the LAC the bookies report may still lag the last
+    acknowledgement, so after the last entry an ack quorum may hold instead
+    (:meth:`LedgerReader.read_end`; perhaps an entry not acknowledged yet, which a
+    reader opened now need not see)."""
+    reader = await ctx.open_segment_reader(seg)
+    return DLSN(seg.seqno, await reader.read_end() + 1, 0)
 
 
 async def _search(
@@ -130,8 +140,7 @@ async def resolve_start(
     if kind is PositionKind.LATEST:
         if not segments or segments[-1].is_sealed:
             return DLSN(segments[-1].seqno + 1 if segments else 1, 0, 0)
-        _reader, lac = await _readable_end(ctx, segments[-1])
-        return DLSN(segments[-1].seqno, lac + 1, 0)
+        return await _after_end(ctx, segments[-1])
     if kind is PositionKind.DLSN:
         assert start.dlsn_value is not None
         position = start.dlsn_value

@@ -12,20 +12,21 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig
 from ledger.inflight import PendingAdd
+from ledger.reader import LedgerReader
 from ledger.writer import LedgerWriter
 from serving.read.config import ReadConfig
 from serving.read.feeds import FeedRegistry
 from serving.read.follow import follow
 from serving.read.pages import Pages
 from serving.read.readers import ReaderPool
-from streams.dlsn import StartPosition
+from streams.dlsn import DLSN, StartPosition
 from streams.reader import LogReader
 from streams.writer.segments import SegmentState
 from streams.writer.writer import LogWriter
@@ -189,6 +190,118 @@ async def test_a_record_durable_on_one_bookie_only_is_never_visible(
     finally:
         held.release_all()
         await reader.close()
+        await w.close()
+
+
+class HeldLacPushes:
+    """The writer's explicit LAC pushes held back until a reader long-polls for the
+    LAC: until then every bookie's LAC is one entry behind the last acknowledged one,
+    as it is for a moment after each acknowledgement (a bookie learns the LAC from the
+    next entry or the push)."""
+
+    def __init__(self) -> None:
+        self.holding = True
+        self._ledgers: list[LedgerWriter] = []
+        self._push = LedgerWriter.push_lac
+        self._wait_lac = LedgerReader.wait_lac
+
+    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def held_push(ledger: LedgerWriter) -> None:
+            self._ledgers.append(ledger)
+            if not self.holding:
+                self._push(ledger)
+
+        async def releasing_wait(reader: LedgerReader, *args: Any, **kwargs: Any) -> int:
+            self.release()
+            return await self._wait_lac(reader, *args, **kwargs)
+
+        monkeypatch.setattr(LedgerWriter, "push_lac", held_push)
+        monkeypatch.setattr(LedgerReader, "wait_lac", releasing_wait)
+
+    def release(self) -> None:
+        if self.holding:
+            self.holding = False
+            for ledger in self._ledgers:
+                self._push(ledger)
+
+
+@pytest.fixture
+def lagging(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldLacPushes]:
+    pushes = HeldLacPushes()
+    pushes.patch(monkeypatch)
+    try:
+        yield pushes
+    finally:
+        pushes.release()
+
+
+async def _acknowledged_while_the_lac_lags(ns: Namespace) -> tuple[str, LogWriter, DLSN]:
+    """A stream whose second record is acknowledged while every bookie's LAC is still
+    at the first; its writer and the acknowledged record's DLSN."""
+    name = f"s{next(_names)}"
+    await ns.create_stream(name)
+    w = await ns.open_writer(name)
+    await w.write(LogRecord(b"old"))
+    acked = await w.write(LogRecord(b"acknowledged"))
+    ledger = _ledger(w)
+    assert ledger.lac_told < ledger.last_add_confirmed == acked.entry_id  # the LAC lags
+    return name, w, acked
+
+
+async def test_a_reader_opened_at_latest_after_an_ack_never_sees_that_record(
+    ns: Namespace, lagging: HeldLacPushes
+) -> None:
+    """Latest is after every acknowledged record (Kafka's high watermark). Before the
+    fix the reader started at the bookies' LAC and handed the acknowledged record out."""
+    name, w, _acked = await _acknowledged_while_the_lac_lags(ns)
+    reader = await ns.open_reader(name, "latest")
+    try:
+        lagging.release()
+        await w.write(LogRecord(b"after"))
+        assert await _next(reader, "the record written after the reader opened") == [b"after"]
+    finally:
+        await reader.close()
+        await w.close()
+
+
+async def _end_offset(ns: Namespace, name: str, acked: DLSN) -> bool:
+    return await ns.end_offset(name) == 2
+
+
+async def _info_next_offset(ns: Namespace, name: str, acked: DLSN) -> bool:
+    return (await ns.stream_info(name)).next_sequence_id == 2
+
+
+async def _seek_past_the_end(ns: Namespace, name: str, acked: DLSN) -> bool:
+    return await ns.resolve(name, StartPosition.sequence(2)) > acked
+
+
+@pytest.mark.parametrize("after_ack", [_end_offset, _info_next_offset, _seek_past_the_end])
+async def test_the_end_offset_and_a_seek_past_it_count_an_acknowledged_record(
+    ns: Namespace,
+    lagging: HeldLacPushes,
+    after_ack: Callable[[Namespace, str, DLSN], Awaitable[bool]],
+) -> None:
+    """The end offset (Kafka's ListOffsets latest) and stream info include the
+    acknowledged record; a seek to the offset after it starts after it. Before the fix
+    each stopped at the lagging LAC."""
+    name, w, acked = await _acknowledged_while_the_lac_lags(ns)
+    try:
+        assert await after_ack(ns, name, acked)
+    finally:
+        await w.close()
+
+
+async def test_the_read_proxys_latest_is_after_an_acknowledged_record(
+    ns: Namespace, lagging: HeldLacPushes
+) -> None:
+    """A read-proxy page (and a WebSocket tail) from latest starts after the
+    acknowledged record. Before the fix it started at the lagging LAC's offset."""
+    name, w, _acked = await _acknowledged_while_the_lac_lags(ns)
+    try:
+        async with _read_core(ns) as pages:
+            assert await pages.read_page(name, StartPosition.latest(), 10, 0.0) == ([], "seq:2")
+    finally:
         await w.close()
 
 

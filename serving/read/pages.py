@@ -49,10 +49,10 @@ class Pages:
             return pos.value
         feed = self.feeds.get(name)
         if pos.kind is PositionKind.LATEST:
-            if feed is not None:
-                return feed.next_seq
-            info = await self.ns.stream_info(name)
-            return int(info.next_sequence_id)
+            # After every record acknowledged before the call: a feed's head (it learns
+            # a record when its tail does, a moment after the acknowledgement) may lag.
+            end = await self.ns.end_offset(name)
+            return end if feed is None else max(end, feed.next_seq)
         if pos.kind is PositionKind.DLSN and feed is not None:
             assert pos.dlsn_value is not None
             return feed.seq_of(pos.dlsn_value)
