@@ -47,7 +47,7 @@ def _admin(bootstrap: str) -> Any:
 
 
 def _described(bootstrap: str, topic: str) -> dict[str, tuple[str | None, int]]:
-    from confluent_kafka.admin import ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
     resource, admin = ConfigResource(ResourceType.TOPIC, topic), _admin(bootstrap)
     entries = admin.describe_configs([resource])[resource].result(TIMEOUT_S)
@@ -72,7 +72,7 @@ def _error_code(future: Any) -> int:
 def test_create_with_configs_then_describe_every_config(
     cluster: LocalCluster, bootstrap: str
 ) -> None:
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     topic = new_topic()
     configs = {"cleanup.policy": "compact", "retention.ms": "86400000",
@@ -95,7 +95,7 @@ def test_create_with_configs_then_describe_every_config(
 def test_create_with_a_bad_config_is_invalid_config_and_creates_nothing(
     bootstrap: str,
 ) -> None:
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(bootstrap)
     unknown, bad = new_topic(), new_topic()
@@ -110,7 +110,7 @@ def test_create_with_a_bad_config_is_invalid_config_and_creates_nothing(
 def test_incremental_alter_set_delete_append_subtract(
     cluster: LocalCluster, bootstrap: str
 ) -> None:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
@@ -168,7 +168,7 @@ async def test_alter_of_a_missing_topic_and_of_a_broker(bootstrap: str) -> None:
 
 
 def test_kafka_python_describes_topic_and_broker_configs(bootstrap: str) -> None:
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
     topic = new_topic()
