@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
 from groups.topics import TopicAdmin
+from kafkaapi.configs import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaProtocolError
-from metadata.topic_configs import check_configs, stream_options
+from metadata.topic_configs import check_configs, effective, stream_options
 
 if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
@@ -67,14 +68,19 @@ async def create_topics(
             configs = _configs(topic["configs"])
             if count <= 0:
                 raise KafkaProtocolError(_INVALID_PARTITIONS, f"{count} partitions")
-            if validate_only:
-                stream_options(check_configs(configs), admin.defaults())
-            else:
-                await admin.create_topic(name, count, configs=configs)
+            given = check_configs(configs)
+            stream_options(given, admin.defaults())  # the quorums, together
+            if not validate_only:
+                given = (await admin.create_topic(name, count, configs=configs)).configs
         except BooklineError as exc:
             out.append(answer | _error(kafka_code(exc), exc.message))
             continue
-        out.append(answer | {"num_partitions": count, "replication_factor": -1})
+        shown = [
+            {"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
+             "config_source": DYNAMIC_TOPIC_CONFIG if c.source == "topic" else DEFAULT_CONFIG}
+            for c in effective(given, admin.defaults())
+        ]  # fmt: skip
+        out.append(answer | {"num_partitions": count, "replication_factor": -1, "configs": shown})
     return {"throttle_time_ms": 0, "topics": out}
 
 

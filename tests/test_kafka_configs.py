@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kafkaapi.protocol.apis_admin import INCREMENTAL_ALTER_CONFIGS
+from kafkaapi.protocol.apis_admin import CREATE_TOPICS, INCREMENTAL_ALTER_CONFIGS
 from ops.cluster.local import LocalCluster
 from tests.cli_support import run_cli
 from tests.kafka_cluster import bootstrap_of, kafka_call, kafka_cluster, new_topic
@@ -165,6 +165,29 @@ async def test_alter_of_a_missing_topic_and_of_a_broker(bootstrap: str) -> None:
     answer = await kafka_call(address, INCREMENTAL_ALTER_CONFIGS, 1, body)
     codes = [r["error_code"] for r in answer["responses"]]
     assert codes == [UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST]
+
+
+async def test_create_topics_answers_the_configs_and_validates_only(bootstrap: str) -> None:
+    address = bootstrap.split(",", maxsplit=1)[0]
+
+    def body(topic: str, configs: dict[str, str], validate_only: bool) -> dict[str, object]:
+        return {"topics": [{"name": topic, "num_partitions": 1, "replication_factor": -1,
+                            "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout_ms": 30_000, "validate_only": validate_only}  # fmt: skip
+
+    topic = new_topic()
+    bad_quorums = {"bookline.ensemble.size": "2", "bookline.write.quorum": "3"}
+    answer = await kafka_call(address, CREATE_TOPICS, 5, body(topic, bad_quorums, True))
+    assert answer["topics"][0]["error_code"] == INVALID_CONFIG
+    answer = await kafka_call(address, CREATE_TOPICS, 5, body(topic, {"segment.ms": "9"}, True))
+    assert answer["topics"][0]["error_code"] == 0
+    answer = await kafka_call(address, CREATE_TOPICS, 5, body(topic, {"segment.ms": "9"}, False))
+    created = answer["topics"][0]
+    assert created["error_code"] == 0  # not created by validate_only before
+    shown = {c["name"]: (c["value"], c["config_source"]) for c in created["configs"]}
+    assert shown["segment.ms"] == ("9", DYNAMIC_TOPIC_CONFIG)
+    assert shown["cleanup.policy"] == ("delete", DEFAULT_CONFIG)
 
 
 def test_kafka_python_describes_topic_and_broker_configs(bootstrap: str) -> None:
