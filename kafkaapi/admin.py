@@ -11,6 +11,7 @@ INVALID_CONFIG and a null value INVALID_REQUEST, as Kafka answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
@@ -68,7 +69,7 @@ async def create_topics(
             configs = _configs(topic["configs"])
             if count <= 0:
                 raise KafkaProtocolError(_INVALID_PARTITIONS, f"{count} partitions")
-            given = check_configs(configs)
+            given: Mapping[str, str] = check_configs(configs)
             stream_options(given, admin.defaults())  # the quorums, together
             if not validate_only:
                 given = (await admin.create_topic(name, count, configs=configs)).configs
