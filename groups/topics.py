@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from foundation.errors import NotFoundError
@@ -92,20 +92,26 @@ class TopicAdmin:
         return NamespaceDefaults(cfg.segment_rollover_bytes, cfg.segment_rollover_ms, quorums)
 
     async def alter_configs(
-        self, name: str, configs: Mapping[str, object], delete: Iterable[str] = ()
+        self,
+        name: str,
+        configs: Mapping[str, object] | Callable[[Mapping[str, str]], Mapping[str, object]],
+        delete: Iterable[str] = (),
     ) -> TopicRecord:
         """Set ``configs`` and return ``delete`` to their defaults (Kafka's
         incremental alter), on the topic's record and every partition stream. The
         partitions' open writers apply the record limit and retention at once, rolls
         and quorums from their next segment, the timestamp type when they next open.
         UNKNOWN_CONFIG / INVALID_CONFIG (nothing changed), NOT_FOUND. Two alters at
-        once both apply: each merges into the record it compare-and-sets."""
+        once both apply: each merges into the record it compare-and-sets. ``configs``
+        may be a function of the topic's current configs (Kafka's APPEND / SUBTRACT on
+        a list), called on the record being compare-and-set."""
         validate_name(name, "topic")
         defaults = self.defaults()
         delete = list(delete)
 
         def change(record: TopicRecord) -> tuple[dict[str, str], StreamOptions]:
-            merged = merge_configs(record.configs, configs, delete)
+            changes = configs(record.configs) if callable(configs) else configs
+            merged = merge_configs(record.configs, changes, delete)
             return merged, stream_options(merged, defaults)
 
         return await self._topics.alter_configs(self._ns.name, name, change)

@@ -4,19 +4,23 @@ releases the partitions it owns of a topic being deleted).
 
 A topic's replication is Bookline's ensemble and quorums (the namespace's), not a
 replica count: ``replication_factor`` and replica assignments are accepted and
-ignored. ``num_partitions`` -1 takes :data:`DEFAULT_PARTITIONS`. Topic configs:
-``retention.ms`` and ``retention.bytes`` (-1: none); any other is INVALID_CONFIG.
+ignored. ``num_partitions`` -1 takes :data:`DEFAULT_PARTITIONS`. Topic configs are
+every one of :mod:`metadata.topic_configs`'s table; an unknown name or a bad value is
+INVALID_CONFIG and a null value INVALID_REQUEST, as Kafka answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
-from groups.topics import TopicAdmin, TopicOptions
+from groups.topics import TopicAdmin
+from kafkaapi.configs import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaProtocolError
+from metadata.topic_configs import check_configs, effective, stream_options
 
 if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
@@ -27,27 +31,20 @@ __all__ = ["create_partitions", "create_topics", "delete_topics"]
 # Partitions of a topic created without a count (Kafka's num.partitions default).
 DEFAULT_PARTITIONS: Final = 1
 _DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
-_INVALID_CONFIG: Final = kerr.code_named("INVALID_CONFIG")
 _INVALID_PARTITIONS: Final = kerr.code_named("INVALID_PARTITIONS")
-_CONFIGS: Final = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
 
 
-def _options(configs: list[dict[str, Any]]) -> TopicOptions:
-    given: dict[str, int] = {}
+def _configs(configs: list[dict[str, Any]]) -> dict[str, str]:
+    """A CreateTopics topic's configs by name (checked by the topic admin)."""
+    given: dict[str, str] = {}
     for config in configs:
-        field = _CONFIGS.get(config["name"])
-        value = config["value"]
-        try:
-            number = int(value) if value is not None else -1
-        except ValueError:
-            number = None
-        if field is None or number is None:
-            raise KafkaProtocolError(
-                _INVALID_CONFIG, f"topic config {config['name']}={value!r} is not supported"
-            )
-        if number >= 0:
-            given[field] = number
-    return TopicOptions(**given)
+        name, value = config["name"], config["value"]
+        if value is None:
+            raise KafkaProtocolError(kerr.INVALID_REQUEST, f"a null value for config {name}")
+        if name in given:
+            raise KafkaProtocolError(kerr.INVALID_REQUEST, f"config {name} given twice")
+        given[name] = value
+    return given
 
 
 def _error(code: kerr.KafkaCode, message: str | None) -> dict[str, Any]:
@@ -69,15 +66,22 @@ async def create_topics(
             out.append(answer | _error(_DENIED, f"may not create topic {name!r}"))
             continue
         try:
-            options = _options(topic["configs"])
+            configs = _configs(topic["configs"])
             if count <= 0:
                 raise KafkaProtocolError(_INVALID_PARTITIONS, f"{count} partitions")
+            given: Mapping[str, str] = check_configs(configs)
+            stream_options(given, admin.defaults())  # the quorums, together
             if not validate_only:
-                await admin.create_topic(name, count, options)
+                given = (await admin.create_topic(name, count, configs=configs)).configs
         except BooklineError as exc:
             out.append(answer | _error(kafka_code(exc), exc.message))
             continue
-        out.append(answer | {"num_partitions": count, "replication_factor": -1})
+        shown = [
+            {"name": c.name, "value": c.value, "read_only": False, "is_sensitive": False,
+             "config_source": DYNAMIC_TOPIC_CONFIG if c.source == "topic" else DEFAULT_CONFIG}
+            for c in effective(given, admin.defaults())
+        ]  # fmt: skip
+        out.append(answer | {"num_partitions": count, "replication_factor": -1, "configs": shown})
     return {"throttle_time_ms": 0, "topics": out}
 
 

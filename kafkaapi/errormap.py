@@ -12,6 +12,7 @@ from foundation.errors import (
     BadRequestError,
     BooklineError,
     ForbiddenError,
+    InvalidConfigError,
     InvalidNameError,
     NotFoundError,
     OutcomeUnknownError,
@@ -52,6 +53,8 @@ _TABLE: Final[tuple[tuple[type[BooklineError], KafkaCode], ...]] = (
     (UnauthenticatedError, _named("SASL_AUTHENTICATION_FAILED")),
     (AlreadyExistsError, _named("TOPIC_ALREADY_EXISTS")),
     (InvalidNameError, _named("INVALID_TOPIC_EXCEPTION")),
+    # An unknown topic config name too (UnknownConfigError is one), as Kafka answers.
+    (InvalidConfigError, _named("INVALID_CONFIG")),
 )
 _RETRIABLE: Final = _named("KAFKA_STORAGE_ERROR")  # retriable; clients retry the request
 _INVALID: Final = _named("INVALID_REQUEST")

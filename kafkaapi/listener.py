@@ -29,10 +29,16 @@ from typing import Any, Final
 
 from foundation.errors import BooklineError
 from foundation.tls import HANDSHAKE_TIMEOUT_S
-from kafkaapi import admin, fetch, group_admin, groups, membership, metadata, produce, sasl
+from kafkaapi import admin, configs, fetch, group_admin, groups, membership, metadata, produce, sasl
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
-from kafkaapi.protocol.apis_admin import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
+from kafkaapi.protocol.apis_admin import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from kafkaapi.protocol.apis_cluster import (
     API_VERSIONS,
     DESCRIBE_CLUSTER,
@@ -124,6 +130,8 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(CREATE_TOPICS, admin.create_topics),
         _row(DELETE_TOPICS, admin.delete_topics),
         _row(CREATE_PARTITIONS, admin.create_partitions),
+        _row(DESCRIBE_CONFIGS, configs.describe_configs),
+        _row(INCREMENTAL_ALTER_CONFIGS, configs.incremental_alter_configs),
         # One key, one group per request (v4+ / v8+ batch them).
         _row(FIND_COORDINATOR, groups.find_coordinator, top=3, low=0),
         _row(OFFSET_COMMIT, groups.offset_commit, top=8),

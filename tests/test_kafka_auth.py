@@ -194,3 +194,57 @@ def _group_denied(bootstrap: str, alice_token: str) -> str:
 async def test_a_group_without_a_grant_is_refused(cluster: LocalCluster, bootstrap: str) -> None:
     alice = token(cluster_secret(cluster), "alice")
     assert await asyncio.to_thread(_group_denied, bootstrap, alice) == "GROUP_AUTHORIZATION_FAILED"
+
+
+def _configs_as_alice(bootstrap: str, admin_token: str, alice_token: str) -> dict[str, Any]:
+    """Alice (produce and consume on app-*) describes her topic's configs but may not
+    alter them (admin); another prefix she may not even describe."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    mine, other = f"app-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(_conf(bootstrap, "admin", admin_token))
+    topics = [NewTopic(t, 1, config={"segment.ms": "60000"}) for t in (mine, other)]
+    for future in admin.create_topics(topics).values():
+        future.result(60)
+    alice = AdminClient(_conf(bootstrap, "alice", alice_token))
+    out: dict[str, Any] = {}
+
+    def outcome(future: Any) -> Any:
+        try:
+            return future.result(60)
+        except KafkaException as exc:
+            return str(exc.args[0].name())
+
+    for name in (mine, other):
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        described = outcome(alice.describe_configs([resource])[resource])
+        out[f"describe {name[:3]}"] = (
+            described if isinstance(described, str) else described["segment.ms"].value
+        )
+    entry = ConfigEntry("segment.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, mine, incremental_configs=[entry])
+    out["alter app"] = outcome(alice.incremental_alter_configs([resource])[resource])
+    resource = ConfigResource(ResourceType.TOPIC, mine, incremental_configs=[entry])
+    out["admin alter app"] = outcome(admin.incremental_alter_configs([resource])[resource])
+    return out
+
+
+async def test_config_apis_follow_the_grants(cluster: LocalCluster, bootstrap: str) -> None:
+    secret = cluster_secret(cluster)
+    out = await asyncio.to_thread(
+        _configs_as_alice, bootstrap, token(secret, "admin"), token(secret, "alice")
+    )
+    assert out == {
+        "describe app": "60000",
+        "describe oth": "TOPIC_AUTHORIZATION_FAILED",
+        "alter app": "TOPIC_AUTHORIZATION_FAILED",
+        "admin alter app": None,
+    }

@@ -92,6 +92,12 @@ def _run_core(args: argparse.Namespace) -> dict[str, Any]:
     return core.run(args)
 
 
+def _run_kafka(args: argparse.Namespace) -> dict[str, Any]:
+    from ops.bench import kafka
+
+    return kafka.run(args)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser("bench", help="benchmarks (last stdout line: one JSON object)")
     kinds = bench.add_subparsers(dest="bench", metavar="KIND", required=True)
@@ -136,6 +142,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     produce_arguments(
         add("produce", _run_produce, "keyed sends to a topic through the thin client")
+    )
+
+    from ops.bench.kafka import add_arguments as kafka_arguments
+
+    kafka_arguments(
+        add("kafka", _run_kafka, "librdkafka through the Kafka listener: produce, consume, latency")
     )
 
     for name, runner, what in (

@@ -83,10 +83,16 @@ def asyncio_run(coro: Coroutine[Any, Any, T]) -> T:
 
 @contextlib.contextmanager
 def local_cluster(
-    args: argparse.Namespace, *, write_proxies: int = 0, read_proxies: int = 0, bookies: int = 3
+    args: argparse.Namespace,
+    *,
+    write_proxies: int = 0,
+    read_proxies: int = 0,
+    bookies: int = 3,
+    kafka: bool = False,
 ) -> Iterator[Path]:
     """The cluster file a benchmark runs against: ``--cluster`` when given, else a local
-    cluster started under ``--dir`` (or a temporary directory) and stopped after."""
+    cluster started under ``--dir`` (or a temporary directory) and stopped after
+    (``kafka``: its proxies with the Kafka listener on)."""
     from ops.cluster.local import LocalCluster  # a benchmark given --cluster starts none
 
     if args.cluster:
@@ -95,7 +101,11 @@ def local_cluster(
     with contextlib.ExitStack() as stack:
         base = args.dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="bl-bench-"))
         cluster = LocalCluster(
-            Path(base), bookies=bookies, write_proxies=write_proxies, read_proxies=read_proxies
+            Path(base),
+            bookies=bookies,
+            write_proxies=write_proxies,
+            read_proxies=read_proxies,
+            kafka=kafka,
         )
         cluster.start()
         stack.callback(cluster.stop)
