@@ -407,7 +407,7 @@ def tagged_records(rows: Sequence[Row], tag: Tag) -> RecordColumns:
     return RecordColumns(
         [value for _k, value, _h, _t in rows],
         None if keys.count(None) == len(keys) else keys,
-        None if headers.count(None) == len(headers) else headers,  # type: ignore[arg-type]
+        None if headers.count(None) == len(headers) else headers,
         None,
         None if stamps.count(None) == len(stamps) else stamps,
         tag=tag.encode(),
