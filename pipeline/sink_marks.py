@@ -2,9 +2,9 @@
 the two checks a writer makes before writing (steps 1 and 2 below).
 
 Exactly once, whatever the partitioning of a replay. Every record carries the *tag*
-``"<query>:<batch>:<run>:<partition>"`` as its origin tag -- internal metadata in the
-record framing (``RecordColumns.tag``, :mod:`streams.recordset_layout`) that no reader
-returns, so a copy of a Spark-written stream copies none -- : the query id (stable
+``"<query>:<batch>:<run>:<partition>"`` as its origin tag (internal metadata in the
+record framing, ``RecordColumns.tag``, :mod:`streams.recordset_layout`, that no reader
+returns, so a copy of a Spark-written stream copies none). It names the query id (stable
 across restarts from a checkpoint; a batch write uses a fresh id and batch 0, or the
 options ``writeId``/``batchId``, which is what ``foreachBatch`` should pass), the batch,
 the *run* (a fresh id per driver-side writer: a restart is a new run) and the Spark
