@@ -14,8 +14,9 @@ null value; ``timestamp`` is the record's (``ReadRecord.timestamp_ms``: the prod
 or the writer's clock when it gave none, or the log's), ``timestampType`` Kafka's
 number for which (0 CreateTime, 1 LogAppendTime); ``headers`` Kafka's ordered list,
 names may repeat, a ``value`` may be null; ``dlsn`` is the core's ``"seg:entry:slot"``.
-The sink's exactly-once tag header (:data:`TAG_HEADER`) is never shown, so a stream
-written by Spark can be copied with its headers.
+The sink's exactly-once tag travels in the record framing, never as a header (the
+core decoder turns the ``bookline.spark`` header of records written before that into
+the tag), so a stream written by Spark is copied with its headers and nothing else.
 
 Read tasks yield either Python tuples or Arrow record batches; both are built here from
 the same records so they cannot drift. The Arrow schema must equal what pyspark derives
@@ -43,18 +44,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SINK_COLUMNS",
-    "TAG_HEADER",
     "read_schema_ddl",
     "records_to_arrow",
     "records_to_tuples",
-    "tag_header",
     "visible_headers",
 ]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-# The header that tags every record a Spark sink task writes (pipeline.sink); reads
-# hide it, and the sink replaces one found in the rows it writes.
-TAG_HEADER = "bookline.spark"
 # Columns a DataFrame written to Bookline may have; anything else is an error.
 SINK_COLUMNS = frozenset({"value", "key", "headers", "timestamp", "stream", "topic", "partition"})
 # A record's headers: Kafka's ordered (key, value) pairs, values may be None.
@@ -71,20 +67,9 @@ def read_schema_ddl(include_headers: bool = False) -> str:
 
 
 def visible_headers(headers: Headers | None) -> Headers | None:
-    """A record's headers as Kafka's list of (key, value), the sink's tag left out;
-    None when there are none (as Kafka's connector gives)."""
-    if not headers:
-        return None
-    out = [h for h in headers if h[0] != TAG_HEADER]
-    return out or None
-
-
-def tag_header(headers: Headers | None) -> bytes | None:
-    """The value of the sink's tag header, if the record has one."""
-    for name, value in headers or ():
-        if name == TAG_HEADER:
-            return value
-    return None
+    """A record's headers as Kafka's list of (key, value); None when there are none
+    (as Kafka's connector gives)."""
+    return headers or None
 
 
 def records_to_tuples(

@@ -35,16 +35,16 @@ from pyspark.sql.types import StructType
 from foundation.errors import AlreadyExistsError, BadRequestError, NotFoundError
 from pipeline import client
 from pipeline.options import SinkOptions, parse_sink_options
-from pipeline.schema import SINK_COLUMNS, TAG_HEADER, visible_headers
+from pipeline.schema import SINK_COLUMNS
 from pipeline.sink_marks import Tag, batch_done, digest, drop_marker, scan
 from pipeline.sink_task import (
     WRITE_BATCH_RECORDS,
     BooklineCommitMessage,
     Row,
+    tagged_records,
     write_batches,
 )
 from streams.dlsn import DLSN
-from streams.records import LogRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -65,7 +65,6 @@ except ImportError:  # pragma: no cover - Spark 4.0: rows, batched here
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "TAG_HEADER",
     "BooklineBatchWriter",
     "BooklineCommitMessage",
     "BooklineStreamWriter",
@@ -173,8 +172,7 @@ def driver_write(
         found = scan(ns, stream, tag, whole=True, keep=True)
         earlier = collections.Counter(found.prior)
         skips = collections.Counter(task_skips)
-        enc = tag.encode()
-        records: list[LogRecord] = []
+        kept: list[Row] = []
         for key, value, headers, ts in rows:
             if found.prior:
                 d = digest(key, value, headers)
@@ -182,17 +180,16 @@ def driver_write(
                     found.prior[d] -= 1
                     skips[d] += 1
                     continue
-            records.append(LogRecord(value, None, key, [*headers, (TAG_HEADER, enc)], ts))
+            kept.append((key, value, headers, ts))
         again = 0
         for d, count in skips.items():
             rec = found.prior_records.get(d)
             missing = count - earlier[d]
             if missing <= 0 or rec is None:
                 continue
-            headers = [*(visible_headers(rec.headers) or []), (TAG_HEADER, enc)]
-            again_rec = LogRecord(rec.payload, None, rec.key, headers, rec.timestamp_ms)
-            records += [again_rec] * missing
+            kept += [(rec.key, rec.payload, rec.headers or [], rec.timestamp_ms)] * missing
             again += missing
+        records = tagged_records(kept, tag)
         if again:
             log.info("%s: re-writing %d rows skipped by more than one task", stream, again)
         last = found.last

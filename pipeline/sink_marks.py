@@ -1,8 +1,10 @@
 """The sink's exactly-once protocol: record tags, content digests, sink markers, and
 the two checks a writer makes before writing (steps 1 and 2 below).
 
-Exactly once, whatever the partitioning of a replay. Every record carries the header
-``bookline.spark`` = ``"<query>:<batch>:<run>:<partition>"``: the query id (stable
+Exactly once, whatever the partitioning of a replay. Every record carries the *tag*
+``"<query>:<batch>:<run>:<partition>"`` as its origin tag (internal metadata in the
+record framing, ``RecordColumns.tag``, :mod:`streams.recordset_layout`, that no reader
+returns, so a copy of a Spark-written stream copies none). It names the query id (stable
 across restarts from a checkpoint; a batch write uses a fresh id and batch 0, or the
 options ``writeId``/``batchId``, which is what ``foreachBatch`` should pass), the batch,
 the *run* (a fresh id per driver-side writer: a restart is a new run) and the Spark
@@ -15,8 +17,8 @@ committed; before a query's first write to a stream it is set at the stream's en
    every row; no writer is opened.
 2. Otherwise, holding the stream's writer lock, the task reads the records after the
    marker tagged with this query and batch, up to the first record of the current run:
-   those of *earlier runs* form a multiset W of content digests (key, value, headers
-   without the tag); on a retried attempt it also collects its own earlier attempt's
+   those of *earlier runs* form a multiset W of content digests (key, value,
+   headers); on a retried attempt it also collects its own earlier attempt's
    records (same run and partition), skipped first. A row whose digest is in W is
    skipped (once per copy) and counted in the commit message.
 3. The driver's commit adds the counts up per stream: a digest skipped more often than
@@ -24,6 +26,10 @@ committed; before a query's first write to a stream it is set at the stream's en
    is written again, copying W's record, so the stream ends with exactly the batch's
    multiset of rows; then it moves the marker to the batch's last record. A driver that
    dies during that leaves a state the next run resolves the same way.
+
+Records written before record set format v3 carry the tag as the header
+``bookline.spark``: the core decoder turns that header into the record's origin tag
+(and out of its headers), so their scan is the same.
 
 Steps 1 and 2 are :func:`batch_done` and :func:`scan` here, used by a task
 (:mod:`pipeline.sink_task`) and by the driver; step 3 is :func:`pipeline.sink.driver_write`
@@ -46,9 +52,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from foundation.errors import BooklineError, NotFoundError
-from pipeline.schema import TAG_HEADER, Headers, tag_header
+from pipeline.schema import Headers
+from streams.columns import read_raw_entries
 from streams.dlsn import DLSN
 from streams.records import ReadRecord
+from streams.recordset import decode_internal
 
 if TYPE_CHECKING:
     from streams.sync import SyncNamespace
@@ -64,15 +72,15 @@ MARKER_PREFIX = "spark-sink."
 
 
 def digest(key: bytes | None, payload: bytes | None, headers: Headers | None) -> bytes:
-    """Identity of a row's content: key, value and headers in their order, the tag
-    header left out (a null differs from an empty value). The timestamp is not part of
-    it: a row without one is stamped when written, so it reads back with one."""
+    """Identity of a row's content: key, value and headers in their order (a null
+    differs from an empty value; no headers and an empty list are the same). The
+    timestamp is not part of it: a row without one is stamped when written, so it
+    reads back with one."""
     h = hashlib.blake2b(digest_size=16)
     h.update(_field(b"k", key))
     h.update(_field(b"v", payload))
     for name, value in headers or ():
-        if name != TAG_HEADER:
-            h.update(_field(b"h", name.encode()) + _field(b"", value))
+        h.update(_field(b"h", name.encode()) + _field(b"", value))
     return h.digest()
 
 
@@ -111,10 +119,6 @@ def marker_name(query: str) -> str:
     return f"{MARKER_PREFIX}{query}"
 
 
-def _tag_of(rec: ReadRecord) -> Tag | None:
-    return Tag.decode(tag_header(rec.headers))
-
-
 def _content(rec: ReadRecord) -> bytes:
     return digest(rec.key, rec.payload, rec.headers)
 
@@ -122,9 +126,23 @@ def _content(rec: ReadRecord) -> bytes:
 # -- reading what is there -------------------------------------------------------------
 
 
-def _records_after(ns: SyncNamespace, stream: str, marker: DLSN) -> Iterator[ReadRecord]:
-    """Every readable record after ``marker``, straight from the segments (sealed ones
-    up to their last entry, the in-progress one up to its LAC)."""
+def _tagged(
+    ns: SyncNamespace, stream: str, seqno: int, first: int, last: int
+) -> Iterator[tuple[ReadRecord, Tag | None]]:
+    """The records of entries ``first..last`` of a segment, each with the sink tag it
+    carries (None: none, or not a sink's): ``read_entries`` with the origin tags."""
+    start, entries = ns.runner.call(read_raw_entries(ns.ns, stream, seqno, first, last))
+    for entry_id, payload in entries:
+        _h, records, _markers, tags = decode_internal(payload, stream, seqno, entry_id, start)
+        for rec in records:
+            yield rec, Tag.decode(tags.get(rec.slot_id))
+
+
+def _records_after(
+    ns: SyncNamespace, stream: str, marker: DLSN
+) -> Iterator[tuple[ReadRecord, Tag | None]]:
+    """Every readable record after ``marker`` with its tag, straight from the segments
+    (sealed ones up to their last entry, the in-progress one up to its LAC)."""
     for seg in ns.segments(stream):
         if seg.seqno < marker.segment_seqno or seg.truncated or seg.last_entry_id < 0:
             continue
@@ -133,20 +151,21 @@ def _records_after(ns: SyncNamespace, stream: str, marker: DLSN) -> Iterator[Rea
             first = max(first, seg.min_active_dlsn.entry_id)
         for lo in range(first, seg.last_entry_id + 1, SCAN_BATCH_ENTRIES):
             hi = min(seg.last_entry_id, lo + SCAN_BATCH_ENTRIES - 1)
-            for rec in ns.read_entries(stream, seg.seqno, lo, hi):
+            for rec, tag in _tagged(ns, stream, seg.seqno, lo, hi):
                 if rec.dlsn > marker:
-                    yield rec
+                    yield rec, tag
 
 
-def _record_at(ns: SyncNamespace, stream: str, dlsn: DLSN) -> ReadRecord | None:
+def _tag_at(ns: SyncNamespace, stream: str, dlsn: DLSN) -> Tag | None:
+    """The tag of the record at ``dlsn`` (None: no such record, or untagged)."""
     if dlsn == BEFORE_ALL:
         return None
     try:
-        recs = ns.read_entries(stream, dlsn.segment_seqno, dlsn.entry_id, dlsn.entry_id)
+        recs = list(_tagged(ns, stream, dlsn.segment_seqno, dlsn.entry_id, dlsn.entry_id))
     except BooklineError as exc:  # truncated, deleted: then it tells nothing
         log.debug("%s: sink marker %s unreadable: %s", stream, dlsn, exc)
         return None
-    return next((r for r in recs if r.dlsn == dlsn), None)
+    return next((t for r, t in recs if r.dlsn == dlsn), None)
 
 
 def batch_done(ns: SyncNamespace, stream: str, tag: Tag) -> bool:
@@ -154,8 +173,7 @@ def batch_done(ns: SyncNamespace, stream: str, tag: Tag) -> bool:
     marker = ns.committed(stream, tag.marker)
     if marker is None:
         return False
-    rec = _record_at(ns, stream, marker)
-    found = _tag_of(rec) if rec is not None else None
+    found = _tag_at(ns, stream, marker)
     return found is not None and found.query == tag.query and found.batch >= tag.batch
 
 
@@ -181,8 +199,7 @@ def scan(ns: SyncNamespace, stream: str, tag: Tag, *, whole: bool, keep: bool = 
         end = ns.stream_info(stream).last_dlsn
         ns.commit(stream, tag.marker, end if end is not None else BEFORE_ALL)
         return found
-    for rec in _records_after(ns, stream, marker):
-        t = _tag_of(rec)
+    for rec, t in _records_after(ns, stream, marker):
         if t is None or t.query != tag.query or t.batch != tag.batch:
             continue
         found.last = rec.dlsn

@@ -44,10 +44,10 @@ from foundation.errors import (
 )
 from pipeline import client
 from pipeline.options import SinkOptions
-from pipeline.schema import TAG_HEADER, Headers
+from pipeline.schema import Headers
 from pipeline.sink_marks import Found, Tag, batch_done, digest, scan
 from streams.dlsn import DLSN
-from streams.records import LogRecord
+from streams.records import RecordColumns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,8 +62,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # Bookkeeping bytes counted per buffered row (tuple, key, headers), roughly.
 ROW_OVERHEAD_BYTES = 128
 
-# A buffered row: key, value, headers (without the tag), timestamp (ms; None: the
-# writer's clock).
+# A buffered row: key, value, headers, timestamp (ms; None: the writer's clock).
 Row = tuple[bytes | None, bytes | None, Headers, int | None]
 
 
@@ -80,9 +79,9 @@ def _bytes(value: object, column: str) -> bytes | None:
 
 
 def _headers(value: object) -> Headers:
-    """A row's headers (Kafka's list of key/value structs in order, or a map) without
-    our tag: a tag copied from a Spark-written stream is replaced by this write's. A
-    null value stays null (Kafka's null header value)."""
+    """A row's headers (Kafka's list of key/value structs in order, or a map), every
+    one kept: the sink's tag is never a header. A null value stays null (Kafka's null
+    header value)."""
     if value is None:
         return []
     if isinstance(value, dict):
@@ -95,8 +94,7 @@ def _headers(value: object) -> Headers:
     for k, v in items:
         if k is None:
             raise BadRequestError("column 'headers': a header needs a key")
-        if k != TAG_HEADER:
-            out.append((str(k), _bytes(v, "headers")))
+        out.append((str(k), _bytes(v, "headers")))
     return out
 
 
@@ -317,13 +315,14 @@ class _TaskWrite:
         if state.skip_all:
             state.skipped += len(rows)
             return
-        tag = self.tag.encode()
-        records: list[LogRecord] = []
-        for key, value, headers, ts in rows:
+        kept: list[Row] = []
+        for row in rows:
+            key, value, headers, _ts = row
             if not self._keep(state, key, value, headers):
                 state.skipped += 1
                 continue
-            records.append(LogRecord(value, None, key, [*headers, (TAG_HEADER, tag)], ts))
+            kept.append(row)
+        records = tagged_records(kept, self.tag)
         for lo in range(0, len(records), WRITE_BATCH_RECORDS):
             chunk = records[lo : lo + WRITE_BATCH_RECORDS]
             dlsns: Sequence[DLSN] = state.writer.write_many(chunk)
@@ -397,6 +396,22 @@ class _TaskWrite:
                 self._close(state)
             except BooklineError as exc:
                 log.warning("closing the writer of %s failed: %s", state.stream, exc)
+
+
+def tagged_records(rows: Sequence[Row], tag: Tag) -> RecordColumns:
+    """``rows`` as records to write, each carrying ``tag`` as its origin tag (in the
+    record framing: never a header)."""
+    keys: list[bytes | None] = [key for key, _v, _h, _t in rows]
+    headers: list[Headers | None] = [h or None for _k, _v, h, _t in rows]
+    stamps: list[int | None] = [ts for _k, _v, _h, ts in rows]
+    return RecordColumns(
+        [value for _k, value, _h, _t in rows],
+        None if keys.count(None) == len(keys) else keys,
+        None if headers.count(None) == len(headers) else headers,
+        None,
+        None if stamps.count(None) == len(stamps) else stamps,
+        tag=tag.encode(),
+    )
 
 
 def _row_bytes(row: Row) -> int:

@@ -8,10 +8,11 @@ body, the user count) but keeps only the offsets of the user records' framing (t
 fixed :data:`FRAMING_FIELDS`) in an ``array``; a record's txid, timestamp delta and
 payload are then read from the body by offset, column at a time. Only records with
 extras (a key, headers, a null value, a timestamp stored whole, a producer marker)
-take a Python object each (their extras are decoded as the record decoder does; a
-producer marker is internal and dropped, as are a format v1 record's ``bl.*``
-headers). :func:`read_raw_entries` is :meth:`Namespace.read_entries` without the
-decoding: the stored payloads, for the caller to scan.
+take a Python object each (their extras are decoded as the record decoder does;
+internal extras -- a producer marker, an origin tag -- are dropped, as are a format
+v1 record's ``bl.*`` headers and a v1/v2 record's ``bookline.spark`` one).
+:func:`read_raw_entries` is :meth:`Namespace.read_entries` without the decoding: the
+stored payloads, for the caller to scan (or to decode with their internal extras).
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from foundation.errors import BadRequestError
 from streams.records import RECORD_OVERHEAD_BYTES, Headers
 from streams.recordset import (
     RecordSetHeader,
-    _extras,  # the record decoder's own extras parsers: one definition of the layout
-    _extras_v1,
     _gap,
+    extras_parser,  # the record decoder's own extras parsers: one definition of the layout
     verify_record_set,
 )
 from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_NULL, F_SKIP, REC, REC_V1
@@ -107,7 +107,7 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     starts: array[int] = array("q")
     slots: array[int] | None = None
     extras: list[RecordExtras] = []
-    parse = _extras if header.version >= 2 else _extras_v1
+    parse = extras_parser(header.version)
     skipped: list[tuple[int, int]] = []
     unpack_len = _U32.unpack_from
     append = starts.append
@@ -135,8 +135,8 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
                 if flags & F_GAP:
                     gap, at = _gap(body, at, header)  # refused unless the set is sparse
                     shift += gap
-                key, hdrs, ts, _marker, pstart = parse(body, at, flags & ~F_GAP,
-                                                       header.base_ts_ms + dts)  # fmt: skip
+                key, hdrs, ts, _marker, _tag, pstart = parse(body, at, flags & ~F_GAP,
+                                                             header.base_ts_ms + dts)  # fmt: skip
                 null = bool(flags & F_NULL)
                 if null and plen:
                     raise BadRequestError(f"a null value with a payload length of {plen}")

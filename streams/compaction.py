@@ -54,7 +54,7 @@ from streams.compaction_plan import (
 )
 from streams.context import CoreContext
 from streams.records import ProducerMarker, ReadRecord
-from streams.recordset import RecordSetHeader, decode_with_markers, encode_sparse_set
+from streams.recordset import RecordSetHeader, decode_internal, encode_sparse_set
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ __all__ = ["COMPACTOR_LOCK_TAG", "CompactionReport", "compact_stream", "compact_
 # The writer-lock tag of a compactor's ledgers: no lock node is ever called this, so a
 # new ledger a killed compactor left unreferenced counts as an orphan (ledger.orphans).
 COMPACTOR_LOCK_TAG = b"compactor"
+# An entry's internal extras by slot: producer markers and origin tags.
+Internal = tuple[dict[int, ProducerMarker], dict[int, bytes]]
 
 
 @dataclass(slots=True)
@@ -129,15 +131,15 @@ async def compact_topic(
 
 async def _entries(
     ctx: CoreContext, stream: str, seg: SegmentMetadata
-) -> AsyncIterator[tuple[RecordSetHeader, bytes, list[ReadRecord], dict[int, ProducerMarker]]]:
-    """(header, stored bytes, records, producer markers by slot) of every entry of a
+) -> AsyncIterator[tuple[RecordSetHeader, bytes, list[ReadRecord], Internal]]:
+    """(header, stored bytes, records, internal extras by slot) of every entry of a
     sealed segment."""
     reader = await ctx.open_segment_reader(seg)
     async for e in reader.iter_entries(0, seg.last_entry_id):
-        header, records, markers = decode_with_markers(
+        header, records, markers, tags = decode_internal(
             e.payload, stream, seg.seqno, e.entry_id, seg.start_sequence_id
         )
-        yield header, e.payload, records, markers
+        yield header, e.payload, records, (markers, tags)
 
 
 async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
@@ -153,7 +155,7 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
     entries: list[bytes] = []
     changed = False
     mine = CompactionReport()
-    async for header, data, records, markers in _entries(ctx, stream, seg):
+    async for header, data, records, (markers, tags) in _entries(ctx, stream, seg):
         mine.records_read += len(records)
         kept = survivors(records, latest, drop_tombstones)
         mine.bytes_before += len(data)
@@ -164,8 +166,9 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
             mine.records_removed += len(records) - len(kept)
             mine.tombstones_removed += _tombstones(records) - _tombstones(kept)
             first = seg.start_sequence_id + header.first_index
-            # A kept record keeps its producer marker (the takeover scan reads them).
-            entries.append(encode_sparse_set(header, first, kept, markers))
+            # A kept record keeps its producer marker (the takeover scan reads them)
+            # and its origin tag (the Spark sink's exactly-once scan does).
+            entries.append(encode_sparse_set(header, first, kept, markers, tags))
         mine.bytes_after += len(entries[-1])
     report.records_read += mine.records_read
     if not changed:

@@ -121,14 +121,17 @@ class RecordColumns(Sequence[LogRecord]):
     ``payloads`` (None entries: null values), and ``keys``, ``headers``, ``txids`` or
     ``timestamps`` only when some record has one (``None`` entries for the records
     without; a headers entry is pairs or a mapping, as :class:`LogRecord` takes).
-    ``marker``: the first record's :class:`ProducerMarker` (set by the write proxy).
-    A write front end that decoded a
+    ``marker``: the first record's :class:`ProducerMarker` (set by the write proxy);
+    ``tag``: every record's *origin tag*, opaque bytes (set by the Spark sink, which
+    finds its own earlier writes by them). Both are internal: carried in the record
+    framing, returned only by :func:`streams.recordset.decode_internal`, never by a
+    reader. A write front end that decoded a
     request into lists hands them on as they are, and :class:`~streams.writer.LogWriter`
     buffers them with slices instead of splitting one :class:`LogRecord` per record back
     into lists. It is a sequence of LogRecords for everyone else (each made when it is
     asked for), so it goes wherever a list of them does."""
 
-    __slots__ = ("headers", "keys", "marker", "payloads", "timestamps", "txids")
+    __slots__ = ("headers", "keys", "marker", "payloads", "tag", "timestamps", "txids")
 
     def __init__(
         self,
@@ -139,6 +142,7 @@ class RecordColumns(Sequence[LogRecord]):
         timestamps: Sequence[int | None] | None = None,
         *,
         marker: ProducerMarker | None = None,
+        tag: bytes | None = None,
     ) -> None:
         n = len(payloads)
         for column in (keys, headers, txids, timestamps):
@@ -149,6 +153,7 @@ class RecordColumns(Sequence[LogRecord]):
         self.txids = txids
         self.timestamps = timestamps
         self.marker = marker
+        self.tag = tag
 
     @classmethod
     def of(cls, records: Sequence[LogRecord]) -> RecordColumns:
@@ -193,6 +198,7 @@ class RecordColumns(Sequence[LogRecord]):
                 None if txids is None else txids[index],
                 None if stamps is None else stamps[index],
                 marker=self.marker if first else None,
+                tag=self.tag,
             )
         hdrs = None if headers is None else headers[index]
         return LogRecord(

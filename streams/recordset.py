@@ -1,9 +1,10 @@
 """The record-set codec: many records in one ledger entry (pure, no I/O).
 
-The byte layout (format v2, and what v1 differs in) is documented in
+The byte layout (format v3, and what v1 and v2 differ in) is documented in
 :mod:`streams.recordset_layout`; encoding is :mod:`streams.recordset_encode`. This
-module decodes both versions -- v1 records' ``bl.*`` marker headers are removed and
-become their producer marker -- and is where callers import the codec from.
+module decodes every version -- v1 records' ``bl.*`` marker headers are removed and
+become their producer marker, v1 and v2 records' ``bookline.spark`` header their origin
+tag -- and is where callers import the codec from.
 """
 
 from __future__ import annotations
@@ -42,11 +43,15 @@ from streams.recordset_layout import (
     HEADER_BYTES,
     I32,
     I64,
+    I_KNOWN,
+    I_MARKER,
+    I_TAG,
     LEGACY_COUNT,
     LEGACY_EPOCH,
     LEGACY_PREFIX,
     LEGACY_PRODUCER,
     LEGACY_SEQ,
+    LEGACY_SPARK_TAG,
     MARKER_TAIL,
     REC,
     REC_V1,
@@ -67,6 +72,7 @@ __all__ = [
     "RECORD_SET_VERSION",
     "RecordSetHeader",
     "decode_header",
+    "decode_internal",
     "decode_read_records",
     "decode_verified",
     "decode_with_markers",
@@ -80,8 +86,10 @@ __all__ = [
 _new = tuple.__new__
 _U64 = struct.Struct(">Q")
 
-# A record's extras: (key, headers, timestamp, marker, position after them).
-Extras = tuple[bytes | None, Headers | None, int, ProducerMarker | None, int]
+# A record's extras: (key, headers, timestamp, producer marker, origin tag, position
+# after them).
+Extras = tuple[bytes | None, Headers | None, int, ProducerMarker | None, bytes | None, int]
+ExtrasParser = Callable[[bytes, int, int, int], Extras]
 
 
 def decode_header(data: bytes) -> RecordSetHeader:
@@ -139,8 +147,38 @@ def _decompress(stored: bytes, compression: Compression, raw_len: int) -> bytes:
     return body
 
 
+def extras_parser(version: int) -> ExtrasParser:
+    """The parser of a record's extras in a set of format ``version`` (one that
+    :func:`verify_record_set` accepted)."""
+    return _extras if version >= 3 else _extras_v2 if version == 2 else _extras_v1
+
+
 def _extras(body: bytes, pos: int, flags: int, ts: int) -> Extras:
-    """A v2 record's extras (:mod:`streams.recordset_layout`), from ``pos``."""
+    """A v3 record's extras (:mod:`streams.recordset_layout`), from ``pos``."""
+    key, headers, ts, pos = _user_extras(body, pos, flags, ts)
+    if not flags & F_MARKER:
+        return key, headers, ts, None, None, pos
+    marker, tag, pos = _internal(body, pos, len(body))
+    return key, headers, ts, marker, tag, pos
+
+
+def _extras_v2(body: bytes, pos: int, flags: int, ts: int) -> Extras:
+    """A v2 record's extras: flag 0x40 is the producer marker alone, and a
+    ``bookline.spark`` header is the record's origin tag."""
+    key, headers, ts, pos = _user_extras(body, pos, flags, ts)
+    marker: ProducerMarker | None = None
+    if flags & F_MARKER:
+        marker, pos = _marker(body, pos, len(body))
+    if headers is None:
+        return key, None, ts, marker, None, pos
+    headers, tag = _strip_spark_tag(headers)
+    return key, headers, ts, marker, tag, pos
+
+
+def _user_extras(body: bytes, pos: int, flags: int, ts: int) -> tuple[
+    bytes | None, Headers | None, int, int
+]:  # fmt: skip
+    """A v2/v3 record's timestamp, key and headers, from ``pos``."""
     if flags & ~F_KNOWN:
         raise BadRequestError(f"record flags {flags:#x} unknown")
     end = len(body)
@@ -150,23 +188,24 @@ def _extras(body: bytes, pos: int, flags: int, ts: int) -> Extras:
         pos += 8
     key, pos = _key(body, pos, end) if flags & F_KEY else (None, pos)
     headers, pos = _headers(body, pos, end, I32) if flags & F_HEADERS else (None, pos)
-    marker: ProducerMarker | None = None
-    if flags & F_MARKER:
-        marker, pos = _marker(body, pos, end)
-    return key, headers, ts, marker, pos
+    return key, headers, ts, pos
 
 
 def _extras_v1(body: bytes, pos: int, flags: int, ts: int) -> Extras:
-    """A v1 record's extras: its ``bl.*`` headers removed, its marker made from them."""
+    """A v1 record's extras: its ``bl.*`` headers removed, its marker made from them,
+    its ``bookline.spark`` header its origin tag."""
     if flags & ~F_KNOWN_V1:
         raise BadRequestError(f"record flags {flags:#x} unknown in format 1")
     end = len(body)
     key, pos = _key(body, pos, end) if flags & F_KEY else (None, pos)
     if not flags & F_HEADERS:
-        return key, None, ts, None, pos
+        return key, None, ts, None, None, pos
     pairs, pos = _headers(body, pos, end, U32)
     headers, marker = _strip_legacy(pairs)
-    return key, headers, ts, marker, pos
+    if headers is None:
+        return key, None, ts, marker, None, pos
+    headers, tag = _strip_spark_tag(headers)
+    return key, headers, ts, marker, tag, pos
 
 
 def _key(body: bytes, pos: int, end: int) -> tuple[bytes, int]:
@@ -206,6 +245,27 @@ def _headers(body: bytes, pos: int, end: int, value_len: struct.Struct) -> tuple
     return headers, pos
 
 
+def _internal(body: bytes, pos: int, end: int) -> tuple[ProducerMarker | None, bytes | None, int]:
+    """A v3 record's internal extras: its producer marker and origin tag, if any."""
+    _need(pos + 1, end)
+    kinds = body[pos]
+    pos += 1
+    if not kinds or kinds & ~I_KNOWN:
+        raise BadRequestError(f"record internal extras {kinds:#x} unknown")
+    marker: ProducerMarker | None = None
+    tag: bytes | None = None
+    if kinds & I_MARKER:
+        marker, pos = _marker(body, pos, end)
+    if kinds & I_TAG:
+        _need(pos + 2, end)
+        (tlen,) = U16.unpack_from(body, pos)
+        pos += 2
+        _need(pos + tlen, end)
+        tag = body[pos : pos + tlen]
+        pos += tlen
+    return marker, tag, pos
+
+
 def _marker(body: bytes, pos: int, end: int) -> tuple[ProducerMarker, int]:
     _need(pos + 2, end)
     (plen,) = U16.unpack_from(body, pos)
@@ -228,6 +288,16 @@ def _strip_legacy(headers: Headers) -> tuple[Headers | None, ProducerMarker | No
         return headers, None
     user = [(n, v) for n, v in headers if not n.startswith(LEGACY_PREFIX)]
     return user or None, _legacy_marker(internal)
+
+
+def _strip_spark_tag(headers: Headers) -> tuple[Headers | None, bytes | None]:
+    """A v1/v2 record's headers without the Spark sink's ``bookline.spark`` ones, and
+    the (first) tag they held. Before format v3 the sink's tag was such a header."""
+    if not any(n == LEGACY_SPARK_TAG for n, _v in headers):
+        return headers, None
+    tag = next(v for n, v in headers if n == LEGACY_SPARK_TAG)
+    user = [(n, v) for n, v in headers if n != LEGACY_SPARK_TAG]
+    return user or None, tag
 
 
 def _legacy_marker(internal: dict[str, bytes | None]) -> ProducerMarker | None:
@@ -272,13 +342,27 @@ def decode_with_markers(
     data: bytes, stream: str, segment_seqno: int, entry_id: int, start_sequence_id: int
 ) -> tuple[RecordSetHeader, list[ReadRecord], dict[int, ProducerMarker]]:
     """The entry's records and the producer markers they carry (slot -> marker; from
-    v2 framing or v1 ``bl.*`` headers): what a write proxy rebuilds its
+    v2/v3 framing or v1 ``bl.*`` headers): what a write proxy rebuilds its
     de-duplication table from. Readers never see the markers."""
+    header, out, markers, _tags = decode_internal(data, stream, segment_seqno, entry_id,
+                                                  start_sequence_id)  # fmt: skip
+    return header, out, markers
+
+
+def decode_internal(
+    data: bytes, stream: str, segment_seqno: int, entry_id: int, start_sequence_id: int
+) -> tuple[RecordSetHeader, list[ReadRecord], dict[int, ProducerMarker], dict[int, bytes]]:
+    """The entry's records and the internal extras they carry, by slot: producer
+    markers (:func:`decode_with_markers`) and origin tags (v3 framing, or a v1/v2
+    ``bookline.spark`` header) -- what the Spark sink scans for its earlier writes and
+    compaction keeps. Readers never see them."""
     header, body = _verified(data)
     markers: dict[int, ProducerMarker] = {}
+    tags: dict[int, bytes] = {}
     seq = start_sequence_id + header.first_index
-    out, _eos = _decode_each(body, header, stream, segment_seqno, entry_id, seq, 0, markers)
-    return header, out, markers
+    out, _eos = _decode_each(body, header, stream, segment_seqno, entry_id, seq, 0,
+                             (markers, tags))  # fmt: skip
+    return header, out, markers, tags
 
 
 def decode_verified(  # noqa: PLR0917 - the hot path is called positionally
@@ -304,18 +388,19 @@ def _decode_each(  # noqa: PLR0917 - private hot path
     entry_id: int,
     seq: int,
     from_slot: int,
-    markers: dict[int, ProducerMarker] | None,
+    internal: tuple[dict[int, ProducerMarker], dict[int, bytes]] | None,
 ) -> tuple[list[ReadRecord], bool]:
     """One record at a time. Lengths are checked once, not per record: a length that
     runs past the body makes the next header unpack fail or leaves the end misaligned,
     and either raises before any record is returned. Records without extras (flags 0)
-    take the short branch: the catch-up read path's."""
+    take the short branch: the catch-up read path's. ``internal``: dicts to fill with
+    the records' producer markers and origin tags by slot (None: dropped)."""
     out: list[ReadRecord] = []
     append = out.append
     v2 = header.version >= 2
     unpack = REC.unpack_from if v2 else REC_V1.unpack_from
     unpack_u32 = U32.unpack_from
-    extras: Callable[[bytes, int, int, int], Extras] = _extras if v2 else _extras_v1
+    extras = extras_parser(header.version)
     base_ts = header.base_ts_ms
     ts_type = header.timestamp_type
     payload: bytes | None
@@ -354,10 +439,10 @@ def _decode_each(  # noqa: PLR0917 - private hot path
                     seq += gap
                     shift += gap
                     flags &= ~F_GAP
-                key, hdrs, ts, marker, pos = extras(body, pos, flags, base_ts + dts)
+                key, hdrs, ts, marker, tag, pos = extras(body, pos, flags, base_ts + dts)
                 slot = i + shift
-                if marker is not None and markers is not None:
-                    markers[slot] = marker
+                if internal is not None:
+                    _keep_internal(internal, slot, marker, tag)
                 stop = pos + plen
                 if flags & F_NULL:
                     _check_null(plen)
@@ -377,6 +462,18 @@ def _decode_each(  # noqa: PLR0917 - private hot path
         # Readers rely on the count to tell user sets from control ones.
         raise BadRequestError("record set user count does not match its records")
     return out, eos
+
+
+def _keep_internal(
+    internal: tuple[dict[int, ProducerMarker], dict[int, bytes]],
+    slot: int,
+    marker: ProducerMarker | None,
+    tag: bytes | None,
+) -> None:
+    if marker is not None:
+        internal[0][slot] = marker
+    if tag is not None:
+        internal[1][slot] = tag
 
 
 def _gap(body: bytes, pos: int, header: RecordSetHeader) -> tuple[int, int]:

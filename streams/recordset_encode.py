@@ -1,4 +1,4 @@
-"""Encoding record sets, format v2 (pure, no I/O). The byte layout is documented in
+"""Encoding record sets, format v3 (pure, no I/O). The byte layout is documented in
 :mod:`streams.recordset_layout`; :mod:`streams.recordset` re-exports these functions.
 """
 
@@ -38,7 +38,10 @@ from streams.recordset_layout import (
     HEADERS_PER_RECORD_MAX,
     I32,
     I64,
+    I_MARKER,
+    I_TAG,
     MARKER_TAIL,
+    ORIGIN_TAG_BYTES_MAX,
     PRODUCER_ID_BYTES_MAX,
     REC,
     RECORD_SET_BYTES_MAX,
@@ -55,6 +58,8 @@ __all__ = ["check_headers", "encode_control", "encode_record_set"]
 
 # Slot (in the set) -> the producer marker its record carries.
 Markers = Mapping[int, ProducerMarker]
+# Slot (in the set) -> the origin tag its record carries.
+Tags = Mapping[int, bytes]
 
 
 def _compress(raw: bytes, compression: Compression) -> tuple[bytes, Compression]:
@@ -104,6 +109,7 @@ def encode_record_set(
     keys: Sequence[bytes | None] | None = None,
     headers: Sequence[HeadersIn | None] | None = None,
     markers: Markers | None = None,
+    tags: Tags | None = None,
     compression: Compression = Compression.NONE,
     timestamp_type: int = CREATE_TIME,
     appended_ms: int = -1,
@@ -112,11 +118,12 @@ def encode_record_set(
 
     ``last_txid`` is the segment's last txid after this set (the writer's running
     value). ``keys``/``headers`` are None when no record has any, ``markers`` maps a
-    record's index to its producer marker; ``timestamp_type`` is the set's (every
+    record's index to its producer marker, ``tags`` to its origin tag (both internal
+    extras); ``timestamp_type`` is the set's (every
     record's). ``appended_ms``: the writer's clock when the set's first record was
     appended, its base timestamp (-1: the first record's timestamp) -- so the sets'
     base timestamps never go back even when producers set theirs (seeks by time search
-    them). Records without a key, headers, marker or null value whose timestamps are
+    them). Records without a key, headers, internal extras or null value whose timestamps are
     near the base take the C-level path."""
     n = len(payloads)
     if n == 0 or len(txids) != n or len(timestamps_ms) != n:
@@ -128,15 +135,15 @@ def encode_record_set(
         keys = None  # a buffer's all-None column: the records have no key
     body = None
     if keys is None and _deltas_fit(timestamps_ms, base_ts):
-        flagged = _sparse_extras(headers, markers, n)
+        flagged = _sparse_extras(headers, markers, tags, n)
         if flagged is not None:
             try:
                 body = _body_sparse(payloads, txids, timestamps_ms, base_ts, headers, markers,
-                                    flagged)  # fmt: skip
+                                    tags, flagged)  # fmt: skip
             except TypeError:  # a null value among the plain records: framed one by one
                 body = None
     if body is None:
-        body = _body_each(payloads, txids, timestamps_ms, base_ts, keys, headers, markers)
+        body = _body_each(payloads, txids, timestamps_ms, base_ts, keys, headers, markers, tags)
     return _seal(body, n, n, first_index, txids[0], last_txid, base_ts, bytes_before,
                  compression, timestamp_type)  # fmt: skip
 
@@ -216,14 +223,17 @@ def _framing_by_runs(
 
 
 def _sparse_extras(
-    headers: Sequence[HeadersIn | None] | None, markers: Markers | None, n: int
-) -> list[int] | None:
-    """The indexes of the records with headers or a marker when at most one in
+    headers: Sequence[HeadersIn | None] | None, markers: Markers | None, tags: Tags | None,
+    n: int,
+) -> list[int] | None:  # fmt: skip
+    """The indexes of the records with headers or internal extras when at most one in
     ``FRAMING_RUN_RECORDS_MIN`` has any (a write proxy's batch: its marker rides on the
     first record), else None. C-level scans only."""
-    if headers is None and not markers:
+    if headers is None and not markers and not tags:
         return []
     flagged = set(markers) if markers else set()
+    if tags:
+        flagged.update(tags)
     if headers is not None:
         with_headers = n - headers.count(None)
         if (with_headers + len(flagged)) * FRAMING_RUN_RECORDS_MIN > n:
@@ -244,6 +254,7 @@ def _body_sparse(  # noqa: PLR0917 - private; the parallel sequences of one set
     base_ts: int,
     headers: Sequence[HeadersIn | None] | None,
     markers: Markers | None,
+    tags: Tags | None,
     flagged: list[int],
 ) -> bytes:
     """The same bytes as :func:`_body_each`: the plain records between the
@@ -260,8 +271,9 @@ def _body_sparse(  # noqa: PLR0917 - private; the parallel sequences of one set
         if k < n:
             hdrs = None if headers is None else headers[k]
             marker = None if markers is None else markers.get(k)
+            tag = None if tags is None else tags.get(k)
             parts += _frame_one(payloads[k], txids[k], timestamps_ms[k], base_ts, None, hdrs,
-                                marker)  # fmt: skip
+                                marker, tag)  # fmt: skip
         start = k + 1
     return b"".join(parts)
 
@@ -274,15 +286,17 @@ def _body_each(  # noqa: PLR0917 - private; the parallel sequences of one set
     keys: Sequence[bytes | None] | None,
     headers: Sequence[HeadersIn | None] | None,
     markers: Markers | None,
+    tags: Tags | None = None,
 ) -> bytes:
     n = len(payloads)
     ks = keys if keys is not None else [None] * n
     hs = headers if headers is not None else [None] * n
     marks = markers or {}
+    tagged = tags or {}
     parts: list[bytes] = []
     rows = zip(payloads, txids, timestamps_ms, ks, hs, strict=True)
     for k, (payload, txid, ts, key, hdrs) in enumerate(rows):
-        parts += _frame_one(payload, txid, ts, base_ts, key, hdrs, marks.get(k))
+        parts += _frame_one(payload, txid, ts, base_ts, key, hdrs, marks.get(k), tagged.get(k))
     return b"".join(parts)
 
 
@@ -294,6 +308,7 @@ def _frame_one(  # noqa: PLR0917 - private; one record's fields
     key: bytes | None,
     headers: HeadersIn | None,
     marker: ProducerMarker | None,
+    tag: bytes | None = None,
 ) -> list[bytes]:
     """One record: framing, extras, payload."""
     flags = 0
@@ -309,9 +324,9 @@ def _frame_one(  # noqa: PLR0917 - private; one record's fields
     if headers is not None:
         flags |= F_HEADERS
         extras.append(_encode_headers(headers))
-    if marker is not None:
+    if marker is not None or tag is not None:
         flags |= F_MARKER
-        extras.append(_encode_marker(marker))
+        extras.append(_encode_internal(marker, tag))
     if payload is None:
         flags |= F_NULL
         payload = b""
@@ -356,6 +371,19 @@ def _encode_headers(headers: HeadersIn) -> bytes:
             parts += (I32.pack(len(value)), bytes(value))
         else:
             raise BadRequestError(f"record header {name!r}: value is not bytes or None")
+    return b"".join(parts)
+
+
+def _encode_internal(marker: ProducerMarker | None, tag: bytes | None) -> bytes:
+    """A record's internal extras: the kinds byte, then the marker and the tag."""
+    kinds = (I_MARKER if marker is not None else 0) | (I_TAG if tag is not None else 0)
+    parts = [bytes((kinds,))]
+    if marker is not None:
+        parts.append(_encode_marker(marker))
+    if tag is not None:
+        if len(tag) > ORIGIN_TAG_BYTES_MAX:
+            raise BadRequestError(f"origin tag longer than {ORIGIN_TAG_BYTES_MAX} bytes")
+        parts += (U16.pack(len(tag)), tag)
     return b"".join(parts)
 
 

@@ -1,14 +1,14 @@
 """The record-set format: many records in one ledger entry (pure, no I/O).
 
 A writer batches records into a *record set*, which becomes the payload of one ledger
-entry. Byte layout, format version 2 (all integers big-endian)::
+entry. Byte layout, format version 3 (all integers big-endian)::
 
     record set
     offset  size  field
-    0       1     version (RECORD_SET_VERSION = 2; 1 is still read)
+    0       1     version (RECORD_SET_VERSION = 3; 1 and 2 are still read)
     1       1     flags: bits 0-1 compression (0 none, 1 lz4 block, 2 zstd);
-                  bit 2 timestamp type (0 CreateTime, 1 LogAppendTime; v2 only);
-                  bit 3 sparse (a compacted set, v2 only: see below)
+                  bit 2 timestamp type (0 CreateTime, 1 LogAppendTime; v2+ only);
+                  bit 3 sparse (a compacted set, v2+ only: see below)
     2       4     records in the set (user + control)
     6       4     user records in the set (sparse: the offsets the set covers)
     10      8     first index: user records of the segment before this set
@@ -24,7 +24,7 @@ entry. Byte layout, format version 2 (all integers big-endian)::
 
     record (inside the raw body, one after the other)
     0       1     flags: 0x01 control, 0x02 end of stream, 0x04 has key, 0x08 has headers,
-                  0x10 null value, 0x20 absolute timestamp, 0x40 producer marker,
+                  0x10 null value, 0x20 absolute timestamp, 0x40 internal extras,
                   0x80 offset gap (sparse sets only)
     1       8     txid (signed)
     9       4     timestamp delta from the set's base timestamp, ms (signed; v1 unsigned)
@@ -35,22 +35,38 @@ entry. Byte layout, format version 2 (all integers big-endian)::
                   0x04  key length u32, key
                   0x08  header count u16, then per header: name length u16, name
                         utf-8, value length i32 (-1: null value), value
-                  0x40  producer marker: id length u16, id utf-8, epoch u32,
-                        first sequence i64, record count u32
+                  0x40  internal extras: kinds u8 (0x01 producer marker, 0x02 origin
+                        tag; at least one, no other bit), then each one present:
+                        producer marker: id length u16, id utf-8, epoch u32,
+                          first sequence i64, record count u32
+                        origin tag: length u16, bytes
                   then the payload
 
-Headers are an ordered list: names may repeat, values may be null. The producer
-marker (:class:`~streams.records.ProducerMarker`) is the write proxy's de-duplication
-record of a producer batch, on the batch's first record; it is internal and never a
-header (a user header named like an old marker is just a header).
+Headers are an ordered list: names may repeat, values may be null. *Internal extras*
+are Bookline's own per-record metadata, never headers and never in a
+:class:`~streams.records.ReadRecord`; only :func:`streams.recordset.decode_internal`
+returns them (a user header named like an old internal one is just a header):
+
+* the producer marker (:class:`~streams.records.ProducerMarker`): the write proxy's
+  de-duplication record of a producer batch, on the batch's first record;
+* the origin tag: opaque bytes a writer puts on every record of a write
+  (``RecordColumns.tag``) -- the Spark sink's exactly-once tag (:mod:`pipeline.sink_marks`),
+  which names the query, batch, run and task that wrote the record.
+
+Format version 2 (still decoded; never written): the same as v3 but flag 0x40 is the
+producer marker alone (its fields as above, no kinds byte), and the Spark sink's tag
+was the header ``bookline.spark``: decoding a v2 record removes that header and makes
+it the record's origin tag.
 
 Format version 1 (still decoded; never written): the same set header (flags bit 2
 zero), the timestamp delta unsigned, no null value, no absolute timestamp, header
-values u32 (never null), and no producer marker flag -- the write proxy put its marker
+values u32 (never null), and no internal extras -- the write proxy put its marker
 in headers ``bl.producer`` (id), ``bl.seq`` (u64), ``bl.count`` (u32), ``bl.epoch``
-(u32, absent means 0). Decoding a v1 record removes every ``bl.``-prefixed header
-(that prefix was reserved for Bookline) and turns those four into its marker, so no
-reader returns one and a new owner still rebuilds its de-duplication table from them.
+(u32, absent means 0), the Spark sink its tag in ``bookline.spark``. Decoding a v1
+record removes every ``bl.``-prefixed header (that prefix was reserved for Bookline)
+and turns those four into its marker, and ``bookline.spark`` into its origin tag, so
+no reader returns one, a new owner still rebuilds its de-duplication table from them
+and a Spark sink still finds its earlier runs' records.
 
 The checksum is verified before anything else is decoded, and every length is checked
 against what is left, so corrupt input raises :class:`ChecksumError` (or
@@ -87,9 +103,10 @@ __all__ = [
     "RecordSetHeader",
 ]
 
-RECORD_SET_VERSION: Final = 2
-# The versions a reader decodes: v1 is what Bookline wrote before issue 24.
-VERSIONS_READ: Final = (1, 2)
+RECORD_SET_VERSION: Final = 3
+# The versions a reader decodes: v1 is what Bookline wrote before issue 24, v2 before
+# the origin tag.
+VERSIONS_READ: Final = (1, 2, 3)
 HEADER = struct.Struct(">BBIIqqqqqII")
 CRC = struct.Struct(">I")
 HEADER_BYTES: Final = HEADER.size + CRC.size  # 62
@@ -109,6 +126,12 @@ HEADERS_PER_RECORD_MAX: Final = 64
 HEADER_NAME_BYTES_MAX: Final = 256
 # A producer id in a marker (the write proxy refuses longer ones well before this).
 PRODUCER_ID_BYTES_MAX: Final = 0xFFFF
+# An origin tag (the writer refuses a longer one when the write is made).
+ORIGIN_TAG_BYTES_MAX: Final = 0xFFFF
+# Kinds of internal extras (the byte after flag 0x40, format v3).
+I_MARKER: Final = 0x01
+I_TAG: Final = 0x02
+I_KNOWN: Final = I_MARKER | I_TAG
 TS_DELTA_MIN: Final = -(2**31)
 TS_DELTA_MAX: Final = 2**31 - 1
 # encode_record_set frames records per run of equal (txid, timestamp) while runs
@@ -121,7 +144,7 @@ F_KEY: Final = 0x04
 F_HEADERS: Final = 0x08
 F_NULL: Final = 0x10
 F_TIMESTAMP: Final = 0x20
-F_MARKER: Final = 0x40
+F_MARKER: Final = 0x40  # internal extras (v3); the producer marker alone (v2)
 F_GAP: Final = 0x80
 F_SKIP: Final = F_CONTROL | F_END_OF_STREAM
 F_KNOWN_V1: Final = F_SKIP | F_KEY | F_HEADERS
@@ -136,6 +159,8 @@ LEGACY_PRODUCER: Final = "bl.producer"
 LEGACY_SEQ: Final = "bl.seq"
 LEGACY_COUNT: Final = "bl.count"
 LEGACY_EPOCH: Final = "bl.epoch"
+# The Spark sink's tag header in formats v1 and v2 (decoded as the origin tag).
+LEGACY_SPARK_TAG: Final = "bookline.spark"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,20 +21,24 @@ def encode_sparse_set(
     first_sequence_id: int,
     records: Sequence[ReadRecord],
     markers: Mapping[int, ProducerMarker] | None = None,
+    tags: Mapping[int, bytes] | None = None,
 ) -> bytes:
     """A compacted copy of a user set: ``records`` (those of the set kept, in order,
-    with the producer ``markers`` they carried by slot) and their offset gaps;
+    with the producer ``markers`` and origin ``tags`` they carried by slot) and their
+    offset gaps;
     ``first_sequence_id`` is the set's first offset. The copy keeps the original's
     header fields and covers the same offsets."""
     parts: list[bytes] = []
     expected = first_sequence_id
     base_ts = header.base_ts_ms
     marks = markers or {}
+    tagged = tags or {}
     for r in records:
         gap = r.sequence_id - expected
         invariant(gap >= 0, "compacted records must keep their order (gap %d)", gap)
+        slot = r.dlsn.slot_id
         one = _frame_one(r.payload, r.txid, r.timestamp_ms, base_ts, r.key, r.headers,
-                         marks.get(r.dlsn.slot_id))  # fmt: skip
+                         marks.get(slot), tagged.get(slot))  # fmt: skip
         if gap:
             flags, txid, delta, length = REC.unpack(one[0])
             one[0:1] = [REC.pack(flags | F_GAP, txid, delta, length), U32.pack(gap)]

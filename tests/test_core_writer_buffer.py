@@ -90,3 +90,20 @@ async def test_failing_hands_every_waiter_a_chained_error() -> None:
             fut.result()
         assert info.value is not error  # each caller its own exception...
         assert info.value.__cause__ is error  # ...caused by the writer's
+
+
+async def test_a_tagged_write_tags_every_record_of_each_slice_and_no_other() -> None:
+    """Issue 24 (1): ``RecordColumns.tag`` (the Spark sink's origin tag) lands on every
+    record of the write, whatever slices it is buffered in; a single write around it
+    stays untagged, and the keys/headers columns are not started for it."""
+    loop = asyncio.get_running_loop()
+    buf = RecordBuffer(loop.create_future())
+    payloads: list[bytes | None] = [b"a", b"b", b"c"]
+    cols = RecordColumns(payloads, tag=b"q:1:r:0")
+    batch = Batch(loop.create_future(), 3)
+    buf.append_many(cols, payloads, [5, 5, 5], 0, batch, 0, 2, 2 * (1 + RECORD_OVERHEAD_BYTES))
+    buf.append_one(LogRecord(b"x"), 6, 0, loop.create_future(), _size(LogRecord(b"x")))
+    buf.append_many(cols, payloads, [5, 5, 5], 0, batch, 2, 3, 1 + RECORD_OVERHEAD_BYTES)
+    assert buf.payloads == [b"a", b"b", b"x", b"c"]
+    assert buf.tags == {0: b"q:1:r:0", 1: b"q:1:r:0", 3: b"q:1:r:0"}
+    assert buf.keys is None and buf.markers is None

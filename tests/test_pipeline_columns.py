@@ -23,7 +23,7 @@ pytest.importorskip("numpy")
 from foundation.errors import BadRequestError, ChecksumError  # noqa: E402
 from pipeline.columns import LayoutPart, layout_batch  # noqa: E402
 from pipeline.planning import Slice  # noqa: E402
-from pipeline.schema import TAG_HEADER, records_to_arrow  # noqa: E402
+from pipeline.schema import records_to_arrow  # noqa: E402
 from streams.columns import scan_entry  # noqa: E402
 from streams.records import Compression, LogRecord, ReadRecord  # noqa: E402
 from streams.recordset import (  # noqa: E402
@@ -54,6 +54,8 @@ def _schema(include_headers: bool) -> Any:
     return pa.schema(fields)
 
 
+# The Spark sink's tag header before format v3: in a v3 set just a user's header.
+TAG_HEADER = "bookline.spark"
 SLICE = Slice("s", SEQNO, 0, 1 << 40, 0, 99, topic="t", partition=2)
 
 

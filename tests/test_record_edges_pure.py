@@ -231,25 +231,26 @@ def test_produce_parses_null_value_and_timestamp_options() -> None:
 
 def test_spark_rows_carry_the_timestamp_type_null_values_and_header_pairs() -> None:
     from pipeline.planning import Slice
-    from pipeline.schema import TAG_HEADER, records_to_tuples
+    from pipeline.schema import records_to_tuples
 
     sl = Slice("s", 1, 0, 10, 0, -1, topic="t", partition=0)
-    rec = _record([*PAIRS, (TAG_HEADER, b"tag")], None, 1)
+    rec = _record(PAIRS, None, 1)
     (row,) = records_to_tuples([rec], sl, include_headers=True)
     assert row[1] is None  # value
     assert row[6] == 1  # timestampType: LogAppendTime
-    assert row[7] == PAIRS  # headers: in order, the sink's tag hidden
+    assert row[7] == PAIRS  # headers: in order (the sink's tag is never one)
 
 
 def test_spark_sink_rows_keep_header_order_null_values_and_timestamps() -> None:
     import datetime as dt
 
-    from pipeline.schema import TAG_HEADER
     from pipeline.sink_marks import digest
     from pipeline.sink_task import _headers, _timestamp_ms
 
-    structs = [{"key": k, "value": v} for k, v in [*PAIRS, (TAG_HEADER, b"old")]]
-    assert _headers(structs) == PAIRS
+    # a header named like the sink's old tag header is the user's: kept
+    old_tag = [("bookline.spark", b"old")]
+    structs = [{"key": k, "value": v} for k, v in [*PAIRS, *old_tag]]
+    assert _headers(structs) == [*PAIRS, *old_tag]
     assert _headers({"a": "1"}) == [("a", b"1")]
     when = dt.datetime(2020, 9, 13, 12, 26, 40, tzinfo=dt.UTC)
     assert _timestamp_ms(when) == 1_600_000_000_000 == _timestamp_ms(1_600_000_000_000)
@@ -257,7 +258,8 @@ def test_spark_sink_rows_keep_header_order_null_values_and_timestamps() -> None:
     # a row's identity: a null value is not an empty one, header order counts
     assert digest(b"k", None, PAIRS) != digest(b"k", b"", PAIRS)
     assert digest(b"k", b"v", PAIRS) != digest(b"k", b"v", PAIRS[::-1])
-    assert digest(b"k", b"v", [*PAIRS, (TAG_HEADER, b"x")]) == digest(b"k", b"v", PAIRS)
+    assert digest(b"k", b"v", [*PAIRS, *old_tag]) != digest(b"k", b"v", PAIRS)
+    assert digest(b"k", b"v", []) == digest(b"k", b"v", None)
 
 
 def test_msgpack_rows_decode_headers_as_pairs() -> None:

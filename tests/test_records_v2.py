@@ -1,7 +1,8 @@
 """Issue 24 (1-4): what a record carries -- ordered headers with repeated names and
 null values, null values, the producer's timestamp or the log's -- through the record
-set codec (format v2), and data written before (format v1, kept here as the old
-encoder) still read with Bookline's ``bl.*`` marker headers out of the user's headers.
+set codec (format v2; v3 since the origin tag), and data written before (format v1,
+kept here as the old encoder) still read with Bookline's ``bl.*`` marker headers out
+of the user's headers.
 Pure codec tests; the same through real bookies and proxies is in
 ``test_records_v2_live.py``.
 """
@@ -29,6 +30,7 @@ from streams.records import (
     RecordColumns,
 )
 from streams.recordset import (
+    RECORD_SET_VERSION,
     decode_header,
     decode_read_records,
     decode_with_markers,
@@ -157,7 +159,7 @@ def test_v2_round_trip(
                              last_txid=5, keys=keys, headers=headers, compression=compression,
                              timestamp_type=ts_type, appended_ms=BASE_TS)  # fmt: skip
     header, out, _eos = decode_read_records(data, "s", 1, 0, 0)
-    assert header.version == 2 and header.base_ts_ms == BASE_TS
+    assert header.version == RECORD_SET_VERSION and header.base_ts_ms == BASE_TS
     assert [(r.payload, r.key, r.headers, r.timestamp_ms) for r in out] == [
         (p, k, h, s) for p, k, h, s in zip(payloads, keys, headers, stamps, strict=True)
     ]

@@ -9,7 +9,8 @@ the end-of-stream marker travels as a buffer without records.
 
 Shape, for the hot path: one object per *entry* holding parallel lists -- payloads
 (None: a null value), txids, timestamps (the writer's clock, or the producer's), and
-keys/headers only once a record has any, plus the producer markers by slot -- never an
+keys/headers only once a record has any, plus the producer markers and origin tags by
+slot -- never an
 object per record. A single write's waiter is its bare future, a write_many's one ``(batch,
 count)`` per slice; the slices cover the records in order, so slots follow from the
 counts. A writer with tens of thousands of records in flight thus keeps few objects
@@ -65,6 +66,7 @@ class RecordBuffer:
         "nbytes",
         "payloads",
         "sent_at",
+        "tags",
         "timestamps",
         "txids",
         "waiters",
@@ -80,6 +82,8 @@ class RecordBuffer:
         self.headers: list[HeadersIn | None] | None = None
         # slot -> the producer marker its record carries (a write proxy's batch's first)
         self.markers: dict[int, ProducerMarker] | None = None
+        # slot -> the origin tag its record carries (every record of a tagged write)
+        self.tags: dict[int, bytes] | None = None
         self.waiters: list[Waiter] = []  # in slot order, covering every record
         self.nbytes = 0  # the records' bytes, framing included (RECORD_OVERHEAD_BYTES each)
         self.done = done  # resolves once the entry is acknowledged (fails with the writer)
@@ -137,6 +141,11 @@ class RecordBuffer:
             if self.markers is None:
                 self.markers = {}
             self.markers[len(self.payloads)] = cols.marker
+        if cols.tag is not None:
+            if self.tags is None:
+                self.tags = {}
+            start = len(self.payloads)
+            self.tags.update(zip(range(start, start + j - i), itertools.repeat(cols.tag)))
         self.payloads.extend(payloads[i:j])
         self.txids.extend(txids[i:j])
         self.timestamps.extend([now] * (j - i) if stamps is None else stamps[i:j])

@@ -210,7 +210,7 @@ class Sender:
                 out.payloads, out.txids, out.timestamps,
                 first_index=seg.records, bytes_before=seg.bytes, last_txid=out.txids[-1],
                 appended_ms=out.appended_ms,
-                keys=out.keys, headers=out.headers, markers=out.markers,
+                keys=out.keys, headers=out.headers, markers=out.markers, tags=out.tags,
                 compression=self._compression, timestamp_type=self._timestamp_type,
             )  # fmt: skip
             first_txid = out.txids[0]

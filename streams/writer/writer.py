@@ -50,6 +50,7 @@ from streams.records import (
     RecordColumns,
 )
 from streams.recordset_encode import check_headers
+from streams.recordset_layout import ORIGIN_TAG_BYTES_MAX
 from streams.retention import apply_retention, truncate_before
 from streams.writer.buffer import Batch
 from streams.writer.options import watch_options
@@ -74,7 +75,9 @@ def _records_fitting(ends: list[int], i: int, room: int) -> int:
 
 def _user_bytes(cols: RecordColumns, payloads: list[bytes | None]) -> list[int]:
     """Each record's size as the limits count it (:func:`record_bytes`): C-level for
-    payloads alone, per record only for the records with headers."""
+    payloads alone, per record only for the records with headers. An origin tag
+    counts with each record (it is stored with each, as its header was before format
+    v3), so entries stay within their limits however small the records."""
     keys, headers = cols.keys, cols.headers
     try:
         user = list(map(len, payloads))  # type: ignore[arg-type]  # None: TypeError
@@ -88,7 +91,18 @@ def _user_bytes(cols: RecordColumns, payloads: list[bytes | None]) -> list[int]:
             assert hdrs is not None  # compress skipped the records without
             check_headers(hdrs)
             user[k] = record_bytes(payloads[k], None if keys is None else keys[k], hdrs)
+    if cols.tag is not None:
+        tag = len(_checked_tag(cols.tag))
+        user = [u + tag for u in user]
     return user
+
+
+def _checked_tag(tag: object) -> bytes:
+    """An origin tag (:class:`RecordColumns`) the encoder takes, checked before the
+    write is accepted (the encoder runs in the writer's pipe)."""
+    if not isinstance(tag, bytes) or len(tag) > ORIGIN_TAG_BYTES_MAX:
+        raise BadRequestError(f"an origin tag is bytes, at most {ORIGIN_TAG_BYTES_MAX} long")
+    return tag
 
 
 def _checked_timestamp(stamp: int) -> int:
