@@ -117,7 +117,8 @@ def _crashing_write(spark: Any, conn: dict[str, str], stream: str, *, n: int, cr
         .select("value")
     )
     writer = df.write.format("bookline").options(**conn).option("stream", stream)
-    writer = writer.option("bufferBytesMax", str(64 << 10))  # written before the crash
+    # Written in 16 KiB pieces: several are durable before the JVM reaches the crash.
+    writer = writer.option("bufferBytesMax", str(16 << 10))
     with pytest.raises(PySparkException, match="boom"):
         writer.option("writeId", write_id).option("batchId", "7").mode("append").save()
 
