@@ -15,6 +15,8 @@ one request or response of one op.
 
 from __future__ import annotations
 
+from foundation.sansio import NEED_DATA, NeedData
+
 from .codec import (
     AddEncoder,
     encode_add_response,
@@ -32,10 +34,8 @@ from .frames import (
     KIND_REQUEST,
     KIND_RESPONSE,
     MAGIC,
-    NEED_DATA,
     PROTOCOL_VERSION,
     FrameBodyError,
-    NeedData,
     Op,
     encode_frame,
 )

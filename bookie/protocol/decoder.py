@@ -13,6 +13,7 @@ from typing import Any, Final, NoReturn
 import crc32c
 
 from foundation.errors import BadRequestError, BooklineError, ProtocolVersionError, TooLargeError
+from foundation.sansio import NEED_DATA, NeedData
 
 from .codec import decode_request, decode_response
 from .frames import (
@@ -26,10 +27,8 @@ from .frames import (
     KIND_REQUEST,
     KIND_RESPONSE,
     MAGIC,
-    NEED_DATA,
     OPS,
     PROTOCOL_VERSION,
-    NeedData,
 )
 from .messages import Request, Response
 

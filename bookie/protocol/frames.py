@@ -80,23 +80,6 @@ ADD_OK_PREFIX: Final = struct.pack(">2sBBBBH", MAGIC, PROTOCOL_VERSION, OP_ADD, 
 ADD_OK_TAIL = struct.Struct(">IIQI")
 
 
-class NeedData:
-    """Sentinel type: the decoder needs more bytes before it can return a frame."""
-
-    _instance: NeedData | None = None
-
-    def __new__(cls) -> NeedData:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData()
-
-
 class FrameBodyError(BadRequestError):
     """A frame arrived whole with a good CRC but its meta is malformed.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from foundation.sansio import NEED_DATA, NeedData
 from kafkaapi.protocol.errors import INVALID_REQUEST, KafkaProtocolError
 from kafkaapi.protocol.primitives import corrupt
 
@@ -24,23 +25,6 @@ __all__ = ["FRAME_BYTES_MAX", "NEED_DATA", "FrameReader", "NeedData", "frame"]
 FRAME_BYTES_MAX: Final = 16 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
-
-
-class NeedData:
-    """Sentinel type: more bytes are needed before a frame is whole."""
-
-    _instance: NeedData | None = None
-
-    def __new__(cls) -> NeedData:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData()
 
 
 def frame(payload: bytes) -> bytes:
