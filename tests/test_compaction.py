@@ -284,10 +284,25 @@ _STEPS = (b"created ledger", b"swapped to ledger", b"deleted ledger")
 async def test_a_compactor_killed_at_random_points_loses_and_duplicates_nothing(
     ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path
 ) -> None:
+    await _killed_three_times(ns, bookie_cluster, tmp_path, keys=1_000, rounds=20, deleted=100)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_a_compactor_killed_at_random_points_at_the_issue_size(
+    ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path
+) -> None:
+    """The issue's size: 10,000 keys written 20 times, 1,000 tombstones."""
+    await _killed_three_times(ns, bookie_cluster, tmp_path, keys=10_000, rounds=20, deleted=1_000)
+
+
+async def _killed_three_times(
+    ns: Namespace, bookie_cluster: BookieCluster, tmp_path: Path, *, keys: int, rounds: int,
+    deleted: int,
+) -> None:  # fmt: skip
     """Three runs, each on a stream of its own (so each has every segment to rewrite):
     kill -9 after a random step of a random segment, read (every key's latest value,
     each record the one written at its offset, nothing twice), then compact again."""
-    keys, rounds, deleted = 1_000, 20, 100
     expected: dict[bytes, bytes | None] = {b"%d" % k: _value(k, rounds - 1) for k in range(keys)}
     expected.update({b"%d" % k: None for k in range(deleted)})
     seed = random.randrange(1 << 30)
