@@ -119,13 +119,17 @@ def _oracle_versions(api: Api, cls: Any) -> st.SearchStrategy[int]:
     return st.integers(api.versions[0], min(api.versions[1], cls.max_version))
 
 
-@pytest.mark.parametrize("api", API_LIST, ids=API_IDS)
+def _with_oracle(kind: str) -> list[Api]:
+    """The APIs kafka-python has classes for (ConsumerGroupHeartbeat it has not: its
+    bytes are pinned by hand below)."""
+    return [api for api in API_LIST if api.name + kind in THEIRS]
+
+
+@pytest.mark.parametrize("api", _with_oracle("Request"), ids=lambda api: api.name)
 @FEW
 @given(data=st.data())
 def test_requests_match_kafka_python(api: Api, data: st.DataObject) -> None:
-    theirs = THEIRS.get(api.name + "Request")
-    if theirs is None:
-        pytest.skip(f"kafka-python has no {api.name}Request")
+    theirs = THEIRS[api.name + "Request"]
     version = data.draw(_oracle_versions(api, theirs))
     body = data.draw(struct_of(api.request, version, in_range(version, api.flexible)))
     raw = encode_request(api, version, 9, "cli", body)
@@ -137,13 +141,11 @@ def test_requests_match_kafka_python(api: Api, data: st.DataObject) -> None:
     )
 
 
-@pytest.mark.parametrize("api", API_LIST, ids=API_IDS)
+@pytest.mark.parametrize("api", _with_oracle("Response"), ids=lambda api: api.name)
 @FEW
 @given(data=st.data())
 def test_responses_match_kafka_python(api: Api, data: st.DataObject) -> None:
-    theirs = THEIRS.get(api.name + "Response")
-    if theirs is None:
-        pytest.skip(f"kafka-python has no {api.name}Response")
+    theirs = THEIRS[api.name + "Response"]
     version = data.draw(_oracle_versions(api, theirs))
     body = data.draw(struct_of(api.response, version, in_range(version, api.flexible)))
     if api.name == "ApiVersions":
