@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from bookline import LogRecord, Namespace, NamespaceConfig, StartPosition, StreamOptions
-from foundation.errors import BadRequestError, NoEntryError, NoLedgerError, NotFoundError
+from foundation.errors import (
+    BadRequestError,
+    ConnectionLostError,
+    NoEntryError,
+    NoLedgerError,
+    NotFoundError,
+)
 from foundation.names import partition_stream
 from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK
 from ops.cli.entry import main as cli_main
@@ -531,3 +537,30 @@ async def test_a_killed_compactors_new_ledger_is_an_orphan_and_collected(ns: Nam
     meta, _v = await ctx.md.ledgers.read(segment.ledger_id)
     assert meta.custom.get(TAG_WRITER_LOCK) == COMPACTOR_LOCK_TAG
     assert await collector.role(meta) is LedgerRole.SEGMENT
+
+
+@pytest.mark.integration
+async def test_a_swap_whose_answer_is_lost_keeps_the_new_ledger(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper committed the swap but its answer was lost (the connection dropped): the
+    segment now references the new ledger, so it must not be deleted -- that would lose
+    every record of the segment (the old ledger is no longer referenced)."""
+    keys, rounds = 200, 20
+    await _fill(ns, "lost", keys, rounds)
+    before = await _read_all(ns, "lost")
+    segments = ns.context.md.segments
+    replace = segments.replace_ledger
+
+    async def committed_then_lost(*args: object, **kwargs: object) -> None:
+        await replace(*args, **kwargs)  # type: ignore[arg-type]
+        raise ConnectionLostError("ZooKeeper's answer to the swap was lost")
+
+    monkeypatch.setattr(segments, "replace_ledger", committed_then_lost)
+    with pytest.raises(ConnectionLostError):
+        await ns.compact("lost", POLICY)
+    monkeypatch.undo()
+    after = await _read_all(ns, "lost")
+    assert _latest(after) == _latest(before)
+    by_seq = {r.sequence_id: r for r in before}
+    assert all(by_seq[r.sequence_id] == r for r in after)
