@@ -179,9 +179,10 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
     try:
         await ctx.md.segments.replace_ledger(ctx.namespace, stream, swapped, version)
     except BaseException:
-        # Not referenced (the segment changed meanwhile, or ZooKeeper failed): the new
-        # ledger goes; if even that fails, the orphan collector takes it.
-        await _discard(ctx, new_id)
+        # Not referenced (the segment changed meanwhile), or the outcome is unknown
+        # (ZooKeeper's answer lost after the transaction committed): the new ledger goes
+        # only once the stream's metadata, read again, shows it unreferenced.
+        await _discard_unreferenced(ctx, stream, new_id)
         raise
     log.info("%s: segment %d swapped to ledger %d (was %d)", stream, seg.seqno, new_id,
              seg.ledger_id)  # fmt: skip
@@ -197,6 +198,23 @@ async def _compact_segment(  # noqa: PLR0917 - private; one segment's inputs
 
 def _tombstones(records: list[ReadRecord]) -> int:
     return sum(1 for r in records if r.key is not None and r.payload is None)
+
+
+async def _discard_unreferenced(ctx: CoreContext, stream: str, ledger_id: int) -> None:
+    """Delete ``ledger_id`` unless a segment of ``stream`` references it. When the
+    metadata cannot be read either, it stays: the orphan collector deletes it if it is
+    unreferenced, and deleting a referenced ledger would lose its segment's records."""
+    try:
+        segments = await ctx.segments(stream)
+    except BooklineError as exc:
+        log.warning("compacted ledger %d of %s left to the orphan collector: %s",
+                    ledger_id, stream, exc)  # fmt: skip
+        return
+    if any(seg.ledger_id == ledger_id for seg, _version in segments):
+        log.warning("%s: the swap to ledger %d committed although its answer failed",
+                    stream, ledger_id)  # fmt: skip
+        return
+    await _discard(ctx, ledger_id)
 
 
 async def _discard(ctx: CoreContext, ledger_id: int) -> None:
