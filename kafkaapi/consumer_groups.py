@@ -28,7 +28,9 @@ one request joins, heartbeats, reconciles and leaves.
   a heartbeat interval of a third of it; a member not heard from for a session is
   expired and its partitions move.
 
-Not served: ``subscribed_topic_regex`` (INVALID_REQUEST: subscribe to names), server
+Not served: ``subscribed_topic_regex`` (INVALID_REQUEST: subscribe to names; Kafka
+matches with RE2J, linear in time, and Python's backtracking ``re`` would let one
+client's pattern stall the coordinator's event loop), server
 assignors other than ``uniform`` and ``range`` by name (UNSUPPORTED_ASSIGNOR; whichever
 is named, the assignment is Bookline's cooperative sticky one), racks.
 

@@ -321,6 +321,8 @@ async def test_librdkafka_members_split_rebalance_and_survive_a_kill(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         stop.set()
         for task in tasks:
             await task
