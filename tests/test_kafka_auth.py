@@ -417,3 +417,45 @@ async def test_aiokafka_authenticates_with_oauthbearer(
     with pytest.raises(KafkaConnectionError):
         await forged.start()
     await forged.stop()
+
+
+def _consumer_protocol_as_alice(bootstrap: str, admin_token: str, alice_token: str) -> Any:
+    """A librdkafka member of KIP-848's consumer protocol, authenticated with
+    OAUTHBEARER: subscribed in a group alice may consume, it reads her record; in a
+    group she may not, it is refused."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    topic = f"app-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient(_oauth_conf(bootstrap, admin_token))
+    admin.create_topics([NewTopic(topic, 2)])[topic].result(60)
+    producer = Producer(_oauth_conf(bootstrap, alice_token))
+    producer.produce(topic, b"kip-848", key=b"k")
+    producer.flush(60)
+    out: dict[str, Any] = {}
+    for group in (f"app-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"):
+        member = {"group.id": group, "group.protocol": "consumer", "auto.offset.reset": "earliest"}
+        consumer = Consumer(_oauth_conf(bootstrap, alice_token) | member)
+        try:
+            consumer.subscribe([topic])
+            for _ in range(240):
+                msg = consumer.poll(0.5)
+                if msg is not None:
+                    error = msg.error()
+                    out[group[:3]] = msg.value() if error is None else str(error.code())
+                    break
+        finally:
+            consumer.close()
+    return out
+
+
+async def test_a_consumer_protocol_member_follows_the_group_grants(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    from confluent_kafka import KafkaError
+
+    secret = cluster_secret(cluster)
+    out = await asyncio.to_thread(
+        _consumer_protocol_as_alice, bootstrap, token(secret, "admin"), token(secret, "alice")
+    )
+    assert out == {"app": b"kip-848", "oth": str(KafkaError.GROUP_AUTHORIZATION_FAILED)}
