@@ -287,6 +287,10 @@ async def test_oauthbearer_takes_the_tokens_principal_and_life(
     # An authzid, when given, must be the token's principal.
     answer, closed = await _oauth_answer(bootstrap, _oauth(token(secret, "alice"), "alice"))
     assert answer["error_code"] == 0
+    # KIP-342's extensions (key=value pairs after auth) are ignored.
+    extended = f"n,,\x01auth=Bearer {token(secret, 'alice')}\x01traceId=abc\x01\x01".encode()
+    answer, closed = await _oauth_answer(bootstrap, extended)
+    assert answer["error_code"] == 0
 
 
 async def test_a_wrong_or_expired_oauth_token_is_refused_and_closed(
