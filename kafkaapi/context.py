@@ -50,6 +50,26 @@ class Handed:
         self._sets.pop((group, member), None)
 
 
+class ConsumerMembers:
+    """The (group, member) pairs that joined with ConsumerGroupHeartbeat (KIP-848)
+    through this proxy, whose commits carry member epochs (kafkaapi.consumer_groups)."""
+
+    def __init__(self) -> None:
+        self._members: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+
+    def add(self, group: str, member: str) -> None:
+        self._members[(group, member)] = None
+        self._members.move_to_end((group, member))
+        while len(self._members) > _HANDED_MAX:
+            self._members.popitem(last=False)
+
+    def has(self, group: str, member: str) -> bool:
+        return (group, member) in self._members
+
+    def drop(self, group: str, member: str) -> None:
+        self._members.pop((group, member), None)
+
+
 @dataclass(slots=True)
 class Session:
     """One connection: its peer, and its principal once SASL authenticated it."""
@@ -82,6 +102,8 @@ class KafkaServing:
     cluster_id: str = "bookline"
     # The partitions last handed to each group member (kafkaapi.membership).
     handed: Handed = field(default_factory=Handed)
+    # The members of KIP-848's protocol (kafkaapi.consumer_groups).
+    consumers: ConsumerMembers = field(default_factory=ConsumerMembers)
     # This broker's registration (address, listener); set when the listener is bound.
     me: ProxyInfo | None = None
 

@@ -28,6 +28,7 @@ from foundation.errors import (
 from foundation.names import group_stream
 from groups.wire import CommitRequest
 from kafkaapi.brokers import BrokerView
+from kafkaapi.consumer_groups import commit_generation
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 
@@ -101,7 +102,9 @@ async def offset_commit(
             if generation == _STANDALONE:
                 await serving.groups.set_offsets(group, offsets)
             else:
-                req = CommitRequest(body["member_id"], generation, offsets)
+                member = body["member_id"]
+                generation = await commit_generation(serving, group, member, generation)
+                req = CommitRequest(member, generation, offsets)
                 await serving.groups.commit(group, req)
         except BooklineError as exc:
             code = group_code(exc).code

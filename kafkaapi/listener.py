@@ -29,7 +29,18 @@ from typing import Any, Final
 
 from foundation.errors import BooklineError
 from foundation.tls import HANDSHAKE_TIMEOUT_S
-from kafkaapi import admin, configs, fetch, group_admin, groups, membership, metadata, produce, sasl
+from kafkaapi import (
+    admin,
+    configs,
+    consumer_groups,
+    fetch,
+    group_admin,
+    groups,
+    membership,
+    metadata,
+    produce,
+    sasl,
+)
 from kafkaapi.context import KafkaServing, Session
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.apis_admin import (
@@ -48,6 +59,7 @@ from kafkaapi.protocol.apis_cluster import (
 )
 from kafkaapi.protocol.apis_data import FETCH, INIT_PRODUCER_ID, LIST_OFFSETS, PRODUCE
 from kafkaapi.protocol.apis_groups import (
+    CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -143,6 +155,8 @@ HANDLERS: Final[dict[int, Served]] = {
         _row(DESCRIBE_GROUPS, group_admin.describe_groups),
         _row(LIST_GROUPS, group_admin.list_groups),
         _row(DELETE_GROUPS, group_admin.delete_groups),
+        # KIP-848 (v1: librdkafka 2.16 asks for it; v0 has no regex field).
+        _row(CONSUMER_GROUP_HEARTBEAT, consumer_groups.consumer_group_heartbeat),
         _row(DESCRIBE_CLUSTER, metadata.describe_cluster),
         _row(SASL_HANDSHAKE, sasl.sasl_handshake),
         _row(SASL_AUTHENTICATE, sasl.sasl_authenticate),
