@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up, then run linters, the type checker, the import contract and the
-# default test suite with branch coverage (the total is printed at the end).
+# default test suite (BOOKLINE_COVERAGE=1: with branch coverage, its total printed at
+# the end).
 #   ./test.sh                (extra arguments go to pytest, e.g. -k fencing or -m slow)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")" && pwd)"
@@ -24,12 +25,18 @@ if [ $# -eq 0 ]; then
     set -- -m "not slow"
     if [ "$workers" -gt 1 ]; then set -- "$@" -n "$workers" --dist loadgroup; fi
 fi
-# Coverage follows the processes the tests start (bookies, proxies: coverage's
-# subprocess patch); their data files are combined when pytest ends.
-rm -f .coverage .coverage.*
+# Coverage (BOOKLINE_COVERAGE=1) follows the processes the tests start (bookies,
+# proxies: coverage's subprocess patch); their data files are combined when pytest
+# ends. It is off by default: tracing every line of every bookie and proxy more than
+# doubles the suite's CPU on two cores (docs/architecture.md, "The test command").
 status=0
-"$VENV_PY" -m pytest --cov --cov-report= "$@" || status=$?
-if [ -f .coverage ]; then
-    echo "== branch coverage: $("$VENV_PY" -m coverage report --format=total)% of lines and branches"
+if [ "${BOOKLINE_COVERAGE:-0}" = 1 ]; then
+    rm -f .coverage .coverage.*
+    "$VENV_PY" -m pytest --cov --cov-report= "$@" || status=$?
+    if [ -f .coverage ]; then
+        echo "== branch coverage: $("$VENV_PY" -m coverage report --format=total)% of lines and branches"
+    fi
+else
+    "$VENV_PY" -m pytest "$@" || status=$?
 fi
 exit $status

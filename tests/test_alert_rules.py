@@ -52,7 +52,7 @@ from streams.namespace import Namespace
 from streams.records import LogRecord
 from tests.alert_support import Window, check, instance, rules, scrape
 from tests.cluster_support import started_cluster
-from tests.test_ledger_integration import CONFIG
+from tests.test_ledger_integration import config
 from tests.test_scrub_integration import flip_payload_bit, read_from
 from tests.waiting import wait_for, wait_until
 from thinclient.client import ProxyClient
@@ -239,7 +239,7 @@ class States:
 
     async def damaged_entry(self) -> None:
         md = MetadataConfig(zk=self.c.zk_connect, root=CLUSTER_ROOT)
-        _md, client, _lister, _inspector = await connect_parts(md, CONFIG)
+        _md, client, _lister, _inspector = await connect_parts(md, config())
         try:
             ledger = await client.create_ledger(
                 ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import os
 import random
@@ -35,7 +36,7 @@ from foundation.errors import (
 )
 from tests.conftest import BookieCluster
 from tests.values import value, values
-from tests.waiting import wait_for
+from tests.waiting import time_scale, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,10 +44,23 @@ _names = itertools.count()
 CONFIG = NamespaceConfig(session_timeout_ms=4000, long_poll_timeout_ms=1000)
 
 
+def config() -> NamespaceConfig:
+    """CONFIG with its session and add timeouts scaled for the machine now: a live
+    bookie or client must not be taken for dead because a hog held the cores."""
+    scale = time_scale()
+    return dataclasses.replace(
+        CONFIG,
+        session_timeout_ms=int(CONFIG.session_timeout_ms * scale),
+        ledger=dataclasses.replace(
+            CONFIG.ledger, add_timeout_ms=int(CONFIG.ledger.add_timeout_ms * scale)
+        ),
+    )
+
+
 @pytest.fixture
 async def ns(bookie_cluster: BookieCluster) -> AsyncIterator[Namespace]:
     n = await Namespace.open(
-        bookie_cluster.zk, bookie_cluster.root, f"t{os.getpid()}-{next(_names)}", CONFIG
+        bookie_cluster.zk, bookie_cluster.root, f"t{os.getpid()}-{next(_names)}", config()
     )
     try:
         yield n
@@ -117,7 +131,7 @@ async def test_racing_writers_one_wins_other_names_owner(
     ns: Namespace, bookie_cluster: BookieCluster
 ) -> None:
     await ns.create_stream("race")
-    other = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, ns.name, CONFIG)
+    other = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, ns.name, config())
     try:
         results = await asyncio.gather(
             ns.open_writer("race", "alpha"), other.open_writer("race", "beta"),

@@ -25,7 +25,9 @@ from tests.waiting import scaled, wait_for, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = 32  # records in flight in the writer process
-SESSION_TIMEOUT_MS = 2000
+# Scaled as each process starts (a loaded machine may not run a ZooKeeper client's
+# pings in time: its session would expire under a writer that is not stopped).
+SESSION_TIMEOUT_MS = int(scaled(2.0) * 1000)
 
 
 # -- the writer process ------------------------------------------------------------------
@@ -103,7 +105,9 @@ if __name__ != "__main__":
     from tests.conftest import BookieCluster
 
     pytestmark = pytest.mark.integration
-    CONFIG = NamespaceConfig(session_timeout_ms=SESSION_TIMEOUT_MS)
+
+    def config() -> NamespaceConfig:
+        return NamespaceConfig(session_timeout_ms=int(scaled(2.0) * 1000))
 
     @pytest.fixture
     def cluster_file(bookie_cluster: BookieCluster) -> Path:
@@ -134,7 +138,7 @@ if __name__ != "__main__":
     async def test_kill9_writer_next_writer_recovers_every_acked_record(
         bookie_cluster: BookieCluster, cluster_file: Path, writer_procs: list[WriterProc]
     ) -> None:
-        ns = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, "kill9", CONFIG)
+        ns = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, "kill9", config())
         try:
             await ns.create_stream("s", StreamOptions(segment_rollover_bytes=3_000))
             old = WriterProc(cluster_file, "kill9", "s", "old-writer")
@@ -166,7 +170,7 @@ if __name__ != "__main__":
     async def test_sigstopped_writer_is_fenced_and_gets_nothing_more_acked(
         bookie_cluster: BookieCluster, cluster_file: Path, writer_procs: list[WriterProc]
     ) -> None:
-        ns = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, "fence", CONFIG)
+        ns = await Namespace.open(bookie_cluster.zk, bookie_cluster.root, "fence", config())
         try:
             await ns.create_stream("s", StreamOptions(segment_rollover_bytes=50_000))
             old = WriterProc(cluster_file, "fence", "s", "paused-writer")

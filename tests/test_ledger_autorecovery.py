@@ -39,7 +39,7 @@ from metadata.serde import MetadataFormatError
 from metadata.underreplicated import RANGES_PER_BOOKIE_MAX, ranges_cover
 from ops.cluster import procs
 from tests.metadata_support import expire_session, metadata_clients
-from tests.test_ledger_integration import BOOKLINE, CONFIG, Cluster, start, wait_writable
+from tests.test_ledger_integration import BOOKLINE, Cluster, config, start, wait_writable
 from tests.waiting import wait_for
 
 FAST = AutorecoveryConfig(
@@ -115,7 +115,7 @@ async def parts(
     c: Cluster,
 ) -> AsyncIterator[tuple[MetadataClient, LedgerClient, ListEntries]]:
     md, client, lister, _inspector = await connect_parts(
-        MetadataConfig(zk=c.zk, root=c.root), CONFIG
+        MetadataConfig(zk=c.zk, root=c.root), config()
     )
     try:
         yield md, client, lister

@@ -36,17 +36,24 @@ from tests.waiting import time_scale, wait_for, wait_until
 pytestmark = pytest.mark.integration
 
 # Short timeouts find a killed bookie fast; on a loaded machine a live one may take that
-# long to answer (then it would be replaced, or recovery would give up), so they scale.
-_SCALE = time_scale()
-CONFIG = LedgerConfig(
-    add_timeout_ms=int(2_000 * _SCALE),
-    read_timeout_ms=int(2_000 * _SCALE),
-    fence_timeout_ms=int(1_000 * _SCALE),
-    speculative_read_first_timeout_ms=30,
-    speculative_read_max_timeout_ms=200,
-    long_poll_timeout_ms=1_000,
-)
-CONFIG_FIELDS = {f: getattr(CONFIG, f) for f in CONFIG.__dataclass_fields__}
+# long to answer (then it would be replaced, or recovery would give up), so they scale
+# with the load as each client connects (not as the module loads: a hog may start later).
+
+
+def config(**overrides: int) -> LedgerConfig:
+    """The tests' ledger settings, their timeouts scaled for the machine now."""
+    scale = time_scale()
+    fields = {
+        "add_timeout_ms": int(2_000 * scale),
+        "read_timeout_ms": int(2_000 * scale),
+        "fence_timeout_ms": int(1_000 * scale),
+        "speculative_read_first_timeout_ms": 30,
+        "speculative_read_max_timeout_ms": 200,
+        "long_poll_timeout_ms": 1_000,
+    }
+    return LedgerConfig(**(fields | overrides))
+
+
 BOOKLINE = str(Path(sys.executable).with_name("bookline"))
 READY_TIMEOUT_S = 60.0
 
@@ -131,8 +138,10 @@ def cluster(zk_connect: str, cluster_root: str, tmp_path: Path) -> Iterator[Clus
 
 
 @contextlib.asynccontextmanager
-async def ledger_client(c: Cluster, config: LedgerConfig = CONFIG) -> AsyncIterator[LedgerClient]:
-    client = await LedgerClient.connect(c.zk, c.root, config)
+async def ledger_client(
+    c: Cluster, settings: LedgerConfig | None = None
+) -> AsyncIterator[LedgerClient]:
+    client = await LedgerClient.connect(c.zk, c.root, settings or config())
     try:
         yield client
     finally:
@@ -183,7 +192,10 @@ async def test_parallel_recovering_openers_agree(cluster: Cluster) -> None:
         for i in range(50):
             await w.add_entry(b"%d" % i)
         inflight = [await w.submit(b"tail-%d" % i) for i in range(200)]
-        openers = [await LedgerClient.connect(cluster.zk, cluster.root, CONFIG) for _ in range(10)]
+        settings = config()
+        openers = [
+            await LedgerClient.connect(cluster.zk, cluster.root, settings) for _ in range(10)
+        ]
         try:
             readers = await asyncio.gather(*(o.open_ledger(w.ledger_id) for o in openers))
         finally:
@@ -280,21 +292,19 @@ async def test_speculative_reads_with_a_stopped_replica(cluster: Cluster) -> Non
             with cluster.stopped_bookie(victim):
                 stalled = await _timed_reads(r, n)
         stalled_p99 = _p99(stalled)
-        spec_s = CONFIG.speculative_read_first_timeout_ms / 1000.0
+        spec_s = config().speculative_read_first_timeout_ms / 1000.0
         print(f"reads: healthy p99={healthy_p99 * 1e3:.2f}ms, one replica stopped "
               f"p99={stalled_p99 * 1e3:.2f}ms max={max(stalled) * 1e3:.2f}ms")  # fmt: skip
         assert stalled_p99 < healthy_p99 + spec_s
         # No read waited for the stopped replica's read timeout.
-        assert max(stalled) < CONFIG.read_timeout_ms / 1000.0
+        assert max(stalled) < config().read_timeout_ms / 1000.0
 
 
 async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
     await start(cluster, 4)
-    # The default 5 s add timeout: a live bookie must not be replaced for being slow
-    # while four bookies, ZooKeeper and the client share two cores and one disk.
-    async with ledger_client(
-        cluster, LedgerConfig(**{**CONFIG_FIELDS, "add_timeout_ms": 5_000})
-    ) as a:
+    # The default 5 s add timeout (scaled): a live bookie must not be replaced for being
+    # slow while four bookies, ZooKeeper and the client share two cores and one disk.
+    async with ledger_client(cluster, config(add_timeout_ms=int(5_000 * time_scale()))) as a:
         await wait_writable(a, 4)
         w = await a.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
         victim = cluster.by_id(w.metadata.last_segment.bookies[1])

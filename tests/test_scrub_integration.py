@@ -30,7 +30,7 @@ from ledger.autorecovery import Autorecovery, AutorecoveryConfig, connect_parts
 from ledger.client import LedgerClient
 from ledger.digest import DigestManager, master_key
 from ops.cluster import procs
-from tests.test_ledger_integration import BOOKLINE, CONFIG, Bookie, Cluster, wait_writable
+from tests.test_ledger_integration import BOOKLINE, Bookie, Cluster, config, wait_writable
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -205,7 +205,7 @@ async def test_entries_missing_on_a_live_bookie_are_recopied(cluster: ScrubClust
     finds them and autorecovery restores the third copy of every entry."""
     await asyncio.gather(*(asyncio.to_thread(cluster.start_bookie) for _ in range(3)))
     md, client, lister, inspector = await connect_parts(
-        MetadataConfig(zk=cluster.zk, root=cluster.root), CONFIG
+        MetadataConfig(zk=cluster.zk, root=cluster.root), config()
     )
     try:
         await wait_writable(client, 3)
@@ -310,7 +310,7 @@ async def test_one_flipped_bit_in_one_replica(quick_cluster: ScrubCluster) -> No
     c = quick_cluster
     await asyncio.gather(*(asyncio.to_thread(c.start_bookie) for _ in range(3)))
     md, client, lister, inspector = await connect_parts(
-        MetadataConfig(zk=c.zk, root=c.root), CONFIG
+        MetadataConfig(zk=c.zk, root=c.root), config()
     )
     pool = BookieClientPool()
     try:
