@@ -23,7 +23,14 @@ from foundation.errors import (
     WriterFailedError,
 )
 from ops.chaos.final import _plans
-from ops.chaos.workload import DEFAULT_LAYOUT, WRITER_KINDS, Layout, classify, writer_argv
+from ops.chaos.workload import (
+    DEFAULT_LAYOUT,
+    KAFKA_LAYOUT,
+    WRITER_KINDS,
+    Layout,
+    classify,
+    writer_argv,
+)
 
 
 @pytest.mark.parametrize(
@@ -68,6 +75,21 @@ def test_the_default_layout_writes_every_path_to_its_own_streams() -> None:
     partitions = [p for p in plans if p.topic is not None]
     assert len(partitions) == 2 * DEFAULT_LAYOUT.partitions
     assert all(p.stream.startswith(p.topic + "~") for p in partitions if p.topic)
+
+
+def test_the_kafka_layout_writes_only_its_six_partition_topic() -> None:
+    """Two librdkafka producers and a group of three consumers, each its own process
+    (named apart, so the nemesis can kill each); the final phase writes and reads the
+    six partitions only."""
+    names = KAFKA_LAYOUT.writer_names()
+    assert [n for n, _k in names] == [
+        "w-kafka-producer-1", "w-kafka-producer-2",
+        "w-kafka-consumer-1", "w-kafka-consumer-2", "w-kafka-consumer-3",
+    ]  # fmt: skip
+    plans = _plans(KAFKA_LAYOUT)
+    assert [p.stream for p in plans] == [f"chaos-kafka~{i}" for i in range(6)]
+    assert {p.path for p in plans} == {"topic"}  # final writes: thin-client sends
+    assert [n for n, _k in DEFAULT_LAYOUT.writer_names()] == [f"w-{k}" for k in WRITER_KINDS]
 
 
 def test_a_core_only_layout_needs_no_topic() -> None:
