@@ -59,7 +59,7 @@ def _show(summary: dict[str, Any]) -> None:
         print(f"consumed {summary['consumed']} records in the group")
         names += ["consumed_phantom", "unconsumed", "commit_behind"]
     for name in (*names, "recovered", "unverified", "read_errors"):
-        print(f"  {name:15} {summary[name]}")
+        print(f"  {name:16} {summary[name]}")
     print(f"faults: {summary['faults_total']} took effect ({faults}); "
           f"{summary.get('faults_overlapping', 0)} overlapping, at most "
           f"{summary.get('bookies_down_max', 0)} bookies down at once; not effective: "
