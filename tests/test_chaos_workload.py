@@ -4,6 +4,7 @@ run writes and reads, and the writer's command line."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from foundation.errors import (
     WriterFailedError,
 )
 from ops.chaos.final import _plans
+from ops.chaos.kafka_clients import client_config
 from ops.chaos.workload import (
     DEFAULT_LAYOUT,
     KAFKA_LAYOUT,
@@ -103,3 +105,24 @@ def test_writer_command_line_names_its_incarnation() -> None:
     assert argv[:4] == [sys.executable, "-m", "ops.chaos.workload", "writer"]
     assert argv[argv.index("--incarnation") + 1] == "3"
     assert argv[argv.index("--kind") + 1] == "core"
+
+
+def test_kafka_clients_authenticate_as_admin_with_the_token_cluster_json_names(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "auth").mkdir()
+    (tmp_path / "auth" / "admin.token").write_text("tok-123\n")
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(
+        json.dumps({"kafka_bootstrap": "10.0.0.1:9092,10.0.0.2:9092",
+                    "token_file": "auth/admin.token"})
+    )  # fmt: skip
+    conf = client_config(cluster, "w-kafka-producer-1.1")
+    assert conf["bootstrap.servers"] == "10.0.0.1:9092,10.0.0.2:9092"
+    assert (conf["sasl.mechanisms"], conf["sasl.username"]) == ("PLAIN", "admin")
+    assert conf["sasl.password"] == "tok-123"
+    cluster.write_text(json.dumps({"kafka_bootstrap": "10.0.0.1:9092"}))  # auth off
+    assert "sasl.password" not in client_config(cluster, "c")
+    cluster.write_text(json.dumps({}))
+    with pytest.raises(RuntimeError, match="kafka_bootstrap"):
+        client_config(cluster, "c")
