@@ -134,6 +134,9 @@ class _Producer:
             "acks": "all",
             "linger.ms": 5,
             "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            # The idempotence state machine's log (epoch bumps, sequence resets) in the
+            # writer's log: what explains a duplicate the checker finds.
+            "debug": "eos",
             "error_cb": self._on_error,
         }
         return Producer(conf)
