@@ -35,11 +35,13 @@ OVERHEAD_S = 200.0
 CLEANUP_S = 90.0
 
 
-def run_chaos(tmp_path: Path, duration_s: float, seed: int) -> tuple[int, dict[str, Any], str]:
+def run_chaos(
+    tmp_path: Path, duration_s: float, seed: int, *extra: str
+) -> tuple[int, dict[str, Any], str]:
     """Run ``bookline chaos``; (exit status, the summary of its last stdout line, log)."""
     argv = [
         sys.executable, "-m", "ops.cli", "chaos", "--duration", str(duration_s),
-        "--seed", str(seed), "--json", "--dir", str(tmp_path / "run"),
+        "--seed", str(seed), "--json", "--dir", str(tmp_path / "run"), *extra,
     ]  # fmt: skip
     proc = procs.spawn(argv, log_path=tmp_path / "chaos.log", cwd=Path.cwd())
     try:
@@ -87,3 +89,36 @@ def test_long_chaos_run_finds_no_anomaly(tmp_path: Path, seed: int) -> None:
     assert summary["faults_total"] >= 100, summary
     assert summary["faults_overlapping"] >= 20, summary
     assert summary["bookies_down_max"] >= 2, summary
+
+
+# The Kafka workload's own counts (issue 25): the group's consumption and commits.
+KAFKA_ANOMALIES = ("consumed_phantom", "unconsumed", "commit_behind")
+
+
+def check_kafka_summary(code: int, summary: dict[str, Any], seed: int) -> None:
+    check_summary(code, summary, seed)
+    assert summary["workload"] == "kafka"
+    assert {name: summary[name] for name in KAFKA_ANOMALIES} == dict.fromkeys(KAFKA_ANOMALIES, 0)
+    assert summary["consumed"] >= summary["acked"] > 0, summary  # at least once
+    assert summary["group_drained"] == 1, summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60 + OVERHEAD_S + CLEANUP_S + 60)
+def test_short_kafka_chaos_run_finds_no_anomaly(tmp_path: Path) -> None:
+    """librdkafka's idempotent producers and a consumer group of three under the
+    nemesis (slow: the Kafka clients' retries and the group's rebalances make it
+    longer than the default suite's run)."""
+    code, summary, log_text = run_chaos(tmp_path, 60, 5, "--workload", "kafka")
+    assert "kafka workload" in log_text
+    check_kafka_summary(code, summary, seed=5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600 + OVERHEAD_S + CLEANUP_S + 60)
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_long_kafka_chaos_run_finds_no_anomaly(tmp_path: Path, seed: int) -> None:
+    """Issue 25's acceptance: three 600 s seeds, lost = duplicated = reordered = 0."""
+    code, summary, _log = run_chaos(tmp_path, 600, seed, "--workload", "kafka")
+    check_kafka_summary(code, summary, seed=seed)
+    assert summary["faults_total"] >= 100, summary

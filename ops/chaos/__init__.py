@@ -10,6 +10,9 @@ Package map (who owns what, and the interfaces between the parts):
 * ``workload`` (H4) -- writer processes (thin client through the write proxies, the
   core library's ``LogWriter``, topic sends, ``TopicProducer``) that record their
   history before each request.
+* ``kafka_clients`` (issue 25) -- the ``--workload kafka`` writers: librdkafka
+  idempotent producers and consumer-group members (``consumed`` events), and the final
+  phase's drain of the group (``group_end`` events).
 * ``final`` (H4) -- the final phase: a final write per stream (recovering what killed
   writers left open), then full reads through every read path (read proxy,
   ``LogReader``) and each replica straight from its bookie.

@@ -19,6 +19,10 @@ loses nothing it recorded; an attempt is written *before* its request is sent):
   the entries it holds: partial by nature).
 * ``{"t": "read_end", "reader", "kind", "stream", "complete", "error"}`` -- whether that
   reader read the stream to its end; an incomplete full read checks nothing.
+* ``{"t": "consumed", "consumer", "stream", "position", "value"}`` -- one record a
+  consumer of a group (the Kafka workload's) was handed, recorded before it commits.
+* ``{"t": "group_end", "group", "stream", "committed", "end"}`` -- after the final drain,
+  the group's committed offset of one partition and that partition's end offset.
 
 :func:`check` reports, per Jepsen's queue and Kafka checkers:
 
@@ -31,7 +35,13 @@ loses nothing it recorded; an attempt is written *before* its request is sent):
   a position where the log holds something else;
 * ``unexpected`` -- read, but never attempted;
 * ``failed_present`` -- refused for certain, yet read;
-* ``recovered`` -- unknown outcome, yet present (allowed: the write did happen).
+* ``recovered`` -- unknown outcome, yet present (allowed: the write did happen);
+* ``consumed_phantom`` -- a group member consumed a value the complete full reads do
+  not hold at that position;
+* ``unconsumed`` -- a record of a partition the group drained that no member ever
+  consumed (commits follow what was recorded, so at-least-once covers every record);
+* ``commit_behind`` -- after the final drain, the group's committed offset of a
+  partition is below its end.
 
 ``unverified`` counts acknowledged values whose stream had no complete full read (the
 check could not judge them) and ``read_errors`` the incomplete full reads: both make a
@@ -52,7 +62,9 @@ __all__ = [
     "ANOMALIES",
     "Attempt",
     "CheckResult",
+    "Consumed",
     "Event",
+    "GroupEnd",
     "History",
     "HistoryWriter",
     "Outcome",
@@ -76,6 +88,9 @@ ANOMALIES: Final = (
     "inconsistent",
     "unexpected",
     "failed_present",
+    "consumed_phantom",
+    "unconsumed",
+    "commit_behind",
 )
 # Values kept per anomaly as examples in the report (the counts are exact).
 SAMPLES_MAX: Final = 10
@@ -121,12 +136,30 @@ class ReadEnd:
     error: str | None = None
 
 
-Event = Attempt | Outcome | Read | ReadEnd
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    consumer: str  # the consumer process (incarnation) of the group
+    stream: str  # the partition's stream, ``TOPIC~P``
+    position: str  # "offset:N"
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEnd:
+    group: str
+    stream: str
+    committed: int  # the group's committed offset after the final drain
+    end: int  # the partition's end offset (its high watermark) then
+
+
+Event = Attempt | Outcome | Read | ReadEnd | Consumed | GroupEnd
 _TAGS: Final[dict[type, str]] = {
     Attempt: "attempt",
     Outcome: "outcome",
     Read: "read",
     ReadEnd: "read_end",
+    Consumed: "consumed",
+    GroupEnd: "group_end",
 }
 _CLASSES: Final[dict[str, type]] = {tag: cls for cls, tag in _TAGS.items()}
 
@@ -197,6 +230,8 @@ class History:
     outcomes: list[Outcome] = field(default_factory=list)
     reads: list[Read] = field(default_factory=list)
     read_ends: list[ReadEnd] = field(default_factory=list)
+    consumed: list[Consumed] = field(default_factory=list)
+    group_ends: list[GroupEnd] = field(default_factory=list)
 
     def add(self, event: Event) -> None:
         if isinstance(event, Attempt):
@@ -205,8 +240,12 @@ class History:
             self.outcomes.append(event)
         elif isinstance(event, Read):
             self.reads.append(event)
-        else:
+        elif isinstance(event, ReadEnd):
             self.read_ends.append(event)
+        elif isinstance(event, Consumed):
+            self.consumed.append(event)
+        else:
+            self.group_ends.append(event)
 
     @classmethod
     def of(cls, events: Iterable[Event]) -> History:
@@ -256,7 +295,11 @@ class CheckResult:
     inconsistent: int = 0
     unexpected: int = 0
     failed_present: int = 0
+    consumed_phantom: int = 0
+    unconsumed: int = 0
+    commit_behind: int = 0
     recovered: int = 0
+    consumed: int = 0  # records handed to group members (re-deliveries included)
     unverified: int = 0
     read_errors: int = 0
     samples: dict[str, list[str]] = field(default_factory=dict)
@@ -291,6 +334,7 @@ class CheckResult:
                 "failed",
                 "unknown",
                 "read_values",
+                "consumed",
                 "unverified",
                 "read_errors",
             )
@@ -467,4 +511,26 @@ def check(history: History) -> CheckResult:
     found = _check_values(ix, result)
     acked_by = _check_outcomes(ix, found, result)
     _check_order(found, acked_by, result)
+    _check_group(history, ix, result)
     return result
+
+
+def _check_group(history: History, ix: _Index, result: CheckResult) -> None:
+    """What the group's members consumed against the complete full reads, and the
+    group's end: its commits at every drained partition's end, every record consumed."""
+    logs: dict[str, dict[Position, str]] = defaultdict(dict)  # stream -> the log
+    for (_reader, stream), rows in ix.full.items():
+        logs[stream].update(rows)
+    seen: dict[str, set[Position]] = defaultdict(set)
+    for c in history.consumed:
+        result.consumed += 1
+        position = parse_position(c.position)
+        seen[c.stream].add(position)
+        if c.stream in ix.complete_streams and logs[c.stream].get(position) != c.value:
+            result.note("consumed_phantom", f"{c.value} at {c.stream}@{c.position} ({c.consumer})")
+    for end in history.group_ends:
+        if end.end < 0 or end.committed < end.end:  # an end not learnt is no evidence
+            result.note("commit_behind", f"{end.group} {end.stream}: {end.committed} < {end.end}")
+        for position, value in sorted(logs[end.stream].items()):
+            if position not in seen[end.stream]:
+                result.note("unconsumed", f"{value} at {end.stream}@{position[0]}")

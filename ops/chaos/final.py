@@ -11,7 +11,9 @@ every topic partition) of the run's :class:`~ops.chaos.workload.Layout`:
    record sets; a topic's partitions by offset), each repeated until it reaches the
    final value;
 3. every entry of every segment's ledger read from each bookie of its write set, its
-   digest checked (``replica:<bookie>`` readers).
+   digest checked (``replica:<bookie>`` readers);
+4. with the Kafka workload, the consumer group drained to the end by a last member
+   (:func:`ops.chaos.kafka_clients.drain_group`: ``consumed`` and ``group_end`` events).
 
 All of it is recorded as ``attempt``/``outcome``/``read``/``read_end`` events in
 ``history/final.jsonl`` for :mod:`ops.chaos.checker`.
@@ -35,6 +37,7 @@ from foundation.names import partition_stream
 from ledger.reader import LedgerReader
 from metadata.segments import SegmentMetadata
 from ops.chaos.checker import Attempt, HistoryWriter, Outcome, Read, ReadEnd, ReaderKind
+from ops.chaos.kafka_clients import drain_group
 from ops.chaos.workload import (
     DEFAULT_LAYOUT,
     LOCK_TIMEOUT_S,
@@ -57,6 +60,9 @@ __all__ = ["FULL_READERS", "final_phase", "read_replica"]
 # a full read gives up after this long without reaching its stream's final write.
 FINAL_WRITE_DEADLINE_S: Final = 180.0
 FULL_READ_DEADLINE_S: Final = 180.0
+# The Kafka workload's group drains to the end within this (a killed member's session
+# expires first, then the group rebalances onto the drain).
+GROUP_DRAIN_DEADLINE_S: Final = 180.0
 # Records per read request of the final reads; replica reads in flight at once.
 READ_BATCH: Final = 1_000
 REPLICA_READS_IN_FLIGHT: Final = 32
@@ -81,6 +87,12 @@ def _plans(layout: Layout) -> list[_StreamPlan]:
         plans += [
             _StreamPlan(partition_stream(topic, p), kind, topic, p)
             for p in range(layout.partitions)
+        ]
+    if layout.kafka_topic is not None:  # its final writes are thin-client sends
+        topic = layout.kafka_topic
+        plans += [
+            _StreamPlan(partition_stream(topic, p), "topic", topic, p)
+            for p in range(layout.kafka_partitions)
         ]
     return plans
 
@@ -328,6 +340,12 @@ async def final_phase(
                     await final.read_full(plan, reader, functools.partial(rows, plan))
                 for name, n in (await final.read_replicas(plan)).items():
                     counts[name] += n
+            if layout.kafka_topic is not None:
+                drained = await asyncio.to_thread(
+                    drain_group, cluster_file, layout.kafka_topic, layout.kafka_partitions,
+                    history, GROUP_DRAIN_DEADLINE_S,
+                )  # fmt: skip
+                counts["group_drained"] = int(drained)
         finally:
             await final.close()
     return counts

@@ -203,7 +203,7 @@ class ChaosCluster:
             self.dir, bookies=BOOKIES, write_proxies=WRITE_PROXIES, read_proxies=READ_PROXIES,
             zk_ensemble=ZK_ENSEMBLE, quorums=QUORUMS,
             service_session_timeout_ms=SESSION_TIMEOUT_MS, placements=placements,
-            auth=self.auth,
+            auth=self.auth, kafka=True,  # every proxy a Kafka broker too (docs/kafka.md)
         )  # fmt: skip
         for name, kind in _child_names():
             if kind == "bookie":

@@ -29,7 +29,7 @@ from ops.chaos.checker import ANOMALIES, check, load_history
 from ops.chaos.final import final_phase
 from ops.chaos.hosts import ChaosCluster
 from ops.chaos.nemesis import Nemesis, ProcessTarget
-from ops.chaos.workload import DEFAULT_LAYOUT, DRAIN_S, WRITER_KINDS, Layout, writer_argv
+from ops.chaos.workload import DEFAULT_LAYOUT, DRAIN_S, Layout, writer_argv
 from ops.cluster import procs
 from thinclient.proxy_client import ProxyClient
 
@@ -108,11 +108,14 @@ async def _setup(cluster_file: Path, layout: Layout) -> None:
     proxies come up)."""
     deadline = time.monotonic() + SETUP_DEADLINE_S
     async with ProxyClient.from_cluster_file(cluster_file) as client:
+        topics = [(t, layout.partitions) for t in (layout.topic, layout.core_topic)]
+        topics = [(t, n) for t, n in topics if n > 0]
+        if layout.kafka_topic is not None:  # Kafka clients see the topics HTTP makes
+            topics.append((layout.kafka_topic, layout.kafka_partitions))
         todo: list[Callable[[], Any]] = [
             *(lambda s=s: client.create_stream(s) for s in layout.thin_streams),
             *(lambda s=s: client.create_stream(s) for s in layout.core_streams),
-            *(lambda t=t: client.create_topic(t, layout.partitions)
-              for t in (layout.topic, layout.core_topic)),
+            *(lambda t=t, n=n: client.create_topic(t, n) for t, n in topics),
         ]  # fmt: skip
         for make in todo:
             while True:
@@ -170,7 +173,8 @@ async def _run(config: RunConfig) -> dict[str, Any]:
         await asyncio.to_thread(cluster.start)
         await _setup(cluster.cluster_file, config.layout)
         writers = [
-            WriterProcess(f"w-{kind}", kind, config, cluster.cluster_file) for kind in WRITER_KINDS
+            WriterProcess(name, kind, config, cluster.cluster_file)
+            for name, kind in config.layout.writer_names()
         ]
         nemesis = Nemesis(cluster, random.Random(config.seed))
         for writer in writers:
@@ -196,6 +200,7 @@ async def _run(config: RunConfig) -> dict[str, Any]:
         "steps": steps,
         "nemesis_errors": nemesis_errors,
         "seed": config.seed,
+        "workload": "kafka" if config.layout.kafka_topic else "bookline",
         "duration_s": config.duration_s,
         "elapsed_s": round(time.monotonic() - started, 1),
         "namespaces": cluster.skip_reason is None,

@@ -11,7 +11,10 @@ nemesis can ``kill -9`` one; restarted as a new *incarnation* with a new produce
 * ``topic`` -- thin client ``send`` to a topic (keyed, so a producer's records of one
   key stay in one partition, in order);
 * ``topic-core`` -- :class:`~groups.producer.TopicProducer` (core writers per
-  partition) to a second topic.
+  partition) to a second topic;
+* ``kafka-producer`` and ``kafka-consumer`` -- librdkafka's idempotent producer and a
+  consumer group's members over the Kafka listeners (:mod:`ops.chaos.kafka_clients`;
+  the ``kafka`` workload, :data:`KAFKA_LAYOUT`).
 
 Every value is unique (``<writer>.<incarnation>.<seq>``). A writer records the attempt
 in its history file *before* the request is sent, then its outcome: ``ok`` with the
@@ -33,6 +36,7 @@ import logging
 import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +56,7 @@ from foundation.errors import (
 from foundation.names import partition_stream
 from groups.producer import ProducerConfig, TopicProducer
 from ops.chaos.checker import Attempt, HistoryWriter, Outcome, Status
+from ops.chaos.kafka_clients import KAFKA_KINDS, KafkaSpec, run_kafka_writer
 from streams.config import NamespaceConfig
 from streams.namespace import Namespace
 from streams.records import LogRecord
@@ -63,7 +68,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_LAYOUT",
     "DRAIN_S",
+    "KAFKA_LAYOUT",
     "LOCK_TIMEOUT_S",
+    "WORKLOADS",
     "WRITER_KINDS",
     "Layout",
     "WriterSpec",
@@ -108,7 +115,12 @@ class Layout:
     core_streams: tuple[str, ...] = ("chaos-core-a",)
     topic: str = "chaos-topic"
     core_topic: str = "chaos-topic-core"
-    partitions: int = 2
+    partitions: int = 2  # of both topics above (0: no topics)
+    # The Kafka workload's topic (written and consumed over the Kafka listeners).
+    kafka_topic: str | None = None
+    kafka_partitions: int = 6
+    # The writer processes, by kind (a kind may come more than once).
+    writers: tuple[str, ...] = WRITER_KINDS
 
     def targets(self, kind: str) -> tuple[str, ...]:
         return {
@@ -116,13 +128,32 @@ class Layout:
             "core": self.core_streams,
             "topic": (self.topic,),
             "topic-core": (self.core_topic,),
+            "kafka-producer": (self.kafka_topic or "",),
+            "kafka-consumer": (self.kafka_topic or "",),
         }[kind]
 
     def partition_streams(self, topic: str) -> list[str]:
         return [partition_stream(topic, p) for p in range(self.partitions)]
 
+    def writer_names(self) -> list[tuple[str, str]]:
+        """(name, kind) of every writer process: ``w-KIND``, numbered when repeated."""
+        out = []
+        for i, kind in enumerate(self.writers):
+            repeated = self.writers.count(kind) > 1
+            number = self.writers[: i + 1].count(kind)
+            out.append((f"w-{kind}-{number}" if repeated else f"w-{kind}", kind))
+        return out
+
 
 DEFAULT_LAYOUT: Final = Layout()
+# ``bookline chaos --workload kafka``: two idempotent librdkafka producers and a group
+# of three librdkafka consumers on one 6-partition topic, nothing else.
+KAFKA_LAYOUT: Final = Layout(
+    thin_streams=(), core_streams=(), partitions=0, kafka_topic="chaos-kafka",
+    writers=("kafka-producer", "kafka-producer", "kafka-consumer", "kafka-consumer",
+             "kafka-consumer"),
+)  # fmt: skip
+WORKLOADS: Final = {"bookline": DEFAULT_LAYOUT, "kafka": KAFKA_LAYOUT}
 
 
 def classify(exc: BaseException) -> tuple[Status, str]:
@@ -331,6 +362,18 @@ async def run_writer(spec: WriterSpec, stop: asyncio.Event) -> None:
         history.close()
 
 
+def _kafka_writer_main(args: argparse.Namespace) -> int:
+    """librdkafka's clients are synchronous: a plain loop, SIGTERM sets ``stop``."""
+    topic = KAFKA_LAYOUT.kafka_topic
+    assert topic is not None
+    spec = KafkaSpec(args.name, args.kind, args.incarnation, Path(args.cluster),
+                     Path(args.history), args.rate, topic, args.seed)  # fmt: skip
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _n, _f: stop.set())
+    run_kafka_writer(spec, stop)
+    return 0
+
+
 async def _writer_main(args: argparse.Namespace) -> int:
     spec = WriterSpec(args.name, args.kind, args.incarnation, Path(args.cluster),
                       Path(args.history), args.seed, args.rate)  # fmt: skip
@@ -360,7 +403,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("writer", help="one writer process of a chaos run")
     w.add_argument("--name", required=True)
-    w.add_argument("--kind", required=True, choices=WRITER_KINDS)
+    w.add_argument("--kind", required=True, choices=(*WRITER_KINDS, *KAFKA_KINDS))
     w.add_argument("--incarnation", type=int, required=True)
     w.add_argument("--cluster", required=True, help="cluster.json")
     w.add_argument("--history", required=True, help="history directory")
@@ -372,6 +415,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.kind in KAFKA_KINDS:
+        return _kafka_writer_main(args)
     return asyncio.run(_writer_main(args))
 
 

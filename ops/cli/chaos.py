@@ -1,10 +1,12 @@
-"""``bookline chaos --duration S --seed N [--json] [--no-namespaces] [--dir D]``.
+"""``bookline chaos --duration S --seed N [--workload bookline|kafka] [--json] [...]``.
 
 A fresh cluster of separate hosts (network namespaces, or loopback with the reason
 printed), the workload and the nemesis for ``S`` seconds, then heal, final reads and the
-check (:mod:`ops.chaos.run`). The seed is printed first; the last line of stdout is the
-summary as one JSON object with ``--json``. Exit status 1 when the checker found an
-anomaly (or could not judge every acknowledged value), 0 otherwise.
+check (:mod:`ops.chaos.run`). ``--workload kafka`` runs librdkafka's idempotent
+producers and a consumer group over the proxies' Kafka listeners instead of Bookline's
+own clients (:mod:`ops.chaos.kafka_clients`). The seed is printed first; the last line
+of stdout is the summary as one JSON object with ``--json``. Exit status 1 when the
+checker found an anomaly (or could not judge every acknowledged value), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="run directory (default: a temp dir)")  # fmt: skip
     p.add_argument("--no-auth", action="store_true",
                    help="no credentials (default: tokens, ZooKeeper digest ACLs)")  # fmt: skip
+    p.add_argument("--workload", choices=("bookline", "kafka"), default="bookline",
+                   help="bookline: Bookline's own clients (default); kafka: librdkafka "
+                        "idempotent producers and a consumer group")  # fmt: skip
     p.add_argument("--rate", type=float, default=None,
                    help="writes per second of each writer process")  # fmt: skip
     p.set_defaults(handler=_run)
@@ -49,9 +54,12 @@ def _show(summary: dict[str, Any]) -> None:
     faults = ", ".join(f"{k} {v}" for k, v in sorted(summary["faults"].items())) or "none"
     print(f"acknowledged {summary['acked']} of {summary['attempted']} attempted "
           f"({summary['unknown']} unknown, {summary['failed']} refused)")  # fmt: skip
-    for name in ("lost", "duplicated", "reordered", "inconsistent", "unexpected",
-                 "failed_present", "recovered", "unverified", "read_errors"):  # fmt: skip
-        print(f"  {name:15} {summary[name]}")
+    names = ["lost", "duplicated", "reordered", "inconsistent", "unexpected", "failed_present"]
+    if summary.get("workload") == "kafka":
+        print(f"consumed {summary['consumed']} records in the group")
+        names += ["consumed_phantom", "unconsumed", "commit_behind"]
+    for name in (*names, "recovered", "unverified", "read_errors"):
+        print(f"  {name:16} {summary[name]}")
     print(f"faults: {summary['faults_total']} took effect ({faults}); "
           f"{summary.get('faults_overlapping', 0)} overlapping, at most "
           f"{summary.get('bookies_down_max', 0)} bookies down at once; not effective: "
@@ -67,13 +75,15 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ops.chaos.run import DEFAULT_RATE_PER_S, RunConfig, run_chaos
+    from ops.chaos.workload import WORKLOADS
 
     # SIGTERM ends a run like Ctrl-C: the cluster, its namespaces and the writers are
     # stopped on the way out (the default action would leave them all behind).
     signal.signal(signal.SIGTERM, _interrupt)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     directory = Path(args.dir or tempfile.mkdtemp(prefix=f"bl-chaos-{seed}-"))
-    print(f"chaos: seed {seed}, {args.duration:g} s, directory {directory}", flush=True)
+    print(f"chaos: seed {seed}, {args.duration:g} s, {args.workload} workload, "
+          f"directory {directory}", flush=True)  # fmt: skip
     config = RunConfig(
         duration_s=args.duration,
         seed=seed,
@@ -81,6 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         namespaces=not args.no_namespaces,
         rate_per_s=args.rate or DEFAULT_RATE_PER_S,
         auth=not args.no_auth,
+        layout=WORKLOADS[args.workload],
     )
     summary = run_chaos(config)
     if args.json:
