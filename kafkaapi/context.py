@@ -4,17 +4,16 @@ and write cores, its namespace and its grants) and one connection's state
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
+from kafkaapi.classic_host import ClassicGroups
 from metadata.proxies import ProxyInfo
 
 if TYPE_CHECKING:
-    from groups.assignors import TopicPartition
     from metadata.client import MetadataClient
     from serving.read.pages import Pages
     from serving.write.core import WriteCore
@@ -23,31 +22,6 @@ if TYPE_CHECKING:
     from streams.namespace import Namespace
 
 __all__ = ["KafkaServing", "Session"]
-
-
-# Members whose last assignment is remembered at most (least recently synced dropped).
-_HANDED_MAX: Final = 100_000
-
-
-class Handed:
-    """The partitions last handed to each (group, member) by SyncGroup."""
-
-    def __init__(self) -> None:
-        self._sets: collections.OrderedDict[tuple[str, str], frozenset[TopicPartition]] = (
-            collections.OrderedDict()
-        )
-
-    def get(self, group: str, member: str) -> frozenset[TopicPartition] | None:
-        return self._sets.get((group, member))
-
-    def put(self, group: str, member: str, parts: frozenset[TopicPartition]) -> None:
-        self._sets[(group, member)] = parts
-        self._sets.move_to_end((group, member))
-        while len(self._sets) > _HANDED_MAX:
-            self._sets.popitem(last=False)
-
-    def drop(self, group: str, member: str) -> None:
-        self._sets.pop((group, member), None)
 
 
 @dataclass(slots=True)
@@ -80,8 +54,8 @@ class KafkaServing:
     # The write proxy's group coordinators; None in a read proxy.
     groups: GroupHosting | None = None
     cluster_id: str = "bookline"
-    # The partitions last handed to each group member (kafkaapi.membership).
-    handed: Handed = field(default_factory=Handed)
+    # The Kafka classic groups this proxy coordinates (kafkaapi.membership).
+    classic: ClassicGroups = field(default_factory=ClassicGroups)
     # This broker's registration (address, listener); set when the listener is bound.
     me: ProxyInfo | None = None
 
