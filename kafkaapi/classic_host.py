@@ -71,6 +71,7 @@ class Driver:
         self._tickets = itertools.count(1)
         self._waits: dict[int, tuple[bool, asyncio.Future[JoinAnswer | SyncAnswer]]] = {}
         self._wake = asyncio.Event()
+        self._logged = (0, EMPTY)  # the last (generation, state) logged
         self._timer = asyncio.get_running_loop().create_task(
             self._ticks(), name=f"classic-group-{group}"
         )
@@ -129,6 +130,13 @@ class Driver:
 
     def _deliver(self) -> None:
         """Hand the state's answers to the requests waiting for them."""
+        s = self.state
+        if (s.generation, s.state) != self._logged:
+            self._logged = (s.generation, s.state)
+            log.info(
+                "classic group %s: %s, generation %d (%s), leader %s, %d members",
+                *(s.group, s.state, s.generation, s.protocol, s.leader, len(s.members)),
+            )
         outbox, self.state.outbox = self.state.outbox, []
         for ticket, answer in outbox:
             is_join, fut = self._waits.get(ticket, (False, None))

@@ -127,8 +127,8 @@ def confluent(a: Args) -> None:
 
 async def aiokafka(a: Args) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
-    from kafka.coordinator.assignors.range import RangePartitionAssignor
-    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
     report, stop = Report(), _stop_on_term()
