@@ -324,3 +324,38 @@ async def test_the_leaders_assignment_bytes_reach_each_follower_verbatim(bootstr
         },
     )
     assert [m["error_code"] for m in left["members"]] == [0, 0, 0]
+
+
+async def test_a_group_has_kafka_members_or_bookline_members_not_both(
+    cluster: LocalCluster, bootstrap: str
+) -> None:
+    """While Kafka classic members use a group, a Bookline (thin client) member may not
+    join it (GROUP_NOT_EMPTY); while a Bookline member lives, a Kafka JoinGroup is
+    INCONSISTENT_GROUP_PROTOCOL, Kafka's answer for a group of another protocol type."""
+    from foundation.errors import GroupNotEmptyError
+    from groups.coordinator_client import CoordinatorClient
+    from thinclient.client import ClientConfig, ProxyClient
+
+    topic, group = new_topic(), f"g-{uuid.uuid4().hex[:8]}"
+    await create_topic(bootstrap.split(",", maxsplit=1)[0], topic)
+    coordinator = await _coordinator(bootstrap, group)
+    # A static member: no MEMBER_ID_REQUIRED round.
+    joined = await kafka_call(coordinator, JOIN_GROUP, 9, _join_body(group, "", b"m", "i-1"))
+    assert joined["error_code"] == 0
+    client = ProxyClient.from_cluster_file(
+        cluster.dir / "cluster.json", config=ClientConfig(retry_deadline_ms=10_000)
+    )
+    await client.start()
+    try:
+        bookline = CoordinatorClient.of(client)
+        with pytest.raises(GroupNotEmptyError):
+            await bookline.join(group, [topic])
+        left = await kafka_call(coordinator, LEAVE_GROUP, 5, {"group_id": group, "members": [
+            {"member_id": "", "group_instance_id": "i-1", "reason": None}]})  # fmt: skip
+        assert left["members"][0]["error_code"] == 0
+        member = await bookline.join(group, [topic])
+        refused = await kafka_call(coordinator, JOIN_GROUP, 9, _join_body(group, "", b"m", "i-2"))
+        assert refused["error_code"] == 23  # INCONSISTENT_GROUP_PROTOCOL
+        await bookline.leave(group, member.member_id)
+    finally:
+        await client.close()
