@@ -359,3 +359,74 @@ async def test_a_group_has_kafka_members_or_bookline_members_not_both(
         await bookline.leave(group, member.member_id)
     finally:
         await client.close()
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Any) -> Iterator[LocalCluster]:
+    """A cluster of its own: the test kills a write proxy."""
+    from tests.cluster_support import started_cluster
+
+    with started_cluster(tmp_path / "c", bookies=3, write_proxies=2, kafka=True) as c:
+        yield c
+
+
+async def test_members_rejoin_when_the_coordinator_proxy_dies(own_cluster: LocalCluster) -> None:
+    """kill -9 of the write proxy coordinating a classic group: the members find the
+    new coordinator, join again and split the partitions; the offsets they committed
+    (in the group's log) are still there."""
+    from ops.cluster import procs
+
+    bootstrap = str(own_cluster.kafka_bootstrap())
+    topic, group = await _topic_with_records(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
+    fleet = Fleet("kafka-python", bootstrap, topic, group, "range")
+    try:
+        for name in ("a", "b"):
+            fleet.start(name, KILL_SESSION_MS)
+        await wait_for(fleet.split, "two members split the partitions", timeout_s=120)
+
+        async def all_committed() -> dict[int, int] | None:
+            got = await asyncio.to_thread(_committed_offsets, bootstrap, topic, group)
+            return got if sum(got.values()) == RECORDS else None
+
+        # What the members committed, read before the kill (OffsetFetch, any client).
+        committed = await wait_for(all_committed, "every record committed", timeout_s=120)
+        coordinator = await _coordinator(bootstrap, group)
+        [victim] = [p for p in own_cluster.write_proxies if p.extra["kafka"] == coordinator]
+        procs.kill9(victim.proc)
+        moved = await wait_for(
+            lambda: _coordinator_or_none(bootstrap, victim.extra["kafka"], group),
+            "the group's new coordinator",
+            timeout_s=120,
+        )
+        assert moved != coordinator
+
+        async def rejoined() -> bool:
+            body = {"groups": [group], "include_authorized_operations": False}
+            view = (await kafka_call(moved, DESCRIBE_GROUPS, 5, body))["groups"][0]
+            return view["group_state"] == "Stable" and len(view["members"]) == 2
+
+        await wait_for(rejoined, "both members joined at the new coordinator", timeout_s=120)
+        await wait_for(fleet.split, "the members split the partitions again", timeout_s=120)
+        assert await asyncio.to_thread(_committed_offsets, moved, topic, group) == committed
+    finally:
+        await asyncio.to_thread(fleet.stop)
+
+
+async def _coordinator_or_none(bootstrap: str, dead: str, group: str) -> str | None:
+    for address in bootstrap.split(","):
+        if address == dead:
+            continue
+        answer = await kafka_call(address, FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+        if answer["error_code"] == 0 and f"{answer['host']}:{answer['port']}" != dead:
+            return f"{answer['host']}:{answer['port']}"
+    return None
+
+
+def _committed_offsets(bootstrap: str, topic: str, group: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: consumer.committed(TopicPartition(topic, p)) or 0 for p in range(PARTITIONS)}
+    finally:
+        consumer.close()
