@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Final
 
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
+from kafkaapi.classic_host import ClassicGroups
 from metadata.proxies import ProxyInfo
 
 if TYPE_CHECKING:
-    from groups.assignors import TopicPartition
     from metadata.client import MetadataClient
     from serving.read.pages import Pages
     from serving.write.core import WriteCore
@@ -25,29 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["KafkaServing", "Session"]
 
 
-# Members whose last assignment is remembered at most (least recently synced dropped).
-_HANDED_MAX: Final = 100_000
-
-
-class Handed:
-    """The partitions last handed to each (group, member) by SyncGroup."""
-
-    def __init__(self) -> None:
-        self._sets: collections.OrderedDict[tuple[str, str], frozenset[TopicPartition]] = (
-            collections.OrderedDict()
-        )
-
-    def get(self, group: str, member: str) -> frozenset[TopicPartition] | None:
-        return self._sets.get((group, member))
-
-    def put(self, group: str, member: str, parts: frozenset[TopicPartition]) -> None:
-        self._sets[(group, member)] = parts
-        self._sets.move_to_end((group, member))
-        while len(self._sets) > _HANDED_MAX:
-            self._sets.popitem(last=False)
-
-    def drop(self, group: str, member: str) -> None:
-        self._sets.pop((group, member), None)
+# KIP-848 members remembered at most (least recently heard dropped).
+_CONSUMERS_MAX: Final = 100_000
 
 
 class ConsumerMembers:
@@ -60,7 +39,7 @@ class ConsumerMembers:
     def add(self, group: str, member: str) -> None:
         self._members[(group, member)] = None
         self._members.move_to_end((group, member))
-        while len(self._members) > _HANDED_MAX:
+        while len(self._members) > _CONSUMERS_MAX:
             self._members.popitem(last=False)
 
     def has(self, group: str, member: str) -> bool:
@@ -100,8 +79,8 @@ class KafkaServing:
     # The write proxy's group coordinators; None in a read proxy.
     groups: GroupHosting | None = None
     cluster_id: str = "bookline"
-    # The partitions last handed to each group member (kafkaapi.membership).
-    handed: Handed = field(default_factory=Handed)
+    # The Kafka classic groups this proxy coordinates (kafkaapi.membership).
+    classic: ClassicGroups = field(default_factory=ClassicGroups)
     # The members of KIP-848's protocol (kafkaapi.consumer_groups).
     consumers: ConsumerMembers = field(default_factory=ConsumerMembers)
     # This broker's registration (address, listener); set when the listener is bound.

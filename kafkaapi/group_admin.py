@@ -5,7 +5,9 @@ group list is the namespace's (whoever coordinates each), so only the controller
 first write proxy, :meth:`~kafkaapi.brokers.BrokerView.controller`) lists them and the
 other brokers answer none: each group is listed once. DescribeGroups and DeleteGroups
 go to the group's coordinator like the other group APIs (NOT_COORDINATOR elsewhere).
-A member's assignment is what it may consume now, in the consumer protocol's format.
+A group Kafka classic members use is described as Kafka describes it (its state,
+protocol, members' metadata and the assignment bytes their leader sent); a Bookline
+group's member assignment is what it may consume now, in the consumer protocol's format.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from kafkaapi.membership import encode_assignment
 from kafkaapi.protocol import errors as kerr
 
 if TYPE_CHECKING:
+    from kafkaapi.classic_group import ClassicGroup
     from kafkaapi.context import KafkaServing, Session
     from kafkaapi.protocol.messages import Request
 
@@ -64,7 +67,11 @@ async def _describe(serving: KafkaServing, session: Session, group: str) -> dict
     if serving.groups is None:
         return answer | {"error_code": _NOT_COORDINATOR.code}
     try:
-        view = await serving.groups.describe(group)
+        coord = await serving.groups.coordinator(group)
+        classic = serving.classic.held(group, coord)
+        if classic is not None and classic.live:
+            return answer | _describe_classic(classic.state)
+        view = await coord.describe()
     except BooklineError as exc:
         if group_code(exc).name == "GROUP_ID_NOT_FOUND":  # Kafka: a Dead group
             return answer | {"error_code": 0, "group_state": "Dead"}
@@ -89,6 +96,29 @@ async def _describe(serving: KafkaServing, session: Session, group: str) -> dict
     }
 
 
+def _describe_classic(group: ClassicGroup) -> dict[str, Any]:
+    """A Kafka classic group as Kafka describes it: its state, chosen protocol, and per
+    member its metadata (of that protocol) and the assignment its leader sent."""
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_metadata": m.metadata(group.protocol),
+            "member_assignment": m.assignment,
+        }
+        for m in group.members.values()
+    ]
+    return {
+        "error_code": 0,
+        "group_state": group.state,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": group.protocol or "",
+        "members": members,
+    }
+
+
 async def delete_groups(
     serving: KafkaServing, session: Session, request: Request
 ) -> dict[str, Any]:
@@ -101,7 +131,8 @@ async def delete_groups(
             code = _NOT_COORDINATOR.code
         else:
             try:
-                await serving.groups.delete(group)
+                await serving.groups.delete(group)  # GROUP_NOT_EMPTY while Kafka's live
+                serving.classic.drop(group)
             except BooklineError as exc:
                 code = group_code(exc).code
         results.append({"group_id": group, "error_code": code})

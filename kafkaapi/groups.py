@@ -97,17 +97,7 @@ async def offset_commit(
         for part in topic["partitions"]:
             offsets[(topic["name"], part["partition_index"])] = part["committed_offset"]
     if not code and serving.groups is not None:
-        generation = body["generation_id_or_member_epoch"]
-        try:
-            if generation == _STANDALONE:
-                await serving.groups.set_offsets(group, offsets)
-            else:
-                member = body["member_id"]
-                generation = await commit_generation(serving, group, member, generation)
-                req = CommitRequest(member, generation, offsets)
-                await serving.groups.commit(group, req)
-        except BooklineError as exc:
-            code = group_code(exc).code
+        code = await _commit(serving, body, offsets)
     topics = [
         {
             "name": topic["name"],
@@ -119,6 +109,36 @@ async def offset_commit(
         for topic in body["topics"]
     ]
     return {"throttle_time_ms": 0, "topics": topics}
+
+
+async def _commit(
+    serving: KafkaServing, body: dict[str, Any], offsets: dict[TopicPartition, int]
+) -> int:
+    """Commit into the group's log: a Kafka classic member's commit checked against its
+    group's generation (:meth:`~kafkaapi.classic_group.ClassicGroup.check_commit`), a
+    Bookline member's against the Bookline group, a standalone one (generation -1) into
+    a group without members. Returns the Kafka code."""
+    assert serving.groups is not None
+    group, generation = body["group_id"], body["generation_id_or_member_epoch"]
+    try:
+        coord = await serving.groups.coordinator(group, create=generation == _STANDALONE)
+        classic = serving.classic.held(group, coord)
+        if classic is not None and classic.live:
+            instance = body["group_instance_id"]
+            error = classic.check_commit(body["member_id"], instance, generation)
+            if error != "NONE":
+                return _named(error).code
+            await coord.set_offsets(offsets)  # its members are not Bookline's
+        elif generation == _STANDALONE:
+            await coord.set_offsets(offsets)
+        else:
+            member = body["member_id"]
+            # A KIP-848 member's epoch may lag the generation (kafkaapi.consumer_groups).
+            generation = await commit_generation(serving, group, member, generation)
+            await coord.commit(CommitRequest(member, generation, offsets))
+    except BooklineError as exc:
+        return group_code(exc).code
+    return 0
 
 
 async def offset_fetch(serving: KafkaServing, session: Session, request: Request) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class KafkaHost:
 
     async def stop(self) -> None:
         await self.listener.stop()
+        await self.listener.serving.classic.close()
         if self._reap is not None:
             self._reap.cancel()
         if self._own_pages is not None:
@@ -131,6 +132,8 @@ async def start_kafka(
         groups=groups,
         cluster_id=f"bookline-{config.namespace}",
     )
+    if groups is not None:  # a Bookline member may not join a group Kafka members use
+        groups.foreign_members = serving.classic.live
     limits = ListenerLimits(
         connections_max=config.connections_max,
         unauthenticated_connections_max=config.unauthenticated_connections_max,

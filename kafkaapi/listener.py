@@ -278,6 +278,8 @@ class KafkaListener:
                     if was_stranger and session.principal is not None:
                         was_stranger = False
                         self._unauthenticated -= 1  # no longer counts against strangers
+                    if writer.is_closing():
+                        return  # the peer left while its request waited (a JoinGroup)
                     if answer is not None:
                         writer.write(frame(answer))
                         await writer.drain()

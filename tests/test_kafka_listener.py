@@ -157,23 +157,23 @@ async def test_big_frames_wait_for_the_listeners_buffer_budget() -> None:
 
 async def test_a_heartbeat_of_a_member_joined_elsewhere_asks_it_to_join_again() -> None:
     """A member whose JoinGroup went to another proxy (the coordinator moved): this one
-    does not know what it holds, and must not tell the coordinator "nothing" (which
-    would hand its partitions to others while it still reads them)."""
+    does not know it (the classic group's state is not logged), and answers
+    UNKNOWN_MEMBER_ID, so the client joins again here instead of reading on."""
     from kafkaapi.membership import heartbeat
     from kafkaapi.protocol.apis_groups import HEARTBEAT
     from kafkaapi.protocol.messages import decode_request
 
-    calls: list[Any] = []
+    class Coordinator:
+        usable = True
+        state = type("State", (), {"members": {}})()
 
     class Groups:
-        async def heartbeat(self, group: str, req: Any) -> tuple[int, frozenset[Any]]:
-            calls.append(req)
-            return 1, frozenset({("t", 0)})
+        async def coordinator(self, group: str, *, create: bool = False) -> Coordinator:
+            return Coordinator()
 
     serving = _serving()
     serving.groups = Groups()  # type: ignore[assignment]
     body = {"group_id": "g", "generation_id": 1, "member_id": "m-1"}
     request = decode_request(encode_request(HEARTBEAT, 1, 1, "t", body))
     answer = await heartbeat(serving, Session("peer"), request)
-    assert answer["error_code"] == 27  # REBALANCE_IN_PROGRESS
-    assert calls == []
+    assert answer["error_code"] == 25  # UNKNOWN_MEMBER_ID

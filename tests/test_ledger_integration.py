@@ -40,18 +40,17 @@ pytestmark = pytest.mark.integration
 # with the load as each client connects (not as the module loads: a hog may start later).
 
 
-def config(**overrides: int) -> LedgerConfig:
+def config(add_timeout_s: float = 2.0) -> LedgerConfig:
     """The tests' ledger settings, their timeouts scaled for the machine now."""
     scale = time_scale()
-    fields = {
-        "add_timeout_ms": int(2_000 * scale),
-        "read_timeout_ms": int(2_000 * scale),
-        "fence_timeout_ms": int(1_000 * scale),
-        "speculative_read_first_timeout_ms": 30,
-        "speculative_read_max_timeout_ms": 200,
-        "long_poll_timeout_ms": 1_000,
-    }
-    return LedgerConfig(**(fields | overrides))
+    return LedgerConfig(
+        add_timeout_ms=int(add_timeout_s * 1000 * scale),
+        read_timeout_ms=int(2_000 * scale),
+        fence_timeout_ms=int(1_000 * scale),
+        speculative_read_first_timeout_ms=30,
+        speculative_read_max_timeout_ms=200,
+        long_poll_timeout_ms=1_000,
+    )
 
 
 BOOKLINE = str(Path(sys.executable).with_name("bookline"))
@@ -304,7 +303,7 @@ async def _kill_one_while_streaming(cluster: Cluster, n: int) -> None:
     await start(cluster, 4)
     # The default 5 s add timeout (scaled): a live bookie must not be replaced for being
     # slow while four bookies, ZooKeeper and the client share two cores and one disk.
-    async with ledger_client(cluster, config(add_timeout_ms=int(5_000 * time_scale()))) as a:
+    async with ledger_client(cluster, config(add_timeout_s=5.0)) as a:
         await wait_writable(a, 4)
         w = await a.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
         victim = cluster.by_id(w.metadata.last_segment.bookies[1])

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from foundation.errors import (
     BooklineError,
+    GroupNotEmptyError,
     NotFoundError,
     OwnerMovedError,
     OwnershipLostError,
@@ -81,6 +82,10 @@ class GroupHosting:
         self._deleting: set[str] = set()
         self._drops: set[asyncio.Task[None]] = set()
         self._topics: CoreTopics | None = None
+        # Whether members of another protocol use a group here (the Kafka listener's
+        # classic groups): a Bookline member may not join it, nor may it be reset or
+        # deleted meanwhile (GROUP_NOT_EMPTY).
+        self.foreign_members: Callable[[str], bool] = lambda group: False
 
     def stats(self) -> list[GroupStats]:
         """The groups this process coordinates now (for the metrics)."""
@@ -93,6 +98,7 @@ class GroupHosting:
 
     async def join(self, group: str, req: wire.JoinRequest) -> JoinResult:
         """Join (or rejoin) ``group``, creating it on its first join."""
+        self._require_no_foreign(group, "take a Bookline member")
         return await (await self.coordinator(group, create=req)).join(req)
 
     async def heartbeat(
@@ -126,6 +132,7 @@ class GroupHosting:
         # Kafka lets an operator set a new group's offsets before its consumers start
         # (naming the topics: a new group knows none); its dry run creates nothing.
         create = req.topics is not None and not req.dry_run
+        self._require_no_foreign(group, "reset its offsets")
         try:
             coord = await self.coordinator(group, create=create)
         except NotFoundError:
@@ -138,6 +145,7 @@ class GroupHosting:
     async def delete(self, group: str) -> None:
         """Delete the group and its log (GROUP_NOT_EMPTY while members live)."""
         coord = await self.coordinator(group)
+        self._require_no_foreign(group, "delete it")
         self._deleting.add(group)
         try:
             await coord.delete()  # GROUP_NOT_EMPTY and the like: nothing changed
@@ -165,6 +173,12 @@ class GroupHosting:
                 await self._discard(group)
             except BooklineError as exc:
                 log.warning("group %s: closing its coordinator: %s", group, exc)
+
+    def _require_no_foreign(self, group: str, what: str) -> None:
+        if self.foreign_members(group):
+            raise GroupNotEmptyError(
+                f"group {group} has Kafka classic-protocol members; it cannot {what} now"
+            )
 
     # -- hosting -----------------------------------------------------------------------
 
