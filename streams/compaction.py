@@ -13,7 +13,8 @@ swap whole units atomically; this does the same per segment):
   segment's metadata (start sequence id, record count, last entry and slot) is kept, so
   offsets stay increasing and only become sparse.
 * **One swap per segment.** Once the new ledger is closed (every entry acknowledged by
-  the ack quorum: durable), one ZooKeeper transaction points the segment at it, checked
+  the ack quorum: durable; a writer that failed after its adds closes it only locally,
+  so then recovery closes it), one ZooKeeper transaction points the segment at it, checked
   by the segment's version (a concurrent seal, truncation or compaction makes it fail
   and leaves the old one), checking the new ledger still exists, and bumping the
   stream's max-txid version (the orphan collector deletes an unreferenced ledger only
@@ -41,7 +42,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from foundation.errors import BadRequestError, BooklineError, NoLedgerError
+from foundation.errors import BadRequestError, BooklineError, NoLedgerError, WriterFailedError
 from foundation.invariants import invariant
 from metadata.segments import TAG_STREAM, TAG_WRITER_LOCK, SegmentMetadata
 from streams.compaction_plan import (
@@ -242,7 +243,29 @@ async def _write_ledger(
         ids = await asyncio.gather(*futures)
         invariant(list(ids) == list(range(len(entries))), "compacted entries kept their ids")
         await ledger.close()
+        if not ledger.metadata.is_closed:
+            await _close_by_recovery(ctx, ledger.ledger_id, len(entries) - 1, ledger.error)
     except BaseException:
         await _discard(ctx, ledger.ledger_id)
         raise
     return ledger.ledger_id
+
+
+async def _close_by_recovery(
+    ctx: CoreContext, ledger_id: int, last: int, error: BooklineError | None
+) -> None:
+    """Close a new ledger whose writer failed after every add was acknowledged (an add
+    that timed out on one bookie starts an ensemble change, which with no spare bookie
+    fails): its ``close()`` closes locally only and leaves the ledger OPEN, and a
+    segment swapped to it would have no readable end (non-recovering readers stop at
+    the LAC the bookies know, -1 when every entry went out before an acknowledgement).
+    Recovery fences it and closes it at its true end, which holds every acknowledged
+    entry; anything else is an error and the ledger is not swapped in."""
+    log.warning("compacted ledger %d: the writer failed after its adds (%s); recovering it",
+                ledger_id, error)  # fmt: skip
+    reader = await ctx.ledgers.open_ledger(ledger_id, ctx.config.password_bytes, recover=True)
+    if not reader.is_closed or reader.metadata.last_entry_id != last:
+        raise WriterFailedError(
+            f"compacted ledger {ledger_id}: recovery closed it at entry "
+            f"{reader.metadata.last_entry_id}, not at {last} (writer: {error})"
+        )

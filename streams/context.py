@@ -5,6 +5,7 @@ ledger client, the config, the clock, and a small cache of sealed ledgers' reade
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from ledger.reader import LedgerReader
 from metadata.client import MetadataClient
 from metadata.segments import SegmentMetadata, TruncationState
 from streams.config import NamespaceConfig
+
+log = logging.getLogger(__name__)
 
 
 def wall_clock_ms() -> int:
@@ -52,6 +55,14 @@ class CoreContext:
             raise TruncatedError(
                 f"segment {segment.seqno}: ledger {segment.ledger_id} was deleted"
             ) from exc
+        if segment.is_sealed and not reader.is_closed:
+            # Only a compactor before the swap closed its ledgers for sure left this
+            # (its writer failed after the adds and closed locally only): every entry up
+            # to the segment's last was acknowledged before the swap, but the bookies'
+            # LAC may be -1.
+            log.warning("segment %d: its ledger %d is not closed; reading to entry %d",
+                        segment.seqno, segment.ledger_id, segment.last_entry_id)  # fmt: skip
+            reader.assume_confirmed(segment.last_entry_id)
         if segment.is_sealed and reader.is_closed:
             self._sealed_readers[segment.ledger_id] = reader
             while len(self._sealed_readers) > self.config.open_ledgers_max:
