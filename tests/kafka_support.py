@@ -4,8 +4,13 @@ kafka-python classes used as the byte-for-byte oracle."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
+import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
@@ -152,3 +157,35 @@ def fuzz_batch_sealed(data: bytes) -> None:
     tail = data[:40].ljust(40, b"\x00") + data[40:]  # attributes .. records
     head = struct.pack(">qiib", 0, 9 + len(tail), 0, 2)
     decode_batch(head + struct.pack(">I", crc32c.crc32c(tail)) + tail, bytes_max=1 << 20)
+
+
+class MemberProcess:
+    """A group member running ``script`` in a process of its own (so a test can kill -9
+    it), printing how many partitions it holds, one line per poll; ``held`` is the last
+    count printed. :meth:`stop` kills it (if still running) and closes its pipe."""
+
+    def __init__(self, script: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=os.environ.copy(),
+        )
+        self.held = 0
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.held = int(line)
+
+    def kill(self) -> None:
+        """kill -9: the member never leaves its group."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        self.kill()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()

@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -37,6 +34,7 @@ from tests.kafka_cluster import (
     kafka_python_roundtrip,
     new_topic,
 )
+from tests.kafka_support import MemberProcess
 from tests.waiting import wait_for
 
 FENCED_MEMBER_EPOCH = 110
@@ -262,18 +260,7 @@ async def test_librdkafka_members_split_rebalance_and_survive_a_kill(
     sent, _ = await asyncio.to_thread(kafka_python_roundtrip, bootstrap, topic, n)
     script = tmp_path / "member.py"
     script.write_text(_MEMBER_SCRIPT)
-    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, read by a thread
-        [sys.executable, str(script), bootstrap, topic, group],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=os.environ.copy(),
-    )  # fmt: skip
-    held = {"c": 0}
-
-    def watch() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            held["c"] = int(line)
-
-    threading.Thread(target=watch, daemon=True).start()
+    c = MemberProcess(script, bootstrap, topic, group)
     stop = threading.Event()
     out: dict[str, Any] = {}
     tasks: list[asyncio.Task[None]] = []
@@ -296,13 +283,10 @@ async def test_librdkafka_members_split_rebalance_and_survive_a_kill(
     try:
         run("a")
         run("b")
-        await wait_for(
-            lambda: split("ab", held["c"]) and held["c"] > 0, "a, b, c split", timeout_s=90
-        )
+        await wait_for(lambda: split("ab", c.held) and c.held > 0, "a, b, c split", timeout_s=90)
         run("d")
-        await wait_for(lambda: split("abd", held["c"]) and held["c"] > 0, "d joins", timeout_s=90)
-        proc.kill()  # kill -9: no leave
-        proc.wait()
+        await wait_for(lambda: split("abd", c.held) and c.held > 0, "d joins", timeout_s=90)
+        c.kill()
         await wait_for(lambda: split("abd", 0), "c's partitions move", timeout_s=90)
 
         def read_all() -> bool:
@@ -318,11 +302,7 @@ async def test_librdkafka_members_split_rebalance_and_survive_a_kill(
         described = await wait_for(caught_up, "every record committed: lag 0", timeout_s=60)
         assert len(described["members"]) == 3
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        c.stop()
         stop.set()
         for task in tasks:
             await task

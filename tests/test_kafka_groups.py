@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -352,43 +351,28 @@ async def test_a_killed_members_partitions_move_within_its_session_timeout(
 ) -> None:
     """A member in another process, kill -9: once its session (6 s) expires the other
     member holds every partition."""
-    import subprocess
-    import sys
     import threading
 
+    from tests.kafka_support import MemberProcess
     from tests.waiting import wait_for
 
     topic, group = new_topic(), f"g-{uuid.uuid4().hex[:8]}"
     await create_topic(bootstrap.split(",", maxsplit=1)[0], topic)
     script = tmp_path / "member.py"
     script.write_text(_MEMBER_SCRIPT)
-    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, read by a thread
-        [sys.executable, str(script), bootstrap, topic, group],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=os.environ.copy(),
-    )  # fmt: skip
-    held = {"n": 0}
-
-    def watch() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            held["n"] = int(line)
-
-    threading.Thread(target=watch, daemon=True).start()
+    first = MemberProcess(script, bootstrap, topic, group)
     stop = threading.Event()
     out: dict[str, Any] = {}
     b: asyncio.Task[None] | None = None
     try:
-        await wait_for(lambda: held["n"] == PARTITIONS, "the first member holds all")
+        await wait_for(lambda: first.held == PARTITIONS, "the first member holds all")
         b = asyncio.create_task(asyncio.to_thread(_member, bootstrap, topic, group, stop, out, "b"))
-        await wait_for(lambda: 0 < held["n"] < PARTITIONS and "b" in out and out["b"][1],
+        await wait_for(lambda: 0 < first.held < PARTITIONS and "b" in out and out["b"][1],
                        "the partitions split")  # fmt: skip
-        proc.kill()  # kill -9
-        proc.wait()
+        first.kill()
         await wait_for(lambda: len(out["b"][1]) == PARTITIONS, "b holds every partition")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        first.stop()
         stop.set()
         if b is not None:
             await b
