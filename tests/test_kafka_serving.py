@@ -330,3 +330,99 @@ async def test_acks_0_gets_no_answer_and_the_record_is_written(bootstrap: str) -
         {"partition_index": 0, "timestamp": -1}]}]}  # fmt: skip
     end = (await kafka_call(address, LIST_OFFSETS, 5, offsets))["topics"][0]["partitions"][0]
     assert end["offset"] == 1
+
+
+# -- seeks by offset and by time, with every client -------------------------------------
+
+
+def _seek_targets(sent: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """A partition holding at least three records, the offset of its second (a seek by
+    offset) and the index of its third (a seek by that record's timestamp)."""
+    by_partition: dict[int, list[int]] = {}
+    for i, (p, _offset) in enumerate(sent):
+        by_partition.setdefault(p, []).append(i)
+    p, indexes = next((p, ix) for p, ix in sorted(by_partition.items()) if len(ix) >= 3)
+    return p, sent[indexes[1]][1], indexes[2]
+
+
+def _kafka_python_seeks(bootstrap: str, topic: str, p: int, offset: int, ts: int) -> list[Any]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(topic, p)
+        consumer.assign([tp])
+        found = consumer.offsets_for_times({tp: ts})[tp]
+        out: list[Any] = [found.offset, found.timestamp]
+        for target in (offset, found.offset):
+            consumer.seek(tp, target)
+            deadline = time.monotonic() + 60
+            records: list[Any] = []
+            while not records:
+                assert time.monotonic() < deadline, "no record after the seek"
+                records = consumer.poll(timeout_ms=500, max_records=1).get(tp, [])
+            out.append((records[0].offset, records[0].timestamp))
+        return out
+    finally:
+        consumer.close()
+
+
+def _confluent_seeks(bootstrap: str, topic: str, p: int, offset: int, ts: int) -> list[Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        [found] = consumer.offsets_for_times([TopicPartition(topic, p, ts)], timeout=30)
+        out: list[Any] = [found.offset, ts]
+        for target in (offset, found.offset):
+            consumer.assign([TopicPartition(topic, p, target)])  # librdkafka's seek
+            deadline = time.monotonic() + 60
+            msg = None
+            while msg is None or msg.error() is not None:
+                assert time.monotonic() < deadline, "no record after the seek"
+                msg = consumer.poll(0.5)
+            out.append((msg.offset(), msg.timestamp()[1]))
+            consumer.unassign()
+        return out
+    finally:
+        consumer.close()
+
+
+async def _aiokafka_seeks(bootstrap: str, topic: str, p: int, offset: int, ts: int) -> list[Any]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, p)
+        consumer.assign([tp])
+        found = (await consumer.offsets_for_times({tp: ts}))[tp]
+        out: list[Any] = [found.offset, found.timestamp]
+        for target in (offset, found.offset):
+            consumer.seek(tp, target)
+            record = await asyncio.wait_for(consumer.getone(), 60)
+            out.append((record.offset, record.timestamp))
+        return out
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka", "aiokafka"])
+async def test_seeks_by_offset_and_by_time(bootstrap: str, client: str) -> None:
+    """Each client seeks to an offset and to the first record at or after a timestamp
+    (ListOffsets by time) and reads from exactly there."""
+    topic, n = new_topic(), 40
+    await create_topic(bootstrap.split(",", maxsplit=1)[0], topic)
+    sent, _ = await asyncio.to_thread(kafka_python_roundtrip, bootstrap, topic, n)
+    p, offset, third = _seek_targets(sent)
+    ts = BASE_TS + third  # sample_records(i) carries BASE_TS + i
+    if client == "kafka-python":
+        got = await asyncio.to_thread(_kafka_python_seeks, bootstrap, topic, p, offset, ts)
+    elif client == "confluent-kafka":
+        got = await asyncio.to_thread(_confluent_seeks, bootstrap, topic, p, offset, ts)
+    else:
+        got = await _aiokafka_seeks(bootstrap, topic, p, offset, ts)
+    by_time = sent[third][1]
+    by_offset_ts = BASE_TS + sent.index((p, offset))
+    assert got == [by_time, ts, (offset, by_offset_ts), (by_time, ts)]

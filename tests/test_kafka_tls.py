@@ -1,6 +1,7 @@
 """TLS on the Kafka listeners from the proxies' ``[tls]`` settings (``bookline local
 --tls``): librdkafka produces and consumes over SSL, verifying the cluster's CA and the
-host name; a plain-text client gets no answer."""
+host name; a plain-text client gets no answer. With auth on as well (SASL_SSL: PLAIN
+over TLS), kafka-python, aiokafka and librdkafka produce and consume."""
 
 from __future__ import annotations
 
@@ -16,25 +17,33 @@ from kafkaapi.protocol.apis_cluster import API_VERSIONS
 from kafkaapi.protocol.frames import frame
 from kafkaapi.protocol.messages import encode_request
 from ops.cluster.local import LocalCluster
-from tests.cluster_support import cluster_doc, started_cluster
+from tests.cluster_support import cluster_doc, cluster_secret, started_cluster, token
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with started_cluster(
-        tmp_path_factory.mktemp("kafka-tls"), bookies=3, write_proxies=1, tls=True, kafka=True
+        tmp_path_factory.mktemp("kafka-tls"),
+        bookies=3,
+        write_proxies=1,
+        tls=True,
+        kafka=True,
+        auth=True,
     ) as c:
         yield c
 
 
-def _roundtrip(bootstrap: str, ca_file: str) -> tuple[bytes | None, bytes | None]:
+def _roundtrip(bootstrap: str, ca_file: str, admin: str) -> tuple[bytes | None, bytes | None]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
-        "security.protocol": "SSL",
+        "security.protocol": "SASL_SSL",
         "ssl.ca.location": ca_file,
+        "sasl.mechanisms": "PLAIN",
+        "sasl.username": "admin",
+        "sasl.password": admin,
     }
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(conf)  # kept while its futures run
@@ -56,11 +65,95 @@ def _roundtrip(bootstrap: str, ca_file: str) -> tuple[bytes | None, bytes | None
         consumer.close()
 
 
-async def test_librdkafka_over_tls(cluster: LocalCluster) -> None:
+def _tls_and_token(cluster: LocalCluster) -> tuple[str, str, str]:
     doc: dict[str, Any] = cluster_doc(cluster.dir / "cluster.json")
-    ca_file = str(cluster.dir / doc["tls"]["ca_file"])
-    got = await asyncio.to_thread(_roundtrip, str(doc["kafka_bootstrap"]), ca_file)
+    admin = token(cluster_secret(cluster), "admin")
+    return str(doc["kafka_bootstrap"]), str(cluster.dir / doc["tls"]["ca_file"]), admin
+
+
+async def test_librdkafka_over_tls(cluster: LocalCluster) -> None:
+    got = await asyncio.to_thread(_roundtrip, *_tls_and_token(cluster))
     assert got == (b"k", b"secret")
+
+
+def _kafka_python_roundtrip(bootstrap: str, ca_file: str, admin: str) -> tuple[Any, Any]:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    conf: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": ca_file,
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": admin,
+    }
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    admin_client = KafkaAdminClient(**conf)
+    try:
+        admin_client.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin_client.close()
+    producer = KafkaProducer(acks="all", **conf)
+    try:
+        producer.send(topic, b"secret", key=b"k").get(timeout=60)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(enable_auto_commit=False, group_id=None, **conf)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        for _ in range(120):
+            for records in consumer.poll(timeout_ms=500).values():
+                return records[0].key, records[0].value
+        return None, None
+    finally:
+        consumer.close()
+
+
+async def _aiokafka_roundtrip(bootstrap: str, ca_file: str, admin: str) -> tuple[Any, Any]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.helpers import create_ssl_context
+
+    conf: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_SSL",
+        "ssl_context": create_ssl_context(cafile=ca_file),
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "admin",
+        "sasl_plain_password": admin,
+    }
+    topic = f"tls-{uuid.uuid4().hex[:8]}"
+    admin_client = AIOKafkaAdminClient(**conf)
+    await admin_client.start()
+    try:
+        await admin_client.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        await admin_client.close()
+    producer = AIOKafkaProducer(acks="all", **conf)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"secret", key=b"k")
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(enable_auto_commit=False, **conf)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        record = await asyncio.wait_for(consumer.getone(), 60)
+        return record.key, record.value
+    finally:
+        await consumer.stop()
+
+
+async def test_kafka_python_and_aiokafka_over_sasl_ssl(cluster: LocalCluster) -> None:
+    args = _tls_and_token(cluster)
+    assert await asyncio.to_thread(_kafka_python_roundtrip, *args) == (b"k", b"secret")
+    assert await _aiokafka_roundtrip(*args) == (b"k", b"secret")
 
 
 async def test_plain_text_gets_no_kafka_answer(cluster: LocalCluster) -> None:
