@@ -33,7 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def _roundtrip(bootstrap: str, ca_file: str, admin: str) -> tuple[bytes | None, bytes | None]:
+def _roundtrip(bootstrap: str, ca_file: str, admin_token: str) -> tuple[bytes | None, bytes | None]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -43,7 +43,7 @@ def _roundtrip(bootstrap: str, ca_file: str, admin: str) -> tuple[bytes | None, 
         "ssl.ca.location": ca_file,
         "sasl.mechanisms": "PLAIN",
         "sasl.username": "admin",
-        "sasl.password": admin,
+        "sasl.password": admin_token,
     }
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(conf)  # kept while its futures run
