@@ -74,3 +74,13 @@ async def restart_bookies(cluster: LocalCluster, timeout_s: float = 90.0) -> Non
     await wait_for(
         lambda: all(cluster.is_ready(b) for b in fresh), "the bookies to serve", timeout_s=timeout_s
     )
+
+
+def bytes_on_disk(paths: Iterator[Path]) -> int:
+    """The total size of the files named; one deleted between its listing and its size
+    (a bookie's GC at work) counts as gone (0 bytes), which is what it is."""
+    total = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            total += path.stat().st_size
+    return total

@@ -25,6 +25,7 @@ from foundation.errors import NotFoundError, ReadOnlyError
 from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerMetadata, Segment, master_key_check
 from ops.cluster import procs
+from tests.cluster_support import bytes_on_disk
 from tests.ledger_support import register_ledgers
 from tests.waiting import wait_for, wait_until
 
@@ -214,7 +215,7 @@ async def test_read_only_transition_both_ways(
 
 
 def _entry_log_bytes(bookie: BookieProcess) -> int:
-    return sum(p.stat().st_size for p in bookie.dirs["ledgers"].glob("*.log"))
+    return bytes_on_disk(bookie.dirs["ledgers"].glob("*.log"))
 
 
 def _metadata(ledger_id: int, bookie_id: str) -> LedgerMetadata:

@@ -7,13 +7,11 @@ in conftest). Randomized tests print their seed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import os
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -34,6 +32,7 @@ from foundation.errors import (
     TruncatedError,
     WriterFailedError,
 )
+from tests.cluster_support import bytes_on_disk
 from tests.conftest import BookieCluster
 from tests.values import value, values
 from tests.waiting import time_scale, wait_for
@@ -286,15 +285,9 @@ async def test_bulk_1m_write_many_read_back(ns: Namespace) -> None:
 
 
 def _ledger_bytes(cluster: BookieCluster) -> int:
-    """Bytes in the bookies' entry logs now; a log the GC deletes between the listing
-    and its size counts as gone (0 bytes), which is what it is."""
-    total = 0
-    for _proc, _port, d in cluster.bookies:
-        for root, _dirs, files in os.walk(d / "ledgers"):
-            for f in files:
-                with contextlib.suppress(FileNotFoundError):
-                    total += os.path.getsize(Path(root) / f)
-    return total
+    """Bytes in the bookies' entry logs now."""
+    files = (p for _proc, _port, d in cluster.bookies for p in (d / "ledgers").rglob("*"))
+    return bytes_on_disk(p for p in files if p.is_file())
 
 
 async def _fill(ns: Namespace, name: str, n: int, opts: StreamOptions) -> tuple[object, list[DLSN]]:
