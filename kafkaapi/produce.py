@@ -9,7 +9,10 @@ HTTP write. The answer's base offset is the first record's sequence id in the st
 records are on the ack quorum of bookies, fsynced -- Bookline has no weaker write.
 An idempotent producer's batch (producer id >= 0) carries its producer id, epoch and
 base sequence onto the core's de-duplication (``kafka:<id>`` as the producer), so a
-retried batch is answered with its first write's offsets, never written twice.
+retried batch is answered with its first write's offsets, never written twice, and a
+batch is written only where it follows the producer's history here (``strict``: a
+Kafka producer reads a later batch's success as the acknowledgement of the earlier
+ones). What each refusal means to the producer: :mod:`kafkaapi.errormap`.
 """
 
 from __future__ import annotations
@@ -145,8 +148,13 @@ class _Record(NamedTuple):
 def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
+        # strict: a Kafka producer takes a later batch's success as the acknowledgement
+        # of its earlier ones, so no first sequence is accepted over a gap.
         producer = ProducerSeq(
-            kafka_producer(batch.producer_id), batch.base_sequence, batch.producer_epoch
+            kafka_producer(batch.producer_id),
+            batch.base_sequence,
+            batch.producer_epoch,
+            strict=True,
         )
     log_append = batch.log_append_time  # then the timestamps are the log's to set
     records = [

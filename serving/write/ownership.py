@@ -234,19 +234,29 @@ class Ownership:
     async def _rebuild_table(self, name: str) -> tuple[dedup.DedupTable, int]:
         """The stream's producers' table, and how many records were read for it."""
         cfg = self.config
-        table = dedup.DedupTable(cfg.dedup_batches_per_producer, cfg.dedup_producers_max)
-        records = await self._scan_tail(name)
+        records, whole = await self._scan_tail(name)
+        table = dedup.DedupTable(
+            cfg.dedup_batches_per_producer, cfg.dedup_producers_max, complete=whole
+        )
         dedup.rebuild(table, records)
         return table, len(records)
 
-    async def _scan_tail(self, name: str) -> list[tuple[ReadRecord, dedup.Marker | None]]:
+    async def _scan_tail(
+        self, name: str
+    ) -> tuple[list[tuple[ReadRecord, dedup.Marker | None]], bool]:
         """The stream's most recent records (oldest first) within the dedup window, each
-        with the producer marker it carries (or None)."""
+        with the producer marker it carries (or None), and whether they are all the
+        stream ever held (then a producer not among them never wrote to it)."""
         cfg = self.config
         horizon_ms = int(time.time() * 1000) - cfg.dedup_window_ms
         chunks: list[list[tuple[ReadRecord, dedup.Marker | None]]] = []
         total = 0
-        for seg in reversed(await self.ns.segments(name)):
+        segments = await self.ns.segments(name)
+        # Nothing removed by retention yet: the oldest segment starts the stream.
+        whole = all(s.min_active_dlsn is None and not s.truncated for s in segments) and (
+            not segments or segments[0].start_sequence_id == 0
+        )
+        for seg in reversed(segments):
             if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
                 continue
             last = seg.last_entry_id
@@ -257,9 +267,10 @@ class Ownership:
                 total += len(recs)
                 # The sets' append time, not the records' (a producer may set those).
                 if total >= cfg.dedup_scan_records_max or appended_ms < horizon_ms:
-                    return [r for chunk in reversed(chunks) for r in chunk]
+                    # Stopped short: older producers may be forgotten.
+                    return [r for chunk in reversed(chunks) for r in chunk], False
                 last = first - 1
-        return [r for chunk in reversed(chunks) for r in chunk]
+        return [r for chunk in reversed(chunks) for r in chunk], whole
 
     async def _release_record(self, name: str) -> None:
         try:
