@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from foundation.errors import BooklineError, UnknownPartitionError
+from foundation.errors import BooklineError, TooManyRequestsError, UnknownPartitionError
 from foundation.names import partition_stream
 from groups.topics import TopicAdmin
 from kafkaapi.errormap import kafka_code
@@ -45,6 +45,11 @@ _NOT_LEADER: Final = kerr.code_named("NOT_LEADER_OR_FOLLOWER")
 _DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
 _INVALID_RECORD: Final = kerr.code_named("INVALID_RECORD")
 _TXN: Final = kerr.code_named("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+# Over the admission limits, nothing written: "retry later". Not THROTTLING_QUOTA_EXCEEDED
+# (Kafka's for topic admin), which librdkafka takes as a permanent produce failure: the
+# records fail and it bumps the producer's epoch, numbering anew records of other
+# partitions that may be stored.
+_BUSY: Final = kerr.code_named("NOT_ENOUGH_REPLICAS")
 # Producer epochs are int16; the last one cannot be bumped.
 _EPOCH_MAX: Final = (1 << 15) - 1
 
@@ -91,7 +96,7 @@ async def _partition(
     try:
         offset = await _write(serving, write, topic, index, part["records"] or b"")
     except BooklineError as exc:
-        code = kafka_code(exc)
+        code = _BUSY if isinstance(exc, TooManyRequestsError) else kafka_code(exc)
         if code.code == kerr.code_named("UNKNOWN_SERVER_ERROR").code:
             log.warning("produce to %s/%d failed: %s", topic, index, exc)
         return _answer(index, code, exc.message)

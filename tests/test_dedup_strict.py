@@ -200,3 +200,28 @@ def test_a_table_that_forgets_a_producer_is_no_longer_complete() -> None:
     assert table.complete
     table.record("b", 0, 0, [(1, 1, 0)], [1])  # "a" forgotten
     assert not table.complete
+
+
+async def test_a_produce_over_the_admission_limits_is_retried_not_failed() -> None:
+    """A batch refused by the write core's admission limits (nothing written) gets an
+    error librdkafka retries with the same sequence (NOT_ENOUGH_REPLICAS: retriable,
+    not persisted), not THROTTLING_QUOTA_EXCEEDED, which it takes as a permanent
+    failure: the records fail and it bumps the producer's epoch, numbering anew the
+    records of its other partitions that may be stored."""
+    from types import SimpleNamespace
+
+    from foundation.errors import TooManyRequestsError
+    from kafkaapi.produce import produce
+
+    def admit(stream: str, size: int) -> Any:
+        raise TooManyRequestsError(f"{stream}: {size} bytes over the pending limit")
+
+    serving = SimpleNamespace(write=SimpleNamespace(admit=admit), allowed=lambda *a: True)
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]}  # fmt: skip
+    answer = await produce(
+        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+    )
+    assert answer is not None
+    part = answer["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 19 and part["base_offset"] == -1  # NOT_ENOUGH_REPLICAS
