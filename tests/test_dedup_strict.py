@@ -225,3 +225,20 @@ async def test_a_produce_over_the_admission_limits_is_retried_not_failed() -> No
     assert answer is not None
     part = answer["responses"][0]["partition_responses"][0]
     assert part["error_code"] == 19 and part["base_offset"] == -1  # NOT_ENOUGH_REPLICAS
+
+
+def test_a_takeover_knows_when_it_read_the_whole_stream() -> None:
+    """Only then does "producer not in the table" mean "never wrote here"."""
+    from serving.write.ownership import _whole
+    from streams.vocabulary import SegmentInfo
+
+    def seg(start: int, last: int | None, count: int, **kw: Any) -> SegmentInfo:
+        return SegmentInfo(1, 1, "sealed", 0, 0, cast(int, last), count, start, 10, 0,
+                           kw.get("truncated", False), kw.get("min_active"))  # fmt: skip
+
+    assert _whole([])
+    assert _whole([seg(0, 4, 5), seg(5, -1, 0)])  # the new owner's segment is empty
+    assert not _whole([seg(5, 4, 5)])  # older segments deleted by retention
+    assert not _whole([seg(0, 4, 5, truncated=True), seg(5, 4, 5)])
+    assert not _whole([seg(0, 4, 5, min_active=DLSN(1, 2, 0))])
+    assert not _whole([seg(0, None, 5), seg(5, -1, 0)])  # records the scan cannot read

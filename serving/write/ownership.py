@@ -48,6 +48,7 @@ from streams.recordset import decode_with_markers
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
     from streams.namespace import Namespace
+    from streams.vocabulary import SegmentInfo
     from streams.writer import LogWriter
 
 log = logging.getLogger(__name__)
@@ -252,10 +253,6 @@ class Ownership:
         chunks: list[list[tuple[ReadRecord, dedup.Marker | None]]] = []
         total = 0
         segments = await self.ns.segments(name)
-        # Nothing removed by retention yet: the oldest segment starts the stream.
-        whole = all(s.min_active_dlsn is None and not s.truncated for s in segments) and (
-            not segments or segments[0].start_sequence_id == 0
-        )
         for seg in reversed(segments):
             if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
                 continue
@@ -270,7 +267,7 @@ class Ownership:
                     # Stopped short: older producers may be forgotten.
                     return [r for chunk in reversed(chunks) for r in chunk], False
                 last = first - 1
-        return [r for chunk in reversed(chunks) for r in chunk], whole
+        return [r for chunk in reversed(chunks) for r in chunk], _whole(segments)
 
     async def _release_record(self, name: str) -> None:
         try:
@@ -334,6 +331,19 @@ class Ownership:
             )
             for task in pending:
                 task.cancel()
+
+
+def _whole(segments: list[SegmentInfo]) -> bool:
+    """Whether reading ``segments`` (all of them) read everything the stream ever held:
+    nothing removed by retention (the oldest starts the stream at offset 0) and no
+    segment with records whose end is not known (skipped by the scan)."""
+    if not segments or segments[0].start_sequence_id != 0:
+        return not segments
+    return not any(
+        s.truncated or s.min_active_dlsn is not None
+        or (s.last_entry_id is None and s.record_count)
+        for s in segments
+    )  # fmt: skip
 
 
 async def _read_marked(
