@@ -232,8 +232,8 @@ def test_a_takeover_knows_when_it_read_the_whole_stream() -> None:
     from serving.write.ownership import _whole
     from streams.vocabulary import SegmentInfo
 
-    def seg(start: int, last: int | None, count: int, **kw: Any) -> SegmentInfo:
-        return SegmentInfo(1, 1, "sealed", 0, 0, cast(int, last), count, start, 10, 0,
+    def seg(start: int, last: int, count: int, **kw: Any) -> SegmentInfo:
+        return SegmentInfo(1, 1, "sealed", 0, 0, last, count, start, 10, 0,
                            kw.get("truncated", False), kw.get("min_active"))  # fmt: skip
 
     assert _whole([])
@@ -241,4 +241,4 @@ def test_a_takeover_knows_when_it_read_the_whole_stream() -> None:
     assert not _whole([seg(5, 4, 5)])  # older segments deleted by retention
     assert not _whole([seg(0, 4, 5, truncated=True), seg(5, 4, 5)])
     assert not _whole([seg(0, 4, 5, min_active=DLSN(1, 2, 0))])
-    assert not _whole([seg(0, None, 5), seg(5, -1, 0)])  # records the scan cannot read
+    assert not _whole([seg(0, -1, 5), seg(5, -1, 0)])  # records the scan cannot read

@@ -341,7 +341,7 @@ def _whole(segments: list[SegmentInfo]) -> bool:
         return not segments
     return not any(
         s.truncated or s.min_active_dlsn is not None
-        or (s.last_entry_id is None and s.record_count)
+        or (s.last_entry_id < 0 and s.record_count > 0)
         for s in segments
     )  # fmt: skip
 
