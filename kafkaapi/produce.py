@@ -50,6 +50,11 @@ _TXN: Final = kerr.code_named("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 # records fail and it bumps the producer's epoch, numbering anew records of other
 # partitions that may be stored.
 _BUSY: Final = kerr.code_named("NOT_ENOUGH_REPLICAS")
+# For the same reason a server failure is never UNKNOWN_SERVER_ERROR (permanent to
+# librdkafka) on Produce but KAFKA_STORAGE_ERROR: retried with the same sequence.
+# What was handed to a writer that failed is REQUEST_TIMED_OUT (kafkaapi.errormap).
+_UNKNOWN: Final = kerr.code_named("UNKNOWN_SERVER_ERROR")
+_STORAGE: Final = kerr.code_named("KAFKA_STORAGE_ERROR")
 # Producer epochs are int16; the last one cannot be bumped.
 _EPOCH_MAX: Final = (1 << 15) - 1
 
@@ -97,8 +102,11 @@ async def _partition(
         offset = await _write(serving, write, topic, index, part["records"] or b"")
     except BooklineError as exc:
         code = _BUSY if isinstance(exc, TooManyRequestsError) else kafka_code(exc)
-        if code.code == kerr.code_named("UNKNOWN_SERVER_ERROR").code:
+        if code.code == _UNKNOWN.code:
+            # A failure of the server's, not the request's (e.g. the partition's log
+            # could not be read back to take it over): retried, not failed for good.
             log.warning("produce to %s/%d failed: %s", topic, index, exc)
+            code = _STORAGE
         return _answer(index, code, exc.message)
     return {"index": index, "error_code": 0, "base_offset": offset}
 

@@ -11,6 +11,7 @@ and what the Kafka listener answers for them (:mod:`kafkaapi.errormap`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -25,6 +26,7 @@ from foundation.errors import (
     WriterFailedError,
 )
 from kafkaapi.errormap import kafka_code
+from kafkaapi.protocol.records import Record, RecordBatch, encode_batch
 from serving.write import dedup
 from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.dedup import DedupTable, UnknownProducerError
@@ -242,3 +244,39 @@ def test_a_takeover_knows_when_it_read_the_whole_stream() -> None:
     assert not _whole([seg(0, 4, 5, truncated=True), seg(5, 4, 5)])
     assert not _whole([seg(0, 4, 5, min_active=DLSN(1, 2, 0))])
     assert not _whole([seg(0, -1, 5), seg(5, -1, 0)])  # records the scan cannot read
+
+
+async def test_a_produce_failed_by_the_server_is_retried_not_failed() -> None:
+    """Chaos seed 21 after the first fix: taking a partition over failed (its log's
+    tail unreadable: a damaged replica awaiting repair, the others down) and Produce
+    answered UNKNOWN_SERVER_ERROR, a permanent failure to librdkafka, which then bumped
+    the producer's epoch ("message sequence gap") and wrote its stored but
+    unacknowledged records of other partitions again (38 duplicates). Now
+    KAFKA_STORAGE_ERROR: nothing was written, retried with the same sequence."""
+    from types import SimpleNamespace
+
+    from foundation.errors import ChecksumError
+    from kafkaapi.produce import produce
+
+    class Write:
+        def admit(self, stream: str, size: int) -> Any:
+            return contextlib.nullcontext(None)
+
+        async def write(self, admission: Any, batch: Any) -> Any:
+            raise ChecksumError("read of ledger 15 entry 43: all replicas failed")
+
+    async def partition_for_write(topic: str, index: int) -> None:
+        return None
+
+    topics = SimpleNamespace(partition_for_write=partition_for_write)
+    serving = SimpleNamespace(write=Write(), allowed=lambda *a: True, topics=topics)
+    raw = encode_batch(RecordBatch(0, (Record(0, 0, b"k", b"v"),), producer_id=7,
+                                   producer_epoch=0, base_sequence=0))  # fmt: skip
+    body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": raw}]}]}  # fmt: skip
+    answer = await produce(
+        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+    )
+    assert answer is not None
+    part = answer["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 56 and part["base_offset"] == -1  # KAFKA_STORAGE_ERROR
