@@ -28,6 +28,7 @@ from foundation.errors import (
 )
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaCode, KafkaProtocolError
+from serving.write.dedup import UnknownProducerError
 
 __all__ = ["kafka_code"]
 
@@ -44,10 +45,20 @@ _TABLE: Final[tuple[tuple[type[BooklineError], KafkaCode], ...]] = (
     (OutOfRangeError, _named("OFFSET_OUT_OF_RANGE")),
     (TooLargeError, _named("MESSAGE_TOO_LARGE")),
     (TooManyRequestsError, _named("THROTTLING_QUOTA_EXCEEDED")),
-    # The write may or may not have happened: a retriable timeout, and the idempotent
-    # producer's retry is answered with the first write's offsets.
+    # The write may or may not have happened: a retriable timeout ("possibly persisted"
+    # to librdkafka), retried with the same sequence and answered with the first
+    # write's offsets. Never an error a client reads as "not persisted": it would
+    # number the records anew (docs/kafka.md, "Idempotence").
     (OutcomeUnknownError, _named("REQUEST_TIMED_OUT")),
-    (OutOfOrderSequenceError, _named("OUT_OF_ORDER_SEQUENCE_NUMBER")),
+    # The producer is not known here and may have been forgotten: a producer with
+    # nothing outstanding starts a new epoch at 0, one with requests unanswered fails.
+    (UnknownProducerError, _named("UNKNOWN_PRODUCER_ID")),
+    # A sequence gap: the earlier requests were not written (refused, or not yet
+    # retried). Not OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka bumps the epoch of
+    # every partition and numbers anew records of other partitions that may be stored
+    # (duplicates): "not written, resend", which librdkafka retries in order with the
+    # same sequences once the earlier requests are resent.
+    (OutOfOrderSequenceError, _named("NOT_LEADER_OR_FOLLOWER")),
     (ProducerFencedError, _named("PRODUCER_FENCED")),
     (ForbiddenError, _named("TOPIC_AUTHORIZATION_FAILED")),
     (UnauthenticatedError, _named("SASL_AUTHENTICATION_FAILED")),

@@ -9,7 +9,10 @@ HTTP write. The answer's base offset is the first record's sequence id in the st
 records are on the ack quorum of bookies, fsynced -- Bookline has no weaker write.
 An idempotent producer's batch (producer id >= 0) carries its producer id, epoch and
 base sequence onto the core's de-duplication (``kafka:<id>`` as the producer), so a
-retried batch is answered with its first write's offsets, never written twice.
+retried batch is answered with its first write's offsets, never written twice, and a
+batch is written only where it follows the producer's history here (``strict``: a
+Kafka producer reads a later batch's success as the acknowledgement of the earlier
+ones). What each refusal means to the producer: :mod:`kafkaapi.errormap`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from foundation.errors import BooklineError, UnknownPartitionError
+from foundation.errors import BooklineError, TooManyRequestsError, UnknownPartitionError
 from foundation.names import partition_stream
 from groups.topics import TopicAdmin
 from kafkaapi.errormap import kafka_code
@@ -42,6 +45,16 @@ _NOT_LEADER: Final = kerr.code_named("NOT_LEADER_OR_FOLLOWER")
 _DENIED: Final = kerr.code_named("TOPIC_AUTHORIZATION_FAILED")
 _INVALID_RECORD: Final = kerr.code_named("INVALID_RECORD")
 _TXN: Final = kerr.code_named("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+# Over the admission limits, nothing written: "retry later". Not THROTTLING_QUOTA_EXCEEDED
+# (Kafka's for topic admin), which librdkafka takes as a permanent produce failure: the
+# records fail and it bumps the producer's epoch, numbering anew records of other
+# partitions that may be stored.
+_BUSY: Final = kerr.code_named("NOT_ENOUGH_REPLICAS")
+# For the same reason a server failure is never UNKNOWN_SERVER_ERROR (permanent to
+# librdkafka) on Produce but KAFKA_STORAGE_ERROR: retried with the same sequence.
+# What was handed to a writer that failed is REQUEST_TIMED_OUT (kafkaapi.errormap).
+_UNKNOWN: Final = kerr.code_named("UNKNOWN_SERVER_ERROR")
+_STORAGE: Final = kerr.code_named("KAFKA_STORAGE_ERROR")
 # Producer epochs are int16; the last one cannot be bumped.
 _EPOCH_MAX: Final = (1 << 15) - 1
 
@@ -88,9 +101,12 @@ async def _partition(
     try:
         offset = await _write(serving, write, topic, index, part["records"] or b"")
     except BooklineError as exc:
-        code = kafka_code(exc)
-        if code.code == kerr.code_named("UNKNOWN_SERVER_ERROR").code:
+        code = _BUSY if isinstance(exc, TooManyRequestsError) else kafka_code(exc)
+        if code.code == _UNKNOWN.code:
+            # A failure of the server's, not the request's (e.g. the partition's log
+            # could not be read back to take it over): retried, not failed for good.
             log.warning("produce to %s/%d failed: %s", topic, index, exc)
+            code = _STORAGE
         return _answer(index, code, exc.message)
     return {"index": index, "error_code": 0, "base_offset": offset}
 
@@ -145,8 +161,13 @@ class _Record(NamedTuple):
 def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
+        # strict: a Kafka producer takes a later batch's success as the acknowledgement
+        # of its earlier ones, so no first sequence is accepted over a gap.
         producer = ProducerSeq(
-            kafka_producer(batch.producer_id), batch.base_sequence, batch.producer_epoch
+            kafka_producer(batch.producer_id),
+            batch.base_sequence,
+            batch.producer_epoch,
+            strict=True,
         )
     log_append = batch.log_append_time  # then the timestamps are the log's to set
     records = [

@@ -265,6 +265,42 @@ async def test_an_idempotent_retry_is_answered_with_the_first_offsets(bootstrap:
     assert txn["error_code"] == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
+async def test_an_idempotent_batch_over_a_sequence_gap_is_not_written(bootstrap: str) -> None:
+    """Issue 25 (kafka-idem), chaos seed 23's lost record: a new producer's sequence 1
+    reached the partition while its sequence 0 had failed, and was written; librdkafka
+    then counted sequence 0 as acknowledged by it. Refused NOT_LEADER_OR_FOLLOWER ("not
+    written", retried with the same sequence), as is a new epoch not at sequence 0; in
+    order both are written once."""
+    from kafkaapi.protocol.apis_data import INIT_PRODUCER_ID
+
+    address = bootstrap.split(",", maxsplit=1)[0]
+    topic = new_topic()
+    await create_topic(address, topic, partitions=1)
+    leader = await leader_address(address, topic, 0)
+    init = await kafka_call(leader, INIT_PRODUCER_ID, 1, {"transactional_id": None,
+                                                     "transaction_timeout_ms": 60_000})  # fmt: skip
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+
+    async def produce(seq: int, value: bytes, bump: int = 0) -> tuple[int, int]:
+        records = (Record(0, int(time.time() * 1000), b"k", value),)
+        raw = encode_batch(RecordBatch(0, records, producer_id=pid,
+                                       producer_epoch=epoch + bump, base_sequence=seq))  # fmt: skip
+        answer = await kafka_call(leader, PRODUCE, 9, produce_body(topic, 0, raw))
+        part = answer["responses"][0]["partition_responses"][0]
+        return part["error_code"], part["base_offset"]
+
+    not_leader = 6  # NOT_LEADER_OR_FOLLOWER
+    assert await produce(1, b"b") == (not_leader, -1)  # sequence 0 never arrived
+    assert await produce(0, b"a") == (0, 0)
+    assert await produce(1, b"b") == (0, 1)
+    assert await produce(2, b"x", bump=1) == (not_leader, -1)  # a new epoch starts at 0
+    assert await produce(0, b"x", bump=1) == (0, 2)
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "timestamp": -1}]}]}  # fmt: skip
+    end = (await kafka_call(address, LIST_OFFSETS, 5, body))["topics"][0]["partitions"][0]
+    assert end["offset"] == 3  # nothing of the refused batches was written
+
+
 def _confluent_consume(bootstrap: str, topic: str, n: int, rack: str) -> int:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 

@@ -44,11 +44,15 @@ class BatchRecord(Protocol):
 @dataclass(frozen=True, slots=True)
 class ProducerSeq:
     """Who wrote a batch, for ordering and de-duplication: record ``i`` of the batch has
-    sequence ``seq + i`` within the producer's ``epoch`` (:mod:`serving.write.dedup`)."""
+    sequence ``seq + i`` within the producer's ``epoch`` (:mod:`serving.write.dedup`).
+    ``strict``: the producer takes a later batch's success as the acknowledgement of its
+    earlier ones (Kafka's producers), so a first sequence is never accepted over a gap
+    its history here cannot account for (:func:`serving.write.dedup.ahead_refusal`)."""
 
     producer: str
     seq: int
     epoch: int = 0
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)

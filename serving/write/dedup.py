@@ -23,6 +23,12 @@ contiguous in the stream (they are appended without yielding to the event loop).
 owner reads the tail of the stream with its markers (:func:`rebuild`) and recovers the
 same table, epochs included, and batches of which only a prefix made it into the log.
 A user header, whatever its name, is never read as a marker.
+
+A request ahead of its producer's next position waits a little for the ones before it
+(they may travel over other connections); if they do not come, :func:`ahead_refusal`
+says what it gets. A Kafka producer (``strict``) takes a later batch's success as the
+acknowledgement of every earlier one, so a first sequence is only accepted where the
+producer's history here says it follows: never "go on from here" over a gap.
 """
 
 from __future__ import annotations
@@ -32,7 +38,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, cast
 
-from foundation.errors import OutcomeUnknownError, ProducerFencedError
+from foundation.errors import (
+    BooklineError,
+    OutcomeUnknownError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
 from foundation.invariants import invariant
 from streams.dlsn import DLSNSequence
 from streams.records import ProducerMarker, RecordColumns
@@ -41,6 +52,62 @@ DlsnT = tuple[int, int, int]
 
 # What the first record of a producer batch says about the batch.
 Marker = ProducerMarker
+
+# A producer's position: (epoch, sequence). Every sequence of a later epoch comes after
+# every sequence of an earlier one (the later epoch fences the earlier).
+Pos = tuple[int, int]
+
+
+class UnknownProducerError(OutOfOrderSequenceError):
+    """A request that does not start a producer's history (sequence > 0) from a producer
+    this stream's table does not know, while the table may have forgotten it (a
+    takeover scans only the log's recent tail; the least recently used producers are
+    dropped): its earlier sequences are neither known to be written nor known not to
+    be. Nothing was written. Kafka's UNKNOWN_PRODUCER_ID, on which a producer with
+    nothing else outstanding starts a new epoch at sequence 0 and one with earlier
+    requests unanswered fails rather than guess. Over HTTP an OUT_OF_ORDER_SEQUENCE."""
+
+
+def ahead_refusal(
+    producer: str,
+    stream: str,
+    pos: Pos,
+    expected: Pos | None,
+    *,
+    strict: bool,
+    complete: bool,
+) -> BooklineError | None:
+    """What a request at ``pos`` gets when the ones before it did not arrive in time:
+    ``expected`` is the producer's next position here (None: the producer is not
+    known), ``complete`` whether the table holds every producer that ever wrote to the
+    stream. None: write it (a thin-client producer whose history was forgotten goes on
+    from here). Nothing of a refused request is written; an OUT_OF_ORDER_SEQUENCE is
+    retriable, the gap being the earlier requests' to fill by being sent again."""
+    epoch, seq = pos
+    if expected is not None:
+        if epoch > expected[0]:
+            return OutOfOrderSequenceError(
+                f"producer {producer} began epoch {epoch} on {stream} at sequence {seq}, "
+                "not 0: nothing was written; send the epoch's earlier sequences first"
+            )
+        return OutOfOrderSequenceError(
+            f"producer {producer} sent epoch {epoch} sequence {seq} to {stream} but "
+            f"epoch {expected[0]} sequence {expected[1]} has not arrived; resend in order"
+        )
+    if not strict:
+        return None
+    if complete:
+        # The table holds the whole stream: the producer never wrote here, so its
+        # earlier sequences were not written (they failed, or are yet to be retried).
+        return OutOfOrderSequenceError(
+            f"producer {producer} has nothing in {stream} but sent sequence {seq} of "
+            f"epoch {epoch}: its sequences before it were not written; resend in order"
+        )
+    return UnknownProducerError(
+        f"producer {producer} is not known on {stream} (not in the log's recent tail) "
+        f"and sent epoch {epoch} sequence {seq}: whether its earlier sequences are "
+        "written is not known here; nothing was written"
+    )
 
 
 class Positioned(Protocol):
@@ -91,10 +158,16 @@ class Plan:
 class DedupTable:
     """One stream's producers; least recently used forgotten first."""
 
-    def __init__(self, batches_per_producer: int, producers_max: int) -> None:
+    def __init__(
+        self, batches_per_producer: int, producers_max: int, *, complete: bool = False
+    ) -> None:
         self._batches_max = batches_per_producer
         self._producers_max = producers_max
         self._producers: OrderedDict[str, ProducerState] = OrderedDict()
+        # Every producer that ever wrote to the stream is here (its takeover scan read
+        # the whole stream, and none was forgotten since): a producer not found never
+        # wrote. Cleared for good by the first producer forgotten.
+        self.complete = complete
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -163,6 +236,7 @@ class DedupTable:
             state = self._producers[producer] = ProducerState(epoch)
             while len(self._producers) > self._producers_max:
                 self._producers.popitem(last=False)
+                self.complete = False
         else:
             self._producers.move_to_end(producer)
         state.batches.append((epoch, first_seq, _kept(dlsns), _compact(offsets)))

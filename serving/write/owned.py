@@ -25,7 +25,6 @@ from foundation.errors import (
     BadRequestError,
     BooklineError,
     OutcomeUnknownError,
-    OutOfOrderSequenceError,
     OwnershipLostError,
     TooLargeError,
     UnavailableError,
@@ -43,9 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = ["OwnedStream"]
 
 
-# A producer's position: (epoch, sequence). Every sequence of a later epoch comes after
-# every sequence of an earlier one (the later epoch fences the earlier).
-Pos = tuple[int, int]
+Pos = dedup.Pos
 
 
 @dataclass
@@ -100,7 +97,8 @@ class OwnedStream:
             return WriteResult(dlsns, offsets, 0)
         producer, epoch, seq = batch.producer.producer, batch.producer.epoch, batch.producer.seq
         count = batch.count
-        fenced_by = await self._wait_turn(producer, epoch, seq, seq + count)
+        strict = batch.producer.strict
+        fenced_by = await self._wait_turn(producer, epoch, seq, seq + count, strict)
         if fenced_by is None:
             plan = self.table.plan(producer, epoch, seq, count)
         else:
@@ -168,21 +166,20 @@ class OwnedStream:
         error.__cause__ = self.failed
         return error
 
-    def _reorder_timeout(self, producer: str, pos: Pos, expected: Pos | None) -> None:
-        """The gap before ``pos`` did not fill in time."""
-        if expected is None:
-            # Not seen since this proxy took the stream over and not in the log's
-            # recent tail: its history was forgotten; go on from here.
-            log.info(
-                "%s: producer %s starts at epoch %d sequence %d here", self.name, producer, *pos
-            )
-            return
-        raise OutOfOrderSequenceError(
-            f"producer {producer} sent epoch {pos[0]} sequence {pos[1]} to {self.name} but "
-            f"epoch {expected[0]} sequence {expected[1]} has not arrived; resend in order"
+    def _reorder_timeout(self, producer: str, pos: Pos, expected: Pos | None, strict: bool) -> None:
+        """The gap before ``pos`` did not fill in time: refused, or (a thin-client
+        producer not seen since this proxy took the stream over and not in the log's
+        recent tail: its history was forgotten) go on from here."""
+        refusal = dedup.ahead_refusal(
+            producer, self.name, pos, expected, strict=strict, complete=self.table.complete
         )
+        if refusal is not None:
+            raise refusal
+        log.info("%s: producer %s starts at epoch %d sequence %d here", self.name, producer, *pos)
 
-    async def _wait_turn(self, producer: str, epoch: int, seq: int, end: int) -> int | None:
+    async def _wait_turn(
+        self, producer: str, epoch: int, seq: int, end: int, strict: bool
+    ) -> int | None:
         """Wait until the request may be planned; returns the producer's newer epoch
         when the request's epoch is fenced by it (then it is only answered from the
         table), else None. A retry racing its original waits until the original is
@@ -190,7 +187,8 @@ class OwnedStream:
         and may arrive out of order: a request ahead of the next expected position
         waits (a bounded time) for the ones before it, so the stream keeps the
         producer's order. A producer not seen yet, and a new epoch, start at sequence
-        0. Everything is checked again after every wait."""
+        0; what else does not fill its gap in time is refused (:func:`dedup.ahead_refusal`).
+        Everything is checked again after every wait."""
         deadline = time.monotonic() + self._reorder_wait_s
         pos = (epoch, seq)
         while True:
@@ -225,7 +223,7 @@ class OwnedStream:
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._reorder_timeout(producer, pos, expected)
+                self._reorder_timeout(producer, pos, expected, strict)
                 return None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._seq_moved.wait(), remaining)

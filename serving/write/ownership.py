@@ -48,6 +48,7 @@ from streams.recordset import decode_with_markers
 if TYPE_CHECKING:
     from metadata.client import MetadataClient
     from streams.namespace import Namespace
+    from streams.vocabulary import SegmentInfo
     from streams.writer import LogWriter
 
 log = logging.getLogger(__name__)
@@ -234,19 +235,25 @@ class Ownership:
     async def _rebuild_table(self, name: str) -> tuple[dedup.DedupTable, int]:
         """The stream's producers' table, and how many records were read for it."""
         cfg = self.config
-        table = dedup.DedupTable(cfg.dedup_batches_per_producer, cfg.dedup_producers_max)
-        records = await self._scan_tail(name)
+        records, whole = await self._scan_tail(name)
+        table = dedup.DedupTable(
+            cfg.dedup_batches_per_producer, cfg.dedup_producers_max, complete=whole
+        )
         dedup.rebuild(table, records)
         return table, len(records)
 
-    async def _scan_tail(self, name: str) -> list[tuple[ReadRecord, dedup.Marker | None]]:
+    async def _scan_tail(
+        self, name: str
+    ) -> tuple[list[tuple[ReadRecord, dedup.Marker | None]], bool]:
         """The stream's most recent records (oldest first) within the dedup window, each
-        with the producer marker it carries (or None)."""
+        with the producer marker it carries (or None), and whether they are all the
+        stream ever held (then a producer not among them never wrote to it)."""
         cfg = self.config
         horizon_ms = int(time.time() * 1000) - cfg.dedup_window_ms
         chunks: list[list[tuple[ReadRecord, dedup.Marker | None]]] = []
         total = 0
-        for seg in reversed(await self.ns.segments(name)):
+        segments = await self.ns.segments(name)
+        for seg in reversed(segments):
             if seg.truncated or seg.last_entry_id is None or seg.last_entry_id < 0:
                 continue
             last = seg.last_entry_id
@@ -257,9 +264,10 @@ class Ownership:
                 total += len(recs)
                 # The sets' append time, not the records' (a producer may set those).
                 if total >= cfg.dedup_scan_records_max or appended_ms < horizon_ms:
-                    return [r for chunk in reversed(chunks) for r in chunk]
+                    # Stopped short: older producers may be forgotten.
+                    return [r for chunk in reversed(chunks) for r in chunk], False
                 last = first - 1
-        return [r for chunk in reversed(chunks) for r in chunk]
+        return [r for chunk in reversed(chunks) for r in chunk], _whole(segments)
 
     async def _release_record(self, name: str) -> None:
         try:
@@ -323,6 +331,19 @@ class Ownership:
             )
             for task in pending:
                 task.cancel()
+
+
+def _whole(segments: list[SegmentInfo]) -> bool:
+    """Whether reading ``segments`` (all of them) read everything the stream ever held:
+    nothing removed by retention (the oldest starts the stream at offset 0) and no
+    segment with records whose end is not known (skipped by the scan)."""
+    if not segments or segments[0].start_sequence_id != 0:
+        return not segments
+    return not any(
+        s.truncated or s.min_active_dlsn is not None
+        or (s.last_entry_id < 0 and s.record_count > 0)
+        for s in segments
+    )  # fmt: skip
 
 
 async def _read_marked(
