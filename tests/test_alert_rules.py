@@ -119,7 +119,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "0",
         ],
         service_session_timeout_ms=4_000,
-        extra_args={f"bookie-{i}": ["--fault-shim", "on"] for i in range(1, 5)},
+        # Each bookie's disk a simulated 1 TiB: the states' disk usage is the cluster's
+        # own, never how full the machine running the test happens to be.
+        extra_args={
+            f"bookie-{i}": ["--fault-shim", "on", "--fault-disk-bytes-max", str(1 << 40)]
+            for i in range(1, 5)
+        },
     ) as c:
         yield c
 

@@ -167,7 +167,7 @@ class FaultShim:
             raise ValueError(f"fault shim mode {mode!r} is not one of {ON!r}, {POWER_CUT!r}")
         self.mode = mode
         self._roots = [Path(r).resolve() for r in roots]
-        self.disk_bytes_max = disk_bytes_max
+        self.disk_bytes_max = self._configured_disk_bytes_max = disk_bytes_max
         self.fsync_errno: int | None = None
         self.fsync_delay_s = 0.0
         self._control = None if control_dir is None else control_dir / CONTROL_FILE
@@ -218,7 +218,8 @@ class FaultShim:
         self._control_mtime_ns = mtime
         name = str(settings.get("fsync_error", ""))
         self.fsync_errno = getattr(errno, name) if name else None
-        self.disk_bytes_max = int(settings.get("disk_bytes_max", 0))
+        # Without the key (or the file) the configured simulated disk size holds.
+        self.disk_bytes_max = int(settings.get("disk_bytes_max", self._configured_disk_bytes_max))
         self.fsync_delay_s = int(settings.get("fsync_delay_ms", 0)) / 1000
         self.set_disk_full(bool(settings.get("disk_full", False)))
         log.warning(
