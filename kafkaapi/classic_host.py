@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kafkaapi.classic_group import (
     EMPTY,
@@ -37,6 +37,7 @@ from kafkaapi.classic_group import (
     SyncAnswer,
     SyncArgs,
 )
+from kafkaapi.membership import decode_assignment, decode_subscription
 
 if TYPE_CHECKING:
     from groups.coordinator import GroupCoordinator
@@ -204,6 +205,32 @@ class ClassicGroups:
         before letting a Bookline member join, or resetting or deleting the group)."""
         driver = self._drivers.get(group)
         return driver is not None and driver.coord.usable and driver.live
+
+    def view(self, group: str) -> dict[str, Any] | None:
+        """The group as ``bookline group describe`` shows it while classic members use
+        it (their state, generation, assignor and members with the partitions their
+        leader gave them), else None: the write core shows its own members then."""
+        if not self.live(group):
+            return None
+        g = self._drivers[group].state
+        members = []
+        for m in g.members.values():
+            assigned = decode_assignment(m.assignment) if m.assignment else []
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "topics": sorted(decode_subscription(m.metadata(g.protocol)) or []),
+                    "session_timeout_ms": m.session_timeout_ms,
+                    "assignment": sorted(assigned or []),
+                    "consuming": sorted(assigned or []),
+                    "owned": [],
+                }
+            )
+        return {"state": g.state, "generation": g.generation, "assignor": g.protocol,
+                "protocol": "kafka-classic", "members": members}  # fmt: skip
 
     def drop(self, group: str) -> None:
         """The group was deleted: forget it."""

@@ -134,6 +134,7 @@ async def start_kafka(
     )
     if groups is not None:  # a Bookline member may not join a group Kafka members use
         groups.foreign_members = serving.classic.live
+        groups.foreign_view = serving.classic.view
     limits = ListenerLimits(
         connections_max=config.connections_max,
         unauthenticated_connections_max=config.unauthenticated_connections_max,

@@ -4,6 +4,7 @@ session expiry, MEMBER_ID_REQUIRED, static membership and offset commit checks."
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from kafkaapi.classic_group import (
@@ -19,6 +20,7 @@ from kafkaapi.classic_group import (
     SyncAnswer,
     SyncArgs,
 )
+from kafkaapi.membership import decode_assignment, decode_subscription, encode_assignment
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
@@ -231,3 +233,17 @@ def test_the_leaders_missing_sync_drops_it_and_rebalances() -> None:
     assert isinstance(box.answers[waiting], Refused | SyncAnswer)
     assert box.answers[waiting].error == "REBALANCE_IN_PROGRESS"
     assert leader not in box.group.members and box.group.state == PREPARING
+
+
+def test_consumer_protocol_bytes_decode_for_group_describe() -> None:
+    """What ``bookline group describe`` shows of a Kafka member: the partitions of its
+    assignment and the topics of its subscription, as the clients encode them (v0-v3:
+    the topic array first); bytes of another protocol show none."""
+    parts = frozenset({("t", 0), ("t", 3), ("ü", 1)})
+    assert sorted(decode_assignment(encode_assignment(parts)) or []) == sorted(parts)
+    # A v1 subscription: topics, user data, owned partitions (ignored here).
+    sub = struct.pack(">hi", 1, 2) + struct.pack(">h", 1) + b"a" + struct.pack(">h", 2)
+    sub += "ü".encode() + struct.pack(">ii", -1, 0)
+    assert decode_subscription(sub) == ["a", "ü"]
+    for junk in (b"", b"\x00\x00\xff\xff\xff\xff", b"\x00\x00\x00\x00\x00\x05\x00\x09ab"):
+        assert decode_assignment(junk) is None and decode_subscription(junk) is None

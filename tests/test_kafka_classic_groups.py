@@ -169,6 +169,14 @@ async def test_members_split_a_fourth_joins_one_is_killed(
 
         doc = await wait_for(committed_all, "every record committed", timeout_s=120)
         assert doc["lag"] == 0 and {p["lag"] for p in doc["partitions"]} == {0}
+        # The Kafka members show as the group's members, with what their leader gave them.
+        shown = {tuple(tp) for m in doc["members"] for tp in m["consuming"]}
+        assert (len(doc["members"]), doc["state"]) == (3, "Stable")
+        assert shown == {(topic, p) for p in range(PARTITIONS)}
+        assert all(m["topics"] == [topic] for m in doc["members"])
+        assert {p["member_id"] for p in doc["partitions"]} == {
+            m["member_id"] for m in doc["members"]
+        }
         before = {n: m.revoked for n, m in fleet.members.items()}
         fleet.start("d", KILL_SESSION_MS)
         await wait_for(

@@ -86,6 +86,9 @@ class GroupHosting:
         # classic groups): a Bookline member may not join it, nor may it be reset or
         # deleted meanwhile (GROUP_NOT_EMPTY).
         self.foreign_members: Callable[[str], bool] = lambda group: False
+        # How those members describe the group (state, generation, assignor, members),
+        # None while none use it: :meth:`describe` shows them instead of its own.
+        self.foreign_view: Callable[[str], dict[str, Any] | None] = lambda group: None
 
     def stats(self) -> list[GroupStats]:
         """The groups this process coordinates now (for the metrics)."""
@@ -114,8 +117,16 @@ class GroupHosting:
         await (await self.coordinator(group)).leave(member_id)
 
     async def describe(self, group: str) -> dict[str, Any]:
-        """Members, offsets and lag (:meth:`GroupCoordinator.describe`)."""
-        return await (await self.coordinator(group)).describe()
+        """Members, offsets and lag (:meth:`GroupCoordinator.describe`); while another
+        protocol's members use the group, its members and their partitions."""
+        described = await (await self.coordinator(group)).describe()
+        foreign = self.foreign_view(group)
+        if foreign is None:
+            return described
+        holders = {tuple(tp): m["member_id"] for m in foreign["members"] for tp in m["consuming"]}
+        for p in described["partitions"]:
+            p["member_id"] = holders.get((p["topic"], p["partition"]), p["member_id"])
+        return described | foreign
 
     async def set_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit ``offsets`` from outside the membership, creating the group (Kafka's
