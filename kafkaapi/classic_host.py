@@ -37,7 +37,7 @@ from kafkaapi.classic_group import (
     SyncAnswer,
     SyncArgs,
 )
-from kafkaapi.membership import decode_assignment, decode_subscription
+from kafkaapi.consumer_protocol import decode_assignment, decode_subscription
 
 if TYPE_CHECKING:
     from groups.coordinator import GroupCoordinator

@@ -28,11 +28,19 @@ one request joins, heartbeats, reconciles and leaves.
   a heartbeat interval of a third of it; a member not heard from for a session is
   expired and its partitions move.
 
-Not served: ``subscribed_topic_regex`` (INVALID_REQUEST: subscribe to names; Kafka
-matches with RE2J, linear in time, and Python's backtracking ``re`` would let one
-client's pattern stall the coordinator's event loop), server
-assignors other than ``uniform`` and ``range`` by name (UNSUPPORTED_ASSIGNOR; whichever
-is named, the assignment is Bookline's cooperative sticky one), racks.
+* **Regex subscriptions** (``subscribed_topic_regex``, librdkafka's ``^...`` topics):
+  matched against the namespace's topics whole (Kafka's ``matches()``), with RE2
+  (``google-re2``: linear time, as Kafka's RE2J; Python's backtracking ``re`` would let
+  one client's pattern stall the coordinator's event loop); a pattern RE2 refuses gets
+  INVALID_REGULAR_EXPRESSION. Only topics the principal may consume match. The
+  subscription is the names and the matches together, re-matched at every heartbeat
+  (a heartbeat names its subscription only when it changed: the proxy remembers the
+  member's), so a new matching topic, or a deleted one, changes the member's topics
+  within a heartbeat interval.
+
+Not served: server assignors other than ``uniform`` and ``range`` by name
+(UNSUPPORTED_ASSIGNOR; whichever is named, the assignment is Bookline's cooperative
+sticky one), racks.
 
 Commits of these members (OffsetCommit with the member epoch as generation) are checked
 against the current generation when the epoch is not ahead of it
@@ -46,6 +54,8 @@ import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+import re2
+
 from foundation.errors import (
     BooklineError,
     NotFoundError,
@@ -57,6 +67,7 @@ from foundation.errors import (
 from groups.topics import TopicAdmin
 from groups.wire import DEFAULT_SESSION_TIMEOUT_MS, HeartbeatRequest, JoinRequest
 from groups.wire import heartbeat_interval_ms as interval_of
+from kafkaapi.context import Subscription
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.topic_ids import names_by_id, topic_id
@@ -84,6 +95,9 @@ _FENCED: Final = _named("FENCED_MEMBER_EPOCH")
 _INVALID: Final = _named("INVALID_REQUEST")
 _NO_ASSIGNOR: Final = _named("UNSUPPORTED_ASSIGNOR")
 _NO_TOPIC: Final = _named("UNKNOWN_TOPIC_OR_PARTITION")
+_BAD_REGEX: Final = _named("INVALID_REGULAR_EXPRESSION")
+# RE2's memory for one compiled pattern (its default, 8 MiB, stated: a bound per request).
+_REGEX_MEMORY_BYTES: Final = 8 << 20
 
 
 class _Refused(Exception):
@@ -116,12 +130,12 @@ async def consumer_group_heartbeat(
         if epoch in (_LEAVE, _STATIC_LEAVE):
             await _leave(serving, group, body["member_id"])
             return answer
-        member, generation, parts = await _heartbeat(serving, session, body)
+        member, generation, parts, subscription = await _heartbeat(serving, session, body)
     except _Refused as exc:
         return answer | {"error_code": exc.code.code, "error_message": str(exc)}
     except BooklineError as exc:
         return answer | {"error_code": _code(exc).code, "error_message": exc.message}
-    serving.consumers.add(group, member)
+    serving.consumers.add(group, member, subscription)
     ns = serving.ns().name
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(parts):
@@ -140,7 +154,7 @@ def _check(serving: KafkaServing, session: Session, body: dict[str, Any]) -> Non
     if serving.groups is None:
         raise _Refused(_NOT_COORDINATOR, "a read proxy coordinates no group")
     if body.get("subscribed_topic_regex"):  # librdkafka sends "" for none
-        raise _Refused(_INVALID, "regex subscriptions are not served: subscribe to names")
+        _compiled(body["subscribed_topic_regex"])
     if body["server_assignor"] not in _ASSIGNORS:
         raise _Refused(_NO_ASSIGNOR, f"unknown server assignor {body['server_assignor']!r}")
     if body["member_epoch"] < _STATIC_LEAVE:
@@ -159,15 +173,18 @@ async def _leave(serving: KafkaServing, group: str, member: str) -> None:
 
 async def _heartbeat(
     serving: KafkaServing, session: Session, body: dict[str, Any]
-) -> tuple[str, int, frozenset[TopicPartition]]:
-    """(member id, generation, partitions to consume now) after joining or heartbeating."""
+) -> tuple[str, int, frozenset[TopicPartition], Subscription]:
+    """(member id, generation, partitions to consume now, the member's subscription)
+    after joining or heartbeating."""
     assert serving.groups is not None
     group, member, epoch = body["group_id"], body["member_id"], body["member_epoch"]
-    topics = body["subscribed_topic_names"]
+    names, regex = body["subscribed_topic_names"], body.get("subscribed_topic_regex")
     if epoch == _JOIN:
-        if topics is None:
+        sub = Subscription(None if names is None else tuple(names), regex or None)
+        if sub.names is None and sub.regex is None:
             raise _Refused(_INVALID, "joining (epoch 0) needs the subscribed topic names")
-        return await _join(serving, body, tuple(topics), frozenset())
+        topics = await _subscribed(serving, session, sub)
+        return *await _join(serving, body, topics, frozenset()), sub
     coord = await serving.groups.coordinator(group)
     state = coord.state
     known = state.members.get(member)
@@ -180,9 +197,47 @@ async def _heartbeat(
         if body["topic_partitions"] is None
         else _named_partitions(serving, known.topics, body["topic_partitions"])
     )
-    if topics is not None and frozenset(topics) != known.topics:
-        return await _join(serving, body, tuple(topics), owned)  # a new subscription
-    return await _beat(coord, member, owned)
+    before = serving.consumers.subscription(group, member)
+    sub = Subscription(
+        before.names if names is None else tuple(names),
+        before.regex if regex is None else regex or None,
+    )
+    if sub.regex is not None or names is not None:
+        topics = await _subscribed(serving, session, sub)
+        if frozenset(topics) != known.topics:  # a new subscription, or new matches
+            return *await _join(serving, body, topics, owned), sub
+    return *await _beat(coord, member, owned), sub
+
+
+async def _subscribed(
+    serving: KafkaServing, session: Session, sub: Subscription
+) -> tuple[str, ...]:
+    """The existing topics the subscription names or its regex matches (of those the
+    principal may consume), sorted; UNKNOWN_TOPIC_OR_PARTITION when there is none."""
+    existing = await TopicAdmin(serving.ns()).list_topics()
+    wanted = set(sub.names or ()) & set(existing)
+    if sub.regex is not None:
+        pattern = _compiled(sub.regex)
+        wanted |= {
+            t
+            for t in existing
+            if pattern.fullmatch(t) and serving.allowed(session, "consume", "topic", t)
+        }
+    if not wanted:
+        what = ", ".join([*(sub.names or ()), *([f"/{sub.regex}/"] if sub.regex else [])])
+        raise _Refused(_NO_TOPIC, f"no existing topic is subscribed to: {what}")
+    return tuple(sorted(wanted))
+
+
+def _compiled(regex: str) -> Any:
+    """The pattern compiled by RE2, or INVALID_REGULAR_EXPRESSION."""
+    options = re2.Options()
+    options.max_mem = _REGEX_MEMORY_BYTES
+    options.log_errors = False
+    try:
+        return re2.compile(regex, options)
+    except re2.error as exc:
+        raise _Refused(_BAD_REGEX, f"invalid regular expression {regex!r}: {exc}") from None
 
 
 async def _beat(
@@ -198,14 +253,10 @@ async def _beat(
 async def _join(
     serving: KafkaServing,
     body: dict[str, Any],
-    topics: tuple[str, ...],
+    subscribed: tuple[str, ...],
     owned: frozenset[TopicPartition],
 ) -> tuple[str, int, frozenset[TopicPartition]]:
     assert serving.groups is not None
-    existing = set(await TopicAdmin(serving.ns()).list_topics())
-    subscribed = tuple(sorted({t for t in topics if t in existing}))
-    if not subscribed:
-        raise _Refused(_NO_TOPIC, f"none of the subscribed topics exists: {', '.join(topics)}")
     req = JoinRequest(
         topics=subscribed,
         member_id=body["member_id"] or None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
@@ -22,28 +22,44 @@ if TYPE_CHECKING:
     from serving.write.topics import TopicHosting
     from streams.namespace import Namespace
 
-__all__ = ["KafkaServing", "Session"]
+__all__ = ["KafkaServing", "Session", "Subscription"]
 
 
 # KIP-848 members remembered at most (least recently heard dropped).
 _CONSUMERS_MAX: Final = 100_000
 
 
+class Subscription(NamedTuple):
+    """What a KIP-848 member subscribed to: topic names and a regex (None: none)."""
+
+    names: tuple[str, ...] | None = None
+    regex: str | None = None
+
+
+_NO_SUBSCRIPTION: Final = Subscription()
+
+
 class ConsumerMembers:
     """The (group, member) pairs that joined with ConsumerGroupHeartbeat (KIP-848)
-    through this proxy, whose commits carry member epochs (kafkaapi.consumer_groups)."""
+    through this proxy, whose commits carry member epochs (kafkaapi.consumer_groups),
+    with the subscription each declared (a heartbeat sends it only when it changed)."""
 
     def __init__(self) -> None:
-        self._members: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self._members: collections.OrderedDict[tuple[str, str], Subscription] = (
+            collections.OrderedDict()
+        )
 
-    def add(self, group: str, member: str) -> None:
-        self._members[(group, member)] = None
+    def add(self, group: str, member: str, subscription: Subscription = _NO_SUBSCRIPTION) -> None:
+        self._members[(group, member)] = subscription
         self._members.move_to_end((group, member))
         while len(self._members) > _CONSUMERS_MAX:
             self._members.popitem(last=False)
 
     def has(self, group: str, member: str) -> bool:
         return (group, member) in self._members
+
+    def subscription(self, group: str, member: str) -> Subscription:
+        return self._members.get((group, member), _NO_SUBSCRIPTION)
 
     def drop(self, group: str, member: str) -> None:
         self._members.pop((group, member), None)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
 from kafkaapi.brokers import BrokerView
+from kafkaapi.consumer_protocol import encode_assignment
 from kafkaapi.groups import group_code
-from kafkaapi.membership import encode_assignment
 from kafkaapi.protocol import errors as kerr
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from kafkaapi.classic_group import (
     SyncAnswer,
     SyncArgs,
 )
-from kafkaapi.membership import decode_assignment, decode_subscription, encode_assignment
+from kafkaapi.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000

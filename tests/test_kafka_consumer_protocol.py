@@ -39,7 +39,7 @@ from tests.waiting import wait_for
 
 FENCED_MEMBER_EPOCH = 110
 UNKNOWN_MEMBER_ID = 25
-INVALID_REQUEST = 42
+INVALID_REGULAR_EXPRESSION = 128
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +170,8 @@ async def test_epochs_fencing_reconciliation_and_leaving(bootstrap: str) -> None
     assert (await a.beat(epoch=a.epoch + 5))["error_code"] == FENCED_MEMBER_EPOCH
     stranger = _Member(a.address, group, topic)
     assert (await stranger.beat(epoch=3))["error_code"] == UNKNOWN_MEMBER_ID
-    regex = await stranger.beat(epoch=0, subscribed_topic_regex="app-.*")
-    assert regex["error_code"] == INVALID_REQUEST
+    regex = await stranger.beat(epoch=0, subscribed_topic_regex="app-(")
+    assert regex["error_code"] == INVALID_REGULAR_EXPRESSION
     # a leaves (epoch -1): b is handed every partition at once.
     left = await a.beat(epoch=-1)
     assert (left["error_code"], left["member_epoch"]) == (0, -1)
@@ -308,3 +308,56 @@ async def test_librdkafka_members_split_rebalance_and_survive_a_kill(
             await task
     committed = {(p["topic"], p["partition"]): p for p in described["partitions"]}
     assert {k[1] for k in committed} == set(range(PARTITIONS))
+
+
+def _regex_member(bootstrap: str, pattern: str, group: str, stop: Any, got: set[str]) -> None:
+    """A librdkafka member of the consumer protocol subscribed to ``pattern`` (a regex:
+    librdkafka sends it as ``subscribed_topic_regex``), adding the topics of the
+    records it reads to ``got`` until ``stop``."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                         "topic.metadata.refresh.interval.ms": 1000})  # fmt: skip
+    try:
+        consumer.subscribe([pattern])
+        while not stop.is_set():
+            msg = consumer.poll(0.3)
+            error = None if msg is None else msg.error()
+            if error is not None and error.fatal():
+                raise RuntimeError(f"regex member: {error}")
+            if msg is not None and error is None:
+                got.add(str(msg.topic()))
+    finally:
+        consumer.close()
+
+
+async def test_a_regex_subscription_takes_matching_topics_also_new_ones(bootstrap: str) -> None:
+    """librdkafka subscribed to ``^rx-TAG-.*`` with the consumer protocol reads the two
+    matching topics, then a third created while it runs, never the one that does not
+    match (Kafka matches the whole name: ``xrx-TAG-...`` is not ``^rx-TAG-.*``)."""
+    tag = uuid.uuid4().hex[:6]
+    first = bootstrap.split(",", maxsplit=1)[0]
+    names = [f"rx-{tag}-a", f"rx-{tag}-b", f"x-rx-{tag}-c"]
+    for name in names:
+        await create_topic(first, name)
+        await asyncio.to_thread(kafka_python_roundtrip, bootstrap, name, 6)
+    stop, got = threading.Event(), set[str]()
+    member = functools.partial(_regex_member, bootstrap, f"^rx-{tag}-.*", f"g-{tag}", stop, got)
+    task = asyncio.create_task(asyncio.to_thread(member))
+
+    def read(*topics: str) -> bool:
+        if task.done():
+            task.result()  # the member's failure ends the wait
+        return got >= set(topics)
+
+    try:
+        await wait_for(lambda: read(*names[:2]), "the matching topics read", timeout_s=90)
+        late = f"rx-{tag}-late"
+        await create_topic(first, late)
+        await asyncio.to_thread(kafka_python_roundtrip, bootstrap, late, 6)
+        await wait_for(lambda: read(late), "the new matching topic read", timeout_s=90)
+        assert names[2] not in got
+    finally:
+        stop.set()
+        await task
