@@ -5,6 +5,7 @@ that doubles while starts fail and resets after a stable run."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -149,3 +150,19 @@ def test_restart_with_back_off(fake: FakeCluster) -> None:
     now[0] += 2 * BACKOFF_INITIAL_S + 0.1
     sup.tick()
     assert fake.infos[1].restarts == 4
+
+
+def test_a_port_another_process_claimed_is_not_handed_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Parallel test workers (separate processes) choosing ports at once never get the
+    same one: a port another process claimed a moment ago is skipped, one claimed long
+    ago (its server bound it, or never will) may be handed out again."""
+    monkeypatch.setattr(procs, "_CLAIMS_DIR", tmp_path)
+    first, second, third = (procs.free_port() for _ in range(3))
+    procs._handed_out.difference_update({first, second, third})  # as if another process
+    old = tmp_path / str(second)
+    os.utime(old, (0, 0))  # claimed long ago
+    drawn = iter([first, second, third])
+    monkeypatch.setattr(procs.random, "randint", lambda low, high: next(drawn))
+    assert procs.free_port() == second

@@ -17,6 +17,7 @@ import random
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -109,6 +110,11 @@ atexit.register(stop_all)
 # Ports handed out by free_port in this process: never handed out twice, so two servers
 # started side by side cannot be given the same port before either has bound it.
 _handed_out: set[int] = set()
+# And across processes (parallel test workers, two clusters started at once): a port
+# handed out is claimed by a file here, which other processes respect for a while --
+# long enough for the server it was chosen for to bind it.
+_CLAIMS_DIR = Path(tempfile.gettempdir()) / "bookline-port-claims"
+_CLAIM_S = 600.0
 _FALLBACK_EPHEMERAL_LOW = 32768
 _LOWEST_PORT = 10000
 
@@ -138,11 +144,29 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             port = int(s.getsockname()[1])
         with _lock:
-            if port in _handed_out:
+            if port in _handed_out or (candidate and not _claim(port)):
                 continue
             _handed_out.add(port)
         return port
     raise OSError(f"no free TCP port found on {host}")
+
+
+def _claim(port: int) -> bool:
+    """Claim ``port`` for this process unless another claimed it within ``_CLAIM_S``."""
+    _CLAIMS_DIR.mkdir(exist_ok=True)
+    path = _CLAIMS_DIR / str(port)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        try:
+            if time.time() - path.stat().st_mtime < _CLAIM_S:
+                return False
+            os.utime(path)  # an old claim: the server bound it long ago, or never will
+        except FileNotFoundError:
+            return False  # being renewed by another process just now: let it have it
+        return True
+    os.close(fd)
+    return True
 
 
 def wait_for(predicate: object, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
