@@ -392,7 +392,7 @@ class GroupCoordinator:
         ]
         return {
             "group": self.group,
-            "state": self._phase(),
+            "state": self.phase(),
             "generation": s.generation,
             "assignor": s.assignor,
             "members": members,
@@ -553,7 +553,9 @@ class GroupCoordinator:
                 )
         return out
 
-    def _phase(self) -> str:
+    def phase(self) -> str:
+        """empty (no members), stable (every member consumes what it is assigned) or
+        rebalancing."""
         s = self.state
         if not s.members:
             return "empty"

@@ -1,10 +1,11 @@
 """ListGroups, DescribeGroups and DeleteGroups over the write proxies' group hosting.
 
-Kafka's admin clients ask every broker for its groups and merge the answers; Bookline's
-group list is the namespace's (whoever coordinates each), so only the controller (the
-first write proxy, :meth:`~kafkaapi.brokers.BrokerView.controller`) lists them and the
-other brokers answer none: each group is listed once. DescribeGroups and DeleteGroups
-go to the group's coordinator like the other group APIs (NOT_COORDINATOR elsewhere).
+Kafka's admin clients ask every broker for its groups and merge the answers: each
+broker lists the groups it coordinates, with their state and type (``states_filter``
+and ``types_filter`` applied), and the controller (the first write proxy,
+:meth:`~kafkaapi.brokers.BrokerView.controller`) those no broker coordinates now.
+DescribeGroups and DeleteGroups go to the group's coordinator like the other group
+APIs (NOT_COORDINATOR elsewhere).
 A group Kafka classic members use is described as Kafka describes it (its state,
 protocol, members' metadata and the assignment bytes their leader sent); a Bookline
 group's member assignment is what it may consume now, in the consumer protocol's format.
@@ -12,6 +13,7 @@ group's member assignment is what it may consume now, in the consumer protocol's
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
@@ -35,19 +37,53 @@ _STATES: Final = {"empty": "Empty", "stable": "Stable", "rebalancing": "Preparin
 
 async def list_groups(serving: KafkaServing, session: Session, request: Request) -> dict[str, Any]:
     answer: dict[str, Any] = {"throttle_time_ms": 0, "error_code": 0, "groups": []}
-    view = await BrokerView.load(serving.md, serving.registration())
-    if serving.groups is None or view.controller() != serving.node_id:
-        return answer  # listed by the controller alone (module docstring)
+    if serving.groups is None:
+        return answer  # a read proxy coordinates no group
+    states = {s.lower() for s in request.body.get("states_filter") or ()}
+    types = {t.lower() for t in request.body.get("types_filter") or ()}
     try:
-        names = await serving.groups.list_groups()
+        listed = await _listed(serving)
     except BooklineError as exc:
         return answer | {"error_code": group_code(exc).code}
     groups = [
-        {"group_id": g, "protocol_type": "consumer", "group_state": "", "group_type": "classic"}
-        for g in names
+        {"group_id": g, "protocol_type": "consumer", "group_state": state, "group_type": kind}
+        for g, (state, kind) in sorted(listed.items())
         if serving.allowed(session, "consume", "group", g)
+        and (not states or state.lower() in states)
+        and (not types or kind in types)
     ]
     return answer | {"groups": groups}
+
+
+async def _listed(serving: KafkaServing) -> dict[str, tuple[str, str]]:
+    """The groups this broker lists, by name: (state, type). As on Kafka, each broker
+    lists the groups it coordinates: a Kafka classic group's state, or the phase of
+    Bookline's coordinator (type "consumer" while it has members). The controller also
+    lists those no other broker coordinates (their log owned by no one, or by a proxy
+    without a Kafka listener): no members, so "Empty", and "classic", as Kafka lists a
+    group that only has committed offsets. Admin clients merge every broker's answer:
+    each group once."""
+    assert serving.groups is not None
+    listed: dict[str, tuple[str, str]] = {}
+    for group, phase in serving.groups.hosted_phases().items():
+        classic = serving.classic.view(group)
+        if classic is not None:
+            listed[group] = (classic["state"], "classic")
+        else:  # Bookline's or KIP-848 members; with none, what Kafka calls it then
+            listed[group] = (
+                _STATES.get(phase, phase),
+                "classic" if phase == "empty" else "consumer",
+            )
+    view = await BrokerView.load(serving.md, serving.registration())
+    if view.controller() != serving.node_id:
+        return listed
+    others = {url for url, node in view.write_urls.items() if node != serving.node_id}
+    rest = [g for g in await serving.groups.list_groups() if g not in listed]
+    owners = await asyncio.gather(*(serving.groups.owner_of(g) for g in rest))
+    for group, owner in zip(rest, owners, strict=True):
+        if owner is None or owner.rstrip("/") not in others:
+            listed[group] = ("Empty", "classic")
+    return listed
 
 
 async def describe_groups(

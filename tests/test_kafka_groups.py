@@ -29,6 +29,7 @@ from tests.kafka_cluster import (
     one_record_batch,
     produce_body,
 )
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -412,3 +413,59 @@ async def test_kcat_lists_produces_and_consumes(bootstrap: str) -> None:
         _kcat, "-b", bootstrap, "-G", group, "-o", "beginning", "-e", "-f", "%s\\n", topic
     )
     assert sorted(out.split()) == sorted(f"v{i}" for i in range(10))
+
+
+def _confluent_listed(bootstrap: str, stable_only: bool) -> set[str]:
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    states = {ConsumerGroupState.STABLE} if stable_only else set()
+    listed = admin.list_consumer_groups(states=states, request_timeout=30).result(60)
+    assert not listed.errors, listed.errors
+    return {g.group_id for g in listed.valid}
+
+
+async def test_list_groups_answers_each_groups_state_once_and_filters_by_it(
+    bootstrap: str,
+) -> None:
+    """Every broker's ListGroups together list each group once with its state and type
+    (a group with a live Kafka member Stable, one with only committed offsets Empty),
+    and ``states_filter`` keeps only the groups in those states, as librdkafka's admin
+    client asks."""
+    import threading
+
+    from kafkaapi.protocol.apis_groups import LIST_GROUPS
+
+    topic, live, idle = new_topic(), f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    address = bootstrap.split(",", maxsplit=1)[0]
+    await create_topic(address, topic, partitions=2)
+    leader = await leader_address(address, topic, 0)
+    for _ in range(4):
+        await kafka_call(leader, PRODUCE, 9, produce_body(topic, 0, one_record_batch(b"v")))
+    await asyncio.to_thread(_kafka_python_commit, bootstrap, topic, idle)
+    stop, out = threading.Event(), dict[str, Any]()
+    member = asyncio.create_task(asyncio.to_thread(_member, bootstrap, topic, live, stop, out, "a"))
+
+    async def listed(*states: str) -> list[tuple[str, str, str]]:
+        body = {"states_filter": list(states), "types_filter": []}
+        answers = [await kafka_call(a, LIST_GROUPS, 5, body) for a in bootstrap.split(",")]
+        return [
+            (g["group_id"], g["group_state"], g["group_type"])
+            for answer in answers
+            for g in answer["groups"]
+            if g["group_id"] in (live, idle)
+        ]
+
+    try:
+        await wait_for(lambda: len(out.get("a", ((), ()))[1]) == 2, "the member holds both")
+        both = sorted(await listed())
+        assert both == sorted([(live, "Stable", "classic"), (idle, "Empty", "classic")])
+        assert await listed("Stable") == [(live, "Stable", "classic")]
+        assert await listed("Empty") == [(idle, "Empty", "classic")]
+        stable = await asyncio.to_thread(_confluent_listed, bootstrap, True)
+        assert live in stable and idle not in stable
+        assert {live, idle} <= await asyncio.to_thread(_confluent_listed, bootstrap, False)
+    finally:
+        stop.set()
+        await member

@@ -168,6 +168,17 @@ class GroupHosting:
             self._deleting.discard(group)
         log.info("group %s deleted", group)
 
+    def hosted_phases(self) -> dict[str, str]:
+        """The phase (empty, stable, rebalancing) of each group coordinated here now."""
+        try:
+            return {g: h.coord.phase() for g, h in self.hosted.items() if self._current(g, h)}
+        except UnavailableError:  # starting or stopping: none
+            return {}
+
+    async def owner_of(self, group: str) -> str | None:
+        """Address of the process owning the group's log (ours included), or None."""
+        return await self.host.ownership.owner_of(group_stream(group))
+
     async def list_groups(self) -> list[str]:
         """The namespace's groups, sorted (whoever coordinates them)."""
         groups = []
