@@ -164,5 +164,5 @@ def test_a_port_another_process_claimed_is_not_handed_out(
     old = tmp_path / str(second)
     os.utime(old, (0, 0))  # claimed long ago
     drawn = iter([first, second, third])
-    monkeypatch.setattr(procs.random, "randint", lambda low, high: next(drawn))
+    monkeypatch.setattr("ops.cluster.procs.random.randint", lambda low, high: next(drawn))
     assert procs.free_port() == second
