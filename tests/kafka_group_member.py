@@ -56,6 +56,21 @@ def _stop_on_term() -> dict[str, bool]:
     return stop
 
 
+def _python_client_settings(a: Args, assignor: Any) -> dict[str, Any]:
+    """kafka-python's and aiokafka's consumer settings (the same names in both)."""
+    extra: dict[str, Any] = {"group_instance_id": a.instance} if a.instance else {}
+    return {
+        "bootstrap_servers": a.bootstrap,
+        "group_id": a.group,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "partition_assignment_strategy": (assignor,),
+        "session_timeout_ms": a.session_ms,
+        "heartbeat_interval_ms": 300,
+        **extra,
+    }
+
+
 def kafka_python(a: Args) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor
@@ -71,17 +86,7 @@ def kafka_python(a: Args) -> None:
         def on_partitions_assigned(self, assigned: Any) -> None:
             pass
 
-    extra: dict[str, Any] = {"group_instance_id": a.instance} if a.instance else {}
-    consumer = KafkaConsumer(
-        bootstrap_servers=a.bootstrap,
-        group_id=a.group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        partition_assignment_strategy=[assignors[a.assignor]],
-        session_timeout_ms=a.session_ms,
-        heartbeat_interval_ms=300,
-        **extra,
-    )
+    consumer = KafkaConsumer(**_python_client_settings(a, assignors[a.assignor]))
     consumer.subscribe([a.topic], listener=Listener())
     while not stop["now"]:
         batches = consumer.poll(timeout_ms=int(_POLL_S * 1000))
@@ -140,17 +145,7 @@ async def aiokafka(a: Args) -> None:
         def on_partitions_assigned(self, assigned: Any) -> None:
             pass
 
-    extra: dict[str, Any] = {"group_instance_id": a.instance} if a.instance else {}
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=a.bootstrap,
-        group_id=a.group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        partition_assignment_strategy=(assignors[a.assignor],),
-        session_timeout_ms=a.session_ms,
-        heartbeat_interval_ms=300,
-        **extra,
-    )
+    consumer = AIOKafkaConsumer(**_python_client_settings(a, assignors[a.assignor]))
     consumer.subscribe([a.topic], listener=Listener())
     await consumer.start()
     while not stop["now"]:
