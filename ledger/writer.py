@@ -20,6 +20,19 @@ the new bookie and its old ack bit cleared -- so the metadata always names the b
 an entry really lives on. A FENCED (or UNAUTHORIZED) answer means another client
 recovered the ledger: the writer fails stop, every pending and later add raises.
 
+*Delayed* ensemble change (``delay_ensemble_change``, BookKeeper's
+``delayEnsembleChange``): while the bookies that did not fail still make the ack quorum
+of every write set, entries keep completing on their Qa acknowledgements -- always from
+bookies the last segment names -- and completions pause only while a change is being
+recorded. A missing spare then only backs off (``_DELAYED_BACKOFF``) and is asked again,
+never failing the writer; after each such attempt the next entry is also sent to each
+failed bookie as a *probe*, and the first add a failed bookie acknowledges takes it back
+(a slow bookie that answers again). The entries it missed meanwhile sit on Qa bookies of
+their write set: readers and recovery read around them, and the replica check
+(:mod:`ledger.scrub`) marks them for re-replication once the ledger is closed. Only when
+the ack quorum is lost too does a missing spare count toward
+``ensemble_change_retries_max`` and, past it, fail the writer.
+
 Close waits for the pending adds, then -- bounded by ``close_replication_timeout_ms`` --
 for the replicas of confirmed entries that have not answered yet, so a ledger closed on
 healthy bookies has every entry on all Qw bookies of its write set (BookKeeper only
@@ -37,8 +50,10 @@ sweeps deadlines).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
+from foundation.backoff import Backoff, BackoffPolicy
 from foundation.errors import (
     BooklineError,
     FencedError,
@@ -57,7 +72,7 @@ from foundation.invariants import invariant
 from foundation.quorum import write_set
 from ledger.add_retry import AddRetry
 from ledger.close import record_closed
-from ledger.ensemble_change import change_ensemble
+from ledger.ensemble_change import ack_quorum_holds, change_ensemble, plan_ensemble
 from ledger.env import LedgerEnv
 from ledger.inflight import InFlight, PendingAdd
 from ledger.interfaces import EntryAdder
@@ -71,6 +86,10 @@ __all__ = ["LedgerWriter"]
 
 # Pause between ensemble-change attempts that found no replacement (bookies may return).
 _CHANGE_BACKOFF_S = 0.2
+# A delayed change (the ack quorum holds) asks for a spare again after this backoff:
+# soon at first (a bookie restarting, a spare registering), then every few seconds --
+# each attempt reads the writable bookies, which many writers may do at once.
+_DELAYED_BACKOFF = BackoffPolicy(delay_s=0.2, max_delay_s=5.0, factor=2.0, jitter=0.5)
 
 
 class _Send:
@@ -132,8 +151,12 @@ class LedgerWriter:
             write_set(i, meta.ensemble_size, meta.write_quorum) for i in range(meta.ensemble_size)
         ]
         self._failed_bookies: set[str] = set()
+        # Failed bookies the next entry is also sent to: an ack takes them back.
+        self._probe_due: set[str] = set()
         self._retry = AddRetry(self._add_timeout_s, env.clock)
-        self._changing = False
+        self._changing = False  # a change is being recorded: completions wait
+        # Wakes a change loop backing off: a new failure, or close().
+        self._change_wakeup = asyncio.Event()
         self._change_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._error: BooklineError | None = None
@@ -180,22 +203,32 @@ class LedgerWriter:
         return self._error
 
     @property
+    def failed_bookies(self) -> frozenset[str]:
+        """Bookies of the current ensemble that failed and are not replaced (or back)."""
+        return frozenset(self._failed_bookies)
+
+    @property
     def timeout_retries(self) -> int:
         """Adds re-sent to a bookie that lost one request (see :mod:`ledger.add_retry`)."""
         return self._retry.timeout_retries
 
     @property
     def lac_told(self) -> int:
-        """The LAC every bookie of the current ensemble acknowledged by explicit LAC
-        (NO_ENTRY when one of them has not, or cannot)."""
-        return self._lac_pusher.told(self._meta.last_segment.bookies)
+        """The LAC every bookie of the current ensemble (but failed ones, see the top)
+        acknowledged by explicit LAC (NO_ENTRY when one of them has not, or cannot)."""
+        return self._lac_pusher.told(self._writing_to())
 
     @property
     def lac_sent(self) -> int:
         """:attr:`lac_told`, counting pushes still in flight as told: what every bookie
         of the current ensemble will know once they answer (NO_ENTRY when one of them
         was not sent one, or cannot take it)."""
-        return self._lac_pusher.sent(self._meta.last_segment.bookies)
+        return self._lac_pusher.sent(self._writing_to())
+
+    def _writing_to(self) -> list[str]:
+        """The current ensemble but its failed bookies (told nothing until back)."""
+        failed = self._failed_bookies
+        return [b for b in self._meta.last_segment.bookies if b not in failed]
 
     def push_lac(self) -> None:
         """Explicit LAC: send the current LAC to every bookie of the current ensemble
@@ -272,6 +305,9 @@ class LedgerWriter:
             bookie = ensemble[pos]
             if not failed or bookie not in failed:
                 self._send(pa, pos, bookie, started, started)
+            elif bookie in self._probe_due:
+                self._probe_due.discard(bookie)
+                self._send(pa, pos, bookie, started, started)
             # else: the ensemble change re-sends to the replacement
         return fut
 
@@ -290,6 +326,7 @@ class LedgerWriter:
             futures = [pa.future for pa in entries.pending]
             await asyncio.gather(*futures, return_exceptions=True)
         if self._change_task is not None and not self._change_task.done():
+            self._change_wakeup.set()  # a delayed change stops: nothing is pending
             await asyncio.gather(self._change_task, return_exceptions=True)
         if self._error is None:
             await self._drain_replicas()
@@ -365,6 +402,8 @@ class LedgerWriter:
             self._health.record_success(bookie, self._clock() - send.started)
             self._retry.acked(bookie, send.started)
             self._entries.answered(pa, bookie)
+            if self._failed_bookies and bookie in self._failed_bookies:
+                self._bookie_back(bookie)
             self._on_ack(pa, send.pos, bookie)
             return
         if isinstance(exc, TooManyRequestsError) and self._retry_busy(send):
@@ -456,7 +495,7 @@ class LedgerWriter:
         if pa.future.done() or self._error is not None:
             return
         # Only an ack from the bookie metadata names for this position counts.
-        if self._meta.last_segment.bookies[pos] != bookie or bookie in self._failed_bookies:
+        if self._meta.last_segment.bookies[pos] != bookie:
             return
         pa.acked.add(pos)
         if len(pa.acked) >= self._meta.ack_quorum:
@@ -485,15 +524,40 @@ class LedgerWriter:
     def _bookie_failed(self, bookie: str) -> None:
         if self._error is not None or bookie not in self._meta.last_segment.bookies:
             return  # already replaced (a late answer from the old ensemble)
+        if bookie in self._failed_bookies:
+            return  # a late answer, or a failed probe: the change loop already runs
         self._failed_bookies.add(bookie)
         if self._closed and not self._entries.pending:
             # Only the close drain waits on this bookie: every entry is confirmed, so
             # there is nothing to re-send and the segment needs no change.
             return
-        if not self._changing:
-            self._changing = True
+        self._change_wakeup.set()  # a loop backing off looks again: the quorum may be lost
+        if self._change_task is None or self._change_task.done():
             self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
             self._change_task.add_done_callback(self._on_change_done)
+
+    def _bookie_back(self, bookie: str) -> None:
+        """A failed bookie of the current ensemble acknowledged an add: it writes
+        again, so it gets every later entry, and the unacknowledged ones it was not
+        sent (a pending entry may need its ack: another bookie can fail next), and
+        needs no replacement. (Without delay_ensemble_change it is replaced anyway.)"""
+        if not self._config.delay_ensemble_change or not self._is_current(bookie):
+            return
+        self._failed_bookies.discard(bookie)
+        self._probe_due.discard(bookie)
+        meta = self._meta
+        pos = meta.last_segment.bookies.index(bookie)
+        for pa in self._entries.pending:
+            if pa.future.done() or bookie in pa.waiting or pos in pa.acked:
+                continue
+            if pos in self._write_sets[pa.entry_id % meta.ensemble_size]:
+                self._send(pa, pos, bookie)
+        log.warning(
+            "ledger %d: bookie %s answers again; writing to it (entries it missed are "
+            "on the others until autorecovery copies them)",
+            self.ledger_id,
+            bookie,
+        )
 
     def _on_change_done(self, task: asyncio.Future[None]) -> None:
         """Operating errors end the loop through _fail; anything else is a bug: fail
@@ -506,37 +570,110 @@ class LedgerWriter:
             err.__cause__ = exc
             self._fail(err)
 
+    def _change_needed(self) -> bool:
+        return (
+            self._error is None
+            and bool(self._failed_bookies)
+            and not (self._closed and not self._entries.pending)
+        )
+
+    def _delayable(self, failed: set[str]) -> bool:
+        """Whether the change may wait: the others make the ack quorum of every write set."""
+        meta = self._meta
+        return self._config.delay_ensemble_change and ack_quorum_holds(
+            meta.last_segment.bookies, failed, meta.write_quorum, meta.ack_quorum
+        )
+
     async def _ensemble_change_loop(self) -> None:
-        attempts = 0
-        try:
-            while self._failed_bookies and self._error is None:
-                failed = set(self._failed_bookies)
-                try:
-                    new, version = await change_ensemble(
-                        self._env, self._meta, self._version, failed, self._entries.lac + 1
-                    )
-                except (NotEnoughBookiesError, MetadataError, SessionSuspendedError) as exc:
-                    attempts += 1
-                    if attempts > self._config.ensemble_change_retries_max:
+        """Replace the failed bookies until none is left (or the writer fails)."""
+        lost_attempts = 0  # attempts without a replacement while the ack quorum is lost
+        backoff = Backoff(_DELAYED_BACKOFF, rng=self._env.rng, clock=self._clock)
+        while self._change_needed():
+            self._change_wakeup.clear()
+            failed = set(self._failed_bookies)
+            delayed = self._delayable(failed)
+            try:
+                if delayed:  # no pause while no spare exists
+                    await plan_ensemble(self._env, self._meta, failed)
+                new, version = await self._record_change(failed)
+            except (NotEnoughBookiesError, MetadataError, SessionSuspendedError) as exc:
+                if self._config.delay_ensemble_change:
+                    self._probe(failed)
+                if delayed:
+                    lost_attempts = 0
+                    delay_s = backoff.next_s()
+                    self._log_delayed(exc, first=backoff.tries == 1)
+                else:
+                    lost_attempts += 1
+                    if lost_attempts > self._config.ensemble_change_retries_max:
                         self._fail(exc)
                         return
+                    delay_s = _CHANGE_BACKOFF_S * lost_attempts
                     log.warning(
                         "ledger %d: ensemble change attempt %d failed: %s",
                         self.ledger_id,
-                        attempts,
+                        lost_attempts,
                         exc,
                     )
-                    await asyncio.sleep(_CHANGE_BACKOFF_S * attempts)
-                    continue
-                except BooklineError as exc:
-                    self._fail(exc)
-                    return
-                self._apply_new_ensemble(new, version)
-                self._failed_bookies -= failed
-                self.ensemble_changes += 1
+                self._complete_in_order()  # entries acknowledged while the attempt ran
+                await self._wait_change(delay_s)
+                continue
+            except BooklineError as exc:
+                self._fail(exc)
+                return
+            self._apply_new_ensemble(new, version)
+            self._failed_bookies -= failed
+            self.ensemble_changes += 1
+            backoff.reset()
+            self._complete_in_order()
+
+    async def _record_change(self, failed: set[str]) -> tuple[LedgerMetadata, int]:
+        """Compare-and-set a new segment from LAC + 1 without ``failed``; completions
+        wait meanwhile, so every entry before the segment is acknowledged."""
+        self._changing = True
+        try:
+            return await change_ensemble(
+                self._env, self._meta, self._version, failed, self._entries.lac + 1
+            )
         finally:
             self._changing = False
-        self._complete_in_order()
+
+    def _probe(self, failed: set[str]) -> None:
+        """Ask each failed bookie whether it writes again: the oldest unacknowledged entry
+        it lacks is sent to it now (none: the next entry is) -- unless one still is."""
+        meta = self._meta
+        ensemble = meta.last_segment.bookies
+        for bookie in failed & self._failed_bookies:
+            pos = ensemble.index(bookie)
+            lacking = None
+            for pa in self._entries.pending:
+                if bookie in pa.waiting:
+                    break  # a probe is on its way
+                in_write_set = pos in self._write_sets[pa.entry_id % meta.ensemble_size]
+                if in_write_set and pos not in pa.acked and not pa.future.done():
+                    lacking = pa
+                    break
+            else:
+                self._probe_due.add(bookie)
+                continue
+            if lacking is not None:
+                self._send(lacking, pos, bookie)
+
+    def _log_delayed(self, exc: BooklineError, *, first: bool) -> None:
+        """Logged at WARNING once per run of failures (the next attempts at DEBUG)."""
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "ledger %d: ensemble change delayed (%s); failed bookies %s, the others make "
+            "the ack quorum: writing on, asking again later",
+            self.ledger_id,
+            exc,
+            sorted(self._failed_bookies),
+        )
+
+    async def _wait_change(self, delay_s: float) -> None:
+        """Back off ``delay_s``, or less when a bookie fails or the writer closes."""
+        with contextlib.suppress(TimeoutError):  # the backoff ran out: try again
+            await asyncio.wait_for(self._change_wakeup.wait(), delay_s)
 
     def _apply_new_ensemble(self, new: LedgerMetadata, version: int) -> None:
         entries = self._entries
@@ -556,6 +693,7 @@ class LedgerWriter:
             list(old),
         )
         replaced = {old[pos] for pos in range(len(old)) if now[pos] != old[pos]}
+        self._probe_due -= replaced
         for bookie in replaced:
             self._adders.pop(bookie, None)
         for lagging in list(entries.lagging.values()):

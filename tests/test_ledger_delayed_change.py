@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import os
+import random
 
 import pytest
 
-from foundation.errors import NotEnoughBookiesError
+from foundation.errors import BooklineError, NotEnoughBookiesError
 from ledger.client import LedgerClient
 from ledger.config import LedgerConfig
 from ledger.placement import BookieCandidate
 from ledger.scrub import Problem, Scrubber
 from ledger.testing import MemoryBookie, MemoryBookies, MemoryMetadataStore
 from ledger.writer import LedgerWriter
-from tests.test_ledger_protocol import FAST, check_placement, make
+from tests.test_ledger_protocol import FAST, check_placement, make, record_ack
 from tests.virtual_time import virtual_time
 from tests.waiting import wait_for
 
@@ -34,6 +37,11 @@ async def write(w: LedgerWriter, first: int, count: int) -> list[int]:
         acked.append(await w.add_entry(b"%d" % i))
         await asyncio.sleep(PAUSE_S)
     return acked
+
+
+def all_acknowledged(w: LedgerWriter) -> bool:
+    """Every pushed entry is acknowledged, or the writer failed."""
+    return w.last_add_confirmed == w.last_add_pushed or w.error is not None
 
 
 def held(bookies: MemoryBookies, bookie: str, ledger_id: int) -> set[int]:
@@ -148,3 +156,62 @@ async def test_delay_off_fails_without_a_spare_as_before() -> None:
     bookies[w.metadata.last_segment.bookies[0]].down = True
     with pytest.raises(NotEnoughBookiesError, match="no writable bookie outside"):
         await write(w, 20, 100)
+
+
+@virtual_time
+async def test_randomized_stalls_without_a_spare_never_lose_acknowledged_entries() -> None:
+    """Bookies of a three-bookie cluster hang and come back at random while a writer
+    streams; a recovery at a random point must find every acknowledged entry, whether
+    the writer kept going (one bookie out) or failed (two out)."""
+    seed = int(os.environ.get("LEDGER_TEST_SEED", random.randrange(2**32)))
+    print(f"seed={seed}")
+    rng = random.Random(seed)
+    for _round in range(6):
+        client, _store, bookies = make(n=3, seed=rng.randrange(2**32))
+        w = await client.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+        acked: list[int] = []
+        stop_at = rng.randrange(100, 400)
+        for i in range(stop_at):
+            if rng.random() < 0.02:
+                bk = bookies[rng.choice(w.metadata.last_segment.bookies)]
+                bk.hung = not bk.hung
+            try:
+                fut = await w.submit(b"%d" % i)
+            except BooklineError:
+                break  # two bookies out: the writer failed
+            fut.add_done_callback(record_ack(acked))
+            await asyncio.sleep(rng.choice((0, 0, 0.01, 0.1)))
+        for bk in bookies.bookies.values():
+            bk.hung = False
+        if w.error is None:  # every bookie answers again: every entry is acknowledged
+            await wait_for(
+                functools.partial(all_acknowledged, w),
+                f"every entry acknowledged (seed={seed})",
+                interval_s=0.01,
+            )
+        r = await client.open_ledger(w.ledger_id, recover=True)
+        assert not acked or max(acked) <= r.last_add_confirmed, f"seed={seed}"
+        got = await r.read(0, r.last_add_confirmed)
+        assert got == [b"%d" % i for i in range(r.last_add_confirmed + 1)], f"seed={seed}"
+        check_placement(r.metadata, bookies, acked)
+
+
+@virtual_time
+async def test_a_bookie_that_answers_again_restores_the_ack_quorum() -> None:
+    _client, _store, bookies, w = await setup()
+    x, y, _z = w.metadata.last_segment.bookies
+    bookies[x].hung = True
+    assert await write(w, 20, 20) == list(range(20, 40))  # delayed: x failed
+    bookies[y].hung = True
+    futs = [await w.submit(b"%d" % i) for i in range(40, 50)]
+    await wait_for(lambda: {x, y} <= w.failed_bookies, "x and y failed", interval_s=0.01)
+    assert not any(f.done() for f in futs)  # one bookie of three cannot acknowledge
+    bookies[x].hung = False
+    # The writer asks x again (a probe add) before its retries run out; x acknowledges,
+    # gets the waiting entries, and x and z make the ack quorum again.
+    assert await asyncio.gather(*futs) == list(range(40, 50))
+    assert w.error is None
+    assert w.failed_bookies == {y}
+    assert await write(w, 50, 10) == list(range(50, 60))
+    await w.close()
+    assert w.metadata.last_entry_id == 59
