@@ -20,18 +20,8 @@ the new bookie and its old ack bit cleared -- so the metadata always names the b
 an entry really lives on. A FENCED (or UNAUTHORIZED) answer means another client
 recovered the ledger: the writer fails stop, every pending and later add raises.
 
-*Delayed* ensemble change (``delay_ensemble_change``, BookKeeper's
-``delayEnsembleChange``): while the bookies that did not fail still make the ack quorum
-of every write set, entries keep completing on their Qa acknowledgements -- always from
-bookies the last segment names -- and completions pause only while a change is being
-recorded. A missing spare then only backs off (``_DELAYED_BACKOFF``) and is asked again,
-never failing the writer; after each such attempt the next entry is also sent to each
-failed bookie as a *probe*, and the first add a failed bookie acknowledges takes it back
-(a slow bookie that answers again). The entries it missed meanwhile sit on Qa bookies of
-their write set: readers and recovery read around them, and the replica check
-(:mod:`ledger.scrub`) marks them for re-replication once the ledger is closed. Only when
-the ack quorum is lost too does a missing spare count toward
-``ensemble_change_retries_max`` and, past it, fail the writer.
+How a failed bookie is replaced -- at once, or *delayed* while the others still make
+the ack quorum (``delay_ensemble_change``) -- is :mod:`ledger.writer_changes`'s.
 
 Close waits for the pending adds, then -- bounded by ``close_replication_timeout_ms`` --
 for the replicas of confirmed entries that have not answered yet, so a ledger closed on
@@ -50,17 +40,12 @@ sweeps deadlines).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
-from foundation.backoff import Backoff, BackoffPolicy
 from foundation.errors import (
     BooklineError,
     FencedError,
     LedgerClosedError,
-    MetadataError,
-    NotEnoughBookiesError,
-    SessionSuspendedError,
     TimeoutError_,
     TooLargeError,
     TooManyRequestsError,
@@ -72,24 +57,17 @@ from foundation.invariants import invariant
 from foundation.quorum import write_set
 from ledger.add_retry import AddRetry
 from ledger.close import record_closed
-from ledger.ensemble_change import ack_quorum_holds, change_ensemble, plan_ensemble
 from ledger.env import LedgerEnv
 from ledger.inflight import InFlight, PendingAdd
 from ledger.interfaces import EntryAdder
 from ledger.keys import ledger_access
 from ledger.lac_push import LacPusher
+from ledger.writer_changes import EnsembleChanges
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LedgerWriter"]
-
-# Pause between ensemble-change attempts that found no replacement (bookies may return).
-_CHANGE_BACKOFF_S = 0.2
-# A delayed change (the ack quorum holds) asks for a spare again after this backoff:
-# soon at first (a bookie restarting, a spare registering), then every few seconds --
-# each attempt reads the writable bookies, which many writers may do at once.
-_DELAYED_BACKOFF = BackoffPolicy(delay_s=0.2, max_delay_s=5.0, factor=2.0, jitter=0.5)
 
 
 class _Send:
@@ -121,7 +99,7 @@ class _Send:
         self.writer._answered(self, exc)
 
 
-class LedgerWriter:
+class LedgerWriter(EnsembleChanges):
     """Handle of a ledger this client created and writes. Use from one event loop."""
 
     def __init__(self, meta: LedgerMetadata, version: int, env: LedgerEnv) -> None:
@@ -518,193 +496,6 @@ class LedgerWriter:
         for task in list(self._tasks):
             task.cancel()
         self._tasks.clear()
-
-    # -- ensemble change -----------------------------------------------------------
-
-    def _bookie_failed(self, bookie: str) -> None:
-        if self._error is not None or bookie not in self._meta.last_segment.bookies:
-            return  # already replaced (a late answer from the old ensemble)
-        if bookie in self._failed_bookies:
-            return  # a late answer, or a failed probe: the change loop already runs
-        self._failed_bookies.add(bookie)
-        if self._closed and not self._entries.pending:
-            # Only the close drain waits on this bookie: every entry is confirmed, so
-            # there is nothing to re-send and the segment needs no change.
-            return
-        self._change_wakeup.set()  # a loop backing off looks again: the quorum may be lost
-        if self._change_task is None or self._change_task.done():
-            self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
-            self._change_task.add_done_callback(self._on_change_done)
-
-    def _bookie_back(self, bookie: str) -> None:
-        """A failed bookie of the current ensemble acknowledged an add: it writes
-        again, so it gets every later entry, and the unacknowledged ones it was not
-        sent (a pending entry may need its ack: another bookie can fail next), and
-        needs no replacement. (Without delay_ensemble_change it is replaced anyway.)"""
-        if not self._config.delay_ensemble_change or not self._is_current(bookie):
-            return
-        self._failed_bookies.discard(bookie)
-        self._probe_due.discard(bookie)
-        meta = self._meta
-        pos = meta.last_segment.bookies.index(bookie)
-        for pa in self._entries.pending:
-            if pa.future.done() or bookie in pa.waiting or pos in pa.acked:
-                continue
-            if pos in self._write_sets[pa.entry_id % meta.ensemble_size]:
-                self._send(pa, pos, bookie)
-        log.warning(
-            "ledger %d: bookie %s answers again; writing to it (entries it missed are "
-            "on the others until autorecovery copies them)",
-            self.ledger_id,
-            bookie,
-        )
-
-    def _on_change_done(self, task: asyncio.Future[None]) -> None:
-        """Operating errors end the loop through _fail; anything else is a bug: fail
-        stop with it (which also retrieves it)."""
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            err = WriterFailedError(f"ledger {self.ledger_id}: ensemble change raised {exc!r}")
-            err.__cause__ = exc
-            self._fail(err)
-
-    def _change_needed(self) -> bool:
-        return (
-            self._error is None
-            and bool(self._failed_bookies)
-            and not (self._closed and not self._entries.pending)
-        )
-
-    def _delayable(self, failed: set[str]) -> bool:
-        """Whether the change may wait: the others make the ack quorum of every write set."""
-        meta = self._meta
-        return self._config.delay_ensemble_change and ack_quorum_holds(
-            meta.last_segment.bookies, failed, meta.write_quorum, meta.ack_quorum
-        )
-
-    async def _ensemble_change_loop(self) -> None:
-        """Replace the failed bookies until none is left (or the writer fails)."""
-        lost_attempts = 0  # attempts without a replacement while the ack quorum is lost
-        backoff = Backoff(_DELAYED_BACKOFF, rng=self._env.rng, clock=self._clock)
-        while self._change_needed():
-            self._change_wakeup.clear()
-            failed = set(self._failed_bookies)
-            delayed = self._delayable(failed)
-            try:
-                if delayed:  # no pause while no spare exists
-                    await plan_ensemble(self._env, self._meta, failed)
-                new, version = await self._record_change(failed)
-            except (NotEnoughBookiesError, MetadataError, SessionSuspendedError) as exc:
-                if self._config.delay_ensemble_change:
-                    self._probe(failed)
-                if delayed:
-                    lost_attempts = 0
-                    delay_s = backoff.next_s()
-                    self._log_delayed(exc, first=backoff.tries == 1)
-                else:
-                    lost_attempts += 1
-                    if lost_attempts > self._config.ensemble_change_retries_max:
-                        self._fail(exc)
-                        return
-                    delay_s = _CHANGE_BACKOFF_S * lost_attempts
-                    log.warning(
-                        "ledger %d: ensemble change attempt %d failed: %s",
-                        self.ledger_id,
-                        lost_attempts,
-                        exc,
-                    )
-                self._complete_in_order()  # entries acknowledged while the attempt ran
-                await self._wait_change(delay_s)
-                continue
-            except BooklineError as exc:
-                self._fail(exc)
-                return
-            self._apply_new_ensemble(new, version)
-            self._failed_bookies -= failed
-            self.ensemble_changes += 1
-            backoff.reset()
-            self._complete_in_order()
-
-    async def _record_change(self, failed: set[str]) -> tuple[LedgerMetadata, int]:
-        """Compare-and-set a new segment from LAC + 1 without ``failed``; completions
-        wait meanwhile, so every entry before the segment is acknowledged."""
-        self._changing = True
-        try:
-            return await change_ensemble(
-                self._env, self._meta, self._version, failed, self._entries.lac + 1
-            )
-        finally:
-            self._changing = False
-
-    def _probe(self, failed: set[str]) -> None:
-        """Ask each failed bookie whether it writes again: the oldest unacknowledged entry
-        it lacks is sent to it now (none: the next entry is) -- unless one still is."""
-        meta = self._meta
-        ensemble = meta.last_segment.bookies
-        for bookie in failed & self._failed_bookies:
-            pos = ensemble.index(bookie)
-            lacking = None
-            for pa in self._entries.pending:
-                if bookie in pa.waiting:
-                    break  # a probe is on its way
-                in_write_set = pos in self._write_sets[pa.entry_id % meta.ensemble_size]
-                if in_write_set and pos not in pa.acked and not pa.future.done():
-                    lacking = pa
-                    break
-            else:
-                self._probe_due.add(bookie)
-                continue
-            if lacking is not None:
-                self._send(lacking, pos, bookie)
-
-    def _log_delayed(self, exc: BooklineError, *, first: bool) -> None:
-        """Logged at WARNING once per run of failures (the next attempts at DEBUG)."""
-        log.log(
-            logging.WARNING if first else logging.DEBUG,
-            "ledger %d: ensemble change delayed (%s); failed bookies %s, the others make "
-            "the ack quorum: writing on, asking again later",
-            self.ledger_id,
-            exc,
-            sorted(self._failed_bookies),
-        )
-
-    async def _wait_change(self, delay_s: float) -> None:
-        """Back off ``delay_s``, or less when a bookie fails or the writer closes."""
-        with contextlib.suppress(TimeoutError):  # the backoff ran out: try again
-            await asyncio.wait_for(self._change_wakeup.wait(), delay_s)
-
-    def _apply_new_ensemble(self, new: LedgerMetadata, version: int) -> None:
-        entries = self._entries
-        invariant(
-            not entries.pending or entries.pending[0].entry_id >= new.last_segment.first_entry_id,
-            "ledger %d: unacknowledged entry before the new segment",
-            self.ledger_id,
-        )
-        old = self._meta.last_segment.bookies
-        self._meta, self._version = new, version
-        now = new.last_segment.bookies
-        log.info(
-            "ledger %d: ensemble from entry %d is now %s (was %s)",
-            self.ledger_id,
-            new.last_segment.first_entry_id,
-            list(now),
-            list(old),
-        )
-        replaced = {old[pos] for pos in range(len(old)) if now[pos] != old[pos]}
-        self._probe_due -= replaced
-        for bookie in replaced:
-            self._adders.pop(bookie, None)
-        for lagging in list(entries.lagging.values()):
-            for bookie in replaced & lagging.waiting:
-                entries.answered(lagging, bookie)  # its answer no longer matters
-        for pa in entries.pending:
-            pa.waiting -= replaced
-            for pos in write_set(pa.entry_id, new.ensemble_size, new.write_quorum):
-                if now[pos] != old[pos]:
-                    pa.acked.discard(pos)
-                    self._send(pa, pos, now[pos])
 
     async def __aenter__(self) -> LedgerWriter:
         return self
