@@ -307,6 +307,7 @@ class LedgerWriter(EnsembleChanges):
             self._change_wakeup.set()  # a delayed change stops: nothing is pending
             await asyncio.gather(self._change_task, return_exceptions=True)
         if self._error is None:
+            self._forget_failed_replicas()
             await self._drain_replicas()
         if self._error is not None:
             self._cancel_tasks()

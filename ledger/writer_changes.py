@@ -148,6 +148,14 @@ class EnsembleChanges:
             bookie,
         )
 
+    def _forget_failed_replicas(self) -> None:
+        """Close does not wait for a failed bookie's answers (a probe to a hung bookie
+        would hold it for the close deadline): those entries are on Qa others."""
+        entries, failed = self._entries, self._failed_bookies
+        for pa in list(entries.lagging.values()):
+            for bookie in pa.waiting & failed:
+                entries.answered(pa, bookie)
+
     def _on_change_done(self, task: asyncio.Future[None]) -> None:
         """Operating errors end the loop through _fail; anything else is a bug: fail
         stop with it (which also retrieves it)."""
@@ -232,7 +240,8 @@ class EnsembleChanges:
         it lacks is sent to it now (none: the next entry is) -- unless one still is."""
         meta = self._meta
         ensemble = meta.last_segment.bookies
-        for bookie in failed & self._failed_bookies:
+        probing = {b for pa in self._entries.lagging.values() for b in pa.waiting}
+        for bookie in (failed & self._failed_bookies) - probing:
             pos = ensemble.index(bookie)
             lacking = None
             for pa in self._entries.pending:

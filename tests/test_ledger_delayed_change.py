@@ -215,3 +215,27 @@ async def test_a_bookie_that_answers_again_restores_the_ack_quorum() -> None:
     assert await write(w, 50, 10) == list(range(50, 60))
     await w.close()
     assert w.metadata.last_entry_id == 59
+
+
+@virtual_time
+async def test_close_does_not_wait_for_a_probe_to_a_hung_bookie() -> None:
+    # A long add timeout: a probe to the hung bookie is still unanswered at the close.
+    config = dataclasses.replace(FAST, add_timeout_ms=5_000, close_replication_timeout_ms=4_000)
+    _client, _store, bookies, w = await setup(config)
+    victim = w.metadata.last_segment.bookies[1]
+    bookies[victim].hung = True
+    n = 20
+
+    async def failed() -> bool:
+        nonlocal n
+        await write(w, n, 1)
+        n += 1
+        return victim in w.failed_bookies
+
+    await wait_for(failed, "the hung bookie failed", interval_s=0)
+    await write(w, n, 10)  # the first attempts find no spare: probes go to the victim
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await w.close()
+    assert loop.time() - started < 1.0  # virtual time: the close deadline is 4 s
+    assert w.metadata.is_closed and w.metadata.last_entry_id == n + 9
