@@ -381,9 +381,9 @@ class LedgerWriter(EnsembleChanges):
             self._health.record_success(bookie, self._clock() - send.started)
             self._retry.acked(bookie, send.started)
             self._entries.answered(pa, bookie)
-            if self._failed_bookies and bookie in self._failed_bookies:
-                self._bookie_back(bookie)
             self._on_ack(pa, send.pos, bookie)
+            if self._failed_bookies and bookie in self._failed_bookies:
+                self._bookie_back(bookie)  # after the ack: pa is not sent to it again
             return
         if isinstance(exc, TooManyRequestsError) and self._retry_busy(send):
             return
