@@ -12,8 +12,9 @@ Depends on :mod:`metadata` (the ledger metadata model and its ZooKeeper store) a
   with per-ledger adders, replica inspector); ``adapters`` -- those on ZooKeeper and
   the bookie client; ``testing`` -- in-memory fakes with faults (test support only).
 * ``writer`` -- the single writer: sends and answers; ``inflight`` (entries in flight,
-  order, backpressure), ``add_retry`` (re-send instead of replace), ``ensemble_change``
-  and ``close`` (its metadata CAS loops), ``lac_push`` (explicit LAC).
+  order, backpressure), ``add_retry`` (re-send instead of replace), ``writer_changes``
+  (replacing failed bookies, at once or delayed), ``ensemble_change`` and ``close`` (its
+  metadata CAS loops), ``lac_push`` (explicit LAC).
 * ``reader`` -- verified speculative reads, LAC reads, long-poll tailing;
   ``speculative`` -- when to ask the next replica.
 * ``recovery`` -- fence, find the end, close; ``tasks`` -- fan-out and task hygiene.

@@ -69,7 +69,13 @@ class LedgerConfig:
     metadata_timeout_ms: int = 15_000
 
     # --- ensemble changes -----------------------------------------------------------
-    # Ensemble changes one add may trigger before the writer gives up (fail stop).
+    # A bookie that fails or times out while the others still make the ack quorum is
+    # replaced when a spare is writable; until then entries are acknowledged by the
+    # others (on Qa copies) and the writer keeps writing (BookKeeper's
+    # delayEnsembleChange). false = such a writer fails after the retries below.
+    delay_ensemble_change: bool = True
+    # Attempts to replace failed bookies, once the others no longer make the ack quorum,
+    # before the writer gives up (fail stop).
     ensemble_change_retries_max: int = 10
     # A bookie that failed is avoided by placement for this long.
     placement_avoid_ms: int = 60_000

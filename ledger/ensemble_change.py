@@ -13,18 +13,38 @@ client (FENCED: the writer stops); a changed last segment, or segments added or
 removed, mean a second writer (fail stop); otherwise -- the same segments, or earlier
 ones whose lost bookies autorecovery re-replicated (:mod:`ledger.replication`) -- the
 change is tried again on the new version, which the writer then holds.
+
+*Delayed* ensemble change (BookKeeper's ``delayEnsembleChange``): while the bookies that
+did not fail still make the ack quorum of every write set (:func:`ack_quorum_holds`),
+the writer need not pause for a replacement -- entries complete on the others, and
+:func:`plan_ensemble` (no pause, no metadata write) says whether a spare exists before
+the writer pauses for :func:`change_ensemble`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Collection, Sequence, Set
 
 from foundation.errors import BadVersionError, FencedError, MetadataError, WriterFailedError
+from foundation.quorum import write_set
 from ledger.env import LedgerEnv
 from ledger.placement import choose_replacement
 from metadata.ledger_metadata import LedgerMetadata, LedgerState, Segment
 
-__all__ = ["change_ensemble"]
+__all__ = ["ack_quorum_holds", "change_ensemble", "plan_ensemble"]
+
+
+def ack_quorum_holds(
+    ensemble: Sequence[str], failed: Collection[str], write_quorum: int, ack_quorum: int
+) -> bool:
+    """Whether every write set of ``ensemble`` still has ``ack_quorum`` bookies outside
+    ``failed``: then every entry can still be acknowledged without a new ensemble."""
+    size = len(ensemble)
+    for first in range(size if write_quorum < size else 1):  # E = Qw: one write set
+        alive = sum(ensemble[pos] not in failed for pos in write_set(first, size, write_quorum))
+        if alive < ack_quorum:
+            return False
+    return True
 
 
 async def change_ensemble(
@@ -43,7 +63,7 @@ async def change_ensemble(
             raise FencedError(
                 f"ledger {ledger_id} is {meta.state.value}: recovered by another client"
             )
-        new = meta.with_segment(start, await _replace(env, meta, failed))
+        new = meta.with_segment(start, await plan_ensemble(env, meta, failed))
         try:
             written = await env.store.write(new, version)
         except BadVersionError:
@@ -66,8 +86,9 @@ def _same_writer(now: Sequence[Segment], mine: Sequence[Segment]) -> bool:
     )
 
 
-async def _replace(env: LedgerEnv, meta: LedgerMetadata, failed: Set[str]) -> list[str]:
-    """The last segment's bookies with a replacement for every failed one."""
+async def plan_ensemble(env: LedgerEnv, meta: LedgerMetadata, failed: Set[str]) -> list[str]:
+    """The last segment's bookies with a replacement for every failed one (nothing is
+    written); NotEnoughBookiesError when some failed bookie has no replacement."""
     candidates = await env.store.writable_bookies()
     racks = {c.bookie_id: c.rack for c in candidates}
     avoid = env.health.avoided() | failed

@@ -20,6 +20,9 @@ the new bookie and its old ack bit cleared -- so the metadata always names the b
 an entry really lives on. A FENCED (or UNAUTHORIZED) answer means another client
 recovered the ledger: the writer fails stop, every pending and later add raises.
 
+How a failed bookie is replaced -- at once, or *delayed* while the others still make
+the ack quorum (``delay_ensemble_change``) -- is :mod:`ledger.writer_changes`'s.
+
 Close waits for the pending adds, then -- bounded by ``close_replication_timeout_ms`` --
 for the replicas of confirmed entries that have not answered yet, so a ledger closed on
 healthy bookies has every entry on all Qw bookies of its write set (BookKeeper only
@@ -43,9 +46,6 @@ from foundation.errors import (
     BooklineError,
     FencedError,
     LedgerClosedError,
-    MetadataError,
-    NotEnoughBookiesError,
-    SessionSuspendedError,
     TimeoutError_,
     TooLargeError,
     TooManyRequestsError,
@@ -57,20 +57,17 @@ from foundation.invariants import invariant
 from foundation.quorum import write_set
 from ledger.add_retry import AddRetry
 from ledger.close import record_closed
-from ledger.ensemble_change import change_ensemble
 from ledger.env import LedgerEnv
 from ledger.inflight import InFlight, PendingAdd
 from ledger.interfaces import EntryAdder
 from ledger.keys import ledger_access
 from ledger.lac_push import LacPusher
+from ledger.writer_changes import EnsembleChanges
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata, LedgerState
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LedgerWriter"]
-
-# Pause between ensemble-change attempts that found no replacement (bookies may return).
-_CHANGE_BACKOFF_S = 0.2
 
 
 class _Send:
@@ -102,7 +99,7 @@ class _Send:
         self.writer._answered(self, exc)
 
 
-class LedgerWriter:
+class LedgerWriter(EnsembleChanges):
     """Handle of a ledger this client created and writes. Use from one event loop."""
 
     def __init__(self, meta: LedgerMetadata, version: int, env: LedgerEnv) -> None:
@@ -132,8 +129,12 @@ class LedgerWriter:
             write_set(i, meta.ensemble_size, meta.write_quorum) for i in range(meta.ensemble_size)
         ]
         self._failed_bookies: set[str] = set()
+        # Failed bookies the next entry is also sent to: an ack takes them back.
+        self._probe_due: set[str] = set()
         self._retry = AddRetry(self._add_timeout_s, env.clock)
-        self._changing = False
+        self._changing = False  # a change is being recorded: completions wait
+        # Wakes a change loop backing off: a new failure, or close().
+        self._change_wakeup = asyncio.Event()
         self._change_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
         self._error: BooklineError | None = None
@@ -180,22 +181,32 @@ class LedgerWriter:
         return self._error
 
     @property
+    def failed_bookies(self) -> frozenset[str]:
+        """Bookies of the current ensemble that failed and are not replaced (or back)."""
+        return frozenset(self._failed_bookies)
+
+    @property
     def timeout_retries(self) -> int:
         """Adds re-sent to a bookie that lost one request (see :mod:`ledger.add_retry`)."""
         return self._retry.timeout_retries
 
     @property
     def lac_told(self) -> int:
-        """The LAC every bookie of the current ensemble acknowledged by explicit LAC
-        (NO_ENTRY when one of them has not, or cannot)."""
-        return self._lac_pusher.told(self._meta.last_segment.bookies)
+        """The LAC every bookie of the current ensemble (but failed ones, see the top)
+        acknowledged by explicit LAC (NO_ENTRY when one of them has not, or cannot)."""
+        return self._lac_pusher.told(self._writing_to())
 
     @property
     def lac_sent(self) -> int:
         """:attr:`lac_told`, counting pushes still in flight as told: what every bookie
         of the current ensemble will know once they answer (NO_ENTRY when one of them
         was not sent one, or cannot take it)."""
-        return self._lac_pusher.sent(self._meta.last_segment.bookies)
+        return self._lac_pusher.sent(self._writing_to())
+
+    def _writing_to(self) -> list[str]:
+        """The current ensemble but its failed bookies (told nothing until back)."""
+        failed = self._failed_bookies
+        return [b for b in self._meta.last_segment.bookies if b not in failed]
 
     def push_lac(self) -> None:
         """Explicit LAC: send the current LAC to every bookie of the current ensemble
@@ -272,6 +283,9 @@ class LedgerWriter:
             bookie = ensemble[pos]
             if not failed or bookie not in failed:
                 self._send(pa, pos, bookie, started, started)
+            elif bookie in self._probe_due:
+                self._probe_due.discard(bookie)
+                self._send(pa, pos, bookie, started, started)
             # else: the ensemble change re-sends to the replacement
         return fut
 
@@ -290,8 +304,10 @@ class LedgerWriter:
             futures = [pa.future for pa in entries.pending]
             await asyncio.gather(*futures, return_exceptions=True)
         if self._change_task is not None and not self._change_task.done():
+            self._change_wakeup.set()  # a delayed change stops: nothing is pending
             await asyncio.gather(self._change_task, return_exceptions=True)
         if self._error is None:
+            self._forget_failed_replicas()
             await self._drain_replicas()
         if self._error is not None:
             self._cancel_tasks()
@@ -366,6 +382,8 @@ class LedgerWriter:
             self._retry.acked(bookie, send.started)
             self._entries.answered(pa, bookie)
             self._on_ack(pa, send.pos, bookie)
+            if self._failed_bookies and bookie in self._failed_bookies:
+                self._bookie_back(bookie)  # after the ack: pa is not sent to it again
             return
         if isinstance(exc, TooManyRequestsError) and self._retry_busy(send):
             return
@@ -456,7 +474,7 @@ class LedgerWriter:
         if pa.future.done() or self._error is not None:
             return
         # Only an ack from the bookie metadata names for this position counts.
-        if self._meta.last_segment.bookies[pos] != bookie or bookie in self._failed_bookies:
+        if self._meta.last_segment.bookies[pos] != bookie:
             return
         pa.acked.add(pos)
         if len(pa.acked) >= self._meta.ack_quorum:
@@ -479,94 +497,6 @@ class LedgerWriter:
         for task in list(self._tasks):
             task.cancel()
         self._tasks.clear()
-
-    # -- ensemble change -----------------------------------------------------------
-
-    def _bookie_failed(self, bookie: str) -> None:
-        if self._error is not None or bookie not in self._meta.last_segment.bookies:
-            return  # already replaced (a late answer from the old ensemble)
-        self._failed_bookies.add(bookie)
-        if self._closed and not self._entries.pending:
-            # Only the close drain waits on this bookie: every entry is confirmed, so
-            # there is nothing to re-send and the segment needs no change.
-            return
-        if not self._changing:
-            self._changing = True
-            self._change_task = asyncio.ensure_future(self._ensemble_change_loop())
-            self._change_task.add_done_callback(self._on_change_done)
-
-    def _on_change_done(self, task: asyncio.Future[None]) -> None:
-        """Operating errors end the loop through _fail; anything else is a bug: fail
-        stop with it (which also retrieves it)."""
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            err = WriterFailedError(f"ledger {self.ledger_id}: ensemble change raised {exc!r}")
-            err.__cause__ = exc
-            self._fail(err)
-
-    async def _ensemble_change_loop(self) -> None:
-        attempts = 0
-        try:
-            while self._failed_bookies and self._error is None:
-                failed = set(self._failed_bookies)
-                try:
-                    new, version = await change_ensemble(
-                        self._env, self._meta, self._version, failed, self._entries.lac + 1
-                    )
-                except (NotEnoughBookiesError, MetadataError, SessionSuspendedError) as exc:
-                    attempts += 1
-                    if attempts > self._config.ensemble_change_retries_max:
-                        self._fail(exc)
-                        return
-                    log.warning(
-                        "ledger %d: ensemble change attempt %d failed: %s",
-                        self.ledger_id,
-                        attempts,
-                        exc,
-                    )
-                    await asyncio.sleep(_CHANGE_BACKOFF_S * attempts)
-                    continue
-                except BooklineError as exc:
-                    self._fail(exc)
-                    return
-                self._apply_new_ensemble(new, version)
-                self._failed_bookies -= failed
-                self.ensemble_changes += 1
-        finally:
-            self._changing = False
-        self._complete_in_order()
-
-    def _apply_new_ensemble(self, new: LedgerMetadata, version: int) -> None:
-        entries = self._entries
-        invariant(
-            not entries.pending or entries.pending[0].entry_id >= new.last_segment.first_entry_id,
-            "ledger %d: unacknowledged entry before the new segment",
-            self.ledger_id,
-        )
-        old = self._meta.last_segment.bookies
-        self._meta, self._version = new, version
-        now = new.last_segment.bookies
-        log.info(
-            "ledger %d: ensemble from entry %d is now %s (was %s)",
-            self.ledger_id,
-            new.last_segment.first_entry_id,
-            list(now),
-            list(old),
-        )
-        replaced = {old[pos] for pos in range(len(old)) if now[pos] != old[pos]}
-        for bookie in replaced:
-            self._adders.pop(bookie, None)
-        for lagging in list(entries.lagging.values()):
-            for bookie in replaced & lagging.waiting:
-                entries.answered(lagging, bookie)  # its answer no longer matters
-        for pa in entries.pending:
-            pa.waiting -= replaced
-            for pos in write_set(pa.entry_id, new.ensemble_size, new.write_quorum):
-                if now[pos] != old[pos]:
-                    pa.acked.discard(pos)
-                    self._send(pa, pos, now[pos])
 
     async def __aenter__(self) -> LedgerWriter:
         return self

@@ -29,6 +29,7 @@ from metadata.client import MetadataClient
 from metadata.ledger_metadata import LedgerState
 from tests.metadata_support import metadata_clients
 from tests.test_ledger_autorecovery import FAST, LEDGER_FAST
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +76,8 @@ async def test_a_writer_that_replaced_a_lost_bookie_is_not_fenced(md: MetadataCl
     bookies, store, client, w, victim = await _lose_a_bookie(md, bookie_count=5, seed=4)
     lid = w.ledger_id
     await _write(w, 10, 10)
+    # The other two make the ack quorum: the adds need not wait for the replacement.
+    await wait_for(lambda: w.ensemble_changes >= 1, "the writer's ensemble change")
     meta, _v = await store.read(lid)
     assert len(meta.segments) == 2 and victim not in meta.last_segment.bookies, meta
     # The auditor marks the ledger (its grace for open ledgers: 0 here, long past).
@@ -97,6 +100,7 @@ async def test_a_writer_that_replaced_a_lost_bookie_is_not_fenced(md: MetadataCl
     bookies[second].down = True
     store.bookies = [c for c in store.bookies if c.bookie_id != second]
     await _write(w, 25, 5)
+    await wait_for(lambda: w.ensemble_changes >= 2, "the writer's second ensemble change")
     await w.close()
     final, _v = await store.read(lid)
     assert final.is_closed and final.last_entry_id == 29, final

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -222,6 +223,55 @@ async def test_fencing_with_a_stopped_bookie(cluster: Cluster) -> None:
             with pytest.raises(FencedError):
                 await w.add_entry(b"x")
             assert await r.read(0, 19) == [b"%d" % i for i in range(20)]
+
+
+async def test_writer_keeps_writing_beside_a_stopped_bookie_without_spare(
+    cluster: Cluster,
+) -> None:
+    """Issue 22: three bookies, E = Qw = 3, Qa = 2, one SIGSTOPped -- no spare to replace
+    it. The writer keeps acknowledging entries on the other two (one retry would have
+    failed it before), takes the bookie back once it runs again, and the ledger closes
+    and recovers at the same end with every entry readable."""
+    await start(cluster, 3)
+    settings = dataclasses.replace(config(), ensemble_change_retries_max=1)
+    async with ledger_client(cluster, settings) as a, ledger_client(cluster) as b:
+        await wait_writable(a, 3)
+        w = await a.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+        n = 0
+
+        async def add(count: int) -> None:
+            nonlocal n
+            for _ in range(count):
+                assert await w.add_entry(b"%d" % n) == n
+                n += 1
+                await asyncio.sleep(0.01)  # pace: the writing spans add timeouts
+
+        async def add_until(condition: Callable[[], bool]) -> bool:
+            await add(1)
+            return condition()
+
+        await add(20)
+        victim_id = w.metadata.last_segment.bookies[1]
+        with cluster.stopped_bookie(cluster.by_id(victim_id)):
+            await wait_for(
+                lambda: add_until(lambda: victim_id in w.failed_bookies),
+                "the stopped bookie found failed",
+                interval_s=0,
+            )
+            await add(100)  # past the backoff of the one retry: no spare was found
+            assert w.error is None and w.ensemble_changes == 0
+        await wait_for(
+            lambda: add_until(lambda: victim_id not in w.failed_bookies),
+            "the bookie taken back",
+            interval_s=0,
+        )
+        await add(20)
+        assert w.ensemble_changes == 0
+        await w.close()
+        assert w.metadata.last_entry_id == n - 1
+        r = await b.open_ledger(w.ledger_id, recover=True)
+        assert r.last_add_confirmed == n - 1
+        assert await r.read(0, n - 1) == [b"%d" % i for i in range(n)]
 
 
 async def test_fencing_survives_rolling_restart(cluster: Cluster) -> None:
