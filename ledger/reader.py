@@ -28,7 +28,6 @@ from ledger.digest import UnpackedEntry
 from ledger.env import LedgerEnv
 from ledger.interfaces import LacAnswer
 from ledger.keys import ledger_access
-from ledger.reader_polls import LongPolls
 from ledger.tasks import abandon
 from metadata.ledger_metadata import NO_ENTRY, LedgerMetadata
 
@@ -62,9 +61,6 @@ class LedgerReader:
         # replicas are asked too.
         self._lac_source: str | None = None
         self._lac_wait_s: float | None = None
-        # The long polls, kept across wait_lac calls, and how long they wait.
-        self._poll_wait_ms = env.config.long_poll_timeout_ms
-        self._polls = LongPolls(self._ask_lac, self._take_lac_answer, lambda: self._lac, env.clock)
 
     @property
     def ledger_id(self) -> int:
@@ -319,63 +315,76 @@ class LedgerReader:
         back (issue 26; with 3/2, two of three). Only if they fail, or stay silent for
         4x the recent answers' wait (at least 2 ms, at most ``long_poll_speculative_ms``:
         the writer went idle), are the other replicas of the write set asked too, and
-        the first answer with a newer LAC wins -- and is asked first next time.
-
-        The polls outlive the call (:mod:`ledger.reader_polls`): the winner is asked
-        again at once with the new LAC, and a poll still waiting is kept, so the next
-        call finds them parked at the bookies instead of sending its own."""
+        the first answer with a newer LAC wins -- and is asked first next time."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
-        self._poll_wait_ms = (
-            self._env.config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
-        )
+        wait_ms = self._env.config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
         replicas = list(self._meta.replicas(previous_lac + 1))
         if self._lac_source in replicas:
             replicas.remove(self._lac_source)
             replicas.insert(0, self._lac_source)
+        timeout_s = self._env.read_timeout_s + wait_ms / 1000.0
+        piggyback = self._env.config.long_poll_piggyback_bytes_max
+
+        def ask(bookie: str) -> asyncio.Future[LacAnswer]:
+            return asyncio.ensure_future(self._env.transport.read_lac(
+                bookie, self.ledger_id, previous_lac, wait_ms,
+                timeout_s=timeout_s, piggyback_bytes_max=piggyback, master_key=self._key,
+            ))  # fmt: skip
+
         first = max(1, self._meta.write_quorum - self._meta.ack_quorum + 1)
+        asked = {ask(bookie): bookie for bookie in replicas[:first]}
+        later = replicas[first:]
         speculate_s = self._env.config.long_poll_speculative_ms / 1000.0
         if self._lac_wait_s is not None:
             speculate_s = min(speculate_s, max(_LAC_SPECULATE_MIN_S, 4 * self._lac_wait_s))
         started = self._env.clock()
-        source = await self._polls.wait(
-            previous_lac, replicas[:first], replicas[first:], speculate_s
-        )
-        if source is not None:
-            self._lac_source = source
-            waited = self._env.clock() - started
-            last = self._lac_wait_s
-            self._lac_wait_s = waited if last is None else 0.8 * last + 0.2 * waited
+        errors: list[BooklineError] = []
+        try:
+            pending: set[asyncio.Future[LacAnswer]] = set(asked)
+            while pending:
+                done, pending = await asyncio.wait(
+                    pending,
+                    timeout=speculate_s if later else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                for task in done:
+                    exc = task.exception()
+                    if isinstance(exc, BooklineError):
+                        errors.append(exc)
+                        continue
+                    if exc is not None:
+                        raise exc
+                    ans = task.result()
+                    self._remember_piggyback(ans)
+                    self._advance_lac(ans.lac)
+                    if self._lac > previous_lac:
+                        self._lac_source = asked[task]
+                        waited = self._env.clock() - started
+                        last = self._lac_wait_s
+                        self._lac_wait_s = waited if last is None else 0.8 * last + 0.2 * waited
+                        return self._lac
+                if later and (not done or errors):  # silent or failed: ask the others
+                    for bookie in later:
+                        task = ask(bookie)
+                        asked[task] = bookie
+                        pending.add(task)
+                    later = []
+        finally:
+            abandon(list(asked))  # the first answer wins; retrieve the others' outcomes
+        if len(errors) == len(asked):
+            raise errors[0]
         return self._lac
 
-    def _ask_lac(self, bookie: str, previous_lac: int) -> asyncio.Future[LacAnswer]:
-        """A long poll of ``bookie`` for a LAC past ``previous_lac``, sent now."""
-        wait_ms = self._poll_wait_ms
-        return asyncio.ensure_future(self._env.transport.read_lac(
-            bookie, self.ledger_id, previous_lac, wait_ms,
-            timeout_s=self._env.read_timeout_s + wait_ms / 1000.0,
-            piggyback_bytes_max=self._env.config.long_poll_piggyback_bytes_max,
-            master_key=self._key,
-        ))  # fmt: skip
-
-    def _take_lac_answer(self, ans: LacAnswer) -> None:
-        """A long poll's answer (a wait's, or one kept from before): its entries past
-        the LAC known until now are cached, then the LAC moves."""
-        self._remember_piggyback(ans, above=self._lac)
-        self._advance_lac(ans.lac)
-
-    def _remember_piggyback(self, ans: LacAnswer, above: int) -> None:
+    def _remember_piggyback(self, ans: LacAnswer) -> None:
         if ans.next_entry_id is None or ans.next_entry is None:
             return
         cache = self._piggyback
-        # Entries up to ``above`` came with an earlier answer (or are read from the
-        # bookies): a kept poll's answer repeats them.
-        for offset, entry in enumerate((ans.next_entry, *ans.more_entries)):
-            entry_id = ans.next_entry_id + offset
-            if entry_id > above:
-                cache[entry_id] = entry
-        while len(cache) > _PIGGYBACK_CACHE_MAX:
-            cache.popitem(last=False)
+        cache[ans.next_entry_id] = ans.next_entry
+        for offset, entry in enumerate(ans.more_entries, 1):
+            cache[ans.next_entry_id + offset] = entry
+        while len(self._piggyback) > _PIGGYBACK_CACHE_MAX:
+            self._piggyback.popitem(last=False)
 
     async def refresh_metadata(self) -> LedgerMetadata:
         """Re-read metadata (a writer may have changed the ensemble or closed it)."""
