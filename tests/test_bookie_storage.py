@@ -645,8 +645,8 @@ async def test_explicit_lac_waits_for_durable_entries(storage: BookieStorage) ->
 
 async def test_an_adds_lac_counts_on_receipt(tmp_path: Path) -> None:
     """The LAC an add carries wakes a long poll as soon as the add arrives, before the
-    add itself is durable (so the writer needs no WRITE_LAC for it), but never past the
-    entries durable here."""
+    add itself is durable (so the writer needs no WRITE_LAC for it); the bookie's own
+    LAC (persisted, reported by reads) never passes the entries durable here."""
     import threading
 
     release = threading.Event()
