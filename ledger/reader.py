@@ -314,7 +314,7 @@ class LedgerReader:
         says they are durable on its ack quorum; ``LedgerState.visible_lac``), so any
         replica knows as soon as any other, and the slowest fsync never holds the tail
         back. One poll per round, not Qw - Qa + 1: at 1,000 records/s the second poll
-        and its answer were a sixth of the reader's CPU and more of its waits for a core
+        and its answer were 10-15 % of the reader's CPU and more of its waits for a core
         (issue 26, docs/benchmarks.md). Only if it fails, or stays silent for 4x the
         recent answers' wait (at least 2 ms, at most ``long_poll_speculative_ms``: the
         writer went idle, or the bookie is hung or older), are the other replicas of the
