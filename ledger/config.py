@@ -50,10 +50,10 @@ class LedgerConfig:
     speculative_read_max_timeout_ms: int = 2_000
     # Long-poll READ_LAC: the bookie holds the request at most this long.
     long_poll_timeout_ms: int = 10_000
-    # A long poll asks Qw - Qa + 1 replicas (one is in every ack quorum); the others
-    # too once they have been silent this long (an idle writer, or slow bookies) --
-    # sooner, 4x the recent answers' wait but at least 2 ms, once polls have been
-    # answering fast. A busy tail costs Qw - Qa + 1 requests a round.
+    # A long poll asks one replica (bookies answer with the writer's LAC before their
+    # own fsync); the others too once it has been silent this long (an idle writer, or
+    # a hung or older bookie) -- sooner, 4x the recent answers' wait but at least 2 ms,
+    # once polls have been answering fast. A busy tail costs one request a round.
     long_poll_speculative_ms: int = 10
     # A long poll's answer may carry the entries that follow the LAC the reader knew,
     # up to about this many bytes (bookies with the LAC_ENTRIES feature), so a tailing

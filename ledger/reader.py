@@ -308,14 +308,18 @@ class LedgerReader:
         the entries after it up to ``long_poll_piggyback_bytes_max`` -- and is cached for
         the reads that follow.
 
-        Qw - Qa + 1 replicas of entry ``previous_lac + 1`` are asked at once, the one
-        that answered last time first: at least one of them is in the ack quorum of any
-        entry the writer confirms, so holds it durable when the writer's LAC arrives --
-        the slowest replica (whose LAC waits for its own fsync) never holds the tail
-        back (issue 26; with 3/2, two of three). Only if they fail, or stay silent for
-        4x the recent answers' wait (at least 2 ms, at most ``long_poll_speculative_ms``:
-        the writer went idle), are the other replicas of the write set asked too, and
-        the first answer with a newer LAC wins -- and is asked first next time."""
+        One replica of entry ``previous_lac + 1`` is asked, the one that answered last
+        time first: a bookie answers with the writer's LAC as soon as it arrives, for
+        the entries it has received even before its own fsync of them (the writer's LAC
+        says they are durable on its ack quorum; ``LedgerState.visible_lac``), so any
+        replica knows as soon as any other, and the slowest fsync never holds the tail
+        back. One poll per round, not Qw - Qa + 1: at 1,000 records/s the second poll
+        and its answer were 10-15 % of the reader's CPU and more of its waits for a core
+        (issue 26, docs/benchmarks.md). Only if it fails, or stays silent for 4x the
+        recent answers' wait (at least 2 ms, at most ``long_poll_speculative_ms``: the
+        writer went idle, or the bookie is hung or older), are the other replicas of the
+        write set asked too, and the first answer with a newer LAC wins -- and is asked
+        first next time."""
         if self._meta.is_closed or self._lac > previous_lac:
             return self._lac
         wait_ms = self._env.config.long_poll_timeout_ms if timeout_ms is None else timeout_ms
@@ -332,9 +336,8 @@ class LedgerReader:
                 timeout_s=timeout_s, piggyback_bytes_max=piggyback, master_key=self._key,
             ))  # fmt: skip
 
-        first = max(1, self._meta.write_quorum - self._meta.ack_quorum + 1)
-        asked = {ask(bookie): bookie for bookie in replicas[:first]}
-        later = replicas[first:]
+        asked = {ask(replicas[0]): replicas[0]}
+        later = replicas[1:]
         speculate_s = self._env.config.long_poll_speculative_ms / 1000.0
         if self._lac_wait_s is not None:
             speculate_s = min(speculate_s, max(_LAC_SPECULATE_MIN_S, 4 * self._lac_wait_s))

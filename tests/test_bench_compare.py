@@ -99,16 +99,21 @@ def test_hop_split_reads_the_services_histograms_and_medians_per_hop() -> None:
     assert histogram(text, "bookline_bookie_journal_fsync_seconds", "") == (2.0, 4.0)
     runs = [
         {"p99_ms": 3.0, "hops_ms": {"ack_ms": 1.0, "fsync_ms": 0.2},
-         "cpu_us_per_record": {"bookies": 100.0}},
+         "cpu_us_per_record": {"bookies": 100.0},
+         "run_queue_us_per_record": {"bookies": 10.0, "total": 10.0}},
         {"p99_ms": 4.0, "hops_ms": {"ack_ms": 3.0, "fsync_ms": 0.4},
-         "cpu_us_per_record": {"bookies": 300.0}},
+         "cpu_us_per_record": {"bookies": 300.0},
+         "run_queue_us_per_record": {"bookies": 30.0, "total": 30.0}},
     ]  # fmt: skip
     med = _median(runs)
     assert med["hops_ms"] == {"ack_ms": 2.0, "fsync_ms": 0.3}
     assert med["cpu_us_per_record"] == {"bookies": 200.0}
+    assert med["run_queue_us_per_record"] == {"bookies": 20.0, "total": 20.0}
     lines = hop_table({"bookline": {"e2e_1000": med}}).splitlines()
     assert lines[0].startswith("| system, workload | ack_ms |")
+    assert lines[0].endswith("| run queue µs/rec total |")
     assert lines[2].startswith("| bookline e2e_1000 | 2 |")
+    assert lines[2].endswith("| 20 |")
 
 
 @pytest.mark.integration
@@ -137,6 +142,7 @@ def test_compare_smoke_runs_every_system_and_workload(tmp_path: Path) -> None:
             e2e["hops_ms"]
         ), e2e["hops_ms"]
         assert {"bookies", "client", "reader"} <= set(e2e["cpu_us_per_record"])
+        assert {"bookies", "client", "reader"} <= set(e2e["run_queue_us_per_record"])
     assert "proxy_request_ms" in out["bookline"]["thin_client"]["ack"]["hops_ms"]
     assert "write_proxy" in out["bookline"]["thin_client"]["ack"]["cpu_us_per_record"]
     assert out["limits"]["seq_write_fsync_mb_per_s"] > 0

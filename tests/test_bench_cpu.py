@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from ops.bench.cpu import CpuWindow, cpu_seconds
+from ops.bench.cpu import CpuWindow, cpu_seconds, run_queue_seconds
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -61,6 +62,38 @@ def test_busy_and_idle_processes_are_told_apart_per_role() -> None:
     assert report["busy"] >= (BUSY_CPU_S - 0.02) / outer_s * 100.0, (report, outer_s)
     assert report["idle"] < report["busy"] / 10, report
     assert report["total"] == pytest.approx(report["busy"] + report["idle"], abs=0.2)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_processes_sharing_one_core_are_reported_waiting_for_it() -> None:
+    """Two spinning processes pinned to one core: while one runs the other is ready
+    and waits, so their waits add up to at least what one of them ran -- accounting,
+    not speed (a loaded machine only adds waiting). An idle process waits for none."""
+    core = min(os.sched_getaffinity(0))
+    spinners = [_start(SPIN), _start(SPIN)]
+    idle = _start(SLEEP)
+    try:
+        for proc in spinners:
+            os.sched_setaffinity(proc.pid, {core})
+        window = CpuWindow({"spinning": [p.pid for p in spinners], "idle": [idle.pid]})
+        window.start()
+        for proc in spinners:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for proc in spinners:
+            assert proc.stdout is not None and proc.stdout.readline() == "done\n"
+        window.stop()
+        waited_s = window.waited["spinning"] / 100.0 * window.elapsed_s
+    finally:
+        for proc in (*spinners, idle):  # stopped by pid, also on failure
+            proc.kill()
+            proc.wait(10)
+    # The first to finish ran BUSY_CPU_S while the other was ready on the same core
+    # (less a clock tick of rounding either side).
+    assert waited_s >= BUSY_CPU_S - 0.05, window.waited
+    assert window.waited["idle"] <= window.waited["spinning"] / 10, window.waited
+    assert run_queue_seconds(idle.pid) is None  # gone
 
 
 def test_a_process_gone_during_the_window_is_left_out() -> None:

@@ -645,8 +645,8 @@ async def test_explicit_lac_waits_for_durable_entries(storage: BookieStorage) ->
 
 async def test_an_adds_lac_counts_on_receipt(tmp_path: Path) -> None:
     """The LAC an add carries wakes a long poll as soon as the add arrives, before the
-    add itself is durable (so the writer needs no WRITE_LAC for it), but never past the
-    entries durable here."""
+    add itself is durable (so the writer needs no WRITE_LAC for it); the bookie's own
+    LAC (persisted, reported by reads) never passes the entries durable here."""
     import threading
 
     release = threading.Event()
@@ -673,6 +673,50 @@ async def test_an_adds_lac_counts_on_receipt(tmp_path: Path) -> None:
         release.set()
         await asyncio.wait_for(asyncio.gather(carrier, late), 5.0)
         assert s.last_add_confirmed(1) == 2
+    finally:
+        release.set()
+        await s.close()
+
+
+async def test_a_long_poll_gets_the_writers_lac_before_this_replica_fsyncs(
+    tmp_path: Path,
+) -> None:
+    """Issue 26: the writer's LAC says its entries are durable on the ack quorum, so a
+    replica whose fsync lags answers a long poll with it -- and the entries, from the
+    journal's queue -- as soon as it arrives: the slowest fsync of the write set never
+    holds a tail back. Never past the writer's LAC, and the replica's own LAC (persisted,
+    reported by reads) still waits for its fsync."""
+    import threading
+
+    release = threading.Event()
+    release.set()
+
+    def fsync(fd: int) -> None:
+        release.wait(10)
+        os.fdatasync(fd)
+
+    s = BookieStorage(make_config(tmp_path), fsync=fsync)
+    await s.start()
+    try:
+        await add_all(s, 1, range(2))  # entries 0 and 1 durable, LAC 0 carried
+        release.clear()  # the journal's next fsync blocks: nothing more becomes durable
+        adds = [asyncio.ensure_future(s.add_entry(1, e, 0, KEY, payload(1, e))) for e in (2, 3, 4)]
+        # received: each add reserves its memtable room until it is durable
+        await wait_for(lambda: s._mem.reserved_bytes >= 300, "entries 2..4 received")
+        poll = asyncio.ensure_future(s.wait_lac(1, 1, 30.0, bytes_max=1 << 20))
+        await parked(s, 1)
+        s.write_lac(1, 3, KEY)  # the writer has entries 2 and 3 on its ack quorum
+        result = await asyncio.wait_for(poll, 5.0)
+        assert (result.lac, result.next_entry_id) == (3, 2)
+        assert (result.next_entry, result.more_entries) == (payload(1, 2), (payload(1, 3),))
+        assert not any(a.done() for a in adds)  # none of them durable here yet
+        assert s.last_add_confirmed(1) == 1  # the replica's own LAC waits for its fsync
+        # Entry 4 is here too, but no LAC covers it: never answered past the writer's.
+        assert (await s.wait_lac(1, 3, 0.0)).lac == 3
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*adds), 5.0)
+        assert s.last_add_confirmed(1) == 3
+        assert (await s.wait_lac(1, 1, 0.0, bytes_max=1 << 20)).more_entries == (payload(1, 3),)
     finally:
         release.set()
         await s.close()

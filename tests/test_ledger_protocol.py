@@ -483,11 +483,12 @@ def _count_lac_polls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @virtual_time
-async def test_busy_tail_long_polls_qw_minus_qa_plus_one_replicas_per_round(
+async def test_busy_tail_long_polls_one_replica_per_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """While the LAC keeps moving, a long poll asks Qw - Qa + 1 replicas (two of three)
-    -- the one that answered last first -- and not the whole write set."""
+    """While the LAC keeps moving, a long poll asks one replica -- the one that
+    answered last -- and not Qw - Qa + 1 or the whole write set (issue 26: a bookie
+    answers with the writer's LAC whatever its own fsync, so one is enough)."""
     client, _store, _bookies = make()
     w = await client.create_ledger()
     await w.add_entry(b"0")
@@ -500,8 +501,8 @@ async def test_busy_tail_long_polls_qw_minus_qa_plus_one_replicas_per_round(
         w.push_lac()
         previous, lac = lac, await asyncio.wait_for(poll, 1)
         assert lac > previous
-    assert len(asked) == 14, asked  # two per round, not the write set's three
-    assert all(asked[i] != asked[i + 1] for i in range(0, 14, 2)), asked
+    assert len(asked) == 7, asked  # one per round
+    assert len(set(asked[1:])) == 1, asked  # the one that answered, again
 
 
 @virtual_time
@@ -563,37 +564,6 @@ async def test_lagging_replica_loses_a_busy_tail_within_milliseconds() -> None:
     assert await asyncio.wait_for(poll, 1) == 6
     assert asyncio.get_running_loop().time() - started < 0.15  # not the 250 ms cap
     bookies[sticky].hung = False
-    await w.close()
-
-
-@virtual_time
-async def test_a_replica_outside_the_ack_quorum_never_holds_the_tail_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The replica a tail asks first may be the one outside the ack quorum (a bookie
-    learns the LAC only up to what it holds durable): the LAC the writer pushes reaches
-    the reader from a replica that has the entry, without waiting
-    ``long_poll_speculative_ms`` for the silent one (issue 26: it cost every record
-    of a tail the slowest replica's lag)."""
-    config = dataclasses.replace(FAST, long_poll_speculative_ms=250)
-    client, _store, bookies = make(config=config)
-    w = await client.create_ledger()
-    await w.add_entry(b"0")
-    w.push_lac()
-    await told(w, 0)
-    r = await client.open_ledger(w.ledger_id, recover=False)
-    lac = r.last_add_confirmed
-    assert lac == 0
-    first = w.metadata.replicas(lac + 1)[0]
-    bookies[first].hung = True  # a fresh reader asks it first; it never answers
-    started = asyncio.get_running_loop().time()
-    poll = asyncio.ensure_future(r.wait_lac(lac, 1_000))
-    await asyncio.sleep(0.01)  # the poll is waiting (virtual time)
-    await w.add_entry(b"1")
-    w.push_lac()
-    assert await asyncio.wait_for(poll, 1) == 1
-    assert asyncio.get_running_loop().time() - started < 0.25  # not after the 250 ms
-    bookies[first].hung = False
     await w.close()
 
 

@@ -125,16 +125,18 @@ class Storage(Protocol):
 
     def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> int:
         """Explicit LAC from the writer: raise the ledger's LAC to ``lac`` -- but never
-        past the highest entry durable here, so a woken long poll finds its entry (the
-        rest is applied as later entries become durable). Not journaled: a LAC is a
-        hint. Returns the LAC now. NoLedgerError (nothing added here yet),
+        past the highest entry durable here (the rest is applied as later entries become
+        durable); long polls are answered with it at once, as far as the entries
+        received here go (``LedgerState.visible_lac``). Not journaled: a LAC is a hint.
+        Returns the (durable) LAC now. NoLedgerError (nothing added here yet),
         UnauthorizedError, FencedError."""
 
     async def wait_lac(
         self, ledger_id: int, previous_lac: int, timeout_s: float, bytes_max: int = 0
     ) -> LacResult:
-        """Long poll: return as soon as LAC > previous_lac, or at the timeout with the
-        current LAC. Piggyback entry previous_lac+1 when this bookie holds it, and with
+        """Long poll: return as soon as the LAC told to readers (the writer's, up to the
+        entries received here, durable or not yet) > previous_lac, or at the timeout
+        with it. Piggyback entry previous_lac+1 when this bookie holds it, and with
         ``bytes_max`` > 0 the contiguous entries after it held in memory, up to the LAC
         and about that many bytes."""
 

@@ -2,9 +2,13 @@
 and what they are answered (the LAC, with the entries after the reader's piggybacked).
 
 A ledger's LAC is the highest LAC its adds carried, raised by explicit LACs (WRITE_LAC,
-or an add's LAC taken on receipt) -- but never past the highest entry durable here, so
-a woken long poll always finds the entry it was woken for. The write path (engine.py)
-raises it as entries become durable; both wake the ledger's waiters
+or an add's LAC taken on receipt) -- but never past the highest entry durable here; it
+is what is persisted and what reads report. Long polls are answered with
+:meth:`~bookie.storage.state.LedgerState.visible_lac`: the writer's LAC as far as the
+entries *received* here go, durable or still in the journal (the writer's LAC says
+they are durable on its ack quorum), so a tail waits for the writer's LAC and not for
+this replica's fsync, and a woken long poll finds its entry in memory. The write path
+(writes.py) and explicit LACs wake the ledger's waiters when it moves
 (:meth:`~bookie.storage.state.LedgerState.wake`).
 """
 
@@ -50,15 +54,17 @@ class LacTracker:
 
     def apply_explicit(self, ledger_id: int, st: LedgerState, lac: int) -> None:
         """Raise the ledger's LAC to ``lac``, up to the entries durable here; the rest
-        is applied as later entries become durable."""
+        is applied as later entries become durable. Long polls are answered up to the
+        entries received here (:meth:`LedgerState.visible_lac`)."""
+        visible = st.visible_lac()
         st.explicit_lac = max(st.explicit_lac, lac)
-        # Never past what is durable here: a woken long poll must find its entry.
+        # The persisted LAC never passes what is durable here.
         applied = min(st.explicit_lac, st.last_entry)
         if applied > st.lac:
             st.lac = applied
             self._ledgers.dirty.add(ledger_id)
-            if st.waiters:
-                st.wake()
+        if st.waiters and st.visible_lac() > visible:
+            st.wake()
 
     async def wait_lac(
         self, ledger_id: int, previous_lac: int, timeout_s: float, bytes_max: int = 0
@@ -68,7 +74,7 @@ class LacTracker:
         after it, up to the LAC and about ``bytes_max`` bytes, as long as they are
         contiguous and in memory (a tail reader's batch; never a disk read)."""
         st = self._ledgers.known(ledger_id)
-        if st.lac <= previous_lac and timeout_s > 0:
+        if st.visible_lac() <= previous_lac and timeout_s > 0:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.watch(ledger_id, fut)
             try:
@@ -80,7 +86,7 @@ class LacTracker:
         answer = self.answer_nowait(ledger_id, previous_lac, bytes_max)
         if answer is not None:
             return answer
-        lac = self._ledgers.known(ledger_id).lac
+        lac = self._ledgers.known(ledger_id).visible_lac()
         try:
             payload = await self._reads.read_entry(ledger_id, previous_lac + 1)
         except NoEntryError:
@@ -105,13 +111,23 @@ class LacTracker:
         """:meth:`wait_lac`'s answer now, without waiting for the LAC to move; None when
         entry ``previous_lac + 1`` is not in memory (then :meth:`wait_lac` with no
         timeout reads it from disk, or finds it is not here)."""
-        lac = self._ledgers.known(ledger_id).lac
+        st = self._ledgers.known(ledger_id)
+        lac = st.visible_lac()
         if lac <= previous_lac:
             return LacResult(lac, None, None)
-        payload = self._reads.in_memory(ledger_id, previous_lac + 1)
+        payload = self._held(ledger_id, st, previous_lac + 1)
         if payload is None:
             return None  # on disk, or not here at all: read_entry will tell
         return self._answer(ledger_id, lac, previous_lac, payload, bytes_max)
+
+    def _held(self, ledger_id: int, st: LedgerState, entry_id: int) -> bytes | None:
+        """Entry ``entry_id`` from memory: on its way through the journal, or in the
+        memtables or read cache."""
+        if st.pending:
+            payload = st.pending.get(entry_id)
+            if payload is not None:
+                return payload
+        return self._reads.in_memory(ledger_id, entry_id)
 
     def _answer(
         self, ledger_id: int, lac: int, previous_lac: int, payload: bytes, bytes_max: int
@@ -120,10 +136,13 @@ class LacTracker:
         contiguous entries after it that are still in memory."""
         more: list[bytes] = []
         if bytes_max > 0:
+            pending = self._ledgers.known(ledger_id).pending or {}
             size = len(payload)
             entry_id = previous_lac + 2
             while entry_id <= lac and size < bytes_max:
-                nxt = self._mem.get(ledger_id, entry_id)
+                nxt = pending.get(entry_id)
+                if nxt is None:
+                    nxt = self._mem.get(ledger_id, entry_id)
                 if nxt is None:
                     break  # not here, or flushed already: the reader reads it
                 more.append(nxt)

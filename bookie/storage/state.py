@@ -33,6 +33,19 @@ class LedgerState:
     # Highest explicit LAC (WRITE_LAC) received; applied to ``lac`` only up to
     # ``last_entry``. In memory only: what was applied is persisted as ``lac``.
     explicit_lac: int = NO_ENTRY_ID
+    # Highest entry received here (durable or on its way through the journal), and the
+    # payloads of those not durable yet, for long polls (see :meth:`visible_lac`).
+    received: int = NO_ENTRY_ID
+    pending: dict[int, bytes] | None = None
+
+    def visible_lac(self) -> int:
+        """The LAC long polls are answered with: the writer's (explicit, or carried by
+        an add) as far as the entries received here go -- durable on the writer's ack
+        quorum, which is what its LAC says, though maybe not yet here, as BookKeeper's
+        bookies answer from ledger storage before their journal's fsync -- and never
+        below the LAC durable here. Readers then wait for the writer's LAC, not for this
+        replica's fsync (issue 26), and never see past it."""
+        return max(self.lac, min(self.explicit_lac, self.received))
 
     def record(self) -> LedgerRecord:
         return LedgerRecord(self.master_key, self.fenced, self.lac, self.last_entry)

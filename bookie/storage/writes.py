@@ -98,11 +98,19 @@ class EntryWrites:
             raise FencedError(f"ledger {ledger_id} is fenced")
         jnl.submit((ADD, ledger_id, entry_id, lac, payload, done))
         mem.reserved_bytes += size
+        visible = st.visible_lac()
+        # Held for long polls until durable (on_durable moves it to the memtable).
+        if st.pending is None:
+            st.pending = {}
+        st.pending[entry_id] = payload
+        st.received = max(st.received, entry_id)
         if lac > st.explicit_lac:
             # The LAC an add carries counts as an explicit LAC at once (the writer then
             # needs no WRITE_LAC for it): applied up to the entries durable here, the
             # rest as they become durable. Its own journal record keeps it for replay.
             self._lacs.apply_explicit(ledger_id, st, lac)
+        if st.waiters and st.visible_lac() > visible:
+            st.wake()
 
     async def fence(self, ledger_id: int, master_key: bytes) -> int:
         """Fence the ledger (journaled, fsynced); the bookie's LAC for it after."""
@@ -141,12 +149,15 @@ class EntryWrites:
                 st = ledgers.get(ledger_id)
                 if st is not None:  # None: deleted while the add was in flight
                     active.put(ledger_id, entry_id, data)
+                    if st.pending is not None:
+                        st.pending.pop(entry_id, None)
                     st.last_entry = max(st.last_entry, entry_id)
                     # An explicit LAC waits for its entries to be durable here.
                     new_lac = min(st.explicit_lac, st.last_entry) if st.explicit_lac > lac else lac
                     if new_lac > st.lac:
+                        visible = st.visible_lac()
                         st.lac = new_lac
-                        if st.waiters:
+                        if st.waiters and st.lac > visible:
                             st.wake()
                     dirty.add(ledger_id)
                 stats.adds += 1
@@ -160,8 +171,11 @@ class EntryWrites:
 
     def on_rejected(self, group: list[Item], error: JournalFullError) -> None:
         """On the loop: the journal refused a group for want of space (not fatal)."""
-        for rtype, _ledger_id, _entry_id, _lac, data, fut in group:
+        for rtype, ledger_id, entry_id, _lac, data, fut in group:
             if rtype == ADD:
+                st = self._ledgers.get(ledger_id)
+                if st is not None and st.pending is not None:
+                    st.pending.pop(entry_id, None)  # not stored: long polls read elsewhere
                 self._mem.reserved_bytes -= len(data) + ENTRY_OVERHEAD_BYTES
                 self._counters.adds_rejected_read_only += 1
             if fut is not None and not fut.done():

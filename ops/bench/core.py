@@ -15,7 +15,8 @@ process, on uvloop when installed.
   stall, and the tick's lateness, are charged to every record they delay); the
   writer's acknowledgement latency is reported too (``ack_*``), and the CPU each role's
   processes used while records were timed (``cpu_pct``, % of one core; per record in
-  ``cpu_us_per_record``); ``--profile DIR`` samples each process with py-spy meanwhile
+  ``cpu_us_per_record``) and how long their threads waited for a core meanwhile
+  (``run_queue_us_per_record``); ``--profile DIR`` samples each process with py-spy meanwhile
   (:mod:`ops.bench.profiling`).
 * ``read``: writes ``--records`` records first, then times a catch-up reader from the
   earliest position.
@@ -220,6 +221,8 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
     ack = {f"ack_{k}": v for k, v in latency_summary(acks.latencies).items()}
     # CPU per record: % of a core is centiseconds per second, over records per second.
     per_record = {role: round(pct * 1e4 / args.rate, 1) for role, pct in cpu_pct.items()}
+    # ... and the time each role's threads were ready but waited for a core.
+    queued = {role: round(pct * 1e4 / args.rate, 1) for role, pct in cpu.waited.items()}
     # What the bookies answered meanwhile: ADDs (3 per entry: E=Qw=3), long polls, LACs.
     answered: dict[str, float] = {op: round(n - requests_before.get(op, 0.0))
                                   for op, n in requests.items()
@@ -233,6 +236,7 @@ async def _e2e(ns: Namespace, stream: str, args: argparse.Namespace,
             "records_per_s": round(total / elapsed, 1),
             "reader": "same process" if args.same_process else "own process",
             **latency, **ack, "cpu_pct": cpu_pct, "cpu_us_per_record": per_record,
+            "run_queue_us_per_record": queued,
             "bookie_requests": answered,
             **({"profile": profiles.summary()} if profiles is not None else {})}  # fmt: skip
 

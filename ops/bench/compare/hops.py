@@ -24,7 +24,10 @@ record) and ``ack_to_reader_ms`` (e2e - ack at p50: the LAC told to the bookies,
 long poll's answer, the reader's hand-over; through the read proxy's WebSocket for the
 thin client). Hop means are per entry or request (what the services time), so the hops
 nest rather than add up: fsync within bookie_add within writer_add within ack.
-``cpu_us_per_record`` is each role's CPU per timed record.
+``cpu_us_per_record`` is each role's CPU per timed record, ``run_queue_us_per_record``
+how long its threads were ready but waited for a core (``/proc`` schedstat): on a
+machine whose cores the roles share, where most of a tail's visibility gap went
+(docs/benchmarks.md, "Where the visibility gap waits").
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any, Final
 
-from ops.bench.cpu import cpu_seconds
+from ops.bench.cpu import cpu_seconds, run_queue_seconds
 
 __all__ = ["HopWindow", "services_of"]
 
@@ -96,7 +99,8 @@ def _scrape(urls: list[str]) -> str:
 
 class HopWindow:
     """``await start()`` when the timed records start, ``await stop(records)`` when they
-    are done: ``{"hops_ms": {...}, "cpu_us_per_record": {...}}``. ``in_process`` gives
+    are done: ``{"hops_ms": {...}, "cpu_us_per_record": {...},
+    "run_queue_us_per_record": {...}}``. ``in_process`` gives
     this process's ledger add histogram ``(sum, count)`` for a core writer here."""
 
     def __init__(
@@ -109,6 +113,7 @@ class HopWindow:
         self._urls = urls
         self._in_process = in_process
         self._cpu: dict[int, float] = {}
+        self._queued: dict[int, float] = {}
         self._hist: dict[str, SumCount] = {}
 
     async def _histograms(self) -> dict[str, SumCount]:
@@ -125,21 +130,33 @@ class HopWindow:
             pid: s for pids in self._pids.values() for pid in pids
             if (s := cpu_seconds(pid)) is not None
         }  # fmt: skip
+        self._queued = {
+            pid: q for pids in self._pids.values() for pid in pids
+            if (q := run_queue_seconds(pid)) is not None
+        }  # fmt: skip
 
     async def stop(self, records: int) -> dict[str, Any]:
-        cpu: dict[str, float] = {}
-        for role, pids in self._pids.items():
-            used = 0.0
-            for pid in pids:
-                now, before = cpu_seconds(pid), self._cpu.get(pid)
-                if now is not None and before is not None:
-                    used += now - before
-            cpu[role] = round(used / max(1, records) * 1e6, 1)
-        cpu["total"] = round(sum(cpu.values()), 1)
+        cpu = self._per_record(self._cpu, cpu_seconds, records)
+        queued = self._per_record(self._queued, run_queue_seconds, records)
         after = await self._histograms()
         hops: dict[str, float] = {}
         for hop, (s1, c1) in after.items():
             s0, c0 = self._hist.get(hop, (0.0, 0.0))
             if c1 > c0:
                 hops[hop] = round((s1 - s0) / (c1 - c0) * 1000.0, 3)
-        return {"hops_ms": hops, "cpu_us_per_record": cpu}
+        return {"hops_ms": hops, "cpu_us_per_record": cpu, "run_queue_us_per_record": queued}
+
+    def _per_record(
+        self, start: dict[int, float], read: Callable[[int], float | None], records: int
+    ) -> dict[str, float]:
+        """Per role, µs per record of what ``read(pid)`` counts (seconds) since ``start``."""
+        out: dict[str, float] = {}
+        for role, pids in self._pids.items():
+            used = 0.0
+            for pid in pids:
+                now, before = read(pid), start.get(pid)
+                if now is not None and before is not None:
+                    used += now - before
+            out[role] = round(max(0.0, used) / max(1, records) * 1e6, 1)
+        out["total"] = round(sum(out.values()), 1)
+        return out

@@ -215,7 +215,8 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r[key] for r in runs if key in r]
         if vals:
             out[key] = all(vals) if key == "sustained" else vals[-1]
-    for key in ("hops_ms", "cpu_us_per_record"):  # the hop split (ops.bench.compare.hops)
+    # the hop split (ops.bench.compare.hops)
+    for key in ("hops_ms", "cpu_us_per_record", "run_queue_us_per_record"):
         parts = [r[key] for r in runs if isinstance(r.get(key), dict)]
         names = sorted({n for part in parts for n in part})
         if names:
@@ -342,8 +343,9 @@ _HOPS: Final = ("ack_ms", "proxy_request_ms", "writer_add_ms", "bookie_add_ms", 
 
 
 def hop_table(results: dict[str, Any]) -> str:
-    """Bookline's latency workloads split per hop (ms, nested means) and the CPU each
-    process role spent per record (µs), as a Markdown table."""
+    """Bookline's latency workloads split per hop (ms, nested means), the CPU each
+    process role spent per record and the time all of them waited for a core (µs), as
+    a Markdown table."""
     seen = {r for s in ("bookline", "bookline_thin")
             for w in results.get(s, {}).values()
             for r in w.get("cpu_us_per_record", {})}  # fmt: skip
@@ -353,9 +355,9 @@ def hop_table(results: dict[str, Any]) -> str:
         + " | ".join(_HOPS)
         + " | "
         + " | ".join(f"cpu µs/rec {r}" for r in roles)
-        + " |"
+        + " | run queue µs/rec total |"
     )
-    lines = [head, "|---" * (1 + len(_HOPS) + len(roles)) + "|"]
+    lines = [head, "|---" * (2 + len(_HOPS) + len(roles)) + "|"]
     for system in ("bookline", "bookline_thin"):
         for workload, summary in results.get(system, {}).items():
             hops, cpu = summary.get("hops_ms"), summary.get("cpu_us_per_record", {})
@@ -363,6 +365,8 @@ def hop_table(results: dict[str, Any]) -> str:
                 continue
             cells = [f"{hops[h]:g}" if h in hops else "" for h in _HOPS]
             cells += [f"{cpu[r]:g}" if r in cpu else "" for r in roles]
+            queued = summary.get("run_queue_us_per_record", {})
+            cells.append(f"{queued['total']:g}" if "total" in queued else "")
             lines.append(f"| {system} {workload} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
