@@ -8,7 +8,7 @@ consume-side targets): what made a librdkafka consumer read 3,500 records/s.
   others' reads back.
 * A partition's high watermark and log start offset come from the offsets last looked
   up; a fetch does not wait for a new look-up (a stream's LAC read, up to the read
-  timeout while an idle writer's last LAC lags).
+  timeout while an idle writer's last LAC lags), which runs in the background.
 * A partition at its end answers at once: the fetch long-polls on the feeds, so the
   HTTP read's end-of-stream grace only delayed every tailing fetch.
 * The fetch answer's batch, encoded from the records' columns, is the batch
@@ -43,7 +43,7 @@ from serving.read.partitions import fetch_partition, read_partition
 from serving.read.readers import ReaderPool
 from streams.dlsn import DLSN, StartPosition
 from streams.records import ReadRecord
-from tests.waiting import WAIT_S, scaled
+from tests.waiting import WAIT_S, scaled, wait_for
 
 T = TypeVar("T")
 TOPIC = "t"
@@ -210,6 +210,23 @@ async def test_a_fetch_does_not_wait_for_offsets_it_already_knows() -> None:
     assert part["log_start_offset"] == 0
     assert [r.offset for r in _answered(answer)[0]] == list(range(after, 100))
     ns.info_gate.set()
+
+
+async def test_the_offsets_a_fetch_answers_follow_the_partition() -> None:
+    """The known offsets are looked up again in the background: records written after
+    the first fetch show in a later fetch's high watermark."""
+    ns = _Namespace({0: _records(0, 100)})
+    pages = _pages(ns)
+    serving = _serving(pages)
+    await fetch(serving, Session("test"), _fetch_request({0: 0}, 0))
+    ns.streams[f"{TOPIC}~0"] += _records(0, 150)[100:]
+
+    async def high_watermark() -> int | None:
+        answer = await fetch(serving, Session("test"), _fetch_request({0: 0}, 0))
+        high = answer["responses"][0]["partitions"][0]["high_watermark"]
+        return high if high == 150 else None
+
+    assert await wait_for(high_watermark, "the high watermark of the 50 records added") == 150
 
 
 async def test_a_partition_at_its_end_answers_without_the_readers_grace() -> None:
