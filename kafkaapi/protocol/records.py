@@ -186,29 +186,37 @@ def _records_body(  # noqa: PLR0917 - private hot path, called positionally
     values: Sequence[bytes | None],
     headers: Sequence[Sequence[Header] | None],
 ) -> bytes:
-    """The records' bytes, one ``b"".join`` per record and one for all."""
+    """The records' bytes, one ``b"".join`` per record and one for all (lengths
+    looked up inline: a call per field was a quarter of the loop's time)."""
     small, end = _SMALL, _SMALL_END
     base_ts = timestamps[0]
     parts: list[bytes] = []
-    append = parts.append
-    for offset, ts, key, value, pairs in zip(offsets, timestamps, keys, values, headers,
-                                             strict=True):  # fmt: skip
+    append, join = parts.append, b"".join
+    for offset, ts, nullable_key, nullable_value, pairs in zip(
+        offsets, timestamps, keys, values, headers, strict=True
+    ):
         offset_delta, ts_delta = offset - base_offset, ts - base_ts
-        record = b"".join((
+        if nullable_key is None:
+            key_length, key = _NULL, b""
+        else:
+            key, size = nullable_key, len(nullable_key)
+            key_length = small[size] if size < end else varint(size)
+        if nullable_value is None:
+            value_length, value = _NULL, b""
+        else:
+            value, size = nullable_value, len(nullable_value)
+            value_length = small[size] if size < end else varint(size)
+        record = join((
             b"\x00",  # attributes
             small[ts_delta] if 0 <= ts_delta < end else varlong(ts_delta),
             small[offset_delta] if 0 <= offset_delta < end else varint(offset_delta),
-            _NULL if key is None else _length(len(key)) + key,
-            _NULL if value is None else _length(len(value)) + value,
+            key_length, key, value_length, value,
             _headers(pairs) if pairs else _NO_HEADERS,
         ))  # fmt: skip
-        append(_length(len(record)))
+        size = len(record)
+        append(small[size] if size < end else varint(size))
         append(record)
-    return b"".join(parts)
-
-
-def _length(size: int) -> bytes:
-    return _SMALL[size] if size < _SMALL_END else varint(size)
+    return join(parts)
 
 
 def _headers(pairs: Sequence[Header]) -> bytes:
