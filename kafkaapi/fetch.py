@@ -159,13 +159,16 @@ async def _read_within(
 
 
 class _Read(NamedTuple):
-    """A partition's records read and their record batch (b"": none)."""
+    """A partition's records read, their record batch (b"": none) and the offset after
+    them (-1: not read). The partition ends no earlier than that offset: a read checks
+    its offset against the end when it opens its reader (OFFSET_OUT_OF_RANGE)."""
 
     recs: list[ReadRecord]
     batch: bytes
+    after: int
 
 
-_NONE: Final = _Read([], b"")
+_NONE: Final = _Read([], b"", -1)
 
 
 async def _records(
@@ -179,7 +182,9 @@ async def _records(
         )
     except BooklineError as exc:
         return exc
-    return _Read(recs, _batch(recs) if recs else b"")
+    if not recs:
+        return _Read(recs, b"", offset)
+    return _Read(recs, _batch(recs), recs[-1].sequence_id + 1)
 
 
 def _failed(exc: BooklineError) -> dict[str, Any]:
@@ -201,7 +206,9 @@ def _answer(
     if isinstance(info, BooklineError):
         return answer | _failed(info)
     end, start = info
-    high = max(end, read.recs[-1].sequence_id + 1) if read.recs else end
+    # The end last looked up may trail what was read (kafkaapi.fetch_ends); a high
+    # watermark below the fetch offset would tell the consumer it is ahead of the log.
+    high = max(end, read.after)
     return answer | {
         "high_watermark": high,
         "last_stable_offset": high,

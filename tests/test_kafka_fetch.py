@@ -65,6 +65,8 @@ class _Reader:
         self.recs, self.pos, self.gate = recs, start, gate
         self.reads_started = asyncio.Event()
         self.waits: list[float] = []  # the timeout_s of every read
+        self.caught_up = False  # between two LAC polls, as a tailing reader often is
+        self.settle_gate: asyncio.Event | None = None
 
     async def read_many(self, records_max: int, timeout_s: float | None = None) -> list[Any]:
         self.reads_started.set()
@@ -78,7 +80,8 @@ class _Reader:
         return out
 
     async def settle(self, timeout_s: float) -> None:
-        return None
+        if self.settle_gate is not None:  # still reading towards the tail
+            await self.settle_gate.wait()
 
     async def close(self) -> None:
         return None
@@ -90,7 +93,8 @@ class _Namespace:
     def __init__(self, partitions: dict[int, list[ReadRecord]]) -> None:
         self.streams = {f"{TOPIC}~{p}": recs for p, recs in partitions.items()}
         self.opened: list[tuple[str, int]] = []
-        self.readers: dict[str, _Reader] = {}
+        self.readers: dict[str, _Reader] = {}  # the last opened of each stream
+        self.every_reader: list[_Reader] = []
         self.gates: dict[str, asyncio.Event] = {}
         self.info_gate: asyncio.Event | None = None
         self.infos = 0
@@ -108,6 +112,7 @@ class _Namespace:
         self.opened.append((name, start.value))
         reader = _Reader(self.streams[name], start.value, self.gates.get(name))
         self.readers[name] = reader
+        self.every_reader.append(reader)
         return reader
 
 
@@ -240,6 +245,40 @@ async def test_a_partition_at_its_end_answers_without_the_readers_grace() -> Non
     answer = await _within_deadline(fetch(serving, session, _fetch_request({0: 10}, 1 << 20)))
     assert _answered(answer) == {0: []}
     assert ns.readers[f"{TOPIC}~0"].waits[-1] == 0.0
+
+
+async def test_a_consumer_at_a_feeds_head_is_answered_from_the_feed() -> None:
+    """Once a long poll opened the partition's feed, a fetch at its head is answered
+    from it (empty until the feed's pump reads more) even while the pump's reader is
+    between two LAC polls; before the fix the fetch went to its private reader, which
+    waited to reach the tail itself (1-2 s a fetch while tailing, loaded)."""
+    ns = _Namespace({0: _records(0, 10)})
+    pages, session = _pages(ns), Session("test")
+    serving = _serving(pages)
+    await fetch(serving, session, _fetch_request({0: 0}, 1 << 20))
+    await fetch(serving, session, _fetch_request({0: 10}, 1 << 20, wait_ms=1))  # opens the feed
+    assert pages.feeds.get(f"{TOPIC}~0") is not None
+    for reader in ns.every_reader:
+        reader.settle_gate = asyncio.Event()  # a private read would wait for the tail
+    try:
+        answer = await _within_deadline(fetch(serving, session, _fetch_request({0: 10}, 1 << 20)))
+    finally:
+        await pages.feeds.close()
+    assert _answered(answer) == {0: []}
+
+
+async def test_the_high_watermark_is_never_below_the_fetch_offset() -> None:
+    """The end last looked up may trail a consumer that read the records after it: an
+    empty answer at the consumer's offset says the log ends there, not before."""
+    ns = _Namespace({0: _records(0, 10)})
+    pages, session = _pages(ns), Session("test")
+    serving = _serving(pages)
+    await fetch(serving, session, _fetch_request({0: 0}, 1 << 20))
+    ns.streams[f"{TOPIC}~0"] += _records(0, 20)[10:]
+    read = await fetch(serving, session, _fetch_request({0: 10}, 1 << 20))
+    assert [r.offset for r in _answered(read)[0]] == list(range(10, 20))
+    answer = await fetch(serving, session, _fetch_request({0: 20}, 1 << 20))
+    assert answer["responses"][0]["partitions"][0]["high_watermark"] >= 20
 
 
 @pytest.mark.parametrize("headers", [(), (("h", b"x"), ("n", None))])
