@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
 from kafkaapi.classic_host import ClassicGroups
+from kafkaapi.fetch_ends import PartitionEnds
 from metadata.proxies import ProxyInfo
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class KafkaServing:
     classic: ClassicGroups = field(default_factory=ClassicGroups)
     # The members of KIP-848's protocol (kafkaapi.consumer_groups).
     consumers: ConsumerMembers = field(default_factory=ConsumerMembers)
+    # Fetched partitions' high watermarks and log start offsets (kafkaapi.fetch_ends).
+    ends: PartitionEnds = field(default_factory=PartitionEnds)
     # This broker's registration (address, listener); set when the listener is bound.
     me: ProxyInfo | None = None
 

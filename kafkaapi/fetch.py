@@ -1,12 +1,13 @@
 """Fetch and ListOffsets: partition streams read by offset through the read core.
 
 A partition's offsets are its stream's sequence ids, so a fetch at offset N is the read
-core's partition page at N (:func:`serving.read.partitions.read_partition`: a kept
-private reader per consumer position, OFFSET_OUT_OF_RANGE past the end or before the
-first offset kept). Its records go back as one record batch v2 whose offsets are the
-stored ones (uncompressed: the consumer saves the CPU, loopback and LAN links the
-bytes). The high watermark is the partition's end offset as of the LAC; the log start
-offset its first kept record's.
+core's fetch page at N (:func:`serving.read.partitions.fetch_partition`: from the
+partition's feed when it covers N, else a kept private reader per consumer position;
+OFFSET_OUT_OF_RANGE past the end or before the first offset kept). The asked partitions
+are read at once. Each one's records go back as one record batch v2 whose offsets are
+the stored ones (uncompressed: the consumer saves the CPU, loopback and LAN links the
+bytes), encoded from the records' columns. The high watermark is the partition's end
+offset as of the LAC; the log start offset its first kept record's.
 
 ``max_wait_ms``: when no asked partition has a record at its offset, the fetch waits
 on the partitions' shared feeds (one core reader per tailed partition, however many
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, NotFoundError
@@ -25,8 +27,8 @@ from kafkaapi.brokers import BrokerView
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaProtocolError
-from kafkaapi.protocol.records import Record, RecordBatch, encode_batch
-from serving.read.partitions import read_partition
+from kafkaapi.protocol.records import encode_columns
+from serving.read.partitions import fetch_partition
 from streams.records import LOG_APPEND_TIME
 
 if TYPE_CHECKING:
@@ -111,21 +113,15 @@ async def _read_all(
     budget: int,
 ) -> list[dict[str, Any]]:
     """Every asked partition's answer, within ``budget`` bytes in all (the first
-    partition with records gets at least one, as Kafka's broker does). The partitions'
-    ends (a stream look-up each) are asked all at once, beside the reads: one after
-    another, a fetch of six partitions took six look-ups' time on every answer."""
+    partition with records gets at least one, as Kafka's broker does). The partitions
+    are read all at once, their ends (kafkaapi.fetch_ends) beside them: one after
+    another, each read waited for its bookies while the others' were idle."""
     allowed = [serving.allowed(session, "consume", "topic", t) for t, _, _, _ in asked]
     looked_up = [(t, i) for (t, i, _, _), ok in zip(asked, allowed, strict=True) if ok]
-    infos = asyncio.ensure_future(asyncio.gather(*(_info(pages, t, i) for t, i in looked_up)))
+    ends = serving.ends
+    infos = asyncio.ensure_future(asyncio.gather(*(ends.get(pages, t, i) for t, i in looked_up)))
     try:
-        reads: list[_Read | BooklineError] = []
-        for (topic, index, offset, bytes_max), ok in zip(asked, allowed, strict=True):
-            read = (
-                await _records(pages, topic, index, offset, min(bytes_max, budget)) if ok else _NONE
-            )
-            reads.append(read)
-            if not isinstance(read, BooklineError):
-                budget = max(0, budget - len(read.batch))
+        reads = await _read_within(pages, asked, allowed, budget)
         found = iter(await infos)
     finally:
         infos.cancel()  # a no-op once done; else (a read was cancelled) stop the look-ups
@@ -135,14 +131,44 @@ async def _read_all(
     return out
 
 
+async def _read_within(
+    pages: Pages, asked: list[tuple[str, int, int, int]], allowed: list[bool], budget: int
+) -> list[_Read | BooklineError]:
+    """The allowed partitions' reads within ``budget``: those whose limits fit in it
+    (in the asked order) at once, then any left out, in order, with what the first
+    ones left of it (all of them at once when the limits fit, as librdkafka's do:
+    1 MiB a partition of 50 MiB)."""
+    shares = []
+    for (_, _, _, bytes_max), ok in zip(asked, allowed, strict=True):
+        share = min(bytes_max, budget) if ok else 0
+        shares.append(share)
+        budget -= share
+    reads: list[_Read | BooklineError] = list(
+        await asyncio.gather(*(
+            _records(pages, topic, index, offset, share)
+            for (topic, index, offset, _), share in zip(asked, shares, strict=True)
+        ))
+    )  # fmt: skip
+    left = sum(shares) + budget - sum(len(r.batch) for r in reads if isinstance(r, _Read))
+    for i, ((topic, index, offset, bytes_max), ok) in enumerate(zip(asked, allowed, strict=True)):
+        if ok and not shares[i] and left > 0:
+            read = await _records(pages, topic, index, offset, min(bytes_max, left))
+            reads[i] = read
+            left -= len(read.batch) if isinstance(read, _Read) else 0
+    return reads
+
+
 class _Read(NamedTuple):
-    """A partition's records read and their record batch (b"": none)."""
+    """A partition's records read, their record batch (b"": none) and the offset after
+    them (-1: not read). The partition ends no earlier than that offset: a read checks
+    its offset against the end when it opens its reader (OFFSET_OUT_OF_RANGE)."""
 
     recs: list[ReadRecord]
     batch: bytes
+    after: int
 
 
-_NONE: Final = _Read([], b"")
+_NONE: Final = _Read([], b"", -1)
 
 
 async def _records(
@@ -151,22 +177,14 @@ async def _records(
     if bytes_max <= 0:
         return _NONE
     try:
-        recs = await read_partition(
-            pages, topic, index, offset, limit=PARTITION_RECORDS_MAX, wait_s=0.0
+        recs = await fetch_partition(
+            pages, topic, index, offset, limit=PARTITION_RECORDS_MAX, bytes_max=bytes_max
         )
     except BooklineError as exc:
         return exc
-    recs = _within(recs, bytes_max)
-    return _Read(recs, _batch(recs) if recs else b"")
-
-
-async def _info(pages: Pages, topic: str, index: int) -> tuple[int, int] | BooklineError:
-    """The partition's (end, start) offsets as of the LAC."""
-    try:
-        info = await pages.ns.stream_info(partition_stream(topic, index))
-    except BooklineError as exc:
-        return exc
-    return int(info.next_sequence_id), int(info.first_sequence_id)
+    if not recs:
+        return _Read(recs, b"", offset)
+    return _Read(recs, _batch(recs), recs[-1].sequence_id + 1)
 
 
 def _failed(exc: BooklineError) -> dict[str, Any]:
@@ -188,7 +206,9 @@ def _answer(
     if isinstance(info, BooklineError):
         return answer | _failed(info)
     end, start = info
-    high = max(end, read.recs[-1].sequence_id + 1) if read.recs else end
+    # The end last looked up may trail what was read (kafkaapi.fetch_ends); a high
+    # watermark below the fetch offset would tell the consumer it is ahead of the log.
+    high = max(end, read.after)
     return answer | {
         "high_watermark": high,
         "last_stable_offset": high,
@@ -197,25 +217,18 @@ def _answer(
     }
 
 
-def _within(recs: list[ReadRecord], bytes_max: int) -> list[ReadRecord]:
-    """The leading records within about ``bytes_max`` of values and keys (one at least:
-    Kafka answers a first record bigger than the limit, or a consumer would stall)."""
-    size = 0
-    for i, r in enumerate(recs):
-        size += len(r.payload or b"") + len(r.key or b"")
-        if size > bytes_max and i > 0:
-            return recs[:i]
-    return recs
+# A ReadRecord is a tuple: its columns, taken in C (operator.itemgetter over map).
+_OFFSET, _TIMESTAMP, _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in (4, 6, 7, 8, 9))
 
 
 def _batch(recs: list[ReadRecord]) -> bytes:
-    records = tuple(
-        Record(r.sequence_id, r.timestamp_ms, r.key, r.payload, tuple(r.headers or ()))
-        for r in recs
-    )
-    log_append = recs[0].timestamp_type == LOG_APPEND_TIME
-    return encode_batch(
-        RecordBatch(base_offset=records[0].offset, records=records, log_append_time=log_append)
+    return encode_columns(
+        list(map(_OFFSET, recs)),
+        list(map(_TIMESTAMP, recs)),
+        list(map(_KEY, recs)),
+        list(map(_VALUE, recs)),
+        list(map(_HEADERS, recs)),
+        log_append_time=recs[0].timestamp_type == LOG_APPEND_TIME,
     )
 
 

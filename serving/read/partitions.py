@@ -8,25 +8,27 @@ checks the offset against the partition first: past the end offset, or before th
 first offset still kept (truncated), raises ``OUT_OF_RANGE`` (40) -- a consumer then
 applies its ``auto_offset_reset`` -- instead of a reader that would start elsewhere.
 A partition's offsets are its stream's sequence ids.
+
+A Kafka fetch (:func:`fetch_partition`) differs in two ways: a consumer at the tail is
+served from the partition's shared feed when the feed covers its offset (the feed's
+pump learns a record once for every tailer, and the fetch needs no reader of its own;
+an empty slice is an empty answer, as Kafka's, not "no records" -- the high watermark
+says what exists), and a read at the end answers at once: the fetch long-polls on the
+feeds itself, so the private reader's end-of-stream grace (``AT_END_GRACE_S``) would
+only add to every tailing fetch's latency, one partition after another.
 """
 
 from __future__ import annotations
-
-import operator
-from typing import Final
 
 from foundation.invariants import invariant
 from foundation.names import partition_stream
 from groups.offsets import check_offset
 from serving.read.pages import Pages
+from serving.read.readers import AT_END_GRACE_S
 from streams.dlsn import StartPosition
 from streams.records import ReadRecord
 
-__all__ = ["read_partition"]
-
-# A ReadRecord is a tuple: [7] is its payload, [8] its key.
-_VALUE: Final = operator.itemgetter(7)
-_KEY: Final = operator.itemgetter(8)
+__all__ = ["fetch_partition", "read_partition"]
 
 
 async def read_partition(
@@ -35,14 +37,53 @@ async def read_partition(
     """Up to ``limit`` records of ``topic``'s ``partition`` from ``offset`` (within the
     core's ``read_bytes_max`` of values and keys, at least one); ``wait_s > 0`` waits
     that long for a first record at the partition's end."""
+    bytes_max = pages.config.read_bytes_max
+    recs = await _private(pages, topic, partition, offset, limit, wait_s, AT_END_GRACE_S, bytes_max)
+    return _counted(pages, partition_stream(topic, partition), recs)
+
+
+async def fetch_partition(
+    pages: Pages, topic: str, partition: int, offset: int, *, limit: int, bytes_max: int
+) -> list[ReadRecord]:
+    """A Kafka fetch's page of ``topic``'s ``partition`` from ``offset``: up to
+    ``limit`` records within about ``bytes_max`` (at least one), from the partition's
+    feed when it covers ``offset``, else as :func:`read_partition` without waiting
+    (see the module)."""
     name = partition_stream(topic, partition)
+    feed = pages.feeds.get(name)
+    if feed is not None and feed.covers(offset) and feed.error is None:
+        # Even when its reader is between two LAC polls (not at_head): the fetch then
+        # long-polls on this feed, where a private reader would wait to read the tail
+        # itself (1-2 s a fetch on a loaded machine).
+        items = feed.slice(offset, limit, bytes_max)
+        pages.metrics.count_served("feed", name, len(items))
+        return [item.record for item in items]
+    bytes_max = min(bytes_max, pages.config.read_bytes_max)
+    recs = await _private(pages, topic, partition, offset, limit, 0.0, 0.0, bytes_max)
+    return _counted(pages, name, recs)
+
+
+async def _private(  # noqa: PLR0917 - private, the two callers' arguments
+    pages: Pages,
+    topic: str,
+    partition: int,
+    offset: int,
+    limit: int,
+    wait_s: float,
+    grace_s: float,
+    bytes_max: int,
+) -> list[ReadRecord]:
+    """Records by the kept private reader at ``offset`` (a new one checked first),
+    within about ``bytes_max`` of values and keys (the reader keeps the rest)."""
 
     async def check() -> None:
         await check_offset(pages.ns, topic, partition, offset)
 
+    name = partition_stream(topic, partition)
     recs = await pages.pool.read(
-        name, StartPosition.sequence(offset), limit, wait_s, before_open=check
-    )
+        name, StartPosition.sequence(offset), limit, wait_s,
+        before_open=check, grace_s=grace_s, bytes_max=bytes_max,
+    )  # fmt: skip
     if recs:
         # Offsets increase from the asked one: contiguous, or sparse where compaction
         # removed records (streams.compaction), never before it (the reader was opened
@@ -52,26 +93,9 @@ async def read_partition(
             "partition %s page from %d holds offsets %d..%d for %d records",
             name, offset, recs[0][4], recs[-1][4], len(recs),
         )  # fmt: skip
-    page = _within_bytes(recs, pages.config.read_bytes_max)
+    return recs
+
+
+def _counted(pages: Pages, name: str, page: list[ReadRecord]) -> list[ReadRecord]:
     pages.metrics.count_served("partition", name, len(page))
     return page
-
-
-def _within_bytes(recs: list[ReadRecord], bytes_max: int) -> list[ReadRecord]:
-    """The leading records within ``bytes_max`` of values and keys (at least one). A
-    page cut short leaves its reader parked at the wrong offset, so the next page opens
-    another: the price of pages of very large records only. The sizes are summed in C
-    first (a per-record Python loop was 10 % of a page's CPU in py-spy)."""
-    payloads = list(map(_VALUE, recs))
-    if None in payloads:  # null values (rare) count nothing
-        payloads = [p or b"" for p in payloads]
-    values = list(map(len, payloads))
-    keys = sum(map(len, filter(None, map(_KEY, recs))))
-    if sum(values) + keys <= bytes_max:
-        return recs
-    size = 0
-    for i, r in enumerate(recs):
-        size += values[i] + len(r[8] or b"")
-        if size > bytes_max and i > 0:
-            return recs[:i]
-    return recs

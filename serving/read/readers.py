@@ -6,16 +6,21 @@ so a client is never told "no records" for records that exist (503, retriable).
 
 A reader is kept between pages, found again by ``(stream, next sequence id)``, so paging
 through a stream reuses one core reader; idle ones are closed after
-``private_reader_idle_ms``, and at most ``private_readers_max`` exist (then 429)."""
+``private_reader_idle_ms``, and at most ``private_readers_max`` exist (then 429). A page
+cut short by its bytes keeps the records it read past its end with the reader (the next
+page starts with them): without them the next page found no reader at its offset and
+opened another, which began its read-ahead from nothing (a Kafka consumer's every
+fetch did, 1 MiB a partition: 0.5-3 s a page on a loaded machine, issue 25)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
+import operator
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from foundation.errors import BooklineError, TooManyRequestsError
 from serving.read.config import ReadConfig
@@ -33,7 +38,31 @@ log = logging.getLogger(__name__)
 # it this long before answering an empty page (range reads waited 300 ms before).
 AT_END_GRACE_S = 0.3
 
-__all__ = ["ReaderPool", "close_quietly"]
+__all__ = ["ReaderPool", "close_quietly", "within_bytes"]
+
+# A ReadRecord is a tuple: [7] is its payload, [8] its key.
+_VALUE: Final = operator.itemgetter(7)
+_KEY: Final = operator.itemgetter(8)
+
+
+def within_bytes(
+    recs: list[ReadRecord], bytes_max: int
+) -> tuple[list[ReadRecord], list[ReadRecord]]:
+    """The leading records within ``bytes_max`` of values and keys (at least one), and
+    the rest. The sizes are summed in C first (a per-record Python loop was 10 % of a
+    page's CPU in py-spy)."""
+    payloads = list(map(_VALUE, recs))
+    if None in payloads:  # null values (rare) count nothing
+        payloads = [p or b"" for p in payloads]
+    values = list(map(len, payloads))
+    if sum(values) + sum(map(len, filter(None, map(_KEY, recs)))) <= bytes_max:
+        return recs, []
+    size = 0
+    for i, r in enumerate(recs):
+        size += values[i] + len(r[8] or b"")
+        if size > bytes_max and i > 0:
+            return recs[:i], recs[i:]
+    return recs, []
 
 
 async def close_quietly(reader: LogReader) -> None:
@@ -45,7 +74,9 @@ async def close_quietly(reader: LogReader) -> None:
 
 T = TypeVar("T")
 # Idle readers by (stream, the sequence id their next page starts at), oldest first.
-_Pool = collections.OrderedDict[tuple[str, int], tuple["LogReader", float]]
+# With each: when it was given back, and records it read that no page took yet (the
+# next page's first ones; record sets: always none).
+_Pool = collections.OrderedDict[tuple[str, int], tuple["LogReader", float, list[ReadRecord]]]
 
 
 def _key(name: str, start: StartPosition) -> tuple[str, int] | None:
@@ -75,21 +106,33 @@ class ReaderPool:
         wait_s: float,
         *,
         before_open: Callable[[], Awaitable[None]] | None = None,
+        grace_s: float = AT_END_GRACE_S,
+        bytes_max: int | None = None,
     ) -> list[ReadRecord]:
-        """Up to ``records_max`` records from ``start``, by the reader a previous page
-        ended at when there is one: waits up to ``wait_s`` for a record, and answers
-        none only at the stream's end (see the module). ``before_open`` runs (and may
-        raise) only when a new reader has to be opened (a check that one kept between
+        """Up to ``records_max`` records from ``start`` (within about ``bytes_max`` of
+        values and keys, at least one), by the reader a previous page ended at when there
+        is one: waits up to ``wait_s`` for a record, and answers none only at the
+        stream's end (see the module), after ``grace_s`` there. ``before_open`` runs (and
+        may raise) only when a new reader has to be opened (a check that one kept between
         pages needs not)."""
         key = _key(name, start)
+
+        async def use(reader: LogReader, wait: float, held: list[ReadRecord]) -> list[ReadRecord]:
+            if not held:
+                new = await reader.read_many(records_max, timeout_s=wait)
+            else:  # what a page cut short left, then only what is read ahead
+                new = await reader.read_many(records_max - len(held), timeout_s=0.0)
+            self._count(new)
+            return held + new if held else new
+
         reader, recs = await self._borrow(
-            self._idle, key, name, start,
-            lambda r, t: r.read_many(records_max, timeout_s=t), wait_s, before_open=before_open,
-        )  # fmt: skip
-        self._count(recs)
-        after = (name, recs[-1].sequence_id + 1) if recs else None
-        await self._give_back(self._idle, after or key, reader)
-        return recs
+            self._idle, key, name, start, use, wait_s, before_open=before_open, grace_s=grace_s
+        )
+        page, rest = within_bytes(recs, bytes_max) if bytes_max is not None else (recs, [])
+        # The next page starts after this one's last offset; ``rest`` from there on.
+        after = (name, page[-1].sequence_id + 1) if page else key
+        await self._give_back(self._idle, after, reader, rest)
+        return page
 
     async def read_sets(
         self, name: str, start: StartPosition, bytes_max: int, wait_s: float
@@ -99,7 +142,7 @@ class ReaderPool:
         key = _key(name, start)
         reader, sets = await self._borrow(
             self._idle_sets, key, name, start,
-            lambda r, t: r.read_record_sets(bytes_max, timeout_s=t), wait_s,
+            lambda r, t, _held: r.read_record_sets(bytes_max, timeout_s=t), wait_s,
         )  # fmt: skip
         if sets:
             self.metrics.count_core("private", entries=len(sets))
@@ -113,15 +156,16 @@ class ReaderPool:
         key: tuple[str, int] | None,
         name: str,
         start: StartPosition,
-        use: Callable[[LogReader, float], Awaitable[list[T]]],
+        use: Callable[[LogReader, float, list[ReadRecord]], Awaitable[list[T]]],
         wait_s: float,
         *,
         before_open: Callable[[], Awaitable[None]] | None = None,
+        grace_s: float = AT_END_GRACE_S,
     ) -> tuple[LogReader, list[T]]:
         """``use`` the reader kept in ``pool`` under ``key``, else a new one (within
         ``private_readers_max``: the oldest idle one is closed first, 429 when every
         one is busy), waiting ``wait_s`` and then until it settles; a reader whose
-        ``use`` failed is closed."""
+        ``use`` failed is closed. ``use`` gets the records the kept reader holds."""
         entry = pool.pop(key, None) if key is not None else None
         if entry is None and self._count_all() >= self.cfg.private_readers_max:
             await self._close_oldest()
@@ -138,11 +182,12 @@ class ReaderPool:
                     name, start, skip_truncated=start.kind.value == "earliest"
                 )
             )
+            held = entry[2] if entry is not None else []
             try:
-                got = await use(reader, wait_s)
+                got = await use(reader, wait_s, held)
                 if not got:  # nothing yet: empty only at the end (settle raises else)
                     await reader.settle(self.cfg.range_read_timeout_ms / 1000)
-                    got = await use(reader, max(0.0, AT_END_GRACE_S - wait_s))
+                    got = await use(reader, max(0.0, grace_s - wait_s), [])
             except BaseException:
                 await close_quietly(reader)
                 raise
@@ -150,14 +195,21 @@ class ReaderPool:
             self.busy -= 1
         return reader, got
 
-    async def _give_back(self, pool: _Pool, key: tuple[str, int] | None, reader: LogReader) -> None:
-        """Keep ``reader`` for the page that starts at ``key``; closed when there is
-        no such key (a read not from a sequence id that returned nothing)."""
+    async def _give_back(
+        self,
+        pool: _Pool,
+        key: tuple[str, int] | None,
+        reader: LogReader,
+        held: list[ReadRecord] | None = None,
+    ) -> None:
+        """Keep ``reader`` (and the records it ``held`` for the next page) for the page
+        that starts at ``key``; closed when there is no such key (a read not from a
+        sequence id that returned nothing)."""
         if key is None:
             await close_quietly(reader)
             return
         old = pool.pop(key, None)
-        pool[key] = (reader, time.monotonic())
+        pool[key] = (reader, time.monotonic(), held or [])
         if old is not None:
             asyncio.get_running_loop().create_task(close_quietly(old[0]))
         self.metrics.set_private_readers(len(self._idle) + len(self._idle_sets))
@@ -175,14 +227,14 @@ class ReaderPool:
     async def _close_oldest(self) -> None:
         pool = self._idle if self._idle or not self._idle_sets else self._idle_sets
         if pool:
-            _key, (reader, _t) = pool.popitem(last=False)
+            _key, (reader, _t, _held) = pool.popitem(last=False)
             await close_quietly(reader)
             self.metrics.set_private_readers(len(self._idle) + len(self._idle_sets))
 
     async def reap(self) -> None:
         cutoff = time.monotonic() - self.cfg.private_reader_idle_ms / 1000
         for pool in (self._idle, self._idle_sets):
-            for key, (reader, t) in list(pool.items()):
+            for key, (reader, t, _held) in list(pool.items()):
                 if t < cutoff:
                     del pool[key]
                     await close_quietly(reader)
