@@ -4,10 +4,11 @@ and write cores, its namespace and its grants) and one connection's state
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
@@ -58,6 +59,9 @@ class Session:
     principal: str | None = None
     # When the token it authenticated with expires (unix s; None: never, or auth off).
     expires_at: float | None = None
+    # Per (topic, partition): when the last Produce of this connection to it is done
+    # (pipelined requests: kafkaapi.produce keeps each partition's batches in order).
+    partition_tails: dict[tuple[str, int], asyncio.Task[Any]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

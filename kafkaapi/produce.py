@@ -1,9 +1,10 @@
 """Produce: record batches into partition streams through the write core.
 
-Each partition's batches are converted into :class:`~streams.records.LogRecord` s (key,
-value or null, header pairs, the producer's timestamp) and written as one
-:class:`~serving.write.batch.WriteBatch`, admitted on the request's bytes first, like an
-HTTP write. The answer's base offset is the first record's sequence id in the stream.
+Each partition's batch is decoded into a :class:`~serving.write.batch.WriteBatch` --
+plain records (no headers, no null value: what producers send most) straight into its
+columns of values, keys and the producer's timestamps, others one object per record
+(key, value or null, header pairs, timestamp) -- admitted on the request's bytes first,
+like an HTTP write. The answer's base offset is the first record's sequence id in the stream.
 
 ``acks``: 0 gets no answer at all (Kafka's rule); 1 and -1 are both answered once the
 records are on the ack quorum of bookies, fsynced -- Bookline has no weaker write.
@@ -18,9 +19,10 @@ ones). What each refusal means to the producer: :mod:`kafkaapi.errormap`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, TooManyRequestsError, UnknownPartitionError
@@ -29,7 +31,7 @@ from groups.topics import TopicAdmin
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaCode, KafkaProtocolError
-from kafkaapi.protocol.records import RecordBatch, decode_batches
+from kafkaapi.protocol.records import ProducedBatch, decode_produced, split_batches
 from serving.write.batch import ProducerSeq, WriteBatch
 
 if TYPE_CHECKING:
@@ -70,10 +72,12 @@ async def produce(
     body = request.body
     transactional = body["transactional_id"] is not None
     jobs = [
-        _partition(serving, session, topic["name"], part, transactional)
+        _in_turn(session, topic["name"], part["index"],
+                 functools.partial(_partition, serving, session, topic["name"], part,
+                                   transactional))
         for topic in body["topic_data"]
         for part in topic["partition_data"]
-    ]
+    ]  # fmt: skip
     answers = iter(await asyncio.gather(*jobs))
     if body["acks"] == 0:
         return None  # acks=0: the client reads no answer
@@ -85,6 +89,35 @@ async def produce(
         for topic in body["topic_data"]
     ]
     return {"responses": responses, "throttle_time_ms": 0}
+
+
+def _in_turn(
+    session: Session, topic: str, index: int, job: Callable[[], Awaitable[dict[str, Any]]]
+) -> asyncio.Task[dict[str, Any]]:
+    """``job`` run once the connection's Produce before this one to the partition has
+    ended: pipelined requests (:mod:`kafkaapi.listener`) reach the write core one after
+    the other per partition, in the order they came, so the de-duplication sees a
+    producer's batches in its order and never waits for a "gap" that is only a request
+    overtaken on the way. Called as the request's handler starts (requests start in the
+    order they came), so it takes the partition's turn at once."""
+    tails = session.partition_tails
+    key = (topic, index)
+    before = tails.get(key)
+
+    async def in_turn() -> dict[str, Any]:
+        if before is not None:
+            await asyncio.wait((before,))  # ended, however: wait() never raises it
+        return await job()
+
+    task = asyncio.ensure_future(in_turn())
+    tails[key] = task
+
+    def forget(ended: asyncio.Task[dict[str, Any]]) -> None:
+        if tails.get(key) is ended:
+            del tails[key]
+
+    task.add_done_callback(forget)
+    return task
 
 
 async def _partition(
@@ -122,14 +155,14 @@ async def _write(
         raise UnknownPartitionError(f"partition {index} of topic {topic}")
     stream = partition_stream(topic, index)
     with write.admit(stream, len(raw)) as admission:
-        batches = decode_batches(raw)
-        if len(batches) != 1 or not batches[0].records:
+        views = split_batches(raw)
+        if len(views) != 1:
             # Kafka's producers send one batch per partition (v3+), and a batch's
             # producer sequence numbers hold for it alone.
-            raise KafkaProtocolError(
-                _INVALID_RECORD, f"{len(batches)} record batches; one expected"
-            )
-        batch = batches[0]
+            raise KafkaProtocolError(_INVALID_RECORD, f"{len(views)} record batches; one expected")
+        batch = decode_produced(views[0])
+        if batch.count == 0:
+            raise KafkaProtocolError(_INVALID_RECORD, "a record batch without records")
         if batch.control or batch.transactional:
             raise KafkaProtocolError(_INVALID_RECORD, "control or transactional batch")
         await _check_partition(serving, topic, index)
@@ -158,7 +191,7 @@ class _Record(NamedTuple):
     txid: int | None = None
 
 
-def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
+def _write_batch(stream: str, batch: ProducedBatch) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
         # strict: a Kafka producer takes a later batch's success as the acknowledgement
@@ -170,6 +203,13 @@ def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
             strict=True,
         )
     log_append = batch.log_append_time  # then the timestamps are the log's to set
+    columns = batch.columns
+    if columns is not None:
+        stamps: Sequence[int | None] | None = None
+        if not log_append:
+            raw = columns.timestamps
+            stamps = raw if min(raw) >= 0 else [None if t < 0 else t for t in raw]
+        return WriteBatch(stream, producer, columns.values, columns.keys, timestamps=stamps)
     records = [
         _Record(
             r.value,

@@ -25,6 +25,7 @@ from foundation.errors import (
     UnavailableError,
     WriterFailedError,
 )
+from kafkaapi.context import Session
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol.records import Record, RecordBatch, encode_batch
 from serving.write import dedup
@@ -222,7 +223,7 @@ async def test_a_produce_over_the_admission_limits_is_retried_not_failed() -> No
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]}  # fmt: skip
     answer = await produce(
-        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+        cast(Any, serving), Session("test"), cast(Any, SimpleNamespace(body=body))
     )
     assert answer is not None
     part = answer["responses"][0]["partition_responses"][0]
@@ -275,7 +276,7 @@ async def test_a_produce_failed_by_the_server_is_retried_not_failed() -> None:
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": raw}]}]}  # fmt: skip
     answer = await produce(
-        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+        cast(Any, serving), Session("test"), cast(Any, SimpleNamespace(body=body))
     )
     assert answer is not None
     part = answer["responses"][0]["partition_responses"][0]
