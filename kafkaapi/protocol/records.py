@@ -209,7 +209,7 @@ def decode_batch(
     head, records = _checked(data, bytes_max)
     return RecordBatch(
         base_offset=head.base_offset,
-        records=_decode_records(records, head.count, head.base_offset, head.base_timestamp),
+        records=_decode_records(records, head.records_count, head.base_offset, head.base_timestamp),
         compression=Compression(head.codec),
         log_append_time=head.log_append_time,
         transactional=head.transactional,
@@ -239,7 +239,7 @@ class _Head(NamedTuple):
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    count: int
+    records_count: int
 
 
 def _checked(data: bytes | memoryview, bytes_max: int) -> tuple[_Head, bytes]:
@@ -300,13 +300,13 @@ def decode_produced(
     """One whole batch (exactly its bytes) of a Produce request: checked as
     :func:`decode_batch` checks it; plain records are decoded straight into columns."""
     head, raw = _checked(data, bytes_max)
-    columns = _plain_columns(raw, head.count, head.base_timestamp)
+    columns = _plain_columns(raw, head.records_count, head.base_timestamp)
     records = () if columns is not None else _decode_records(
-        raw, head.count, head.base_offset, head.base_timestamp
+        raw, head.records_count, head.base_offset, head.base_timestamp
     )  # fmt: skip
     return ProducedBatch(
-        head.count, columns, records, head.log_append_time, head.transactional, head.control,
-        head.producer_id, head.producer_epoch, head.base_sequence,
+        head.records_count, columns, records, head.log_append_time, head.transactional,
+        head.control, head.producer_id, head.producer_epoch, head.base_sequence,
     )  # fmt: skip
 
 
@@ -339,9 +339,12 @@ def _plain_columns(data: bytes, count: int, base_ts: int) -> PlainColumns | None
                 return None
             stop = pos + (raw >> 1)
             pos += 1  # attributes: none defined
-            raw = data[pos]  # the timestamp delta (signed)
+            raw = data[pos]  # the timestamp delta (signed; a backlog's spans >63 ms)
             if raw < 0x80:
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (raw & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
             else:
                 raw, pos = _uvarint_at(data, pos, stop, 10)
                 if raw >> 64:

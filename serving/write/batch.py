@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import add
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 from foundation.invariants import invariant
 from foundation.limits import record_bytes
@@ -105,7 +105,8 @@ class WriteBatch:
         if self.keys is None:
             return max(map(len, self.payloads), default=0)
         if None not in self.keys:  # C-level sums, no call per record
-            return max(map(add, map(len, self.payloads), map(len, self.keys)), default=0)
+            keys = cast("Sequence[bytes]", self.keys)
+            return max(map(add, map(len, self.payloads), map(len, keys)), default=0)
         return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
 
     def columns(self, start: int) -> RecordColumns:
