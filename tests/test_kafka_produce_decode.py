@@ -39,7 +39,8 @@ def batches(draw: st.DrawFn) -> RecordBatch:
     odd = draw(st.none() | st.integers(0, count - 1))  # a record off the fast path
     records = []
     for i in range(count):
-        value, hdrs = draw(values), ()
+        value: bytes | None = draw(values)
+        hdrs: tuple[tuple[str, bytes | None], ...] = ()
         if i == odd:
             value, hdrs = draw(st.none() | values), tuple(draw(headers))
         stamp = base_ts + draw(st.sampled_from([0, 1, 5]) | st.integers(-(1 << 35), 1 << 35))
