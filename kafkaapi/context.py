@@ -8,7 +8,7 @@ import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from foundation.auth import SERVICE_PRINCIPAL, Authority
 from foundation.errors import ForbiddenError
@@ -59,9 +59,10 @@ class Session:
     principal: str | None = None
     # When the token it authenticated with expires (unix s; None: never, or auth off).
     expires_at: float | None = None
-    # Per (topic, partition): when the last Produce of this connection to it is done
-    # (pipelined requests: kafkaapi.produce keeps each partition's batches in order).
-    partition_tails: dict[tuple[str, int], asyncio.Task[Any]] = field(default_factory=dict)
+    # Per (topic, partition): the turn of this connection's last Produce to it, done
+    # once its batch is handed to the writer (kafkaapi.produce keeps each partition's
+    # batches of pipelined requests in order).
+    partition_tails: dict[tuple[str, int], asyncio.Future[None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

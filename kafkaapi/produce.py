@@ -92,36 +92,52 @@ async def produce(
 
 
 def _in_turn(
-    session: Session, topic: str, index: int, job: Callable[[], Awaitable[dict[str, Any]]]
+    session: Session,
+    topic: str,
+    index: int,
+    job: Callable[[Callable[[], None]], Awaitable[dict[str, Any]]],
 ) -> asyncio.Task[dict[str, Any]]:
-    """``job`` run once the connection's Produce before this one to the partition has
-    ended: pipelined requests (:mod:`kafkaapi.listener`) reach the write core one after
-    the other per partition, in the order they came, so the de-duplication sees a
-    producer's batches in its order and never waits for a "gap" that is only a request
-    overtaken on the way. Called as the request's handler starts (requests start in the
-    order they came), so it takes the partition's turn at once."""
+    """``job(pass_turn)`` run once the connection's Produce before this one to the
+    partition has passed its turn: its batch was handed to the stream's writer (its
+    ``pass_turn`` called, :attr:`WriteBatch.on_handed`) or it ended. Pipelined requests
+    (:mod:`kafkaapi.listener`) so reach the write core in the order they came per
+    partition -- the de-duplication sees a producer's batches in its order and never
+    waits for a "gap" that is only a request overtaken inside the proxy -- while a
+    batch still follows the one before it into the writer without waiting for its
+    quorum write. Called as the request's handler starts (requests start in the order
+    they came), so it takes the partition's turn at once."""
     tails = session.partition_tails
     key = (topic, index)
     before = tails.get(key)
+    turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    tails[key] = turn
+
+    def pass_turn() -> None:
+        if not turn.done():
+            turn.set_result(None)
 
     async def in_turn() -> dict[str, Any]:
         if before is not None:
-            await asyncio.wait((before,))  # ended, however: wait() never raises it
-        return await job()
+            await asyncio.wait((before,))  # wait() never cancels nor raises it
+        return await job(pass_turn)
 
-    task = asyncio.ensure_future(in_turn())
-    tails[key] = task
-
-    def forget(ended: asyncio.Task[dict[str, Any]]) -> None:
-        if tails.get(key) is ended:
+    def ended(_task: asyncio.Task[dict[str, Any]]) -> None:
+        pass_turn()  # however it ended, even cancelled before its first step
+        if tails.get(key) is turn:
             del tails[key]
 
-    task.add_done_callback(forget)
+    task = asyncio.ensure_future(in_turn())
+    task.add_done_callback(ended)
     return task
 
 
-async def _partition(
-    serving: KafkaServing, session: Session, topic: str, part: dict[str, Any], transactional: bool
+async def _partition(  # noqa: PLR0917 - the partition's request, and its turn
+    serving: KafkaServing,
+    session: Session,
+    topic: str,
+    part: dict[str, Any],
+    transactional: bool,
+    pass_turn: Callable[[], None],
 ) -> dict[str, Any]:
     index: int = part["index"]
     if transactional:
@@ -132,7 +148,7 @@ async def _partition(
     if write is None:
         return _answer(index, _NOT_LEADER, "a read proxy leads no partition")
     try:
-        offset = await _write(serving, write, topic, index, part["records"] or b"")
+        offset = await _write(serving, write, topic, index, part["records"] or b"", pass_turn)
     except BooklineError as exc:
         code = _BUSY if isinstance(exc, TooManyRequestsError) else kafka_code(exc)
         if code.code == _UNKNOWN.code:
@@ -148,8 +164,13 @@ def _answer(index: int, code: KafkaCode, message: str) -> dict[str, Any]:
     return {"index": index, "error_code": code.code, "base_offset": -1, "error_message": message}
 
 
-async def _write(
-    serving: KafkaServing, write: WriteCore, topic: str, index: int, raw: bytes
+async def _write(  # noqa: PLR0917 - the partition's request, and its turn
+    serving: KafkaServing,
+    write: WriteCore,
+    topic: str,
+    index: int,
+    raw: bytes,
+    pass_turn: Callable[[], None],
 ) -> int:
     if index < 0:
         raise UnknownPartitionError(f"partition {index} of topic {topic}")
@@ -166,7 +187,7 @@ async def _write(
         if batch.control or batch.transactional:
             raise KafkaProtocolError(_INVALID_RECORD, "control or transactional batch")
         await _check_partition(serving, topic, index)
-        result = await write.write(admission, _write_batch(stream, batch))
+        result = await write.write(admission, _write_batch(stream, batch, pass_turn))
     return result.offsets[0]
 
 
@@ -191,7 +212,7 @@ class _Record(NamedTuple):
     txid: int | None = None
 
 
-def _write_batch(stream: str, batch: ProducedBatch) -> WriteBatch:
+def _write_batch(stream: str, batch: ProducedBatch, handed: Callable[[], None]) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
         # strict: a Kafka producer takes a later batch's success as the acknowledgement
@@ -209,7 +230,8 @@ def _write_batch(stream: str, batch: ProducedBatch) -> WriteBatch:
         if not log_append:
             raw = columns.timestamps
             stamps = raw if min(raw) >= 0 else [None if t < 0 else t for t in raw]
-        return WriteBatch(stream, producer, columns.values, columns.keys, timestamps=stamps)
+        return WriteBatch(stream, producer, columns.values, columns.keys, timestamps=stamps,
+                          on_handed=handed)  # fmt: skip
     records = [
         _Record(
             r.value,
@@ -219,7 +241,7 @@ def _write_batch(stream: str, batch: ProducedBatch) -> WriteBatch:
         )
         for r in batch.records
     ]
-    return WriteBatch(stream, producer, records=records)
+    return WriteBatch(stream, producer, records=records, on_handed=handed)
 
 
 async def init_producer_id(

@@ -36,6 +36,7 @@ class _Core:
     waits until it is released, and which remembers the batches written, in order."""
 
     held: set[int] = field(default_factory=set)
+    writes_held: set[int] = field(default_factory=set)  # written, not answered yet
     released: asyncio.Event = field(default_factory=asyncio.Event)
     checking: list[int] = field(default_factory=list)
     written: list[tuple[int, int]] = field(default_factory=list)  # (partition, seq)
@@ -50,6 +51,7 @@ class _Core:
 
     def release(self, partition: int) -> None:
         self.held.discard(partition)
+        self.writes_held.discard(partition)
         self.released.set()
 
     @contextmanager
@@ -60,7 +62,13 @@ class _Core:
         assert batch.producer is not None
         partition = int(batch.stream.rsplit("~", 1)[1])
         self.written.append((partition, batch.producer.seq))
-        return type("Result", (), {"offsets": [len(self.written) - 1]})()
+        offset = len(self.written) - 1
+        assert batch.on_handed is not None
+        batch.on_handed()  # in the stream: the quorum write may take its time
+        while partition in self.writes_held:
+            self.released.clear()
+            await self.released.wait()
+        return type("Result", (), {"offsets": [offset]})()
 
 
 def _serving(core: _Core) -> KafkaServing:
@@ -140,6 +148,24 @@ async def test_a_producers_batches_to_one_partition_reach_the_core_in_their_orde
         core.release(0)
         assert await asyncio.wait_for(_answers(reader, 2), 30) == [1, 2]
         assert core.written == [(0, 0), (0, 1)]
+    finally:
+        writer.close()
+
+
+async def test_a_producers_next_batch_follows_the_one_being_written_at_once(
+    served: tuple[_Core, KafkaListener, int],
+) -> None:
+    """Once a batch is in the stream, the next one to the partition needs not wait for
+    its quorum write (the write core keeps the producer's order from there)."""
+    core, _listener, port = served
+    core.writes_held.add(0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_produce(1, partition=0, seq=0) + _produce(2, partition=0, seq=1))
+        await writer.drain()
+        await wait_for(lambda: core.written == [(0, 0), (0, 1)], "both batches in the stream")
+        core.release(0)
+        assert await asyncio.wait_for(_answers(reader, 2), 30) == [1, 2]
     finally:
         writer.close()
 

@@ -11,8 +11,8 @@ headers, txids or null values as ``records``, any objects with the fields of
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from operator import add
 from typing import NamedTuple, Protocol, cast
 
@@ -69,6 +69,11 @@ class WriteBatch:
     keys: Sequence[bytes | None] | None = None
     records: Sequence[BatchRecord] | None = None
     timestamps: Sequence[int | None] | None = None  # ms; None entries: the log's
+    # Called once the batch is handed to the stream's writer (its place in the stream
+    # taken: a later batch of the producer may follow at once) -- not if it is refused
+    # or answered from the de-duplication before. A front end that holds a producer's
+    # next batch back to keep its order releases it then (kafkaapi.produce).
+    on_handed: Callable[[], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         invariant((self.payloads is None) != (self.records is None), "payloads or records")
