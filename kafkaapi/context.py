@@ -4,6 +4,7 @@ and write cores, its namespace and its grants) and one connection's state
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,6 +76,10 @@ class Session:
     principal: str | None = None
     # When the token it authenticated with expires (unix s; None: never, or auth off).
     expires_at: float | None = None
+    # Per (topic, partition): the turn of this connection's last Produce to it, done
+    # once its batch is handed to the writer (kafkaapi.produce keeps each partition's
+    # batches of pipelined requests in order).
+    partition_tails: dict[tuple[str, int], asyncio.Future[None]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -4,9 +4,15 @@ the rules every request passes before its handler.
 One handler per API key, in a table (:data:`HANDLERS`); each decodes nothing itself
 (the codec did) and calls the serving core through :class:`~kafkaapi.context.
 KafkaServing`. A connection reads frames with a bounded :class:`FrameReader` and
-answers its requests one at a time, in order, as Kafka's broker does (it reads no next
-request before answering one): a connection holds at most one frame
-(``frame_bytes_max``) plus one socket read, and one request in flight.
+answers its requests in the order they came. Produce requests are *pipelined*: served
+while the connection reads the next ones (a producer keeps up to 5 in flight), so one
+request's quorum write does not wait behind the one before it -- answered in order all
+the same, and a producer's batches to one partition still reach the write core one
+after the other (:mod:`kafkaapi.produce`). Any other request waits for the answers
+before it and is served alone (it may change the session: SASL). A connection holds at
+most ``requests_inflight_max`` requests' frames plus the one being read and one socket
+read; every frame is reserved in the listener's buffer budget from its prefix until
+its answer is written.
 
 Closed, as Kafka's broker closes them: a connection whose bytes the codec refuses, one
 asking an API or version not offered, one that fails SASL, one that sends any request
@@ -20,8 +26,11 @@ versions offered, so the client can retry.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import struct
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from ssl import SSLContext
@@ -87,6 +96,8 @@ log = logging.getLogger(__name__)
 
 # Bytes asked of the socket per read: bounds what one feed adds to the frame buffer.
 _READ_BYTES: Final = 64 * 1024
+_FRAME_PREFIX_BYTES: Final = 4  # a frame's int32 size
+_API_KEY: Final = struct.Struct(">h")  # a request header's first field
 _ILLEGAL_SASL: Final = kerr.code_named("ILLEGAL_SASL_STATE")
 # A TLS handshake not finished by then closes the connection (foundation.tls's bound).
 _HANDSHAKE_S: Final = HANDSHAKE_TIMEOUT_S
@@ -183,6 +194,9 @@ class ListenerLimits:
     # connections sending big frames wait instead of growing memory.
     buffered_bytes_max: int = 256 * 1024 * 1024
     connections_max: int = 1024
+    # Requests of one connection served at once (pipelined Produce): librdkafka and the
+    # Java client keep at most 5 in flight per connection when idempotent.
+    requests_inflight_max: int = 5
     unauthenticated_connections_max: int = 256
     unauthenticated_timeout_s: float = 10.0
 
@@ -255,6 +269,7 @@ class KafkaListener:
     ) -> None:
         frames = FrameReader(self.limits.frame_bytes_max)
         share = _Share(self._budget)  # of the listener's budget, for the frame being read
+        pipeline = _Pipeline(writer, self._budget, self.limits.requests_inflight_max)
         deadline = time.monotonic() + self.limits.unauthenticated_timeout_s
         was_stranger = self.serving.auth_required
         try:
@@ -265,29 +280,40 @@ class KafkaListener:
                         kerr.INVALID_REQUEST, "a frame too big for a connection not authenticated"
                     )
                 await share.fit(frames.next_frame_bytes)  # read the rest once it fits
+                # The rest of a reserved frame in as few reads as the socket allows (a
+                # 1 MB produce took 16 reads, each waiting behind other requests'
+                # work); never past the frame, so the buffer stays frame + one read.
+                want = max(_READ_BYTES, frames.next_frame_bytes - frames.buffered_bytes)
                 if stranger:
                     async with asyncio.timeout_at(_loop_time(deadline)):
-                        data = await reader.read(_READ_BYTES)
+                        data = await reader.read(want)
                 else:
-                    data = await reader.read(_READ_BYTES)
+                    data = await reader.read(want)
+                pipeline.check()  # an answer that closes the connection ends the reads
                 if not data:
+                    await pipeline.drain()
                     return
                 frames.feed(data)
                 while not isinstance(item := frames.next_frame(), NeedData):
-                    answer, close = await self._answer(item, session)
+                    size = await share.hand_over(len(item) + _FRAME_PREFIX_BYTES)
+                    if _pipelined(item):
+                        await pipeline.submit(functools.partial(self._answer, item, session), size)
+                        continue
+                    await pipeline.drain()  # the answers before it go first
+                    await pipeline.submit(functools.partial(self._answer, item, session), size)
+                    await pipeline.drain()  # and it is served alone
                     if was_stranger and session.principal is not None:
                         was_stranger = False
                         self._unauthenticated -= 1  # no longer counts against strangers
-                    if writer.is_closing():
-                        return  # the peer left while its request waited (a JoinGroup)
-                    if answer is not None:
-                        writer.write(frame(answer))
-                        await writer.drain()
-                    if close:
+                    if pipeline.closed:
                         return
-                share.shrink(frames.next_frame_bytes)  # the reserved frame was answered
+                share.shrink(frames.next_frame_bytes)  # the reserved frame was handed over
+        except KafkaProtocolError:
+            await pipeline.drain()  # the requests before the bad bytes are answered first
+            raise
         finally:
             share.shrink(0)
+            pipeline.close()
 
     async def _answer(self, raw: bytes, session: Session) -> tuple[bytes | None, bool]:
         """The answer's bytes (None: acks=0) and whether to close after it."""
@@ -356,10 +382,117 @@ class _Share:
             await self._budget.take(size - self.held)
             self.held = size
 
+    async def hand_over(self, size: int) -> int:
+        """Move a whole frame's ``size`` bytes from this reservation to its request
+        (taking what a socket read brought in past the reserved frame); the request
+        gives them back once answered."""
+        if size > self.held:
+            await self._budget.take(size - self.held)
+            self.held = size
+        self.held -= size
+        return size
+
     def shrink(self, size: int) -> None:
         if size < self.held:
             self._budget.give(self.held - size)
             self.held = size
+
+
+def _pipelined(raw: bytes) -> bool:
+    """Whether a request is served while the connection reads on: Produce, which
+    changes nothing of the session (any other request is served alone)."""
+    return len(raw) >= _API_KEY.size and _API_KEY.unpack_from(raw)[0] == PRODUCE.key
+
+
+Answer = tuple[bytes | None, bool]
+
+
+class _Pipeline:
+    """A connection's requests in flight, answered in the order they came by one
+    responder task. Each holds its frame's bytes of the listener's budget until its
+    answer is written (or, on a closed connection, until it ends: a request handed to
+    the write core is never cancelled -- that would fail its stream -- only its answer
+    dropped)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, budget: _Budget, inflight_max: int) -> None:
+        self._writer = writer
+        self._budget = budget
+        self._queue: deque[tuple[asyncio.Future[Answer], int]] = deque()
+        self._room = asyncio.Semaphore(inflight_max)
+        self._more = asyncio.Event()
+        self._empty = asyncio.Event()
+        self._empty.set()
+        self._error: BaseException | None = None
+        self.closed = False  # answered "close", or failed: read no more
+        self._responder = asyncio.ensure_future(self._respond())
+
+    async def submit(self, work: Callable[[], Awaitable[Answer]], size: int) -> None:
+        """Serve a request (its frame of ``size`` bytes); waits while the connection
+        has ``inflight_max`` of them."""
+        await self._room.acquire()
+        self.check()
+        self._queue.append((asyncio.ensure_future(work()), size))
+        self._empty.clear()
+        self._more.set()
+
+    async def drain(self) -> None:
+        """Wait until every request submitted is answered; raises what closed it."""
+        await self._empty.wait()
+        self.check()
+
+    def check(self) -> None:
+        """Raise the error that ended the connection's answers, if one did."""
+        if self._error is not None:
+            raise self._error
+
+    async def _respond(self) -> None:
+        queue = self._queue
+        try:
+            while not self.closed:
+                if not queue:
+                    self._empty.set()
+                    self._more.clear()
+                    await self._more.wait()
+                    continue
+                work, size = queue[0]
+                try:
+                    # Shielded: cancelling the responder must not cancel the request.
+                    answer, close = await asyncio.shield(work)
+                    if self._writer.is_closing():
+                        close = True  # the peer left while its request waited (a JoinGroup)
+                    elif answer is not None:
+                        self._writer.write(frame(answer))
+                        await self._writer.drain()
+                finally:
+                    if work.done():  # else close() hands it on, still in the queue
+                        queue.popleft()
+                        self._budget.give(size)
+                        self._room.release()
+                self.closed = close
+        except asyncio.CancelledError:
+            self.closed = True
+            raise
+        except Exception as exc:  # noqa: BLE001 - the connection's end: the reader raises it
+            self._error, self.closed = exc, True
+            self._writer.close()  # wakes the reader
+        finally:
+            self._empty.set()
+            if self.closed and self._error is None:
+                self._writer.close()
+
+    def close(self) -> None:
+        """The connection ends: requests still in flight end on their own, their
+        answers dropped and their bytes given back when they do."""
+        self._responder.cancel()
+        while self._queue:
+            work, size = self._queue.popleft()
+            work.add_done_callback(functools.partial(_dropped, self._budget, size))
+
+
+def _dropped(budget: _Budget, size: int, work: asyncio.Future[Answer]) -> None:
+    budget.give(size)
+    if not work.cancelled() and work.exception() is not None:
+        log.info("Kafka request of a closed connection ended with %r", work.exception())
 
 
 def _loop_time(deadline_monotonic: float) -> float:

@@ -1,9 +1,10 @@
 """Produce: record batches into partition streams through the write core.
 
-Each partition's batches are converted into :class:`~streams.records.LogRecord` s (key,
-value or null, header pairs, the producer's timestamp) and written as one
-:class:`~serving.write.batch.WriteBatch`, admitted on the request's bytes first, like an
-HTTP write. The answer's base offset is the first record's sequence id in the stream.
+Each partition's batch is decoded into a :class:`~serving.write.batch.WriteBatch` --
+plain records (no headers, no null value: what producers send most) straight into its
+columns of values, keys and the producer's timestamps, others one object per record
+(key, value or null, header pairs, timestamp) -- admitted on the request's bytes first,
+like an HTTP write. The answer's base offset is the first record's sequence id in the stream.
 
 ``acks``: 0 gets no answer at all (Kafka's rule); 1 and -1 are both answered once the
 records are on the ack quorum of bookies, fsynced -- Bookline has no weaker write.
@@ -18,9 +19,10 @@ ones). What each refusal means to the producer: :mod:`kafkaapi.errormap`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, TooManyRequestsError, UnknownPartitionError
@@ -29,7 +31,7 @@ from groups.topics import TopicAdmin
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaCode, KafkaProtocolError
-from kafkaapi.protocol.records import RecordBatch, decode_batches
+from kafkaapi.protocol.records import ProducedBatch, decode_produced, split_batches
 from serving.write.batch import ProducerSeq, WriteBatch
 
 if TYPE_CHECKING:
@@ -70,10 +72,12 @@ async def produce(
     body = request.body
     transactional = body["transactional_id"] is not None
     jobs = [
-        _partition(serving, session, topic["name"], part, transactional)
+        _in_turn(session, topic["name"], part["index"],
+                 functools.partial(_partition, serving, session, topic["name"], part,
+                                   transactional))
         for topic in body["topic_data"]
         for part in topic["partition_data"]
-    ]
+    ]  # fmt: skip
     answers = iter(await asyncio.gather(*jobs))
     if body["acks"] == 0:
         return None  # acks=0: the client reads no answer
@@ -87,8 +91,53 @@ async def produce(
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-async def _partition(
-    serving: KafkaServing, session: Session, topic: str, part: dict[str, Any], transactional: bool
+def _in_turn(
+    session: Session,
+    topic: str,
+    index: int,
+    job: Callable[[Callable[[], None]], Awaitable[dict[str, Any]]],
+) -> asyncio.Task[dict[str, Any]]:
+    """``job(pass_turn)`` run once the connection's Produce before this one to the
+    partition has passed its turn: its batch was handed to the stream's writer (its
+    ``pass_turn`` called, :attr:`WriteBatch.on_handed`) or it ended. Pipelined requests
+    (:mod:`kafkaapi.listener`) so reach the write core in the order they came per
+    partition -- the de-duplication sees a producer's batches in its order and never
+    waits for a "gap" that is only a request overtaken inside the proxy -- while a
+    batch still follows the one before it into the writer without waiting for its
+    quorum write. Called as the request's handler starts (requests start in the order
+    they came), so it takes the partition's turn at once."""
+    tails = session.partition_tails
+    key = (topic, index)
+    before = tails.get(key)
+    turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    tails[key] = turn
+
+    def pass_turn() -> None:
+        if not turn.done():
+            turn.set_result(None)
+
+    async def in_turn() -> dict[str, Any]:
+        if before is not None:
+            await asyncio.wait((before,))  # wait() never cancels nor raises it
+        return await job(pass_turn)
+
+    def ended(_task: asyncio.Task[dict[str, Any]]) -> None:
+        pass_turn()  # however it ended, even cancelled before its first step
+        if tails.get(key) is turn:
+            del tails[key]
+
+    task = asyncio.ensure_future(in_turn())
+    task.add_done_callback(ended)
+    return task
+
+
+async def _partition(  # noqa: PLR0917 - the partition's request, and its turn
+    serving: KafkaServing,
+    session: Session,
+    topic: str,
+    part: dict[str, Any],
+    transactional: bool,
+    pass_turn: Callable[[], None],
 ) -> dict[str, Any]:
     index: int = part["index"]
     if transactional:
@@ -99,7 +148,7 @@ async def _partition(
     if write is None:
         return _answer(index, _NOT_LEADER, "a read proxy leads no partition")
     try:
-        offset = await _write(serving, write, topic, index, part["records"] or b"")
+        offset = await _write(serving, write, topic, index, part["records"] or b"", pass_turn)
     except BooklineError as exc:
         code = _BUSY if isinstance(exc, TooManyRequestsError) else kafka_code(exc)
         if code.code == _UNKNOWN.code:
@@ -115,25 +164,30 @@ def _answer(index: int, code: KafkaCode, message: str) -> dict[str, Any]:
     return {"index": index, "error_code": code.code, "base_offset": -1, "error_message": message}
 
 
-async def _write(
-    serving: KafkaServing, write: WriteCore, topic: str, index: int, raw: bytes
+async def _write(  # noqa: PLR0917 - the partition's request, and its turn
+    serving: KafkaServing,
+    write: WriteCore,
+    topic: str,
+    index: int,
+    raw: bytes,
+    pass_turn: Callable[[], None],
 ) -> int:
     if index < 0:
         raise UnknownPartitionError(f"partition {index} of topic {topic}")
     stream = partition_stream(topic, index)
     with write.admit(stream, len(raw)) as admission:
-        batches = decode_batches(raw)
-        if len(batches) != 1 or not batches[0].records:
+        views = split_batches(raw)
+        if len(views) != 1:
             # Kafka's producers send one batch per partition (v3+), and a batch's
             # producer sequence numbers hold for it alone.
-            raise KafkaProtocolError(
-                _INVALID_RECORD, f"{len(batches)} record batches; one expected"
-            )
-        batch = batches[0]
+            raise KafkaProtocolError(_INVALID_RECORD, f"{len(views)} record batches; one expected")
+        batch = decode_produced(views[0])
+        if batch.count == 0:
+            raise KafkaProtocolError(_INVALID_RECORD, "a record batch without records")
         if batch.control or batch.transactional:
             raise KafkaProtocolError(_INVALID_RECORD, "control or transactional batch")
         await _check_partition(serving, topic, index)
-        result = await write.write(admission, _write_batch(stream, batch))
+        result = await write.write(admission, _write_batch(stream, batch, pass_turn))
     return result.offsets[0]
 
 
@@ -158,7 +212,7 @@ class _Record(NamedTuple):
     txid: int | None = None
 
 
-def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
+def _write_batch(stream: str, batch: ProducedBatch, handed: Callable[[], None]) -> WriteBatch:
     producer = None
     if batch.producer_id >= 0 and batch.base_sequence >= 0:
         # strict: a Kafka producer takes a later batch's success as the acknowledgement
@@ -170,6 +224,14 @@ def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
             strict=True,
         )
     log_append = batch.log_append_time  # then the timestamps are the log's to set
+    columns = batch.columns
+    if columns is not None:
+        stamps: Sequence[int | None] | None = None
+        if not log_append:
+            raw = columns.timestamps
+            stamps = raw if min(raw) >= 0 else [None if t < 0 else t for t in raw]
+        return WriteBatch(stream, producer, columns.values, columns.keys, timestamps=stamps,
+                          on_handed=handed)  # fmt: skip
     records = [
         _Record(
             r.value,
@@ -179,7 +241,7 @@ def _write_batch(stream: str, batch: RecordBatch) -> WriteBatch:
         )
         for r in batch.records
     ]
-    return WriteBatch(stream, producer, records=records)
+    return WriteBatch(stream, producer, records=records, on_handed=handed)
 
 
 async def init_producer_id(

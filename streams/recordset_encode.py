@@ -123,8 +123,8 @@ def encode_record_set(
     record's). ``appended_ms``: the writer's clock when the set's first record was
     appended, its base timestamp (-1: the first record's timestamp) -- so the sets'
     base timestamps never go back even when producers set theirs (seeks by time search
-    them). Records without a key, headers, internal extras or null value whose timestamps are
-    near the base take the C-level path."""
+    them). Records without headers, internal extras or null value whose timestamps are
+    near the base take the C-level path (keyed ones too, when every one has a key)."""
     n = len(payloads)
     if n == 0 or len(txids) != n or len(timestamps_ms) != n:
         raise BadRequestError("a record set needs >= 1 record and parallel txids/timestamps")
@@ -134,13 +134,13 @@ def encode_record_set(
     if keys is not None and keys.count(None) == n:
         keys = None  # a buffer's all-None column: the records have no key
     body = None
-    if keys is None and _deltas_fit(timestamps_ms, base_ts):
+    if _deltas_fit(timestamps_ms, base_ts):
         flagged = _sparse_extras(headers, markers, tags, n)
         if flagged is not None:
             try:
                 body = _body_sparse(payloads, txids, timestamps_ms, base_ts, headers, markers,
-                                    tags, flagged)  # fmt: skip
-            except TypeError:  # a null value among the plain records: framed one by one
+                                    tags, flagged, keys)  # fmt: skip
+            except TypeError:  # a null value or key among the plain records: one by one
                 body = None
     if body is None:
         body = _body_each(payloads, txids, timestamps_ms, base_ts, keys, headers, markers, tags)
@@ -256,25 +256,49 @@ def _body_sparse(  # noqa: PLR0917 - private; the parallel sequences of one set
     markers: Markers | None,
     tags: Tags | None,
     flagged: list[int],
+    keys: Sequence[bytes | None] | None = None,
 ) -> bytes:
     """The same bytes as :func:`_body_each`: the plain records between the
-    ``flagged`` ones take :func:`_plain_body`'s C-level path."""
-    if not flagged:
+    ``flagged`` ones take :func:`_plain_body`'s C-level path (:func:`_keyed_body`'s
+    when keyed)."""
+    if not flagged and keys is None:
         return _plain_body(payloads, txids, timestamps_ms, base_ts)  # type: ignore[arg-type]  # None: TypeError
     parts: list[bytes] = []
     start = 0
     n = len(payloads)
     for k in [*flagged, n]:
         if k > start:
-            plain = payloads[start:k]
-            parts.append(_plain_body(plain, txids[start:k], timestamps_ms[start:k], base_ts))  # type: ignore[arg-type]  # None: TypeError
+            plain, run = payloads[start:k], (txids[start:k], timestamps_ms[start:k], base_ts)
+            if keys is None:
+                parts.append(_plain_body(plain, *run))  # type: ignore[arg-type]  # None: TypeError
+            else:
+                parts.append(_keyed_body(plain, keys[start:k], *run))  # type: ignore[arg-type]  # None: TypeError
         if k < n:
             hdrs = None if headers is None else headers[k]
             marker = None if markers is None else markers.get(k)
             tag = None if tags is None else tags.get(k)
-            parts += _frame_one(payloads[k], txids[k], timestamps_ms[k], base_ts, None, hdrs,
+            key = None if keys is None else keys[k]
+            parts += _frame_one(payloads[k], txids[k], timestamps_ms[k], base_ts, key, hdrs,
                                 marker, tag)  # fmt: skip
         start = k + 1
+    return b"".join(parts)
+
+
+def _keyed_body(
+    payloads: Sequence[bytes], keys: Sequence[bytes], txids: Sequence[int],
+    timestamps_ms: Sequence[int], base_ts: int,
+) -> bytes:  # fmt: skip
+    """The body of records with a key each and nothing else (all deltas fit), the bytes
+    :func:`_frame_one` gives -- framing, key length, key, payload -- built by C-level
+    maps instead of a call per record (a Kafka producer's keyed records). A None key
+    or payload raises TypeError (the caller frames such records one by one)."""
+    n = len(payloads)
+    deltas = map(sub, timestamps_ms, repeat(base_ts, n))
+    parts: list[bytes] = [b""] * (4 * n)
+    parts[0::4] = list(map(REC.pack, repeat(F_KEY, n), txids, deltas, map(len, payloads)))
+    parts[1::4] = list(map(U32.pack, map(len, keys)))
+    parts[2::4] = keys if isinstance(keys, list | tuple) else list(keys)
+    parts[3::4] = payloads if isinstance(payloads, list | tuple) else list(payloads)
     return b"".join(parts)
 
 

@@ -35,3 +35,4 @@ def test_bench_kafka_runs_every_workload(tmp_path: Path) -> None:
                    "ack_p99_ms", "e2e_p50_ms", "e2e_p99_ms"):  # fmt: skip
         assert out[figure] > 0, figure
     assert out["ack_p50_ms"] <= out["ack_p99_ms"] and out["e2e_p50_ms"] <= out["e2e_p99_ms"]
+    assert out["produce_proxy_cpu_us_per_record"] > 0  # its own cluster: local processes

@@ -25,6 +25,7 @@ from foundation.errors import (
     UnavailableError,
     WriterFailedError,
 )
+from kafkaapi.context import Session
 from kafkaapi.errormap import kafka_code
 from kafkaapi.protocol.records import Record, RecordBatch, encode_batch
 from serving.write import dedup
@@ -222,7 +223,7 @@ async def test_a_produce_over_the_admission_limits_is_retried_not_failed() -> No
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": b"x"}]}]}  # fmt: skip
     answer = await produce(
-        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+        cast(Any, serving), Session("test"), cast(Any, SimpleNamespace(body=body))
     )
     assert answer is not None
     part = answer["responses"][0]["partition_responses"][0]
@@ -275,8 +276,31 @@ async def test_a_produce_failed_by_the_server_is_retried_not_failed() -> None:
     body = {"transactional_id": None, "acks": -1, "timeout_ms": 30_000, "topic_data": [
         {"name": "t", "partition_data": [{"index": 0, "records": raw}]}]}  # fmt: skip
     answer = await produce(
-        cast(Any, serving), cast(Any, None), cast(Any, SimpleNamespace(body=body))
+        cast(Any, serving), Session("test"), cast(Any, SimpleNamespace(body=body))
     )
     assert answer is not None
     part = answer["responses"][0]["partition_responses"][0]
     assert part["error_code"] == 56 and part["base_offset"] == -1  # KAFKA_STORAGE_ERROR
+
+
+async def test_a_batch_is_reported_handed_when_it_takes_its_place_not_when_answered() -> None:
+    """``WriteBatch.on_handed``: called once the batch is in the writer (a front end then
+    lets the producer's next batch follow, kafkaapi.produce), before the writer's
+    answer; never for a retry answered from the table."""
+    log = Log()
+    owned = take_over(log)
+    handed: list[int] = []
+
+    def batch(seq: int) -> WriteBatch:
+        producer = ProducerSeq("kafka:7", seq, 0, strict=True)
+        return WriteBatch("s", producer, payloads=[b"v%d" % seq],
+                          on_handed=lambda: handed.append(len(log.values)))  # fmt: skip
+
+    first = asyncio.ensure_future(owned.write(batch(0)))
+    await asyncio.sleep(0)  # the behaviour under test: its first step, up to the writer
+    assert handed == [0] and not first.done()  # handed before the record is appended
+    assert (await first).offsets == [0]
+    await owned.write(batch(0))  # a retry: answered from the table
+    assert handed == [0]
+    await owned.write(batch(1))
+    assert handed == [0, 1] and log.values == [b"v0", b"v1"]

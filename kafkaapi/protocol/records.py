@@ -39,7 +39,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
 
 import crc32c
 
@@ -50,13 +50,17 @@ from kafkaapi.protocol.primitives import corrupt, varint, varlong
 __all__ = [
     "BATCH_OVERHEAD_BYTES",
     "Header",
+    "PlainColumns",
+    "ProducedBatch",
     "Record",
     "RecordBatch",
     "control_type",
     "decode_batch",
     "decode_batches",
+    "decode_produced",
     "encode_batch",
     "encode_columns",
+    "split_batches",
 ]
 
 Header = tuple[str, bytes | None]
@@ -233,6 +237,14 @@ def decode_batches(
 ) -> list[RecordBatch]:
     """Every batch in a records field. A fetch response may end in a cut-off batch
     (``partial_tail=True`` drops it, as clients do); a produce request may not."""
+    return [
+        decode_batch(view, bytes_max=bytes_max)
+        for view in split_batches(data, partial_tail=partial_tail)
+    ]
+
+
+def split_batches(data: bytes | memoryview, *, partial_tail: bool = False) -> list[memoryview]:
+    """The bytes of every batch in a records field, by their lengths (nothing decoded)."""
     view = memoryview(bytes(data))
     batches = []
     pos = 0
@@ -242,7 +254,7 @@ def decode_batches(
             if partial_tail:
                 break
             raise corrupt(f"record batch cut off at byte {len(view) - pos} of it")
-        batches.append(decode_batch(view[pos : pos + size], bytes_max=bytes_max))
+        batches.append(view[pos : pos + size])
         pos += size
     return batches
 
@@ -260,6 +272,45 @@ def decode_batch(
     data: bytes | memoryview, *, bytes_max: int = DECOMPRESSED_BYTES_MAX
 ) -> RecordBatch:
     """One whole batch (exactly its bytes): CRC and magic first, then the records."""
+    head, records = _checked(data, bytes_max)
+    return RecordBatch(
+        base_offset=head.base_offset,
+        records=_decode_records(records, head.records_count, head.base_offset, head.base_timestamp),
+        compression=Compression(head.codec),
+        log_append_time=head.log_append_time,
+        transactional=head.transactional,
+        control=head.control,
+        partition_leader_epoch=head.partition_leader_epoch,
+        producer_id=head.producer_id,
+        producer_epoch=head.producer_epoch,
+        base_sequence=head.base_sequence,
+        last_offset_delta=head.last_offset_delta,
+        base_timestamp=head.base_timestamp,
+        max_timestamp=head.max_timestamp,
+    )
+
+
+class _Head(NamedTuple):
+    """A batch's fields before its records."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    codec: int
+    log_append_time: bool
+    transactional: bool
+    control: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+
+def _checked(data: bytes | memoryview, bytes_max: int) -> tuple[_Head, bytes]:
+    """A whole batch's fields and its records' bytes (decompressed), once its lengths,
+    magic and CRC are checked."""
     view = memoryview(data)
     if len(view) < BATCH_OVERHEAD_BYTES:
         raise corrupt(f"record batch of {len(view)} bytes, under {BATCH_OVERHEAD_BYTES}")
@@ -275,21 +326,146 @@ def decode_batch(
     )
     codec = attributes & _COMPRESSION_MASK
     records = decompress(codec, view[BATCH_OVERHEAD_BYTES:], bytes_max)
-    return RecordBatch(
-        base_offset=base_offset,
-        records=_decode_records(records, count, base_offset, base_ts),
-        compression=Compression(codec),
-        log_append_time=bool(attributes & _LOG_APPEND_TIME),
-        transactional=bool(attributes & _TRANSACTIONAL),
-        control=bool(attributes & _CONTROL),
-        partition_leader_epoch=leader_epoch,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        last_offset_delta=last_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-    )
+    head = _Head(
+        base_offset, leader_epoch, codec, bool(attributes & _LOG_APPEND_TIME),
+        bool(attributes & _TRANSACTIONAL), bool(attributes & _CONTROL), last_delta,
+        base_ts, max_ts, pid, epoch, seq, count,
+    )  # fmt: skip
+    return head, records
+
+
+@dataclass(frozen=True, slots=True)
+class PlainColumns:
+    """A batch's records as columns, when none has headers or a null value (what
+    producers send most): no object per record, the write core's own shape."""
+
+    values: list[bytes]
+    keys: list[bytes | None] | None  # None: no record has a key
+    timestamps: list[int]  # absolute, the producer's
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    """One batch of a Produce request, decoded for writing: its producer fields, and
+    its records as ``columns`` when they are plain, else as ``records``."""
+
+    count: int
+    columns: PlainColumns | None
+    records: tuple[Record, ...]
+    log_append_time: bool
+    transactional: bool
+    control: bool
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+def decode_produced(
+    data: bytes | memoryview, *, bytes_max: int = DECOMPRESSED_BYTES_MAX
+) -> ProducedBatch:
+    """One whole batch (exactly its bytes) of a Produce request: checked as
+    :func:`decode_batch` checks it; plain records are decoded straight into columns."""
+    head, raw = _checked(data, bytes_max)
+    columns = _plain_columns(raw, head.records_count, head.base_timestamp)
+    records = () if columns is not None else _decode_records(
+        raw, head.records_count, head.base_offset, head.base_timestamp
+    )  # fmt: skip
+    return ProducedBatch(
+        head.records_count, columns, records, head.log_append_time, head.transactional,
+        head.control, head.producer_id, head.producer_epoch, head.base_sequence,
+    )  # fmt: skip
+
+
+def _plain_columns(data: bytes, count: int, base_ts: int) -> PlainColumns | None:
+    """The records of ``data`` as columns, or None when one has headers or a null value
+    -- or anything unusual: then :func:`_decode_records` decodes them one by one and
+    refuses what is wrong with its checked errors. The hot loop of every produce, one
+    pass with the one- and two-byte varints inline (lengths, deltas and the key's and
+    value's lengths of 100-byte records take one or two), no call per field. Any length
+    that points past its record is caught by the last check: every position only
+    grows, so a value ending exactly before the record's headers count (0) means every
+    field before it lay within the record."""
+    if count <= 0 or count > len(data):
+        return None
+    values: list[bytes] = []
+    keys: list[bytes | None] = []
+    stamps: list[int] = []
+    pos = 0
+    try:
+        for _ in range(count):
+            raw = data[pos]  # the record's length
+            if raw < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (raw & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                return None
+            if raw & 1 or raw == 0:
+                return None
+            stop = pos + (raw >> 1)
+            pos += 1  # attributes: none defined
+            raw = data[pos]  # the timestamp delta (signed; a backlog's spans >63 ms)
+            if raw < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (raw & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                raw, pos = _uvarint_at(data, pos, stop, 10)
+                if raw >> 64:
+                    return None
+            delta = (raw >> 1) ^ -(raw & 1)
+            while data[pos] >= 0x80:  # the offset delta: unused (offsets are the log's)
+                pos += 1
+            pos += 1
+            raw = data[pos]  # the key's length, -1 (raw 1) for a null key
+            if raw < 0x80:
+                pos += 1
+            else:
+                raw, pos = _uvarint_at(data, pos, stop, 5)
+            if raw == 1:
+                key = None
+            elif raw & 1:
+                return None
+            else:
+                key = data[pos : pos + (raw >> 1)]
+                pos += raw >> 1
+            raw = data[pos]  # the value's length; odd: null (or corrupt)
+            if raw < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                raw = (raw & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                raw, pos = _uvarint_at(data, pos, stop, 5)
+            end = pos + (raw >> 1)
+            if raw & 1 or end != stop - 1 or data[end] != 0:
+                return None  # a null value, headers, or lengths that do not add up
+            values.append(data[pos:end])
+            keys.append(key)
+            stamps.append(base_ts + delta)
+            pos = stop
+    except IndexError:
+        return None
+    if pos != len(data):
+        return None
+    return PlainColumns(values, None if keys.count(None) == count else keys, stamps)
+
+
+def _uvarint_at(data: bytes, pos: int, end: int, bytes_max: int) -> tuple[int, int]:
+    """The raw (not zigzag-decoded) varint at ``pos``; IndexError past ``end`` or after
+    ``bytes_max`` bytes (the caller's cue to decode the slow, checked way)."""
+    raw = 0
+    for index in range(bytes_max):
+        if pos >= end:
+            raise IndexError(pos)
+        byte = data[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << (7 * index)
+        if byte < 0x80:
+            return raw, pos
+    raise IndexError(pos)
 
 
 def _decode_records(data: bytes, count: int, base_offset: int, base_ts: int) -> tuple[Record, ...]:

@@ -8,7 +8,10 @@ on; each a process) in a temporary directory unless ``--cluster`` names a runnin
 * **produce** -- an idempotent producer (``enable.idempotence``, ``acks=all``: every
   acknowledged record fsynced on Bookline's ack quorum) sends ``--records`` keyed
   records of ``--record-size`` bytes (100) to a ``--partitions`` (6) topic, as fast as
-  it takes them: records/s from the first send to the last acknowledgement.
+  it takes them: records/s from the first send to the last acknowledgement, and the
+  CPU time the write proxies used per record meanwhile (``proxy_cpu_us_per_record``,
+  from ``/proc``: far less noisy than records/s on a shared machine; None for a
+  ``--cluster`` whose proxies are not local processes).
 * **consume** -- a consumer assigned every partition from the beginning reads those
   ``--records`` records back (1,000,000 by default): records/s from ``assign`` to the
   last one.
@@ -45,6 +48,7 @@ from ops.bench.compare.common import (
     stamped,
     throughput,
 )
+from ops.bench.cpu import cpu_seconds
 
 __all__ = ["add_arguments", "run"]
 
@@ -71,6 +75,17 @@ def _producer_config(bootstrap: str, linger_ms: int) -> dict[str, Any]:
         "acks": "all",
         "linger.ms": linger_ms,
     }
+
+
+def _write_proxy_pids(cluster_file: Path) -> list[int]:
+    doc = json.loads(cluster_file.read_text())
+    return [int(p["pid"]) for p in doc.get("write_proxies", []) if p.get("pid")]
+
+
+def _cpu_s(pids: list[int]) -> float | None:
+    """The CPU seconds ``pids`` used so far, None if one is not a local process."""
+    used = [cpu_seconds(pid) for pid in pids]
+    return None if not used or None in used else sum(u for u in used if u is not None)
 
 
 def _bootstrap(cluster_file: Path) -> str:
@@ -104,7 +119,9 @@ def _warm_up(producer: Any, topic: str, partitions: int) -> None:
         raise RuntimeError("the warm-up records were not acknowledged")
 
 
-def _produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def _produce(
+    bootstrap: str, topic: str, args: argparse.Namespace, proxies: list[int]
+) -> dict[str, Any]:
     from confluent_kafka import Producer
 
     errors: list[Any] = []
@@ -114,6 +131,7 @@ def _produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, 
     _warm_up(producer, topic, args.partitions)
     value, keys = b"v" * args.record_size, [b"key-%08d" % k for k in range(_KEYS)]
     produce, poll = producer.produce, producer.poll
+    cpu_before = _cpu_s(proxies)
     start = time.perf_counter()
     for i in range(args.records):
         while True:
@@ -124,9 +142,13 @@ def _produce(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, 
                 poll(0.01)
     left = producer.flush(_TIMEOUT_S)
     elapsed = time.perf_counter() - start
+    cpu_after = _cpu_s(proxies)
     if left or errors:
         raise RuntimeError(f"produce: {left} records unacknowledged, errors {errors[:3]}")
-    return throughput(args.records, args.record_size, elapsed)
+    cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu = round((cpu_after - cpu_before) / args.records * 1e6, 2)
+    return throughput(args.records, args.record_size, elapsed) | {"proxy_cpu_us_per_record": cpu}
 
 
 def _consume(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -254,9 +276,9 @@ async def _latency(bootstrap: str, topic: str, args: argparse.Namespace) -> dict
     return result
 
 
-def _measure(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> dict[str, Any]:
     with _topic(bootstrap, args.partitions) as topic:
-        produced = _produce(bootstrap, topic, args)
+        produced = _produce(bootstrap, topic, args, proxies)
         consumed = _consume(bootstrap, topic, args)
     with _topic(bootstrap, args.partitions) as topic:
         latency = asyncio_run(_latency(bootstrap, topic, args))
@@ -267,6 +289,7 @@ def _measure(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         "record_size": args.record_size,
         "records": args.records,
         "produce_records_per_s": produced["records_per_s"],
+        "produce_proxy_cpu_us_per_record": produced["proxy_cpu_us_per_record"],
         "consume_records_per_s": consumed["records_per_s"],
         "ack_p50_ms": latency["ack_p50_ms"],
         "ack_p99_ms": latency["ack_p99_ms"],
@@ -280,4 +303,4 @@ def _measure(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with local_cluster(args, write_proxies=1, kafka=True) as cluster_file:
-        return _measure(_bootstrap(cluster_file), args)
+        return _measure(_bootstrap(cluster_file), args, _write_proxy_pids(cluster_file))

@@ -3,16 +3,18 @@
 :class:`WriteResult`.
 
 Records travel in the form the front end decoded them in, without a copy: plain
-records (payload, optional key) as two columns (``payloads``, ``keys``), the form the
-core writer's fast path takes; records with headers, txids, timestamps or null values
-as ``records``, any objects with the fields of :class:`BatchRecord`.
+records (payload, optional key, optional producer timestamp) as columns (``payloads``,
+``keys``, ``timestamps``), the form the core writer's fast path takes; records with
+headers, txids or null values as ``records``, any objects with the fields of
+:class:`BatchRecord`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from operator import add
+from typing import NamedTuple, Protocol, cast
 
 from foundation.invariants import invariant
 from foundation.limits import record_bytes
@@ -57,20 +59,28 @@ class ProducerSeq:
 
 @dataclass(frozen=True, slots=True)
 class WriteBatch:
-    """Records to append to ``stream``: ``payloads`` (with ``keys`` when keyed, one
-    each) or ``records``, never both; ``producer`` None for a fire-and-forget write."""
+    """Records to append to ``stream``: ``payloads`` (with ``keys`` when keyed and
+    ``timestamps`` when the producer set them, one each) or ``records``, never both;
+    ``producer`` None for a fire-and-forget write."""
 
     stream: str
     producer: ProducerSeq | None
     payloads: Sequence[bytes] | None = None
     keys: Sequence[bytes | None] | None = None
     records: Sequence[BatchRecord] | None = None
+    timestamps: Sequence[int | None] | None = None  # ms; None entries: the log's
+    # Called once the batch is handed to the stream's writer (its place in the stream
+    # taken: a later batch of the producer may follow at once) -- not if it is refused
+    # or answered from the de-duplication before. A front end that holds a producer's
+    # next batch back to keep its order releases it then (kafkaapi.produce).
+    on_handed: Callable[[], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         invariant((self.payloads is None) != (self.records is None), "payloads or records")
-        keys, payloads = self.keys, self.payloads
-        keys_fit = keys is None or (payloads is not None and len(keys) == len(payloads))
-        invariant(keys_fit, "keys go with payloads, one each")
+        payloads = self.payloads
+        for column in (self.keys, self.timestamps):
+            fits = column is None or (payloads is not None and len(column) == len(payloads))
+            invariant(fits, "keys and timestamps go with payloads, one each")
 
     @property
     def count(self) -> int:
@@ -86,8 +96,11 @@ class WriteBatch:
         record limit counts: :func:`foundation.limits.record_bytes`)."""
         if self.payloads is None:
             return sum(_record_sizes(self._records[start:]))
-        keys = 0 if self.keys is None else sum(len(k) for k in self.keys[start:] if k)
-        return sum(map(len, self.payloads[start:])) + keys
+        payloads = self.payloads if start == 0 else self.payloads[start:]
+        if self.keys is None:
+            return sum(map(len, payloads))
+        keys = self.keys if start == 0 else self.keys[start:]
+        return sum(map(len, payloads)) + sum(map(len, filter(None, keys)))
 
     @property
     def record_bytes_max(self) -> int:
@@ -96,16 +109,21 @@ class WriteBatch:
             return max(_record_sizes(self._records), default=0)
         if self.keys is None:
             return max(map(len, self.payloads), default=0)
+        if None not in self.keys:  # C-level sums, no call per record
+            keys = cast("Sequence[bytes]", self.keys)
+            return max(map(add, map(len, self.payloads), map(len, keys)), default=0)
         return max(map(_key_and_payload_bytes, self.payloads, self.keys), default=0)
 
     def columns(self, start: int) -> RecordColumns:
         """The records from ``start`` on as the writer takes them: the payload and key
         columns as they are (sliced only past retries), no object per record."""
         if self.payloads is not None:
+            keys, stamps = self.keys, self.timestamps
             if start == 0:
-                return RecordColumns(self.payloads, self.keys)
-            keys = None if self.keys is None else self.keys[start:]
-            return RecordColumns(self.payloads[start:], keys)
+                return RecordColumns(self.payloads, keys, timestamps=stamps)
+            keys = None if keys is None else keys[start:]
+            stamps = None if stamps is None else stamps[start:]
+            return RecordColumns(self.payloads[start:], keys, timestamps=stamps)
         return RecordColumns.of(
             [
                 LogRecord(r.payload, r.txid, r.key, r.headers, r.timestamp_ms)

@@ -93,6 +93,7 @@ class OwnedStream:
         id in the stream) and the count of records that were retries (not written
         again: answered with their original positions)."""
         if batch.producer is None:
+            _handed(batch)  # _append hands it over before it first suspends
             dlsns, offsets = await self._append(batch.columns(0), None, 0, 0)
             return WriteResult(dlsns, offsets, 0)
         producer, epoch, seq = batch.producer.producer, batch.producer.epoch, batch.producer.seq
@@ -114,6 +115,7 @@ class OwnedStream:
         self._next_pos[producer] = max(self._next_pos.get(producer, (0, 0)), (epoch, seq + count))
         self._seq_moved.set()
         self._seq_moved = asyncio.Event()
+        _handed(batch)
         try:
             dlsns, offsets = await self._append(new, producer, epoch, plan.first_new_seq)
             self.table.record(producer, epoch, plan.first_new_seq, dlsns, offsets)
@@ -273,6 +275,13 @@ class OwnedStream:
         if self.failed is None:
             log.warning("stream %s: writer failed (%s); dropping ownership", self.name, exc)
             self.failed = exc
+
+
+def _handed(batch: WriteBatch) -> None:
+    """Tell the front end the batch took its place in the stream (what runs on that
+    call runs after this request's append started: the stream keeps the order)."""
+    if batch.on_handed is not None:
+        batch.on_handed()
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
