@@ -37,6 +37,8 @@ COOKIE_KIND = "cookie"
 COOKIE_FORMAT_VERSION = 1
 WRITABLE = "writable"
 READONLY = "readonly"
+# Looks at both registration paths (see BookieRegistry._current).
+_LOOKUP_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +142,17 @@ class BookieRegistry:
         log.info("bookie %s registered %s at %s", info.bookie_id, info.state, info.address)
 
     async def _current(self, bookie_id: str) -> tuple[BookieInfo, str, Stat]:
-        for state in (WRITABLE, READONLY):
-            path = self._path(bookie_id, state)
-            try:
-                data, stat = await self._zk.get_with_stat(path)
-            except NotFoundError:
-                continue
-            return BookieInfo.decode(data, path), path, stat
+        # The two paths are read one after the other: a move from read-only to writable
+        # between the reads misses both, so a miss is looked at again (a move is one
+        # transaction; moves back and forth that fast are flapping, and end the retries).
+        for _attempt in range(_LOOKUP_ATTEMPTS):
+            for state in (READONLY, WRITABLE) if _attempt % 2 else (WRITABLE, READONLY):
+                path = self._path(bookie_id, state)
+                try:
+                    data, stat = await self._zk.get_with_stat(path)
+                except NotFoundError:
+                    continue
+                return BookieInfo.decode(data, path), path, stat
         raise NotFoundError(f"bookie {bookie_id} is not registered")
 
     async def get(self, bookie_id: str) -> BookieInfo:

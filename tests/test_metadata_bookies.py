@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,30 @@ async def test_cookie_written_then_checked(clients: Clients) -> None:
     assert "journal_dir" not in str(err.value)
     with pytest.raises(NotFoundError):
         await md.bookies.check_cookie("b2", cookie)
+
+
+async def test_a_bookie_turning_writable_between_the_two_reads_is_still_found(
+    clients: Clients, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look-up reads the writable path, then the read-only one; a bookie moving from
+    read-only to writable between the two reads is in neither, and must still be found
+    (a test waiting for the move once failed with "bookie ... is not registered")."""
+    md = await clients.new()
+    await md.bookies.register(BookieInfo("b1", "h:1"))
+    await md.bookies.set_readonly("b1", True)
+    zk = md.bookies._zk
+    real = zk.get_with_stat
+    moved = False
+
+    async def move_after_the_first_read(path: str) -> Any:
+        nonlocal moved
+        try:
+            return await real(path)
+        finally:
+            if not moved:  # the writable path was just read (not there yet): move now
+                moved = True
+                await md.bookies.set_readonly("b1", False)
+
+    monkeypatch.setattr(zk, "get_with_stat", move_after_the_first_read)
+    assert (await md.bookies.get("b1")).state == WRITABLE
+    assert moved
