@@ -86,8 +86,11 @@ async def _in_segment(
     if kind is PositionKind.TXID:
         entry = await _search(reader, last, lambda h: h.last_txid < value)
         return await _scan(reader, stream, seg, entry, last, lambda r: r.txid >= value)
-    # TIMESTAMP: start at the last entry whose base timestamp is <= the target
-    entry = await _search(reader, last, lambda h: h.base_ts_ms <= value)
+    # TIMESTAMP: the first record at or after the target is in the first entry whose
+    # base timestamp reaches it, or among the later records of the entry before. Not
+    # "the entry before the first one past the target": several entries may carry the
+    # target's millisecond, and that skipped all but the last of them.
+    entry = await _search(reader, last, lambda h: h.base_ts_ms < value)
     return await _scan(reader, stream, seg, max(0, entry - 1), last,
                        lambda r: r.timestamp_ms >= value)  # fmt: skip
 

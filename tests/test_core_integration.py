@@ -208,6 +208,30 @@ async def test_positioning_by_dlsn_txid_sequence_timestamp(ns: Namespace) -> Non
     await w.close()
 
 
+async def test_a_time_several_entries_carry_finds_the_first_of_them(ns: Namespace) -> None:
+    """Entries written one by one within the same millisecond: a seek to that time
+    starts at the first of them (it started at the last: records skipped)."""
+    await ns.create_stream("same-ms")
+    clock = [2_000_000]
+    ns.context.clock_ms = lambda: clock[0]
+    w = await ns.open_writer("same-ms")
+    stamps = [2_000_000, 2_000_005, 2_000_005, 2_000_005, 2_000_005, 2_000_009]
+    try:
+        for i, ms in enumerate(stamps):  # one entry per record
+            clock[0] = ms
+            await w.write(LogRecord(payload(i), txid=i))
+    finally:
+        await w.close()
+    for ms, first in [(2_000_005, 1), (2_000_003, 1), (2_000_006, 5), (2_000_000, 0)]:
+        r = await ns.open_reader("same-ms", StartPosition.timestamp(ms))
+        try:
+            rec = await r.read_next(10)
+            assert rec is not None
+            assert (ms, rec.sequence_id) == (ms, first)
+        finally:
+            await r.close()
+
+
 async def test_segment_rolls_by_age_on_the_injected_clock(ns: Namespace) -> None:
     """A segment's age is read from the namespace's clock: no waiting for real time."""
     await ns.create_stream("age", StreamOptions(segment_rollover_ms=60_000))
