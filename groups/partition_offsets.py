@@ -9,12 +9,12 @@ committed nothing there (everything still kept is unread). Never negative.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Final, Protocol, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Final, Protocol
 
 from foundation.errors import NotFoundError
+from foundation.gather import gather_bounded
 from groups.assignors import TopicPartition
 from groups.wire import ResetPlan, ResetRequest
 
@@ -22,14 +22,11 @@ __all__ = [
     "OFFSET_READS_CONCURRENT",
     "PartitionOffsets",
     "TopicView",
-    "gather_bounded",
     "reset_plan",
 ]
 
 # Partitions whose offsets are read at once (each costs a ZooKeeper read and a LAC read).
 OFFSET_READS_CONCURRENT: Final = 16
-
-R = TypeVar("R")
 
 
 class TopicView(Protocol):
@@ -110,7 +107,7 @@ class PartitionOffsets:
             except NotFoundError:
                 self._cache.pop(tp, None)
 
-        await gather_bounded(list(tps), one)
+        await gather_bounded(tps, one, OFFSET_READS_CONCURRENT)
 
     async def reset_target(
         self, tp: TopicPartition, to: str, value: int | None
@@ -143,22 +140,11 @@ async def reset_plan(
     if unknown:
         raise NotFoundError(f"unknown topic(s) {', '.join(unknown)}")
     tps = [(t, p) for t in topics for p in range(counts[t])]
-    targets = await gather_bounded(tps, lambda tp: offsets.reset_target(tp, req.to, req.value))
+    targets = await gather_bounded(
+        tps, lambda tp: offsets.reset_target(tp, req.to, req.value), OFFSET_READS_CONCURRENT
+    )
     return ResetPlan(
         offsets={tp: offset for tp, (offset, _c) in zip(tps, targets, strict=True)},
         clamped=frozenset(tp for tp, (_o, c) in zip(tps, targets, strict=True) if c),
         dry_run=req.dry_run,
     )
-
-
-async def gather_bounded(
-    items: list[TopicPartition], fn: Callable[[TopicPartition], Awaitable[R]]
-) -> list[R]:
-    """``fn`` over ``items``, at most OFFSET_READS_CONCURRENT at once, in order."""
-    limit = asyncio.Semaphore(OFFSET_READS_CONCURRENT)
-
-    async def one(tp: TopicPartition) -> R:
-        async with limit:
-            return await fn(tp)
-
-    return list(await asyncio.gather(*(one(tp) for tp in items)))

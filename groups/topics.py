@@ -23,12 +23,12 @@ and ``bookline topic`` are built on this.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from foundation.errors import NotFoundError
+from foundation.gather import gather_bounded
 from foundation.names import parse_internal, partition_stream, validate_name
 from metadata.streams import StreamOptions
 from metadata.topic_configs import (
@@ -168,12 +168,10 @@ class TopicAdmin:
     async def describe_topic(self, name: str) -> TopicInfo:
         """The topic with every partition's start and end offsets and size."""
         record = await self.get_topic(name)
-        limit = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
         async def one(p: int) -> PartitionInfo:
             stream = partition_stream(name, p)
-            async with limit:
-                info = await self._ns.stream_info(stream)
+            info = await self._ns.stream_info(stream)
             return PartitionInfo(
                 partition=p,
                 stream=stream,
@@ -183,7 +181,7 @@ class TopicAdmin:
                 segments=len(info.segments),
             )
 
-        parts = await asyncio.gather(*(one(p) for p in range(record.partitions)))
+        parts = await gather_bounded(range(record.partitions), one, DESCRIBE_CONCURRENCY)
         configs = tuple(effective(record.configs, self.defaults()))
         return TopicInfo(name, list(parts), record.options, record.ctime_ms, configs)
 
@@ -191,10 +189,8 @@ class TopicAdmin:
         """Each partition's end offset (the offset its next record gets), partition 0
         first; ``partitions`` saves reading the record when the caller knows it."""
         count = partitions if partitions is not None else await self.partitions(name)
-        limit = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
-
-        async def one(p: int) -> int:
-            async with limit:
-                return await self._ns.end_offset(partition_stream(name, p))
-
-        return list(await asyncio.gather(*(one(p) for p in range(count))))
+        return await gather_bounded(
+            range(count),
+            lambda p: self._ns.end_offset(partition_stream(name, p)),
+            DESCRIBE_CONCURRENCY,
+        )

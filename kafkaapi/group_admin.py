@@ -13,10 +13,10 @@ group's member assignment is what it may consume now, in the consumer protocol's
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Final
 
 from foundation.errors import BooklineError
+from foundation.gather import gather_bounded
 from kafkaapi.brokers import BrokerView
 from kafkaapi.consumer_protocol import encode_assignment
 from kafkaapi.groups import group_code
@@ -32,6 +32,8 @@ __all__ = ["delete_groups", "describe_groups", "list_groups"]
 _DENIED: Final = kerr.code_named("GROUP_AUTHORIZATION_FAILED")
 _NOT_COORDINATOR: Final = kerr.code_named("NOT_COORDINATOR")
 # Bookline's group phases as Kafka names group states.
+# Owner look-ups (ZooKeeper reads) at once when the controller lists groups no broker hosts.
+_OWNER_LOOKUPS_CONCURRENT: Final = 16
 _STATES: Final = {"empty": "Empty", "stable": "Stable", "rebalancing": "PreparingRebalance"}
 
 
@@ -79,7 +81,7 @@ async def _listed(serving: KafkaServing) -> dict[str, tuple[str, str]]:
         return listed
     others = {url for url, node in view.write_urls.items() if node != serving.node_id}
     rest = [g for g in await serving.groups.list_groups() if g not in listed]
-    owners = await asyncio.gather(*(serving.groups.owner_of(g) for g in rest))
+    owners = await gather_bounded(rest, serving.groups.owner_of, _OWNER_LOOKUPS_CONCURRENT)
     for group, owner in zip(rest, owners, strict=True):
         if owner is None or owner.rstrip("/") not in others:
             listed[group] = ("Empty", "classic")

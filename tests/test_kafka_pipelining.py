@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -105,6 +105,19 @@ def _produce(correlation_id: int, partition: int, seq: int) -> bytes:
     return frame(encode_request(PRODUCE, _VERSION, correlation_id, "test", body))
 
 
+@asynccontextmanager
+async def _sent(port: int, *frames: bytes) -> AsyncIterator[asyncio.StreamReader]:
+    """A connection to the listener with ``frames`` written on it; its reader, for the
+    answers. Closed on the way out."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"".join(frames))
+        await writer.drain()
+        yield reader
+    finally:
+        writer.close()
+
+
 async def _answers(reader: asyncio.StreamReader, count: int) -> list[int]:
     """The correlation ids of the next ``count`` answers, in the order they came."""
     ids = []
@@ -120,17 +133,14 @@ async def test_a_produce_is_served_while_the_one_before_waits_and_answered_after
 ) -> None:
     core, _listener, port = served
     core.held.add(0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(_produce(1, partition=0, seq=0) + _produce(2, partition=1, seq=0))
-        await writer.drain()
+    async with _sent(
+        port, _produce(1, partition=0, seq=0), _produce(2, partition=1, seq=0)
+    ) as reader:
         # The second request reaches the core while the first still waits on its own.
         await wait_for(lambda: core.written == [(1, 0)], "the second produce written")
         core.release(0)
         assert await asyncio.wait_for(_answers(reader, 2), 30) == [1, 2]
         assert core.written == [(1, 0), (0, 0)]
-    finally:
-        writer.close()
 
 
 async def test_a_producers_batches_to_one_partition_reach_the_core_in_their_order(
@@ -138,18 +148,15 @@ async def test_a_producers_batches_to_one_partition_reach_the_core_in_their_orde
 ) -> None:
     core, _listener, port = served
     core.held.add(0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(_produce(1, partition=0, seq=0) + _produce(2, partition=0, seq=1))
-        await writer.drain()
+    async with _sent(
+        port, _produce(1, partition=0, seq=0), _produce(2, partition=0, seq=1)
+    ) as reader:
         await wait_for(lambda: core.checking[:1] == [0], "the first produce checking its partition")
         await asyncio.sleep(0.3)  # the behaviour under test: the second does not overtake
         assert core.written == []
         core.release(0)
         assert await asyncio.wait_for(_answers(reader, 2), 30) == [1, 2]
         assert core.written == [(0, 0), (0, 1)]
-    finally:
-        writer.close()
 
 
 async def test_a_producers_next_batch_follows_the_one_being_written_at_once(
@@ -159,15 +166,12 @@ async def test_a_producers_next_batch_follows_the_one_being_written_at_once(
     its quorum write (the write core keeps the producer's order from there)."""
     core, _listener, port = served
     core.writes_held.add(0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(_produce(1, partition=0, seq=0) + _produce(2, partition=0, seq=1))
-        await writer.drain()
+    async with _sent(
+        port, _produce(1, partition=0, seq=0), _produce(2, partition=0, seq=1)
+    ) as reader:
         await wait_for(lambda: core.written == [(0, 0), (0, 1)], "both batches in the stream")
         core.release(0)
         assert await asyncio.wait_for(_answers(reader, 2), 30) == [1, 2]
-    finally:
-        writer.close()
 
 
 async def test_other_requests_wait_for_the_produce_answers_before_them(
@@ -175,19 +179,16 @@ async def test_other_requests_wait_for_the_produce_answers_before_them(
 ) -> None:
     core, _listener, port = served
     core.held.add(0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        versions = frame(encode_request(API_VERSIONS, 3, 2, "test", {}))
-        writer.write(_produce(1, partition=0, seq=0) + versions + _produce(3, partition=1, seq=0))
-        await writer.drain()
+    versions = frame(encode_request(API_VERSIONS, 3, 2, "test", {}))
+    async with _sent(
+        port, _produce(1, partition=0, seq=0), versions, _produce(3, partition=1, seq=0)
+    ) as reader:
         await wait_for(lambda: core.checking == [0], "the first produce checking its partition")
         await asyncio.sleep(0.3)  # the behaviour under test: nothing after it is served
         assert core.written == []
         core.release(0)
         assert await asyncio.wait_for(_answers(reader, 3), 30) == [1, 2, 3]
         assert core.written == [(0, 0), (1, 0)]
-    finally:
-        writer.close()
 
 
 async def test_a_connection_holds_at_most_its_requests_in_flight(
@@ -196,11 +197,8 @@ async def test_a_connection_holds_at_most_its_requests_in_flight(
     core, listener, port = served
     core.held.add(0)
     free = listener.free_bytes
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        requests = [_produce(i, partition=0, seq=i) for i in range(6)]
-        writer.write(b"".join(requests))
-        await writer.drain()
+    requests = [_produce(i, partition=0, seq=i) for i in range(6)]
+    async with _sent(port, *requests) as reader:
         # requests_inflight_max (3) served, and the fourth read, waiting for room.
         held = sum(map(len, requests[:4]))
         await wait_for(lambda: listener.free_bytes == free - held, "four frames held")
@@ -210,5 +208,3 @@ async def test_a_connection_holds_at_most_its_requests_in_flight(
         assert await asyncio.wait_for(_answers(reader, 6), 30) == list(range(6))
         assert core.written == [(0, seq) for seq in range(6)]
         await wait_for(lambda: listener.free_bytes == free, "every frame's bytes given back")
-    finally:
-        writer.close()
