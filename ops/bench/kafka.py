@@ -14,7 +14,9 @@ on; each a process) in a temporary directory unless ``--cluster`` names a runnin
   ``--cluster`` whose proxies are not local processes).
 * **consume** -- a consumer assigned every partition from the beginning reads those
   ``--records`` records back (1,000,000 by default): records/s from ``assign`` to the
-  last one.
+  last one, the write proxies' CPU per record meanwhile (``proxy_cpu_us_per_record``,
+  as the produce run's) and the bench process's own (``client_cpu_us_per_record``:
+  librdkafka's threads and the Python loop, to show the consumer is not the limit).
 * **latency** -- open loop at ``--rate`` records/s (1,000) for ``--seconds`` (10) to a
   fresh topic, records stamped with their *scheduled* send time: the producer's
   acknowledgement latency (``ack_p50_ms``, ``ack_p99_ms``) and the end-to-end latency
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import operator
 import os
 import threading
 import time
@@ -56,6 +59,7 @@ _KEYS: Final = 10_000  # distinct keys of the produce run (as bench produce)
 _TIMEOUT_S: Final = 120.0  # a client call that takes longer fails the run
 # Records asked of librdkafka per consume() call: amortises the Python call per record.
 _CONSUME_BATCH: Final = 10_000
+_ERROR: Final = operator.methodcaller("error")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -151,7 +155,9 @@ def _produce(
     return throughput(args.records, args.record_size, elapsed) | {"proxy_cpu_us_per_record": cpu}
 
 
-def _consume(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def _consume(
+    bootstrap: str, topic: str, args: argparse.Namespace, proxies: list[int]
+) -> dict[str, Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -164,23 +170,33 @@ def _consume(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, 
     )
     total = args.records + args.partitions  # and the warm-up records
     try:
+        cpu_before, client_before = _cpu_s(proxies), time.process_time()
         start = time.perf_counter()
         parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(args.partitions)]
         consumer.assign(parts)
         got, deadline = 0, start + _TIMEOUT_S
         while got < total:
             batch = consumer.consume(_CONSUME_BATCH, 1.0)
-            for msg in batch:
-                if msg.error() is not None:
-                    raise RuntimeError(f"consume: {msg.error()}")
+            # One C call per message (no payload copied): librdkafka hands errors
+            # (none is expected) as messages among the records.
+            failed = next(filter(None, map(_ERROR, batch)), None)
+            if failed is not None:
+                raise RuntimeError(f"consume: {failed}")
             got += len(batch)
             if not batch and time.perf_counter() > deadline:
                 raise TimeoutError(f"consume: {got} of {total} records after {_TIMEOUT_S} s")
             deadline = time.perf_counter() + _TIMEOUT_S if batch else deadline
         elapsed = time.perf_counter() - start
+        cpu_after, client_s = _cpu_s(proxies), time.process_time() - client_before
     finally:
         consumer.close()
-    return throughput(total, args.record_size, elapsed)
+    cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu = round((cpu_after - cpu_before) / total * 1e6, 2)
+    return throughput(total, args.record_size, elapsed) | {
+        "proxy_cpu_us_per_record": cpu,
+        "client_cpu_us_per_record": round(client_s / total * 1e6, 2),
+    }
 
 
 async def tail_kafka(params: dict[str, Any], total: int, ready: Callable[[], None]) -> Latencies:
@@ -279,7 +295,7 @@ async def _latency(bootstrap: str, topic: str, args: argparse.Namespace) -> dict
 def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> dict[str, Any]:
     with _topic(bootstrap, args.partitions) as topic:
         produced = _produce(bootstrap, topic, args, proxies)
-        consumed = _consume(bootstrap, topic, args)
+        consumed = _consume(bootstrap, topic, args, proxies)
     with _topic(bootstrap, args.partitions) as topic:
         latency = asyncio_run(_latency(bootstrap, topic, args))
     return {
@@ -291,6 +307,7 @@ def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> di
         "produce_records_per_s": produced["records_per_s"],
         "produce_proxy_cpu_us_per_record": produced["proxy_cpu_us_per_record"],
         "consume_records_per_s": consumed["records_per_s"],
+        "consume_proxy_cpu_us_per_record": consumed["proxy_cpu_us_per_record"],
         "ack_p50_ms": latency["ack_p50_ms"],
         "ack_p99_ms": latency["ack_p99_ms"],
         "e2e_p50_ms": latency["p50_ms"],
