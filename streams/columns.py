@@ -30,7 +30,7 @@ from streams.recordset import (
     extras_parser,  # the record decoder's own extras parsers: one definition of the layout
     verify_record_set,
 )
-from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_NULL, F_SKIP, REC, REC_V1
+from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_KEY, F_NULL, F_SKIP, REC, REC_V1
 
 if TYPE_CHECKING:
     from streams.namespace import Namespace
@@ -88,6 +88,10 @@ class EntryLayout:
     skipped: list[tuple[int, int]]
     end_of_stream: bool
     offsets: array[int] | None = None
+    # With ``keys_inline``: the user records whose only extra is a key (not in
+    # ``extras``): the key's u32 length at ``starts[i] + RECORD_OVERHEAD_BYTES``, the
+    # key after it, then the payload.
+    keyed: array[int] | None = None
 
     @property
     def count(self) -> int:
@@ -99,10 +103,14 @@ class EntryLayout:
         return self.first_sequence_id + self.header.user_count
 
 
-def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLayout:
+def scan_entry(
+    payload: bytes, entry_id: int, start_sequence_id: int, *, keys_inline: bool = False
+) -> EntryLayout:
     """Verify the stored set ``payload`` (entry ``entry_id`` of a segment starting at
     ``start_sequence_id``) and locate its user records. Corrupt or malformed input
-    raises ChecksumError / BadRequestError as the record decoder does."""
+    raises ChecksumError / BadRequestError as the record decoder does. ``keys_inline``:
+    a record whose only extra is a key is listed in ``keyed``, not ``extras`` (no
+    object for it: the Kafka fetch's columns, where most records are keyed)."""
     header, body = verify_record_set(payload)
     starts: array[int] = array("q")
     slots: array[int] | None = None
@@ -118,10 +126,16 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     offsets: array[int] | None = array("q") if header.sparse else None
     slots = array("q") if header.sparse else None
     shift = 0  # offsets compaction removed so far (sparse sets)
+    keyed: array[int] | None = array("q") if keys_inline else None
     try:
         for slot in range(header.count):
             flags = body[pos]
-            if flags:
+            if flags == F_KEY and keyed is not None:  # the same layout in every version
+                keyed.append(len(starts))
+                append(pos)
+                klen = unpack_len(body, pos + RECORD_OVERHEAD_BYTES)[0]
+                pos += RECORD_OVERHEAD_BYTES + 4 + klen + unpack_len(body, pos + _LEN_AT)[0]
+            elif flags:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     if slots is None:
@@ -154,7 +168,7 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
         raise BadRequestError("record set body is truncated") from exc
     _check_end(header, body, pos, len(starts) + shift)
     return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos,
-                       offsets)  # fmt: skip
+                       offsets, keyed)  # fmt: skip
 
 
 def _framing(body: bytes, pos: int, version: int) -> tuple[int, int, int, int]:
