@@ -26,7 +26,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from foundation.invariants import invariant
 from kafkaapi.protocol.records import encode_columns
 from kafkaapi.protocol.records_arrays import encode_arrays
 from streams.columns import FRAMING_FIELDS, EntryLayout, scan_entry
@@ -120,10 +119,9 @@ def _columns_batch(layouts: list[EntryLayout], offset: int) -> tuple[bytes, int]
             data[shift + a : shift + b] = False
     payload = body[data]
     seqs, stamps, keys, values = seqs[first:], stamps[first:], keys[first:], values[first:]
-    if apart:
-        payload = _with_keys(payload, apart, first, keys, values)
+    apart = {row - first: key for row, key in apart.items() if row >= first}
     ts_type = layouts[int(np.searchsorted(rows, first, side="right")) - 1].header.timestamp_type
-    batch = encode_arrays(seqs, stamps, keys, values, payload,
+    batch = encode_arrays(seqs, stamps, keys, values, payload, keys_apart=apart,
                           log_append_time=ts_type == LOG_APPEND_TIME)  # fmt: skip
     return batch, int(seqs[-1]) + 1
 
@@ -138,7 +136,7 @@ def _extras(  # noqa: PLR0917 - private; the columns it completes
     values: Any,
 ) -> dict[int, bytes]:
     """Write the records with extras into the columns (timestamp, a null value; their
-    extras' bytes out of ``data``); their keys by row, to be put into the payload."""
+    extras' bytes out of ``data``); their keys by row (the encoder puts them in)."""
     keys: dict[int, bytes] = {}
     for lay, shift, row0 in zip(layouts, shifts, rows, strict=False):
         for extra in lay.extras:
@@ -150,22 +148,3 @@ def _extras(  # noqa: PLR0917 - private; the columns it completes
             if extra.key is not None:
                 keys[row] = extra.key
     return keys
-
-
-def _with_keys(payload: Any, apart: dict[int, bytes], first: int, keys: Any, values: Any) -> Any:
-    """``payload`` with the keys of records with extras put before their values (rows
-    from ``first``; ``keys`` gets their lengths)."""
-    wanted = {row - first: key for row, key in apart.items() if row >= first}
-    if not wanted:
-        return payload
-    at = np.fromiter(wanted, dtype=np.int64, count=len(wanted))
-    keys[at] = [len(k) for k in wanted.values()]
-    before = np.cumsum(np.maximum(keys, 0) + np.maximum(values, 0)) - np.maximum(values, 0)
-    before -= np.maximum(keys, 0)  # each record's first byte in the full payload
-    sizes = keys[at]
-    # np.insert puts bytes before positions of the payload *without* these keys.
-    inserted = np.cumsum(sizes) - sizes
-    where = np.repeat(before[at] - inserted, sizes)
-    added = np.frombuffer(b"".join(wanted.values()), dtype=np.uint8)
-    invariant(len(where) == len(added), "%d key bytes for %d positions", len(added), len(where))
-    return np.insert(payload, where, added)

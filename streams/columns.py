@@ -51,6 +51,8 @@ FRAMING_FIELDS: Final = (("flags", ">u1", 0), ("txid", ">i8", 1), ("ts_delta", "
                          ("length", ">u4", 13))  # fmt: skip
 _LEN_AT: Final = 13
 _U32 = struct.Struct(">I")
+_LENGTHS = struct.Struct(">II")  # a keyed record's payload length, then its key's
+_KEYED_BYTES: Final = RECORD_OVERHEAD_BYTES + 4
 
 
 class RecordExtras(NamedTuple):
@@ -118,6 +120,7 @@ def scan_entry(
     parse = extras_parser(header.version)
     skipped: list[tuple[int, int]] = []
     unpack_len = _U32.unpack_from
+    unpack_lengths = _LENGTHS.unpack_from
     append = starts.append
     eos = False
     pos = 0
@@ -133,8 +136,8 @@ def scan_entry(
             if flags == F_KEY and keyed is not None:  # the same layout in every version
                 keyed.append(len(starts))
                 append(pos)
-                klen = unpack_len(body, pos + RECORD_OVERHEAD_BYTES)[0]
-                pos += RECORD_OVERHEAD_BYTES + 4 + klen + unpack_len(body, pos + _LEN_AT)[0]
+                plen, klen = unpack_lengths(body, pos + _LEN_AT)
+                pos += _KEYED_BYTES + klen + plen
             elif flags:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)

@@ -13,6 +13,7 @@ null one taking none), and fill what the varints leave.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 import numpy as np
@@ -48,11 +49,17 @@ def encode_arrays(
     value_lengths: Any,
     payload: Any,
     *,
+    keys_apart: Mapping[int, bytes] | None = None,
     log_append_time: bool = False,
 ) -> bytes:
     """An uncompressed batch of records without headers, given as int64 arrays
     (offsets increasing; a length of -1 is a null key or value) and ``payload``: the
-    keys' and values' bytes (uint8), record after record. At least one record."""
+    keys' and values' bytes (uint8), record after record, but for the keys in
+    ``keys_apart`` (by record index: a few records' keys not found in the payload's
+    source; their lengths are taken from there). At least one record."""
+    if keys_apart:
+        key_lengths = key_lengths.copy()
+        key_lengths[list(keys_apart)] = [len(k) for k in keys_apart.values()]
     base_offset, base_ts = int(offsets[0]), int(timestamps[0])
     keys, values = np.maximum(key_lengths, 0), np.maximum(value_lengths, 0)
     fields = [_zigzag(v) for v in (timestamps - base_ts, offsets - base_offset,
@@ -85,7 +92,13 @@ def encode_arrays(
     out[framing] = np.concatenate(raw)
     data = np.ones(total, dtype=np.bool_)
     data[framing] = False
-    if len(payload) != total - len(framing):
+    apart = 0
+    for row, key in (keys_apart or {}).items():
+        where = int(starts[3][row] + key_size[row])
+        out[where : where + len(key)] = np.frombuffer(key, dtype=np.uint8)
+        data[where : where + len(key)] = False
+        apart += len(key)
+    if len(payload) != total - len(framing) - apart:
         raise ValueError(f"{len(payload)} payload bytes for {total - len(framing)} of records")
     out[data] = payload
     count = len(at)

@@ -14,9 +14,11 @@ on; each a process) in a temporary directory unless ``--cluster`` names a runnin
   ``--cluster`` whose proxies are not local processes).
 * **consume** -- a consumer assigned every partition from the beginning reads those
   ``--records`` records back (1,000,000 by default): records/s from ``assign`` to the
-  last one, the write proxies' CPU per record meanwhile (``proxy_cpu_us_per_record``,
-  as the produce run's) and the bench process's own (``client_cpu_us_per_record``:
-  librdkafka's threads and the Python loop, to show the consumer is not the limit).
+  last one, the CPU per record meanwhile of the write proxies
+  (``proxy_cpu_us_per_record``, as the produce run's), the bookies
+  (``bookies_cpu_us_per_record``) and the bench process itself
+  (``client_cpu_us_per_record``: librdkafka's threads and the Python loop): on a
+  shared machine their sum, not one process, bounds records/s.
 * **latency** -- open loop at ``--rate`` records/s (1,000) for ``--seconds`` (10) to a
   fresh topic, records stamped with their *scheduled* send time: the producer's
   acknowledgement latency (``ack_p50_ms``, ``ack_p99_ms``) and the end-to-end latency
@@ -81,9 +83,10 @@ def _producer_config(bootstrap: str, linger_ms: int) -> dict[str, Any]:
     }
 
 
-def _write_proxy_pids(cluster_file: Path) -> list[int]:
+def _pids(cluster_file: Path, role: str) -> list[int]:
+    """The pids of cluster.json's ``role`` list (write_proxies, bookies)."""
     doc = json.loads(cluster_file.read_text())
-    return [int(p["pid"]) for p in doc.get("write_proxies", []) if p.get("pid")]
+    return [int(p["pid"]) for p in doc.get(role, []) if p.get("pid")]
 
 
 def _cpu_s(pids: list[int]) -> float | None:
@@ -156,7 +159,7 @@ def _produce(
 
 
 def _consume(
-    bootstrap: str, topic: str, args: argparse.Namespace, proxies: list[int]
+    bootstrap: str, topic: str, args: argparse.Namespace, proxies: list[int], bookies: list[int]
 ) -> dict[str, Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -170,7 +173,7 @@ def _consume(
     )
     total = args.records + args.partitions  # and the warm-up records
     try:
-        cpu_before, client_before = _cpu_s(proxies), time.process_time()
+        cpu_before, client_before = [_cpu_s(proxies), _cpu_s(bookies)], time.process_time()
         start = time.perf_counter()
         parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(args.partitions)]
         consumer.assign(parts)
@@ -187,14 +190,19 @@ def _consume(
                 raise TimeoutError(f"consume: {got} of {total} records after {_TIMEOUT_S} s")
             deadline = time.perf_counter() + _TIMEOUT_S if batch else deadline
         elapsed = time.perf_counter() - start
-        cpu_after, client_s = _cpu_s(proxies), time.process_time() - client_before
+        cpu_after, client_s = (
+            [_cpu_s(proxies), _cpu_s(bookies)],
+            time.process_time() - client_before,
+        )
     finally:
         consumer.close()
-    cpu = None
-    if cpu_before is not None and cpu_after is not None:
-        cpu = round((cpu_after - cpu_before) / total * 1e6, 2)
+    proxy, bookie = (
+        None if before is None or after is None else round((after - before) / total * 1e6, 2)
+        for before, after in zip(cpu_before, cpu_after, strict=True)
+    )
     return throughput(total, args.record_size, elapsed) | {
-        "proxy_cpu_us_per_record": cpu,
+        "proxy_cpu_us_per_record": proxy,
+        "bookies_cpu_us_per_record": bookie,
         "client_cpu_us_per_record": round(client_s / total * 1e6, 2),
     }
 
@@ -292,10 +300,11 @@ async def _latency(bootstrap: str, topic: str, args: argparse.Namespace) -> dict
     return result
 
 
-def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> dict[str, Any]:
+def _measure(bootstrap: str, args: argparse.Namespace, cluster_file: Path) -> dict[str, Any]:
+    proxies = _pids(cluster_file, "write_proxies")
     with _topic(bootstrap, args.partitions) as topic:
         produced = _produce(bootstrap, topic, args, proxies)
-        consumed = _consume(bootstrap, topic, args, proxies)
+        consumed = _consume(bootstrap, topic, args, proxies, _pids(cluster_file, "bookies"))
     with _topic(bootstrap, args.partitions) as topic:
         latency = asyncio_run(_latency(bootstrap, topic, args))
     return {
@@ -320,4 +329,4 @@ def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> di
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with local_cluster(args, write_proxies=1, kafka=True) as cluster_file:
-        return _measure(_bootstrap(cluster_file), args, _write_proxy_pids(cluster_file))
+        return _measure(_bootstrap(cluster_file), args, cluster_file)
