@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from foundation.errors import BadRequestError
 from streams.records import RECORD_OVERHEAD_BYTES, Headers
@@ -33,12 +33,25 @@ from streams.recordset import (
 from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_KEY, F_NULL, F_SKIP, REC, REC_V1
 
 if TYPE_CHECKING:
-    from streams.namespace import Namespace
+    from streams.context import CoreContext
+
+
+class _Namespace(Protocol):
+    """What :func:`read_raw_entries` uses of a :class:`~streams.namespace.Namespace`
+    (named structurally: the namespace itself uses this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def context(self) -> CoreContext: ...
+
 
 __all__ = [
     "FRAMING_FIELDS",
     "EntryLayout",
     "RecordExtras",
+    "payload_bytes",
     "read_raw_entries",
     "scan_entry",
 ]
@@ -174,6 +187,12 @@ def scan_entry(
                        offsets, keyed)  # fmt: skip
 
 
+def payload_bytes(layout: EntryLayout) -> int:
+    """The bytes of the entry's user records' payloads (a null value has none)."""
+    unpack_len, body = _U32.unpack_from, layout.body
+    return sum(unpack_len(body, start + _LEN_AT)[0] for start in layout.starts)
+
+
 def _framing(body: bytes, pos: int, version: int) -> tuple[int, int, int, int]:
     return (REC if version >= 2 else REC_V1).unpack_from(body, pos)
 
@@ -187,7 +206,7 @@ def _check_end(header: RecordSetHeader, body: bytes, pos: int, users: int) -> No
 
 
 async def read_raw_entries(
-    ns: Namespace, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
+    ns: _Namespace, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
 ) -> tuple[int, list[tuple[int, bytes]]]:
     """The segment's start sequence id and its entries ``first..last`` as stored
     ((entry id, payload), in order): :meth:`Namespace.read_entries` without decoding

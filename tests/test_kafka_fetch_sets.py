@@ -4,7 +4,9 @@ batch the record path gives -- ``decode_verified`` into ``ReadRecord`` tuples, t
 ``encode_columns`` record by record -- for any sets: keys and values null or not, of
 0 to ~1,000 bytes, headers (encoded the record way), producer markers, timestamps near
 and far from the set's base, compacted (sparse) sets, control records and
-end-of-stream markers between records, several sets, and a fetch offset inside them.
+end-of-stream markers between records, several sets, and a fetch offset inside them
+(and :func:`streams.columns.payload_bytes`, what a stream's info counts of its last
+entry, is the records' payload bytes).
 :func:`kafkaapi.protocol.records_arrays.encode_arrays` alone is checked against
 ``encode_columns`` the same way. Pure: no cluster.
 """
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from kafkaapi.fetch_sets import records_batch, sets_batch
 from kafkaapi.protocol.records import decode_batches, encode_columns
 from kafkaapi.protocol.records_arrays import encode_arrays
+from streams.columns import payload_bytes, scan_entry
 from streams.reader_items import RawRecordSet
 from streams.records import CREATE_TIME, LOG_APPEND_TIME, Compression, ProducerMarker, ReadRecord
 from streams.recordset import decode_read_records, encode_control, encode_record_set
@@ -128,6 +131,10 @@ def test_a_batch_cut_from_stored_sets_is_the_batch_of_their_records(
     assert got == _record_way(sets, offset)
     if got[0]:
         assert decode_batches(got[0])[0].records[0].offset >= offset
+    for s in sets:  # what a stream's info counts of its last entry (Namespace._confirmed)
+        recs = decode_read_records(s.payload, STREAM, SEQNO, s.entry_id, START_SEQ)[1]
+        layout = scan_entry(s.payload, s.entry_id, START_SEQ, keys_inline=True)
+        assert payload_bytes(layout) == sum(len(r.payload or b"") for r in recs)
 
 
 @settings(max_examples=300, deadline=None)
