@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["fetch", "list_offsets"]
 
-# Records one partition's answer holds at most (the byte limits usually stop it first).
+# Records one partition's answer from a feed holds at most (the byte limits usually stop
+# it first; a catch-up read's whole record sets are bounded by their bytes alone).
 PARTITION_RECORDS_MAX: Final = 10_000
 # The longest long poll served (a client asking more gets this much).
 FETCH_WAIT_MS_MAX: Final = 30_000
