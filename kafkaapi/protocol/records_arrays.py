@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from foundation.invariants import invariant
 from kafkaapi.protocol.records import seal_plain
 
 __all__ = ["encode_arrays"]
@@ -98,8 +99,10 @@ def encode_arrays(
         out[where : where + len(key)] = np.frombuffer(key, dtype=np.uint8)
         data[where : where + len(key)] = False
         apart += len(key)
-    if len(payload) != total - len(framing) - apart:
-        raise ValueError(f"{len(payload)} payload bytes for {total - len(framing)} of records")
+    invariant(
+        len(payload) == total - len(framing) - apart,
+        "%d payload bytes for %d of keys and values", len(payload), total - len(framing) - apart,
+    )  # fmt: skip
     out[data] = payload
     count = len(at)
     return seal_plain(
