@@ -87,8 +87,8 @@ def _concat(parts: list[Any], dtype: Any = np.int64) -> Any:
 def _columns_batch(layouts: list[EntryLayout], offset: int) -> tuple[bytes, int]:
     """:func:`sets_batch` for sets without headers, column-wise."""
     body = np.frombuffer(b"".join(lay.body for lay in layouts), dtype=np.uint8)
-    shifts = np.cumsum([0] + [len(lay.body) for lay in layouts])
-    rows = np.cumsum([0] + [lay.count for lay in layouts])
+    shifts = np.cumsum([0] + [len(lay.body) for lay in layouts])  # each body's first byte
+    rows = np.cumsum([0] + [lay.count for lay in layouts])  # each set's first record
     starts = _concat([np.frombuffer(lay.starts, dtype=np.int64) + shift
                       for lay, shift in zip(layouts, shifts, strict=False)])  # fmt: skip
     seqs = _concat([
@@ -99,20 +99,8 @@ def _columns_batch(layouts: list[EntryLayout], offset: int) -> tuple[bytes, int]
     first = int(np.searchsorted(seqs, offset))
     if first == len(seqs):
         return b"", offset
-    framing = body[starts[:, None] + _SPAN].reshape(-1).view(_FRAMING)
-    base_ts = np.repeat([lay.header.base_ts_ms for lay in layouts], [lay.count for lay in layouts])
-    stamps = framing["ts_delta"].astype(np.int64) + base_ts
-    values = framing["length"].astype(np.int64)
-    keys = np.full(len(starts), -1, dtype=np.int64)
-    data = np.ones(len(body), dtype=np.bool_)  # the keys' and values' bytes
-    data[: starts[first]] = False
-    data[starts[:, None] + _SPAN] = False
-    keyed = _concat([np.frombuffer(lay.keyed, dtype=np.int64) + row
-                     for lay, row in zip(layouts, rows, strict=False) if lay.keyed])  # fmt: skip
-    if len(keyed):
-        at = starts[keyed][:, None] + RECORD_OVERHEAD_BYTES + _KEY_LENGTH
-        keys[keyed] = body[at].reshape(-1).view(">u4").astype(np.int64)
-        data[at] = False
+    stamps, keys, values, data = _framing_columns(layouts, body, starts, rows)
+    data[: starts[first]] = False  # the records before the offset
     apart = _extras(layouts, shifts, rows, starts, data, stamps, values)
     for lay, shift in zip(layouts, shifts, strict=False):
         for a, b in lay.skipped:  # control records and end-of-stream markers
@@ -124,6 +112,28 @@ def _columns_batch(layouts: list[EntryLayout], offset: int) -> tuple[bytes, int]
     batch = encode_arrays(seqs, stamps, keys, values, payload, keys_apart=apart,
                           log_append_time=ts_type == LOG_APPEND_TIME)  # fmt: skip
     return batch, int(seqs[-1]) + 1
+
+
+def _framing_columns(
+    layouts: list[EntryLayout], body: Any, starts: Any, rows: Any
+) -> tuple[Any, Any, Any, Any]:
+    """Every record's timestamp, key length (-1: none, or kept with its extras) and
+    value length from its framing and a keyed record's key length; and the mask of the
+    bodies' bytes that are keys and values (framing and key lengths out)."""
+    framing = body[starts[:, None] + _SPAN].reshape(-1).view(_FRAMING)
+    base_ts = np.repeat([lay.header.base_ts_ms for lay in layouts], [lay.count for lay in layouts])
+    stamps = framing["ts_delta"].astype(np.int64) + base_ts
+    values = framing["length"].astype(np.int64)
+    keys = np.full(len(starts), -1, dtype=np.int64)
+    data = np.ones(len(body), dtype=np.bool_)
+    data[starts[:, None] + _SPAN] = False
+    keyed = _concat([np.frombuffer(lay.keyed, dtype=np.int64) + row
+                     for lay, row in zip(layouts, rows, strict=False) if lay.keyed])  # fmt: skip
+    if len(keyed):
+        at = starts[keyed][:, None] + RECORD_OVERHEAD_BYTES + _KEY_LENGTH
+        keys[keyed] = body[at].reshape(-1).view(">u4").astype(np.int64)
+        data[at] = False
+    return stamps, keys, values, data
 
 
 def _extras(  # noqa: PLR0917 - private; the columns it completes
