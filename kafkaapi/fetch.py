@@ -6,7 +6,8 @@ partition's feed when it covers N, else a kept private reader per consumer posit
 OFFSET_OUT_OF_RANGE past the end or before the first offset kept). The asked partitions
 are read at once. Each one's records go back as one record batch v2 whose offsets are
 the stored ones (uncompressed: the consumer saves the CPU, loopback and LAN links the
-bytes), encoded from the records' columns. The high watermark is the partition's end
+bytes), encoded from the records' columns -- a catch-up read's cut straight from the
+stored record sets (kafkaapi.fetch_sets). The high watermark is the partition's end
 offset as of the LAC; the log start offset its first kept record's.
 
 ``max_wait_ms``: when no asked partition has a record at its offset, the fetch waits
@@ -18,29 +19,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import operator
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, NotFoundError
 from foundation.names import partition_stream
 from kafkaapi.brokers import BrokerView
 from kafkaapi.errormap import kafka_code
+from kafkaapi.fetch_sets import records_batch, sets_batch
 from kafkaapi.protocol import errors as kerr
 from kafkaapi.protocol.errors import KafkaProtocolError
-from kafkaapi.protocol.records import encode_columns
 from serving.read.partitions import fetch_partition
-from streams.records import LOG_APPEND_TIME
 
 if TYPE_CHECKING:
     from kafkaapi.context import KafkaServing, Session
     from kafkaapi.protocol.messages import Request
     from serving.read.pages import Pages
     from streams.namespace import Namespace
-    from streams.records import ReadRecord
 
 __all__ = ["fetch", "list_offsets"]
 
-# Records one partition's answer holds at most (the byte limits usually stop it first).
+# Records one partition's answer from a feed holds at most (the byte limits usually stop
+# it first; a catch-up read's whole record sets are bounded by their bytes alone).
 PARTITION_RECORDS_MAX: Final = 10_000
 # The longest long poll served (a client asking more gets this much).
 FETCH_WAIT_MS_MAX: Final = 30_000
@@ -159,16 +158,15 @@ async def _read_within(
 
 
 class _Read(NamedTuple):
-    """A partition's records read, their record batch (b"": none) and the offset after
-    them (-1: not read). The partition ends no earlier than that offset: a read checks
-    its offset against the end when it opens its reader (OFFSET_OUT_OF_RANGE)."""
+    """A partition's record batch read (b"": none) and the offset after its records
+    (-1: not read). The partition ends no earlier than that offset: a read checks its
+    offset against the end when it opens its reader (OFFSET_OUT_OF_RANGE)."""
 
-    recs: list[ReadRecord]
     batch: bytes
     after: int
 
 
-_NONE: Final = _Read([], b"", -1)
+_NONE: Final = _Read(b"", -1)
 
 
 async def _records(
@@ -177,14 +175,16 @@ async def _records(
     if bytes_max <= 0:
         return _NONE
     try:
-        recs = await fetch_partition(
+        recs, sets = await fetch_partition(
             pages, topic, index, offset, limit=PARTITION_RECORDS_MAX, bytes_max=bytes_max
         )
+        if sets:  # a catch-up read: the batch is cut from the stored sets' columns
+            return _Read(*sets_batch(sets, offset, partition_stream(topic, index)))
     except BooklineError as exc:
         return exc
     if not recs:
-        return _Read(recs, b"", offset)
-    return _Read(recs, _batch(recs), recs[-1].sequence_id + 1)
+        return _Read(b"", offset)
+    return _Read(records_batch(recs), recs[-1].sequence_id + 1)
 
 
 def _failed(exc: BooklineError) -> dict[str, Any]:
@@ -215,21 +215,6 @@ def _answer(
         "log_start_offset": start,
         "records": read.batch,
     }
-
-
-# A ReadRecord is a tuple: its columns, taken in C (operator.itemgetter over map).
-_OFFSET, _TIMESTAMP, _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in (4, 6, 7, 8, 9))
-
-
-def _batch(recs: list[ReadRecord]) -> bytes:
-    return encode_columns(
-        list(map(_OFFSET, recs)),
-        list(map(_TIMESTAMP, recs)),
-        list(map(_KEY, recs)),
-        list(map(_VALUE, recs)),
-        list(map(_HEADERS, recs)),
-        log_append_time=recs[0].timestamp_type == LOG_APPEND_TIME,
-    )
 
 
 async def _wait_any(

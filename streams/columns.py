@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from foundation.errors import BadRequestError
 from streams.records import RECORD_OVERHEAD_BYTES, Headers
@@ -30,15 +30,28 @@ from streams.recordset import (
     extras_parser,  # the record decoder's own extras parsers: one definition of the layout
     verify_record_set,
 )
-from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_NULL, F_SKIP, REC, REC_V1
+from streams.recordset_layout import F_END_OF_STREAM, F_GAP, F_KEY, F_NULL, F_SKIP, REC, REC_V1
 
 if TYPE_CHECKING:
-    from streams.namespace import Namespace
+    from streams.context import CoreContext
+
+
+class _Namespace(Protocol):
+    """What :func:`read_raw_entries` uses of a :class:`~streams.namespace.Namespace`
+    (named structurally: the namespace itself uses this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def context(self) -> CoreContext: ...
+
 
 __all__ = [
     "FRAMING_FIELDS",
     "EntryLayout",
     "RecordExtras",
+    "payload_bytes",
     "read_raw_entries",
     "scan_entry",
 ]
@@ -51,6 +64,8 @@ FRAMING_FIELDS: Final = (("flags", ">u1", 0), ("txid", ">i8", 1), ("ts_delta", "
                          ("length", ">u4", 13))  # fmt: skip
 _LEN_AT: Final = 13
 _U32 = struct.Struct(">I")
+_LENGTHS = struct.Struct(">II")  # a keyed record's payload length, then its key's
+_KEYED_BYTES: Final = RECORD_OVERHEAD_BYTES + 4
 
 
 class RecordExtras(NamedTuple):
@@ -88,6 +103,10 @@ class EntryLayout:
     skipped: list[tuple[int, int]]
     end_of_stream: bool
     offsets: array[int] | None = None
+    # With ``keys_inline``: the user records whose only extra is a key (not in
+    # ``extras``): the key's u32 length at ``starts[i] + RECORD_OVERHEAD_BYTES``, the
+    # key after it, then the payload.
+    keyed: array[int] | None = None
 
     @property
     def count(self) -> int:
@@ -99,10 +118,14 @@ class EntryLayout:
         return self.first_sequence_id + self.header.user_count
 
 
-def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLayout:
+def scan_entry(
+    payload: bytes, entry_id: int, start_sequence_id: int, *, keys_inline: bool = False
+) -> EntryLayout:
     """Verify the stored set ``payload`` (entry ``entry_id`` of a segment starting at
     ``start_sequence_id``) and locate its user records. Corrupt or malformed input
-    raises ChecksumError / BadRequestError as the record decoder does."""
+    raises ChecksumError / BadRequestError as the record decoder does. ``keys_inline``:
+    a record whose only extra is a key is listed in ``keyed``, not ``extras`` (no
+    object for it: the Kafka fetch's columns, where most records are keyed)."""
     header, body = verify_record_set(payload)
     starts: array[int] = array("q")
     slots: array[int] | None = None
@@ -110,6 +133,7 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     parse = extras_parser(header.version)
     skipped: list[tuple[int, int]] = []
     unpack_len = _U32.unpack_from
+    unpack_lengths = _LENGTHS.unpack_from
     append = starts.append
     eos = False
     pos = 0
@@ -118,10 +142,16 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
     offsets: array[int] | None = array("q") if header.sparse else None
     slots = array("q") if header.sparse else None
     shift = 0  # offsets compaction removed so far (sparse sets)
+    keyed: array[int] | None = array("q") if keys_inline else None
     try:
         for slot in range(header.count):
             flags = body[pos]
-            if flags:
+            if flags == F_KEY and keyed is not None:  # the same layout in every version
+                keyed.append(len(starts))
+                append(pos)
+                plen, klen = unpack_lengths(body, pos + _LEN_AT)
+                pos += _KEYED_BYTES + klen + plen
+            elif flags:
                 if flags & F_SKIP:
                     eos = eos or bool(flags & F_END_OF_STREAM)
                     if slots is None:
@@ -154,7 +184,13 @@ def scan_entry(payload: bytes, entry_id: int, start_sequence_id: int) -> EntryLa
         raise BadRequestError("record set body is truncated") from exc
     _check_end(header, body, pos, len(starts) + shift)
     return EntryLayout(entry_id, header, body, first, starts, slots, extras, skipped, eos,
-                       offsets)  # fmt: skip
+                       offsets, keyed)  # fmt: skip
+
+
+def payload_bytes(layout: EntryLayout) -> int:
+    """The bytes of the entry's user records' payloads (a null value has none)."""
+    unpack_len, body = _U32.unpack_from, layout.body
+    return sum(unpack_len(body, start + _LEN_AT)[0] for start in layout.starts)
 
 
 def _framing(body: bytes, pos: int, version: int) -> tuple[int, int, int, int]:
@@ -170,7 +206,7 @@ def _check_end(header: RecordSetHeader, body: bytes, pos: int, users: int) -> No
 
 
 async def read_raw_entries(
-    ns: Namespace, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
+    ns: _Namespace, name: str, segment_seqno: int, first_entry_id: int, last_entry_id: int
 ) -> tuple[int, list[tuple[int, bytes]]]:
     """The segment's start sequence id and its entries ``first..last`` as stored
     ((entry id, payload), in order): :meth:`Namespace.read_entries` without decoding

@@ -36,3 +36,8 @@ def test_bench_kafka_runs_every_workload(tmp_path: Path) -> None:
         assert out[figure] > 0, figure
     assert out["ack_p50_ms"] <= out["ack_p99_ms"] and out["e2e_p50_ms"] <= out["e2e_p99_ms"]
     assert out["produce_proxy_cpu_us_per_record"] > 0  # its own cluster: local processes
+    # CPU per consumed record of the proxy, the bookies and the consumer (ticks of 10 ms:
+    # 3,006 records may take none of the proxy's or bookies').
+    assert out["consume_proxy_cpu_us_per_record"] >= 0
+    assert out["consume"]["bookies_cpu_us_per_record"] >= 0
+    assert out["consume"]["client_cpu_us_per_record"] > 0

@@ -42,19 +42,25 @@ from serving.read.pages import Pages
 from serving.read.partitions import fetch_partition, read_partition
 from serving.read.readers import ReaderPool
 from streams.dlsn import DLSN, StartPosition
+from streams.reader_items import RawRecordSet
 from streams.records import ReadRecord
+from streams.recordset import encode_record_set
 from tests.waiting import WAIT_S, scaled, wait_for
 
 T = TypeVar("T")
 TOPIC = "t"
 
 
+SET_RECORDS = 10  # records per entry of the fake partitions
+
+
 def _records(partition: int, count: int, size: int = 100) -> list[ReadRecord]:
     name = f"{TOPIC}~{partition}"
     return [
-        ReadRecord(name, DLSN(1, i // 10, i % 10), i, i, 1_000 + i, b"v" * size, b"k%d" % i)
+        ReadRecord(name, DLSN(1, i // SET_RECORDS, i % SET_RECORDS), i, i, 1_000 + i,
+                   b"v" * size, b"k%d" % i)
         for i in range(count)
-    ]
+    ]  # fmt: skip
 
 
 class _Reader:
@@ -77,6 +83,30 @@ class _Reader:
             await asyncio.Event().wait()  # the end: a read waits out its timeout
         out = self.recs[self.pos : self.pos + records_max]
         self.pos += len(out)
+        return out
+
+    async def read_record_sets(self, bytes_max: int, timeout_s: float | None = None) -> list[Any]:
+        """The records as stored sets of SET_RECORDS (entry i holds offsets 10i..),
+        the first one from where the reader is; as :meth:`read_many` at the end."""
+        self.reads_started.set()
+        self.waits.append(timeout_s or 0.0)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.pos >= len(self.recs) and timeout_s:
+            await asyncio.Event().wait()
+        out: list[RawRecordSet] = []
+        while self.pos < len(self.recs) and sum(len(s.payload) for s in out) < bytes_max:
+            entry = self.pos // SET_RECORDS
+            recs = self.recs[entry * SET_RECORDS : (entry + 1) * SET_RECORDS]
+            payload = encode_record_set(
+                [r.payload for r in recs], [r.txid for r in recs], [r.timestamp_ms for r in recs],
+                first_index=entry * SET_RECORDS, bytes_before=0, last_txid=recs[-1].txid,
+                keys=[r.key for r in recs],
+            )  # fmt: skip
+            next_seq = entry * SET_RECORDS + len(recs)
+            out.append(RawRecordSet(payload, 1, entry, 0, self.pos % SET_RECORDS, next_seq,
+                                    len(recs)))  # fmt: skip
+            self.pos = next_seq
         return out
 
     async def settle(self, timeout_s: float) -> None:
@@ -162,12 +192,12 @@ async def test_a_page_cut_by_its_bytes_keeps_its_reader_for_the_next_page() -> N
 async def test_consecutive_fetches_read_a_partition_with_one_reader() -> None:
     ns = _Namespace({0: _records(0, 3_000)})
     pages = _pages(ns)
-    offset, got = 0, []
+    offset, got = 0, list[int]()
     while offset < 3_000:
-        page = await fetch_partition(pages, TOPIC, 0, offset, limit=10_000, bytes_max=50_000)
-        assert page, f"nothing from offset {offset}"
-        got += [r.sequence_id for r in page]
-        offset = page[-1].sequence_id + 1
+        recs, sets = await fetch_partition(pages, TOPIC, 0, offset, limit=10_000, bytes_max=50_000)
+        assert sets and not recs, f"no record sets from offset {offset}"
+        got += range(offset, sets[-1].next_sequence_id)
+        offset = sets[-1].next_sequence_id
     assert got == list(range(3_000))
     assert len(ns.opened) == 1
 

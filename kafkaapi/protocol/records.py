@@ -60,6 +60,7 @@ __all__ = [
     "decode_produced",
     "encode_batch",
     "encode_columns",
+    "seal_plain",
     "split_batches",
 ]
 
@@ -151,11 +152,27 @@ def encode_columns(
     offsets increasing), as :func:`encode_batch` encodes it without a :class:`Record`
     per record: a fetch answer's batch, which a reader's records become directly."""
     base_offset = offsets[0]
-    batch = RecordBatch(base_offset=base_offset, records=(), log_append_time=log_append_time)
     body = _records_body(base_offset, offsets, timestamps, keys, values, headers)
-    return _sealed(
-        batch, body, offsets[-1] - base_offset, timestamps[0], max(timestamps), len(offsets)
-    )
+    return seal_plain(
+        base_offset, body, offsets[-1] - base_offset, timestamps[0], max(timestamps),
+        len(offsets), log_append_time=log_append_time,
+    )  # fmt: skip
+
+
+def seal_plain(  # noqa: PLR0917 - the batch's derived fields, in the header's order
+    base_offset: int,
+    body: bytes,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    count: int,
+    *,
+    log_append_time: bool = False,
+) -> bytes:
+    """An uncompressed batch around ``count`` encoded records (``body``), no producer
+    fields: a fetch answer's (also :mod:`kafkaapi.protocol.records_arrays`')."""
+    batch = RecordBatch(base_offset=base_offset, records=(), log_append_time=log_append_time)
+    return _sealed(batch, body, last_delta, base_ts, max_ts, count)
 
 
 def _sealed(  # noqa: PLR0917 - private, the batch's derived fields

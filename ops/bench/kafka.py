@@ -14,7 +14,11 @@ on; each a process) in a temporary directory unless ``--cluster`` names a runnin
   ``--cluster`` whose proxies are not local processes).
 * **consume** -- a consumer assigned every partition from the beginning reads those
   ``--records`` records back (1,000,000 by default): records/s from ``assign`` to the
-  last one.
+  last one, the CPU per record meanwhile of the write proxies
+  (``proxy_cpu_us_per_record``, as the produce run's), the bookies
+  (``bookies_cpu_us_per_record``) and the bench process itself
+  (``client_cpu_us_per_record``: librdkafka's threads and the Python loop): on a
+  shared machine their sum, not one process, bounds records/s.
 * **latency** -- open loop at ``--rate`` records/s (1,000) for ``--seconds`` (10) to a
   fresh topic, records stamped with their *scheduled* send time: the producer's
   acknowledgement latency (``ack_p50_ms``, ``ack_p99_ms``) and the end-to-end latency
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import operator
 import os
 import threading
 import time
@@ -56,6 +61,7 @@ _KEYS: Final = 10_000  # distinct keys of the produce run (as bench produce)
 _TIMEOUT_S: Final = 120.0  # a client call that takes longer fails the run
 # Records asked of librdkafka per consume() call: amortises the Python call per record.
 _CONSUME_BATCH: Final = 10_000
+_ERROR: Final = operator.methodcaller("error")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,9 +83,10 @@ def _producer_config(bootstrap: str, linger_ms: int) -> dict[str, Any]:
     }
 
 
-def _write_proxy_pids(cluster_file: Path) -> list[int]:
+def _pids(cluster_file: Path, role: str) -> list[int]:
+    """The pids of cluster.json's ``role`` list (write_proxies, bookies)."""
     doc = json.loads(cluster_file.read_text())
-    return [int(p["pid"]) for p in doc.get("write_proxies", []) if p.get("pid")]
+    return [int(p["pid"]) for p in doc.get(role, []) if p.get("pid")]
 
 
 def _cpu_s(pids: list[int]) -> float | None:
@@ -151,7 +158,9 @@ def _produce(
     return throughput(args.records, args.record_size, elapsed) | {"proxy_cpu_us_per_record": cpu}
 
 
-def _consume(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def _consume(
+    bootstrap: str, topic: str, args: argparse.Namespace, proxies: list[int], bookies: list[int]
+) -> dict[str, Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
@@ -164,23 +173,38 @@ def _consume(bootstrap: str, topic: str, args: argparse.Namespace) -> dict[str, 
     )
     total = args.records + args.partitions  # and the warm-up records
     try:
+        cpu_before, client_before = [_cpu_s(proxies), _cpu_s(bookies)], time.process_time()
         start = time.perf_counter()
         parts = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(args.partitions)]
         consumer.assign(parts)
         got, deadline = 0, start + _TIMEOUT_S
         while got < total:
             batch = consumer.consume(_CONSUME_BATCH, 1.0)
-            for msg in batch:
-                if msg.error() is not None:
-                    raise RuntimeError(f"consume: {msg.error()}")
+            # One C call per message (no payload copied): librdkafka hands errors
+            # (none is expected) as messages among the records.
+            failed = next(filter(None, map(_ERROR, batch)), None)
+            if failed is not None:
+                raise RuntimeError(f"consume: {failed}")
             got += len(batch)
             if not batch and time.perf_counter() > deadline:
                 raise TimeoutError(f"consume: {got} of {total} records after {_TIMEOUT_S} s")
             deadline = time.perf_counter() + _TIMEOUT_S if batch else deadline
         elapsed = time.perf_counter() - start
+        cpu_after, client_s = (
+            [_cpu_s(proxies), _cpu_s(bookies)],
+            time.process_time() - client_before,
+        )
     finally:
         consumer.close()
-    return throughput(total, args.record_size, elapsed)
+    proxy, bookie = (
+        None if before is None or after is None else round((after - before) / total * 1e6, 2)
+        for before, after in zip(cpu_before, cpu_after, strict=True)
+    )
+    return throughput(total, args.record_size, elapsed) | {
+        "proxy_cpu_us_per_record": proxy,
+        "bookies_cpu_us_per_record": bookie,
+        "client_cpu_us_per_record": round(client_s / total * 1e6, 2),
+    }
 
 
 async def tail_kafka(params: dict[str, Any], total: int, ready: Callable[[], None]) -> Latencies:
@@ -276,10 +300,11 @@ async def _latency(bootstrap: str, topic: str, args: argparse.Namespace) -> dict
     return result
 
 
-def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> dict[str, Any]:
+def _measure(bootstrap: str, args: argparse.Namespace, cluster_file: Path) -> dict[str, Any]:
+    proxies = _pids(cluster_file, "write_proxies")
     with _topic(bootstrap, args.partitions) as topic:
         produced = _produce(bootstrap, topic, args, proxies)
-        consumed = _consume(bootstrap, topic, args)
+        consumed = _consume(bootstrap, topic, args, proxies, _pids(cluster_file, "bookies"))
     with _topic(bootstrap, args.partitions) as topic:
         latency = asyncio_run(_latency(bootstrap, topic, args))
     return {
@@ -291,6 +316,7 @@ def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> di
         "produce_records_per_s": produced["records_per_s"],
         "produce_proxy_cpu_us_per_record": produced["proxy_cpu_us_per_record"],
         "consume_records_per_s": consumed["records_per_s"],
+        "consume_proxy_cpu_us_per_record": consumed["proxy_cpu_us_per_record"],
         "ack_p50_ms": latency["ack_p50_ms"],
         "ack_p99_ms": latency["ack_p99_ms"],
         "e2e_p50_ms": latency["p50_ms"],
@@ -303,4 +329,4 @@ def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> di
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with local_cluster(args, write_proxies=1, kafka=True) as cluster_file:
-        return _measure(_bootstrap(cluster_file), args, _write_proxy_pids(cluster_file))
+        return _measure(_bootstrap(cluster_file), args, cluster_file)

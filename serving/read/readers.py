@@ -135,7 +135,14 @@ class ReaderPool:
         return page
 
     async def read_sets(
-        self, name: str, start: StartPosition, bytes_max: int, wait_s: float
+        self,
+        name: str,
+        start: StartPosition,
+        bytes_max: int,
+        wait_s: float,
+        *,
+        before_open: Callable[[], Awaitable[None]] | None = None,
+        grace_s: float = AT_END_GRACE_S,
     ) -> list[RawRecordSet]:
         """Whole record sets from ``start`` (about ``bytes_max`` of them), by the reader
         a previous call ended at when there is one, as :meth:`read`."""
@@ -143,6 +150,7 @@ class ReaderPool:
         reader, sets = await self._borrow(
             self._idle_sets, key, name, start,
             lambda r, t, _held: r.read_record_sets(bytes_max, timeout_s=t), wait_s,
+            before_open=before_open, grace_s=grace_s,
         )  # fmt: skip
         if sets:
             self.metrics.count_core("private", entries=len(sets))
