@@ -80,6 +80,8 @@ class JoinArgs:
     require_known_id: bool  # JoinGroup v4+ of a dynamic member: MEMBER_ID_REQUIRED first
     client_id: str = ""
     client_host: str = ""
+    # JoinGroup v9+: a leader can be told to skip assigning (Kafka's skip_assignment).
+    supports_skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
