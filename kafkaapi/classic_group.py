@@ -19,9 +19,11 @@ pending id; the first join of an Empty group waits ``initial_delay_ms`` (Kafka's
 generation; the barrier ends once every member rejoined, or at the rebalance timeout
 (members not rejoined are dropped, static ones kept); the protocol is the one every
 member supports with the most first-choice votes; a static member (``group.instance.
-id``) rejoining with a new member id while Stable, its protocols unchanged, replaces
-the old id without a rebalance (the old one is FENCED_INSTANCE_ID); sessions expire
-members not waiting in a JoinGroup or SyncGroup; a SyncGroup phase not completed
+id``) rejoining with a new member id while Stable replaces the old id without a
+rebalance unless the protocol chosen changes (the old id is FENCED_INSTANCE_ID; a
+restarted leader is told to skip assigning, before JoinGroup v9 the previous leader's
+id), and while the leader assigns it starts a rebalance; sessions expire members not
+waiting in a JoinGroup or SyncGroup; a SyncGroup phase not completed
 within the rebalance timeout drops the members that did not sync.
 """
 
@@ -80,6 +82,8 @@ class JoinArgs:
     require_known_id: bool  # JoinGroup v4+ of a dynamic member: MEMBER_ID_REQUIRED first
     client_id: str = ""
     client_host: str = ""
+    # JoinGroup v9+: a leader can be told to skip assigning (Kafka's skip_assignment).
+    supports_skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,24 +217,49 @@ class ClassicGroup:
             else:
                 self._add(now_ms, ticket, _new_id(args.client_id), args)
             return
-        old = self.members.pop(old_id)
+        old = self.members[old_id]
         for waiting in (old.join_ticket, old.sync_ticket):
             if waiting is not None:  # the old incarnation is fenced
                 self._answer(waiting, "FENCED_INSTANCE_ID", old_id)
         member = replace(old, member_id=_new_id(args.client_id), join_ticket=None, sync_ticket=None)
-        self.members[member.member_id] = member
+        # In the old one's place: the order breaks protocol vote ties (_select_protocol).
+        in_place = [member if m is old else m for m in self.members.values()]
+        self.members = {m.member_id: m for m in in_place}
         self.instances[args.instance_id] = member.member_id
+        previous_leader = self.leader
         if self.leader == old_id:
             self.leader = member.member_id
-        if self.state == STABLE and args.protocols == old.protocols:
-            # Kafka's static rejoin: same generation, no rebalance; its SyncGroup
-            # answers the assignment it had (the leader is told to skip assigning).
-            member.deadline_ms = now_ms + args.session_timeout_ms
-            member.session_timeout_ms = args.session_timeout_ms
-            member.rebalance_timeout_ms = args.rebalance_timeout_ms
-            self.outbox.append((ticket, self._generation_answer(member, skip=True)))
+        if self.state == STABLE:
+            member.protocols = args.protocols
+            if self._select_protocol() == self.protocol:
+                self._rejoin_static(now_ms, ticket, member, args, previous_leader)
+                return
+        # Kafka rebalances: the protocol chosen changes, or (CompletingRebalance) the
+        # leader may be assigning to the old id; in PreparingRebalance it just waits.
+        self._await_join(member, ticket, args)
+        if self.state == PREPARING:
+            self._maybe_complete_join(now_ms)
         else:
-            self._join_known(now_ms, ticket, member, args)
+            self._prepare_rebalance(now_ms)
+
+    def _rejoin_static(
+        self, now_ms: int, ticket: int, member: Member, args: JoinArgs, previous_leader: str | None
+    ) -> None:
+        """Kafka's static rejoin while Stable: the same generation, no rebalance; its
+        SyncGroup answers the assignment it had. A restarted leader must not assign (the
+        group would ignore it, and a client that assigned watches its fresh metadata and
+        rejoins when it arrives: a rebalance of all): from JoinGroup v9 it is told to
+        skip assigning; before, it is told the previous leader's id, so it syncs as a
+        follower (it still leads the next rebalance)."""
+        member.deadline_ms = now_ms + args.session_timeout_ms
+        member.session_timeout_ms = args.session_timeout_ms
+        member.rebalance_timeout_ms = args.rebalance_timeout_ms
+        answer = self._generation_answer(member, skip=True)
+        if not args.supports_skip_assignment:
+            answer = replace(
+                answer, leader=previous_leader or "", skip_assignment=False, members=()
+            )
+        self.outbox.append((ticket, answer))
 
     def _join_known(self, now_ms: int, ticket: int, member: Member, args: JoinArgs) -> None:
         unchanged = args.protocols == member.protocols

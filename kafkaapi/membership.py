@@ -39,6 +39,7 @@ _UNKNOWN_MEMBER: Final = _named("UNKNOWN_MEMBER_ID")
 # A JoinGroup below v4 answers no member id of its own; v1+ names a rebalance timeout.
 _REQUIRES_KNOWN_ID: Final = 4
 _NULLABLE_NAME: Final = 7  # JoinGroup's protocol_name may be null from v7
+_SKIP_ASSIGNMENT: Final = 9  # JoinGroup's answer tells a leader to skip assigning from v9
 
 
 class _Refused(Exception):
@@ -94,6 +95,7 @@ async def join_group(serving: KafkaServing, session: Session, request: Request) 
         and body["group_instance_id"] is None,
         client_id=request.client_id or "",
         client_host=session.peer,
+        supports_skip_assignment=request.version >= _SKIP_ASSIGNMENT,
     )
     result = await driver.join(args)
     members = [{"member_id": m, "group_instance_id": i, "metadata": meta}

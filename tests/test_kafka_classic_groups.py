@@ -334,6 +334,68 @@ async def test_the_leaders_assignment_bytes_reach_each_follower_verbatim(bootstr
     assert [m["error_code"] for m in left["members"]] == [0, 0, 0]
 
 
+async def _static_sync(
+    coordinator: str, group: str, generation: int, member: str, instance: str,
+    *, assignments: dict[str, bytes] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    body = _sync_body(group, generation, member, assignments or {})
+    return await kafka_call(coordinator, SYNC_GROUP, 5, body | {"group_instance_id": instance})
+
+
+async def _beat(coordinator: str, group: str, generation: int, member: str, instance: str) -> int:
+    body = {"group_id": group, "generation_id": generation, "member_id": member,
+            "group_instance_id": instance}  # fmt: skip
+    return int((await kafka_call(coordinator, HEARTBEAT, 4, body))["error_code"])
+
+
+async def test_a_restarted_static_leader_is_not_asked_to_assign_again(bootstrap: str) -> None:
+    """Three static members, Stable; the leader's process restarts (a JoinGroup with its
+    instance id, no member id). Before JoinGroup v9 it is told the previous leader's id,
+    so it syncs as a follower and runs no assignor (Kafka's answer: a restarted client
+    that assigns watches its fresh metadata and rejoins when it arrives, rebalancing
+    every member); from v9 it is the leader with skip_assignment. Neither rebalances:
+    the others' heartbeats say NONE and its SyncGroup answers the instance's assignment."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    coordinator = await _coordinator(bootstrap, group)
+    instances = ["i-a", "i-b", "i-c"]
+    joined = await asyncio.gather(*(
+        kafka_call(coordinator, JOIN_GROUP, 7, _join_body(group, "", i.encode(), i))
+        for i in instances
+    ))  # fmt: skip
+    assert {j["error_code"] for j in joined} == {0}, joined
+    generation, leader = joined[0]["generation_id"], joined[0]["leader"]
+    ids = {i: j["member_id"] for i, j in zip(instances, joined, strict=True)}
+    [lead] = [i for i in instances if ids[i] == leader]
+    assignment = {ids[i]: b"partitions of " + i.encode() for i in instances}
+    followers = [
+        asyncio.create_task(_static_sync(coordinator, group, generation, ids[i], i))
+        for i in instances
+        if i != lead
+    ]
+    await _static_sync(coordinator, group, generation, leader, lead, assignments=assignment)
+    assert {(await f)["error_code"] for f in followers} == {0}
+    for version in (7, 9):
+        old = ids[lead]
+        body = _join_body(group, "", lead.encode(), lead)
+        again = await kafka_call(coordinator, JOIN_GROUP, version, body)
+        assert again["error_code"] == 0 and again["generation_id"] == generation, again
+        assert again["member_id"] != old
+        if version < 9:  # the previous leader's id: it does not take itself for the leader
+            assert (again["leader"], again["members"]) == (old, []), again
+        else:
+            assert again["leader"] == again["member_id"] and again["skip_assignment"]
+            assert len(again["members"]) == len(instances)
+        ids[lead] = again["member_id"]
+        synced = await _static_sync(coordinator, group, generation, ids[lead], lead)
+        assert synced["error_code"] == 0 and synced["assignment"] == assignment[leader]
+        beats = [await _beat(coordinator, group, generation, ids[i], i) for i in instances]
+        assert beats == [0, 0, 0]  # nobody is asked to rejoin
+        assert await _beat(coordinator, group, generation, old, lead) == 82  # FENCED_INSTANCE_ID
+    left = await kafka_call(coordinator, LEAVE_GROUP, 5, {"group_id": group, "members": [
+        {"member_id": "", "group_instance_id": i, "reason": None} for i in instances]})  # fmt: skip
+    assert [m["error_code"] for m in left["members"]] == [0, 0, 0]
+
+
 async def test_a_group_has_kafka_members_or_bookline_members_not_both(
     cluster: LocalCluster, bootstrap: str
 ) -> None:
