@@ -41,3 +41,17 @@ def test_bench_kafka_runs_every_workload(tmp_path: Path) -> None:
     assert out["consume_proxy_cpu_us_per_record"] >= 0
     assert out["consume"]["bookies_cpu_us_per_record"] >= 0
     assert out["consume"]["client_cpu_us_per_record"] > 0
+
+
+def test_bench_kafka_phases_are_checked() -> None:
+    """``--phases`` names phases of the bench; consume reads what produce wrote."""
+    import argparse
+
+    from ops.bench.kafka import PHASES, _phases
+
+    assert _phases("latency") == {"latency"}
+    assert _phases(" produce , consume ") == {"produce", "consume"}
+    assert _phases(",".join(PHASES)) == set(PHASES)
+    for bad in ("", "fetch", "consume", "latency,consume"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _phases(bad)
