@@ -26,10 +26,8 @@ from streams.columns import payload_bytes, scan_entry
 from streams.reader_items import RawRecordSet
 from streams.records import CREATE_TIME, LOG_APPEND_TIME, Compression, ProducerMarker, ReadRecord
 from streams.recordset import decode_read_records, encode_control, encode_record_set
-from streams.recordset_encode import _seal
-from streams.recordset_layout import REC
-from streams.recordset_layout import U32 as _U32
 from streams.recordset_sparse import encode_sparse_set
+from tests.recordset_support import mixed_set
 
 STREAM = "t~0"
 SEQNO = 2
@@ -74,17 +72,7 @@ def _user_set(spec: dict[str, Any], first_index: int, with_headers: bool) -> byt
 
 
 def _mixed_set(first_index: int) -> bytes:
-    """user, control, user (key), end-of-stream, user (the writer never mixes them;
-    the codec allows it)."""
-    pack = REC.pack
-    body = b"".join([
-        pack(0, 11, 0, 3), b"abc",
-        pack(0x01, 11, 0, 0),
-        pack(0x04, 12, 5, 2), _U32.pack(3), b"key", b"de",
-        pack(0x02, 12, 0, 0),
-        pack(0, 13, -9, 0),
-    ])  # fmt: skip
-    return _seal(body, 5, 3, first_index, 11, 13, BASE_TS, 0, Compression.NONE)
+    return mixed_set(first_index, BASE_TS, -9)
 
 
 def _stored(specs: list[dict[str, Any]], with_headers: bool) -> list[RawRecordSet]:

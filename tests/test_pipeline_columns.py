@@ -33,7 +33,7 @@ from streams.recordset import (  # noqa: E402
 )
 from streams.recordset_encode import _seal  # noqa: E402
 from streams.recordset_layout import REC  # noqa: E402
-from streams.recordset_layout import U32 as _U32  # noqa: E402
+from tests.recordset_support import mixed_set  # noqa: E402
 
 SEQNO = 3
 START_SEQ = 1_000
@@ -80,17 +80,7 @@ def _user_set(n: int, first_index: int, *, extras: bool, seed: int, **kw: Any) -
 
 
 def _mixed_set(first_index: int) -> bytes:
-    """user, control, user (key), end-of-stream, user: slots 0, 2, 4 hold the records
-    (the writer never mixes them; the codec allows it, so the reader must cope)."""
-    pack = REC.pack
-    body = b"".join([
-        pack(0, 11, 0, 3), b"abc",
-        pack(0x01, 11, 0, 0),
-        pack(0x04, 12, 5, 2), _U32.pack(3), b"key", b"de",
-        pack(0x02, 12, 0, 0),
-        pack(0, 13, 9, 0),
-    ])  # fmt: skip
-    return _seal(body, 5, 3, first_index, 11, 13, 1_700_000_000_000, 0, Compression.NONE)
+    return mixed_set(first_index, 1_700_000_000_000, 9)
 
 
 def _records(entries: Sequence[tuple[int, bytes]]) -> list[ReadRecord]:
