@@ -98,6 +98,7 @@ class Fleet:
         topic: str,
         group: str,
         assignor: str,
+        *,
         logs: Path | None = None,
     ):
         self.base = [client, bootstrap, topic, group, assignor]
