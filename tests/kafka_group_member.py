@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -111,6 +113,8 @@ def confluent(a: Args) -> None:
         "session.timeout.ms": a.session_ms,
         "heartbeat.interval.ms": 300,
     }
+    if os.environ.get("GROUP_MEMBER_LOG"):
+        conf.update({"debug": "cgrp", "logger": logging.getLogger("confluent")})
     if a.instance:
         conf["group.instance.id"] = a.instance
     consumer = Consumer(conf)
@@ -158,7 +162,20 @@ async def aiokafka(a: Args) -> None:
     await consumer.stop()
 
 
+def _log_to_file() -> None:
+    """DEBUG of the clients' group coordinators into $GROUP_MEMBER_LOG, if set."""
+    path = os.environ.get("GROUP_MEMBER_LOG")
+    if not path:
+        return
+    logging.basicConfig(
+        filename=path, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
+    for name in ("kafka.coordinator", "kafka.consumer", "aiokafka.consumer", "confluent"):
+        logging.getLogger(name).setLevel(logging.DEBUG)
+
+
 def main(argv: list[str]) -> None:
+    _log_to_file()
     client, bootstrap, topic, group, assignor, session = argv[:6]
     instance = argv[6] if len(argv) > 6 else None
     args = Args(bootstrap, topic, group, assignor, int(session), instance)

@@ -243,6 +243,27 @@ def test_a_restarted_static_leader_before_join_v9_is_told_the_previous_leader() 
     assert box.group.heartbeat(5_000, two, "i-2", 1) == "NONE"
 
 
+def test_a_restarted_static_members_second_join_rebalances_only_if_it_leads() -> None:
+    """kafka-python may send a second JoinGroup right after its SyncGroup (when join and
+    sync outlast one poll). Kafka answers it as any member's JoinGroup in Stable: a
+    follower's with the same metadata gets the current generation; the leader's starts
+    a rebalance, and a restarted static leader leads again under its new member id
+    (ClassicGroup.replaceStaticMember). So only a restarted follower is sure not to
+    disturb the others (tests/test_kafka_classic_groups.py's restart test)."""
+    box = Box(_group())
+    one, _ = _two_static_members(box, ("range",))
+    restarted = box.answers[box.join(5_000, _args(instance="i-2", meta=b"2"))]
+    box.sync(5_000, restarted.member_id, 1)
+    again = box.answers[box.join(5_010, _args(restarted.member_id, instance="i-2", meta=b"2"))]
+    assert (again.error, again.generation, again.leader) == ("NONE", 1, one)
+    assert box.group.state == STABLE
+    restarted = box.answers[box.join(6_000, _args(instance="i-1", meta=b"1"))]
+    assert restarted.leader == one  # told the previous leader: it acts as a follower
+    box.sync(6_000, restarted.member_id, 1)
+    t = box.join(6_010, _args(restarted.member_id, instance="i-1", meta=b"1"))
+    assert t not in box.answers and box.group.state == PREPARING
+
+
 def test_a_static_member_restarting_while_the_leader_assigns_rebalances() -> None:
     """The leader may be assigning to the member's old id (CompletingRebalance): as
     Kafka does, the restart starts a rebalance, else the new id would get nothing and

@@ -16,6 +16,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,12 +61,14 @@ def bootstrap(cluster: LocalCluster) -> str:
 class Member:
     """A member process and the last state it printed."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], log: Path | None = None) -> None:
+        self.log = log
+        env = os.environ.copy() | ({"GROUP_MEMBER_LOG": str(log)} if log else {})
         self.proc = subprocess.Popen(  # stopped by pid in Fleet.stop
             [sys.executable, "-m", "tests.kafka_group_member", *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=os.environ.copy(),
+            env=env,
         )
         self.state: dict[str, Any] = {"held": [], "revoked": {}, "read": 0}
         threading.Thread(target=self._watch, daemon=True).start()
@@ -85,16 +88,37 @@ class Member:
 
 
 class Fleet:
-    """Members of one group; every process is stopped by pid at the end."""
+    """Members of one group; every process is stopped by pid at the end. With ``logs`` (a
+    directory) each member process logs its client's group coordinator there."""
 
-    def __init__(self, client: str, bootstrap: str, topic: str, group: str, assignor: str):
+    def __init__(
+        self,
+        client: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        assignor: str,
+        *,
+        logs: Path | None = None,
+    ):
         self.base = [client, bootstrap, topic, group, assignor]
         self.members: dict[str, Member] = {}
+        self.logs = logs
+        self.started: list[Member] = []
 
     def start(self, name: str, session_ms: int, instance: str | None = None) -> Member:
         argv = [*self.base, str(session_ms), *([instance] if instance else [])]
-        self.members[name] = Member(argv)
+        log = self.logs / f"{name}-{len(self.started)}.log" if self.logs else None
+        self.members[name] = Member(argv, log)
+        self.started.append(self.members[name])
         return self.members[name]
+
+    def print_logs(self, lines: int = 80) -> None:
+        """The tail of every member's log (pytest shows it with a failure)."""
+        for member in self.started:
+            if member.log and member.log.exists():
+                tail = member.log.read_text(errors="replace").splitlines()[-lines:]
+                print(f"---- {member.log} (last {lines} lines)", *tail, sep="\n")
 
     def kill(self, name: str) -> None:
         proc = self.members.pop(name).proc
@@ -195,15 +219,28 @@ async def test_members_split_a_fourth_joins_one_is_killed(
 
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "confluent-kafka"])
 async def test_a_static_member_restarting_gets_its_partitions_back_alone(
-    bootstrap: str, client: str
+    bootstrap: str, client: str, tmp_path: Path
 ) -> None:
     """Static members (``group.instance.id``): one killed with kill -9 and started again
     within its session timeout holds the same partitions, and no other member gave any
-    partition up (no rebalance)."""
+    partition up (no rebalance).
+
+    The restarted member is a follower: b joins first and stays the group's leader. Kafka
+    promises no rebalance only for that case: a JoinGroup from the leader in Stable
+    always starts one (GroupMetadataManager's classic join, "Leader ... re-joining group
+    during Stable"), and a restarted static leader is the leader again under its new
+    member id (ClassicGroup.replaceStaticMember). kafka-python sometimes sends that
+    second JoinGroup right after a successful SyncGroup: when join and sync outlast one
+    ``poll(timeout_ms)``, its next poll finds the finished join task and starts another
+    (ConsumerCoordinator.join_group_async), so a restarted leader would rebalance the
+    group against Kafka too."""
     topic, group = await _topic_with_records(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
-    fleet = Fleet(client, bootstrap, topic, group, "range")
+    fleet = Fleet(client, bootstrap, topic, group, "range", logs=tmp_path)
     try:
-        for name in ("a", "b", "c"):
+        leader = fleet.start("b", STATIC_SESSION_MS, instance=f"{group}-b")
+        everything = set(range(PARTITIONS))
+        await wait_for(lambda: leader.held == everything, "b leads alone", timeout_s=120)
+        for name in ("a", "c"):
             fleet.start(name, STATIC_SESSION_MS, instance=f"{group}-{name}")
         await wait_for(fleet.split, "three static members split the partitions", timeout_s=120)
         held = {n: m.held for n, m in fleet.members.items()}
@@ -216,6 +253,9 @@ async def test_a_static_member_restarting_gets_its_partitions_back_alone(
         for name in ("b", "c"):
             assert fleet.members[name].held == held[name]
             assert fleet.members[name].revoked == revoked[name], f"{name} was rebalanced"
+    except BaseException:
+        fleet.print_logs()
+        raise
     finally:
         await asyncio.to_thread(fleet.stop)
 
