@@ -23,7 +23,7 @@ if [ $# -eq 0 ]; then
         echo "== load average $load on $(nproc) cores: $workers test worker(s)"
     fi
     set -- -m "not slow"
-    if [ "$workers" -gt 1 ]; then set -- "$@" -n "$workers" --dist loadgroup; fi
+    if [ "$workers" -gt 1 ]; then set -- "$@" -n "$workers" --dist loadgroup --no-loadscope-reorder; fi
 fi
 # Coverage (BOOKLINE_COVERAGE=1) follows the processes the tests start (bookies,
 # proxies: coverage's subprocess patch); their data files are combined when pytest

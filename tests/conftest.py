@@ -74,12 +74,20 @@ def _base_timeout(item: pytest.Item) -> float:
 def _group_for_workers(items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (./test.sh's default), a worker runs a
     whole test file, so a file's module-scoped cluster starts once; and every file with a
-    Spark test runs on one worker, so one JVM serves them all (a local[2] session per
-    worker would take both cores each)."""
+    test on the shared ``spark`` session runs on one worker, so one JVM serves them all (a
+    local[2] session per worker would take both cores each). Files whose Spark tests start
+    their own JVMs (spark-submit, killed drivers) are groups of their own.
+
+    The Spark groups are the longest (minutes each), so they go first: ./test.sh turns
+    off xdist's reordering by test count, and the workers start on the long groups while
+    the short ones fill in behind them (longest first keeps the run's tail short)."""
+    session_files = {item.path for item in items if "spark" in getattr(item, "fixturenames", ())}
     spark_files = {item.path for item in items if item.get_closest_marker("spark")}
     for item in items:
-        group = "spark" if item.path in spark_files else item.path.stem
+        group = "spark" if item.path in session_files else item.path.stem
         item.add_marker(pytest.mark.xdist_group(group))
+    # A stable sort by file: each file's tests stay together and in their order.
+    items.sort(key=lambda item: (item.path not in session_files, item.path not in spark_files))
 
 
 @pytest.fixture(scope="session")
