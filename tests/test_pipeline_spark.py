@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
+from pipeline.streaming import start_query
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 from tests.waiting import wait_until
@@ -196,11 +197,8 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
     write_segments(ns, stream, 5, 1_000)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+    query = start_query(writer.trigger(availableNow=True))
     query.awaitTermination()
     batches = _data_batches(query)
     assert len(batches) >= 5 and max(batches) <= 1000, batches
@@ -208,19 +206,13 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
 
     # Stop a query part-way (processing-time trigger), then restart from the checkpoint.
     write_segments(ns, stream, 2, 1_000, first=5000)
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=300)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=300)
+    query = start_query(writer.trigger(processingTime="100 milliseconds"))
     wait_until(lambda: len(_data_batches(query)) >= 2, "two batches", timeout_s=60, interval_s=0.1)
     query.stop()
     assert 0 < sum(_data_batches(query)) < 2000
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+    query = start_query(writer.trigger(availableNow=True))
     query.awaitTermination()
 
     seqs = [r["sequence_id"] for r in spark.read.parquet(str(out)).collect()]
@@ -235,7 +227,7 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
     ckpt = tmp_path / "ckpt"
 
     def run() -> Any:
-        query = (
+        query = start_query(
             spark.readStream.format("bookline")
             .options(**conn)
             .option("stream", source)
@@ -249,7 +241,6 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
             .option("stream", target)
             .option("checkpointLocation", str(ckpt))
             .trigger(availableNow=True)
-            .start()
         )
         query.awaitTermination()
         return query
