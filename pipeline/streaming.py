@@ -7,10 +7,12 @@ it. On a CPU-starved machine a worker's start (importing pyspark and pyarrow) ca
 longer, and the query dies, before reading anything, with "Python worker failed to
 connect back". :func:`start_query` starts such a query again, a bounded number of times.
 
-Whether a query is still initializing is read from its public status: Spark reports
-"Initializing StreamExecution" / "Initializing sources" until its sources exist and no
-progress before its first batch. Should a Spark version word these differently, the
-helper sees the query as started at once and simply never retries (today's behaviour).
+Whether a query is still initializing is read from Spark's words: a live query's status
+says "Initializing StreamExecution" / "Initializing sources" until its sources exist,
+and the failure of a query describes it ("Current State: INITIALIZING"); there is no
+progress before a first batch. Should a Spark version word these differently, the
+helper sees the query as started at once or the failure as not its case, and simply
+never retries (the behaviour without it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ POLL_S = 0.2
 # Spark's status messages before a query's sources exist (StreamExecution, ProgressContext).
 INITIALIZING_MESSAGES = frozenset({"Initializing StreamExecution", "Initializing sources"})
 WORKER_CONNECT_FAILURE = "Python worker failed to connect back"
+# How a failed query's exception describes a query that died before its sources existed
+# (StreamingQueryException's query description; its status then says "Terminated ...").
+FAILED_INITIALIZING = "Current State: INITIALIZING"
 
 
 def start_query(
@@ -103,4 +108,7 @@ def _initializing(query: Any) -> bool:
 
 
 def _worker_missed_spark_wait(query: Any, error: Exception) -> bool:
-    return WORKER_CONNECT_FAILURE in str(error) and _initializing(query)
+    text = str(error)
+    return (
+        WORKER_CONNECT_FAILURE in text and FAILED_INITIALIZING in text and not query.recentProgress
+    )

@@ -7,6 +7,7 @@ One local[2] SparkSession (the session ``spark`` fixture) and the session's
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -322,3 +323,69 @@ def test_the_example_pipeline_runs_end_to_end(
     # One status row per (minute, status) plus one top-paths record per minute.
     assert summary["result_records"] == summary["status_count_rows"] + 3
     assert summary["first_minute_top_paths"]
+
+
+def _slow_first_source_worker(spark: Any, tmp_path: Path) -> tuple[str, Path]:
+    """Register the bookline source under another name whose Python workers start
+    through a wrapper: the first streaming-source worker sleeps past Spark's fixed 10 s
+    wait to connect back (a CPU-starved machine, made certain). Returns the format name
+    and the file listing each worker launch's module."""
+    import stat
+    import sys
+
+    from pipeline.source import BooklineDataSource
+
+    launches = tmp_path / "launches"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# Spark starts a simple worker as: <python> -m <module>\n"
+        f'echo "$2" >> {launches}\n'
+        'if [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] && '
+        f"mkdir {tmp_path / 'slowed'} 2>/dev/null; then sleep 15; fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    name = "bookline_slow_start"
+    # Defined here, so cloudpickle ships the class itself to the workers.
+    source = type("SlowStartSource", (BooklineDataSource,), {"name": classmethod(lambda _: name)})
+    sc = spark.sparkContext
+    python = sc.pythonExec
+    sc.pythonExec = str(wrapper)  # what the registered source's workers run
+    try:
+        spark.dataSource.register(source)
+    finally:
+        sc.pythonExec = python
+    return name, launches
+
+
+def test_a_query_whose_source_worker_missed_sparks_wait_is_started_again(
+    spark: Any, ns: Any, conn: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 22: Spark waits a fixed 10 s for a streaming source's Python worker; one that
+    started later killed the query before it read anything. start_query starts it again
+    and every record is read exactly once."""
+    stream = _name("slow")
+    write_segments(ns, stream, 2, 500)
+    name, launches = _slow_first_source_worker(spark, tmp_path)
+    writer = (
+        spark.readStream.format(name)
+        .options(**conn)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("sequence_id")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+    )
+    with caplog.at_level(logging.WARNING, logger="pipeline.streaming"):
+        query = start_query(writer)
+    query.awaitTermination()
+
+    runners = [m for m in launches.read_text().split() if m.endswith("source_runner")]
+    assert len(runners) == 2, launches.read_text()
+    assert any("connect back within Spark's fixed 10 s" in r.getMessage() for r in caplog.records)
+    seqs = [r["sequence_id"] for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(seqs) == list(range(1000))

@@ -24,11 +24,12 @@ INITIALIZING = "Initializing sources"
 RUNNING = "Waiting for next trigger"
 
 
-def _connect_back_failure() -> StreamingQueryException:
+def _connect_back_failure(state: str = "INITIALIZING") -> StreamingQueryException:
     # The text Spark's query died with on a loaded machine (issue 22).
     return StreamingQueryException(
         message="[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
-        "Python worker failed to connect back."
+        "Python worker failed to connect back. SQLSTATE: XXKST\n=== Streaming Query ===\n"
+        f"Current Committed Offsets: {{}}\nCurrent State: {state}\nThread State: RUNNABLE"
     )
 
 
@@ -41,14 +42,12 @@ class _Query:
         outcome: StreamingQueryException | str,
         *,
         polls: int = 2,
-        message_at_end: str = INITIALIZING,
         progress: list[dict[str, Any]] | None = None,
         name: str = "q",
     ) -> None:
         self.outcome = outcome
         self.polls = polls
         self.message = "Initializing StreamExecution"
-        self.message_at_end = message_at_end
         self.progress_at_end = progress or []
         self.recentProgress: list[dict[str, Any]] = []
         self.name = name
@@ -59,9 +58,11 @@ class _Query:
         assert 0 < timeout <= 1, timeout
         if self.polls > 0:
             self.polls -= 1
+            self.message = INITIALIZING
             return False
-        self.message, self.recentProgress = self.message_at_end, self.progress_at_end
+        self.recentProgress = self.progress_at_end
         if isinstance(self.outcome, StreamingQueryException):
+            self.message = "Terminated with exception: Python worker failed to connect back."
             raise self.outcome
         if self.outcome == "running":
             self.message = RUNNING
@@ -118,7 +119,7 @@ def test_any_other_failure_while_initializing_propagates_unchanged() -> None:
 
 def test_the_connect_back_failure_after_the_query_got_going_propagates() -> None:
     after_progress = _Query(_connect_back_failure(), progress=[{"batchId": 0}])
-    after_activation = _Query(_connect_back_failure(), message_at_end=RUNNING)
+    after_activation = _Query(_connect_back_failure("ACTIVE"))
     for failed in (after_progress, after_activation):
         writer = _Writer(failed, _Query("running"))
         with pytest.raises(StreamingQueryException) as info:
