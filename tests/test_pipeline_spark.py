@@ -6,8 +6,11 @@ One local[2] SparkSession (the session ``spark`` fixture) and the session's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -327,8 +330,8 @@ def test_the_example_pipeline_runs_end_to_end(
 
 def _slow_first_source_worker(spark: Any, tmp_path: Path) -> tuple[str, Path]:
     """Register the bookline source under another name whose Python workers start
-    through a wrapper: the first streaming-source worker sleeps past Spark's fixed 10 s
-    wait to connect back (a CPU-starved machine, made certain). Returns the format name
+    through a wrapper: the first streaming-source worker never connects back, so Spark's
+    fixed 10 s wait expires (a CPU-starved machine, made certain). Returns the format name
     and the file listing each worker launch's module."""
     import stat
     import sys
@@ -342,7 +345,9 @@ def _slow_first_source_worker(spark: Any, tmp_path: Path) -> tuple[str, Path]:
         "# Spark starts a simple worker as: <python> -m <module>\n"
         f'echo "$2" >> {launches}\n'
         'if [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] && '
-        f"mkdir {tmp_path / 'slowed'} 2>/dev/null; then sleep 15; fi\n"
+        # Never connects back (Spark leaves the process running: the test stops it by pid).
+        f"mkdir {tmp_path / 'slowed'} 2>/dev/null; then echo $$ > {tmp_path / 'slowed/pid'}; "
+        "exec sleep 60; fi\n"
         f'exec {sys.executable} "$@"\n'
     )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
@@ -380,9 +385,15 @@ def test_a_query_whose_source_worker_missed_sparks_wait_is_started_again(
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
     )
-    with caplog.at_level(logging.WARNING, logger="pipeline.streaming"):
-        query = start_query(writer)
-    query.awaitTermination()
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline.streaming"):
+            query = start_query(writer)
+        query.awaitTermination()
+    finally:
+        pid_file = tmp_path / "slowed" / "pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
     runners = [m for m in launches.read_text().split() if m.endswith("source_runner")]
     assert len(runners) == 2, launches.read_text()
