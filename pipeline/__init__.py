@@ -15,6 +15,8 @@ Layout (control flow in the callers, pure leaves):
 * :mod:`pipeline.sink`     - batch and streaming writers, exactly once per batch id
   (the driver's commit); ``sink_task`` (one task's rows), ``sink_marks`` (the
   exactly-once protocol: tags, digests, markers);
+* :mod:`pipeline.streaming` - ``start_query``: a streaming query's start, again if
+  Spark's fixed wait for its source's Python worker expired;
 * :mod:`pipeline.examples` - the access-log example pipeline (``bookline pipeline demo``).
 
 The top-level module :mod:`pyspark_bookline` registers the format by itself in Spark

@@ -17,6 +17,7 @@ import pytest
 from pyspark.errors import PySparkException
 
 from foundation.errors import BadRequestError, NotFoundError
+from pipeline.streaming import start_query
 from streams.records import LogRecord
 from tests.waiting import scaled
 
@@ -237,13 +238,12 @@ def _kafka_job(spark: Any, source: dict[str, str], sink: dict[str, str], *, topi
         .option("maxOffsetsPerTrigger", "40")
         .load()
     )
-    query = (
+    query = start_query(
         stream.selectExpr("key", "upper(CAST(value AS STRING)) AS value", f"'{out}' AS topic")
         .writeStream.format(sink["format"])
         .options(**{k: v for k, v in sink.items() if k != "format"})
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
-        .start()
     )
     query.awaitTermination()
     return query

@@ -6,7 +6,11 @@ One local[2] SparkSession (the session ``spark`` fixture) and the session's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +20,7 @@ from typing import Any
 import pytest
 from pyspark.errors import PySparkException
 
+from pipeline.streaming import start_query
 from streams.dlsn import DLSN
 from streams.records import LogRecord
 from tests.waiting import wait_until
@@ -196,11 +201,8 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
     write_segments(ns, stream, 5, 1_000)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
 
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+    query = start_query(writer.trigger(availableNow=True))
     query.awaitTermination()
     batches = _data_batches(query)
     assert len(batches) >= 5 and max(batches) <= 1000, batches
@@ -208,19 +210,13 @@ def test_streaming_read_is_rate_limited_and_resumes_exactly_from_its_checkpoint(
 
     # Stop a query part-way (processing-time trigger), then restart from the checkpoint.
     write_segments(ns, stream, 2, 1_000, first=5000)
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=300)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=300)
+    query = start_query(writer.trigger(processingTime="100 milliseconds"))
     wait_until(lambda: len(_data_batches(query)) >= 2, "two batches", timeout_s=60, interval_s=0.1)
     query.stop()
     assert 0 < sum(_data_batches(query)) < 2000
-    query = (
-        _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = _stream_to_parquet(spark, conn, stream, out=out, checkpoint=ckpt, max_records=1000)
+    query = start_query(writer.trigger(availableNow=True))
     query.awaitTermination()
 
     seqs = [r["sequence_id"] for r in spark.read.parquet(str(out)).collect()]
@@ -235,7 +231,7 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
     ckpt = tmp_path / "ckpt"
 
     def run() -> Any:
-        query = (
+        query = start_query(
             spark.readStream.format("bookline")
             .options(**conn)
             .option("stream", source)
@@ -249,7 +245,6 @@ def test_streaming_write_of_a_replayed_batch_writes_each_record_once(
             .option("stream", target)
             .option("checkpointLocation", str(ckpt))
             .trigger(availableNow=True)
-            .start()
         )
         query.awaitTermination()
         return query
@@ -331,3 +326,77 @@ def test_the_example_pipeline_runs_end_to_end(
     # One status row per (minute, status) plus one top-paths record per minute.
     assert summary["result_records"] == summary["status_count_rows"] + 3
     assert summary["first_minute_top_paths"]
+
+
+def _slow_first_source_worker(spark: Any, tmp_path: Path) -> tuple[str, Path]:
+    """Register the bookline source under another name whose Python workers start
+    through a wrapper: the first streaming-source worker never connects back, so Spark's
+    fixed 10 s wait expires (a CPU-starved machine, made certain). Returns the format name
+    and the file listing each worker launch's module."""
+    import stat
+    import sys
+
+    from pipeline.source import BooklineDataSource
+
+    launches = tmp_path / "launches"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# Spark starts a simple worker as: <python> -m <module>\n"
+        f'echo "$2" >> {launches}\n'
+        'if [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] && '
+        # Never connects back (Spark leaves the process running: the test stops it by pid).
+        f"mkdir {tmp_path / 'slowed'} 2>/dev/null; then echo $$ > {tmp_path / 'slowed/pid'}; "
+        "exec sleep 60; fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    name = "bookline_slow_start"
+    # Defined here, so cloudpickle ships the class itself to the workers.
+    source = type("SlowStartSource", (BooklineDataSource,), {"name": classmethod(lambda _: name)})
+    sc = spark.sparkContext
+    python = sc.pythonExec
+    sc.pythonExec = str(wrapper)  # what the registered source's workers run
+    try:
+        spark.dataSource.register(source)
+    finally:
+        sc.pythonExec = python
+    return name, launches
+
+
+def test_a_query_whose_source_worker_missed_sparks_wait_is_started_again(
+    spark: Any, ns: Any, conn: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 22: Spark waits a fixed 10 s for a streaming source's Python worker; one that
+    started later killed the query before it read anything. start_query starts it again
+    and every record is read exactly once."""
+    stream = _name("slow")
+    write_segments(ns, stream, 2, 500)
+    name, launches = _slow_first_source_worker(spark, tmp_path)
+    writer = (
+        spark.readStream.format(name)
+        .options(**conn)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("sequence_id")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipeline.streaming"):
+            query = start_query(writer)
+        query.awaitTermination()
+    finally:
+        pid_file = tmp_path / "slowed" / "pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    runners = [m for m in launches.read_text().split() if m.endswith("source_runner")]
+    assert len(runners) == 2, launches.read_text()
+    assert any("connect back within Spark's fixed 10 s" in r.getMessage() for r in caplog.records)
+    seqs = [r["sequence_id"] for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(seqs) == list(range(1000))

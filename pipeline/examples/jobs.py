@@ -27,6 +27,7 @@ from typing import Any
 from foundation.errors import TimeoutError_
 from pipeline.examples.accesslogs import FLUSH_PATH
 from pipeline.planning import decode_offsets
+from pipeline.streaming import start_query
 
 __all__ = [
     "parse_logs",
@@ -147,7 +148,11 @@ def start_streaming(
     max_records_per_trigger: int | None = None,
     query_name: str = "access-logs",
 ) -> list[Any]:
-    """Start the two streaming queries (status counts, top paths); returns them."""
+    """Start the two streaming queries (status counts, top paths); returns them.
+
+    One after the other (:func:`pipeline.streaming.start_query` returns once a query's
+    source is initialized): two Python worker starts at once could each miss Spark's
+    fixed wait for them on a loaded machine."""
     from pyspark.sql import functions as F
 
     reader = (
@@ -173,7 +178,7 @@ def start_streaming(
         .count()
         .select(F.col("w.start").alias("minute"), "path", "count", "flush"),
     }
-    queries = []
+    writers = []
     for kind, frame in frames.items():
 
         def sink(batch: Any, batch_id: int, kind: str = kind) -> None:
@@ -195,12 +200,24 @@ def start_streaming(
             .option("checkpointLocation", str(checkpoint_dir / kind))
             .queryName(f"{query_name}-{kind}")
         )
-        writer = (
+        writers.append(
             writer.trigger(availableNow=True)
             if available_now
             else writer.trigger(processingTime="500 milliseconds")
         )
-        queries.append(writer.start())
+    return _start_all(writers)
+
+
+def _start_all(writers: list[Any]) -> list[Any]:
+    """Start the queries one after the other; if one cannot start, stop those started."""
+    queries: list[Any] = []
+    try:
+        for writer in writers:
+            queries.append(start_query(writer))
+    except BaseException:
+        for query in queries:
+            query.stop()
+        raise
     return queries
 
 
