@@ -36,6 +36,7 @@ RUN_TIMEOUT_S = 150.0
 DRIVER = """
 import sys, time
 from pipeline.session import local_session
+from pipeline.streaming import start_query
 
 zk, root, src, dst, ckpt, parts, trigger = sys.argv[1:8]
 spark = local_session("bookline-crash", cores=2)
@@ -52,7 +53,7 @@ writer = (
 )
 writer = writer.trigger(availableNow=True) if trigger == "now" else writer.trigger(
     processingTime="200 milliseconds")
-query = writer.start()
+query = start_query(writer)  # (Spark's 10 s worker wait, on a loaded machine)
 print("STARTED", flush=True)
 query.awaitTermination()
 print("DONE", flush=True)
