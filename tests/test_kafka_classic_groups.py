@@ -480,7 +480,9 @@ def own_cluster(tmp_path: Any) -> Iterator[LocalCluster]:
         yield c
 
 
-async def test_members_rejoin_when_the_coordinator_proxy_dies(own_cluster: LocalCluster) -> None:
+async def test_members_rejoin_when_the_coordinator_proxy_dies(
+    own_cluster: LocalCluster, tmp_path: Path
+) -> None:
     """kill -9 of the write proxy coordinating a classic group: the members find the
     new coordinator, join again and split the partitions; the offsets they committed
     (in the group's log) are still there."""
@@ -488,7 +490,7 @@ async def test_members_rejoin_when_the_coordinator_proxy_dies(own_cluster: Local
 
     bootstrap = str(own_cluster.kafka_bootstrap())
     topic, group = await _topic_with_records(bootstrap), f"g-{uuid.uuid4().hex[:8]}"
-    fleet = Fleet("kafka-python", bootstrap, topic, group, "range")
+    fleet = Fleet("kafka-python", bootstrap, topic, group, "range", logs=tmp_path)
     try:
         for name in ("a", "b"):
             fleet.start(name, KILL_SESSION_MS)
@@ -518,6 +520,9 @@ async def test_members_rejoin_when_the_coordinator_proxy_dies(own_cluster: Local
         await wait_for(rejoined, "both members joined at the new coordinator", timeout_s=120)
         await wait_for(fleet.split, "the members split the partitions again", timeout_s=120)
         assert await asyncio.to_thread(_committed_offsets, moved, topic, group) == committed
+    except BaseException:
+        fleet.print_logs()  # the members' DEBUG logs: whom they asked, what they were told
+        raise
     finally:
         await asyncio.to_thread(fleet.stop)
 
