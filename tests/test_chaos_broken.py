@@ -78,7 +78,7 @@ def _counts(result: CheckResult) -> dict[str, int]:
 
 def test_clean_core_writer_has_no_anomaly(bookie_cluster: BookieCluster, tmp_path: Path) -> None:
     result = asyncio.run(_write_and_check(bookie_cluster.cluster_file(), tmp_path, "chaos-clean"))
-    assert result.ok, result.to_json()
+    assert result.ok, json.dumps(result.to_json())  # whole, not a shortened repr
     assert result.acked > 100
     assert _counts(result) == dict.fromkeys(_counts(result), 0)
 
@@ -105,7 +105,7 @@ def test_writer_acking_without_writing_is_caught_as_lost(
         )
     )
     assert len(dropped) >= 10
-    assert result.lost == len(dropped), result.to_json()
+    assert result.lost == len(dropped), json.dumps(result.to_json())  # whole, not a shortened repr
     assert {v.split(" ")[0] for v in result.samples["lost"]} <= set(dropped)
     assert _counts(result) == {**dict.fromkeys(_counts(result), 0), "lost": len(dropped)}
     assert not result.ok
@@ -129,7 +129,7 @@ def test_bookies_acking_before_fsync_are_caught_by_a_power_cut(
         bookies.stop()
     print(f"acknowledged before fsync, power cut: {result.acked} acked, {result.lost} lost")
     assert result.acked > 0
-    assert result.lost > 0, result.to_json()
+    assert result.lost > 0, json.dumps(result.to_json())  # whole, not a shortened repr
     assert not result.ok
 
 
@@ -187,7 +187,7 @@ def test_every_bookie_acking_before_fsync_is_caught_by_overlapping_power_cuts(
     assert nemesis.counts() == {"power-cut": len(cluster.bookies), "kill": 1}
     assert nemesis.overlap_stats()["bookies_down_max"] == len(cluster.bookies)
     assert result.acked > 0
-    assert result.lost > 0, result.to_json()
+    assert result.lost > 0, json.dumps(result.to_json())  # whole, not a shortened repr
     assert not result.ok
 
 
