@@ -187,7 +187,14 @@ def test_every_bookie_acking_before_fsync_is_caught_by_overlapping_power_cuts(
     assert nemesis.counts() == {"power-cut": len(cluster.bookies), "kill": 1}
     assert nemesis.overlap_stats()["bookies_down_max"] == len(cluster.bookies)
     assert result.acked > 0
-    assert result.lost > 0, json.dumps(result.to_json())  # whole, not a shortened repr
+    # Caught either way: as acknowledged records missing from the recovered stream or,
+    # when the writer had already replaced a bookie before the cuts (one that missed an
+    # add timeout on a loaded machine: see _overlapping_cuts_and_check), as a stream the
+    # final phase cannot read whole, every acknowledged record unverifiable. Seen once
+    # beside other tests: 115 acknowledged, 0 values read, 0 lost.
+    assert result.lost > 0 or (result.read_values == 0 and result.unverified == result.acked), (
+        json.dumps(result.to_json())
+    )
     assert not result.ok
 
 
