@@ -299,7 +299,7 @@ async def _run_server(
             return EXIT_FATAL
         log.info("bookie %s: shutting down", bookie_id)
         await stack.aclose()  # no re-registration or gc from here on
-        await _unregister(md, bookie_id, config.session_timeout_ms / 1000.0)
+        await _unregister(md, bookie_id)
         return 0
     finally:
         try:
@@ -308,23 +308,15 @@ async def _run_server(
             await server.stop()
 
 
-async def _unregister(md: MetadataClient, bookie_id: str, timeout_s: float) -> None:
+async def _unregister(md: MetadataClient, bookie_id: str) -> None:
     """Remove the registration at once, so clients stop choosing this bookie now rather
-    than at the session's end. With ZooKeeper unreachable, kazoo holds the request until
-    it reconnects, which may be never: a stop must not wait for it, so after the session
-    timeout (by then ZooKeeper expires the session and the ephemeral registration with
-    it) the bookie stops anyway, and says so."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            with contextlib.suppress(NotFoundError):  # already gone with a lost session
-                await md.bookies.unregister(bookie_id)
-    except TimeoutError:
-        log.warning(
-            "bookie %s: ZooKeeper did not answer within %.0fs; the registration goes "
-            "when ZooKeeper expires the session",
-            bookie_id,
-            timeout_s,
-        )
+    than at the session's end (bounded: see ZkClient.tidy)."""
+
+    async def unregister() -> None:
+        with contextlib.suppress(NotFoundError):  # already gone with a lost session
+            await md.bookies.unregister(bookie_id)
+
+    await md.zk.tidy(unregister(), f"the removal of bookie {bookie_id}'s registration")
 
 
 async def _watch_forced_read_only(

@@ -127,7 +127,7 @@ class Auditor:
                     log.warning("auditor %s: %s; standing again shortly", self.auditor_id, exc)
                     await asyncio.sleep(self._config.election_poll_ms / 1000.0)
         finally:
-            await self._resign()
+            await self._md.zk.tidy(self._resign(), f"auditor {self.auditor_id}'s resignation")
 
     async def _resign(self) -> None:
         """Give up the election node now (when stopped while the session lives on, as

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,7 @@ class ZkClient:
     ) -> None:
         self._hosts = hosts
         self._connect_timeout_ms = connect_timeout_ms
+        self.session_timeout_s = session_timeout_ms / 1000.0
         # Reconnect forever with capped backoff: only session expiry ends a session.
         conn_retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0)
         self._kazoo: Any = KazooClient(
@@ -161,6 +162,25 @@ class ZkClient:
         await loop.run_in_executor(None, self._kazoo.stop)
         await loop.run_in_executor(None, self._kazoo.close)
         self._state = SessionState.LOST
+
+    async def tidy(self, cleanup: Awaitable[None], what: str) -> bool:
+        """Run a clean-up of a stop (remove a registration, give up an election node)
+        for at most the session timeout; False, with a warning naming ``what``, if it
+        gave up. With ZooKeeper unreachable kazoo holds a request until it reconnects,
+        which may be never, and a stop must not wait for that: by the session timeout
+        ZooKeeper expires the session, and the ephemeral node goes with it."""
+        try:
+            async with asyncio.timeout(self.session_timeout_s):
+                await cleanup
+        except TimeoutError:
+            log.warning(
+                "ZooKeeper did not answer within %.0fs to %s; it goes when ZooKeeper "
+                "expires the session",
+                self.session_timeout_s,
+                what,
+            )
+            return False
+        return True
 
     async def __aenter__(self) -> ZkClient:
         await self.connect()

@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ops.cli.exit import EXIT_CODES
 from ops.cluster import procs
-from tests.waiting import wait_for
+from tests.waiting import wait_until
 
 
 def test_a_bookie_with_zookeeper_down_prints_one_error_not_the_retries(tmp_path: Path) -> None:
@@ -38,37 +39,38 @@ def test_a_bookie_with_zookeeper_down_prints_one_error_not_the_retries(tmp_path:
     assert "Traceback" not in out.stderr, out.stderr
 
 
-async def test_a_bookie_stops_on_sigterm_while_zookeeper_is_down(tmp_path: Path) -> None:
-    """SIGTERM during a ZooKeeper outage: the bookie stops cleanly (exit 0, storage
-    closed), not waiting forever to remove its registration (kazoo holds a request
-    until it reconnects); the registration goes with the session."""
-    from foundation.config import MetadataConfig
-    from metadata.client import MetadataClient
-    from ops.cluster.zookeeper import ZooKeeperServer
-    from tests.test_bookie_integration import BookieProcess
+def test_every_server_stops_on_sigterm_while_zookeeper_is_down(tmp_path: Path) -> None:
+    """SIGTERM during a ZooKeeper outage: bookies, proxies and autorecovery stop cleanly
+    (exit 0), none waiting forever on a clean-up in ZooKeeper (kazoo holds a request
+    until it reconnects): a bookie's registration and the auditor's election node go
+    with their sessions. Before the fix the bookies and autorecovery never exited."""
+    from ops.cluster.local import LocalCluster
 
-    zk = ZooKeeperServer(tmp_path / "zk")
-    zk.start()
-    bookie = BookieProcess(tmp_path, zk.connect_string, "/zk-outage")
+    cluster = LocalCluster(
+        tmp_path / "cluster", bookies=3, write_proxies=1, read_proxies=1,
+        autorecovery=True, service_session_timeout_ms=4000,
+    )  # fmt: skip
+    cluster.start()
     try:
-        md = MetadataClient(MetadataConfig(zk=zk.connect_string, root="/zk-outage"))
-        await md.connect()
-        try:
-            await md.init_cluster()
-        finally:
-            await md.close()
-        proc = bookie.start()
-        zk.stop()
-        await wait_for(
-            lambda: "CONNECTED -> SUSPENDED" in bookie.log_path.read_text(),
-            "the bookie to see ZooKeeper gone",
+        servers = cluster.children()
+        assert cluster.zk is not None
+        cluster.zk.stop()
+        for info in servers:
+            if info.proc.poll() is None:
+                info.proc.send_signal(signal.SIGTERM)
+        # Their own bound is the 4 s session timeout.
+        wait_until(
+            lambda: all(info.proc.poll() is not None for info in servers),
+            "every server to exit",
+            timeout_s=60.0,
         )
-        proc.send_signal(signal.SIGTERM)
-        # Its own bound is the 2 s session timeout; before the fix it never exited.
-        await wait_for(lambda: proc.poll() is not None, "the bookie to exit", timeout_s=30.0)
-        log = bookie.log_path.read_text()
-        assert proc.returncode == 0, log[-3000:]
-        assert "ZooKeeper did not answer within" in log, log[-3000:]
+        statuses = {info.name: info.proc.returncode for info in servers}
+        assert all(code == 0 for name, code in statuses.items() if name != "zookeeper"), statuses
+        for name in ("bookie-1", "autorecovery-1"):
+            assert "ZooKeeper did not answer within" in _log_of(cluster, name), name
     finally:
-        bookie.stop()
-        zk.stop()
+        cluster.stop()
+
+
+def _log_of(cluster: Any, name: str) -> str:
+    return "".join(p.read_text() for p in (cluster.dir / name).glob("*.log"))
