@@ -92,8 +92,10 @@ def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
     import signal
 
     out_path = tmp_path / f"{args[0]}.out"
-    # Unbuffered: a record printed reaches the file at once.
-    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster), "PYTHONUNBUFFERED": "1"}
+    # Unbuffered: a record printed reaches the file at once. Fault handler: a process
+    # that outlives the SIGINT is made to print its threads' stacks (SIGABRT) for the report.
+    env = {**os.environ, "BOOKLINE_CLUSTER": str(cluster), "PYTHONUNBUFFERED": "1",
+           "PYTHONFAULTHANDLER": "1"}  # fmt: skip
     with out_path.open("wb") as out, (tmp_path / f"{args[0]}.err").open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "ops.cli", *args], stdout=out,
                                 stderr=err, env=env)  # fmt: skip
@@ -105,7 +107,13 @@ def _interrupted_exit_status(cluster: Path, tmp_path: Path, *args: str) -> int:
         )
         assert proc.poll() is None, (tmp_path / f"{args[0]}.err").read_text()
         proc.send_signal(signal.SIGINT)
-        return proc.wait(timeout=120)
+        try:
+            return proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # the fault handler prints every thread's stack
+            proc.wait(timeout=30)
+            stacks = (tmp_path / f"{args[0]}.err").read_text()[-6000:]
+            raise AssertionError(f"`bookline {' '.join(args)}` ignored SIGINT:\n{stacks}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
