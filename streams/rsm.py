@@ -39,7 +39,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from foundation.errors import BooklineError, LockOwnedError, TruncatedError
+from foundation.errors import (
+    AlreadyExistsError,
+    BooklineError,
+    LockOwnedError,
+    NotFoundError,
+    TruncatedError,
+)
 from streams.config import NamespaceConfig
 from streams.dlsn import DLSN, StartPosition
 from streams.namespace import Namespace
@@ -165,6 +171,11 @@ class KVNode:
                 log.info("%s is the leader (segment %d)", self.node_id, self.writer.segment_seqno)
             except LockOwnedError:
                 continue
+            except NotFoundError:
+                # Every node creates the stream at start; one that got there while
+                # another was creating it finds it missing for a moment.
+                log.info("%s: stream %s not there yet; trying again", self.node_id, self.stream)
+                await asyncio.sleep(REOPEN_DELAY_S)
 
     async def leader(self) -> str | None:
         if self.writer is not None:
@@ -233,7 +244,7 @@ class KVNode:
 async def _main(args: argparse.Namespace) -> None:
     cfg = NamespaceConfig(session_timeout_ms=args.session_timeout_ms)
     ns = await Namespace.from_cluster_file(args.cluster, args.namespace, cfg)
-    with contextlib.suppress(BooklineError):
+    with contextlib.suppress(AlreadyExistsError):  # another node made it
         await ns.create_stream(args.stream)
     node = KVNode(ns, args.stream, args.node_id, Path(args.dir), args.snapshot_every)
     await node.start()

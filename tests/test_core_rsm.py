@@ -139,3 +139,33 @@ def test_leader_killed_another_takes_over_exactly_once_in_order(
     assert dead == want[: len(dead)]  # the killed replica saw a prefix
     snapshots = list(tmp_path.glob("*.snapshot.json"))
     assert snapshots, "nodes take snapshots"
+
+
+async def test_a_node_started_before_its_stream_exists_leads_once_it_does(
+    bookie_cluster: BookieCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nodes start together and each creates the stream; one may look for it while
+    another is still creating it. Seen in a full run: that node's leader task died with
+    NOT_FOUND and the node exited. It waits for the stream instead."""
+    import asyncio
+    import contextlib
+    import logging
+
+    from streams.namespace import Namespace
+    from streams.rsm import KVNode
+    from tests.waiting import wait_for
+
+    caplog.set_level(logging.INFO, logger="streams.rsm")
+    ns = await Namespace.from_cluster_file(bookie_cluster.cluster_file(), "rsm-late")
+    node = KVNode(ns, "kv", "n0", tmp_path, 50)
+    try:
+        await node.start()
+        await wait_for(lambda: "reading the log failed" in caplog.text, "a node, no stream")
+        await ns.create_stream("kv")
+        await wait_for(lambda: node.writer is not None, "the node leading", timeout_s=60.0)
+    finally:
+        for task in node._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await ns.close()
