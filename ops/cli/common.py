@@ -17,9 +17,11 @@ for it, how answers are shown, and what an error means for the exit status.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -408,3 +410,22 @@ def emit(obj: Any, as_json: bool, show: Callable[[Any], None]) -> None:
         print(json.dumps(obj, sort_keys=True, default=str))
     else:
         show(obj)
+
+
+def stop_on_signals(stop: asyncio.Event) -> list[signal.Signals]:
+    """From now on SIGINT and SIGTERM set ``stop`` (a command that waits for records
+    ends its loop, closes what it opened and exits: 130 after SIGINT, README's table);
+    returns the list of the signals received. An explicit flag rather than Python's
+    KeyboardInterrupt, which asyncio turns into a cancellation of the command's task:
+    the command then ends only if every layer under it lets that cancellation through
+    (`stream read --follow` once went on following after Ctrl-C under load)."""
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    return received

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from foundation.errors import ConfigError
 from foundation.names import validate_name
 from httpapi.views import timestamp_type_name
+from ops.cli.common import stop_on_signals
 from ops.cli.exit import EXIT_INTERRUPTED
 from ops.cli.parser import at_least
 
@@ -97,10 +98,7 @@ async def _consume(args: argparse.Namespace) -> int:
     from groups.consumer import ConsumerConfig, GroupConsumer
 
     stop = asyncio.Event()
-    stopped_by: list[signal.Signals] = []
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, _on_signal, sig, stop, stopped_by)
+    stopped_by = stop_on_signals(stop)
     config = ConsumerConfig(auto_offset_reset=args.start, group_instance_id=args.instance_id)
     consumer = await GroupConsumer.from_cluster_file(
         args.cluster, args.group, [args.topic], via=args.via, config=config
@@ -121,8 +119,3 @@ async def _consume(args: argparse.Namespace) -> int:
     finally:
         await consumer.close()  # commits what was printed, leaves the group
     return EXIT_INTERRUPTED if signal.SIGINT in stopped_by else 0
-
-
-def _on_signal(sig: signal.Signals, stop: asyncio.Event, stopped_by: list[signal.Signals]) -> None:
-    stopped_by.append(sig)
-    stop.set()

@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -29,14 +31,16 @@ from ops.cli.common import (
     emit,
     error_text,
     outcome_unknown,
+    stop_on_signals,
     table,
     write_status,
 )
+from ops.cli.exit import EXIT_INTERRUPTED
 from ops.cli.parser import at_least
 from streams.dlsn import DLSN
 
 if TYPE_CHECKING:
-    from thinclient.client import ProxyClient
+    from thinclient.client import ProxyClient, ReadPage
 
 ENV_CLUSTER = "BOOKLINE_CLUSTER"
 # Lines being written at once; more wait (the client batches them into requests).
@@ -297,13 +301,20 @@ async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
     position = args.start
     remaining = args.limit
     read = 0
+    stop = asyncio.Event()
+    stopped_by = stop_on_signals(stop) if args.follow else []
     try:
         with progress(f"read {args.name}", total=total, unit="records") as bar:
-            while remaining is None or remaining > 0:
+            while (remaining is None or remaining > 0) and not stop.is_set():
                 want = READ_PAGE_RECORDS if remaining is None else min(remaining, READ_PAGE_RECORDS)
-                page = await client.read(
-                    args.name, position, want, wait_ms=FOLLOW_WAIT_MS if args.follow else 0
+                page = await _unless_stopped(
+                    client.read(
+                        args.name, position, want, wait_ms=FOLLOW_WAIT_MS if args.follow else 0
+                    ),
+                    stop,
                 )
+                if page is None:
+                    break
                 text = "".join(_line(rec, args.json) + "\n" for rec in page.records)
                 await asyncio.to_thread(_write_flush, out, text)
                 read += len(page.records)
@@ -318,7 +329,31 @@ async def _read(client: ProxyClient, args: argparse.Namespace) -> int:
             await asyncio.to_thread(out.close)
     if args.out is not None:
         print(f"{read} records of {args.name} to {args.out}; next position {position}")
-    return 0
+    return EXIT_INTERRUPTED if signal.SIGINT in stopped_by else 0
+
+
+async def _unless_stopped(read: Awaitable[ReadPage], stop: asyncio.Event) -> ReadPage | None:
+    """The page ``read`` answers, or None once ``stop`` is set: then the read is
+    cancelled but not waited for, so the command's end does not hang on that
+    cancellation reaching through the client's retries (under load, `read --follow`
+    once went on following for minutes after Ctrl-C); closing the client ends it."""
+    task = asyncio.ensure_future(read)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    task.add_done_callback(_retrieved)
+    return None
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A stopped read's end, whatever it is, is not an error of the command."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _write_flush(out: TextIO, text: str) -> None:
