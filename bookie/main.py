@@ -299,24 +299,17 @@ async def _run_server(
             return EXIT_FATAL
         log.info("bookie %s: shutting down", bookie_id)
         await stack.aclose()  # no re-registration or gc from here on
-        await _unregister(md, bookie_id)
+        # Gone at once, so clients stop choosing this bookie now rather than at the
+        # session's end (unregister ignores a registration already gone; tidy bounds it).
+        await md.zk.tidy(
+            md.bookies.unregister(bookie_id), f"the removal of bookie {bookie_id}'s registration"
+        )
         return 0
     finally:
         try:
             await stack.aclose()
         finally:
             await server.stop()
-
-
-async def _unregister(md: MetadataClient, bookie_id: str) -> None:
-    """Remove the registration at once, so clients stop choosing this bookie now rather
-    than at the session's end (bounded: see ZkClient.tidy)."""
-
-    async def unregister() -> None:
-        with contextlib.suppress(NotFoundError):  # already gone with a lost session
-            await md.bookies.unregister(bookie_id)
-
-    await md.zk.tidy(unregister(), f"the removal of bookie {bookie_id}'s registration")
 
 
 async def _watch_forced_read_only(
