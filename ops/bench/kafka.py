@@ -56,6 +56,8 @@ _KEYS: Final = 10_000  # distinct keys of the produce run (as bench produce)
 _TIMEOUT_S: Final = 120.0  # a client call that takes longer fails the run
 # Records asked of librdkafka per consume() call: amortises the Python call per record.
 _CONSUME_BATCH: Final = 10_000
+# The bench's phases, in the order they run (``--phases`` picks some).
+PHASES: Final = ("produce", "consume", "latency")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,6 +68,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=6, help="partitions of the topics")
     p.add_argument("--rate", type=float, default=1_000.0, help="latency run: records/s")
     p.add_argument("--seconds", type=float, default=10.0, help="latency run: its length")
+    p.add_argument(
+        "--phases",
+        type=_phases,
+        default=set(PHASES),
+        help=f"comma-separated phases to run, of {','.join(PHASES)} (default: all)",
+    )
+
+
+def _phases(spec: str) -> set[str]:
+    """``--phases``: the phases named, each one of :data:`PHASES`."""
+    phases = {p.strip() for p in spec.split(",") if p.strip()}
+    if not phases or phases - set(PHASES):
+        raise argparse.ArgumentTypeError(f"{spec!r}: pick from {', '.join(PHASES)}")
+    if "consume" in phases and "produce" not in phases:
+        raise argparse.ArgumentTypeError("consume reads what produce wrote: name both")
+    return phases
 
 
 def _producer_config(bootstrap: str, linger_ms: int) -> dict[str, Any]:
@@ -277,24 +295,32 @@ async def _latency(bootstrap: str, topic: str, args: argparse.Namespace) -> dict
 
 
 def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> dict[str, Any]:
-    with _topic(bootstrap, args.partitions) as topic:
-        produced = _produce(bootstrap, topic, args, proxies)
-        consumed = _consume(bootstrap, topic, args)
-    with _topic(bootstrap, args.partitions) as topic:
-        latency = asyncio_run(_latency(bootstrap, topic, args))
+    phases: set[str] = args.phases
+    produced: dict[str, Any] = {}
+    consumed: dict[str, Any] = {}
+    latency: dict[str, Any] = {}
+    if "produce" in phases:
+        with _topic(bootstrap, args.partitions) as topic:
+            produced = _produce(bootstrap, topic, args, proxies)
+            if "consume" in phases:
+                consumed = _consume(bootstrap, topic, args)
+    if "latency" in phases:
+        with _topic(bootstrap, args.partitions) as topic:
+            latency = asyncio_run(_latency(bootstrap, topic, args))
     return {
         "bench": "kafka",
         "client": "librdkafka (confluent-kafka), idempotent, acks=all",
         "partitions": args.partitions,
         "record_size": args.record_size,
         "records": args.records,
-        "produce_records_per_s": produced["records_per_s"],
-        "produce_proxy_cpu_us_per_record": produced["proxy_cpu_us_per_record"],
-        "consume_records_per_s": consumed["records_per_s"],
-        "ack_p50_ms": latency["ack_p50_ms"],
-        "ack_p99_ms": latency["ack_p99_ms"],
-        "e2e_p50_ms": latency["p50_ms"],
-        "e2e_p99_ms": latency["p99_ms"],
+        "phases": [p for p in PHASES if p in phases],
+        "produce_records_per_s": produced.get("records_per_s"),
+        "produce_proxy_cpu_us_per_record": produced.get("proxy_cpu_us_per_record"),
+        "consume_records_per_s": consumed.get("records_per_s"),
+        "ack_p50_ms": latency.get("ack_p50_ms"),
+        "ack_p99_ms": latency.get("ack_p99_ms"),
+        "e2e_p50_ms": latency.get("p50_ms"),
+        "e2e_p99_ms": latency.get("p99_ms"),
         "produce": produced,
         "consume": consumed,
         "latency": latency,
