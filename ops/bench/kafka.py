@@ -20,9 +20,11 @@ on; each a process) in a temporary directory unless ``--cluster`` names a runnin
   acknowledgement latency (``ack_p50_ms``, ``ack_p99_ms``) and the end-to-end latency
   to a consumer in its own process (``e2e_p50_ms``, ``e2e_p99_ms``), both charged from
   the schedule (no coordinated omission) and kept in HdrHistogram, as ``bench
-  compare`` does.
+  compare`` does; and the write proxies' CPU time per record meanwhile
+  (``proxy_cpu_us_per_record``: the warm-up and the consumer's fetches included).
 
-The last stdout line is one JSON object.
+``--phases`` runs some of them (``--phases latency``: the latency run alone; consume
+reads what produce wrote, so it needs produce). The last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -306,7 +308,12 @@ def _measure(bootstrap: str, args: argparse.Namespace, proxies: list[int]) -> di
                 consumed = _consume(bootstrap, topic, args)
     if "latency" in phases:
         with _topic(bootstrap, args.partitions) as topic:
+            cpu_before = _cpu_s(proxies)
             latency = asyncio_run(_latency(bootstrap, topic, args))
+            cpu_after = _cpu_s(proxies)
+        if cpu_before is not None and cpu_after is not None:
+            used = (cpu_after - cpu_before) / max(1, latency["records"]) * 1e6
+            latency["proxy_cpu_us_per_record"] = round(used, 2)
     return {
         "bench": "kafka",
         "client": "librdkafka (confluent-kafka), idempotent, acks=all",
