@@ -423,10 +423,12 @@ class _Pipeline:
     its frame's bytes of the listener's budget until its answer is written (or, on a
     closed connection, until it ends: a request handed to the write core is never
     cancelled -- that would fail its stream -- only its answer dropped). A request
-    ending at the head of the queue writes its answer, and the answers of the ended
-    ones behind it, itself: no other task to wake (a Produce's answer left two loop
-    turns after its quorum write, each one a wait behind everything else the loop had
-    to do). The responder task only waits for the socket to drain when its buffer is
+    ending schedules one write, in the next loop turn, of the answers of the ended
+    requests at the head of the queue: no task to wake through a shield (a Produce's
+    answer left two turns after its request ended, each one a wait behind everything
+    else a busy loop had to do), one system call for the answers a turn ended, and a
+    quorum acknowledgement's LAC push to the bookies leaves before the answers it
+    released. The responder task only waits for the socket to drain when its buffer is
     over the high-water mark, and frees the requests' places after (else they are
     freed at once)."""
 
@@ -441,6 +443,7 @@ class _Pipeline:
         self._empty.set()
         self._error: BaseException | None = None
         self._shut = False  # close() was called: answers are dropped
+        self._flush_due = False  # a _write_ended is scheduled
         self.closed = False  # answered "close", or failed: read no more
         self._responder = asyncio.ensure_future(self._respond())
 
@@ -473,11 +476,19 @@ class _Pipeline:
                 raise  # cancelled (the loop stops): the connection is gone anyway
         finally:
             request.done = True
-            self._write_ended()
+            if not self._flush_due:
+                # Once per loop turn: the answers ended in this turn in one write, after
+                # what the turn's callbacks queued before (a quorum acknowledgement's
+                # LAC push to the bookies, for the readers, leaves first).
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._write_ended)
 
     def _write_ended(self) -> None:
-        """Write the answers of the ended requests at the head of the queue, in order."""
+        """Write the answers of the ended requests at the head of the queue, in order
+        (in one write: one system call for the turn's answers)."""
+        self._flush_due = False
         queue, writer = self._queue, self._writer
+        frames: list[bytes] = []
         while queue and queue[0][1].done and not self._shut and not self.closed:
             _task, request = queue.popleft()
             self._budget.give(request.size)
@@ -488,16 +499,17 @@ class _Pipeline:
                 if isinstance(request.error, Exception):
                     self._error = request.error
                 self.closed = True
-                writer.close()  # wakes the reader
                 break
-            close = request.close
             if writer.is_closing():
-                close = True  # the peer left while its request waited (a JoinGroup)
-            elif request.answer is not None:
-                writer.write(frame(request.answer))
-            self.closed = close
-            if close:
-                writer.close()
+                self.closed = True  # the peer left while its request waited (a JoinGroup)
+                break
+            if request.answer is not None:
+                frames.append(frame(request.answer))
+            self.closed = request.close
+        if frames and not writer.is_closing():
+            writer.write(b"".join(frames))
+        if self.closed:
+            writer.close()  # wakes the reader
         if self._unfreed:
             transport = writer.transport
             if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:

@@ -173,3 +173,31 @@ async def test_an_idle_writers_entry_leaves_in_the_loop_turn_it_is_cut(
         await fut
     finally:
         await w.close()
+
+
+@pytest.mark.integration
+async def test_an_acknowledgement_tells_the_readers_before_the_writer(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The explicit LAC push of an acknowledged entry is under way before the waiters
+    of its records run (issue 25: a proxy answering its producer first handed the core
+    to the producer before the tailing readers were told)."""
+    events: list[str] = []
+    push = LedgerWriter.push_lac
+
+    def spy(self: LedgerWriter) -> None:
+        events.append("pushed")
+        push(self)
+
+    await ns.create_stream("order")
+    w = await ns.open_writer("order")
+    try:
+        await w.write(LogRecord(b"warm-up"))
+        monkeypatch.setattr(LedgerWriter, "push_lac", spy)
+        fut = w.write_nowait(LogRecord(b"x"))
+        fut.add_done_callback(lambda _f: events.append("answered"))
+        await fut
+        await asyncio.sleep(0)  # the done callbacks have run
+        assert events[:2] == ["pushed", "answered"]
+    finally:
+        await w.close()

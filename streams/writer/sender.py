@@ -283,6 +283,18 @@ class Sender:
             return
         entry_id = fut.result()
         self._pace.on_ack(self._loop.time() - out.sent_at)
+        if not out.control:
+            # Tailing readers learn this LAC now: from an entry sent in this loop turn
+            # (the sender goes first; ledger.push_lac skips the bookies it reached), else
+            # from an explicit LAC. Entries already in flight carry an older LAC, and
+            # waiting for the next entry cost a tail up to an arrival gap or a busy
+            # writer's hold (issue 26). At most one push per bookie is in flight, so
+            # under load they coalesce to about one per acknowledgement round. Scheduled
+            # before the writers' waiters are resolved, so the push leaves before their
+            # answers (issue 25: an answer first woke the producer, which took the core
+            # from the proxy before the readers were told).
+            self._loop.call_soon(ledger.push_lac)
+            self._schedule_control()
         slots = out.resolve(seqno, entry_id)
         invariant(
             slots == len(out.payloads), "waiters of an entry of %s miss records", self._stream
@@ -293,15 +305,6 @@ class Sender:
             out.done.set_result(None)
         if self.buffer.payloads and self.error is None and self._drained():
             self.cut()  # the pipe drained: send what waited for it now
-        if not out.control:
-            # Tailing readers learn this LAC now: from an entry sent in this loop turn
-            # (the sender goes first; ledger.push_lac skips the bookies it reached), else
-            # from an explicit LAC. Entries already in flight carry an older LAC, and
-            # waiting for the next entry cost a tail up to an arrival gap or a busy
-            # writer's hold (issue 26). At most one push per bookie is in flight, so
-            # under load they coalesce to about one per acknowledgement round.
-            self._loop.call_soon(ledger.push_lac)
-            self._schedule_control()
 
     def _drained(self) -> bool:
         """Few enough entries in flight or queued to send the buffer now: fewer than
