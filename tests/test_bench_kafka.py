@@ -36,3 +36,17 @@ def test_bench_kafka_runs_every_workload(tmp_path: Path) -> None:
         assert out[figure] > 0, figure
     assert out["ack_p50_ms"] <= out["ack_p99_ms"] and out["e2e_p50_ms"] <= out["e2e_p99_ms"]
     assert out["produce_proxy_cpu_us_per_record"] > 0  # its own cluster: local processes
+
+
+def test_bench_kafka_phases_are_checked() -> None:
+    """``--phases`` names phases of the bench; consume reads what produce wrote."""
+    import argparse
+
+    from ops.bench.kafka import PHASES, _phases
+
+    assert _phases("latency") == {"latency"}
+    assert _phases(" produce , consume ") == {"produce", "consume"}
+    assert _phases(",".join(PHASES)) == set(PHASES)
+    for bad in ("", "fetch", "consume", "latency,consume"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _phases(bad)
