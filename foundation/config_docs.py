@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import inspect
 import io
 import textwrap
@@ -87,8 +88,10 @@ def toml_value(value: object) -> str:
     return repr(value)
 
 
+@functools.cache
 def _class_comments(cls: type[Any]) -> dict[str, _Comments]:
-    """Comments of the fields defined in ``cls``'s own body."""
+    """Comments of the fields defined in ``cls``'s own body (read once per class: a
+    CLI parser is built from many classes sharing bases; callers only read the dict)."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

@@ -98,29 +98,30 @@ def test_interleaved_rows_keep_one_writer_per_stream_per_task(
 # -- defect 2: exactly once whatever the replay's partitioning ----------------------
 
 
-# Crashed writes tried before a replay test gives up on its set-up (see the test).
-SETUP_ATTEMPTS = 3
-
-
-def _crashing_write(spark: Any, conn: dict[str, str], stream: str, *, n: int, crash_at: int,
-                    value_of: str, write_id: str) -> None:  # fmt: skip
-    """A write of one partition that dies after Spark handed it two Arrow batches."""
+def _failing_write(spark: Any, conn: dict[str, str], stream: str, *, n: int, fail_at: int,
+                   value_of: str, write_id: str) -> None:  # fmt: skip
+    """A write of one partition whose task fails part-way: the row ``fail_at`` is a
+    record over the 1 MiB limit, which the task's writer refuses (TOO_LARGE) after it
+    wrote the rows before it in 16 KiB pieces. The failure is the task's own, at a fixed
+    row: a crash raised in the JVM instead (``raise_error``) came, on a loaded machine,
+    before the Python task had written anything, since the JVM hands rows over well
+    ahead of the task (three tries in a row wrote nothing)."""
     from pyspark.sql import functions as F
 
     df = (
         spark.range(n, numPartitions=1)
         .withColumn(
             "value",
-            F.when(F.col("id") == crash_at, F.raise_error(F.lit("boom"))).otherwise(
+            F.when(F.col("id") == fail_at, F.repeat(F.lit("x"), 2 << 20)).otherwise(
                 F.expr(value_of)
             ),
         )
         .select("value")
     )
     writer = df.write.format("bookline").options(**conn).option("stream", stream)
-    # Written in 16 KiB pieces: several are durable before the JVM reaches the crash.
+    # Written in 16 KiB pieces: many are durable before the task reaches the bad row.
     writer = writer.option("bufferBytesMax", str(16 << 10))
-    with pytest.raises(PySparkException, match="boom"):
+    with pytest.raises(PySparkException, match=r"record of \d+ bytes; at most"):
         writer.option("writeId", write_id).option("batchId", "7").mode("append").save()
 
 
@@ -150,20 +151,11 @@ def _replay(spark: Any, conn: dict[str, str], stream: str, *, n: int, value_of: 
 def test_a_replay_partitioned_differently_writes_each_row_exactly_once(
     spark: Any, ns: Any, conn: dict[str, str], value_of: str, driver_bytes: str
 ) -> None:
-    n, partial = 30_000, 0
-    # The crash is raised in the JVM while it hands Arrow batches to the Python task; on
-    # a loaded machine the JVM can get to it before the task wrote anything, and the
-    # premise (a partly written batch) is not set up: try again on a fresh stream.
-    for _attempt in range(SETUP_ATTEMPTS):
-        stream, write_id = _name("eos"), _name("job")
-        _crashing_write(spark, conn, stream, n=n, crash_at=25_000, value_of=value_of,
-                        write_id=write_id)  # fmt: skip
-        try:
-            partial = ns.stream_info(stream).record_count
-        except NotFoundError:  # the crash came before any task created the stream
-            partial = 0
-        if partial:
-            break
+    n = 30_000
+    stream, write_id = _name("eos"), _name("job")
+    _failing_write(spark, conn, stream, n=n, fail_at=25_000, value_of=value_of,
+                   write_id=write_id)  # fmt: skip
+    partial = ns.stream_info(stream).record_count
     assert 0 < partial < n, partial
     _replay(spark, conn, stream, n=n, value_of=value_of, write_id=write_id, partitions=4,
             driver_bytes=driver_bytes)  # fmt: skip

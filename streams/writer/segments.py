@@ -114,7 +114,7 @@ class Segments:
         """Recover and seal the previous segment, open this writer's; the txid floor."""
         ctx, ns = self._ctx, self._ctx.namespace
         segments = await ctx.segments(self._stream)
-        self._next_ledger = asyncio.ensure_future(self._create_ledger())
+        self._next_ledger = self._spare()
         last = segments[-1] if segments else None
         sealed: tuple[SegmentMetadata, int] | None = None
         if last is not None and not last[0].is_sealed:
@@ -161,7 +161,7 @@ class Segments:
         meta, ledger = await self._open_on(meta, ledger, commit)
         _seg, version = await ctx.md.segments.get_segment(ns, self._stream, meta.seqno)
         self.current = SegmentState(meta, version, ledger, opened_ms=now)
-        self._next_ledger = asyncio.ensure_future(self._create_ledger())
+        self._next_ledger = self._spare()
         log.info(
             "writer %s on %s/%s: segment %d (ledger %d), txid floor %d",
             self._lock.identity, ns, self._stream, meta.seqno, ledger.ledger_id, max_txid,
@@ -232,6 +232,21 @@ class Segments:
         data = await reader.read_entry(segment.last_entry_id)
         return decode_read_records(data, self._stream, segment.seqno, segment.last_entry_id,
                                    segment.start_sequence_id)[2]  # fmt: skip
+
+    def _spare(self) -> asyncio.Task[LedgerWriter]:
+        """Start creating the next segment's ledger in advance. Whoever opens or rolls
+        a segment awaits it and gets its failure; a writer that ends without doing
+        either (it failed, or its ZooKeeper client closed) leaves the task behind, so
+        its failure is also logged here, never left to asyncio's "exception was never
+        retrieved" at garbage collection (a spare it did create is an orphan ledger,
+        which the collector deletes)."""
+        task = asyncio.ensure_future(self._create_ledger())
+        task.add_done_callback(self._spare_ended)
+        return task
+
+    def _spare_ended(self, task: asyncio.Task[LedgerWriter]) -> None:
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.info("ledger created in advance for %s failed: %r", self._stream, exc)
 
     async def _create_ledger(self) -> LedgerWriter:
         """A ledger for a segment to come, tagged with the stream and this writer's lock
@@ -364,7 +379,7 @@ class Segments:
             self._ctx.namespace, self._stream, meta.seqno
         )
         self.current = SegmentState(meta, version, ledger, opened_ms=now)
-        self._next_ledger = asyncio.ensure_future(self._create_ledger())
+        self._next_ledger = self._spare()
         log.info("%s rolled to segment %d (ledger %d)", self._stream, meta.seqno, ledger.ledger_id)
 
     async def release(self) -> None:
