@@ -407,22 +407,43 @@ def _pipelined(raw: bytes) -> bool:
 Answer = tuple[bytes | None, bool]
 
 
+@dataclass(slots=True)
+class _Request:
+    """One request in flight: its frame's ``size`` in the budget, then its outcome."""
+
+    size: int
+    done: bool = False
+    answer: bytes | None = None
+    close: bool = False
+    error: BaseException | None = None
+
+
 class _Pipeline:
-    """A connection's requests in flight, answered in the order they came by one
-    responder task. Each holds its frame's bytes of the listener's budget until its
-    answer is written (or, on a closed connection, until it ends: a request handed to
-    the write core is never cancelled -- that would fail its stream -- only its answer
-    dropped)."""
+    """A connection's requests in flight, answered in the order they came. Each holds
+    its frame's bytes of the listener's budget until its answer is written (or, on a
+    closed connection, until it ends: a request handed to the write core is never
+    cancelled -- that would fail its stream -- only its answer dropped). A request
+    ending schedules one write, in the next loop turn, of the answers of the ended
+    requests at the head of the queue: no task to wake through a shield (a Produce's
+    answer left two turns after its request ended, each one a wait behind everything
+    else a busy loop had to do), one system call for the answers a turn ended, and a
+    quorum acknowledgement's LAC push to the bookies leaves before the answers it
+    released. The responder task only waits for the socket to drain when its buffer is
+    over the high-water mark, and frees the requests' places after (else they are
+    freed at once)."""
 
     def __init__(self, writer: asyncio.StreamWriter, budget: _Budget, inflight_max: int) -> None:
         self._writer = writer
         self._budget = budget
-        self._queue: deque[tuple[asyncio.Future[Answer], int]] = deque()
+        self._queue: deque[tuple[asyncio.Future[None], _Request]] = deque()
         self._room = asyncio.Semaphore(inflight_max)
-        self._more = asyncio.Event()
+        self._unfreed = 0  # requests answered whose places wait for the socket to drain
+        self._written = asyncio.Event()  # the responder's cue: drain, then free them
         self._empty = asyncio.Event()
         self._empty.set()
         self._error: BaseException | None = None
+        self._shut = False  # close() was called: answers are dropped
+        self._flush_due = False  # a _write_ended is scheduled
         self.closed = False  # answered "close", or failed: read no more
         self._responder = asyncio.ensure_future(self._respond())
 
@@ -431,9 +452,10 @@ class _Pipeline:
         has ``inflight_max`` of them."""
         await self._room.acquire()
         self.check()
-        self._queue.append((asyncio.ensure_future(work()), size))
+        request = _Request(size)
+        task = asyncio.ensure_future(self._serve(work, request))
+        self._queue.append((task, request))
         self._empty.clear()
-        self._more.set()
 
     async def drain(self) -> None:
         """Wait until every request submitted is answered; raises what closed it."""
@@ -445,54 +467,93 @@ class _Pipeline:
         if self._error is not None:
             raise self._error
 
-    async def _respond(self) -> None:
-        queue = self._queue
+    async def _serve(self, work: Callable[[], Awaitable[Answer]], request: _Request) -> None:
         try:
-            while not self.closed:
-                if not queue:
-                    self._empty.set()
-                    self._more.clear()
-                    await self._more.wait()
-                    continue
-                work, size = queue[0]
-                try:
-                    # Shielded: cancelling the responder must not cancel the request.
-                    answer, close = await asyncio.shield(work)
-                    if self._writer.is_closing():
-                        close = True  # the peer left while its request waited (a JoinGroup)
-                    elif answer is not None:
-                        self._writer.write(frame(answer))
-                        await self._writer.drain()
-                finally:
-                    if work.done():  # else close() hands it on, still in the queue
-                        queue.popleft()
-                        self._budget.give(size)
-                        self._room.release()
-                self.closed = close
+            request.answer, request.close = await work()
+        except BaseException as exc:
+            request.error = exc
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the loop stops): the connection is gone anyway
+        finally:
+            request.done = True
+            if not self._flush_due:
+                # Once per loop turn: the answers ended in this turn in one write, after
+                # what the turn's callbacks queued before (a quorum acknowledgement's
+                # LAC push to the bookies, for the readers, leaves first).
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._write_ended)
+
+    def _write_ended(self) -> None:
+        """Write the answers of the ended requests at the head of the queue, in order
+        (in one write: one system call for the turn's answers)."""
+        self._flush_due = False
+        queue, writer = self._queue, self._writer
+        frames: list[bytes] = []
+        while queue and queue[0][1].done and not self._shut and not self.closed:
+            _task, request = queue.popleft()
+            self._budget.give(request.size)
+            self._unfreed += 1
+            if request.error is not None:
+                # The connection's end: the reader raises it (a cancelled request only
+                # ends it: the loop is stopping).
+                if isinstance(request.error, Exception):
+                    self._error = request.error
+                self.closed = True
+                break
+            if writer.is_closing():
+                self.closed = True  # the peer left while its request waited (a JoinGroup)
+                break
+            if request.answer is not None:
+                frames.append(frame(request.answer))
+            self.closed = request.close
+        if frames and not writer.is_closing():
+            writer.write(b"".join(frames))
+        if self.closed:
+            writer.close()  # wakes the reader
+        if self._unfreed:
+            transport = writer.transport
+            if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:
+                self._free()  # drain() would not wait: no task to wake for it
+            else:
+                self._written.set()
+        if not queue or self.closed:
+            self._empty.set()
+
+    async def _respond(self) -> None:
+        try:
+            while True:
+                await self._written.wait()
+                self._written.clear()
+                if not self.closed:
+                    await self._writer.drain()
+                self._free()
         except asyncio.CancelledError:
-            self.closed = True
             raise
         except Exception as exc:  # noqa: BLE001 - the connection's end: the reader raises it
             self._error, self.closed = exc, True
             self._writer.close()  # wakes the reader
-        finally:
             self._empty.set()
-            if self.closed and self._error is None:
-                self._writer.close()
+
+    def _free(self) -> None:
+        """The answered requests' places are free for the next requests."""
+        while self._unfreed:
+            self._unfreed -= 1
+            self._room.release()
 
     def close(self) -> None:
         """The connection ends: requests still in flight end on their own, their
         answers dropped and their bytes given back when they do."""
+        self._shut = True
         self._responder.cancel()
         while self._queue:
-            work, size = self._queue.popleft()
-            work.add_done_callback(functools.partial(_dropped, self._budget, size))
+            task, request = self._queue.popleft()
+            task.add_done_callback(functools.partial(_dropped, self._budget, request))
 
 
-def _dropped(budget: _Budget, size: int, work: asyncio.Future[Answer]) -> None:
-    budget.give(size)
-    if not work.cancelled() and work.exception() is not None:
-        log.info("Kafka request of a closed connection ended with %r", work.exception())
+def _dropped(budget: _Budget, request: _Request, _task: asyncio.Future[None]) -> None:
+    budget.give(request.size)
+    if request.error is not None:
+        log.info("Kafka request of a closed connection ended with %r", request.error)
 
 
 def _loop_time(deadline_monotonic: float) -> float:

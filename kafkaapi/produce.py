@@ -22,7 +22,7 @@ import asyncio
 import functools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from foundation.errors import BooklineError, TooManyRequestsError, UnknownPartitionError
@@ -78,7 +78,18 @@ async def produce(
         for topic in body["topic_data"]
         for part in topic["partition_data"]
     ]  # fmt: skip
-    answers = iter(await asyncio.gather(*jobs))
+    if len(jobs) == 1:
+        # One partition (librdkafka sends one a request): served in the request's own
+        # task, with no task of its own to start and gather (two loop turns each way).
+        answers = iter([await jobs[0].run])
+    else:
+        tasks = []
+        for job in jobs:
+            task = asyncio.ensure_future(job.run)
+            # A task cancelled before its first step never runs its coroutine's finally.
+            task.add_done_callback(functools.partial(_pass, job.pass_turn))
+            tasks.append(task)
+        answers = iter(await asyncio.gather(*tasks))
     if body["acks"] == 0:
         return None  # acks=0: the client reads no answer
     responses = [
@@ -91,12 +102,24 @@ async def produce(
     return {"responses": responses, "throttle_time_ms": 0}
 
 
+class _Turn(NamedTuple):
+    """A partition's part of a Produce: ``run`` (to await, or wrap in a task, at once)
+    and ``pass_turn`` (idempotent: lets the next request to the partition go)."""
+
+    run: Coroutine[Any, Any, dict[str, Any]]
+    pass_turn: Callable[[], None]
+
+
+def _pass(pass_turn: Callable[[], None], _task: asyncio.Future[Any]) -> None:
+    pass_turn()
+
+
 def _in_turn(
     session: Session,
     topic: str,
     index: int,
     job: Callable[[Callable[[], None]], Awaitable[dict[str, Any]]],
-) -> asyncio.Task[dict[str, Any]]:
+) -> _Turn:
     """``job(pass_turn)`` run once the connection's Produce before this one to the
     partition has passed its turn: its batch was handed to the stream's writer (its
     ``pass_turn`` called, :attr:`WriteBatch.on_handed`) or it ended. Pipelined requests
@@ -105,7 +128,10 @@ def _in_turn(
     waits for a "gap" that is only a request overtaken inside the proxy -- while a
     batch still follows the one before it into the writer without waiting for its
     quorum write. Called as the request's handler starts (requests start in the order
-    they came), so it takes the partition's turn at once."""
+    they came), so it takes the partition's turn at once. The turn passes, and the
+    partition's entry of the session is dropped, on the hand-over or however ``run``
+    ends; a task cancelled before its first step never runs ``run``'s ``finally``, so
+    the caller wrapping it in a task passes the turn when the task is done too."""
     tails = session.partition_tails
     key = (topic, index)
     before = tails.get(key)
@@ -115,20 +141,18 @@ def _in_turn(
     def pass_turn() -> None:
         if not turn.done():
             turn.set_result(None)
-
-    async def in_turn() -> dict[str, Any]:
-        if before is not None:
-            await asyncio.wait((before,))  # wait() never cancels nor raises it
-        return await job(pass_turn)
-
-    def ended(_task: asyncio.Task[dict[str, Any]]) -> None:
-        pass_turn()  # however it ended, even cancelled before its first step
         if tails.get(key) is turn:
             del tails[key]
 
-    task = asyncio.ensure_future(in_turn())
-    task.add_done_callback(ended)
-    return task
+    async def in_turn() -> dict[str, Any]:
+        try:
+            if before is not None and not before.done():
+                await asyncio.wait((before,))  # wait() never cancels nor raises it
+            return await job(pass_turn)
+        finally:
+            pass_turn()  # however it ended
+
+    return _Turn(in_turn(), pass_turn)
 
 
 async def _partition(  # noqa: PLR0917 - the partition's request, and its turn

@@ -244,6 +244,10 @@ class LedgerWriter(EnsembleChanges):
             return None
         return self._push(payload)
 
+    def has_room(self) -> bool:
+        """Whether :meth:`submit_nowait` would accept an entry now (writable or not)."""
+        return self._entries.has_room()
+
     async def wait_for_room(self) -> None:
         """Return once :meth:`submit_nowait` would accept an entry (or raise when the
         writer failed or was closed)."""

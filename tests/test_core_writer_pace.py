@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bookline import DLSN, LogRecord, Namespace, NamespaceConfig
+from ledger.writer import LedgerWriter
 from ops.bench.pacing import open_loop
 from streams.writer.pace import BUSY_RECORDS_PER_HOLD, HOLD_MAX_S, HOLD_MIN_S, Pace
 from tests.conftest import BookieCluster
@@ -146,3 +147,57 @@ async def test_at_1000_per_s_each_record_is_sent_at_once(
     # loop runs late or the pipe is full -- the old rule, and the machine's speed.)
     assert records == 1_000
     assert decisions and not any(decisions)
+
+
+@pytest.mark.integration
+async def test_an_idle_writers_entry_leaves_in_the_loop_turn_it_is_cut(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No send-loop task to start for the common entry (issue 25: a loop turn before
+    every entry, a wait behind everything else a busy proxy's loop had to do)."""
+    submitted: list[int] = []
+    submit = LedgerWriter.submit_nowait
+
+    def spy(self: LedgerWriter, payload: bytes) -> asyncio.Future[int] | None:
+        submitted.append(len(payload))
+        return submit(self, payload)
+
+    await ns.create_stream("idle")
+    w = await ns.open_writer("idle")
+    try:
+        await w.write(LogRecord(b"warm-up"))
+        monkeypatch.setattr(LedgerWriter, "submit_nowait", spy)
+        fut = w.write_nowait(LogRecord(b"x"))
+        await asyncio.sleep(0)  # the turn an idle writer cuts its entry in
+        assert len(submitted) == 1
+        await fut
+    finally:
+        await w.close()
+
+
+@pytest.mark.integration
+async def test_an_acknowledgement_tells_the_readers_before_the_writer(
+    ns: Namespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The explicit LAC push of an acknowledged entry is under way before the waiters
+    of its records run (issue 25: a proxy answering its producer first handed the core
+    to the producer before the tailing readers were told)."""
+    events: list[str] = []
+    push = LedgerWriter.push_lac
+
+    def spy(self: LedgerWriter) -> None:
+        events.append("pushed")
+        push(self)
+
+    await ns.create_stream("order")
+    w = await ns.open_writer("order")
+    try:
+        await w.write(LogRecord(b"warm-up"))
+        monkeypatch.setattr(LedgerWriter, "push_lac", spy)
+        fut = w.write_nowait(LogRecord(b"x"))
+        fut.add_done_callback(lambda _f: events.append("answered"))
+        await fut
+        await asyncio.sleep(0)  # the done callbacks have run
+        assert events[:2] == ["pushed", "answered"]
+    finally:
+        await w.close()

@@ -55,6 +55,12 @@ class Writer:
         self.log = log
         self.fail_after_append = False
 
+    async def append_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+        """As LogWriter's: the records are appended when the task starts."""
+        return asyncio.ensure_future(self.write_many_offsets(records))
+
     async def write_many_offsets(
         self, records: Sequence[LogRecord]
     ) -> tuple[list[DLSN], list[int]]:

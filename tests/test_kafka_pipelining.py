@@ -7,6 +7,7 @@ handed to the core one after the other in their order, and at most
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -16,8 +17,8 @@ from typing import Any, cast
 import pytest
 
 from foundation.errors import UnavailableError
-from kafkaapi.context import KafkaServing
-from kafkaapi.listener import KafkaListener, ListenerLimits
+from kafkaapi.context import KafkaServing, Session
+from kafkaapi.listener import KafkaListener, ListenerLimits, _Budget, _Pipeline
 from kafkaapi.protocol.apis_cluster import API_VERSIONS
 from kafkaapi.protocol.apis_data import PRODUCE
 from kafkaapi.protocol.frames import frame
@@ -208,3 +209,54 @@ async def test_a_connection_holds_at_most_its_requests_in_flight(
         assert await asyncio.wait_for(_answers(reader, 6), 30) == list(range(6))
         assert core.written == [(0, seq) for seq in range(6)]
         await wait_for(lambda: listener.free_bytes == free, "every frame's bytes given back")
+
+
+class _Socket:
+    """The connection's writing side, as the pipeline uses it: the frames written."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.transport = self
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        raise AssertionError("the connection is not closed here")
+
+    async def drain(self) -> None:
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return 16 * 1024, 64 * 1024
+
+
+async def test_a_produce_is_answered_in_the_loop_turn_after_its_write_is() -> None:
+    """The answer leaves in the loop turn after the write core answers: no task to
+    start, gather or wake in between (issue 25: each was a loop turn, a wait behind
+    everything else a busy proxy's loop had to do, at every one of a producer's
+    requests; the one turn left lets the turn's other callbacks -- a quorum
+    acknowledgement's LAC push -- go first)."""
+    core = _Core()
+    core.writes_held.add(0)
+    listener = KafkaListener(_serving(core))
+    socket = _Socket()
+    pipeline = _Pipeline(cast(Any, socket), _Budget(1 << 20), inflight_max=5)
+    raw = _produce(7, partition=0, seq=0)[4:]  # the frame's body
+    try:
+        await pipeline.submit(functools.partial(listener._answer, raw, Session("test")), len(raw))
+        await wait_for(lambda: core.written == [(0, 0)], "the batch handed to the write core")
+        core.release(0)  # the write core answers: its waiter wakes in the next loop turn
+        await asyncio.sleep(0)  # that turn: the request ends
+        assert socket.written == []
+        await asyncio.sleep(0)  # the next: its answer is written
+        assert len(socket.written) == 1
+        assert struct.unpack_from(">i", socket.written[0], 4)[0] == 7  # the correlation id
+    finally:
+        pipeline.close()

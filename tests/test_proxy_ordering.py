@@ -29,6 +29,12 @@ class FakeWriter:
         self.handed: list[Sequence[LogRecord]] = []  # every call's argument
         self.ack_delay_s = ack_delay_s
 
+    async def append_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+        """As LogWriter's: the records are appended when the task starts."""
+        return asyncio.ensure_future(self.write_many_offsets(records))
+
     async def write_many_offsets(
         self, records: Sequence[LogRecord]
     ) -> tuple[list[DLSN], list[int]]:
@@ -194,3 +200,44 @@ async def test_a_new_epochs_requests_keep_their_order() -> None:
     await owned.write(req(0, b"x", epoch=3))
     await later
     assert writer.log == [b"a", b"x", b"y"]
+
+
+class _AppendingWriter:
+    """Appends as LogWriter.append_many_offsets does -- at once -- and acknowledges
+    when the test says."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes] = []
+        self.acks: list[tuple[asyncio.Future[Any], int, int]] = []
+
+    async def append_many_offsets(self, records: Sequence[LogRecord]) -> asyncio.Future[Any]:
+        first = len(self.log)
+        self.log.extend(values(records))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.acks.append((fut, first, len(records)))
+        return fut
+
+    async def write_many_offsets(self, records: Sequence[LogRecord]) -> Any:
+        return await (await self.append_many_offsets(records))
+
+    def ack(self) -> None:
+        for fut, first, n in self.acks:
+            dlsns = [DLSN(1, first + i, 0) for i in range(n)]
+            fut.set_result((dlsns, list(range(first, first + n))))
+
+
+async def test_a_batch_is_in_the_writer_before_its_request_first_waits() -> None:
+    """No task of its own between the request and the writer (issue 25): the batch is
+    appended in the request's first step, and its answer follows the acknowledgement
+    in the two loop turns of waiting on it (or the stream's abort) -- not three more."""
+    writer = _AppendingWriter()
+    owned = OwnedStream("s", cast(Any, writer), DedupTable(16, 100), reorder_wait_s=1.0)
+    task = asyncio.ensure_future(owned.write(req(0, b"a", b"b")))
+    await asyncio.sleep(0)  # the request's first step
+    assert writer.log == [b"a", b"b"]
+    assert not task.done()
+    writer.ack()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert task.done()
+    assert task.result().offsets == [0, 1]

@@ -45,7 +45,15 @@ class PartlyDurableWriter:
         self.segment = segment
         self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
+    async def append_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+        """As LogWriter's: the records are appended when the task starts."""
+        return asyncio.ensure_future(self.write_many_offsets(records))
+
+    async def write_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[list[DLSN], list[int]]:
         entry = len(self.log)
         for slot, r in enumerate(records[: self.durable]):
             self.log.append(
@@ -65,7 +73,15 @@ class HealthyWriter:
         self.log = log
         self.segment = segment
 
-    async def write_many_offsets(self, records: list[LogRecord]) -> tuple[list[DLSN], list[int]]:
+    async def append_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
+        """As LogWriter's: the records are appended when the task starts."""
+        return asyncio.ensure_future(self.write_many_offsets(records))
+
+    async def write_many_offsets(
+        self, records: Sequence[LogRecord]
+    ) -> tuple[list[DLSN], list[int]]:
         entry = len({d.dlsn[1] for d in self.log if d.dlsn[0] == self.segment})
         out, offsets = [], []
         for slot, r in enumerate(records):

@@ -238,38 +238,46 @@ class OwnedStream:
         if producer is not None:
             batch = dedup.marked(batch, producer, epoch, first_seq)
         # The admission limits keep this stream's pending bytes under the writer's
-        # bound, so write_many appends the whole batch in its first step, before it
+        # bound, so append_many_offsets buffers the whole batch at once, before it
         # suspends: the batch is contiguous in the stream, which the dedup markers rely
-        # on. It runs as a task so that abort() can answer this request without the
-        # writer; tasks take their first step in the order they are created, and a
-        # producer's next request creates its task only after passing _wait_turn,
-        # which is after this one: the stream keeps the producer's order.
-        write = asyncio.ensure_future(self.writer.write_many_offsets(batch))
+        # on, and a producer's next request, woken by the hand-over, runs after it (the
+        # stream keeps the producer's order). Called in this task, not a task of its
+        # own: that took a loop turn to start and two more to answer (issue 25).
+        written: asyncio.Future[tuple[Sequence[DLSN], list[int]]] | None = None
         try:
-            await asyncio.wait((write, self._aborted), return_when=asyncio.FIRST_COMPLETED)
+            written = await self.writer.append_many_offsets(batch)
+            if not written.done():
+                # abort() answers this request without the writer (shutdown).
+                await asyncio.wait((written, self._aborted), return_when=asyncio.FIRST_COMPLETED)
+        except (BadRequestError, TooLargeError):
+            raise  # refused before anything was appended: the request's fault
+        except BooklineError as exc:
+            raise self._failed_write(exc) from exc
         except BaseException as exc:  # cancelled: the batch's outcome is not learned
-            write.add_done_callback(_retrieve)
+            if written is not None:
+                written.add_done_callback(_retrieve)
             self._fail(exc)
             raise
-        if not write.done():
-            write.add_done_callback(_retrieve)
+        if not written.done():
+            written.add_done_callback(_retrieve)
             raise OutcomeUnknownError(
                 f"{self.name} stopped before its writer answered: the records may or may "
                 "not be in the log; retry with the same producer sequence"
             ) from self.failed
         try:
-            return write.result()
-        except (BadRequestError, TooLargeError):
-            raise  # refused before anything was appended: the request's fault
+            return written.result()
         except BooklineError as exc:
-            # Handed to the writer and not answered: some of the batch may be durable.
-            # The table no longer matches the log, so the stream is dropped; the retry
-            # re-acquires it and learns the outcome from the log.
-            self._fail(exc)
-            raise OutcomeUnknownError(
-                f"writer of {self.name} failed before answering: the records may or "
-                "may not be in the log; retry with the same producer sequence"
-            ) from exc
+            raise self._failed_write(exc) from exc
+
+    def _failed_write(self, exc: BooklineError) -> OutcomeUnknownError:
+        """Handed to the writer and not answered: some of the batch may be durable.
+        The table no longer matches the log, so the stream is dropped; the retry
+        re-acquires it and learns the outcome from the log."""
+        self._fail(exc)
+        return OutcomeUnknownError(
+            f"writer of {self.name} failed before answering: the records may or "
+            "may not be in the log; retry with the same producer sequence"
+        )
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:

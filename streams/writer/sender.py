@@ -158,7 +158,7 @@ class Sender:
     def _enqueue(self, out: RecordBuffer) -> None:
         self._outbox.append(out)
         self.last_out = out
-        if self._task is None:
+        if self._task is None and not self._submit_now():
             self._task = self._loop.create_task(self._send_loop())
 
     # -- sending -----------------------------------------------------------------------
@@ -193,7 +193,40 @@ class Sender:
         finally:
             self._task = None
 
+    def _submit_now(self) -> bool:
+        """The send loop's step for its common case -- one entry of records queued, the
+        segment open and not due to roll, the ledger with room -- taken at once,
+        without starting the loop's task (a loop turn before every entry: issue 25).
+        False when the loop is needed."""
+        if len(self._outbox) != 1 or self.error is not None or not self.owned.is_set():
+            return False
+        seg = self._segments.current
+        out = self._outbox[0]
+        if seg is None or out.control or self._segments.roll_due(seg):
+            return False
+        ledger = seg.ledger
+        if not ledger.has_room():
+            return False
+        try:
+            fut = ledger.submit_nowait(self._encode(seg, out))
+        except BooklineError as exc:
+            self.fail(exc)
+            return True
+        invariant(fut is not None, "ledger of %s refused an entry it had room for", self._stream)
+        assert fut is not None
+        self._outbox.popleft()
+        self._sent(seg, out, fut)
+        return True
+
     async def _submit(self, seg: SegmentState, out: RecordBuffer) -> None:
+        payload = self._encode(seg, out)
+        fut = seg.ledger.submit_nowait(payload)  # the common case: no coroutine
+        if fut is None:
+            fut = await seg.ledger.submit(payload)  # at the ledger's in-flight bound: wait
+        self._sent(seg, out, fut)
+
+    def _encode(self, seg: SegmentState, out: RecordBuffer) -> bytes:
+        """The entry's payload (its records as a record set, or a control record)."""
         if out.control:
             payload = encode_control(
                 first_index=seg.records,
@@ -202,10 +235,7 @@ class Sender:
                 timestamp_ms=self._now_ms(),
                 end_of_stream=out.control == "eos",
             )
-            count, nbytes, first_txid = 1, 0, -1
         else:
-            count = len(out.payloads)
-            nbytes = out.nbytes - count * RECORD_OVERHEAD_BYTES
             payload = encode_record_set(
                 out.payloads, out.txids, out.timestamps,
                 first_index=seg.records, bytes_before=seg.bytes, last_txid=out.txids[-1],
@@ -213,23 +243,26 @@ class Sender:
                 keys=out.keys, headers=out.headers, markers=out.markers, tags=out.tags,
                 compression=self._compression, timestamp_type=self._timestamp_type,
             )  # fmt: skip
-            first_txid = out.txids[0]
             out.first_offset = seg.meta.start_sequence_id + seg.records
-        ledger = seg.ledger
-        self._carried_lac = ledger.last_add_confirmed
-        fut = ledger.submit_nowait(payload)  # the common case: no coroutine
-        if fut is None:
-            fut = await ledger.submit(payload)  # at the ledger's in-flight bound: wait
+        self._carried_lac = seg.ledger.last_add_confirmed
+        return payload
+
+    def _sent(self, seg: SegmentState, out: RecordBuffer, fut: asyncio.Future[int]) -> None:
+        """The entry was submitted as ``fut``: count it in the segment, await its ack."""
         if not out.control:
+            count = len(out.payloads)
             seg.records += count
-            seg.bytes += nbytes
+            seg.bytes += out.nbytes - count * RECORD_OVERHEAD_BYTES
             seg.last_txid = out.txids[-1]
             if seg.first_txid < 0:
-                seg.first_txid = first_txid
-        seg.last_slot = count - 1
+                seg.first_txid = out.txids[0]
+            seg.last_slot = count - 1
+        else:
+            seg.last_slot = 0
         out.sent_at = self._loop.time()
         self._inflight.append(out)
-        fut.add_done_callback(functools.partial(self._on_entry_done, out, seg.meta.seqno, ledger))
+        done = functools.partial(self._on_entry_done, out, seg.meta.seqno, seg.ledger)
+        fut.add_done_callback(done)
 
     def _on_entry_done(
         self, out: RecordBuffer, seqno: int, ledger: LedgerWriter, fut: asyncio.Future[int]
@@ -250,6 +283,18 @@ class Sender:
             return
         entry_id = fut.result()
         self._pace.on_ack(self._loop.time() - out.sent_at)
+        if not out.control:
+            # Tailing readers learn this LAC now: from an entry sent in this loop turn
+            # (the sender goes first; ledger.push_lac skips the bookies it reached), else
+            # from an explicit LAC. Entries already in flight carry an older LAC, and
+            # waiting for the next entry cost a tail up to an arrival gap or a busy
+            # writer's hold (issue 26). At most one push per bookie is in flight, so
+            # under load they coalesce to about one per acknowledgement round. Scheduled
+            # before the writers' waiters are resolved, so the push leaves before their
+            # answers (issue 25: an answer first woke the producer, which took the core
+            # from the proxy before the readers were told).
+            self._loop.call_soon(ledger.push_lac)
+            self._schedule_control()
         slots = out.resolve(seqno, entry_id)
         invariant(
             slots == len(out.payloads), "waiters of an entry of %s miss records", self._stream
@@ -260,15 +305,6 @@ class Sender:
             out.done.set_result(None)
         if self.buffer.payloads and self.error is None and self._drained():
             self.cut()  # the pipe drained: send what waited for it now
-        if not out.control:
-            # Tailing readers learn this LAC now: from an entry sent in this loop turn
-            # (the sender goes first; ledger.push_lac skips the bookies it reached), else
-            # from an explicit LAC. Entries already in flight carry an older LAC, and
-            # waiting for the next entry cost a tail up to an arrival gap or a busy
-            # writer's hold (issue 26). At most one push per bookie is in flight, so
-            # under load they coalesce to about one per acknowledgement round.
-            self._loop.call_soon(ledger.push_lac)
-            self._schedule_control()
 
     def _drained(self) -> bool:
         """Few enough entries in flight or queued to send the buffer now: fewer than
