@@ -34,6 +34,7 @@ from serving.write.dedup import DedupTable, UnknownProducerError
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord, RecordColumns
+from tests.fake_writer import AppendsOnTaskStart
 from tests.values import values
 
 WAIT_S = 0.05  # the reorder wait: how long a request ahead of a gap waits for it
@@ -47,19 +48,13 @@ class Log:
         self.markers: list[dedup.Marker | None] = []
 
 
-class Writer:
+class Writer(AppendsOnTaskStart):
     """Appends at call time; ``fail_after_append`` makes the next call fail after its
     records are in the log (a writer that failed before answering)."""
 
     def __init__(self, log: Log) -> None:
         self.log = log
         self.fail_after_append = False
-
-    async def append_many_offsets(
-        self, records: Sequence[LogRecord]
-    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
-        """As LogWriter's: the records are appended when the task starts."""
-        return asyncio.ensure_future(self.write_many_offsets(records))
 
     async def write_many_offsets(
         self, records: Sequence[LogRecord]

@@ -16,11 +16,12 @@ from serving.write.dedup import DedupTable
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord, RecordColumns
+from tests.fake_writer import AppendsOnTaskStart
 from tests.values import values
 from tests.waiting import wait_for
 
 
-class FakeWriter:
+class FakeWriter(AppendsOnTaskStart):
     """Appends at call time (as LogWriter.write_many does before it suspends) and
     acknowledges a moment later, in order."""
 
@@ -28,12 +29,6 @@ class FakeWriter:
         self.log: list[bytes] = []
         self.handed: list[Sequence[LogRecord]] = []  # every call's argument
         self.ack_delay_s = ack_delay_s
-
-    async def append_many_offsets(
-        self, records: Sequence[LogRecord]
-    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
-        """As LogWriter's: the records are appended when the task starts."""
-        return asyncio.ensure_future(self.write_many_offsets(records))
 
     async def write_many_offsets(
         self, records: Sequence[LogRecord]

@@ -24,6 +24,7 @@ from serving.write.batch import ProducerSeq, WriteBatch
 from serving.write.owned import OwnedStream
 from streams.dlsn import DLSN
 from streams.records import LogRecord, RecordColumns
+from tests.fake_writer import AppendsOnTaskStart
 from tests.waiting import wait_for
 
 
@@ -35,7 +36,7 @@ class _Logged:
     sequence_id: int = 0
 
 
-class PartlyDurableWriter:
+class PartlyDurableWriter(AppendsOnTaskStart):
     """Appends a batch at call time; ``durable`` of its records reach the log (one
     entry), then the writer fails before answering -- a bookie ensemble lost mid-batch."""
 
@@ -44,12 +45,6 @@ class PartlyDurableWriter:
         self.durable = durable
         self.segment = segment
         self.failure: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def append_many_offsets(
-        self, records: Sequence[LogRecord]
-    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
-        """As LogWriter's: the records are appended when the task starts."""
-        return asyncio.ensure_future(self.write_many_offsets(records))
 
     async def write_many_offsets(
         self, records: Sequence[LogRecord]
@@ -68,16 +63,10 @@ class PartlyDurableWriter:
         self.failure.set_exception(WriterFailedError("ensemble lost"))
 
 
-class HealthyWriter:
+class HealthyWriter(AppendsOnTaskStart):
     def __init__(self, log: list[_Logged], segment: int) -> None:
         self.log = log
         self.segment = segment
-
-    async def append_many_offsets(
-        self, records: Sequence[LogRecord]
-    ) -> asyncio.Future[tuple[list[DLSN], list[int]]]:
-        """As LogWriter's: the records are appended when the task starts."""
-        return asyncio.ensure_future(self.write_many_offsets(records))
 
     async def write_many_offsets(
         self, records: Sequence[LogRecord]
