@@ -188,10 +188,15 @@ class Sender:
         except BooklineError as exc:
             self.fail(exc)
         except Exception as exc:
-            self.fail(WriterFailedError(f"writer of {self._stream} crashed: {exc!r}"), exc)
+            self._crashed(exc)
             raise
         finally:
             self._task = None
+
+    def _crashed(self, exc: Exception) -> None:
+        """A bug in a send step fails the writer (every waiter learns it), as a
+        Bookline error would; the caller re-raises it."""
+        self.fail(WriterFailedError(f"writer of {self._stream} crashed: {exc!r}"), exc)
 
     def _submit_now(self) -> bool:
         """The send loop's step for its common case -- one entry of records queued, the
@@ -209,11 +214,14 @@ class Sender:
             return False
         try:
             fut = ledger.submit_nowait(self._encode(seg, out))
+            invariant(fut is not None, "ledger of %s refused an entry with room", self._stream)
+            assert fut is not None
         except BooklineError as exc:
             self.fail(exc)
             return True
-        invariant(fut is not None, "ledger of %s refused an entry it had room for", self._stream)
-        assert fut is not None
+        except Exception as exc:  # as in the send loop: the writer fails, not just this call
+            self._crashed(exc)
+            raise
         self._outbox.popleft()
         self._sent(seg, out, fut)
         return True
